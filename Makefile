@@ -1,0 +1,44 @@
+# mdag build. `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+# golp (lp_solve) needs Debian's headers and, for the static liblpsolve55, colamd.
+export CGO_CFLAGS := -I/usr/include/lpsolve
+export CGO_LDFLAGS := -lcolamd
+# Debian packages the build and tests need (more join as features land).
+DEB_PACKAGES := libopencv-dev opencv-data liblpsolve55-dev libvpx-dev
+DURATION ?=
+BIN := bin/mdag
+
+.PHONY: help deps build test vet demo bench fuzz clean
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+deps: ## install missing Debian packages (idempotent; does nothing when all are present)
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || echo $$p; done); \
+	if [ -z "$$missing" ]; then echo "deps: all present ($(DEB_PACKAGES))"; exit 0; fi; \
+	echo "deps: installing $$missing"; \
+	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing
+
+build: deps ## build bin/mdag
+	$(GO) build -o $(BIN) ./cmd/mdag
+
+vet: ## go vet every package
+	$(GO) vet ./...
+
+test: deps build vet ## deps, build, vet, then every test with -race
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+demo: build ## validate the traffic example and print its summary (the live service comes later)
+	./$(BIN) validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml --streams 12
+
+bench: ## run the benchmarks (results go to docs/benchmarks.md by hand)
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./...
+
+fuzz: ## run each fuzz target for FUZZTIME (default 30s)
+	$(GO) test -run '^$$' -fuzz FuzzParseApp -fuzztime $${FUZZTIME:-30s} ./dag
+	$(GO) test -run '^$$' -fuzz FuzzParseProfiles -fuzztime $${FUZZTIME:-30s} ./profile
+
+clean: ## remove build outputs
+	rm -rf bin

@@ -1,0 +1,117 @@
+// Command mdag serves media DAGs over live video and plans their resources.
+//
+// Subcommands are listed by `mdag help`. Exit codes: 0 success, 1 internal
+// failure, 2 invalid input or usage, 3 valid input that cannot meet its SLO.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// Exit codes shared by every subcommand.
+const (
+	exitOK         = 0
+	exitFailure    = 1
+	exitInvalid    = 2
+	exitInfeasible = 3
+)
+
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+func commands() []command {
+	return []command{
+		{"validate", "check an app (and its profiles) and summarise its graph and feasibility", runValidate},
+		{"version", "print the version", runVersion},
+	}
+}
+
+var version = "dev"
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		if len(args) > 1 {
+			return run([]string{args[1], "-h"}, stdout, stderr)
+		}
+		usage(stdout)
+		if len(args) == 0 {
+			return exitInvalid
+		}
+		return exitOK
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "mdag: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return exitInvalid
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "mdag serves media DAGs over live video at the lowest cost that meets their SLO.")
+	fmt.Fprintln(w, "\nUsage: mdag <command> [flags]\n\nCommands:")
+	cmds := commands()
+	sort.Slice(cmds, func(i, j int) bool { return cmds[i].name < cmds[j].name })
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'mdag help <command>' for its flags.")
+}
+
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	fmt.Fprintln(stdout, "mdag", version)
+	return exitOK
+}
+
+// newFlags makes a flag set that writes usage to stderr and whose errors the
+// caller turns into exit codes.
+func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: mdag %s %s\n\nFlags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args; it returns an exit code and false when the caller
+// should stop (help asked for, or a usage error).
+func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitInvalid, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "mdag %s: unexpected arguments: %s\n", fs.Name(), strings.Join(fs.Args(), " "))
+		fs.Usage()
+		return exitInvalid, false
+	}
+	return exitOK, true
+}
+
+// printErrors writes a multi-problem error one problem per line, with a count.
+func printErrors(w io.Writer, err error) {
+	lines := strings.Split(err.Error(), "\n")
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+	if len(lines) > 1 {
+		fmt.Fprintf(w, "%d problems found\n", len(lines))
+	}
+}

@@ -1,0 +1,38 @@
+// Package examples embeds the example applications: the seven Scrooge mDAGs
+// of its Figure 1 (traffic, face, tracker, pose, caption, audio, actdet),
+// Nexus's traffic and game queries, and Scrooge's worked allocation example
+// (scrooge-example). Each lives in examples/<name>/ as app.yaml, profiles.yaml
+// and a README.md that says where every number comes from.
+package examples
+
+import (
+	"embed"
+	"io/fs"
+	"sort"
+)
+
+//go:embed */app.yaml */profiles.yaml */README.md
+var files embed.FS
+
+// FS holds every example as <name>/app.yaml, <name>/profiles.yaml and
+// <name>/README.md.
+func FS() fs.FS { return files }
+
+// Names lists the examples, sorted.
+func Names() []string {
+	entries, _ := fs.ReadDir(files, ".")
+	var out []string
+	for _, e := range entries {
+		if _, err := fs.Stat(files, e.Name()+"/app.yaml"); e.IsDir() && err == nil {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// App returns the app.yaml of an example.
+func App(name string) ([]byte, error) { return files.ReadFile(name + "/app.yaml") }
+
+// Profiles returns the profiles.yaml of an example.
+func Profiles(name string) ([]byte, error) { return files.ReadFile(name + "/profiles.yaml") }
