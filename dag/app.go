@@ -104,7 +104,7 @@ func Parse(file string, data []byte) (*App, error) {
 	if len(errs) > 0 && len(app.Modules) == 0 && app.Name == "" && app.SLO == 0 {
 		return nil, errs.Err() // nothing usable was decoded; validation would only add noise
 	}
-	errs = errs.Merge(app.validate())
+	errs = errs.Merge(app.validate(len(errs) > 0))
 	if err := errs.Err(); err != nil {
 		return nil, err
 	}

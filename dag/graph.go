@@ -43,7 +43,7 @@ func buildGraph(a *App) *graph {
 				continue
 			}
 			u, ok := g.idx[in]
-			if !ok {
+			if !ok || u == v { // unknown, or a self-loop (reported on its own)
 				continue
 			}
 			g.in[v] = append(g.in[v], u)

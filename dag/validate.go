@@ -19,9 +19,11 @@ var (
 // Validate checks the app and returns every problem found, each with the
 // field path and, for loaded apps, file and line. It returns nil when the app
 // is valid.
-func (a *App) Validate() error { return a.validate().Err() }
+func (a *App) Validate() error { return a.validate(false).Err() }
 
-func (a *App) validate() yamlx.ErrorList {
+// validate checks the app. With decodeFailed, the graph-wide checks are
+// skipped: fields that failed to decode would make them report noise.
+func (a *App) validate(decodeFailed bool) yamlx.ErrorList {
 	p := a.pos
 	if p == nil {
 		p = &yamlx.Positions{File: a.File}
@@ -111,7 +113,10 @@ func (a *App) validate() yamlx.ErrorList {
 		}
 	}
 
-	seenSource := false
+	if decodeFailed {
+		return errs
+	}
+	seenSource, badRef := false, false
 	for i, m := range a.Modules {
 		seen := map[ModuleID]bool{}
 		for j, in := range m.Inputs {
@@ -126,6 +131,7 @@ func (a *App) validate() yamlx.ErrorList {
 			default:
 				if _, ok := index[in]; !ok {
 					add(at, "unknown module %q%s", in, closest(in, index))
+					badRef = true
 				}
 			}
 			seen[in] = true
@@ -137,6 +143,9 @@ func (a *App) validate() yamlx.ErrorList {
 	}
 
 	g := buildGraph(a)
+	if len(g.sinks()) == 0 {
+		add("modules", "no sink: every module feeds another, so no result leaves the graph")
+	}
 	if cyc := g.findCycle(); cyc != nil {
 		names := make([]string, len(cyc))
 		for i, n := range cyc {
@@ -147,15 +156,10 @@ func (a *App) validate() yamlx.ErrorList {
 		return errs
 	}
 	reach := g.reachableFromSource()
-	for i := range a.Modules {
-		if !reach[i] && a.Modules[i].Name != "" {
-			if _, ok := index[a.Modules[i].Name]; ok && index[a.Modules[i].Name] == i {
-				add(fmt.Sprintf("modules[%d]", i), "module %q is not reachable from %q", a.Modules[i].Name, Source)
-			}
+	for v, name := range g.names {
+		if !reach[v] && !badRef { // an unknown input already explains it
+			add(fmt.Sprintf("modules[%d]", index[name]), "module %q is not reachable from %q", name, Source)
 		}
-	}
-	if len(g.sinks()) == 0 {
-		add("modules", "no sink: every module feeds another, so no result leaves the graph")
 	}
 	return errs
 }
