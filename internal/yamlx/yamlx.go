@@ -545,11 +545,15 @@ func suggest(name string, infos []fieldInfo) string {
 }
 
 // Suggest returns ` (did you mean "x"?)` for the candidate closest to name
-// within two edits (ties broken alphabetically), or "" when none is close.
+// within two edits and fewer edits than name has characters (ties broken
+// alphabetically), or "" when none is close.
 func Suggest(name string, candidates []string) string {
 	best, bestD := "", 3
 	for _, c := range candidates {
 		d := levenshtein(strings.ToLower(name), strings.ToLower(c))
+		if d >= len(name) {
+			continue // replacing every character is no suggestion
+		}
 		if d < bestD || (d == bestD && best != "" && c < best) {
 			best, bestD = c, d
 		}
