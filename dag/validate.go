@@ -21,8 +21,9 @@ var (
 // is valid.
 func (a *App) Validate() error { return a.validate(false).Err() }
 
-// validate checks the app. With decodeFailed, the graph-wide checks are
-// skipped: fields that failed to decode would make them report noise.
+// validate checks the app. With decodeFailed, the graph-wide checks (source,
+// cycles, reachability) are skipped: fields that failed to decode would make
+// them report noise.
 func (a *App) validate(decodeFailed bool) yamlx.ErrorList {
 	p := a.pos
 	if p == nil {
@@ -113,9 +114,6 @@ func (a *App) validate(decodeFailed bool) yamlx.ErrorList {
 		}
 	}
 
-	if decodeFailed {
-		return errs
-	}
 	seenSource, badRef := false, false
 	for i, m := range a.Modules {
 		seen := map[ModuleID]bool{}
@@ -136,6 +134,9 @@ func (a *App) validate(decodeFailed bool) yamlx.ErrorList {
 			}
 			seen[in] = true
 		}
+	}
+	if decodeFailed {
+		return errs
 	}
 	if !seenSource {
 		add("modules", "no module reads %q: nothing would receive the client stream", Source)

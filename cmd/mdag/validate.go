@@ -42,6 +42,7 @@ type validateReport struct {
 	Critical   string           `json:"critical_path,omitempty"`
 	CriticalMS float64          `json:"critical_latency_ms,omitempty"`
 	Reason     string           `json:"reason,omitempty"`
+	Hint       string           `json:"hint,omitempty"`
 }
 
 // defaultFPS is the per-stream frame rate assumed when the app sets no fps.
@@ -64,7 +65,7 @@ func SessionRate(app *dag.App, rate float64, streams int) (float64, string) {
 }
 
 func runValidate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("validate", "-f app.yaml [--profiles profiles.yaml] [--rate R] [-o text|json]", stderr)
+	fs := newFlags("validate", "-f app.yaml [--profiles profiles.yaml] [--streams N | --rate R] [-o text|json]", stderr)
 	file := fs.String("f", "", "application YAML `file` (required)")
 	profiles := fs.String("profiles", "", "profiles and worker types YAML `file`; adds the feasibility check")
 	rate := fs.Float64("rate", 0, "ingress `rate` in frames per second for the whole session (default: --streams x the app's fps)")
@@ -120,6 +121,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	if *out == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
 		_ = enc.Encode(rep)
 	} else {
 		writeValidateText(stdout, rep)
@@ -187,6 +189,10 @@ func buildValidateReport(g *dag.Graph, cat *profile.Catalog, rate float64, strea
 			feasible = false
 			rep.Reason = fmt.Sprintf("infeasible: the fastest configurations give %s ms on %s, above the %s ms SLO (by %s ms)",
 				fmtMS(crit), path, fmtMS(app.SLO), fmtMS(crit-app.SLO))
+			if rate <= 0 && streams == 1 {
+				rep.Hint = "each module's latency includes gathering a batch at its input rate (d + b/rate, Scrooge Eq. 3), " +
+					"which is slow for one stream; plan for the session: --streams N or --rate R"
+			}
 		}
 		rep.Feasible = &feasible
 	}
@@ -234,6 +240,9 @@ func writeValidateText(w io.Writer, rep *validateReport) {
 			fmtFloat(rep.CriticalMS), rep.Critical, fmtFloat(rep.SLOMS), fmtFloat(rep.SLOMS-rep.CriticalMS))
 	} else {
 		fmt.Fprintln(w, rep.Reason)
+		if rep.Hint != "" {
+			fmt.Fprintln(w, "hint: "+rep.Hint)
+		}
 	}
 }
 

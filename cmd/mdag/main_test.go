@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+type cliCase struct {
+	name string
+	args string
+}
+
+var validateCases = []cliCase{
+	{"scrooge-example", "validate -f examples/scrooge-example/app.yaml --profiles examples/scrooge-example/profiles.yaml"},
+	{"scrooge-example-json", "validate -f examples/scrooge-example/app.yaml --profiles examples/scrooge-example/profiles.yaml -o json"},
+	{"traffic-no-profiles", "validate -f examples/traffic/app.yaml --rate 20"},
+	{"traffic-one-stream-infeasible", "validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml"},
+	{"cyclic", "validate -f cmd/mdag/testdata/cyclic.yaml"},
+	{"broken", "validate -f cmd/mdag/testdata/broken.yaml"},
+	{"bad-profiles", "validate -f examples/traffic/app.yaml --profiles cmd/mdag/testdata/bad-profiles.yaml"},
+	{"missing-file", "validate -f nowhere.yaml"},
+	{"no-flags", "validate"},
+	{"bad-streams", "validate -f examples/traffic/app.yaml --streams 0"},
+	{"unknown-command", "frobnicate"},
+	{"help", "help"},
+}
+
+func init() {
+	for _, ex := range []string{"traffic", "face", "tracker", "pose", "caption", "audio", "actdet", "nexus-traffic", "nexus-game"} {
+		validateCases = append(validateCases, cliCase{"example-" + ex,
+			fmt.Sprintf("validate -f examples/%s/app.yaml --profiles examples/%s/profiles.yaml --streams 12", ex, ex)})
+	}
+}
+
+// TestCLIGolden runs each command line in-process from the repository root
+// and compares exit code, stdout and stderr with testdata/validate/NAME.golden.
+func TestCLIGolden(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden, _ := filepath.Abs("testdata/validate")
+	t.Chdir(root)
+	for _, tc := range validateCases {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(strings.Fields(tc.args), &stdout, &stderr)
+			got := fmt.Sprintf("$ mdag %s\nexit %d\n--- stdout\n%s--- stderr\n%s", tc.args, code, stdout.String(), stderr.String())
+			path := filepath.Join(golden, tc.name+".golden")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./cmd/mdag -update and review the diff)", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Errorf("output differs from %s (-want +got):\n%s", path, diff)
+			}
+		})
+	}
+}
+
+// TestExitCodes pins the exit-code contract independently of the goldens.
+func TestExitCodes(t *testing.T) {
+	t.Chdir("../..")
+	for args, want := range map[string]int{
+		"validate -f examples/face/app.yaml --profiles examples/face/profiles.yaml --streams 12": exitOK,
+		"validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml":        exitInfeasible,
+		"validate -f cmd/mdag/testdata/cyclic.yaml":                                              exitInvalid,
+		"validate -f examples/face/app.yaml -o yaml":                                             exitInvalid,
+		"version": exitOK,
+	} {
+		var out bytes.Buffer
+		if got := run(strings.Fields(args), &out, &out); got != want {
+			t.Errorf("mdag %s: exit %d, want %d\n%s", args, got, want, out.String())
+		}
+	}
+}
