@@ -23,7 +23,8 @@ var validateCases = []cliCase{
 	{"scrooge-example", "validate -f examples/scrooge-example/app.yaml --profiles examples/scrooge-example/profiles.yaml"},
 	{"scrooge-example-json", "validate -f examples/scrooge-example/app.yaml --profiles examples/scrooge-example/profiles.yaml -o json"},
 	{"traffic-no-profiles", "validate -f examples/traffic/app.yaml --rate 20"},
-	{"traffic-one-stream-infeasible", "validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml"},
+	{"traffic-slow-stream-infeasible", "validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml --rate 5"},
+	{"traffic-one-stream", "validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml"},
 	{"cyclic", "validate -f cmd/mdag/testdata/cyclic.yaml"},
 	{"broken", "validate -f cmd/mdag/testdata/broken.yaml"},
 	{"bad-profiles", "validate -f examples/traffic/app.yaml --profiles cmd/mdag/testdata/bad-profiles.yaml"},
@@ -77,10 +78,10 @@ func TestCLIGolden(t *testing.T) {
 func TestExitCodes(t *testing.T) {
 	t.Chdir("../..")
 	for args, want := range map[string]int{
-		"validate -f examples/face/app.yaml --profiles examples/face/profiles.yaml --streams 12": exitOK,
-		"validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml":        exitInfeasible,
-		"validate -f cmd/mdag/testdata/cyclic.yaml":                                              exitInvalid,
-		"validate -f examples/face/app.yaml -o yaml":                                             exitInvalid,
+		"validate -f examples/face/app.yaml --profiles examples/face/profiles.yaml --streams 12":   exitOK,
+		"validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml --rate 5": exitInfeasible,
+		"validate -f cmd/mdag/testdata/cyclic.yaml":                                                exitInvalid,
+		"validate -f examples/face/app.yaml -o yaml":                                               exitInvalid,
 		"version": exitOK,
 	} {
 		var out bytes.Buffer

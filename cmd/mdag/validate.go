@@ -189,9 +189,9 @@ func buildValidateReport(g *dag.Graph, cat *profile.Catalog, rate float64, strea
 			feasible = false
 			rep.Reason = fmt.Sprintf("infeasible: the fastest configurations give %s ms on %s, above the %s ms SLO (by %s ms)",
 				fmtMS(crit), path, fmtMS(app.SLO), fmtMS(crit-app.SLO))
-			if rate <= 0 && streams == 1 {
+			if streams == 1 {
 				rep.Hint = "each module's latency includes gathering a batch at its input rate (d + b/rate, Scrooge Eq. 3), " +
-					"which is slow for one stream; plan for the session: --streams N or --rate R"
+					"which is slow at low rates; plan for the whole session: --streams N or --rate R"
 			}
 		}
 		rep.Feasible = &feasible
