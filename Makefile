@@ -1,9 +1,9 @@
 # mdag build. `make help` lists the targets.
 SHELL := /bin/bash
 GO ?= go
-# golp (lp_solve) needs Debian's headers and, for the static liblpsolve55, colamd.
+# golp (lp_solve) needs Debian's headers and, for the static liblpsolve55, colamd and libm.
 export CGO_CFLAGS := -I/usr/include/lpsolve
-export CGO_LDFLAGS := -lcolamd
+export CGO_LDFLAGS := -lcolamd -lm
 # Debian packages the build and tests need (more join as features land).
 DEB_PACKAGES := libopencv-dev opencv-data liblpsolve55-dev libvpx-dev
 DURATION ?=

@@ -326,52 +326,11 @@ func (g *Graph) Shape() Shape {
 		return Chain
 	case tree:
 		return Tree
-	case g.g.seriesParallel():
+	}
+	if _, ok := g.Decompose(); ok {
 		return ForkJoin
 	}
 	return General
-}
-
-// seriesParallel reports whether the graph, with a virtual entry S feeding
-// the source modules and a virtual exit T fed by the sinks, reduces to a
-// single S->T edge by series and parallel reductions.
-func (g *graph) seriesParallel() bool {
-	n := len(g.names)
-	s, t := n, n+1
-	edges := map[[2]int]bool{} // parallel edges collapse on insert
-	add := func(u, v int) { edges[[2]int{u, v}] = true }
-	for v := range g.names {
-		if g.fromSource[v] {
-			add(s, v)
-		}
-		for _, u := range g.in[v] {
-			add(u, v)
-		}
-		if len(g.out[v]) == 0 {
-			add(v, t)
-		}
-	}
-	for changed := true; changed; {
-		changed = false
-		for v := 0; v < n; v++ {
-			var ins, outs [][2]int
-			for e := range edges {
-				if e[1] == v {
-					ins = append(ins, e)
-				}
-				if e[0] == v {
-					outs = append(outs, e)
-				}
-			}
-			if len(ins) == 1 && len(outs) == 1 {
-				delete(edges, ins[0])
-				delete(edges, outs[0])
-				add(ins[0][0], outs[0][1])
-				changed = true
-			}
-		}
-	}
-	return len(edges) == 1 && edges[[2]int{s, t}]
 }
 
 // CriticalPath returns the path with the largest sum of per-module latency

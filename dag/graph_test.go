@@ -155,3 +155,29 @@ func TestPathsLimit(t *testing.T) {
 		t.Fatalf("test graph too small: %g paths", want)
 	}
 }
+
+func TestDecompose(t *testing.T) {
+	tests := []struct {
+		specs []string
+		want  string // "" when not series-parallel
+	}{
+		{[]string{"a<-source", "b<-a", "c<-b"}, "a -> b -> c"},
+		{[]string{"a<-source", "b<-a", "c<-a"}, "a -> (b | c)"},
+		{[]string{"a<-source", "b<-a", "c<-a", "d<-b,c"}, "a -> (b | c) -> d"},
+		{[]string{"a<-source", "b<-source,a"}, "a -> b"},
+		{[]string{"a<-source", "b<-source"}, "(a | b)"},
+		{[]string{"a<-source", "b<-a", "c<-b", "d<-a", "e<-c,d"}, "a -> (b -> c | d) -> e"},
+		{[]string{"a<-source", "b<-source", "c<-a", "d<-a,b"}, ""},
+	}
+	for _, tt := range tests {
+		g := build(t, nil, tt.specs...)
+		sp, ok := g.Decompose()
+		got := ""
+		if ok {
+			got = sp.String()
+		}
+		if got != tt.want {
+			t.Errorf("%v: Decompose = %q, want %q", tt.specs, got, tt.want)
+		}
+	}
+}

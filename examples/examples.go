@@ -9,6 +9,9 @@ import (
 	"embed"
 	"io/fs"
 	"sort"
+
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/profile"
 )
 
 //go:embed */app.yaml */profiles.yaml */README.md
@@ -36,3 +39,34 @@ func App(name string) ([]byte, error) { return files.ReadFile(name + "/app.yaml"
 
 // Profiles returns the profiles.yaml of an example.
 func Profiles(name string) ([]byte, error) { return files.ReadFile(name + "/profiles.yaml") }
+
+// Load parses an example's app and profiles, binds them and indexes the
+// graph: everything a planner needs, with the example's own file names in
+// any error.
+func Load(name string) (*dag.Graph, *profile.Catalog, error) {
+	appData, err := App(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	app, err := dag.Parse(name+"/app.yaml", appData)
+	if err != nil {
+		return nil, nil, err
+	}
+	profData, err := Profiles(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	pf, err := profile.Parse(name+"/profiles.yaml", profData)
+	if err != nil {
+		return nil, nil, err
+	}
+	cat, err := profile.Bind(app, pf)
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := dag.NewGraph(app)
+	if err != nil {
+		return nil, nil, err
+	}
+	return g, cat, nil
+}

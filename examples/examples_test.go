@@ -63,30 +63,11 @@ func TestExamplesLoadAndAreFeasible(t *testing.T) {
 	}
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
-			appData, err := examples.App(name)
+			g, cat, err := examples.Load(name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			app, err := dag.Parse(name+"/app.yaml", appData)
-			if err != nil {
-				t.Fatal(err)
-			}
-			profData, err := examples.Profiles(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pf, err := profile.Parse(name+"/profiles.yaml", profData)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cat, err := profile.Bind(app, pf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			g, err := dag.NewGraph(app)
-			if err != nil {
-				t.Fatal(err)
-			}
+			app := g.App()
 			if app.FPS <= 0 {
 				t.Fatalf("example %s sets no fps", name)
 			}

@@ -17,21 +17,11 @@ import (
 
 func loadScrooge(t *testing.T) (*dag.App, *profile.Catalog) {
 	t.Helper()
-	appData, _ := examples.App("scrooge-example")
-	app, err := dag.Parse("app.yaml", appData)
+	g, cat, err := examples.Load("scrooge-example")
 	if err != nil {
 		t.Fatal(err)
 	}
-	profData, _ := examples.Profiles("scrooge-example")
-	pf, err := profile.Parse("profiles.yaml", profData)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := profile.Bind(app, pf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return app, cat
+	return g.App(), cat
 }
 
 func ms(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
@@ -360,4 +350,69 @@ func FuzzParseProfiles(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestOptionsFront checks the front against a naive enumeration of every
+// (full config, n, partial config) on random profiles: the fastest choice
+// matches Fastest, and for every naive choice some front choice is at least
+// as fast and as cheap.
+func TestOptionsFront(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for iter := 0; iter < 300; iter++ {
+		var cfgs []profile.Config
+		for k := 0; k < 1+r.IntN(6); k++ {
+			b := 1 << r.IntN(4)
+			d := ms(1 + r.Float64()*100)
+			cfgs = append(cfgs, profile.Config{Worker: profile.WorkerTypeID([]string{"X", "Y"}[r.IntN(2)]),
+				Price: 1 + float64(r.IntN(3)), Batch: b, Concurrency: 1, Latency: d, Cap: float64(b) / d.Seconds()})
+		}
+		rate := 1 + r.Float64()*300
+		front := profile.Options(cfgs, rate, 0)
+		fast, ok := profile.Fastest(cfgs, rate)
+		if len(front) == 0 != !ok {
+			t.Fatalf("iter %d: front %v, fastest ok %v", iter, front, ok)
+		}
+		if !ok {
+			continue
+		}
+		if front[0].Latency != fast.Latency {
+			t.Fatalf("iter %d: front starts at %v, Fastest gives %v", iter, front[0].Latency, fast.Latency)
+		}
+		for i := 1; i < len(front); i++ {
+			if front[i].Latency < front[i-1].Latency || front[i].Cost >= front[i-1].Cost {
+				t.Fatalf("iter %d: front not sorted by latency with falling cost: %v", iter, front)
+			}
+		}
+		for _, m := range cfgs {
+			for n := 0; float64(n)*m.Cap <= rate+1e-9; n++ {
+				rest := rate - float64(n)*m.Cap
+				for _, p := range cfgs {
+					var lat time.Duration
+					cost := float64(n) * m.Price
+					if n > 0 {
+						lat = m.Worst()
+					}
+					if rest > 1e-9 {
+						if rest > p.Cap {
+							continue
+						}
+						lat = max(lat, p.WorstAt(rest))
+						cost += p.Price * rest / p.Cap
+					} else if n == 0 {
+						continue
+					}
+					covered := false
+					for _, f := range front {
+						if f.Latency <= lat+time.Nanosecond && f.Cost <= cost*(1+1e-9) {
+							covered = true
+							break
+						}
+					}
+					if !covered {
+						t.Fatalf("iter %d: choice n=%d %v + %v at %g (lat %v cost %g) not covered by front %v", iter, n, m, p, rest, lat, cost, front)
+					}
+				}
+			}
+		}
+	}
 }

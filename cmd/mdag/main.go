@@ -31,6 +31,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"validate", "check an app (and its profiles) and summarise its graph and feasibility", runValidate},
+		{"allocate", "choose worker types, configurations and capacity per module at least cost (Scrooge MILP)", runAllocate},
 		{"version", "print the version", runVersion},
 	}
 }

@@ -91,27 +91,9 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag validate: --streams must be >= 1, got %d\n", *streams)
 		return exitInvalid
 	}
-	app, err := dag.Load(*file)
-	if err != nil {
-		printErrors(stderr, err)
-		return exitInvalid
-	}
-	var cat *profile.Catalog
-	if *profiles != "" {
-		pf, err := profile.Load(*profiles)
-		if err != nil {
-			printErrors(stderr, err)
-			return exitInvalid
-		}
-		if cat, err = profile.Bind(app, pf); err != nil {
-			printErrors(stderr, err)
-			return exitInvalid
-		}
-	}
-	g, err := dag.NewGraph(app)
-	if err != nil {
-		printErrors(stderr, err)
-		return exitInvalid
+	g, cat, code := loadInputs(*file, *profiles, stderr)
+	if code != exitOK {
+		return code
 	}
 	rep, err := buildValidateReport(g, cat, *rate, *streams)
 	if err != nil {
@@ -253,4 +235,32 @@ func fmtMS(d time.Duration) string { return fmtFloat(msf(d)) }
 // fmtFloat prints a number with at most two decimals and no trailing zeros.
 func fmtFloat(f float64) string {
 	return strconv.FormatFloat(math.Round(f*100)/100, 'f', -1, 64)
+}
+
+// loadInputs loads and validates an app and, when profiles is not empty, its
+// profiles bound to it; problems are printed and turned into an exit code.
+func loadInputs(file, profiles string, stderr io.Writer) (*dag.Graph, *profile.Catalog, int) {
+	app, err := dag.Load(file)
+	if err != nil {
+		printErrors(stderr, err)
+		return nil, nil, exitInvalid
+	}
+	var cat *profile.Catalog
+	if profiles != "" {
+		pf, err := profile.Load(profiles)
+		if err != nil {
+			printErrors(stderr, err)
+			return nil, nil, exitInvalid
+		}
+		if cat, err = profile.Bind(app, pf); err != nil {
+			printErrors(stderr, err)
+			return nil, nil, exitInvalid
+		}
+	}
+	g, err := dag.NewGraph(app)
+	if err != nil {
+		printErrors(stderr, err)
+		return nil, nil, exitInvalid
+	}
+	return g, cat, exitOK
 }

@@ -1,0 +1,345 @@
+// Package allocator chooses, for every module of an mDAG, the worker types,
+// configurations (batch, concurrency) and capacity that carry the session's
+// rate within the end-to-end SLO at the minimum cost per hour (Scrooge
+// Section 3.3; Nexus Section 6.2).
+//
+// # The model
+//
+// A module with input rate r runs n >= 0 full instances of one configuration
+// m (rate cap_m each, worst latency W_m = d_m + b_m/cap_m) plus at most one
+// partial instance of any configuration p carrying t = r - n*cap_m,
+// 0 < t <= cap_p, with worst latency d_p + b_p/t (Scrooge Eq. 3). Full
+// instances cost their worker's price, a partial price_p*t/cap_p. Every
+// source-to-sink path's sum of module latencies must be within the SLO.
+// Ballooning factors multiply d; scaling factors set the rates.
+//
+// # How it is solved exactly
+//
+// For one module the choices are finite: each (m, n, p) has an exact latency
+// and cost. profile.Options enumerates them and keeps the Pareto front
+// (faster or cheaper than every other), which loses nothing. The MILP then
+// picks one option per module (a binary per option) with start-time
+// variables per module and one constraint per edge and per sink; it is exact
+// in one MILP, so Scrooge's second, non-convex refinement of partial
+// allocations (and its up-to-3% gap) is not needed. Ties in cost go to the
+// lower critical-path latency, found by a second solve.
+//
+// # Alternatives behind the same interface
+//
+//   - bruteforce: enumerates every (m, n, p) per module independently of
+//     the front code and searches all combinations; exact; small inputs only.
+//   - greedy: from the fastest allocation, repeatedly applies the one-module
+//     change with the best cost saving per millisecond of latency added
+//     (Scrooge Section 4.4's ratio heuristic) while the SLO holds.
+//   - nexus-dp: Nexus's dynamic program over latency budgets discretised in
+//     segments (default 1 ms) on the graph's series-parallel decomposition
+//     (trees and fork-join graphs), then the cheapest option per module
+//     within its budget.
+//   - even: the SLO split evenly across the stages of the longest path
+//     through each module, then the cheapest option per module (Nexus's
+//     baseline).
+package allocator
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/profile"
+)
+
+// Method names an allocation algorithm.
+type Method string
+
+const (
+	MILP       Method = "milp"
+	BruteForce Method = "bruteforce"
+	Greedy     Method = "greedy"
+	NexusDP    Method = "nexus-dp"
+	Even       Method = "even"
+)
+
+// Methods lists every method, the default first.
+var Methods = []Method{MILP, BruteForce, Greedy, NexusDP, Even}
+
+// Solver picks one option per module of a Problem.
+type Solver interface {
+	// Solve returns the chosen option index per module (in Problem order),
+	// or ok false with a reason when it finds no allocation within the SLO.
+	Solve(ctx context.Context, p *Problem) (choice []int, stats Stats, err error)
+}
+
+// Stats describes how a solver ran.
+type Stats struct {
+	Status     string `json:"status,omitempty"`     // solver status, e.g. OPTIMAL
+	Variables  int    `json:"variables,omitempty"`  // MILP columns
+	Rows       int    `json:"rows,omitempty"`       // MILP constraints
+	Candidates int64  `json:"candidates,omitempty"` // combinations or moves examined
+	Reason     string `json:"reason,omitempty"`     // why no allocation was found
+}
+
+// Request is one allocation question.
+type Request struct {
+	Graph   *dag.Graph
+	Catalog *profile.Catalog
+	Rate    float64                      // ingress rate at the source, items/s
+	Scale   map[dag.ModuleID]float64     // observed scaling factors overriding the app's
+	Balloon map[dag.ModuleID]float64     // execution-time inflation per module (>= 0; 1 = none)
+	Exclude []profile.WorkerTypeID       // worker types not to use
+	Method  Method                       // default MILP
+	Segment time.Duration                // nexus-dp budget segment; default 1 ms
+	Timeout time.Duration                // MILP solver time limit; default 10 s
+	Now     func() time.Time             // clock for solve_ms; default time.Now
+}
+
+// Problem is a Request prepared for the solvers: the modules in topological
+// order with their rates, configurations and option fronts.
+type Problem struct {
+	Graph   *dag.Graph
+	SLO     time.Duration
+	Modules []dag.ModuleID
+	Rates   []float64
+	Configs [][]profile.Config
+	Fronts  [][]profile.Choice // per module, sorted by latency, cost falling
+	Segment time.Duration
+	Timeout time.Duration
+
+	preds  [][]int
+	source []bool
+	sinks  []int
+	empty  bool // some module has no option within the SLO
+}
+
+// NewProblem prepares a request: rates from the ingress rate and scaling
+// factors, configurations without excluded worker types and with ballooning
+// applied, and each module's option front within the SLO.
+func NewProblem(req Request) (*Problem, error) {
+	g, cat := req.Graph, req.Catalog
+	if g == nil || cat == nil {
+		return nil, fmt.Errorf("allocator: request needs a graph and a catalog")
+	}
+	if req.Rate <= 0 || math.IsNaN(req.Rate) || math.IsInf(req.Rate, 0) {
+		return nil, fmt.Errorf("%w: ingress rate must be a positive number, got %v", ErrBadRequest, req.Rate)
+	}
+	for m, f := range req.Scale {
+		if _, ok := g.App().Module(m); !ok {
+			return nil, fmt.Errorf("%w: --scale names unknown module %q", ErrBadRequest, m)
+		}
+		if f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, fmt.Errorf("%w: scale of %s must be >= 0, got %v", ErrBadRequest, m, f)
+		}
+	}
+	for m, f := range req.Balloon {
+		if _, ok := g.App().Module(m); !ok {
+			return nil, fmt.Errorf("%w: --balloon names unknown module %q", ErrBadRequest, m)
+		}
+		if f <= 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, fmt.Errorf("%w: balloon factor of %s must be > 0, got %v", ErrBadRequest, m, f)
+		}
+	}
+	for _, w := range req.Exclude {
+		found := false
+		for _, wt := range cat.Workers() {
+			found = found || wt.Type == w
+		}
+		if !found {
+			return nil, fmt.Errorf("%w: --exclude-worker names unknown worker type %q", ErrBadRequest, w)
+		}
+	}
+	p := &Problem{Graph: g, SLO: g.App().SLO, Modules: g.Order(), Segment: req.Segment, Timeout: req.Timeout}
+	if p.Segment <= 0 {
+		p.Segment = time.Millisecond
+	}
+	if p.Timeout <= 0 {
+		p.Timeout = 10 * time.Second
+	}
+	rates := g.Rates(req.Rate, req.Scale)
+	idx := map[dag.ModuleID]int{}
+	for i, m := range p.Modules {
+		idx[m] = i
+	}
+	p.preds = make([][]int, len(p.Modules))
+	p.source = make([]bool, len(p.Modules))
+	for i, m := range p.Modules {
+		for _, in := range g.Inputs(m) {
+			if in == dag.Source {
+				p.source[i] = true
+			} else {
+				p.preds[i] = append(p.preds[i], idx[in])
+			}
+		}
+		if len(g.Outputs(m)) == 0 {
+			p.sinks = append(p.sinks, i)
+		}
+		var cfgs []profile.Config
+		for _, c := range cat.Configs(m) {
+			if slices.Contains(req.Exclude, c.Worker) {
+				continue
+			}
+			if f, ok := req.Balloon[m]; ok {
+				c = c.Balloon(f)
+			}
+			cfgs = append(cfgs, c)
+		}
+		p.Rates = append(p.Rates, rates[m])
+		p.Configs = append(p.Configs, cfgs)
+		p.Fronts = append(p.Fronts, profile.Options(cfgs, rates[m], p.SLO))
+		p.empty = p.empty || len(p.Fronts[i]) == 0
+	}
+	return p, nil
+}
+
+// Infeasible returns why no allocation can meet the SLO, or "" when the
+// fastest configurations of every module fit it. It is computed on demand:
+// the planners never need it when an allocation exists.
+func (p *Problem) Infeasible() string {
+	var unusable []string
+	lat := make([]time.Duration, len(p.Modules))
+	for i, m := range p.Modules {
+		fast, ok := profile.Fastest(p.Configs[i], p.Rates[i])
+		if !ok {
+			unusable = append(unusable, string(m))
+		}
+		lat[i] = fast.Latency
+	}
+	if len(unusable) > 0 {
+		return fmt.Sprintf("no configuration left can carry the rate of %s (after exclusions)", strings.Join(unusable, ", "))
+	}
+	if crit, path := p.critical(lat); crit > p.SLO+slack {
+		return fmt.Sprintf("the fastest configurations give %s ms on %s, above the %s ms SLO (by %s ms)",
+			fmtMS(crit), path, fmtMS(p.SLO), fmtMS(crit-p.SLO))
+	}
+	return ""
+}
+
+// finish returns each module's finish time (longest path of latencies from
+// the source, its own included).
+func (p *Problem) finish(lat []time.Duration) []time.Duration {
+	fin := make([]time.Duration, len(p.Modules))
+	for i := range p.Modules { // Modules are in topological order
+		var start time.Duration
+		for _, u := range p.preds[i] {
+			start = max(start, fin[u])
+		}
+		fin[i] = start + lat[i]
+	}
+	return fin
+}
+
+// critical returns the critical-path latency and the path.
+func (p *Problem) critical(lat []time.Duration) (time.Duration, dag.Path) {
+	path, crit := p.Graph.CriticalPath(func(m dag.ModuleID) time.Duration {
+		return lat[slices.Index(p.Modules, m)]
+	})
+	return crit, path
+}
+
+// latencies returns each module's latency under a choice of options.
+func (p *Problem) latencies(choice []int) []time.Duration {
+	lat := make([]time.Duration, len(choice))
+	for i, o := range choice {
+		lat[i] = p.Fronts[i][o].Latency
+	}
+	return lat
+}
+
+// cost returns the cost per hour of a choice of options.
+func (p *Problem) cost(choice []int) float64 {
+	var c float64
+	for i, o := range choice {
+		c += p.Fronts[i][o].Cost
+	}
+	return c
+}
+
+// slack is how far a computed latency may exceed the SLO and still count as
+// within it: float rounding in the solver, never a real violation.
+const slack = time.Microsecond
+
+// fits reports whether a choice meets the SLO on every path.
+func (p *Problem) fits(choice []int) bool {
+	fin := p.finish(p.latencies(choice))
+	for _, s := range p.sinks {
+		if fin[s] > p.SLO+slack {
+			return false
+		}
+	}
+	return true
+}
+
+// cheapestWithin returns the cheapest option of module i whose latency is at
+// most budget (the front is sorted by latency with falling cost, so it is the
+// last one within budget), or -1.
+func (p *Problem) cheapestWithin(i int, budget time.Duration) int {
+	best := -1
+	for o, ch := range p.Fronts[i] {
+		if ch.Latency > budget {
+			break
+		}
+		best = o
+	}
+	return best
+}
+
+func solverFor(m Method) (Solver, error) {
+	switch m {
+	case MILP, "":
+		return milpSolver{}, nil
+	case BruteForce:
+		return bruteForce{}, nil
+	case Greedy:
+		return greedy{}, nil
+	case NexusDP:
+		return nexusDP{}, nil
+	case Even:
+		return even{}, nil
+	}
+	names := make([]string, len(Methods))
+	for i, m := range Methods {
+		names[i] = string(m)
+	}
+	return nil, fmt.Errorf("%w: unknown method %q (known: %s)", ErrBadRequest, m, strings.Join(names, ", "))
+}
+
+// Allocate answers a request with the requested method. An allocation that
+// cannot meet the SLO is a result (Feasible false, with the reason), not an
+// error; errors are bad requests, refusals (bruteforce on a large input) and
+// solver failures.
+func Allocate(ctx context.Context, req Request) (*Allocation, error) {
+	solver, err := solverFor(req.Method)
+	if err != nil {
+		return nil, err
+	}
+	method := req.Method
+	if method == "" {
+		method = MILP
+	}
+	now := req.Now
+	if now == nil {
+		now = time.Now
+	}
+	start := now()
+	p, err := NewProblem(req)
+	if err != nil {
+		return nil, err
+	}
+	var choice []int
+	var stats Stats
+	if !p.empty {
+		if choice, stats, err = solver.Solve(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	if choice == nil {
+		// The fastest configurations missing the SLO is the clearest reason;
+		// otherwise the method's own (an even split that cannot fit, say).
+		if why := p.Infeasible(); why != "" {
+			stats.Reason = why
+		}
+	}
+	return p.result(method, choice, stats, now().Sub(start)), nil
+}

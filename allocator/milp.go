@@ -1,0 +1,150 @@
+package allocator
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/draffensperger/golp"
+)
+
+// milpSolver picks one option per module with lp_solve.
+//
+// Columns: y[i][o] in {0,1} for each option o of module i; s[i] >= 0, the
+// time module i may start (all its inputs done), in ms; lmax, the critical
+// latency in ms. Rows:
+//
+//	sum_o y[i][o] = 1                                  for every module i
+//	s[v] - s[u] - sum_o L[u][o] y[u][o] >= 0           for every edge u -> v
+//	lmax - s[v] - sum_o L[v][o] y[v][o] >= 0           for every sink v
+//	lmax <= SLO + 1 µs                                 (a bound; float slack as in fits)
+//
+// Pass 1 minimises sum C[i][o] y[i][o]. Pass 2 adds cost <= optimum and
+// minimises lmax, so ties in cost go to the lower critical latency.
+type milpSolver struct{}
+
+func (milpSolver) Solve(ctx context.Context, p *Problem) ([]int, Stats, error) {
+	var cols int
+	yCol := make([][]int, len(p.Modules))
+	for i, front := range p.Fronts {
+		for range front {
+			yCol[i] = append(yCol[i], cols)
+			cols++
+		}
+	}
+	sCol := make([]int, len(p.Modules))
+	for i := range p.Modules {
+		sCol[i] = cols
+		cols++
+	}
+	lmax := cols
+	cols++
+
+	lp := golp.NewLP(0, cols)
+	lp.SetVerboseLevel(golp.NEUTRAL)
+	lp.SetAddRowMode(true)
+	lp.SetTimeout(max(1, int(math.Ceil(p.Timeout.Seconds()))))
+	for i := range p.Modules {
+		row := make([]golp.Entry, len(yCol[i]))
+		for o, c := range yCol[i] {
+			row[o] = golp.Entry{Col: c, Val: 1}
+			lp.SetBinary(c, true)
+		}
+		if err := lp.AddConstraintSparse(row, golp.EQ, 1); err != nil {
+			return nil, Stats{}, fmt.Errorf("%w: %v", ErrSolver, err)
+		}
+	}
+	latencyTerms := func(i int, sign float64) []golp.Entry {
+		var row []golp.Entry
+		for o, c := range yCol[i] {
+			if l := msf(p.Fronts[i][o].Latency); l != 0 {
+				row = append(row, golp.Entry{Col: c, Val: sign * l})
+			}
+		}
+		return row
+	}
+	for v := range p.Modules {
+		for _, u := range p.preds[v] {
+			row := append([]golp.Entry{{Col: sCol[v], Val: 1}, {Col: sCol[u], Val: -1}}, latencyTerms(u, -1)...)
+			if err := lp.AddConstraintSparse(row, golp.GE, 0); err != nil {
+				return nil, Stats{}, fmt.Errorf("%w: %v", ErrSolver, err)
+			}
+		}
+	}
+	for _, v := range p.sinks {
+		row := append([]golp.Entry{{Col: lmax, Val: 1}, {Col: sCol[v], Val: -1}}, latencyTerms(v, -1)...)
+		if err := lp.AddConstraintSparse(row, golp.GE, 0); err != nil {
+			return nil, Stats{}, fmt.Errorf("%w: %v", ErrSolver, err)
+		}
+	}
+	lp.SetBounds(lmax, 0, msf(p.SLO+slack)) // the same float slack as fits()
+	obj := make([]float64, cols)
+	for i, front := range p.Fronts {
+		for o, ch := range front {
+			obj[yCol[i][o]] = ch.Cost
+		}
+	}
+	lp.SetObjFn(obj)
+	stats := Stats{Variables: cols, Rows: lp.NumRows()}
+
+	if err := ctx.Err(); err != nil {
+		return nil, stats, err
+	}
+	status := lp.Solve()
+	stats.Status = status.String()
+	switch status {
+	case golp.OPTIMAL, golp.SUBOPTIMAL:
+	case golp.INFEASIBLE:
+		stats.Reason = "the MILP has no solution within the SLO"
+		return nil, stats, nil
+	default:
+		return nil, stats, fmt.Errorf("%w: lp_solve returned %s", ErrSolver, status)
+	}
+	best := lp.Objective()
+
+	// Pass 2: among the cheapest, the lowest critical latency.
+	costRow := make([]golp.Entry, 0, cols)
+	for i, front := range p.Fronts {
+		for o, ch := range front {
+			if ch.Cost != 0 {
+				costRow = append(costRow, golp.Entry{Col: yCol[i][o], Val: ch.Cost})
+			}
+		}
+	}
+	choice := pick(lp.Variables(), yCol)
+	if len(costRow) > 0 {
+		lp.SetAddRowMode(true)
+		_ = lp.AddConstraintSparse(costRow, golp.LE, best+1e-9*math.Max(1, math.Abs(best)))
+		obj2 := make([]float64, cols)
+		obj2[lmax] = 1
+		lp.SetObjFn(obj2)
+		if st := lp.Solve(); st == golp.OPTIMAL || st == golp.SUBOPTIMAL {
+			if c2 := pick(lp.Variables(), yCol); p.fits(c2) && p.cost(c2) <= p.cost(choice)+1e-9*math.Max(1, best) {
+				choice = c2
+			}
+		}
+	}
+	if !p.fits(choice) {
+		return nil, stats, fmt.Errorf("%w: the solution breaks the SLO when checked (numerical trouble)", ErrSolver)
+	}
+	return choice, stats, nil
+}
+
+// pick reads the chosen option of each module from the binaries.
+func pick(vars []float64, yCol [][]int) []int {
+	choice := make([]int, len(yCol))
+	for i, cols := range yCol {
+		best := 0
+		for o, c := range cols {
+			if vars[c] > vars[cols[best]] {
+				best = o
+			}
+		}
+		choice[i] = best
+	}
+	return choice
+}
+
+// msf is a duration in milliseconds, unrounded.
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
