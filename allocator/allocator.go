@@ -86,14 +86,14 @@ type Stats struct {
 type Request struct {
 	Graph   *dag.Graph
 	Catalog *profile.Catalog
-	Rate    float64                      // ingress rate at the source, items/s
-	Scale   map[dag.ModuleID]float64     // observed scaling factors overriding the app's
-	Balloon map[dag.ModuleID]float64     // execution-time inflation per module (>= 0; 1 = none)
-	Exclude []profile.WorkerTypeID       // worker types not to use
-	Method  Method                       // default MILP
-	Segment time.Duration                // nexus-dp budget segment; default 1 ms
-	Timeout time.Duration                // MILP solver time limit; default 10 s
-	Now     func() time.Time             // clock for solve_ms; default time.Now
+	Rate    float64                  // ingress rate at the source, items/s
+	Scale   map[dag.ModuleID]float64 // observed scaling factors overriding the app's
+	Balloon map[dag.ModuleID]float64 // execution-time inflation per module (>= 0; 1 = none)
+	Exclude []profile.WorkerTypeID   // worker types not to use
+	Method  Method                   // default MILP
+	Segment time.Duration            // nexus-dp budget segment; default 1 ms
+	Timeout time.Duration            // MILP solver time limit; default 10 s
+	Now     func() time.Time         // clock for solve_ms; default time.Now
 }
 
 // Problem is a Request prepared for the solvers: the modules in topological

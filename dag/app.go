@@ -110,4 +110,3 @@ func Parse(file string, data []byte) (*App, error) {
 	}
 	return &app, nil
 }
-

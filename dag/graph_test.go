@@ -37,15 +37,15 @@ func build(t *testing.T, scales map[string]float64, specs ...string) *dag.Graph 
 
 func TestGraphStructure(t *testing.T) {
 	tests := []struct {
-		name          string
-		specs         []string
-		order         []dag.ModuleID
-		sources       []dag.ModuleID
-		sinks         []dag.ModuleID
-		paths         []string
-		shape         dag.Shape
-		edges         int
-		inputsOfLast  []dag.ModuleID
+		name           string
+		specs          []string
+		order          []dag.ModuleID
+		sources        []dag.ModuleID
+		sinks          []dag.ModuleID
+		paths          []string
+		shape          dag.Shape
+		edges          int
+		inputsOfLast   []dag.ModuleID
 		outputsOfFirst []dag.ModuleID
 	}{
 		{
