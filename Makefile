@@ -24,7 +24,8 @@ deps: ## install missing Debian packages (idempotent; does nothing when all are 
 build: deps ## build bin/mdag
 	$(GO) build -o $(BIN) ./cmd/mdag
 
-vet: ## go vet every package
+vet: ## gofmt check and go vet every package
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
 test: deps build vet ## deps, build, vet, then every test with -race

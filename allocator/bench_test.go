@@ -5,9 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 
 	"github.com/mdag/mdag/allocator"
 	"github.com/mdag/mdag/examples"
@@ -84,10 +87,76 @@ func TestGapReport(t *testing.T) {
 					opt = a.Cost
 					row += fmt.Sprintf(" %.4f |", a.Cost)
 				default:
-					row += fmt.Sprintf(" %+.2f%% |", 100*(a.Cost/opt-1))
+					row += fmt.Sprintf(" %+.2f%% |", gapPercent(a.Cost, opt))
 				}
 			}
 			t.Log(row)
 		}
+	}
+}
+
+// gapPercent is cost's excess over opt in percent; float noise reads as 0.
+func gapPercent(cost, opt float64) float64 {
+	g := 100 * (cost/opt - 1)
+	if math.Abs(g) < 1e-9 {
+		return 0
+	}
+	return g
+}
+
+// TestGapReportRandom prints the same gaps over the property test's random
+// chains and fork-joins (2-4 modules, 2-3 worker types, 2-5 configurations):
+//
+//	go test ./allocator -run TestGapReportRandom -gaps -v -rapid.checks 2000
+func TestGapReportRandom(t *testing.T) {
+	if !*gaps {
+		t.Skip("run with -gaps to print the report")
+	}
+	type acc struct {
+		feasible, worse, infeasible int
+		sum, max                    float64
+	}
+	stats := map[allocator.Method]*acc{}
+	others := []allocator.Method{allocator.Greedy, allocator.NexusDP, allocator.Even}
+	for _, m := range others {
+		stats[m] = &acc{}
+	}
+	problems := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		g, cat, rate := genProblem(rt)
+		opt, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: cat, Rate: rate})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if !opt.Feasible {
+			return
+		}
+		problems++
+		for _, m := range others {
+			a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: cat, Rate: rate, Method: m})
+			if err != nil {
+				rt.Fatal(err)
+			}
+			s := stats[m]
+			if !a.Feasible {
+				s.infeasible++
+				continue
+			}
+			s.feasible++
+			gp := gapPercent(a.Cost, opt.Cost)
+			if gp > 0.005 {
+				s.worse++
+			}
+			s.sum += gp
+			s.max = math.Max(s.max, gp)
+		}
+	})
+	t.Logf("%d random problems where milp finds an allocation", problems)
+	t.Log("| method | found one | costlier than milp | mean gap | max gap |")
+	t.Log("|---|---|---|---|---|")
+	for _, m := range others {
+		s := stats[m]
+		t.Logf("| %s | %.1f%% | %.1f%% | %+.2f%% | %+.2f%% |", m, 100*float64(s.feasible)/float64(problems),
+			100*float64(s.worse)/float64(max(1, s.feasible)), s.sum/float64(max(1, s.feasible)), s.max)
 	}
 }
