@@ -95,14 +95,14 @@ type Demand struct {
 type MoveKind string
 
 const (
-	StartInstance   MoveKind = "start"       // request a new instance
-	ReuseWarm       MoveKind = "reuse-warm"  // put a warm instance back to work
-	StopInstance    MoveKind = "stop"        // nothing left on it: keep it warm
-	ReleaseInstance MoveKind = "release"     // warm past the turn-off delay: give it back
-	LoadModule      MoveKind = "load"        // load a module onto an instance
-	UnloadModule    MoveKind = "unload"      // remove a module from an instance
-	Reroute         MoveKind = "reroute"     // same placement, different rate or configuration
-	MigrateState    MoveKind = "migrate"     // a stateful module's streams move: state must follow
+	StartInstance   MoveKind = "start"      // request a new instance
+	ReuseWarm       MoveKind = "reuse-warm" // put a warm instance back to work
+	StopInstance    MoveKind = "stop"       // nothing left on it: keep it warm
+	ReleaseInstance MoveKind = "release"    // warm past the turn-off delay: give it back
+	LoadModule      MoveKind = "load"       // load a module onto an instance
+	UnloadModule    MoveKind = "unload"     // remove a module from an instance
+	Reroute         MoveKind = "reroute"    // same placement, different rate or configuration
+	MigrateState    MoveKind = "migrate"    // a stateful module's streams move: state must follow
 	DefaultTurnOff           = 30 * time.Second
 )
 
