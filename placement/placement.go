@@ -103,8 +103,11 @@ const (
 	UnloadModule    MoveKind = "unload"     // remove a module from an instance
 	Reroute         MoveKind = "reroute"    // same placement, different rate or configuration
 	MigrateState    MoveKind = "migrate"    // a stateful module's streams move: state must follow
-	DefaultTurnOff           = 30 * time.Second
 )
+
+// DefaultTurnOff is how long an unused instance stays warm by default
+// (Scrooge Section 3.6).
+const DefaultTurnOff = 30 * time.Second
 
 // Move is one step of a plan, with its reason.
 type Move struct {
