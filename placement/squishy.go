@@ -456,7 +456,9 @@ func mergeBest(nodes []*node, m member, d time.Duration, mem profile.Bytes) bool
 	return true
 }
 
-func msf(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Millisecond)*1000) / 1000 }
+func msf(d time.Duration) float64 {
+	return math.Round(float64(d)/float64(time.Millisecond)*1000) / 1000
+}
 
 // reuseSaturated returns the ID of a GPU that was saturated by the session
 // before and is not taken yet, or a new ID.
