@@ -32,6 +32,9 @@ func commands() []command {
 	return []command{
 		{"validate", "check an app (and its profiles) and summarise its graph and feasibility", runValidate},
 		{"allocate", "choose worker types, configurations and capacity per module at least cost (Scrooge MILP)", runAllocate},
+		{"place", "allocate, then place onto instances: full and partial, best fit, warm reuse, fewest moves", runPlace},
+		{"pack", "pack model sessions onto GPUs with Nexus's squishy bin packing", runPack},
+		{"partition", "split models over sub-clusters balancing rate and memory (Symphony MILP)", runPartition},
 		{"version", "print the version", runVersion},
 	}
 }

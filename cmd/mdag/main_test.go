@@ -49,6 +49,18 @@ var validateCases = []cliCase{
 	{"allocate-bad-flag", "allocate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml --scale detect"},
 	{"allocate-bad-method", "allocate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml --method simplex"},
 	{"allocate-no-profiles", "allocate -f examples/traffic/app.yaml"},
+	{"place-scrooge", "place -f examples/scrooge-example/app.yaml --profiles examples/scrooge-example/profiles.yaml"},
+	{"place-scrooge-cluster", "place -f examples/scrooge-example/app.yaml --profiles examples/scrooge-example/profiles.yaml --cluster examples/placement/cluster.yaml"},
+	{"place-scrooge-short", "place -f examples/scrooge-example/app.yaml --profiles examples/scrooge-example/profiles.yaml --cluster examples/placement/cluster-short.yaml"},
+	{"place-traffic-json", "place -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml --streams 12 -o json"},
+	{"place-bad-cluster", "place -f examples/scrooge-example/app.yaml --profiles examples/scrooge-example/profiles.yaml --cluster cmd/mdag/testdata/bad-cluster.yaml"},
+	{"pack-nexus-table2", "pack -f examples/placement/nexus-table2.yaml"},
+	{"pack-nexus-table2-json", "pack -f examples/placement/nexus-table2.yaml -o json"},
+	{"pack-symphony-zoo", "pack -f examples/placement/symphony-zoo.yaml"},
+	{"pack-bad-sessions", "pack -f cmd/mdag/testdata/bad-sessions.yaml"},
+	{"partition-symphony", "partition -f examples/placement/symphony-models.yaml --subclusters 3"},
+	{"partition-symphony-json", "partition -f examples/placement/symphony-models.yaml --subclusters 2 -o json"},
+	{"partition-bad-models", "partition -f cmd/mdag/testdata/bad-models.yaml --subclusters 2"},
 }
 
 func init() {

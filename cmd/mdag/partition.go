@@ -1,0 +1,71 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mdag/mdag/placement"
+)
+
+func runPartition(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("partition", "-f models.yaml --subclusters K [--method milp|random] [--time-limit 10s] [-o table|json]", stderr)
+	file := fs.String("f", "", "models YAML `file` (required): rate, static and dynamic memory per model, limits")
+	k := fs.Int("subclusters", 0, "`number` of sub-clusters (required)")
+	method := fs.String("method", "milp", "`method`: milp (Symphony Appendix A) or random (its baseline)")
+	limit := fs.Duration("time-limit", 10*time.Second, "solver time `limit`; the best solution found by then is returned")
+	seed := fs.Uint64("seed", 1, "random search `seed`")
+	out := fs.String("o", "table", "output `format`: table or json")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if *file == "" || *k < 1 || *method != "milp" && *method != "random" || *out != "table" && *out != "json" {
+		fmt.Fprintln(stderr, "mdag partition: -f models.yaml and --subclusters K >= 1 are required; --method is milp or random; -o table or json")
+		fs.Usage()
+		return exitInvalid
+	}
+	req, err := placement.LoadModels(*file)
+	if err != nil {
+		printErrors(stderr, err)
+		return exitInvalid
+	}
+	req.SubClusters, req.TimeLimit, req.Seed = *k, *limit, *seed
+	var p placement.Partition
+	if *method == "milp" {
+		p, err = placement.PartitionMILP(req)
+	} else {
+		p, err = placement.PartitionRandom(req, 1<<30)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "mdag partition:", err)
+		return exitInvalid
+	}
+	if *out == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(p)
+	} else if !p.Feasible {
+		fmt.Fprintf(stdout, "%s: no partition meets the limits (%s)\n", p.Method, p.Status)
+	} else {
+		fmt.Fprintf(stdout, "%s (%s): objective %.4g; imbalance (max-min)/mean: rate %.3f, static memory %.3f; move cost %g\n\n",
+			p.Method, p.Status, p.Objective, p.RateImbal, p.MemImbal, p.MoveCost)
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SUB-CLUSTER\tRATE/S\tSTATIC MIB\tMODELS")
+		for j := 0; j < *k; j++ {
+			var names []string
+			for i, a := range p.Assign {
+				if a == j {
+					names = append(names, req.Models[i].Name)
+				}
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%v\n", j, fmtFloat(p.Rates[j]), fmtFloat(p.StaticMiB[j]), names)
+		}
+		tw.Flush()
+	}
+	if !p.Feasible {
+		return exitInfeasible
+	}
+	return exitOK
+}

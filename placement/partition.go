@@ -1,0 +1,286 @@
+package placement
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/draffensperger/golp"
+
+	"github.com/mdag/mdag/profile"
+)
+
+// Model is one model to assign to a sub-cluster (Symphony Appendix A).
+type Model struct {
+	Name    string        `json:"name"`
+	Rate    float64       `json:"rate"`    // requests/s
+	Static  profile.Bytes `json:"static"`  // memory while loaded
+	Dynamic profile.Bytes `json:"dynamic"` // extra memory while running a batch
+	// Current is the sub-cluster the model is on now (-1: none, a new model).
+	Current int `json:"current"`
+	// MoveCost is the cost of loading or unloading the model (default 1).
+	MoveCost float64 `json:"move_cost"`
+}
+
+// PartitionRequest asks to split models over sub-clusters.
+type PartitionRequest struct {
+	Models      []Model
+	SubClusters int
+	MaxRate     float64       // per sub-cluster dispatcher capacity, requests/s (0: no limit)
+	MaxMemory   profile.Bytes // per backend GPU memory (0: no limit)
+	W           float64       // weight of memory imbalance against rate imbalance; default: mean rate / mean memory in MiB
+	MaxMoveCost float64       // bound on re-partitioning cost against Current (< 0: no bound)
+	TimeLimit   time.Duration // default 10 s; the best solution found by then is returned
+	Seed        uint64        // random search
+	Now         func() time.Time
+}
+
+// Partition is an assignment of models to sub-clusters with its quality.
+type Partition struct {
+	Method     string    `json:"method"`
+	Status     string    `json:"status"`
+	Feasible   bool      `json:"feasible"`
+	Assign     []int     `json:"assign"` // per model, its sub-cluster
+	Objective  float64   `json:"objective"`
+	RateDev    float64   `json:"rate_deviation"`   // max |sub-cluster rate - mean|
+	MemoryDev  float64   `json:"memory_deviation"` // max |sub-cluster static MiB - mean|, MiB
+	Rates      []float64 `json:"rates"`
+	StaticMiB  []float64 `json:"static_mib"`
+	MoveCost   float64   `json:"move_cost"`
+	RateImbal  float64   `json:"rate_imbalance"`   // (max - min) / mean, Symphony's measure
+	MemImbal   float64   `json:"memory_imbalance"` // (max - min) / mean
+	SolveMS    float64   `json:"solve_ms"`
+	Iterations int       `json:"iterations,omitempty"`
+}
+
+func mib(b profile.Bytes) float64 { return float64(b) / (1 << 20) }
+
+func (r *PartitionRequest) defaults() error {
+	if r.SubClusters < 1 {
+		return fmt.Errorf("sub-clusters must be >= 1, got %d", r.SubClusters)
+	}
+	if len(r.Models) == 0 {
+		return fmt.Errorf("no models to partition")
+	}
+	if r.TimeLimit <= 0 {
+		r.TimeLimit = 10 * time.Second
+	}
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	if r.W <= 0 {
+		var rate, mem float64
+		for _, m := range r.Models {
+			rate += m.Rate
+			mem += mib(m.Static)
+		}
+		r.W = 1
+		if mem > 0 {
+			r.W = rate / mem
+		}
+	}
+	for i, m := range r.Models {
+		if m.Current >= r.SubClusters {
+			return fmt.Errorf("model %s: current sub-cluster %d out of range 0..%d", m.Name, m.Current, r.SubClusters-1)
+		}
+		if m.MoveCost == 0 {
+			r.Models[i].MoveCost = 1
+		}
+	}
+	return nil
+}
+
+// evaluate scores an assignment and checks the limits.
+func (r *PartitionRequest) evaluate(method string, assign []int) Partition {
+	k := r.SubClusters
+	p := Partition{Method: method, Assign: assign, Rates: make([]float64, k), StaticMiB: make([]float64, k), Feasible: true}
+	dyn := make([]float64, k)
+	for i, m := range r.Models {
+		j := assign[i]
+		p.Rates[j] += m.Rate
+		p.StaticMiB[j] += mib(m.Static)
+		dyn[j] = math.Max(dyn[j], mib(m.Dynamic))
+		if m.Current >= 0 && m.Current != j {
+			p.MoveCost += 2 * m.MoveCost // unloaded from one, loaded onto another
+		} else if m.Current < 0 {
+			p.MoveCost += m.MoveCost
+		}
+	}
+	var sumR, sumS float64
+	for j := 0; j < k; j++ {
+		sumR += p.Rates[j]
+		sumS += p.StaticMiB[j]
+		if r.MaxRate > 0 && p.Rates[j] > r.MaxRate*(1+1e-9) || r.MaxMemory > 0 && p.StaticMiB[j]+dyn[j] > mib(r.MaxMemory)*(1+1e-9) {
+			p.Feasible = false
+		}
+	}
+	if r.MaxMoveCost >= 0 && p.MoveCost > r.MaxMoveCost+1e-9 {
+		p.Feasible = false
+	}
+	meanR, meanS := sumR/float64(k), sumS/float64(k)
+	for j := 0; j < k; j++ {
+		p.RateDev = math.Max(p.RateDev, math.Abs(p.Rates[j]-meanR))
+		p.MemoryDev = math.Max(p.MemoryDev, math.Abs(p.StaticMiB[j]-meanS))
+	}
+	p.Objective = p.RateDev + r.W*p.MemoryDev
+	p.RateImbal = imbalance(p.Rates)
+	p.MemImbal = imbalance(p.StaticMiB)
+	return p
+}
+
+func imbalance(xs []float64) float64 {
+	lo, hi, sum := math.Inf(1), math.Inf(-1), 0.0
+	for _, x := range xs {
+		lo, hi, sum = math.Min(lo, x), math.Max(hi, x), sum+x
+	}
+	if sum == 0 {
+		return 0
+	}
+	return (hi - lo) / (sum / float64(len(xs)))
+}
+
+// PartitionMILP solves Symphony's Appendix A model with lp_solve:
+//
+//	min  dR + w dS
+//	s.t. sum_i r_i x_ij <= Rmax                          (5)
+//	     sum_i s_i x_ij + D_j <= Smax, D_j >= d_i x_ij   (6), max linearised
+//	     |sum_i r_i x_ij - Rbar| <= dR                   (7)
+//	     |sum_i s_i x_ij - Sbar| <= dS                   (8)
+//	     sum_j x_ij = 1, x_ij binary                     (9, 10)
+//	     sum c_ij y_ij <= Cmax, y_ij >= |x_ij - x'_ij|    (11)
+//
+// within the time limit, returning the best solution found.
+func PartitionMILP(req PartitionRequest) (Partition, error) {
+	if err := req.defaults(); err != nil {
+		return Partition{}, err
+	}
+	start := req.Now()
+	m, k := len(req.Models), req.SubClusters
+	x := func(i, j int) int { return i*k + j }
+	y := func(i, j int) int { return m*k + i*k + j }
+	dCol := func(j int) int { return 2*m*k + j }
+	dR, dS := 2*m*k+k, 2*m*k+k+1
+	cols := dS + 1
+	lp := golp.NewLP(0, cols)
+	lp.SetVerboseLevel(golp.NEUTRAL)
+	lp.SetAddRowMode(true)
+	var meanR, meanS float64
+	for _, md := range req.Models {
+		meanR += md.Rate
+		meanS += mib(md.Static)
+	}
+	meanR /= float64(k)
+	meanS /= float64(k)
+	for i := 0; i < m; i++ {
+		row := make([]golp.Entry, k)
+		for j := 0; j < k; j++ {
+			row[j] = golp.Entry{Col: x(i, j), Val: 1}
+			lp.SetBinary(x(i, j), true)
+		}
+		_ = lp.AddConstraintSparse(row, golp.EQ, 1)
+	}
+	for j := 0; j < k; j++ {
+		var rateRow, memRow []golp.Entry
+		for i, md := range req.Models {
+			rateRow = append(rateRow, golp.Entry{Col: x(i, j), Val: md.Rate})
+			memRow = append(memRow, golp.Entry{Col: x(i, j), Val: mib(md.Static)})
+			if req.MaxMemory > 0 {
+				_ = lp.AddConstraintSparse([]golp.Entry{{Col: dCol(j), Val: 1}, {Col: x(i, j), Val: -mib(md.Dynamic)}}, golp.GE, 0)
+			}
+		}
+		if req.MaxRate > 0 {
+			_ = lp.AddConstraintSparse(rateRow, golp.LE, req.MaxRate)
+		}
+		if req.MaxMemory > 0 {
+			_ = lp.AddConstraintSparse(append(slices.Clone(memRow), golp.Entry{Col: dCol(j), Val: 1}), golp.LE, mib(req.MaxMemory))
+		}
+		_ = lp.AddConstraintSparse(append(slices.Clone(rateRow), golp.Entry{Col: dR, Val: -1}), golp.LE, meanR)
+		_ = lp.AddConstraintSparse(append(slices.Clone(rateRow), golp.Entry{Col: dR, Val: 1}), golp.GE, meanR)
+		_ = lp.AddConstraintSparse(append(slices.Clone(memRow), golp.Entry{Col: dS, Val: -1}), golp.LE, meanS)
+		_ = lp.AddConstraintSparse(append(slices.Clone(memRow), golp.Entry{Col: dS, Val: 1}), golp.GE, meanS)
+	}
+	if req.MaxMoveCost >= 0 {
+		var costRow []golp.Entry
+		for i, md := range req.Models {
+			for j := 0; j < k; j++ {
+				was := 0.0
+				if md.Current == j {
+					was = 1
+				}
+				// y_ij >= x_ij - x'_ij and y_ij >= x'_ij - x_ij
+				_ = lp.AddConstraintSparse([]golp.Entry{{Col: y(i, j), Val: 1}, {Col: x(i, j), Val: -1}}, golp.GE, -was)
+				_ = lp.AddConstraintSparse([]golp.Entry{{Col: y(i, j), Val: 1}, {Col: x(i, j), Val: 1}}, golp.GE, was)
+				costRow = append(costRow, golp.Entry{Col: y(i, j), Val: md.MoveCost})
+			}
+		}
+		_ = lp.AddConstraintSparse(costRow, golp.LE, req.MaxMoveCost)
+	}
+	obj := make([]float64, cols)
+	obj[dR], obj[dS] = 1, req.W
+	lp.SetObjFn(obj)
+	lp.SetTimeout(max(1, int(math.Ceil(req.TimeLimit.Seconds()))))
+	status := lp.Solve()
+	var p Partition
+	switch status {
+	case golp.OPTIMAL, golp.SUBOPTIMAL:
+		vars := lp.Variables()
+		assign := make([]int, m)
+		for i := 0; i < m; i++ {
+			best := 0
+			for j := 1; j < k; j++ {
+				if vars[x(i, j)] > vars[x(i, best)] {
+					best = j
+				}
+			}
+			assign[i] = best
+		}
+		p = req.evaluate("milp", assign)
+	case golp.INFEASIBLE:
+		p = Partition{Method: "milp", Feasible: false}
+	default:
+		return Partition{}, fmt.Errorf("partition MILP: lp_solve returned %s", status)
+	}
+	p.Status = status.String()
+	if status == golp.SUBOPTIMAL {
+		p.Status = "SUBOPTIMAL (time limit: best found)"
+	}
+	p.SolveMS = float64(req.Now().Sub(start)) / float64(time.Millisecond)
+	return p, nil
+}
+
+// PartitionRandom is Symphony's baseline: random assignments, each checked
+// against the limits and scored by the same objective, the best feasible one
+// kept, until the time limit or maxIter assignments.
+func PartitionRandom(req PartitionRequest, maxIter int) (Partition, error) {
+	if err := req.defaults(); err != nil {
+		return Partition{}, err
+	}
+	start := req.Now()
+	rng := rand.New(rand.NewPCG(req.Seed, 0x5eed))
+	m, k := len(req.Models), req.SubClusters
+	best := Partition{Method: "random", Feasible: false, Objective: math.Inf(1)}
+	iter := 0
+	for ; iter < maxIter; iter++ {
+		if iter%256 == 0 && req.Now().Sub(start) >= req.TimeLimit {
+			break
+		}
+		assign := make([]int, m)
+		for i := range assign {
+			assign[i] = rng.IntN(k)
+		}
+		p := req.evaluate("random", assign)
+		if p.Feasible && p.Objective < best.Objective {
+			best = p
+		}
+	}
+	best.Iterations = iter
+	best.Status = "BEST_FOUND"
+	if !best.Feasible {
+		best.Status = "NO_FEASIBLE_FOUND"
+		best.Objective = 0
+	}
+	best.SolveMS = float64(req.Now().Sub(start)) / float64(time.Millisecond)
+	return best, nil
+}
