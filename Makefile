@@ -40,6 +40,8 @@ bench: ## run the benchmarks (results go to docs/benchmarks.md by hand)
 fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz FuzzParseApp -fuzztime $${FUZZTIME:-30s} ./dag
 	$(GO) test -run '^$$' -fuzz FuzzParseProfiles -fuzztime $${FUZZTIME:-30s} ./profile
+	for f in FuzzParseSessions FuzzParseCluster FuzzParseModels; do \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./placement || exit 1; done
 
 clean: ## remove build outputs
 	rm -rf bin

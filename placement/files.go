@@ -36,6 +36,11 @@ func LoadCluster(path string, now time.Time, workers []profile.WorkerType) (Snap
 	if err != nil {
 		return Snapshot{}, err
 	}
+	return ParseCluster(path, data, now, workers)
+}
+
+// ParseCluster is LoadCluster on a document in memory.
+func ParseCluster(path string, data []byte, now time.Time, workers []profile.WorkerType) (Snapshot, error) {
 	var f ClusterFile
 	pos, errs := yamlx.Decode(path, data, &f)
 	add := func(p, format string, args ...any) { errs = append(errs, pos.Errorf(p, format, args...)) }
@@ -137,6 +142,11 @@ func LoadSessions(path string) ([]Session, PackOptions, error) {
 	if err != nil {
 		return nil, PackOptions{}, err
 	}
+	return ParseSessions(path, data)
+}
+
+// ParseSessions is LoadSessions on a document in memory.
+func ParseSessions(path string, data []byte) ([]Session, PackOptions, error) {
 	var f SessionsFile
 	pos, errs := yamlx.Decode(path, data, &f)
 	add := func(p, format string, args ...any) { errs = append(errs, pos.Errorf(p, format, args...)) }
@@ -225,6 +235,11 @@ func LoadModels(path string) (PartitionRequest, error) {
 	if err != nil {
 		return PartitionRequest{}, err
 	}
+	return ParseModels(path, data)
+}
+
+// ParseModels is LoadModels on a document in memory.
+func ParseModels(path string, data []byte) (PartitionRequest, error) {
 	var f ModelsFile
 	pos, errs := yamlx.Decode(path, data, &f)
 	add := func(p, format string, args ...any) { errs = append(errs, pos.Errorf(p, format, args...)) }

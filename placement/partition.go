@@ -217,6 +217,13 @@ func PartitionMILP(req PartitionRequest) (Partition, error) {
 		}
 		_ = lp.AddConstraintSparse(costRow, golp.LE, req.MaxMoveCost)
 	}
+	// Start from the heuristic: golp cannot pass lp_solve a starting
+	// solution, so the MILP is asked for a strictly better one instead.
+	heur, haveHeur := req.heuristicPartition()
+	if haveHeur {
+		_ = lp.AddConstraintSparse([]golp.Entry{{Col: dR, Val: 1}, {Col: dS, Val: req.W}}, golp.LE,
+			heur.Objective-1e-6*math.Max(1, heur.Objective))
+	}
 	obj := make([]float64, cols)
 	obj[dR], obj[dS] = 1, req.W
 	lp.SetObjFn(obj)
@@ -237,15 +244,30 @@ func PartitionMILP(req PartitionRequest) (Partition, error) {
 			assign[i] = best
 		}
 		p = req.evaluate("milp", assign)
+		p.Status = status.String()
+		if status == golp.SUBOPTIMAL {
+			p.Status = "SUBOPTIMAL (time limit: best found)"
+		}
+		if haveHeur && !(p.Feasible && p.Objective < heur.Objective) {
+			p, p.Status = heur, "SUBOPTIMAL (heuristic start kept)"
+		}
 	case golp.INFEASIBLE:
-		p = Partition{Method: "milp", Feasible: false}
+		if haveHeur {
+			// Nothing beats the heuristic: it is optimal.
+			p, p.Status = heur, "OPTIMAL (heuristic start proved optimal)"
+		} else {
+			p = Partition{Feasible: false, Status: status.String()}
+		}
+	case golp.TIMEOUT:
+		if haveHeur {
+			p, p.Status = heur, "TIME_LIMIT (nothing better than the heuristic start found)"
+		} else {
+			p = Partition{Feasible: false, Status: "TIME_LIMIT (no feasible partition found)"}
+		}
 	default:
 		return Partition{}, fmt.Errorf("partition MILP: lp_solve returned %s", status)
 	}
-	p.Status = status.String()
-	if status == golp.SUBOPTIMAL {
-		p.Status = "SUBOPTIMAL (time limit: best found)"
-	}
+	p.Method = "milp"
 	p.SolveMS = float64(req.Now().Sub(start)) / float64(time.Millisecond)
 	return p, nil
 }
@@ -283,4 +305,20 @@ func PartitionRandom(req PartitionRequest, maxIter int) (Partition, error) {
 	}
 	best.SolveMS = float64(req.Now().Sub(start)) / float64(time.Millisecond)
 	return best, nil
+}
+
+// PartitionGreedy is the heuristic alone: largest models first to the
+// sub-cluster that keeps the objective lowest, then improving moves and swaps.
+func PartitionGreedy(req PartitionRequest) (Partition, error) {
+	if err := req.defaults(); err != nil {
+		return Partition{}, err
+	}
+	start := req.Now()
+	p, ok := req.heuristicPartition()
+	if !ok {
+		p = Partition{Method: "greedy", Feasible: false}
+	}
+	p.Status = "LOCAL_OPTIMUM"
+	p.SolveMS = float64(req.Now().Sub(start)) / float64(time.Millisecond)
+	return p, nil
 }

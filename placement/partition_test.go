@@ -1,8 +1,10 @@
 package placement_test
 
 import (
+	"flag"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -70,8 +72,10 @@ func TestPartitionMILPBeatsRandom(t *testing.T) {
 	}
 	checkLimits(t, req, milp)
 	checkLimits(t, req, rnd)
-	if milp.Objective > rnd.Objective+1e-6 {
-		t.Errorf("milp objective %v worse than random %v", milp.Objective, rnd.Objective)
+	greedy, _ := placement.PartitionGreedy(req)
+	checkLimits(t, req, greedy)
+	if milp.Objective > rnd.Objective+1e-6 || milp.Objective > greedy.Objective+1e-6 {
+		t.Errorf("milp objective %v worse than random %v or greedy %v", milp.Objective, rnd.Objective, greedy.Objective)
 	}
 	t.Logf("milp %s objective %.2f (rate imbalance %.3f, memory %.3f); random objective %.2f (%.3f, %.3f) after %d tries",
 		milp.Status, milp.Objective, milp.RateImbal, milp.MemImbal, rnd.Objective, rnd.RateImbal, rnd.MemImbal, rnd.Iterations)
@@ -123,6 +127,49 @@ func TestPartitionInfeasibleAndBadRequests(t *testing.T) {
 	} {
 		if _, err := placement.PartitionMILP(bad); err == nil {
 			t.Errorf("request %+v accepted", bad)
+		}
+	}
+}
+
+var report = flag.Bool("report", false, "print the partition quality report (TestPartitionReport)")
+
+// TestPartitionReport compares the MILP with random search under the same
+// time limit on Symphony-style instances (Appendix A.2): variants of the
+// Table 1 models with exponentially distributed rates.
+//
+//	go test ./placement -run TestPartitionReport -report -v
+func TestPartitionReport(t *testing.T) {
+	if !*report {
+		t.Skip("run with -report")
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, size := range []struct {
+		models, k int
+		mem       profile.Bytes
+	}{{40, 4, 11 << 30}, {200, 8, 16 << 30}} {
+		var models []placement.Model
+		var total float64
+		for i := 0; i < size.models; i++ {
+			z := symphonyTable1[i%len(symphonyTable1)]
+			r := math.Round(rng.ExpFloat64() * 200)
+			total += r
+			models = append(models, placement.Model{Name: fmt.Sprintf("%s-%d", z.name, i), Rate: r,
+				Static: profile.Bytes(z.static << 20), Dynamic: profile.Bytes(z.dynamic << 20), Current: -1})
+		}
+		req := placement.PartitionRequest{Models: models, SubClusters: size.k, MaxRate: 1.3 * total / float64(size.k),
+			MaxMemory: size.mem, MaxMoveCost: -1, TimeLimit: 10 * time.Second, Seed: 3}
+		milp, err := placement.PartitionMILP(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rnd, err := placement.PartitionRandom(req, math.MaxInt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		greedy, _ := placement.PartitionGreedy(req)
+		for _, p := range []placement.Partition{milp, greedy, rnd} {
+			t.Logf("| %d models / %d | %s | %s | %.2f | %.3f | %.3f | %.0f |", size.models, size.k, p.Method, p.Status,
+				p.Objective, p.RateImbal, p.MemImbal, p.SolveMS)
 		}
 	}
 }

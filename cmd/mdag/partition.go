@@ -11,18 +11,18 @@ import (
 )
 
 func runPartition(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("partition", "-f models.yaml --subclusters K [--method milp|random] [--time-limit 10s] [-o table|json]", stderr)
+	fs := newFlags("partition", "-f models.yaml --subclusters K [--method milp|greedy|random] [--time-limit 10s] [-o table|json]", stderr)
 	file := fs.String("f", "", "models YAML `file` (required): rate, static and dynamic memory per model, limits")
 	k := fs.Int("subclusters", 0, "`number` of sub-clusters (required)")
-	method := fs.String("method", "milp", "`method`: milp (Symphony Appendix A) or random (its baseline)")
+	method := fs.String("method", "milp", "`method`: milp (Symphony Appendix A, started from greedy), greedy (the heuristic alone) or random (Symphony's baseline)")
 	limit := fs.Duration("time-limit", 10*time.Second, "solver time `limit`; the best solution found by then is returned")
 	seed := fs.Uint64("seed", 1, "random search `seed`")
 	out := fs.String("o", "table", "output `format`: table or json")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if *file == "" || *k < 1 || *method != "milp" && *method != "random" || *out != "table" && *out != "json" {
-		fmt.Fprintln(stderr, "mdag partition: -f models.yaml and --subclusters K >= 1 are required; --method is milp or random; -o table or json")
+	if *file == "" || *k < 1 || *method != "milp" && *method != "greedy" && *method != "random" || *out != "table" && *out != "json" {
+		fmt.Fprintln(stderr, "mdag partition: -f models.yaml and --subclusters K >= 1 are required; --method is milp, greedy or random; -o table or json")
 		fs.Usage()
 		return exitInvalid
 	}
@@ -33,9 +33,12 @@ func runPartition(args []string, stdout, stderr io.Writer) int {
 	}
 	req.SubClusters, req.TimeLimit, req.Seed = *k, *limit, *seed
 	var p placement.Partition
-	if *method == "milp" {
+	switch *method {
+	case "milp":
 		p, err = placement.PartitionMILP(req)
-	} else {
+	case "greedy":
+		p, err = placement.PartitionGreedy(req)
+	default:
 		p, err = placement.PartitionRandom(req, 1<<30)
 	}
 	if err != nil {
