@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -87,9 +86,7 @@ func runAllocate(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	if *out == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetEscapeHTML(false)
-		_ = enc.Encode(a)
+		writeJSON(stdout, a, false)
 	} else {
 		writeAllocationTable(stdout, a, r)
 	}

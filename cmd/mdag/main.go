@@ -5,6 +5,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -118,4 +119,15 @@ func printErrors(w io.Writer, err error) {
 	if len(lines) > 1 {
 		fmt.Fprintf(w, "%d problems found\n", len(lines))
 	}
+}
+
+// writeJSON writes v as one JSON document (indented when asked), without
+// HTML escaping: paths read source->a->b, not source-\u003ea.
+func writeJSON(w io.Writer, v any, indent bool) {
+	enc := json.NewEncoder(w)
+	if indent {
+		enc.SetIndent("", "  ")
+	}
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 }

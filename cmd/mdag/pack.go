@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -29,9 +28,7 @@ func runPack(args []string, stdout, stderr io.Writer) int {
 	}
 	res := placement.Pack(sessions, opt)
 	if *out == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetEscapeHTML(false)
-		_ = enc.Encode(res)
+		writeJSON(stdout, res, false)
 	} else {
 		fmt.Fprintf(stdout, "squishy bin packing: %d sessions on %d GPUs\n", len(sessions)-len(res.Unschedulable), len(res.GPUs))
 		fmt.Fprintf(stdout, "  rate lower bound %.2f GPUs (sum of rate / best single-GPU throughput): efficiency %.1f%%\n",

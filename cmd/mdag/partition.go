@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -46,9 +45,7 @@ func runPartition(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	if *out == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetEscapeHTML(false)
-		_ = enc.Encode(p)
+		writeJSON(stdout, p, false)
 	} else if !p.Feasible {
 		fmt.Fprintf(stdout, "%s: no partition meets the limits (%s)\n", p.Method, p.Status)
 	} else {

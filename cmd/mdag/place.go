@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -86,9 +85,7 @@ func runPlace(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *out == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetEscapeHTML(false)
-		_ = enc.Encode(rep)
+		writeJSON(stdout, rep, false)
 	} else {
 		writePlaceTable(stdout, rep, r)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -101,10 +100,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	if *out == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.SetEscapeHTML(false)
-		_ = enc.Encode(rep)
+		writeJSON(stdout, rep, true)
 	} else {
 		writeValidateText(stdout, rep)
 	}
