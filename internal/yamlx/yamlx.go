@@ -320,6 +320,17 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 			return
 		}
 		v.SetInt(i)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
+			d.errorf(n, path, "want a non-negative integer, got %s", describe(n))
+			return
+		}
+		u, err := strconv.ParseUint(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
+		if err != nil || v.OverflowUint(u) {
+			d.errorf(n, path, "want a non-negative integer in range, got %s", n.Value)
+			return
+		}
+		v.SetUint(u)
 	case reflect.Float32, reflect.Float64:
 		f, ok := scalarFloat(n)
 		if !ok {

@@ -1,0 +1,395 @@
+package scheduler
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// rule is what distinguishes the central policies.
+type rule int
+
+const (
+	symphonyRule  rule = iota // non-work-conserving: sched_at and beta*lambda
+	clockworkRule             // work-conserving: earliest deadline, largest batch that meets it
+	lazyRule                  // work-conserving FIFO across models; drops only at dispatch
+)
+
+type modelState struct {
+	m       Model
+	target  int // the staggered batch: largest b with (1 + 1/N) l(b) <= SLO (Symphony Eq. 2)
+	ngpus   int // GPUs that have the model
+	beta    time.Duration
+	q       []Request // by deadline (one SLO per model: arrival order)
+	head    int
+	gap     float64 // EWMA of inter-arrival gaps, ns
+	last    Time
+	arrived bool
+	allowed map[GPUID]bool // nil: every GPU
+}
+
+func (ms *modelState) queued() []Request { return ms.q[ms.head:] }
+
+func (ms *modelState) pop(n int) []Request {
+	out := slices.Clone(ms.q[ms.head : ms.head+n])
+	ms.head += n
+	if ms.head > 1024 && ms.head*2 > len(ms.q) {
+		ms.q = append(ms.q[:0], ms.q[ms.head:]...)
+		ms.head = 0
+	}
+	return out
+}
+
+type gpuState struct {
+	id     GPUID
+	freeAt Time
+	busy   bool
+}
+
+type central struct {
+	rule    rule
+	net     Network
+	models  []*modelState
+	byID    map[ModelID]*modelState
+	gpus    []*gpuState
+	byGPU   map[GPUID]*gpuState
+	est     *Estimator
+	actions []*Action
+	drops   []Drop
+	next    Time
+	nextAct uint64
+}
+
+func newCentral(cfg Config, r rule) *central {
+	s := &central{rule: r, net: cfg.Network, byID: map[ModelID]*modelState{}, byGPU: map[GPUID]*gpuState{},
+		est: newEstimator(cfg.Models), next: Never}
+	for _, m := range cfg.Models {
+		ms := &modelState{m: m, beta: m.Beta}
+		if ms.beta == 0 {
+			ms.beta = fitBeta(m.Latency)
+		}
+		if len(m.GPUs) > 0 {
+			ms.allowed = map[GPUID]bool{}
+			for _, g := range m.GPUs {
+				ms.allowed[g] = true
+			}
+		}
+		s.models = append(s.models, ms)
+		s.byID[m.ID] = ms
+	}
+	for _, g := range cfg.GPUs {
+		gs := &gpuState{id: g}
+		s.gpus = append(s.gpus, gs)
+		s.byGPU[g] = gs
+	}
+	for _, ms := range s.models {
+		n := len(cfg.GPUs)
+		if ms.allowed != nil {
+			n = len(ms.allowed)
+		}
+		ms.target, ms.ngpus = 1, n
+		for b, l := range ms.m.Latency {
+			if float64(l)*(1+1/float64(n)) <= float64(ms.m.SLO) {
+				ms.target = b + 1
+			}
+		}
+	}
+	return s
+}
+
+// fitBeta is the intercept of the least-squares line through l(b).
+func fitBeta(l []time.Duration) time.Duration {
+	if len(l) == 1 {
+		return l[0]
+	}
+	var n, sx, sy, sxx, sxy float64
+	for i, d := range l {
+		x, y := float64(i+1), float64(d)
+		n, sx, sy, sxx, sxy = n+1, sx+x, sy+y, sxx+x*x, sxy+x*y
+	}
+	alpha := (n*sxy - sx*sy) / (n*sxx - sx*sx)
+	return time.Duration(math.Max(0, (sy-alpha*sx)/n))
+}
+
+func (s *central) Estimator() *Estimator { return s.est }
+
+func (s *central) Take() ([]*Action, []Drop) {
+	a, d := s.actions, s.drops
+	s.actions, s.drops = nil, nil
+	return a, d
+}
+
+func (s *central) Next() Time { return s.next }
+
+func (s *central) Arrive(now Time, r Request) {
+	if !s.enqueue(now, r) {
+		return
+	}
+	if s.rule == symphonyRule && !s.anyFree(now) {
+		// No GPU to give: the candidate just grew. Only the wake-up time
+		// can have moved.
+		s.schedule(now, false)
+		return
+	}
+	s.schedule(now, true)
+}
+
+// enqueue adds a request to its model's queue in deadline order and updates
+// the model's rate estimate; false when no GPU serves the model.
+func (s *central) enqueue(now Time, r Request) bool {
+	ms := s.byID[r.Model]
+	if ms == nil {
+		s.drops = append(s.drops, Drop{Request: r, Reason: DropNoGPU, At: now})
+		return false
+	}
+	if ms.arrived {
+		g := float64(now - ms.last)
+		if ms.gap == 0 {
+			ms.gap = g
+		} else {
+			ms.gap = 0.95*ms.gap + 0.05*g
+		}
+	}
+	ms.last, ms.arrived = now, true
+	// Requests of one model share an SLO, so arrival order is deadline
+	// order; a request with an earlier deadline (a re-queued one, or a
+	// caller's own deadline) is inserted in place.
+	q := ms.queued()
+	if len(q) == 0 || q[len(q)-1].Deadline <= r.Deadline {
+		ms.q = append(ms.q, r)
+	} else {
+		i, _ := slices.BinarySearchFunc(q, r.Deadline, func(a Request, d Time) int {
+			if a.Deadline <= d {
+				return -1
+			}
+			return 1
+		})
+		ms.q = slices.Insert(ms.q, ms.head+i, r)
+	}
+	return true
+}
+
+func (s *central) anyFree(now Time) bool {
+	for _, g := range s.gpus {
+		if !g.busy && g.freeAt <= now {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *central) Finished(now Time, a *Action, measured time.Duration) {
+	if g := s.byGPU[a.GPU]; g != nil {
+		g.busy, g.freeAt = false, now
+	}
+	s.est.Record(a.Model, len(a.Requests), measured)
+	s.schedule(now, true)
+}
+
+func (s *central) Rejected(now Time, a *Action) {
+	if g := s.byGPU[a.GPU]; g != nil {
+		g.busy, g.freeAt = false, now
+	}
+	for _, r := range a.Requests {
+		// Back in line (in deadline order), without counting as arrivals
+		// for the rate estimate; dropped below if it can no longer finish.
+		ms := s.byID[r.Model]
+		gap, last := ms.gap, ms.last
+		s.enqueue(now, r)
+		ms.gap, ms.last = gap, last
+	}
+	s.schedule(now, true)
+}
+
+func (s *central) Tick(now Time) { s.schedule(now, true) }
+
+// feasible is the largest batch of ms's queue that, dispatched now, finishes
+// by the earliest deadline among its requests (the head's).
+func (s *central) feasible(now Time, ms *modelState) int {
+	q := ms.queued()
+	if len(q) == 0 {
+		return 0
+	}
+	maxB := min(len(q), len(ms.m.Latency))
+	dl := q[0].Deadline
+	k := 0
+	for b := 1; b <= maxB; b++ {
+		if now+s.net.delay(b)+s.est.Estimate(ms.m.ID, b) > dl {
+			break
+		}
+		k = b
+	}
+	return k
+}
+
+// prune drops, from the head of ms's queue, requests that cannot finish
+// even alone if dispatched now.
+func (s *central) prune(now Time, ms *modelState) {
+	for q := ms.queued(); len(q) > 0; q = ms.queued() {
+		if now+s.net.delay(1)+s.est.Estimate(ms.m.ID, 1) <= q[0].Deadline {
+			return
+		}
+		s.drops = append(s.drops, Drop{Request: ms.pop(1)[0], Reason: DropExpired, At: now})
+	}
+}
+
+// freeGPU returns a free GPU that has the model (lowest ID), or nil.
+func (s *central) freeGPU(now Time, ms *modelState) *gpuState {
+	for _, g := range s.gpus {
+		if !g.busy && g.freeAt <= now && (ms.allowed == nil || ms.allowed[g.id]) {
+			return g
+		}
+	}
+	return nil
+}
+
+// schedule dispatches while a free GPU and a schedulable candidate meet,
+// then sets the next wake-up. With dispatch false it only updates Next.
+func (s *central) schedule(now Time, dispatch bool) {
+	for dispatch {
+		var best *modelState
+		var bestKey Time
+		var bestB int
+		for _, ms := range s.models {
+			if s.rule != lazyRule {
+				s.prune(now, ms)
+			}
+			if len(ms.queued()) == 0 || s.freeGPU(now, ms) == nil {
+				continue
+			}
+			if s.rule == lazyRule {
+				s.prune(now, ms) // lazy: only when it is about to dispatch
+				if len(ms.queued()) == 0 {
+					continue
+				}
+			}
+			k := s.feasible(now, ms)
+			var key Time
+			switch s.rule {
+			case symphonyRule:
+				schedAt, ok := s.schedulable(now, ms, k)
+				if !ok {
+					continue
+				}
+				key = schedAt // the most stringent candidate first
+			case clockworkRule:
+				key = ms.queued()[0].Deadline
+			case lazyRule:
+				key = ms.queued()[0].Arrival
+			}
+			if best == nil || key < bestKey {
+				best, bestKey, bestB = ms, key, k
+			}
+		}
+		if best == nil {
+			break
+		}
+		s.dispatch(now, best, bestB)
+	}
+	s.next = s.wakeup(now)
+}
+
+// schedulable applies Symphony's rule to a candidate of k requests: it is
+// schedulable when it holds at least beta*lambda requests, when it cannot
+// grow (the model's largest batch, or one more request would miss the
+// deadline), or once now reaches sched_at = dl - l(k+1) - delay(k+1).
+func (s *central) schedulable(now Time, ms *modelState, k int) (Time, bool) {
+	schedAt := s.schedAt(ms, k)
+	if now >= schedAt {
+		return schedAt, true
+	}
+	if ms.gap > 0 && float64(k) >= float64(ms.beta)/ms.gap {
+		return schedAt, true
+	}
+	return schedAt, false
+}
+
+func (s *central) schedAt(ms *modelState, k int) Time {
+	if k >= len(ms.m.Latency) {
+		return math.MinInt64 / 2 // full: nothing to wait for
+	}
+	dl := ms.queued()[0].Deadline
+	return dl - s.est.Estimate(ms.m.ID, k+1) - s.net.delay(k+1)
+}
+
+func (s *central) dispatch(now Time, ms *modelState, k int) {
+	if s.rule == symphonyRule {
+		k = s.earlyDrop(now, ms, k)
+	}
+	g := s.freeGPU(now, ms)
+	reqs := ms.pop(k)
+	exp := s.est.Estimate(ms.m.ID, k)
+	earliest := now + s.net.delay(k)
+	s.nextAct++
+	a := &Action{ID: s.nextAct, GPU: g.id, Model: ms.m.ID, Requests: reqs, Earliest: earliest,
+		Latest: reqs[0].Deadline - exp, Expected: exp}
+	g.busy, g.freeAt = true, earliest+exp
+	s.actions = append(s.actions, a)
+}
+
+// wakeup is the earliest time something changes without an event: a
+// candidate reaching sched_at, or a queue head becoming undeliverable.
+func (s *central) wakeup(now Time) Time {
+	next := Never
+	for _, ms := range s.models {
+		q := ms.queued()
+		if len(q) == 0 {
+			continue
+		}
+		if s.rule != lazyRule {
+			if t := q[0].Deadline - s.net.delay(1) - s.est.Estimate(ms.m.ID, 1) + 1; t > now {
+				next = min(next, t)
+			}
+		}
+		if s.rule == symphonyRule && s.freeGPU(now, ms) != nil {
+			if t := s.schedAt(ms, s.feasible(now, ms)); t > now {
+				next = min(next, t)
+			}
+		}
+	}
+	return next
+}
+
+// earlyDrop, under backlog, trades the few oldest requests for a batch big
+// enough to keep up: when the head only fits a batch smaller than the one the
+// model's estimated rate needs on its GPUs (the smallest b with
+// N b / l(b) >= lambda, at most the staggered batch of Symphony Eq. 2) and
+// more requests are waiting, it drops the fewest head requests (at most one
+// batch's worth) after which the next ones form that batch (or all that
+// wait). Without backlog, or when small batches keep up, nothing is dropped.
+// Returns the batch size to dispatch.
+func (s *central) earlyDrop(now Time, ms *modelState, k int) int {
+	q := ms.queued()
+	if len(q) <= k || ms.gap <= 0 {
+		return k
+	}
+	need := s.need(ms)
+	if k >= need {
+		return k
+	}
+	for i := 1; i <= need && i < len(q); i++ {
+		want := min(need, len(q)-i)
+		if now+s.net.delay(want)+s.est.Estimate(ms.m.ID, want) <= q[i].Deadline {
+			for _, r := range ms.pop(i) {
+				s.drops = append(s.drops, Drop{Request: r, Reason: DropEarly, At: now})
+			}
+			return want
+		}
+	}
+	return k
+}
+
+// need is the batch the model's estimated rate needs on its GPUs: the
+// smallest b with N b / l(b) >= lambda, at most the staggered batch.
+func (s *central) need(ms *modelState) int {
+	if ms.gap <= 0 {
+		return ms.target
+	}
+	lambda := float64(time.Second) / ms.gap // requests/s
+	for b := 1; b < ms.target; b++ {
+		if float64(ms.ngpus)*float64(b)/s.est.Estimate(ms.m.ID, b).Seconds() >= lambda {
+			return b
+		}
+	}
+	return ms.target
+}
