@@ -26,6 +26,7 @@ type modelState struct {
 	last    Time
 	arrived bool
 	allowed map[GPUID]bool // nil: every GPU
+	est     *modelEst
 }
 
 func (ms *modelState) queued() []Request { return ms.q[ms.head:] }
@@ -76,6 +77,9 @@ func newCentral(cfg Config, r rule) *central {
 		}
 		s.models = append(s.models, ms)
 		s.byID[m.ID] = ms
+	}
+	for _, ms := range s.models {
+		ms.est = s.est.models[ms.m.ID]
 	}
 	for _, g := range cfg.GPUs {
 		gs := &gpuState{id: g}
@@ -214,7 +218,7 @@ func (s *central) feasible(now Time, ms *modelState) int {
 	dl := q[0].Deadline
 	k := 0
 	for b := 1; b <= maxB; b++ {
-		if now+s.net.delay(b)+s.est.Estimate(ms.m.ID, b) > dl {
+		if now+s.net.delay(b)+ms.est.estimate(b) > dl {
 			break
 		}
 		k = b
@@ -226,7 +230,7 @@ func (s *central) feasible(now Time, ms *modelState) int {
 // even alone if dispatched now.
 func (s *central) prune(now Time, ms *modelState) {
 	for q := ms.queued(); len(q) > 0; q = ms.queued() {
-		if now+s.net.delay(1)+s.est.Estimate(ms.m.ID, 1) <= q[0].Deadline {
+		if now+s.net.delay(1)+ms.est.estimate(1) <= q[0].Deadline {
 			return
 		}
 		s.drops = append(s.drops, Drop{Request: ms.pop(1)[0], Reason: DropExpired, At: now})
@@ -246,10 +250,18 @@ func (s *central) freeGPU(now Time, ms *modelState) *gpuState {
 // schedule dispatches while a free GPU and a schedulable candidate meet,
 // then sets the next wake-up. With dispatch false it only updates Next.
 func (s *central) schedule(now Time, dispatch bool) {
-	for dispatch {
+	if dispatch && !s.anyFree(now) && s.rule != lazyRule {
+		// Nothing can be dispatched, but what cannot finish any more is
+		// dropped now, not when a GPU frees.
+		for _, ms := range s.models {
+			s.prune(now, ms)
+		}
+	}
+	for dispatch && s.anyFree(now) {
 		var best *modelState
 		var bestKey Time
 		var bestB int
+		bestEff := -1.0
 		for _, ms := range s.models {
 			if s.rule != lazyRule {
 				s.prune(now, ms)
@@ -276,6 +288,15 @@ func (s *central) schedule(now Time, dispatch bool) {
 				key = ms.queued()[0].Deadline
 			case lazyRule:
 				key = ms.queued()[0].Arrival
+			}
+			if s.rule == symphonyRule {
+				// Throughput per GPU-second first: under overload this keeps
+				// batches large; with one schedulable candidate it is moot.
+				eff := float64(k) / ms.est.estimate(max(k, 1)).Seconds()
+				if best == nil || eff > bestEff*(1+1e-9) || eff >= bestEff*(1-1e-9) && key < bestKey {
+					best, bestKey, bestB, bestEff = ms, key, k, eff
+				}
+				continue
 			}
 			if best == nil || key < bestKey {
 				best, bestKey, bestB = ms, key, k
@@ -309,7 +330,7 @@ func (s *central) schedAt(ms *modelState, k int) Time {
 		return math.MinInt64 / 2 // full: nothing to wait for
 	}
 	dl := ms.queued()[0].Deadline
-	return dl - s.est.Estimate(ms.m.ID, k+1) - s.net.delay(k+1)
+	return dl - ms.est.estimate(k+1) - s.net.delay(k+1)
 }
 
 func (s *central) dispatch(now Time, ms *modelState, k int) {
@@ -318,7 +339,7 @@ func (s *central) dispatch(now Time, ms *modelState, k int) {
 	}
 	g := s.freeGPU(now, ms)
 	reqs := ms.pop(k)
-	exp := s.est.Estimate(ms.m.ID, k)
+	exp := ms.est.estimate(k)
 	earliest := now + s.net.delay(k)
 	s.nextAct++
 	a := &Action{ID: s.nextAct, GPU: g.id, Model: ms.m.ID, Requests: reqs, Earliest: earliest,
@@ -337,7 +358,7 @@ func (s *central) wakeup(now Time) Time {
 			continue
 		}
 		if s.rule != lazyRule {
-			if t := q[0].Deadline - s.net.delay(1) - s.est.Estimate(ms.m.ID, 1) + 1; t > now {
+			if t := q[0].Deadline - s.net.delay(1) - ms.est.estimate(1) + 1; t > now {
 				next = min(next, t)
 			}
 		}
@@ -369,7 +390,7 @@ func (s *central) earlyDrop(now Time, ms *modelState, k int) int {
 	}
 	for i := 1; i <= need && i < len(q); i++ {
 		want := min(need, len(q)-i)
-		if now+s.net.delay(want)+s.est.Estimate(ms.m.ID, want) <= q[i].Deadline {
+		if now+s.net.delay(want)+ms.est.estimate(want) <= q[i].Deadline {
 			for _, r := range ms.pop(i) {
 				s.drops = append(s.drops, Drop{Request: r, Reason: DropEarly, At: now})
 			}
@@ -379,15 +400,36 @@ func (s *central) earlyDrop(now Time, ms *modelState, k int) int {
 	return k
 }
 
-// need is the batch the model's estimated rate needs on its GPUs: the
-// smallest b with N b / l(b) >= lambda, at most the staggered batch.
+// need is the batch the model's estimated rate needs on its share of the
+// GPUs: the smallest b with N_m b / l(b) >= lambda_m, at most the staggered
+// batch, where N_m is the model's GPUs times its share of the load (its
+// rate times its per-request time at the staggered batch, against all
+// models'): with many models, each gets only part of the cluster.
 func (s *central) need(ms *modelState) int {
 	if ms.gap <= 0 {
 		return ms.target
 	}
 	lambda := float64(time.Second) / ms.gap // requests/s
+	share := 1.0
+	if len(s.models) > 1 {
+		var total, mine float64
+		for _, o := range s.models {
+			if o.gap <= 0 {
+				continue
+			}
+			load := float64(time.Second) / o.gap * o.est.estimate(o.target).Seconds() / float64(o.target)
+			total += load
+			if o == ms {
+				mine = load
+			}
+		}
+		if total > 0 {
+			share = mine / total
+		}
+	}
+	n := float64(ms.ngpus) * share
 	for b := 1; b < ms.target; b++ {
-		if float64(ms.ngpus)*float64(b)/s.est.Estimate(ms.m.ID, b).Seconds() >= lambda {
+		if n*float64(b)/ms.est.estimate(b).Seconds() >= lambda {
 			return b
 		}
 	}

@@ -9,15 +9,18 @@ import (
 // times (Clockwork Section 4.4: the controller's profile follows recent
 // measurements) and predicts with their 99th percentile. The ratio of
 // measured to profiled time is the ballooning signal the coordinator uses.
+// Estimates are kept in per-model arrays so the scheduler's hot path does
+// no map lookups.
 type Estimator struct {
-	profile map[ModelID][]time.Duration
-	recent  map[estKey]*window
-	ratio   map[ModelID]*window // measured / profiled, recent batches
+	models map[ModelID]*modelEst
 }
 
-type estKey struct {
-	model ModelID
-	batch int
+type modelEst struct {
+	profile []time.Duration
+	recent  []*window // by batch-1; nil until measured
+	ratio   window    // measured / profiled, recent batches
+	est     []time.Duration
+	dirty   bool
 }
 
 const estWindow = 10
@@ -29,65 +32,81 @@ type window struct {
 
 func (w *window) add(v float64) { w.vals[w.n%estWindow] = v; w.n++ }
 
-func (w *window) values() []float64 {
-	return slices.Clone(w.vals[:min(w.n, estWindow)])
-}
+func (w *window) values() []float64 { return slices.Clone(w.vals[:min(w.n, estWindow)]) }
 
 func newEstimator(models []Model) *Estimator {
-	e := &Estimator{profile: map[ModelID][]time.Duration{}, recent: map[estKey]*window{}, ratio: map[ModelID]*window{}}
+	e := &Estimator{models: map[ModelID]*modelEst{}}
 	for _, m := range models {
-		e.profile[m.ID] = m.Latency
+		me := &modelEst{profile: m.Latency, recent: make([]*window, len(m.Latency)), est: slices.Clone(m.Latency)}
+		e.models[m.ID] = me
 	}
 	return e
 }
 
-// Profiled is the profile's l(b).
-func (e *Estimator) Profiled(m ModelID, b int) time.Duration {
-	p := e.profile[m]
+func (me *modelEst) profiled(b int) time.Duration {
 	if b < 1 {
 		b = 1
 	}
-	if b > len(p) {
-		return p[len(p)-1] * time.Duration(b) / time.Duration(len(p))
+	if b > len(me.profile) {
+		return me.profile[len(me.profile)-1] * time.Duration(b) / time.Duration(len(me.profile))
 	}
-	return p[b-1]
+	return me.profile[b-1]
 }
+
+// Profiled is the profile's l(b).
+func (e *Estimator) Profiled(m ModelID, b int) time.Duration { return e.models[m].profiled(b) }
 
 // Record adds a measurement.
 func (e *Estimator) Record(m ModelID, b int, measured time.Duration) {
-	k := estKey{m, b}
-	w := e.recent[k]
-	if w == nil {
-		w = &window{}
-		e.recent[k] = w
+	me := e.models[m]
+	if me == nil || b < 1 {
+		return
 	}
-	w.add(float64(measured))
-	r := e.ratio[m]
-	if r == nil {
-		r = &window{}
-		e.ratio[m] = r
+	if b <= len(me.recent) {
+		if me.recent[b-1] == nil {
+			me.recent[b-1] = &window{}
+		}
+		me.recent[b-1].add(float64(measured))
 	}
-	r.add(float64(measured) / float64(e.Profiled(m, b)))
+	me.ratio.add(float64(measured) / float64(me.profiled(b)))
+	me.dirty = true
 }
 
 // Estimate predicts l(b): the p99 of the last 10 measurements at that batch
 // size, scaled from the profile by the model's recent ratio when that batch
 // size has not been measured, or the profile.
-func (e *Estimator) Estimate(m ModelID, b int) time.Duration {
-	if w := e.recent[estKey{m, b}]; w != nil {
-		return time.Duration(p99(w.values()))
+func (e *Estimator) Estimate(m ModelID, b int) time.Duration { return e.models[m].estimate(b) }
+
+func (me *modelEst) estimate(b int) time.Duration {
+	if me.dirty {
+		r := me.ratioValue()
+		for i := range me.est {
+			if w := me.recent[i]; w != nil {
+				me.est[i] = time.Duration(p99(w.values()))
+			} else {
+				me.est[i] = time.Duration(float64(me.profile[i]) * r)
+			}
+		}
+		me.dirty = false
 	}
-	return time.Duration(float64(e.Profiled(m, b)) * e.Ratio(m))
+	if b < 1 {
+		b = 1
+	}
+	if b > len(me.est) {
+		return me.est[len(me.est)-1] * time.Duration(b) / time.Duration(len(me.est))
+	}
+	return me.est[b-1]
 }
 
 // Ratio is the model's recent measured/profiled execution time (1 when
 // nothing was measured): the ballooning factor.
-func (e *Estimator) Ratio(m ModelID) float64 {
-	w := e.ratio[m]
-	if w == nil {
+func (e *Estimator) Ratio(m ModelID) float64 { return e.models[m].ratioValue() }
+
+func (me *modelEst) ratioValue() float64 {
+	vs := me.ratio.values()
+	if len(vs) == 0 {
 		return 1
 	}
-	vs := w.values()
 	var sum float64
 	for _, v := range vs {
 		sum += v

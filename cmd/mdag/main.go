@@ -36,6 +36,7 @@ func commands() []command {
 		{"place", "allocate, then place onto instances: full and partial, best fit, warm reuse, fewest moves", runPlace},
 		{"pack", "pack model sessions onto GPUs with Nexus's squishy bin packing", runPack},
 		{"partition", "split models over sub-clusters balancing rate and memory (Symphony MILP)", runPartition},
+		{"sim", "simulate the batch scheduler on emulated GPUs: goodput, bad rate, latency, batches", runSim},
 		{"version", "print the version", runVersion},
 	}
 }

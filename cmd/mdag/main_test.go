@@ -61,6 +61,10 @@ var validateCases = []cliCase{
 	{"partition-symphony", "partition -f examples/placement/symphony-models.yaml --subclusters 3"},
 	{"partition-symphony-json", "partition -f examples/placement/symphony-models.yaml --subclusters 2 -o json"},
 	{"partition-bad-models", "partition -f cmd/mdag/testdata/bad-models.yaml --subclusters 2"},
+	{"sim-resnet50", "sim -f examples/sim/resnet50-8gpu.yaml --rate 4000"},
+	{"sim-resnet50-nexus-json", "sim -f examples/sim/resnet50-8gpu.yaml --policy nexus --rate 4000 -o json"},
+	{"sim-mixed", "sim -f examples/sim/mixed.yaml --policy clockwork"},
+	{"sim-bad-policy", "sim -f examples/sim/resnet50-8gpu.yaml --policy fifo"},
 }
 
 func init() {
