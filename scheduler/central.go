@@ -27,6 +27,7 @@ type modelState struct {
 	arrived bool
 	allowed map[GPUID]bool // nil: every GPU
 	est     *modelEst
+	wake    Time // when this model next needs a tick
 }
 
 func (ms *modelState) queued() []Request { return ms.q[ms.head:] }
@@ -130,9 +131,14 @@ func (s *central) Arrive(now Time, r Request) {
 		return
 	}
 	if s.rule == symphonyRule && !s.anyFree(now) {
-		// No GPU to give: the candidate just grew. Only the wake-up time
-		// can have moved.
-		s.schedule(now, false)
+		// No GPU to give: the candidate just grew. Only this model's
+		// wake-up time can have moved.
+		ms := s.byID[r.Model]
+		ms.wake = s.modelWake(now, ms, false)
+		s.next = Never
+		for _, o := range s.models {
+			s.next = min(s.next, o.wake)
+		}
 		return
 	}
 	s.schedule(now, true)
@@ -216,14 +222,18 @@ func (s *central) feasible(now Time, ms *modelState) int {
 	}
 	maxB := min(len(q), len(ms.m.Latency))
 	dl := q[0].Deadline
-	k := 0
-	for b := 1; b <= maxB; b++ {
-		if now+s.net.delay(b)+ms.est.estimate(b) > dl {
-			break
+	// l(b) and delay(b) grow with b: the largest b that fits is found by
+	// binary search.
+	lo, hi := 0, maxB // fits(lo) holds (0 trivially); find the last b that fits
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if now+s.net.delay(mid)+ms.est.estimate(mid) <= dl {
+			lo = mid
+		} else {
+			hi = mid - 1
 		}
-		k = b
 	}
-	return k
+	return lo
 }
 
 // prune drops, from the head of ms's queue, requests that cannot finish
@@ -235,6 +245,16 @@ func (s *central) prune(now Time, ms *modelState) {
 		}
 		s.drops = append(s.drops, Drop{Request: ms.pop(1)[0], Reason: DropExpired, At: now})
 	}
+}
+
+// hasFree reports whether a GPU that has the model is free; anyFree is
+// s.anyFree(now), computed once by the caller for the common case of models
+// loaded everywhere.
+func (s *central) hasFree(now Time, ms *modelState, anyFree bool) bool {
+	if ms.allowed == nil {
+		return anyFree
+	}
+	return s.freeGPU(now, ms) != nil
 }
 
 // freeGPU returns a free GPU that has the model (lowest ID), or nil.
@@ -258,6 +278,7 @@ func (s *central) schedule(now Time, dispatch bool) {
 		}
 	}
 	for dispatch && s.anyFree(now) {
+		free := true
 		var best *modelState
 		var bestKey Time
 		var bestB int
@@ -266,7 +287,7 @@ func (s *central) schedule(now Time, dispatch bool) {
 			if s.rule != lazyRule {
 				s.prune(now, ms)
 			}
-			if len(ms.queued()) == 0 || s.freeGPU(now, ms) == nil {
+			if len(ms.queued()) == 0 || !s.hasFree(now, ms, free) {
 				continue
 			}
 			if s.rule == lazyRule {
@@ -352,20 +373,28 @@ func (s *central) dispatch(now Time, ms *modelState, k int) {
 // candidate reaching sched_at, or a queue head becoming undeliverable.
 func (s *central) wakeup(now Time) Time {
 	next := Never
+	free := s.anyFree(now)
 	for _, ms := range s.models {
-		q := ms.queued()
-		if len(q) == 0 {
-			continue
+		ms.wake = s.modelWake(now, ms, s.hasFree(now, ms, free))
+		next = min(next, ms.wake)
+	}
+	return next
+}
+
+func (s *central) modelWake(now Time, ms *modelState, free bool) Time {
+	q := ms.queued()
+	if len(q) == 0 {
+		return Never
+	}
+	next := Never
+	if s.rule != lazyRule {
+		if t := q[0].Deadline - s.net.delay(1) - ms.est.estimate(1) + 1; t > now {
+			next = t
 		}
-		if s.rule != lazyRule {
-			if t := q[0].Deadline - s.net.delay(1) - ms.est.estimate(1) + 1; t > now {
-				next = min(next, t)
-			}
-		}
-		if s.rule == symphonyRule && s.freeGPU(now, ms) != nil {
-			if t := s.schedAt(ms, s.feasible(now, ms)); t > now {
-				next = min(next, t)
-			}
+	}
+	if s.rule == symphonyRule && free {
+		if t := s.schedAt(ms, s.feasible(now, ms)); t > now {
+			next = min(next, t)
 		}
 	}
 	return next

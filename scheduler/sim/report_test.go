@@ -1,0 +1,122 @@
+package sim_test
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/mdag/mdag/scheduler"
+	"github.com/mdag/mdag/scheduler/sim"
+)
+
+var report = flag.Bool("report", false, "print the goodput report (TestGoodputReport)")
+
+// TestGoodputReport measures, side by side in one run, what
+// docs/benchmarks.md records for the scheduler:
+//
+//	go test ./scheduler/sim -run TestGoodputReport -report -v -timeout 30m
+func TestGoodputReport(t *testing.T) {
+	if !*report {
+		t.Skip("run with -report")
+	}
+	policies := []scheduler.Policy{scheduler.Symphony, scheduler.Clockwork, scheduler.Nexus, scheduler.Lazy}
+	// Symphony Table 4: single model on 8 GPUs, Poisson arrivals.
+	t.Log("| model | staggered bound r/s | symphony | clockwork | nexus | lazy |")
+	t.Log("|---|---|---|---|---|---|")
+	for _, row := range []struct {
+		name             string
+		alpha, beta, slo float64
+		bound            float64
+	}{{"ResNet50", 1.053, 5.072, 25, 5839}, {"InceptionResNetV2", 5.090, 18.368, 70, 1083}} {
+		w := workload(t, fmt.Sprintf("gpus: 8\nduration: 20s\narrival: {kind: poisson}\nmodels:\n  - {name: %s, alpha: %gms, beta: %gms, slo: %gms, rate: %g}\n",
+			row.name, row.alpha, row.beta, row.slo, row.bound*0.8))
+		line := fmt.Sprintf("| %s | %.0f |", row.name, row.bound)
+		for _, p := range policies {
+			r, err := sim.FindGoodput(w, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			line += fmt.Sprintf(" %.0f (%.1f%%, batch %.1f) |", r.GoodputRPS, 100*r.GoodputRPS/row.bound, r.MeanBatch)
+		}
+		t.Log(line)
+	}
+	// Mixed zoo: all 35 Table 5 models, Zipf 0.9, 64 GPUs; Poisson and Gamma(0.1).
+	data, err := os.ReadFile("../../examples/sim/zoo-64gpu.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("")
+	t.Log("| mixed zoo, 64 GPUs | symphony goodput r/s | clockwork goodput r/s | ratio |")
+	t.Log("|---|---|---|---|")
+	peaks := map[string]float64{}
+	for _, arrival := range []string{"{kind: poisson}", "{kind: gamma, shape: 0.1}"} {
+		doc := string(data)
+		doc = replaceLine(doc, "arrival:", "arrival: "+arrival)
+		doc = replaceLine(doc, "duration:", "duration: 5s")
+		w := workload(t, doc)
+		sym, err := sim.FindGoodput(w, scheduler.Symphony)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cw, err := sim.FindGoodput(w, scheduler.Clockwork)
+		if err != nil {
+			t.Fatal(err)
+		}
+		peaks[arrival] = sym.GoodputRPS
+		t.Logf("| %s | %.0f | %.0f | %.2fx |", arrival, sym.GoodputRPS, cw.GoodputRPS, sym.GoodputRPS/cw.GoodputRPS)
+	}
+	// Overload flat-top (Symphony Figure 10): offered 1.0-2.0x the peak.
+	t.Log("")
+	t.Log("| workload | offered / symphony peak | symphony goodput / peak | clockwork goodput / peak |")
+	t.Log("|---|---|---|---|")
+	flat := func(name string, w *sim.Workload, peak float64) {
+		for _, x := range []float64{1.0, 1.25, 1.5, 2.0} {
+			s, err := sim.Run(w, scheduler.Symphony, peak*x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := sim.Run(w, scheduler.Clockwork, peak*x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("| %s | %.2f | %.3f | %.3f |", name, x, s.GoodputRPS/peak, c.GoodputRPS/peak)
+		}
+	}
+	r50 := workload(t, "gpus: 8\nduration: 20s\narrival: {kind: poisson}\nmodels:\n  - {name: resnet50, alpha: 1.053ms, beta: 5.072ms, slo: 25ms, rate: 5000}\n")
+	p, err := sim.FindGoodput(r50, scheduler.Symphony)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat("ResNet50, 8 GPUs", r50, p.GoodputRPS)
+	zoo := workload(t, replaceLine(string(data), "duration:", "duration: 5s"))
+	flat("mixed zoo, 64 GPUs", zoo, peaks["{kind: poisson}"])
+	_ = time.Second
+}
+
+func replaceLine(doc, prefix, with string) string {
+	out := ""
+	for _, l := range splitLines(doc) {
+		if len(l) >= len(prefix) && l[:len(prefix)] == prefix {
+			l = with
+		}
+		out += l + "\n"
+	}
+	return out
+}
+
+func splitLines(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	return out
+}
