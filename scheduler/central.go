@@ -400,14 +400,14 @@ func (s *central) modelWake(now Time, ms *modelState, free bool) Time {
 	return next
 }
 
-// earlyDrop, under backlog, trades the few oldest requests for a batch big
+// earlyDrop, under backlog, trades the oldest requests for a batch big
 // enough to keep up: when the head only fits a batch smaller than the one the
 // model's estimated rate needs on its GPUs (the smallest b with
-// N b / l(b) >= lambda, at most the staggered batch of Symphony Eq. 2) and
-// more requests are waiting, it drops the fewest head requests (at most one
-// batch's worth) after which the next ones form that batch (or all that
-// wait). Without backlog, or when small batches keep up, nothing is dropped.
-// Returns the batch size to dispatch.
+// N b / l(b) >= lambda, at most the staggered batch of Symphony Eq. 2) and a
+// full batch of younger requests is waiting, it drops the requests before
+// the first one that can finish in that batch. Without backlog, or when
+// small batches keep up, nothing is dropped. Returns the batch size to
+// dispatch.
 func (s *central) earlyDrop(now Time, ms *modelState, k int) int {
 	q := ms.queued()
 	if len(q) <= k || ms.gap <= 0 {
@@ -417,16 +417,24 @@ func (s *central) earlyDrop(now Time, ms *modelState, k int) int {
 	if k >= need {
 		return k
 	}
-	for i := 1; i <= need && i < len(q); i++ {
-		want := min(need, len(q)-i)
-		if now+s.net.delay(want)+ms.est.estimate(want) <= q[i].Deadline {
-			for _, r := range ms.pop(i) {
-				s.drops = append(s.drops, Drop{Request: r, Reason: DropEarly, At: now})
-			}
-			return want
+	// The first request that can still finish in a batch of `need`:
+	// deadlines only grow along the queue, so binary search. Everything
+	// before it could only go out in smaller batches; under overload that
+	// is what collapses goodput (Symphony Figure 10's flat top).
+	th := now + s.net.delay(need) + ms.est.estimate(need)
+	i, _ := slices.BinarySearchFunc(q, th, func(r Request, t Time) int {
+		if r.Deadline < t {
+			return -1
 		}
+		return 1
+	})
+	if i == 0 || len(q)-i < need {
+		return k // no full batch to gain
 	}
-	return k
+	for _, r := range ms.pop(i) {
+		s.drops = append(s.drops, Drop{Request: r, Reason: DropEarly, At: now})
+	}
+	return need
 }
 
 // need is the batch the model's estimated rate needs on its share of the

@@ -21,7 +21,6 @@ type nexus struct {
 	gpus    []*nexusGPU
 	byGPU   map[GPUID]*nexusGPU
 	routes  map[ModelID][]*nexusSlot // the model's slots on each of its GPUs
-	rr      map[ModelID]int
 	models  map[ModelID]Model
 	actions []*Action
 	drops   []Drop
@@ -36,14 +35,16 @@ type nexusGPU struct {
 }
 
 type nexusSlot struct {
-	model ModelID
-	batch int
-	q     []Request
+	model  ModelID
+	batch  int
+	weight float64 // requests/s the packing gave this slot
+	credit float64 // smooth weighted round robin
+	q      []Request
 }
 
 func newNexus(cfg Config) (*nexus, error) {
 	s := &nexus{net: cfg.Network, est: newEstimator(cfg.Models), byGPU: map[GPUID]*nexusGPU{},
-		routes: map[ModelID][]*nexusSlot{}, rr: map[ModelID]int{}, models: map[ModelID]Model{}}
+		routes: map[ModelID][]*nexusSlot{}, models: map[ModelID]Model{}}
 	var sessions []placement.Session
 	for _, m := range cfg.Models {
 		s.models[m.ID] = m
@@ -72,7 +73,7 @@ func newNexus(cfg Config) (*nexus, error) {
 	for i, pg := range packed.GPUs {
 		g := s.gpus[i%len(s.gpus)]
 		for _, a := range pg.Sessions {
-			s.addSlot(g, ModelID(a.Session), a.Batch)
+			s.addSlot(g, ModelID(a.Session), a.Batch, a.Rate)
 		}
 	}
 	// Spares go one by one to the model with the most load per GPU it has,
@@ -85,7 +86,8 @@ func newNexus(cfg Config) (*nexus, error) {
 				best, bestLoad = m.ID, load
 			}
 		}
-		s.addSlot(s.gpus[i], best, saturatingBatch(s.models[best]))
+		b := saturatingBatch(s.models[best])
+		s.addSlot(s.gpus[i], best, b, float64(b)/s.models[best].Latency[b-1].Seconds())
 	}
 	return s, nil
 }
@@ -100,8 +102,8 @@ func saturatingBatch(m Model) int {
 	return b
 }
 
-func (s *nexus) addSlot(g *nexusGPU, m ModelID, batch int) {
-	slot := &nexusSlot{model: m, batch: batch}
+func (s *nexus) addSlot(g *nexusGPU, m ModelID, batch int, weight float64) {
+	slot := &nexusSlot{model: m, batch: batch, weight: weight}
 	g.slots = append(g.slots, slot)
 	s.routes[m] = append(s.routes[m], slot)
 }
@@ -122,8 +124,18 @@ func (s *nexus) Arrive(now Time, r Request) {
 		s.drops = append(s.drops, Drop{Request: r, Reason: DropNoGPU, At: now})
 		return
 	}
-	i := s.rr[r.Model] % len(slots)
-	s.rr[r.Model]++
+	// Frontends route in proportion to each slot's packed rate (smooth
+	// weighted round robin: deterministic, no coordination with the GPUs).
+	var total float64
+	i := 0
+	for j, sl := range slots {
+		sl.credit += sl.weight
+		total += sl.weight
+		if sl.credit > slots[i].credit {
+			i = j
+		}
+	}
+	slots[i].credit -= total
 	slots[i].q = append(slots[i].q, r)
 	for _, g := range s.gpus {
 		if !g.busy && slices.Contains(g.slots, slots[i]) {
