@@ -31,8 +31,17 @@ vet: ## gofmt check and go vet every package
 test: deps build vet ## deps, build, vet, then every test with -race
 	$(GO) test -race -count=1 -timeout 15m ./...
 
-demo: build ## validate the traffic example and print its summary (the live service comes later)
+demo: build ## plan the traffic example end to end: validate, allocate, place, simulate the GPU scheduler
+	@echo "== 1. validate: the traffic app, its graph and the fastest it can go (12 streams)"
 	./$(BIN) validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml --streams 12
+	@echo; echo "== 2. allocate: the cheapest worker types and configurations that meet the 400 ms SLO, and why"
+	./$(BIN) allocate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml --streams 12
+	@echo; echo "== 3. place: whole instances, partials packed together, every move explained"
+	./$(BIN) place -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml --streams 12
+	@echo; echo "== 4. sim: the centralized batch scheduler on 8 emulated GPUs (Symphony Table 4, ResNet50)"
+	./$(BIN) sim -f examples/sim/resnet50-8gpu.yaml --rate 5300
+	./$(BIN) sim -f examples/sim/resnet50-8gpu.yaml --rate 5300 --policy clockwork
+	@echo; echo "The live service (WebRTC ingest, workers, dashboard) comes with the runtime issues."
 
 bench: ## run the benchmarks (results go to docs/benchmarks.md by hand)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./...
