@@ -22,7 +22,8 @@ type modelState struct {
 	beta    time.Duration
 	q       []Request // by deadline (one SLO per model: arrival order)
 	head    int
-	gap     float64 // EWMA of inter-arrival gaps, ns
+	gap     float64 // EWMA of inter-arrival gaps, ns (about the last 20)
+	slowGap float64 // the same over about the last 1000: sustained load
 	last    Time
 	arrived bool
 	allowed map[GPUID]bool // nil: every GPU
@@ -60,11 +61,12 @@ type central struct {
 	drops   []Drop
 	next    Time
 	nextAct uint64
+	actStep uint64 // action IDs go nextAct+actStep, ...: shards of Parallel interleave
 }
 
 func newCentral(cfg Config, r rule) *central {
 	s := &central{rule: r, net: cfg.Network, byID: map[ModelID]*modelState{}, byGPU: map[GPUID]*gpuState{},
-		est: newEstimator(cfg.Models), next: Never}
+		est: newEstimator(cfg.Models), next: Never, actStep: 1}
 	for _, m := range cfg.Models {
 		ms := &modelState{m: m, beta: m.Beta}
 		if ms.beta == 0 {
@@ -155,9 +157,10 @@ func (s *central) enqueue(now Time, r Request) bool {
 	if ms.arrived {
 		g := float64(now - ms.last)
 		if ms.gap == 0 {
-			ms.gap = g
+			ms.gap, ms.slowGap = g, g
 		} else {
 			ms.gap = 0.95*ms.gap + 0.05*g
+			ms.slowGap = 0.999*ms.slowGap + 0.001*g
 		}
 	}
 	ms.last, ms.arrived = now, true
@@ -204,9 +207,9 @@ func (s *central) Rejected(now Time, a *Action) {
 		// Back in line (in deadline order), without counting as arrivals
 		// for the rate estimate; dropped below if it can no longer finish.
 		ms := s.byID[r.Model]
-		gap, last := ms.gap, ms.last
+		gap, slow, last := ms.gap, ms.slowGap, ms.last
 		s.enqueue(now, r)
-		ms.gap, ms.last = gap, last
+		ms.gap, ms.slowGap, ms.last = gap, slow, last
 	}
 	s.schedule(now, true)
 }
@@ -362,7 +365,7 @@ func (s *central) dispatch(now Time, ms *modelState, k int) {
 	reqs := ms.pop(k)
 	exp := ms.est.estimate(k)
 	earliest := now + s.net.delay(k)
-	s.nextAct++
+	s.nextAct += s.actStep
 	a := &Action{ID: s.nextAct, GPU: g.id, Model: ms.m.ID, Requests: reqs, Earliest: earliest,
 		Latest: reqs[0].Deadline - exp, Expected: exp}
 	g.busy, g.freeAt = true, earliest+exp
@@ -400,41 +403,47 @@ func (s *central) modelWake(now Time, ms *modelState, free bool) Time {
 	return next
 }
 
-// earlyDrop, under backlog, trades the oldest requests for a batch big
-// enough to keep up: when the head only fits a batch smaller than the one the
-// model's estimated rate needs on its GPUs (the smallest b with
-// N b / l(b) >= lambda, at most the staggered batch of Symphony Eq. 2) and a
-// full batch of younger requests is waiting, it drops the requests before
-// the first one that can finish in that batch. Without backlog, or when
-// small batches keep up, nothing is dropped. Returns the batch size to
-// dispatch.
+// earlyDrop, under backlog, trades the oldest requests for a bigger batch:
+// when the head only fits a batch k smaller than the one the model's
+// estimated rate needs on its GPUs (the smallest b with N b / l(b) >= lambda,
+// at most the staggered batch of Symphony Eq. 2), it dispatches the largest
+// batch up to that size which younger requests can fill, dropping the
+// requests before them. Without backlog, or when small batches keep up,
+// nothing is dropped. Returns the batch size to dispatch.
 func (s *central) earlyDrop(now Time, ms *modelState, k int) int {
 	q := ms.queued()
 	if len(q) <= k || ms.gap <= 0 {
 		return k
 	}
-	need := s.need(ms)
+	need, overloaded := s.need(ms)
 	if k >= need {
 		return k
 	}
-	// The first request that can still finish in a batch of `need`:
-	// deadlines only grow along the queue, so binary search. Everything
-	// before it could only go out in smaller batches; under overload that
-	// is what collapses goodput (Symphony Figure 10's flat top).
-	th := now + s.net.delay(need) + ms.est.estimate(need)
-	i, _ := slices.BinarySearchFunc(q, th, func(r Request, t Time) int {
-		if r.Deadline < t {
-			return -1
+	smallest := need // not overloaded: a full batch of `need` or nothing
+	if overloaded {
+		smallest = k + 1 // overloaded: any bigger batch beats the head's
+	}
+	// The largest batch b in (k, need] that younger requests can fill: skip
+	// (drop) the requests before the first whose deadline allows b.
+	// Deadlines only grow along the queue, so each b is a binary search.
+	// Everything skipped could only go out in smaller batches; under
+	// overload that is what collapses goodput (Symphony Figure 10's flat top).
+	for b := need; b >= smallest; b-- {
+		th := now + s.net.delay(b) + ms.est.estimate(b)
+		i, _ := slices.BinarySearchFunc(q, th, func(r Request, t Time) int {
+			if r.Deadline < t {
+				return -1
+			}
+			return 1
+		})
+		if i > 0 && len(q)-i >= b {
+			for _, r := range ms.pop(i) {
+				s.drops = append(s.drops, Drop{Request: r, Reason: DropEarly, At: now})
+			}
+			return b
 		}
-		return 1
-	})
-	if i == 0 || len(q)-i < need {
-		return k // no full batch to gain
 	}
-	for _, r := range ms.pop(i) {
-		s.drops = append(s.drops, Drop{Request: r, Reason: DropEarly, At: now})
-	}
-	return need
+	return k
 }
 
 // need is the batch the model's estimated rate needs on its share of the
@@ -442,9 +451,11 @@ func (s *central) earlyDrop(now Time, ms *modelState, k int) int {
 // batch, where N_m is the model's GPUs times its share of the load (its
 // rate times its per-request time at the staggered batch, against all
 // models'): with many models, each gets only part of the cluster.
-func (s *central) need(ms *modelState) int {
+// overloaded says even the staggered batch cannot keep up with the
+// model's sustained rate.
+func (s *central) need(ms *modelState) (int, bool) {
 	if ms.gap <= 0 {
-		return ms.target
+		return ms.target, false
 	}
 	lambda := float64(time.Second) / ms.gap // requests/s
 	share := 1.0
@@ -465,10 +476,43 @@ func (s *central) need(ms *modelState) int {
 		}
 	}
 	n := float64(ms.ngpus) * share
-	for b := 1; b < ms.target; b++ {
+	// Overloaded: even the staggered batch on the model's share cannot keep
+	// up with its sustained rate (bursts do not count).
+	overloaded := ms.slowGap > 0 &&
+		n*float64(ms.target)/ms.est.estimate(ms.target).Seconds() < float64(time.Second)/ms.slowGap
+	for b := 1; b <= ms.target; b++ {
 		if n*float64(b)/ms.est.estimate(b).Seconds() >= lambda {
-			return b
+			return b, overloaded
 		}
 	}
-	return ms.target
+	return ms.target, overloaded
+}
+
+// candidate is what schedule would dispatch if one of the model's GPUs were
+// free now: the chosen model's efficiency and key, and whether any candidate
+// is schedulable. Used by the parallel scheduler's shards.
+func (s *central) candidate(now Time) (eff float64, key Time, ok bool) {
+	for _, ms := range s.models {
+		s.prune(now, ms)
+		if len(ms.queued()) == 0 {
+			continue
+		}
+		k := s.feasible(now, ms)
+		schedAt, sched := s.schedulable(now, ms, k)
+		if !sched {
+			continue
+		}
+		e := float64(k) / ms.est.estimate(max(k, 1)).Seconds()
+		if !ok || e > eff*(1+1e-9) || e >= eff*(1-1e-9) && schedAt < key {
+			eff, key, ok = e, schedAt, true
+		}
+	}
+	return eff, key, ok
+}
+
+// setGPU marks a GPU free (granted to this shard) or unavailable.
+func (s *central) setGPU(id GPUID, free bool, now Time) {
+	if g := s.byGPU[id]; g != nil {
+		g.busy, g.freeAt = !free, now
+	}
 }
