@@ -63,8 +63,9 @@ func TestParallel(t *testing.T) {
 			batched++
 		}
 	}
-	drain := func(block bool) {
-		for {
+	// next handles one output; without block it returns false when none is ready.
+	next := func(block bool) bool {
+		if !block {
 			select {
 			case a := <-p.Actions():
 				take(a)
@@ -72,25 +73,28 @@ func TestParallel(t *testing.T) {
 				seen[d.Request.ID]++
 				accounted++
 				dropped++
-			case <-timeout:
-				t.Fatalf("timed out with %d of %d requests accounted", accounted, total)
 			default:
-				if !block {
-					return
-				}
-				// Blocking: wait for the next output.
-				select {
-				case a := <-p.Actions():
-					take(a)
-				case d := <-p.Drops():
-					seen[d.Request.ID]++
-					accounted++
-					dropped++
-				case <-timeout:
-					t.Fatalf("timed out with %d of %d requests accounted", accounted, total)
-				}
-				return
+				return false
 			}
+			return true
+		}
+		select {
+		case a := <-p.Actions():
+			take(a)
+		case d := <-p.Drops():
+			seen[d.Request.ID]++
+			accounted++
+			dropped++
+		case <-timeout:
+			t.Fatalf("timed out with %d of %d requests accounted", accounted, total)
+		}
+		return true
+	}
+	drain := func(block bool) {
+		if block {
+			next(true)
+		}
+		for next(false) {
 		}
 	}
 	finishDue := func() {
