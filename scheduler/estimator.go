@@ -19,8 +19,7 @@ type modelEst struct {
 	profile []time.Duration
 	recent  []*window // by batch-1; nil until measured
 	ratio   window    // measured / profiled, recent batches
-	est     []time.Duration
-	dirty   bool
+	est     []time.Duration // current estimate per batch size, kept up to date by Record
 }
 
 const estWindow = 10
@@ -67,9 +66,15 @@ func (e *Estimator) Record(m ModelID, b int, measured time.Duration) {
 			me.recent[b-1] = &window{}
 		}
 		me.recent[b-1].add(float64(measured))
+		me.est[b-1] = time.Duration(p99(me.recent[b-1].values()))
 	}
 	me.ratio.add(float64(measured) / float64(me.profiled(b)))
-	me.dirty = true
+	r := me.ratioValue()
+	for i := range me.est { // unmeasured sizes follow the model's ratio
+		if me.recent[i] == nil {
+			me.est[i] = time.Duration(float64(me.profile[i]) * r)
+		}
+	}
 }
 
 // Estimate predicts l(b): the p99 of the last 10 measurements at that batch
@@ -78,17 +83,6 @@ func (e *Estimator) Record(m ModelID, b int, measured time.Duration) {
 func (e *Estimator) Estimate(m ModelID, b int) time.Duration { return e.models[m].estimate(b) }
 
 func (me *modelEst) estimate(b int) time.Duration {
-	if me.dirty {
-		r := me.ratioValue()
-		for i := range me.est {
-			if w := me.recent[i]; w != nil {
-				me.est[i] = time.Duration(p99(w.values()))
-			} else {
-				me.est[i] = time.Duration(float64(me.profile[i]) * r)
-			}
-		}
-		me.dirty = false
-	}
 	if b < 1 {
 		b = 1
 	}
