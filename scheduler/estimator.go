@@ -17,8 +17,8 @@ type Estimator struct {
 
 type modelEst struct {
 	profile []time.Duration
-	recent  []*window // by batch-1; nil until measured
-	ratio   window    // measured / profiled, recent batches
+	recent  []*window       // by batch-1; nil until measured
+	ratio   window          // measured / profiled, recent batches
 	est     []time.Duration // current estimate per batch size, kept up to date by Record
 }
 
