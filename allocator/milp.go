@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/draffensperger/golp"
+
+	"github.com/mdag/mdag/internal/lpsolve"
 )
 
 // milpSolver picks one option per module with lp_solve.
@@ -43,6 +45,7 @@ func (milpSolver) Solve(ctx context.Context, p *Problem) ([]int, Stats, error) {
 
 	lp := golp.NewLP(0, cols)
 	lp.SetVerboseLevel(golp.NEUTRAL)
+	lpsolve.FloorFirst(lp) // lp_solve's default ceiling-first branching can stop short (internal/lpsolve)
 	lp.SetAddRowMode(true)
 	lp.SetTimeout(max(1, int(math.Ceil(p.Timeout.Seconds()))))
 	for i := range p.Modules {
