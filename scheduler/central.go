@@ -25,6 +25,7 @@ type modelState struct {
 	gap     float64 // EWMA of inter-arrival gaps, ns (about the last 20)
 	slowGap float64 // the same over about the last 1000: sustained load
 	slowSq  float64 // EWMA of squared gaps over about the last 1000: arrival variability
+	cap     int     // batchCap, recomputed when a request arrives
 	last    Time
 	arrived bool
 	allowed map[GPUID]bool // nil: every GPU
@@ -164,6 +165,7 @@ func (s *central) enqueue(now Time, r Request) bool {
 			ms.slowGap = 0.999*ms.slowGap + 0.001*g
 			ms.slowSq = 0.999*ms.slowSq + 0.001*g*g
 		}
+		ms.cap = s.computeCap(ms)
 	}
 	ms.last, ms.arrived = now, true
 	// Requests of one model share an SLO, so arrival order is deadline
@@ -212,6 +214,7 @@ func (s *central) Rejected(now Time, a *Action) {
 		gap, slow, sq, last := ms.gap, ms.slowGap, ms.slowSq, ms.last
 		s.enqueue(now, r)
 		ms.gap, ms.slowGap, ms.slowSq, ms.last = gap, slow, sq, last
+		ms.cap = s.computeCap(ms)
 	}
 	s.schedule(now, true)
 }
@@ -523,7 +526,15 @@ func (s *central) setGPU(id GPUID, free bool, now Time) {
 	}
 }
 
-// batchCap is the largest batch the symphony policy forms for a model: the
+// batchCap is the model's current batch cap (see computeCap).
+func (s *central) batchCap(ms *modelState) int {
+	if ms.cap == 0 {
+		ms.cap = s.computeCap(ms)
+	}
+	return ms.cap
+}
+
+// computeCap is the largest batch the symphony policy forms for a model: the
 // staggered batch of Symphony Eq. 2, (1 + 1/N) l(b) <= SLO, with the slack
 // term scaled by the variability of arrivals, (1 + c/N) l(b) <= SLO where
 // c = 1 + the coefficient of variation of the inter-arrival gaps (over about
@@ -532,7 +543,7 @@ func (s *central) setGPU(id GPUID, free bool, now Time) {
 // arrivals need more queueing slack, hence a smaller batch: on ResNet50 and
 // 8 GPUs with Poisson arrivals (c about 2) this took goodput from 92.2% to
 // about 94% of the staggered bound (docs/benchmarks.md).
-func (s *central) batchCap(ms *modelState) int {
+func (s *central) computeCap(ms *modelState) int {
 	c := 1.0
 	if ms.slowGap > 0 {
 		v := ms.slowSq - ms.slowGap*ms.slowGap
