@@ -325,7 +325,7 @@ func (s *central) schedule(now Time, dispatch bool) {
 				// Throughput per GPU-second first: under overload this keeps
 				// batches large; with one schedulable candidate it is moot.
 				eff := float64(k) / ms.est.estimate(max(k, 1)).Seconds()
-				if best == nil || eff > bestEff*(1+1e-9) || eff >= bestEff*(1-1e-9) && key < bestKey {
+				if best == nil || moreUseful(eff, key, bestEff, bestKey) {
 					best, bestKey, bestB, bestEff = ms, key, k, eff
 				}
 				continue
@@ -512,7 +512,7 @@ func (s *central) candidate(now Time) (eff float64, key Time, ok bool) {
 			continue
 		}
 		e := float64(k) / ms.est.estimate(max(k, 1)).Seconds()
-		if !ok || e > eff*(1+1e-9) || e >= eff*(1-1e-9) && schedAt < key {
+		if !ok || moreUseful(e, schedAt, eff, key) {
 			eff, key, ok = e, schedAt, true
 		}
 	}
@@ -557,4 +557,10 @@ func (s *central) computeCap(ms *modelState) int {
 		return 1
 	})
 	return max(1, b)
+}
+
+// moreUseful orders schedulable candidates: more requests per GPU-second
+// first, then the earlier sched_at.
+func moreUseful(eff float64, key Time, bestEff float64, bestKey Time) bool {
+	return eff > bestEff*(1+1e-9) || eff >= bestEff*(1-1e-9) && key < bestKey
 }

@@ -284,7 +284,7 @@ func (p *Parallel) rank() {
 				sh.mu.Lock()
 				s := sh.latest
 				sh.mu.Unlock()
-				if s.ok && (best < 0 || s.eff > bestS.eff*(1+1e-9) || s.eff >= bestS.eff*(1-1e-9) && s.key < bestS.key) {
+				if s.ok && (best < 0 || moreUseful(s.eff, s.key, bestS.eff, bestS.key)) {
 					best, bestS = i, s
 				}
 			}

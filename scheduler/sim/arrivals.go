@@ -17,17 +17,16 @@ type arrivals struct {
 	share float64
 }
 
-func newArrivals(w *Workload, rate float64, rng *rand.Rand) *arrivals {
-	a := &arrivals{w: w, rate: rate, rng: rng}
-	if w.Arrival.Kind == "trace" {
-		var total float64
-		for i := range w.Models {
-			total += w.rates(0)[i]
-		}
-		a.share = 1
-		if total > 0 {
-			a.share = rate / total
-		}
+// newArrivals generates model i's arrivals; rates are every model's rates
+// (a trace gives the total, split by each model's share of them).
+func newArrivals(w *Workload, rates []float64, i int, rng *rand.Rand) *arrivals {
+	a := &arrivals{w: w, rate: rates[i], rng: rng, share: 1}
+	var total float64
+	for _, r := range rates {
+		total += r
+	}
+	if total > 0 {
+		a.share = rates[i] / total
 	}
 	return a
 }

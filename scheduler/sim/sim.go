@@ -99,6 +99,7 @@ func (h *eventHeap) Pop() any {
 }
 
 type outcome struct {
+	model      int
 	done, good bool
 	latency    time.Duration
 	queue      time.Duration
@@ -136,13 +137,12 @@ func Run(w *Workload, policy scheduler.Policy, total float64) (*Result, error) {
 	// The first arrival of each model.
 	gens := make([]*arrivals, len(w.Models))
 	for i := range w.Models {
-		gens[i] = newArrivals(w, rates[i], rng)
+		gens[i] = newArrivals(w, rates, i, rng)
 		if t := gens[i].next(0); t < end {
 			push(event{t: t, kind: evArrival, model: i})
 		}
 	}
 	var outcomes []outcome
-	modelOf := []int{}
 	gpuFree := make([]scheduler.Time, w.GPUs)
 	var busy time.Duration
 	var timerVer uint64
@@ -186,8 +186,7 @@ func Run(w *Workload, policy scheduler.Policy, total float64) (*Result, error) {
 		case evArrival:
 			m := w.Models[e.model]
 			id := uint64(len(outcomes))
-			outcomes = append(outcomes, outcome{})
-			modelOf = append(modelOf, e.model)
+			outcomes = append(outcomes, outcome{model: e.model})
 			winOf(now).reqs++
 			s.Arrive(now, scheduler.Request{ID: id, Model: scheduler.ModelID(m.Name), Arrival: now, Deadline: now + m.SLO})
 			if t := gens[e.model].next(now); t < end {
@@ -238,7 +237,7 @@ func Run(w *Workload, policy scheduler.Policy, total float64) (*Result, error) {
 		collect(now)
 	}
 	r.VirtualSeconds = float64(max(now, end)) / float64(time.Second)
-	summarize(r, w, outcomes, modelOf, rates, busy, end)
+	summarize(r, w, outcomes, rates, busy, end)
 	// Autoscaling advice over 1 s windows.
 	var worst float64
 	for _, x := range wins {
@@ -252,7 +251,7 @@ func Run(w *Workload, policy scheduler.Policy, total float64) (*Result, error) {
 	return r, nil
 }
 
-func summarize(r *Result, w *Workload, outs []outcome, modelOf []int, rates []float64, busy time.Duration, end scheduler.Time) {
+func summarize(r *Result, w *Workload, outs []outcome, rates []float64, busy time.Duration, end scheduler.Time) {
 	secs := float64(end) / float64(time.Second)
 	var lats, queues []float64
 	var batchSum float64
@@ -262,8 +261,8 @@ func summarize(r *Result, w *Workload, outs []outcome, modelOf []int, rates []fl
 		batch   float64
 	}
 	per := make([]acc, len(w.Models))
-	for i, o := range outs {
-		p := &per[modelOf[i]]
+	for _, o := range outs {
+		p := &per[o.model]
 		p.n++
 		r.Requests++
 		if o.done && o.batch > 0 {
