@@ -108,9 +108,8 @@ type Problem struct {
 	Segment time.Duration
 	Timeout time.Duration
 
-	preds  [][]int
-	source []bool
-	sinks  []int
+	preds [][]int
+	sinks []int
 	empty  bool // some module has no option within the SLO
 }
 
@@ -163,12 +162,9 @@ func NewProblem(req Request) (*Problem, error) {
 		idx[m] = i
 	}
 	p.preds = make([][]int, len(p.Modules))
-	p.source = make([]bool, len(p.Modules))
 	for i, m := range p.Modules {
 		for _, in := range g.Inputs(m) {
-			if in == dag.Source {
-				p.source[i] = true
-			} else {
+			if in != dag.Source {
 				p.preds[i] = append(p.preds[i], idx[in])
 			}
 		}

@@ -63,18 +63,21 @@ func TestParallel(t *testing.T) {
 			batched++
 		}
 	}
+	gotDrop := func(d scheduler.Drop) {
+		seen[d.Request.ID]++
+		accounted++
+		dropped++
+	}
 	// next handles one output; without block it returns false when none is ready.
 	next := func(block bool) bool {
-		if !block {
+		if block {
 			select {
 			case a := <-p.Actions():
 				take(a)
 			case d := <-p.Drops():
-				seen[d.Request.ID]++
-				accounted++
-				dropped++
-			default:
-				return false
+				gotDrop(d)
+			case <-timeout:
+				t.Fatalf("timed out with %d of %d requests accounted", accounted, total)
 			}
 			return true
 		}
@@ -82,11 +85,9 @@ func TestParallel(t *testing.T) {
 		case a := <-p.Actions():
 			take(a)
 		case d := <-p.Drops():
-			seen[d.Request.ID]++
-			accounted++
-			dropped++
-		case <-timeout:
-			t.Fatalf("timed out with %d of %d requests accounted", accounted, total)
+			gotDrop(d)
+		default:
+			return false
 		}
 		return true
 	}
