@@ -110,7 +110,7 @@ type Problem struct {
 
 	preds [][]int
 	sinks []int
-	empty  bool // some module has no option within the SLO
+	empty bool // some module has no option within the SLO
 }
 
 // NewProblem prepares a request: rates from the ingress rate and scaling
