@@ -1,0 +1,142 @@
+// Package clock is the time source every deterministic part of mdag takes:
+// the runtime reads the time and sets timers only through a Clock, so tests
+// drive it with Fake and the service runs on Real.
+package clock
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// Clock tells the time and runs functions later.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine after d; Stop cancels it.
+	AfterFunc(d time.Duration, f func()) Timer
+	// After returns a channel that receives once d has passed.
+	After(d time.Duration) <-chan time.Time
+}
+
+// Timer is a pending AfterFunc.
+type Timer interface {
+	// Stop cancels the call; it reports whether the call was still pending.
+	Stop() bool
+}
+
+// Real is the wall clock.
+type Real struct{}
+
+// Now implements Clock.
+func (Real) Now() time.Time { return time.Now() }
+
+// AfterFunc implements Clock.
+func (Real) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// After implements Clock.
+func (Real) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// After implements Clock.
+func (c *Fake) After(d time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	c.AfterFunc(d, func() { ch <- c.Now() })
+	return ch
+}
+
+// Fake is a manual clock: time moves only when Advance or Set is called, and
+// due timers run, in time order, inside that call.
+type Fake struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+	seq    int
+}
+
+type fakeTimer struct {
+	c    *Fake
+	at   time.Time
+	seq  int
+	f    func()
+	done bool
+}
+
+// NewFake returns a fake clock reading start.
+func NewFake(start time.Time) *Fake { return &Fake{now: start} }
+
+// Now implements Clock.
+func (c *Fake) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// AfterFunc implements Clock. The function runs synchronously inside the
+// Advance call that reaches its time.
+func (c *Fake) AfterFunc(d time.Duration, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	t := &fakeTimer{c: c, at: c.now.Add(d), seq: c.seq, f: f}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+// Stop implements Timer.
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.done
+	t.done = true
+	return was
+}
+
+// Advance moves the clock forward by d, running due timers in order.
+func (c *Fake) Advance(d time.Duration) { c.Set(c.Now().Add(d)) }
+
+// Set moves the clock to t (never backwards), running due timers in order.
+func (c *Fake) Set(t time.Time) {
+	for {
+		c.mu.Lock()
+		live := c.timers[:0]
+		for _, x := range c.timers {
+			if !x.done {
+				live = append(live, x)
+			}
+		}
+		c.timers = live
+		sort.Slice(c.timers, func(i, j int) bool {
+			a, b := c.timers[i], c.timers[j]
+			if !a.at.Equal(b.at) {
+				return a.at.Before(b.at)
+			}
+			return a.seq < b.seq
+		})
+		if len(c.timers) == 0 || c.timers[0].at.After(t) {
+			if t.After(c.now) {
+				c.now = t
+			}
+			c.mu.Unlock()
+			return
+		}
+		next := c.timers[0]
+		next.done = true
+		if next.at.After(c.now) {
+			c.now = next.at
+		}
+		c.mu.Unlock()
+		next.f()
+	}
+}
+
+// Pending is the number of timers not yet run or stopped.
+func (c *Fake) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, x := range c.timers {
+		if !x.done {
+			n++
+		}
+	}
+	return n
+}

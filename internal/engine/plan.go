@@ -1,0 +1,517 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/mdag/mdag/allocator"
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/placement"
+	"github.com/mdag/mdag/profile"
+	"github.com/mdag/mdag/scheduler"
+)
+
+// Replan records one planning round: why it ran and what it changed.
+type Replan struct {
+	N              int                `json:"n"`
+	At             time.Time          `json:"at"`
+	Trigger        string             `json:"trigger"`
+	PlanMS         float64            `json:"plan_ms"`
+	Moves          []placement.Move   `json:"moves"`
+	CostWhole      float64            `json:"cost_whole_per_hour"`
+	CostFractional float64            `json:"cost_fractional_per_hour"`
+	Shortages      []placement.Shortage `json:"shortages,omitempty"`
+	Problems       []string           `json:"problems,omitempty"`
+	Sessions       []PlannedSession   `json:"sessions"`
+}
+
+// PlannedSession is one session's allocation in a replan.
+type PlannedSession struct {
+	App      dag.AppID                `json:"app"`
+	Rate     float64                  `json:"rate"`
+	Scale    map[dag.ModuleID]float64 `json:"scale,omitempty"`
+	Balloon  map[dag.ModuleID]float64 `json:"balloon,omitempty"`
+	Feasible bool                     `json:"feasible"`
+	Reason   string                   `json:"reason,omitempty"`
+	Cost     float64                  `json:"cost_per_hour"`
+	Critical float64                  `json:"critical_latency_ms"`
+}
+
+type planInput struct {
+	app     *dag.App
+	g       *dag.Graph
+	cat     *profile.Catalog
+	rate    float64
+	scale   map[dag.ModuleID]float64
+	balloon map[dag.ModuleID]float64
+}
+
+type planOutput struct {
+	trigger  string
+	snapIDs  map[string]bool
+	plan     placement.Plan
+	allocs   map[dag.AppID]*allocator.Allocation
+	inputs   map[dag.AppID]planInput
+	problems []string
+	took     time.Duration
+}
+
+// replan starts a planning round, or queues the trigger when one is
+// running (its outcome re-plans once more with every queued trigger).
+func (e *Engine) replan(trigger string) {
+	if e.planning {
+		e.replanDue = append(e.replanDue, trigger)
+		return
+	}
+	e.planning = true
+	now := e.now()
+	inputs := map[dag.AppID]planInput{}
+	for id, s := range e.sessions {
+		inputs[id] = planInput{app: s.app, g: s.g, cat: s.cat, rate: s.ingress(), scale: copyMap(s.scale), balloon: copyMap(s.balloon)}
+	}
+	limits := map[profile.WorkerTypeID]int{}
+	if e.cfg.Provisioner != nil {
+		for t, n := range e.cfg.Provisioner.Limits() {
+			limits[t] += n
+		}
+	}
+	snap := placement.Snapshot{Now: now, TurnOffDelay: e.cfg.TurnOff, Limits: limits, Prices: map[profile.WorkerTypeID]float64{}}
+	ids := map[string]bool{}
+	for _, in := range e.sortedInsts() {
+		if in.registered {
+			limits[in.typ]++
+		}
+		pi := placement.Instance{ID: placement.InstanceID(in.id), Type: in.typ, State: in.state, ReleaseAt: in.releaseAt, Loads: slices.Clone(in.loads)}
+		for _, l := range in.loads {
+			pi.Loaded = append(pi.Loaded, l.Module)
+		}
+		snap.Instances = append(snap.Instances, pi)
+		ids[in.id] = true
+	}
+	for _, s := range e.sessions {
+		for _, w := range s.cat.Workers() {
+			snap.Prices[w.Type] = w.Price
+		}
+	}
+	method := e.cfg.Method
+	go func() {
+		start := time.Now()
+		out := planOutput{trigger: trigger, snapIDs: ids, allocs: map[dag.AppID]*allocator.Allocation{}, inputs: inputs}
+		var exclude []profile.WorkerTypeID
+		for _, in := range inputs {
+			for _, w := range in.cat.Workers() {
+				if limits[w.Type] == 0 && !slices.Contains(exclude, w.Type) {
+					exclude = append(exclude, w.Type)
+				}
+			}
+		}
+		for try := 0; try < 2; try++ {
+			out.problems = nil
+			var demands []placement.Demand
+			for _, id := range sortedApps(inputs) {
+				in := inputs[id]
+				if in.rate <= 0 {
+					continue
+				}
+				a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate,
+					Scale: in.scale, Balloon: in.balloon, Exclude: exclude, Method: method, Timeout: 2 * time.Second})
+				switch {
+				case err != nil:
+					out.problems = append(out.problems, fmt.Sprintf("%s: %v", id, err))
+					continue
+				case !a.Feasible:
+					out.problems = append(out.problems, fmt.Sprintf("%s: infeasible at %.4g frames/s: %s", id, in.rate, a.Reason))
+					continue
+				}
+				out.allocs[id] = a
+				demands = append(demands, placement.Demands(in.app, a)...)
+			}
+			out.plan = placement.Place(snap, demands)
+			if len(out.plan.Shortages) == 0 {
+				break
+			}
+			for _, sh := range out.plan.Shortages {
+				if !slices.Contains(exclude, sh.Type) {
+					exclude = append(exclude, sh.Type)
+				}
+			}
+		}
+		out.took = time.Since(start)
+		e.post(func() { e.apply(out) })
+	}()
+}
+
+func sortedApps(m map[dag.AppID]planInput) []dag.AppID {
+	out := make([]dag.AppID, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (e *Engine) sortedInsts() []*instState {
+	out := make([]*instState, 0, len(e.insts))
+	for _, in := range e.insts {
+		out = append(out, in)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out
+}
+
+// apply is the one applier: it re-checks a plan against live state and
+// carries it out.
+func (e *Engine) apply(out planOutput) {
+	e.planning = false
+	now := e.now()
+	// Re-check: an instance the plan counts on has gone since the snapshot.
+	stale := ""
+	for _, pi := range out.plan.Instances {
+		if out.snapIDs[string(pi.ID)] && e.insts[string(pi.ID)] == nil && len(pi.Loads) > 0 {
+			stale = string(pi.ID)
+		}
+	}
+	if stale != "" {
+		e.log.Info("plan discarded: instance gone since the snapshot", "instance", stale, "trigger", out.trigger)
+		e.replanDue = append(e.replanDue, out.trigger)
+		e.replan(e.takeDue())
+		return
+	}
+	e.nextPlan++
+	rp := Replan{N: e.nextPlan, At: now, Trigger: out.trigger, PlanMS: float64(out.took.Microseconds()) / 1000,
+		Moves: out.plan.Moves, CostWhole: out.plan.CostWhole, CostFractional: out.plan.CostFractional,
+		Shortages: out.plan.Shortages, Problems: out.problems}
+	inPlan := map[string]placement.Instance{}
+	for _, pi := range out.plan.Instances {
+		inPlan[string(pi.ID)] = pi
+	}
+	// Start what the plan starts.
+	for _, pi := range out.plan.Instances {
+		id := string(pi.ID)
+		in := e.insts[id]
+		if in == nil {
+			if out.snapIDs[id] || e.cfg.Provisioner == nil {
+				continue // lost meanwhile and unloaded; or nothing to start it with
+			}
+			inst, err := e.cfg.Provisioner.Start(id, pi.Type)
+			if err != nil {
+				rp.Problems = append(rp.Problems, fmt.Sprintf("start %s: %v", id, err))
+				continue
+			}
+			in = &instState{id: id, typ: pi.Type, inst: inst, outstanding: map[uint64]bool{}}
+			e.insts[id] = in
+		}
+		in.state, in.releaseAt, in.loads = pi.State, pi.ReleaseAt, pi.Loads
+		if in.registered && in.state == placement.Warm {
+			in.releaseAt = now.Add(24 * time.Hour)
+		}
+	}
+	// Release what the plan released (never a registered worker: it stays
+	// connected, idle, until it leaves).
+	for _, in := range e.sortedInsts() {
+		if _, ok := inPlan[in.id]; ok || !out.snapIDs[in.id] {
+			continue
+		}
+		if in.registered {
+			in.state, in.loads = placement.Warm, nil
+			continue
+		}
+		delete(e.insts, in.id)
+		in.inst.Close()
+		if e.cfg.Provisioner != nil {
+			e.cfg.Provisioner.Release(in.id)
+		}
+	}
+	// Sessions: allocations, budgets and routes.
+	for id, s := range e.sessions {
+		in := out.inputs[id]
+		ps := PlannedSession{App: id, Rate: in.rate, Scale: in.scale, Balloon: in.balloon}
+		a := out.allocs[id]
+		if a != nil {
+			s.alloc, s.rate = a, in.rate
+			ps.Feasible, ps.Cost, ps.Critical = true, a.CostPerHour, a.CriticalLatencyMS
+			for _, ma := range a.Modules {
+				s.mods[ma.Module].budget = time.Duration(ma.LatencyMS * float64(time.Millisecond))
+			}
+			s.head = heads(s.g, func(m dag.ModuleID) time.Duration { return s.mods[m].budget })
+			plan := out.plan
+			s.plan = &plan
+		} else if in.rate > 0 {
+			ps.Reason = "kept the previous plan"
+			for _, p := range out.problems {
+				if strings.HasPrefix(p, string(id)+":") {
+					ps.Reason = p + "; kept the previous plan"
+				}
+			}
+		}
+		full := map[dag.ModuleID]float64{}
+		for _, m := range s.g.Order() {
+			full[m] = s.g.Scale(m, s.scale)
+		}
+		s.det.Planned(now, full, s.balloon)
+		if in.rate > 0 {
+			select {
+			case <-s.planned:
+			default:
+				close(s.planned)
+			}
+		}
+		for _, ms := range s.mods {
+			ms.routes, ms.conc, ms.latency, ms.gpuLat = nil, map[string]int{}, map[string]time.Duration{}, map[string][]time.Duration{}
+		}
+		rp.Sessions = append(rp.Sessions, ps)
+	}
+	sort.Slice(rp.Sessions, func(i, j int) bool { return rp.Sessions[i].App < rp.Sessions[j].App })
+	// Loads onto instances.
+	for _, in := range e.sortedInsts() {
+		specs := e.specs(in)
+		if err := in.inst.Load(specs); err != nil {
+			rp.Problems = append(rp.Problems, fmt.Sprintf("load %s: %v", in.id, err))
+		}
+	}
+	e.rebuildScheduler()
+	e.replans = append(e.replans, rp)
+	if len(e.replans) > 200 {
+		e.replans = e.replans[len(e.replans)-200:]
+	}
+	e.log.Info("replanned", "n", rp.N, "trigger", rp.Trigger, "moves", summarizeMoves(rp.Moves),
+		"cost_whole", rp.CostWhole, "cost_fractional", math.Round(rp.CostFractional*1000)/1000,
+		"problems", rp.Problems, "plan_ms", rp.PlanMS)
+	if len(e.replanDue) > 0 {
+		e.replan(e.takeDue())
+	}
+}
+
+func (e *Engine) takeDue() string {
+	due := slices.Compact(e.replanDue)
+	e.replanDue = nil
+	return strings.Join(due, "; ")
+}
+
+func summarizeMoves(ms []placement.Move) string {
+	count := map[placement.MoveKind]int{}
+	for _, m := range ms {
+		count[m.Kind]++
+	}
+	var parts []string
+	for k, n := range count {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(parts)
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
+}
+
+// specs turns an instance's loads into what its worker hosts, and fills
+// the sessions' routing tables.
+func (e *Engine) specs(in *instState) []ModuleSpec {
+	type agg struct {
+		spec ModuleSpec
+		rate float64
+	}
+	byKey := map[string]*agg{}
+	var keys []string
+	slots := 1
+	for _, l := range in.loads {
+		if s := e.sessions[l.App]; s != nil && s.mods[l.Module] != nil && s.mods[l.Module].mod.Kind == dag.GPU {
+			slots = max(slots, l.Concurrency)
+		}
+	}
+	for _, l := range in.loads {
+		s := e.sessions[l.App]
+		if s == nil || s.mods[l.Module] == nil {
+			continue
+		}
+		ms := s.mods[l.Module]
+		a := byKey[ms.key]
+		if a == nil {
+			a = &agg{spec: ModuleSpec{App: l.App, Module: l.Module, Kind: ms.mod.Kind, Op: ms.mod.Op, Params: ms.mod.Params, Model: ms.mod.Model}}
+			byKey[ms.key] = a
+			keys = append(keys, ms.key)
+		}
+		a.rate += l.Rate
+		if ms.mod.Kind == dag.GPU {
+			a.spec.Concurrency = slots
+			a.spec.Latency = latencyTable(s.cat.ConfigsOn(l.Module, in.typ), slots, s.balloon[l.Module])
+		} else {
+			a.spec.Concurrency += max(1, l.Concurrency)
+		}
+	}
+	sort.Strings(keys)
+	out := make([]ModuleSpec, 0, len(keys))
+	for _, k := range keys {
+		a := byKey[k]
+		s := e.sessions[a.spec.App]
+		ms := s.mods[a.spec.Module]
+		ms.routes = append(ms.routes, route{inst: in.id, weight: a.rate})
+		ms.conc[in.id] = a.spec.Concurrency
+		if a.spec.Kind == dag.GPU {
+			ms.gpuLat[in.id] = a.spec.Latency
+		} else {
+			lat := time.Duration(0)
+			for _, c := range s.cat.ConfigsOn(a.spec.Module, in.typ) {
+				if c.Batch == 1 && (lat == 0 || c.Concurrency <= a.spec.Concurrency) {
+					lat = c.Latency
+				}
+			}
+			ms.latency[in.id] = time.Duration(float64(lat) * math.Max(1, s.balloon[a.spec.Module]))
+		}
+		out = append(out, a.spec)
+	}
+	return out
+}
+
+// latencyTable is l(b) for b = 1..the largest profiled batch at the given
+// concurrency (or the nearest profiled one), interpolated linearly between
+// profiled batches and inflated by the planned ballooning factor.
+func latencyTable(cfgs []profile.Config, conc int, balloon float64) []time.Duration {
+	best := 0
+	for _, c := range cfgs {
+		if c.Concurrency <= conc && c.Concurrency > best {
+			best = c.Concurrency
+		}
+	}
+	if best == 0 {
+		for _, c := range cfgs {
+			if best == 0 || c.Concurrency < best {
+				best = c.Concurrency
+			}
+		}
+	}
+	pts := map[int]time.Duration{}
+	maxB := 0
+	for _, c := range cfgs {
+		if c.Concurrency == best {
+			pts[c.Batch] = c.Latency
+			maxB = max(maxB, c.Batch)
+		}
+	}
+	f := math.Max(1, balloon)
+	out := make([]time.Duration, maxB)
+	prevB, prevL := 0, time.Duration(0)
+	for b := 1; b <= maxB; b++ {
+		l, ok := pts[b]
+		if !ok {
+			nb := b + 1
+			for ; nb <= maxB; nb++ {
+				if _, ok := pts[nb]; ok {
+					break
+				}
+			}
+			nl := pts[nb]
+			if prevB == 0 {
+				l = nl * time.Duration(b) / time.Duration(nb)
+			} else {
+				l = prevL + (nl-prevL)*time.Duration(b-prevB)/time.Duration(nb-prevB)
+			}
+		} else {
+			prevB, prevL = b, l
+		}
+		out[b-1] = time.Duration(float64(l) * f)
+	}
+	return out
+}
+
+// rebuildScheduler gives the central scheduler the GPUs and models of the
+// live routing tables. An unchanged set keeps the scheduler (and its rate
+// estimates); a changed one replaces it: requests waiting in it are handed
+// to the new one, and batches still running on GPUs finish normally (a GPU
+// the new scheduler over-books rejects the late action, which is how the
+// scheduler learns of it).
+func (e *Engine) rebuildScheduler() {
+	var cfg scheduler.Config
+	gpuSet := map[scheduler.GPUID]bool{}
+	var sig strings.Builder
+	apps := make([]dag.AppID, 0, len(e.sessions))
+	for id := range e.sessions {
+		apps = append(apps, id)
+	}
+	slices.Sort(apps)
+	for _, id := range apps {
+		s := e.sessions[id]
+		for _, m := range s.g.Order() {
+			ms := s.mods[m]
+			ms.scheduled = false
+			if ms.mod.Kind != dag.GPU {
+				continue
+			}
+			var ids []scheduler.GPUID
+			var table []time.Duration
+			for _, r := range ms.routes {
+				in := e.insts[r.inst]
+				if in == nil || in.lost {
+					continue
+				}
+				for slot := range max(1, ms.conc[r.inst]) {
+					gid := e.gpuID(fmt.Sprintf("%s#%d", r.inst, slot))
+					ids = append(ids, gid)
+					gpuSet[gid] = true
+				}
+				if l := ms.gpuLat[r.inst]; len(table) == 0 || len(l) > 0 && l[0] > table[0] {
+					table = l
+				}
+			}
+			if len(ids) == 0 || len(table) == 0 {
+				continue
+			}
+			slices.Sort(ids)
+			slo := ms.budget
+			if slo <= 0 {
+				slo = s.app.SLO
+			}
+			cfg.Models = append(cfg.Models, scheduler.Model{ID: ms.model, SLO: slo, Latency: table, GPUs: ids})
+			ms.scheduled = true
+			fmt.Fprintf(&sig, "%s %v %v %v|", ms.model, slo, table, ids)
+		}
+	}
+	for g := range gpuSet {
+		cfg.GPUs = append(cfg.GPUs, g)
+	}
+	slices.Sort(cfg.GPUs)
+	if sig.String() == e.schedSig && e.sched != nil {
+		return
+	}
+	e.schedSig = sig.String()
+	e.schedGen++
+	if e.schedTm != nil {
+		e.schedTm.Stop()
+		e.schedTm = nil
+	}
+	waiting := e.reqs
+	e.reqs = map[uint64]*work{}
+	e.sched = nil
+	if len(cfg.Models) > 0 {
+		sc, err := scheduler.New(e.cfg.Policy, cfg)
+		if err != nil {
+			e.log.Error("scheduler rebuild failed", "err", err)
+		} else {
+			e.sched = sc
+		}
+	}
+	ids := make([]uint64, 0, len(waiting))
+	for id := range waiting {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		e.arriveGPU(waiting[id])
+	}
+}
+
+func (e *Engine) gpuID(slot string) scheduler.GPUID {
+	if id, ok := e.gpuIDs[slot]; ok {
+		return id
+	}
+	e.nextGPU++
+	e.gpuIDs[slot] = e.nextGPU
+	inst, _, _ := strings.Cut(slot, "#")
+	e.gpuInst[e.nextGPU] = inst
+	return e.nextGPU
+}

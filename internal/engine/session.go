@@ -1,0 +1,127 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/mdag/mdag/allocator"
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/placement"
+	"github.com/mdag/mdag/profile"
+	"github.com/mdag/mdag/scheduler"
+)
+
+// session aggregates every stream of one app.
+type session struct {
+	app     *dag.App
+	g       *dag.Graph
+	cat     *profile.Catalog
+	streams map[string]*stream
+	frames  map[frameKey]*frame
+	mods    map[dag.ModuleID]*modState
+	acct    *accounting
+	det     *Detector
+	planned chan struct{} // closed when the first plan is applied (or failed)
+
+	alloc   *allocator.Allocation
+	plan    *placement.Plan
+	rate    float64 // ingress rate the plan is for
+	scale   map[dag.ModuleID]float64
+	balloon map[dag.ModuleID]float64
+	head    map[dag.ModuleID]time.Duration // latency split: deadline of a module's output, from capture
+	minTail map[dag.ModuleID]time.Duration // fastest possible time from a module's output to the end
+}
+
+// modState is one module of a session at run time.
+type modState struct {
+	mod       *dag.Module
+	key       string
+	model     scheduler.ModelID
+	budget    time.Duration // the allocation's latency for the module
+	fastest   time.Duration // fastest profiled l(1) on any worker type
+	routes    []route
+	conc      map[string]int           // per instance: pool size
+	latency   map[string]time.Duration // per instance: profiled time of one item
+	gpuLat    map[string][]time.Duration
+	scheduled bool
+	obs       modObs
+	last      ModuleStatus
+}
+
+type route struct {
+	inst   string
+	weight float64
+}
+
+// modObs counts what a module did in the current adaptation window.
+type modObs struct {
+	Observation
+	balloonSum float64
+	balloonN   int
+	batches    int
+	tasks      int
+	actions    int
+	execSum    time.Duration
+	dropped    int
+	rejected   int
+}
+
+// expected is the profiled time of a task of b items on instance id.
+func (ms *modState) expected(id string, b int) time.Duration {
+	if l := ms.gpuLat[id]; len(l) > 0 {
+		return l[min(b, len(l))-1]
+	}
+	return ms.latency[id] * time.Duration(max(1, b))
+}
+
+func newSession(app *dag.App, g *dag.Graph, cat *profile.Catalog, ac AdaptConfig) *session {
+	s := &session{app: app, g: g, cat: cat, streams: map[string]*stream{}, frames: map[frameKey]*frame{},
+		mods: map[dag.ModuleID]*modState{}, acct: newAccounting(), det: NewDetector(ac), planned: make(chan struct{}),
+		scale: map[dag.ModuleID]float64{}, balloon: map[dag.ModuleID]float64{}}
+	for i := range app.Modules {
+		m := &app.Modules[i]
+		ms := &modState{mod: m, key: string(app.Name) + "/" + string(m.Name), model: scheduler.ModelID(string(app.Name) + "/" + string(m.Name))}
+		for _, c := range cat.Configs(m.Name) {
+			if c.Batch == 1 && (ms.fastest == 0 || c.Latency < ms.fastest) {
+				ms.fastest = c.Latency
+			}
+		}
+		s.mods[m.Name] = ms
+	}
+	s.minTail = tails(g, func(m dag.ModuleID) time.Duration { return s.mods[m].fastest })
+	return s
+}
+
+// tails is, per module, the longest path from its output to a sink when
+// each module takes lat (the module itself excluded).
+func tails(g *dag.Graph, lat func(dag.ModuleID) time.Duration) map[dag.ModuleID]time.Duration {
+	out := map[dag.ModuleID]time.Duration{}
+	order := g.Order()
+	for i := len(order) - 1; i >= 0; i-- {
+		m := order[i]
+		var t time.Duration
+		for _, d := range g.Outputs(m) {
+			t = max(t, lat(d)+out[d])
+		}
+		out[m] = t
+	}
+	return out
+}
+
+// heads is, per module, the longest path from the source through the
+// module when each module takes lat: the latency split's deadlines.
+func heads(g *dag.Graph, lat func(dag.ModuleID) time.Duration) map[dag.ModuleID]time.Duration {
+	out := map[dag.ModuleID]time.Duration{}
+	for _, m := range g.Order() {
+		var h time.Duration
+		for _, u := range g.Inputs(m) {
+			if u != dag.Source {
+				h = max(h, out[u])
+			}
+		}
+		out[m] = h + lat(m)
+	}
+	return out
+}
+
+// ingress is the session's frame rate: streams x fps.
+func (s *session) ingress() float64 { return float64(len(s.streams)) * s.app.FPS }

@@ -1,0 +1,226 @@
+package engine
+
+import (
+	"sort"
+	"time"
+
+	"github.com/mdag/mdag/dag"
+)
+
+// armTick schedules the next adaptation window.
+func (e *Engine) armTick() {
+	e.tickTm = e.clk.AfterFunc(e.cfg.Adapt.Window, func() { e.post(e.tick) })
+}
+
+// tick closes an adaptation window: it publishes each module's observed
+// behaviour, asks each session's detector whether to re-plan, counts frames
+// open far past their deadline as lost, and runs the periodic epoch.
+func (e *Engine) tick() {
+	now := e.now()
+	win := e.cfg.Adapt.Window.Seconds()
+	var triggers []string
+	for _, id := range e.appIDs() {
+		s := e.sessions[id]
+		obs := map[dag.ModuleID]Observation{}
+		for m, ms := range s.mods {
+			o := ms.obs.Observation
+			if ms.obs.balloonN > 0 {
+				o.Balloon = ms.obs.balloonSum / float64(ms.obs.balloonN)
+			}
+			obs[m] = o
+			st := ModuleStatus{Module: m, Kind: ms.mod.Kind, RateIn: float64(o.In) / win, RateOut: float64(o.Out) / win,
+				Balloon: o.Balloon, BudgetMS: ms.budget.Seconds() * 1000, Instances: len(ms.routes), Dropped: ms.last.Dropped + uint64(ms.obs.dropped),
+				Rejected: ms.last.Rejected + uint64(ms.obs.rejected)}
+			if o.Done > 0 {
+				st.Scale = float64(o.Out) / float64(o.Done)
+			} else {
+				st.Scale = ms.last.Scale
+			}
+			if ms.obs.tasks > 0 {
+				st.ExecMS = ms.obs.execSum.Seconds() * 1000 / float64(ms.obs.tasks)
+				st.MeanBatch = float64(ms.obs.batches) / float64(ms.obs.tasks)
+			} else {
+				st.ExecMS, st.MeanBatch = ms.last.ExecMS, ms.last.MeanBatch
+				if o.Balloon == 0 {
+					st.Balloon = ms.last.Balloon
+				}
+			}
+			ms.last = st
+			ms.obs = modObs{}
+		}
+		if s.plan != nil && len(s.streams) > 0 {
+			if t, ok := s.det.Observe(now, obs); ok {
+				s.scale, s.balloon = t.Scale, t.Balloon
+				triggers = append(triggers, string(id)+": "+t.Reason)
+			}
+		}
+		// Frames far past their deadline are lost: counted, never forgotten.
+		var lost []*frame
+		for _, fr := range s.frames {
+			if now.Sub(fr.deadline) > e.cfg.LostAfter {
+				lost = append(lost, fr)
+			}
+		}
+		sort.Slice(lost, func(i, j int) bool {
+			if lost[i].key.stream != lost[j].key.stream {
+				return lost[i].key.stream < lost[j].key.stream
+			}
+			return lost[i].key.seq < lost[j].key.seq
+		})
+		for _, fr := range lost {
+			if !fr.dropped {
+				fr.dropped, fr.reason = true, "lost"
+				fr.module = "-"
+			}
+			e.finishFrame(s, fr)
+		}
+	}
+	for _, t := range triggers {
+		e.replan("adapt " + t)
+	}
+	if now.Sub(e.lastEpoch) >= e.cfg.Epoch {
+		e.lastEpoch = now
+		e.replan("epoch")
+	}
+	e.armTick()
+}
+
+func (e *Engine) appIDs() []dag.AppID {
+	out := make([]dag.AppID, 0, len(e.sessions))
+	for id := range e.sessions {
+		out = append(out, id)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// ---- status ----
+
+// Status is the engine's state for `mdag status` and the dashboard.
+type Status struct {
+	At        time.Time        `json:"at"`
+	Policy    string           `json:"policy"`
+	Sessions  []SessionStatus  `json:"sessions"`
+	Instances []InstanceStatus `json:"instances"`
+	Replans   []Replan         `json:"replans"`
+}
+
+// SessionStatus is one app's session.
+type SessionStatus struct {
+	App            dag.AppID         `json:"app"`
+	Streams        int               `json:"streams"`
+	FPS            float64           `json:"fps"`
+	SLOMS          float64           `json:"slo_ms"`
+	Total          Counts            `json:"total"`
+	Open           uint64            `json:"open"`
+	FinishRate     float64           `json:"finish_rate"`       // the last complete second
+	FinishRateAll  float64           `json:"finish_rate_total"` // since the start
+	P50MS          float64           `json:"p50_ms"`
+	P99MS          float64           `json:"p99_ms"`
+	CostWhole      float64           `json:"cost_whole_per_hour"`
+	CostFractional float64           `json:"cost_fractional_per_hour"`
+	Drops          map[string]uint64 `json:"drops,omitempty"`
+	Windows        []WindowStatus    `json:"windows"` // the last complete seconds, oldest first
+	Modules        []ModuleStatus    `json:"modules"`
+	Planned        bool              `json:"planned"`
+}
+
+// ModuleStatus is one module's behaviour over the last adaptation window.
+type ModuleStatus struct {
+	Module    dag.ModuleID `json:"module"`
+	Kind      dag.Kind     `json:"kind"`
+	RateIn    float64      `json:"rate_in"`
+	RateOut   float64      `json:"rate_out"`
+	Scale     float64      `json:"scale"`
+	ExecMS    float64      `json:"exec_ms"`
+	Balloon   float64      `json:"balloon"`
+	MeanBatch float64      `json:"mean_batch"`
+	BudgetMS  float64      `json:"budget_ms"`
+	Instances int          `json:"instances"`
+	Dropped   uint64       `json:"dropped"`
+	Rejected  uint64       `json:"rejected"`
+}
+
+// InstanceStatus is one worker instance.
+type InstanceStatus struct {
+	ID          string   `json:"id"`
+	Type        string   `json:"type"`
+	State       string   `json:"state"`
+	Registered  bool     `json:"registered"`
+	Modules     []string `json:"modules"`
+	Outstanding int      `json:"outstanding"`
+}
+
+// Status returns a snapshot (taken on the loop).
+func (e *Engine) Status() Status {
+	var st Status
+	e.call(func() {
+		now := e.now()
+		st = Status{At: now, Policy: string(e.cfg.Policy), Sessions: []SessionStatus{}, Instances: []InstanceStatus{}}
+		for _, id := range e.appIDs() {
+			s := e.sessions[id]
+			ss := SessionStatus{App: id, Streams: len(s.streams), FPS: s.app.FPS, SLOMS: s.app.SLO.Seconds() * 1000,
+				Total: s.acct.total, Open: s.acct.total.Open(), FinishRateAll: s.acct.total.FinishRate(),
+				P50MS: pct(s.acct.lat, 0.5), P99MS: pct(s.acct.lat, 0.99), Drops: s.acct.drops, Planned: s.plan != nil}
+			ss.Windows = s.acct.windowsBefore(now.Add(-s.app.SLO-100*time.Millisecond), 10)
+			if n := len(ss.Windows); n > 0 {
+				ss.FinishRate = ss.Windows[n-1].FinishRate
+			}
+			if s.alloc != nil {
+				ss.CostFractional = s.alloc.CostPerHour
+			}
+			if s.plan != nil {
+				ss.CostWhole = sessionWholeCost(s, e)
+			}
+			for _, m := range s.g.Order() {
+				ss.Modules = append(ss.Modules, s.mods[m].last)
+			}
+			st.Sessions = append(st.Sessions, ss)
+		}
+		for _, in := range e.sortedInsts() {
+			is := InstanceStatus{ID: in.id, Type: string(in.typ), State: string(in.state), Registered: in.registered, Outstanding: len(in.outstanding)}
+			for _, l := range in.loads {
+				is.Modules = append(is.Modules, string(l.App)+"/"+string(l.Module))
+			}
+			st.Instances = append(st.Instances, is)
+		}
+		st.Replans = append([]Replan(nil), e.replans[max(0, len(e.replans)-20):]...)
+	})
+	return st
+}
+
+// sessionWholeCost charges a session the whole price of every serving
+// instance it has a load on, shared pro rata by load fraction with other
+// sessions on the same instance.
+func sessionWholeCost(s *session, e *Engine) float64 {
+	var cost float64
+	for _, in := range e.insts {
+		if in.state == "warm" {
+			continue
+		}
+		var mine, all float64
+		for _, l := range in.loads {
+			all += l.Fraction
+			if l.App == s.app.Name {
+				mine += l.Fraction
+			}
+		}
+		if all > 0 && mine > 0 {
+			price := 0.0
+			for _, w := range s.cat.Workers() {
+				if w.Type == in.typ {
+					price = w.Price
+				}
+			}
+			cost += price * mine / all
+		}
+	}
+	return cost
+}
+
+// Replans returns every re-plan so far (the last 200).
+func (e *Engine) Replans() []Replan {
+	var out []Replan
+	e.call(func() { out = append(out, e.replans...) })
+	return out
+}
