@@ -64,17 +64,21 @@ type central struct {
 	next    Time
 	nextAct uint64
 	actStep uint64 // action IDs go nextAct+actStep, ...: shards of Parallel interleave
+	// subClusters: some model is loaded on only some GPUs.
+	subClusters bool
+	noShed      bool
 }
 
 func newCentral(cfg Config, r rule) *central {
 	s := &central{rule: r, net: cfg.Network, byID: map[ModelID]*modelState{}, byGPU: map[GPUID]*gpuState{},
-		est: newEstimator(cfg.Models), next: Never, actStep: 1}
+		est: newEstimator(cfg.Models), next: Never, actStep: 1, noShed: cfg.NoLoadShed}
 	for _, m := range cfg.Models {
 		ms := &modelState{m: m, beta: m.Beta}
 		if ms.beta == 0 {
 			ms.beta = fitBeta(m.Latency)
 		}
 		if len(m.GPUs) > 0 {
+			s.subClusters = true
 			ms.allowed = map[GPUID]bool{}
 			for _, g := range m.GPUs {
 				ms.allowed[g] = true
@@ -367,7 +371,9 @@ func (s *central) schedAt(ms *modelState, k int) Time {
 
 func (s *central) dispatch(now Time, ms *modelState, k int) {
 	if s.rule == symphonyRule {
-		k = s.earlyDrop(now, ms, k)
+		if !s.noShed {
+			k = s.earlyDrop(now, ms, k)
+		}
 	}
 	g := s.freeGPU(now, ms)
 	reqs := ms.pop(k)
@@ -466,24 +472,7 @@ func (s *central) need(ms *modelState) (int, bool) {
 		return s.batchCap(ms), false
 	}
 	lambda := float64(time.Second) / ms.gap // requests/s
-	share := 1.0
-	if len(s.models) > 1 {
-		var total, mine float64
-		for _, o := range s.models {
-			if o.gap <= 0 {
-				continue
-			}
-			load := float64(time.Second) / o.gap * o.est.estimate(o.target).Seconds() / float64(o.target)
-			total += load
-			if o == ms {
-				mine = load
-			}
-		}
-		if total > 0 {
-			share = mine / total
-		}
-	}
-	n := float64(ms.ngpus) * share
+	n := s.gpuShare(ms)
 	target := s.batchCap(ms)
 	// Overloaded: even the largest batch on the model's share cannot keep
 	// up with its sustained rate (bursts do not count).
@@ -495,6 +484,44 @@ func (s *central) need(ms *modelState) (int, bool) {
 		}
 	}
 	return target, overloaded
+}
+
+// gpuShare is how many GPUs' worth of time model ms can count on: each of
+// its GPUs split among the models loaded there by their load (rate times
+// per-request time at the staggered batch). Models on disjoint sub-clusters
+// do not share.
+func (s *central) gpuShare(ms *modelState) float64 {
+	load := func(o *modelState) float64 {
+		if o.gap <= 0 {
+			return 0
+		}
+		return float64(time.Second) / o.gap * o.est.estimate(o.target).Seconds() / float64(o.target)
+	}
+	mine := load(ms)
+	if len(s.models) == 1 || mine == 0 {
+		return float64(ms.ngpus)
+	}
+	if !s.subClusters {
+		var total float64
+		for _, o := range s.models {
+			total += load(o)
+		}
+		return float64(ms.ngpus) * mine / total
+	}
+	var n float64
+	for _, g := range s.gpus {
+		if ms.allowed != nil && !ms.allowed[g.id] {
+			continue
+		}
+		var total float64
+		for _, o := range s.models {
+			if o.allowed == nil || o.allowed[g.id] {
+				total += load(o)
+			}
+		}
+		n += mine / total
+	}
+	return n
 }
 
 // candidate is what schedule would dispatch if one of the model's GPUs were

@@ -136,6 +136,13 @@ type Config struct {
 	Models  []Model
 	GPUs    []GPUID
 	Network Network
+	// NoLoadShed turns off the symphony policy's load-share early drop
+	// (requests are then dropped only when they can no longer finish). The
+	// runtime sets it: there the allocator has sized the GPUs for the load,
+	// and the share estimate does not yet count GPUs running several
+	// batches at once, so at the edge of a plan it would shed load that
+	// fits.
+	NoLoadShed bool
 }
 
 func (c Config) validate() error {

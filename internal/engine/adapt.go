@@ -42,6 +42,9 @@ func (c AdaptConfig) withDefaults() AdaptConfig {
 	return c
 }
 
+// MinScale is the smallest observed scaling factor a re-plan assumes.
+const MinScale = 0.25
+
 // Observation is one module's behaviour over one window.
 type Observation struct {
 	In      int     // items that entered the module
@@ -123,7 +126,9 @@ func (d *Detector) Observe(now time.Time, obs map[dag.ModuleID]Observation) (Tri
 			continue
 		}
 		if kind == "scale" {
-			t.Scale[dag.ModuleID(m)] = v
+			// A module seen idle keeps capacity for a quarter item per
+			// input, so the first objects find an instance.
+			t.Scale[dag.ModuleID(m)] = max(v, MinScale)
 		} else {
 			t.Balloon[dag.ModuleID(m)] = max(1, v)
 		}

@@ -18,16 +18,16 @@ import (
 
 // Replan records one planning round: why it ran and what it changed.
 type Replan struct {
-	N              int                `json:"n"`
-	At             time.Time          `json:"at"`
-	Trigger        string             `json:"trigger"`
-	PlanMS         float64            `json:"plan_ms"`
-	Moves          []placement.Move   `json:"moves"`
-	CostWhole      float64            `json:"cost_whole_per_hour"`
-	CostFractional float64            `json:"cost_fractional_per_hour"`
+	N              int                  `json:"n"`
+	At             time.Time            `json:"at"`
+	Trigger        string               `json:"trigger"`
+	PlanMS         float64              `json:"plan_ms"`
+	Moves          []placement.Move     `json:"moves"`
+	CostWhole      float64              `json:"cost_whole_per_hour"`
+	CostFractional float64              `json:"cost_fractional_per_hour"`
 	Shortages      []placement.Shortage `json:"shortages,omitempty"`
-	Problems       []string           `json:"problems,omitempty"`
-	Sessions       []PlannedSession   `json:"sessions"`
+	Problems       []string             `json:"problems,omitempty"`
+	Sessions       []PlannedSession     `json:"sessions"`
 }
 
 // PlannedSession is one session's allocation in a replan.
@@ -98,7 +98,7 @@ func (e *Engine) replan(trigger string) {
 			snap.Prices[w.Type] = w.Price
 		}
 	}
-	method := e.cfg.Method
+	method, headroom := e.cfg.Method, e.cfg.Headroom
 	go func() {
 		start := time.Now()
 		out := planOutput{trigger: trigger, snapIDs: ids, allocs: map[dag.AppID]*allocator.Allocation{}, inputs: inputs}
@@ -118,7 +118,7 @@ func (e *Engine) replan(trigger string) {
 				if in.rate <= 0 {
 					continue
 				}
-				a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate,
+				a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate * headroom,
 					Scale: in.scale, Balloon: in.balloon, Exclude: exclude, Method: method, Timeout: 2 * time.Second})
 				switch {
 				case err != nil:
@@ -263,6 +263,7 @@ func (e *Engine) apply(out planOutput) {
 		}
 		for _, ms := range s.mods {
 			ms.routes, ms.conc, ms.latency, ms.gpuLat = nil, map[string]int{}, map[string]time.Duration{}, map[string][]time.Duration{}
+			ms.cpuProf, ms.gpuProf = map[string]time.Duration{}, map[string][]time.Duration{}
 		}
 		rp.Sessions = append(rp.Sessions, ps)
 	}
@@ -339,7 +340,7 @@ func (e *Engine) specs(in *instState) []ModuleSpec {
 		a.rate += l.Rate
 		if ms.mod.Kind == dag.GPU {
 			a.spec.Concurrency = slots
-			a.spec.Latency = latencyTable(s.cat.ConfigsOn(l.Module, in.typ), slots, s.balloon[l.Module])
+			a.spec.Latency = latencyTable(s.cat.ConfigsOn(l.Module, in.typ), slots, 1)
 		} else {
 			a.spec.Concurrency += max(1, l.Concurrency)
 		}
@@ -353,7 +354,8 @@ func (e *Engine) specs(in *instState) []ModuleSpec {
 		ms.routes = append(ms.routes, route{inst: in.id, weight: a.rate})
 		ms.conc[in.id] = a.spec.Concurrency
 		if a.spec.Kind == dag.GPU {
-			ms.gpuLat[in.id] = a.spec.Latency
+			ms.gpuProf[in.id] = a.spec.Latency
+			ms.gpuLat[in.id] = latencyTable(s.cat.ConfigsOn(a.spec.Module, in.typ), a.spec.Concurrency, s.balloon[a.spec.Module])
 		} else {
 			lat := time.Duration(0)
 			for _, c := range s.cat.ConfigsOn(a.spec.Module, in.typ) {
@@ -361,6 +363,7 @@ func (e *Engine) specs(in *instState) []ModuleSpec {
 					lat = c.Latency
 				}
 			}
+			ms.cpuProf[in.id] = lat
 			ms.latency[in.id] = time.Duration(float64(lat) * math.Max(1, s.balloon[a.spec.Module]))
 		}
 		out = append(out, a.spec)
@@ -426,7 +429,7 @@ func latencyTable(cfgs []profile.Config, conc int, balloon float64) []time.Durat
 // the new scheduler over-books rejects the late action, which is how the
 // scheduler learns of it).
 func (e *Engine) rebuildScheduler() {
-	var cfg scheduler.Config
+	cfg := scheduler.Config{NoLoadShed: true, Network: scheduler.Network{Control: e.cfg.DispatchDelay}}
 	gpuSet := map[scheduler.GPUID]bool{}
 	var sig strings.Builder
 	apps := make([]dag.AppID, 0, len(e.sessions))

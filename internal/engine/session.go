@@ -41,7 +41,9 @@ type modState struct {
 	routes    []route
 	conc      map[string]int           // per instance: pool size
 	latency   map[string]time.Duration // per instance: profiled time of one item
-	gpuLat    map[string][]time.Duration
+	gpuLat    map[string][]time.Duration // per instance: l(b) the scheduler plans with (ballooned)
+	cpuProf   map[string]time.Duration   // per instance: profiled, for the ballooning signal
+	gpuProf   map[string][]time.Duration
 	scheduled bool
 	obs       modObs
 	last      ModuleStatus
@@ -65,12 +67,13 @@ type modObs struct {
 	rejected   int
 }
 
-// expected is the profiled time of a task of b items on instance id.
+// expected is the profiled time of a task of b items on instance id (not
+// inflated by the plan's ballooning factor: the ratio to it is the signal).
 func (ms *modState) expected(id string, b int) time.Duration {
-	if l := ms.gpuLat[id]; len(l) > 0 {
+	if l := ms.gpuProf[id]; len(l) > 0 {
 		return l[min(b, len(l))-1]
 	}
-	return ms.latency[id] * time.Duration(max(1, b))
+	return ms.cpuProf[id] * time.Duration(max(1, b))
 }
 
 func newSession(app *dag.App, g *dag.Graph, cat *profile.Catalog, ac AdaptConfig) *session {

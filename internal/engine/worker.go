@@ -104,9 +104,15 @@ func (w *Worker) Load(specs []ModuleSpec) error {
 		return fmt.Errorf("worker %s is closed", w.ID)
 	}
 	for k, h := range w.mods {
-		if s, ok := want[k]; !ok || !sameSpec(s, h.spec) {
-			h.stop()
+		s, ok := want[k]
+		switch {
+		case !ok || !sameSpec(s, h.spec):
+			// Unload gracefully: no new tasks; what is queued or running
+			// finishes (a moved module's in-flight frames are not lost).
+			close(h.q)
 			delete(w.mods, k)
+		default:
+			h.spec.Latency = s.Latency // a new profile needs no restart
 		}
 	}
 	keys := make([]string, 0, len(want))
@@ -135,7 +141,7 @@ func (w *Worker) Load(specs []ModuleSpec) error {
 
 func sameSpec(a, b ModuleSpec) bool {
 	return a.Kind == b.Kind && a.Op == b.Op && a.Model == b.Model && a.Concurrency == b.Concurrency &&
-		fmt.Sprint(a.Params) == fmt.Sprint(b.Params) && fmt.Sprint(a.Latency) == fmt.Sprint(b.Latency)
+		fmt.Sprint(a.Params) == fmt.Sprint(b.Params)
 }
 
 func (w *Worker) start(s ModuleSpec) (*hosted, error) {
@@ -195,16 +201,18 @@ func (w *Worker) Submit(t Task) {
 	w.mu.Lock()
 	h := w.mods[string(t.App)+"/"+string(t.Module)]
 	w.stats.Tasks++
-	w.mu.Unlock()
 	if h == nil {
-		w.count(func(s *WorkerStats) { s.Failed++ })
+		w.stats.Failed++
+		w.mu.Unlock()
 		w.emit(Result{Task: t.ID, Err: "module-not-loaded"})
 		return
 	}
 	select {
-	case h.q <- t:
+	case h.q <- t: // under w.mu: Load closes queues under it too
+		w.mu.Unlock()
 	default:
-		w.count(func(s *WorkerStats) { s.Full++ })
+		w.stats.Full++
+		w.mu.Unlock()
 		w.emit(Result{Task: t.ID, Full: true, Err: "queue-full"})
 	}
 }
@@ -248,7 +256,10 @@ func (w *Worker) cpuLoop(ctx context.Context, h *hosted) {
 		case <-ctx.Done():
 			w.drain(h)
 			return
-		case t := <-h.q:
+		case t, ok := <-h.q:
+			if !ok {
+				return
+			}
 			start := w.clk.Now()
 			r := Result{Task: t.ID, Outputs: make([][]*modules.Item, len(t.Items))}
 			for i, it := range t.Items {
@@ -272,7 +283,10 @@ func (w *Worker) gpuLoop(ctx context.Context, h *hosted) {
 		case <-ctx.Done():
 			w.drain(h)
 			return
-		case t := <-h.q:
+		case t, ok := <-h.q:
+			if !ok {
+				return
+			}
 			if wait := t.Earliest.Sub(w.clk.Now()); wait > 0 {
 				done := make(chan struct{})
 				tm := w.clk.AfterFunc(wait, func() { close(done) })
@@ -306,7 +320,10 @@ func (w *Worker) gpuLoop(ctx context.Context, h *hosted) {
 func (w *Worker) drain(h *hosted) {
 	for {
 		select {
-		case t := <-h.q:
+		case t, ok := <-h.q:
+			if !ok {
+				return
+			}
 			w.emit(Result{Task: t.ID, Err: "unloaded"})
 		default:
 			return

@@ -1,0 +1,125 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mdag/mdag/gpu"
+	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/internal/clock"
+)
+
+// run streams n pattern streams into the traffic app until ctx ends.
+func runStreams(t *testing.T, ctx context.Context, e *Engine, n int, fps float64, pat *ingest.Pattern) *sync.WaitGroup {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range n {
+		id := "cam-" + string(rune('a'+i))
+		if err := e.Join("traffic", id); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := pat.Generate(ctx, clock.Real{}, i, id, fps, 0, e.Ingest); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	return &wg
+}
+
+// replanAfter returns the first re-plan at or after t whose trigger
+// contains what.
+func replanAfter(e *Engine, t time.Time, what string) (Replan, bool) {
+	for _, r := range e.Replans() {
+		if !r.At.Before(t) && strings.Contains(r.Trigger, what) {
+			return r, true
+		}
+	}
+	return Replan{}, false
+}
+
+// recentFinishRate is the finish rate over the last n complete windows.
+func recentFinishRate(e *Engine, n int) (float64, uint64) {
+	ws := e.Status().Sessions[0].Windows
+	var sent, fin uint64
+	for _, w := range ws[max(0, len(ws)-n):] {
+		sent += w.Sent
+		fin += w.Finished
+	}
+	if sent == 0 {
+		return 0, 0
+	}
+	return float64(fin) / float64(sent), sent
+}
+
+func TestAdaptation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs ~10 s of live streams")
+	}
+	tests := []struct {
+		name   string
+		inject func(*ingest.Pattern, *Local)
+		expect string
+	}{
+		{"scaling: objects per frame 0 -> 8", func(p *ingest.Pattern, _ *Local) { p.SetObjects(8) }, "scale"},
+		{"ballooning: executors 1.5x slower", func(_ *ingest.Pattern, l *Local) {
+			l.Each(func(_ string, _ *Worker, em *gpu.Emulated) { em.SetSlowdown(1.5) })
+		}, "balloon"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			app, prof := loadExample(t, "traffic")
+			e, local := NewEmbedded(Config{}, everyType)
+			e.Start()
+			defer e.Close()
+			if err := e.Deploy(app, prof); err != nil {
+				t.Fatal(err)
+			}
+			objects := 3
+			if tc.expect == "scale" {
+				objects = 0
+			}
+			pat, _ := ingest.NewPattern(320, 240, objects)
+			ctx, cancel := context.WithCancel(context.Background())
+			wg := runStreams(t, ctx, e, 4, 10, pat)
+			defer func() { cancel(); wg.Wait() }()
+			waitFor(t, "two complete windows", 10*time.Second, func() bool { return len(e.Status().Sessions[0].Windows) >= 2 })
+			jump := time.Now()
+			tc.inject(pat, local)
+			waitFor(t, "a re-plan for "+tc.expect, 5*time.Second, func() bool { _, ok := replanAfter(e, jump, tc.expect); return ok })
+			r, _ := replanAfter(e, jump, tc.expect)
+			if d := r.At.Sub(jump); d > 2*time.Second {
+				t.Errorf("re-plan %v after the jump, want <= 2 s: %s", d, r.Trigger)
+			}
+			t.Logf("re-plan %v after the jump: %s; moves %s; cost %.2f/h", r.At.Sub(jump).Round(time.Millisecond), r.Trigger, summarizeMoves(r.Moves), r.CostWhole)
+			// Recovery: three complete seconds after the re-plan at >= 95%.
+			waitFor(t, "recovery", 10*time.Second, func() bool {
+				ws := e.Status().Sessions[0].Windows
+				return len(ws) > 0 && ws[len(ws)-1].Start.After(r.At.Add(time.Second))
+			})
+			waitFor(t, "three windows after the re-plan", 10*time.Second, func() bool {
+				ws := e.Status().Sessions[0].Windows
+				n := 0
+				for _, w := range ws {
+					if w.Start.After(r.At) {
+						n++
+					}
+				}
+				return n >= 3
+			})
+			for _, w := range e.Status().Sessions[0].Windows {
+				t.Logf("window %s sent %d fin %d late %d drop %d %v", w.Start.Format("05"), w.Sent, w.Finished, w.Late, w.Dropped, w.Drops)
+			}
+			t.Logf("jump %s replan %s", jump.Format("05.000"), r.At.Format("05.000"))
+			fr, sent := recentFinishRate(e, 3)
+			if fr < 0.95 {
+				t.Errorf("finish rate after the re-plan %.3f over %d frames, want >= 0.95; %+v", fr, sent, e.Status().Sessions[0].Drops)
+			}
+		})
+	}
+}
