@@ -11,14 +11,4 @@ require (
 	pgregory.net/rapid v1.3.0
 )
 
-require (
-	github.com/kr/text v0.2.0 // indirect
-	google.golang.org/grpc v1.85.0 // indirect
-	google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.6.2 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-tool (
-	google.golang.org/grpc/cmd/protoc-gen-go-grpc
-	google.golang.org/protobuf/cmd/protoc-gen-go
-)
+require github.com/kr/text v0.2.0 // indirect

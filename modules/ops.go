@@ -7,6 +7,7 @@ import (
 	"image/color"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 
 	"gocv.io/x/gocv"
@@ -22,6 +23,9 @@ type Processor interface {
 	// Close releases what the processor holds.
 	Close()
 }
+
+// Implemented lists the ops New can build, sorted.
+func Implemented() []string { return []string{"count", "crop", "haar-face", "resize", "sink"} }
 
 // ErrNotImplemented is returned by New for ops the registry knows but the
 // runtime cannot run yet.
@@ -73,7 +77,7 @@ func New(op OpID, params map[string]any) (Processor, error) {
 		return passThrough{}, nil
 	}
 	if _, ok := Lookup(op); ok {
-		return nil, fmt.Errorf("%s: %w", op, ErrNotImplemented)
+		return nil, fmt.Errorf("op %s: %w (implemented: %s)", op, ErrNotImplemented, strings.Join(Implemented(), ", "))
 	}
 	return nil, fmt.Errorf("unknown op %q (known: %v)", op, Names())
 }

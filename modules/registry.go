@@ -1,11 +1,11 @@
-// Package modules holds the registry of CPU module operations that mDAG
-// applications name with `op:`, and (in later work) their implementations in
-// Go with gocv and the adapters around GPU modules.
-//
-// At this stage the registry is a catalogue: it names each op, says what it
-// does, whether it keeps per-stream state and which params it accepts, so that
-// `mdag validate` can reject unknown ops and params. The ops' implementations
-// arrive with the runtime (issue 6); until then nothing here executes frames.
+// Package modules holds the CPU module operations that mDAG applications
+// name with `op:`: the registry (each op, what it does, whether it keeps
+// per-stream state, which params it accepts, so `mdag validate` rejects
+// unknown ops and params) and the implementations the runtime runs, in Go
+// with gocv: resize, crop (fan-out by detection), haar-face, count and sink.
+// The stateful ops (track, window, sequence, activity) and segment are
+// registered but not implemented yet: New says so and `mdag serve` refuses
+// apps that use them. Items (frames, crops, detections) are defined here.
 package modules
 
 import (

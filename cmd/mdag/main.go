@@ -36,6 +36,8 @@ func commands() []command {
 		{"place", "allocate, then place onto instances: full and partial, best fit, warm reuse, fewest moves", runPlace},
 		{"pack", "pack model sessions onto GPUs with Nexus's squishy bin packing", runPack},
 		{"partition", "split models over sub-clusters balancing rate and memory (Symphony MILP)", runPartition},
+		{"serve", "run apps live in one process: coordinator, GPU scheduler, in-process workers (emulated GPUs)", runServe},
+		{"status", "show a running server's sessions, finish rate, modules, instances and re-plans", runStatus},
 		{"sim", "simulate the batch scheduler on emulated GPUs: goodput, bad rate, latency, batches", runSim},
 		{"version", "print the version", runVersion},
 	}

@@ -47,7 +47,7 @@ type Config struct {
 	// a batch and the batch starting on its worker (loop, timer and network
 	// jitter); default 10 ms.
 	DispatchDelay time.Duration
-	Log         *slog.Logger
+	Log           *slog.Logger
 	// OnFrame, when set, is called (from the loop; do not block) with every
 	// frame's outcome.
 	OnFrame func(FrameResult)

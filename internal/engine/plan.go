@@ -207,6 +207,9 @@ func (e *Engine) apply(out planOutput) {
 			e.insts[id] = in
 		}
 		in.state, in.releaseAt, in.loads = pi.State, pi.ReleaseAt, pi.Loads
+		if in.state == placement.Starting {
+			in.state = placement.Active // local and registered instances serve at once
+		}
 		if in.registered && in.state == placement.Warm {
 			in.releaseAt = now.Add(24 * time.Hour)
 		}
@@ -219,6 +222,11 @@ func (e *Engine) apply(out planOutput) {
 		}
 		if in.registered {
 			in.state, in.loads = placement.Warm, nil
+			continue
+		}
+		if len(in.outstanding) > 0 {
+			// Work still runs there: keep it warm, released by a later plan.
+			in.state, in.loads, in.releaseAt = placement.Warm, nil, now
 			continue
 		}
 		delete(e.insts, in.id)

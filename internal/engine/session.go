@@ -39,8 +39,8 @@ type modState struct {
 	budget    time.Duration // the allocation's latency for the module
 	fastest   time.Duration // fastest profiled l(1) on any worker type
 	routes    []route
-	conc      map[string]int           // per instance: pool size
-	latency   map[string]time.Duration // per instance: profiled time of one item
+	conc      map[string]int             // per instance: pool size
+	latency   map[string]time.Duration   // per instance: profiled time of one item
 	gpuLat    map[string][]time.Duration // per instance: l(b) the scheduler plans with (ballooned)
 	cpuProf   map[string]time.Duration   // per instance: profiled, for the ballooning signal
 	gpuProf   map[string][]time.Duration

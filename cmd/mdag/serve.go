@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/examples"
+	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/engine"
+	"github.com/mdag/mdag/profile"
+	"github.com/mdag/mdag/scheduler"
+)
+
+func runServe(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("serve", "(-f app.yaml -p profiles.yaml | --example NAME) [flags]", stderr)
+	file := fs.String("f", "", "app YAML file")
+	profiles := fs.String("p", "", "profiles YAML file (with -f)")
+	example := fs.String("example", "", "serve an embedded example app instead of -f/-p (e.g. traffic)")
+	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address for /v1/status and /healthz")
+	workers := fs.String("workers", "", "in-process instances allowed per worker type, e.g. V100=4,CPU=2 (default 8 of every type in the profiles)")
+	policy := fs.String("policy", string(engine.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
+	synthetic := fs.Int("synthetic", 0, "streams of the synthetic moving-shapes source to run (0: none)")
+	fps := fs.Float64("fps", 0, "synthetic source frame rate (default: the app's fps)")
+	objects := fs.Int("objects", 3, "objects per synthetic frame")
+	size := fs.String("size", "320x240", "synthetic frame size WxH")
+	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
+	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	app, prof, err := serveInputs(*file, *profiles, *example)
+	if err != nil {
+		printErrors(stderr, err)
+		return exitInvalid
+	}
+	limits, err := parseLimits(*workers, prof)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag serve: --workers: %v\n", err)
+		return exitInvalid
+	}
+	if !validPolicy(*policy) {
+		fmt.Fprintf(stderr, "mdag serve: --policy %q: want symphony, clockwork or lazy\n", *policy)
+		return exitInvalid
+	}
+	w, h, err := parseSize(*size)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag serve: --size: %v\n", err)
+		return exitInvalid
+	}
+	pat, err := ingest.NewPattern(w, h, *objects)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
+		return exitInvalid
+	}
+	if *fps == 0 {
+		*fps = app.FPS
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	e, _ := engine.NewEmbedded(engine.Config{Policy: scheduler.Policy(*policy), Log: log}, limits)
+	e.Start()
+	defer e.Close()
+	if err := e.Deploy(app, prof); err != nil {
+		printErrors(stderr, err)
+		return exitInvalid
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag serve: listen %s: %v\n", *listen, err)
+		return exitFailure
+	}
+	srv := &http.Server{Handler: statusHandler(e), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	log.Info("serving", "app", app.Name, "status", "http://"+ln.Addr().String()+"/v1/status", "policy", *policy,
+		"note", "embedded mode: coordinator, GPU scheduler and in-process workers with emulated GPUs in one process")
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
+	var wg sync.WaitGroup
+	for i := range *synthetic {
+		id := fmt.Sprintf("synthetic-%d", i)
+		if err := e.Join(app.Name, id); err != nil {
+			fmt.Fprintf(stderr, "mdag serve: %v\n", err)
+			return exitFailure
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := pat.Generate(ctx, clock.Real{}, i, id, *fps, 0, e.Ingest); err != nil {
+				log.Error("synthetic source stopped", "stream", id, "err", err)
+			}
+		}()
+	}
+	<-ctx.Done()
+	wg.Wait()
+	// Let the frames in flight end so the summary accounts for all of them.
+	end := time.Now().Add(app.SLO + 2*time.Second)
+	for time.Now().Before(end) && e.Status().Sessions[0].Open > 0 {
+		<-time.After(20 * time.Millisecond)
+	}
+	writeStatusTable(stdout, e.Status())
+	return exitOK
+}
+
+func validPolicy(p string) bool {
+	return p == string(scheduler.Symphony) || p == string(scheduler.Clockwork) || p == string(scheduler.Lazy)
+}
+
+func serveInputs(file, profiles, example string) (*dag.App, *profile.File, error) {
+	switch {
+	case example != "" && (file != "" || profiles != ""):
+		return nil, nil, errors.New("mdag serve: give --example or -f/-p, not both")
+	case example != "":
+		a, err := examples.App(example)
+		if err != nil {
+			return nil, nil, fmt.Errorf("mdag serve: --example %q: unknown (known: %s)", example, strings.Join(examples.Names(), ", "))
+		}
+		p, err := examples.Profiles(example)
+		if err != nil {
+			return nil, nil, err
+		}
+		app, err := dag.Parse("examples/"+example+"/app.yaml", a)
+		if err != nil {
+			return nil, nil, err
+		}
+		pf, err := profile.Parse("examples/"+example+"/profiles.yaml", p)
+		return app, pf, err
+	case file == "" || profiles == "":
+		return nil, nil, errors.New("mdag serve: need -f app.yaml and -p profiles.yaml, or --example NAME")
+	}
+	app, err := dag.Load(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	pf, err := profile.Load(profiles)
+	return app, pf, err
+}
+
+// parseLimits reads TYPE=N,...; empty means 8 of every type in the profiles.
+func parseLimits(s string, pf *profile.File) (map[profile.WorkerTypeID]int, error) {
+	known := map[profile.WorkerTypeID]bool{}
+	var names []string
+	for _, w := range pf.Workers {
+		known[w.Type] = true
+		names = append(names, string(w.Type))
+	}
+	out := map[profile.WorkerTypeID]int{}
+	if s == "" {
+		for t := range known {
+			out[t] = 8
+		}
+		return out, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || n < 0 {
+			return nil, fmt.Errorf("%q: want TYPE=N with N >= 0", part)
+		}
+		if !known[profile.WorkerTypeID(k)] {
+			return nil, fmt.Errorf("worker type %q is not in the profiles (known: %s)", k, strings.Join(names, ", "))
+		}
+		out[profile.WorkerTypeID(k)] = n
+	}
+	return out, nil
+}
+
+func parseSize(s string) (int, int, error) {
+	ws, hs, ok := strings.Cut(s, "x")
+	w, err1 := strconv.Atoi(ws)
+	h, err2 := strconv.Atoi(hs)
+	if !ok || err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("%q: want WxH, e.g. 640x480", s)
+	}
+	return w, h, nil
+}
+
+func statusHandler(e *engine.Engine) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		writeJSON(w, e.Status(), true)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	return mux
+}
+
+func runStatus(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("status", "[--server URL] [-o table|json]", stderr)
+	server := fs.String("server", "http://127.0.0.1:8080", "the mdag serve address")
+	out := fs.String("o", "table", "output: table or json")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if *out != "table" && *out != "json" {
+		fmt.Fprintf(stderr, "mdag status: -o %q: want table or json\n", *out)
+		return exitInvalid
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(strings.TrimRight(*server, "/") + "/v1/status")
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag status: %v\n", err)
+		return exitFailure
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "mdag status: %s answered %s\n", *server, resp.Status)
+		return exitFailure
+	}
+	var st engine.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		fmt.Fprintf(stderr, "mdag status: bad answer from %s: %v\n", *server, err)
+		return exitFailure
+	}
+	if *out == "json" {
+		writeJSON(stdout, st, true)
+		return exitOK
+	}
+	writeStatusTable(stdout, st)
+	return exitOK
+}
+
+// writeStatusTable prints sessions, modules, instances and the last re-plans.
+func writeStatusTable(w io.Writer, st engine.Status) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, s := range st.Sessions {
+		fmt.Fprintf(tw, "app %s: %d streams at %g fps, SLO %g ms, policy %s\n", s.App, s.Streams, s.FPS, s.SLOMS, st.Policy)
+		fmt.Fprintf(tw, "  frames sent %d, finished %d, late %d, dropped %d, open %d; finish rate %.2f%% (last second %.2f%%)\n",
+			s.Total.Sent, s.Total.Finished, s.Total.Late, s.Total.Dropped, s.Open, 100*s.FinishRateAll, 100*s.FinishRate)
+		fmt.Fprintf(tw, "  latency p50 %.1f ms, p99 %.1f ms; cost $%.2f/h whole instances, $%.2f/h allocated\n", s.P50MS, s.P99MS, s.CostWhole, s.CostFractional)
+		if len(s.Drops) > 0 {
+			keys := make([]string, 0, len(s.Drops))
+			for k := range s.Drops {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			fmt.Fprint(tw, "  drops:")
+			for _, k := range keys {
+				fmt.Fprintf(tw, " %s=%d", k, s.Drops[k])
+			}
+			fmt.Fprintln(tw)
+		}
+		fmt.Fprintln(tw, "  MODULE\tKIND\tIN/S\tSCALE\tEXEC MS\tBALLOON\tBATCH\tBUDGET MS\tINSTANCES\tDROPPED")
+		for _, m := range s.Modules {
+			fmt.Fprintf(tw, "  %s\t%s\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%.1f\t%d\t%d\n", m.Module, m.Kind, m.RateIn, m.Scale, m.ExecMS, m.Balloon, m.MeanBatch, m.BudgetMS, m.Instances, m.Dropped)
+		}
+	}
+	fmt.Fprintln(tw, "INSTANCE\tTYPE\tSTATE\tMODULES")
+	for _, in := range st.Instances {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", in.ID, in.Type, in.State, strings.Join(in.Modules, " "))
+	}
+	tw.Flush()
+	if n := len(st.Replans); n > 0 {
+		fmt.Fprintf(w, "last re-plans (%d shown):\n", min(n, 5))
+		for _, r := range st.Replans[max(0, n-5):] {
+			fmt.Fprintf(w, "  #%d %s: %s (moves: %d, $%.2f/h)\n", r.N, r.At.Format("15:04:05.000"), r.Trigger, len(r.Moves), r.CostWhole)
+		}
+	}
+}

@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/profile"
+)
+
+// chainApp is source -> m0 -> ... -> m(n-1), every module a no-op (sink op)
+// on a CPU worker type.
+func chainApp(tb testing.TB, n int) (*dag.App, *profile.File) {
+	tb.Helper()
+	var a, p strings.Builder
+	fmt.Fprintf(&a, "app: chain\nslo: 1s\nfps: 1000\nmodules:\n")
+	fmt.Fprintf(&p, "workers:\n  - {type: CPU, price: 1, cpus: 2}\nprofiles:\n")
+	prev := "source"
+	for i := range n {
+		fmt.Fprintf(&a, "  - {name: m%d, kind: cpu, op: sink, inputs: [%s]}\n", i, prev)
+		fmt.Fprintf(&p, "  - {target: m%d, worker: CPU, points: [{batch: 1, concurrency: 2, latency: 50us}]}\n", i)
+		prev = fmt.Sprintf("m%d", i)
+	}
+	app, err := dag.Parse("chain.yaml", []byte(a.String()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f, err := profile.Parse("chain-profiles.yaml", []byte(p.String()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return app, f
+}
+
+func startChain(b *testing.B, n int, onFrame func(FrameResult)) *Engine {
+	app, prof := chainApp(b, n)
+	e, _ := NewEmbedded(Config{OnFrame: onFrame}, map[profile.WorkerTypeID]int{"CPU": 1})
+	e.Start()
+	if err := e.Deploy(app, prof); err != nil {
+		b.Fatal(err)
+	}
+	if err := e.Join("chain", "s"); err != nil {
+		b.Fatal(err)
+	}
+	return e
+}
+
+// BenchmarkHopLatency sends one frame at a time through chains of 1 and 5
+// no-op modules in one process; the difference per extra module is the
+// cost of one in-process hop (coordinator loop -> worker pool -> loop).
+func BenchmarkHopLatency(b *testing.B) {
+	for _, n := range []int{1, 5} {
+		b.Run(fmt.Sprintf("modules-%d", n), func(b *testing.B) {
+			done := make(chan time.Duration, 1)
+			e := startChain(b, n, func(r FrameResult) { done <- r.Latency })
+			defer e.Close()
+			f := modules.NewFrame(32, 32)
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				if err := e.Ingest("s", uint64(i), time.Now(), f, nil); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, <-done)
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-us")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-us")
+		})
+	}
+}
+
+// BenchmarkWorkerThroughput pushes frames through a 3-module no-op chain
+// on one in-process worker as fast as they are accepted: the frame rate
+// one worker (and the coordinator loop) sustains.
+func BenchmarkWorkerThroughput(b *testing.B) {
+	done := make(chan struct{}, 1<<20)
+	e := startChain(b, 3, func(r FrameResult) { done <- struct{}{} })
+	defer e.Close()
+	f := modules.NewFrame(32, 32)
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		if err := e.Ingest("s", uint64(i), time.Now(), f, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range b.N {
+		<-done
+	}
+	el := time.Since(start).Seconds()
+	st := e.Status().Sessions[0].Total
+	b.ReportMetric(float64(st.Finished)/el, "finished-frames/s")
+	b.ReportMetric(float64(st.Dropped)/float64(st.Sent), "drop-fraction") // back-pressure: full queues
+}
