@@ -1,0 +1,53 @@
+package gpu
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/modules"
+)
+
+func TestEmulated(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	lat := func(model string, b int) (time.Duration, bool) {
+		return time.Duration(b) * 10 * time.Millisecond, model == "det"
+	}
+	e := NewEmulated(clk, lat)
+	e.SetSlowdown(1.5)
+	frame := &modules.Item{Seq: 1, Truth: []modules.Box{{Class: "car"}, {Class: "person"}}}
+	crop := &modules.Item{Seq: 2, Region: &modules.Box{Class: "bus"}}
+	type res struct {
+		out [][]*modules.Item
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		out, err := e.Run(context.Background(), "det", []*modules.Item{frame, crop})
+		done <- res{out, err}
+	}()
+	// The batch takes 1.5 x l(2) = 30 ms of the fake clock.
+	for clk.Pending() == 0 {
+		<-time.After(time.Millisecond)
+	}
+	clk.Advance(29 * time.Millisecond)
+	select {
+	case <-done:
+		t.Fatal("finished before l(b) x slowdown")
+	default:
+	}
+	clk.Advance(time.Millisecond)
+	r := <-done
+	if r.err != nil || len(r.out) != 2 || len(r.out[0][0].Boxes) != 2 || r.out[1][0].Labels[0] != "bus" {
+		t.Fatalf("%v %+v", r.err, r.out)
+	}
+	if _, err := e.Run(context.Background(), "other", []*modules.Item{frame}); err == nil {
+		t.Fatal("ran a model without a profile")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := e.Run(ctx, "det", []*modules.Item{frame}); err == nil {
+		t.Fatal("a cancelled run succeeded")
+	}
+}
