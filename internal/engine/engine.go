@@ -125,7 +125,6 @@ type Engine struct {
 	nextPlan  int
 	tickTm    clock.Timer
 	lastEpoch time.Time
-	lost      map[string]string // instance -> why, for instances lost and not yet re-planned
 }
 
 // New returns an engine; call Start before use and Close after.
@@ -156,7 +155,7 @@ func New(cfg Config) *Engine {
 		events: make(chan func(), 1<<16), done: make(chan struct{}),
 		sessions: map[dag.AppID]*session{}, streams: map[string]*stream{}, insts: map[string]*instState{},
 		tasks: map[uint64]*taskState{}, reqs: map[uint64]*work{}, gpuIDs: map[string]scheduler.GPUID{},
-		gpuInst: map[scheduler.GPUID]string{}, lost: map[string]string{}}
+		gpuInst: map[scheduler.GPUID]string{}}
 	return e
 }
 
@@ -363,7 +362,6 @@ func (e *Engine) AddInstance(id string, typ profile.WorkerTypeID, inst Instance)
 	e.post(func() {
 		e.insts[id] = &instState{id: id, typ: typ, inst: inst, state: placement.Warm, registered: true,
 			releaseAt: e.clk.Now().Add(24 * time.Hour), outstanding: map[uint64]bool{}}
-		delete(e.lost, id)
 		e.log.Info("worker registered", "instance", id, "type", typ)
 		e.replan("worker " + id + " (" + string(typ) + ") registered")
 	})
@@ -391,9 +389,8 @@ func (e *Engine) wallTime(t scheduler.Time) time.Time { return e.epoch0.Add(t) }
 // ---- sessions, frames and items ----
 
 type stream struct {
-	id   string
-	s    *session
-	sent uint64
+	id string
+	s  *session
 }
 
 type frameKey struct {
@@ -428,7 +425,6 @@ func (e *Engine) ingest(st *stream, seq uint64, capture time.Time, f *modules.Fr
 		e.log.Warn("duplicate frame ignored", "stream", st.id, "seq", seq)
 		return
 	}
-	st.sent++
 	fr := &frame{key: k, capture: capture, deadline: capture.Add(s.app.SLO)}
 	s.frames[k] = fr
 	s.acct.sent(capture)
@@ -490,7 +486,7 @@ func (e *Engine) submit(in *instState, ws []*work, earliest, latest time.Time, a
 	for _, w := range ws {
 		t.Items = append(t.Items, w.it)
 	}
-	e.tasks[id] = &taskState{id: id, inst: in.id, works: ws, action: a, gen: e.schedGen, sent: e.now()}
+	e.tasks[id] = &taskState{id: id, inst: in.id, works: ws, action: a, gen: e.schedGen}
 	in.outstanding[id] = true
 	key := ws[0].s.mods[ws[0].m].key
 	if in.byMod == nil {
@@ -527,7 +523,6 @@ type taskState struct {
 	works  []*work
 	action *scheduler.Action
 	gen    int
-	sent   time.Time
 }
 
 func (e *Engine) onResult(instance string, r Result) {
@@ -707,8 +702,6 @@ func (e *Engine) pump() {
 			}
 			continue
 		}
-		ms := ws[0].s.mods[ws[0].m]
-		ms.obs.actions++
 		e.submit(in, ws, e.wallTime(a.Earliest), e.wallTime(a.Latest), a)
 	}
 	next := e.sched.Next()
@@ -772,7 +765,6 @@ func (e *Engine) loseInstance(id, why string) {
 		}
 	}
 	delete(e.insts, id)
-	e.lost[id] = why
 	in.inst.Close()
 	if !in.registered && e.cfg.Provisioner != nil {
 		e.cfg.Provisioner.Release(id)

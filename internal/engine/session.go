@@ -61,7 +61,6 @@ type modObs struct {
 	balloonN   int
 	batches    int
 	tasks      int
-	actions    int
 	execSum    time.Duration
 	dropped    int
 	rejected   int

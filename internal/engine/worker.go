@@ -250,69 +250,71 @@ func (w *Worker) Stats() WorkerStats {
 	return w.stats
 }
 
+// next waits for h's next task; false when the module was unloaded (its
+// queue closed and drained) or the worker closed (queued tasks fail).
+func (w *Worker) next(ctx context.Context, h *hosted) (Task, bool) {
+	select {
+	case <-ctx.Done():
+		w.drain(h)
+		return Task{}, false
+	case t, ok := <-h.q:
+		return t, ok
+	}
+}
+
 func (w *Worker) cpuLoop(ctx context.Context, h *hosted) {
 	for {
-		select {
-		case <-ctx.Done():
-			w.drain(h)
+		t, ok := w.next(ctx, h)
+		if !ok {
 			return
-		case t, ok := <-h.q:
-			if !ok {
-				return
-			}
-			start := w.clk.Now()
-			r := Result{Task: t.ID, Outputs: make([][]*modules.Item, len(t.Items))}
-			for i, it := range t.Items {
-				out, err := h.proc.Process(it)
-				if err != nil {
-					r.Err = "module-error: " + err.Error()
-					w.count(func(s *WorkerStats) { s.Failed++ })
-					break
-				}
-				r.Outputs[i] = out
-			}
-			r.Measured = w.clk.Now().Sub(start)
-			w.emit(r)
 		}
+		start := w.clk.Now()
+		r := Result{Task: t.ID, Outputs: make([][]*modules.Item, len(t.Items))}
+		for i, it := range t.Items {
+			out, err := h.proc.Process(it)
+			if err != nil {
+				r.Err = "module-error: " + err.Error()
+				w.count(func(s *WorkerStats) { s.Failed++ })
+				break
+			}
+			r.Outputs[i] = out
+		}
+		r.Measured = w.clk.Now().Sub(start)
+		w.emit(r)
 	}
 }
 
 func (w *Worker) gpuLoop(ctx context.Context, h *hosted) {
 	for {
-		select {
-		case <-ctx.Done():
-			w.drain(h)
+		t, ok := w.next(ctx, h)
+		if !ok {
 			return
-		case t, ok := <-h.q:
-			if !ok {
+		}
+		if wait := t.Earliest.Sub(w.clk.Now()); wait > 0 {
+			done := make(chan struct{})
+			tm := w.clk.AfterFunc(wait, func() { close(done) })
+			select {
+			case <-done:
+			case <-ctx.Done():
+				tm.Stop()
+				w.emit(Result{Task: t.ID, Err: "unloaded"})
+				w.drain(h)
 				return
 			}
-			if wait := t.Earliest.Sub(w.clk.Now()); wait > 0 {
-				done := make(chan struct{})
-				tm := w.clk.AfterFunc(wait, func() { close(done) })
-				select {
-				case <-done:
-				case <-ctx.Done():
-					tm.Stop()
-					w.emit(Result{Task: t.ID, Err: "unloaded"})
-					w.drain(h)
-					return
-				}
-			}
-			start := w.clk.Now()
-			if !t.Latest.IsZero() && start.After(t.Latest) {
-				w.count(func(s *WorkerStats) { s.Rejected++ })
-				w.emit(Result{Task: t.ID, Rejected: true})
-				continue
-			}
-			out, err := w.exec.Run(ctx, h.spec.Model, t.Items)
-			r := Result{Task: t.ID, Outputs: out, Measured: w.clk.Now().Sub(start)}
-			if err != nil {
-				r.Outputs, r.Err = nil, "executor: "+err.Error()
-				w.count(func(s *WorkerStats) { s.Failed++ })
-			}
-			w.emit(r)
 		}
+		start := w.clk.Now()
+		if !t.Latest.IsZero() && start.After(t.Latest) {
+			w.count(func(s *WorkerStats) { s.Rejected++ })
+			w.emit(Result{Task: t.ID, Rejected: true})
+			continue
+		}
+		out, err := w.exec.Run(ctx, h.spec.Model, t.Items)
+		r := Result{Task: t.ID, Outputs: out, Measured: w.clk.Now().Sub(start)}
+		if err != nil {
+			r.Outputs, r.Err = nil, "executor: "+err.Error()
+			w.count(func(s *WorkerStats) { s.Failed++ })
+		}
+		w.emit(r)
 	}
 }
 
