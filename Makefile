@@ -9,7 +9,7 @@ DEB_PACKAGES := libopencv-dev opencv-data liblpsolve55-dev libvpx-dev
 DURATION ?=
 BIN := bin/mdag
 
-.PHONY: help deps build test vet demo bench fuzz clean
+.PHONY: help deps build test vet demo bench fuzz proto clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -52,6 +52,11 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	for f in FuzzParseSessions FuzzParseCluster FuzzParseModels; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./placement || exit 1; done
 	$(GO) test -run '^$$' -fuzz FuzzParseWorkload -fuzztime $${FUZZTIME:-30s} ./scheduler/sim
+
+proto: ## regenerate api/*.pb.go from api/mdag.proto (protoc from Debian; Go generators pinned in go.mod's tool directive)
+	@command -v protoc >/dev/null || $(MAKE) deps DEB_PACKAGES=protobuf-compiler
+	protoc --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) --plugin=protoc-gen-go-grpc=$$($(GO) tool -n protoc-gen-go-grpc) \
+		--go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative api/mdag.proto
 
 clean: ## remove build outputs
 	rm -rf bin

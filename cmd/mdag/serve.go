@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -45,7 +44,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	app, prof, err := serveInputs(*file, *profiles, *example)
+	app, prof, err := serveInputs("serve", *file, *profiles, *example)
 	if err != nil {
 		printErrors(stderr, err)
 		return exitInvalid
@@ -132,14 +131,14 @@ func validPolicy(p string) bool {
 	return p == string(scheduler.Symphony) || p == string(scheduler.Clockwork) || p == string(scheduler.Lazy)
 }
 
-func serveInputs(file, profiles, example string) (*dag.App, *profile.File, error) {
+func serveInputs(cmd, file, profiles, example string) (*dag.App, *profile.File, error) {
 	switch {
 	case example != "" && (file != "" || profiles != ""):
-		return nil, nil, errors.New("mdag serve: give --example or -f/-p, not both")
+		return nil, nil, fmt.Errorf("mdag %s: give --example or -f/-p, not both", cmd)
 	case example != "":
 		a, err := examples.App(example)
 		if err != nil {
-			return nil, nil, fmt.Errorf("mdag serve: --example %q: unknown (known: %s)", example, strings.Join(examples.Names(), ", "))
+			return nil, nil, fmt.Errorf("mdag %s: --example %q: unknown (known: %s)", cmd, example, strings.Join(examples.Names(), ", "))
 		}
 		p, err := examples.Profiles(example)
 		if err != nil {
@@ -152,7 +151,7 @@ func serveInputs(file, profiles, example string) (*dag.App, *profile.File, error
 		pf, err := profile.Parse("examples/"+example+"/profiles.yaml", p)
 		return app, pf, err
 	case file == "" || profiles == "":
-		return nil, nil, errors.New("mdag serve: need -f app.yaml and -p profiles.yaml, or --example NAME")
+		return nil, nil, fmt.Errorf("mdag %s: need -f app.yaml and -p profiles.yaml, or --example NAME", cmd)
 	}
 	app, err := dag.Load(file)
 	if err != nil {

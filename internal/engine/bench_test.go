@@ -3,41 +3,18 @@ package engine
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/modules"
 	"github.com/mdag/mdag/profile"
 )
 
-// chainApp is source -> m0 -> ... -> m(n-1), every module a no-op (sink op)
-// on a CPU worker type.
-func chainApp(tb testing.TB, n int) (*dag.App, *profile.File) {
-	tb.Helper()
-	var a, p strings.Builder
-	fmt.Fprintf(&a, "app: chain\nslo: 1s\nfps: 1000\nmodules:\n")
-	fmt.Fprintf(&p, "workers:\n  - {type: CPU, price: 1, cpus: 2}\nprofiles:\n")
-	prev := "source"
-	for i := range n {
-		fmt.Fprintf(&a, "  - {name: m%d, kind: cpu, op: sink, inputs: [%s]}\n", i, prev)
-		fmt.Fprintf(&p, "  - {target: m%d, worker: CPU, points: [{batch: 1, concurrency: 2, latency: 50us}]}\n", i)
-		prev = fmt.Sprintf("m%d", i)
-	}
-	app, err := dag.Parse("chain.yaml", []byte(a.String()))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	f, err := profile.Parse("chain-profiles.yaml", []byte(p.String()))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return app, f
-}
-
 func startChain(b *testing.B, n int, onFrame func(FrameResult)) *Engine {
-	app, prof := chainApp(b, n)
+	app, prof, err := NoopChain(n)
+	if err != nil {
+		b.Fatal(err)
+	}
 	e, _ := NewEmbedded(Config{OnFrame: onFrame}, map[profile.WorkerTypeID]int{"CPU": 1})
 	e.Start()
 	if err := e.Deploy(app, prof); err != nil {

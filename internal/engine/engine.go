@@ -773,3 +773,17 @@ func (e *Engine) loseInstance(id, why string) {
 	e.rebuildScheduler()
 	e.replan("worker " + id + " lost: " + why)
 }
+
+// WorkerTypes is the set of worker types in the deployed apps' profiles:
+// the types a registering worker may have.
+func (e *Engine) WorkerTypes() map[profile.WorkerTypeID]bool {
+	out := map[profile.WorkerTypeID]bool{}
+	e.call(func() {
+		for _, s := range e.sessions {
+			for _, w := range s.cat.Workers() {
+				out[w.Type] = true
+			}
+		}
+	})
+	return out
+}

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/internal/engine"
+	"github.com/mdag/mdag/internal/remote"
+	"github.com/mdag/mdag/scheduler"
+)
+
+// runContext ends on SIGINT/SIGTERM or after d (0: never).
+func runContext(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if d <= 0 {
+		return ctx, stop
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	return ctx, func() { cancel(); stop() }
+}
+
+func newLogger(w io.Writer, verbose bool) *slog.Logger {
+	level := slog.LevelInfo
+	if verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+func runCoordinator(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("coordinator", "(-f app.yaml -p profiles.yaml | --example NAME) [flags]", stderr)
+	file := fs.String("f", "", "app YAML file")
+	profiles := fs.String("p", "", "profiles YAML file (with -f)")
+	example := fs.String("example", "", "deploy an embedded example app instead of -f/-p (e.g. traffic)")
+	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address for /v1/status and /healthz")
+	grpcAddr := fs.String("grpc", "127.0.0.1:7070", "gRPC address workers and sources connect to")
+	policy := fs.String("policy", string(engine.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
+	heartbeat := fs.Duration("heartbeat", remote.DefaultHeartbeat, "heartbeat interval workers are told to keep; 4 missed = worker lost")
+	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
+	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	app, prof, err := serveInputs("coordinator", *file, *profiles, *example)
+	if err != nil {
+		printErrors(stderr, err)
+		return exitInvalid
+	}
+	if !validPolicy(*policy) {
+		fmt.Fprintf(stderr, "mdag coordinator: --policy %q: want symphony, clockwork or lazy\n", *policy)
+		return exitInvalid
+	}
+	if *heartbeat <= 0 {
+		fmt.Fprintf(stderr, "mdag coordinator: --heartbeat %v: want > 0\n", *heartbeat)
+		return exitInvalid
+	}
+	log := newLogger(stderr, *verbose)
+	// No provisioner: the instances are the workers that connect.
+	e := engine.New(engine.Config{Policy: scheduler.Policy(*policy), Log: log})
+	e.Start()
+	defer e.Close()
+	if err := e.Deploy(app, prof); err != nil {
+		printErrors(stderr, err)
+		return exitInvalid
+	}
+	gl, err := net.Listen("tcp", *grpcAddr)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag coordinator: listen %s: %v\n", *grpcAddr, err)
+		return exitFailure
+	}
+	hl, err := net.Listen("tcp", *listen)
+	if err != nil {
+		gl.Close()
+		fmt.Fprintf(stderr, "mdag coordinator: listen %s: %v\n", *listen, err)
+		return exitFailure
+	}
+	g := remote.NewGRPC(&remote.Server{Engine: e, Log: log, Heartbeat: *heartbeat})
+	go func() { _ = g.Serve(gl) }()
+	hs := &http.Server{Handler: statusHandler(e), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(hl) }()
+	log.Info("coordinating", "app", app.Name, "grpc", gl.Addr().String(), "status", "http://"+hl.Addr().String()+"/v1/status", "policy", *policy)
+	ctx, cancel := runContext(*duration)
+	defer cancel()
+	<-ctx.Done()
+	hs.Close()
+	final := e.Status()
+	e.Close() // ends every worker stream, so GracefulStop does not wait on them
+	stopped := make(chan struct{})
+	go func() { g.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(3 * time.Second):
+		g.Stop()
+	}
+	writeStatusTable(stdout, final)
+	return exitOK
+}
+
+func runWorker(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("worker", "--type TYPE [flags]", stderr)
+	coord := fs.String("coordinator", "127.0.0.1:7070", "the coordinator's gRPC address")
+	typ := fs.String("type", "", "this worker's type, one of the deployed profiles' worker types (required)")
+	host, _ := os.Hostname()
+	id := fs.String("id", fmt.Sprintf("%s-%d", host, os.Getpid()), "instance ID, unique among connected workers")
+	executor := fs.String("executor", "emulated", "GPU executor: emulated (profiled times, no GPU needed)")
+	slowdown := fs.Float64("slowdown", 1, "multiply the emulated executor's times (inject ballooning)")
+	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
+	verbose := fs.Bool("v", false, "log debug events")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if *typ == "" {
+		fmt.Fprintln(stderr, "mdag worker: --type is required")
+		return exitInvalid
+	}
+	if *executor != "emulated" {
+		fmt.Fprintf(stderr, "mdag worker: --executor %q: only emulated is built so far\n", *executor)
+		return exitInvalid
+	}
+	if *slowdown <= 0 {
+		fmt.Fprintf(stderr, "mdag worker: --slowdown %g: want > 0\n", *slowdown)
+		return exitInvalid
+	}
+	log := newLogger(stderr, *verbose).With("worker", *id)
+	cc, err := remote.Dial(*coord)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag worker: %v\n", err)
+		return exitInvalid
+	}
+	defer cc.Close()
+	ctx, cancel := runContext(*duration)
+	defer cancel()
+	// Serve; reconnect with backoff when the stream breaks, give up on
+	// what retrying cannot fix.
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := remote.RunWorker(ctx, cc, remote.WorkerConfig{ID: *id, Type: *typ, Executor: *executor, Log: log, Slowdown: *slowdown})
+		if ctx.Err() != nil {
+			break
+		}
+		if c := status.Code(errors.Unwrap(err)); c == codes.InvalidArgument || c == codes.AlreadyExists || status.Code(err) == codes.InvalidArgument {
+			fmt.Fprintf(stderr, "mdag worker: %v\n", err)
+			return exitInvalid
+		}
+		if time.Since(start) > 10*time.Second {
+			backoff = 100 * time.Millisecond
+		}
+		log.Warn("disconnected; reconnecting", "err", err, "in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	fmt.Fprintf(stdout, "worker %s stopped\n", *id)
+	return exitOK
+}
+
+func runSource(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("source", "--app NAME [flags]", stderr)
+	coord := fs.String("coordinator", "127.0.0.1:7070", "the coordinator's gRPC address")
+	app := fs.String("app", "", "the deployed app to stream into (required)")
+	streams := fs.Int("streams", 1, "synthetic cameras to run")
+	prefix := fs.String("prefix", "synthetic", "stream IDs are PREFIX-0, PREFIX-1, ...")
+	fps := fs.Float64("fps", 10, "frames per second per camera")
+	objects := fs.Int("objects", 3, "objects per frame")
+	size := fs.String("size", "320x240", "frame size WxH")
+	count := fs.Uint64("count", 0, "frames per camera (0: until --duration or interrupted)")
+	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted or --count)")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if *app == "" || *streams < 1 || *fps <= 0 {
+		fmt.Fprintln(stderr, "mdag source: need --app, --streams >= 1 and --fps > 0")
+		return exitInvalid
+	}
+	w, h, err := parseSize(*size)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag source: --size: %v\n", err)
+		return exitInvalid
+	}
+	pat, err := ingest.NewPattern(w, h, *objects)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag source: %v\n", err)
+		return exitInvalid
+	}
+	cc, err := remote.Dial(*coord)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag source: %v\n", err)
+		return exitInvalid
+	}
+	defer cc.Close()
+	ctx, cancel := runContext(*duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	code := exitOK
+	for i := range *streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("%s-%d", *prefix, i)
+			r, err := remote.Stream(ctx, cc, *app, id, pat, i, *fps, *count)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				fmt.Fprintf(stderr, "mdag source: %v\n", err)
+				code = exitFailure
+				return
+			}
+			fmt.Fprintf(stdout, "stream %s: %d frames accepted, %d rejected", id, r.Accepted, r.Rejected)
+			if r.LastError != "" {
+				fmt.Fprintf(stdout, " (last: %s)", r.LastError)
+			}
+			fmt.Fprintln(stdout)
+		}()
+	}
+	wg.Wait()
+	return code
+}

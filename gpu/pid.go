@@ -1,0 +1,5 @@
+package gpu
+
+import "os"
+
+func currentPID() int { return os.Getpid() }

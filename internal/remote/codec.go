@@ -1,0 +1,194 @@
+package remote
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/mdag/mdag/api"
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/internal/engine"
+	"github.com/mdag/mdag/modules"
+)
+
+// Conversions between the engine's types and the wire's. Times travel as
+// Unix nanoseconds (0 = unset): processes on one machine share a clock, and
+// on several machines mdag assumes NTP-synchronised clocks (action windows
+// are tens of milliseconds; NTP keeps hosts within about a millisecond).
+
+func unixNS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNS(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+func specToPB(s engine.ModuleSpec) (*api.ModuleSpec, error) {
+	out := &api.ModuleSpec{App: string(s.App), Module: string(s.Module), Kind: string(s.Kind), Op: s.Op, Model: s.Model, Concurrency: int32(s.Concurrency)}
+	if len(s.Params) > 0 {
+		b, err := json.Marshal(s.Params)
+		if err != nil {
+			return nil, fmt.Errorf("module %s/%s params: %w", s.App, s.Module, err)
+		}
+		out.ParamsJson = b
+	}
+	for _, l := range s.Latency {
+		out.LatencyNs = append(out.LatencyNs, int64(l))
+	}
+	return out, nil
+}
+
+func specFromPB(p *api.ModuleSpec) (engine.ModuleSpec, error) {
+	s := engine.ModuleSpec{App: dag.AppID(p.App), Module: dag.ModuleID(p.Module), Kind: dag.Kind(p.Kind), Op: p.Op, Model: p.Model, Concurrency: int(p.Concurrency)}
+	if len(p.ParamsJson) > 0 {
+		if err := json.Unmarshal(p.ParamsJson, &s.Params); err != nil {
+			return s, fmt.Errorf("module %s/%s params: %w", p.App, p.Module, err)
+		}
+	}
+	for _, l := range p.LatencyNs {
+		s.Latency = append(s.Latency, time.Duration(l))
+	}
+	return s, nil
+}
+
+func boxesToPB(bs []modules.Box) []*api.Box {
+	if len(bs) == 0 {
+		return nil
+	}
+	out := make([]*api.Box, len(bs))
+	for i, b := range bs {
+		out[i] = &api.Box{X: int32(b.X), Y: int32(b.Y), W: int32(b.W), H: int32(b.H), Class: b.Class, Score: b.Score}
+	}
+	return out
+}
+
+func boxFromPB(b *api.Box) modules.Box {
+	return modules.Box{X: int(b.GetX()), Y: int(b.GetY()), W: int(b.GetW()), H: int(b.GetH()), Class: b.GetClass(), Score: b.GetScore()}
+}
+
+func boxesFromPB(bs []*api.Box) []modules.Box {
+	if len(bs) == 0 {
+		return nil
+	}
+	out := make([]modules.Box, len(bs))
+	for i, b := range bs {
+		out[i] = boxFromPB(b)
+	}
+	return out
+}
+
+func frameToPB(f *modules.Frame) *api.Frame {
+	if f == nil {
+		return nil
+	}
+	return &api.Frame{Width: int32(f.W), Height: int32(f.H), Bgr: f.Pix}
+}
+
+// frameFromPB checks the size: a frame from the wire is outside input.
+func frameFromPB(f *api.Frame) (*modules.Frame, error) {
+	if f == nil {
+		return nil, nil
+	}
+	out := &modules.Frame{W: int(f.Width), H: int(f.Height), Pix: f.Bgr}
+	if err := out.Valid(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func itemToPB(it *modules.Item) *api.Item {
+	out := &api.Item{Stream: it.Stream, Seq: it.Seq, CaptureUnixNs: unixNS(it.Capture), DeadlineUnixNs: unixNS(it.Deadline),
+		Frame: frameToPB(it.Frame), Boxes: boxesToPB(it.Boxes), Truth: boxesToPB(it.Truth), Labels: it.Labels}
+	if it.Region != nil {
+		out.Region = boxesToPB([]modules.Box{*it.Region})[0]
+	}
+	if len(it.Counts) > 0 {
+		out.Counts = make(map[string]int64, len(it.Counts))
+		for k, v := range it.Counts {
+			out.Counts[k] = int64(v)
+		}
+	}
+	return out
+}
+
+func itemFromPB(p *api.Item) (*modules.Item, error) {
+	f, err := frameFromPB(p.Frame)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s frame %d: %w", p.Stream, p.Seq, err)
+	}
+	it := &modules.Item{Stream: p.Stream, Seq: p.Seq, Capture: fromNS(p.CaptureUnixNs), Deadline: fromNS(p.DeadlineUnixNs),
+		Frame: f, Boxes: boxesFromPB(p.Boxes), Truth: boxesFromPB(p.Truth), Labels: p.Labels}
+	if p.Region != nil {
+		r := boxFromPB(p.Region)
+		it.Region = &r
+	}
+	if len(p.Counts) > 0 {
+		it.Counts = make(map[string]int, len(p.Counts))
+		for k, v := range p.Counts {
+			it.Counts[k] = int(v)
+		}
+	}
+	return it, nil
+}
+
+func taskToPB(t engine.Task) *api.Task {
+	out := &api.Task{Id: t.ID, App: string(t.App), Module: string(t.Module), EarliestUnixNs: unixNS(t.Earliest), LatestUnixNs: unixNS(t.Latest)}
+	out.Items = make([]*api.Item, len(t.Items))
+	for i, it := range t.Items {
+		out.Items[i] = itemToPB(it)
+	}
+	return out
+}
+
+func taskFromPB(p *api.Task) (engine.Task, error) {
+	t := engine.Task{ID: p.Id, App: dag.AppID(p.App), Module: dag.ModuleID(p.Module), Earliest: fromNS(p.EarliestUnixNs), Latest: fromNS(p.LatestUnixNs)}
+	t.Items = make([]*modules.Item, len(p.Items))
+	for i, pi := range p.Items {
+		it, err := itemFromPB(pi)
+		if err != nil {
+			return t, err
+		}
+		t.Items[i] = it
+	}
+	return t, nil
+}
+
+func resultToPB(r engine.Result) *api.Result {
+	out := &api.Result{Task: r.Task, Error: r.Err, Rejected: r.Rejected, Full: r.Full, MeasuredNs: int64(r.Measured)}
+	out.Outputs = make([]*api.ItemList, len(r.Outputs))
+	for i, l := range r.Outputs {
+		pl := &api.ItemList{Items: make([]*api.Item, len(l))}
+		for j, it := range l {
+			pl.Items[j] = itemToPB(it)
+		}
+		out.Outputs[i] = pl
+	}
+	return out
+}
+
+// resultFromPB never fails: an output the coordinator cannot decode turns
+// the result into an error result, so its frames are still accounted.
+func resultFromPB(p *api.Result) engine.Result {
+	r := engine.Result{Task: p.Task, Err: p.Error, Rejected: p.Rejected, Full: p.Full, Measured: time.Duration(p.MeasuredNs)}
+	if r.Err != "" || r.Rejected {
+		return r
+	}
+	r.Outputs = make([][]*modules.Item, len(p.Outputs))
+	for i, l := range p.Outputs {
+		for _, pi := range l.GetItems() {
+			it, err := itemFromPB(pi)
+			if err != nil {
+				return engine.Result{Task: p.Task, Err: "bad-result: " + err.Error(), Measured: r.Measured}
+			}
+			r.Outputs[i] = append(r.Outputs[i], it)
+		}
+	}
+	return r
+}

@@ -1,0 +1,191 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sort"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/mdag/mdag/api"
+	"github.com/mdag/mdag/gpu"
+	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/engine"
+	"github.com/mdag/mdag/profile"
+)
+
+// Dial connects to a coordinator with mdag's message limits. Traffic is
+// plaintext: run it on a trusted network (TLS is future work, noted in
+// docs/ARCHITECTURE.md).
+func Dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)))
+}
+
+// WorkerConfig configures RunWorker.
+type WorkerConfig struct {
+	ID       string
+	Type     string
+	Executor string // "emulated" (default)
+	Clock    clock.Clock
+	Log      *slog.Logger
+	// Slowdown multiplies the emulated executor's times (ballooning
+	// injection); 0 or 1 = none.
+	Slowdown float64
+	// OnEmulated, when set, receives the emulated executor once made (tests
+	// use it to slow the worker down live).
+	OnEmulated func(*gpu.Emulated)
+}
+
+// RunWorker connects a worker to the coordinator at cc and serves until ctx
+// ends or the stream breaks; it returns why. Callers reconnect (with
+// backoff) by calling it again: the coordinator counts the old connection
+// lost and the new one registers afresh.
+func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Executor == "" {
+		cfg.Executor = "emulated"
+	}
+	if cfg.Executor != "emulated" {
+		return fmt.Errorf("worker %s: executor %q: only emulated is built (see issue 6's note)", cfg.ID, cfg.Executor)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stream, err := api.NewCoordinatorClient(cc).Connect(ctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	reg := &api.Register{Id: cfg.ID, Type: cfg.Type, Executor: cfg.Executor, Cpus: int32(runtime.NumCPU()), Gpu: gpu.Telemetry().Summary()}
+	if err := stream.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: reg}}); err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	m, err := stream.Recv()
+	if err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	ack := m.GetRegistered()
+	if ack == nil {
+		return errors.New("register: the coordinator did not acknowledge")
+	}
+	beat := time.Duration(ack.HeartbeatIntervalNs)
+	if beat <= 0 {
+		beat = DefaultHeartbeat
+	}
+	out := make(chan *api.WorkerMessage, DefaultSendQueue)
+	send := func(m *api.WorkerMessage) {
+		select {
+		case out <- m:
+		case <-ctx.Done():
+		}
+	}
+	w := engine.NewWorker(cfg.ID, cfg.Type, cfg.Clock, nil, func(r engine.Result) {
+		send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: resultToPB(r)}})
+	})
+	defer w.Close()
+	em := gpu.NewEmulated(cfg.Clock, w.Latency)
+	if cfg.Slowdown > 0 {
+		em.SetSlowdown(cfg.Slowdown)
+	}
+	if cfg.OnEmulated != nil {
+		cfg.OnEmulated(em)
+	}
+	w.SetExecutor(em)
+	cfg.Log.Info("registered", "coordinator", cc.Target(), "id", cfg.ID, "type", cfg.Type, "heartbeat", beat)
+
+	// Sender and heartbeats: the only goroutine that writes the stream.
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		tick := cfg.Clock.After(beat)
+		for {
+			select {
+			case m := <-out:
+				if err := stream.Send(m); err != nil {
+					cancel(fmt.Errorf("send: %w", err))
+					return
+				}
+			case <-tick:
+				st := w.Stats()
+				hb := &api.Heartbeat{Tasks: st.Tasks, Rejected: st.Rejected, Failed: st.Failed, QueueFull: st.Full, Modules: int32(st.Modules)}
+				if err := stream.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Heartbeat{Heartbeat: hb}}); err != nil {
+					cancel(fmt.Errorf("send: %w", err))
+					return
+				}
+				tick = cfg.Clock.After(beat)
+			case <-ctx.Done():
+				_ = stream.CloseSend()
+				return
+			}
+		}
+	}()
+	defer func() { <-sent }()
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			if c := context.Cause(ctx); c != nil {
+				return c
+			}
+			return fmt.Errorf("receive: %w", err)
+		}
+		switch m := m.Msg.(type) {
+		case *api.CoordinatorMessage_Load:
+			reply := &api.LoadReply{Generation: m.Load.Generation}
+			if err := load(w, m.Load); err != nil {
+				reply.Error = err.Error()
+				cfg.Log.Error("load", "err", err)
+			} else {
+				cfg.Log.Info("modules loaded", "generation", m.Load.Generation, "modules", moduleNames(m.Load))
+			}
+			send(&api.WorkerMessage{Msg: &api.WorkerMessage_LoadReply{LoadReply: reply}})
+		case *api.CoordinatorMessage_Task:
+			t, err := taskFromPB(m.Task)
+			if err != nil {
+				send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: &api.Result{Task: m.Task.Id, Error: "bad-task: " + err.Error()}}})
+				continue
+			}
+			w.Submit(t)
+		default:
+			cfg.Log.Warn("unexpected message from the coordinator", "type", fmt.Sprintf("%T", m))
+		}
+	}
+}
+
+func load(w *engine.Worker, l *api.Load) error {
+	specs := make([]engine.ModuleSpec, 0, len(l.Modules))
+	for _, p := range l.Modules {
+		s, err := specFromPB(p)
+		if err != nil {
+			return err
+		}
+		specs = append(specs, s)
+	}
+	return w.Load(specs)
+}
+
+func moduleNames(l *api.Load) []string {
+	out := make([]string, 0, len(l.Modules))
+	for _, m := range l.Modules {
+		out = append(out, m.App+"/"+m.Module)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortedTypes(m map[profile.WorkerTypeID]bool) []profile.WorkerTypeID {
+	out := make([]profile.WorkerTypeID, 0, len(m))
+	for t := range m {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
