@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/internal/engine"
 	"github.com/mdag/mdag/internal/remote"
@@ -116,7 +118,15 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	typ := fs.String("type", "", "this worker's type, one of the deployed profiles' worker types (required)")
 	host, _ := os.Hostname()
 	id := fs.String("id", fmt.Sprintf("%s-%d", host, os.Getpid()), "instance ID, unique among connected workers")
-	executor := fs.String("executor", "emulated", "GPU executor: emulated (profiled times, no GPU needed)")
+	executor := fs.String("executor", "emulated", "GPU executor: emulated (profiled times, no GPU needed) or opencv (real ONNX models, OpenCV DNN on the CPU)")
+	var models []gpu.ModelFile
+	fs.Func("model", "with --executor opencv: a model as NAME=DECODER:PATH (repeatable), NAME being the app's `model:`; decoders: "+strings.Join(gpu.Decoders(), ", "), func(s string) error {
+		m, err := gpu.ParseModelFile(s)
+		if err == nil {
+			models = append(models, m)
+		}
+		return err
+	})
 	slowdown := fs.Float64("slowdown", 1, "multiply the emulated executor's times (inject ballooning)")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events")
@@ -127,8 +137,27 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mdag worker: --type is required")
 		return exitInvalid
 	}
-	if *executor != "emulated" {
-		fmt.Fprintf(stderr, "mdag worker: --executor %q: only emulated is built so far\n", *executor)
+	var exec gpu.Executor
+	switch *executor {
+	case "emulated":
+		if len(models) > 0 {
+			fmt.Fprintln(stderr, "mdag worker: --model needs --executor opencv")
+			return exitInvalid
+		}
+	case "opencv":
+		if len(models) == 0 {
+			fmt.Fprintln(stderr, "mdag worker: --executor opencv needs at least one --model NAME=DECODER:PATH")
+			return exitInvalid
+		}
+		x, err := gpu.NewOpenCV(models, 2)
+		if err != nil {
+			printErrors(stderr, fmt.Errorf("mdag worker: %w", err))
+			return exitInvalid
+		}
+		defer x.Close()
+		exec = x
+	default:
+		fmt.Fprintf(stderr, "mdag worker: --executor %q: want emulated or opencv\n", *executor)
 		return exitInvalid
 	}
 	if *slowdown <= 0 {
@@ -149,7 +178,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := remote.RunWorker(ctx, cc, remote.WorkerConfig{ID: *id, Type: *typ, Executor: *executor, Log: log, Slowdown: *slowdown})
+		err := remote.RunWorker(ctx, cc, remote.WorkerConfig{ID: *id, Type: *typ, Exec: exec, Log: log, Slowdown: *slowdown})
 		if ctx.Err() != nil {
 			break
 		}

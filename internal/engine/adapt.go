@@ -120,10 +120,16 @@ func (d *Detector) Observe(now time.Time, obs map[dag.ModuleID]Observation) (Tri
 	}
 	d.lastPlan = now // the re-plan this asks for is on its way
 	t := Trigger{Scale: copyMap(d.scale), Balloon: copyMap(d.balloon), Reason: strings.Join(reasons, "; ")}
-	for k, v := range d.smooth {
+	// Hysteresis decides whether to re-plan; once re-planning, every factor
+	// off in the latest window rides along (a slowdown that hits several
+	// modules is seen a window apart in each; without this the second
+	// module waits out another minimum interval while it drops frames).
+	var also []string
+	for _, k := range sortedKeys(d.smooth) {
+		v := d.smooth[k]
 		m, kind, _ := strings.Cut(k, "\x00")
 		if d.streak[k] < d.cfg.Windows {
-			continue
+			also = append(also, fmt.Sprintf("%s %s -> %.3g", m, kind, v))
 		}
 		if kind == "scale" {
 			// A module seen idle keeps capacity for a quarter item per
@@ -133,7 +139,19 @@ func (d *Detector) Observe(now time.Time, obs map[dag.ModuleID]Observation) (Tri
 			t.Balloon[dag.ModuleID(m)] = max(1, v)
 		}
 	}
+	if len(also) > 0 {
+		t.Reason += "; with " + strings.Join(also, ", ") + " (1 window)"
+	}
 	return t, true
+}
+
+func sortedKeys(m map[string]float64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // check updates one factor's smoothed value and streak; floor is the
@@ -148,10 +166,17 @@ func (d *Detector) check(m dag.ModuleID, kind string, v, planned, floor float64,
 	}
 	// Off in this window: the decision uses the raw value (one odd window
 	// resets nothing and triggers nothing); the factor re-planned with is
-	// the mean over the streak.
+	// the mean over the streak for scaling, the maximum for ballooning.
 	if s, ok := d.smooth[k]; ok {
-		n := float64(d.streak[k])
-		v = (s*n + v) / (n + 1)
+		if kind == "balloon" {
+			// Slowdowns: the worst window of the streak (the first
+			// window of a jump is partly before it; a plan that assumes
+			// less than the slowdown runs out of headroom).
+			v = max(s, v)
+		} else {
+			n := float64(d.streak[k])
+			v = (s*n + v) / (n + 1)
+		}
 	}
 	d.smooth[k] = v
 	d.streak[k]++

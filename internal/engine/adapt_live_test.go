@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -74,15 +75,8 @@ func TestAdaptation(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.expect == "balloon" && os.Getenv("MDAG_BALLOON_TEST") == "" {
-				// Known unstable (about 1 run in 4 on 2 cores): the re-plan comes
-				// in time, but detect can keep dropping (cannot-finish) after it
-				// when the plan keeps detect on a slowed instance. Open work
-				// for issue 6; run with MDAG_BALLOON_TEST=1.
-				t.Skip("ballooning recovery is not yet reliable; MDAG_BALLOON_TEST=1 runs it")
-			}
 			app, prof := loadExample(t, "traffic")
-			e, local := NewEmbedded(Config{}, everyType)
+			e, local := NewEmbedded(Config{Log: testLog(t)}, everyType)
 			e.Start()
 			defer e.Close()
 			if err := e.Deploy(app, prof); err != nil {
@@ -124,10 +118,26 @@ func TestAdaptation(t *testing.T) {
 				t.Logf("window %s sent %d fin %d late %d drop %d %v", w.Start.Format("05"), w.Sent, w.Finished, w.Late, w.Dropped, w.Drops)
 			}
 			t.Logf("jump %s replan %s", jump.Format("05.000"), r.At.Format("05.000"))
+			st := e.Status()
+			for _, in := range st.Instances {
+				t.Logf("instance %s %s %s %v", in.ID, in.Type, in.State, in.Modules)
+			}
+			for _, m := range st.Sessions[0].Modules {
+				t.Logf("module %s in/s %.1f exec %.1f ms balloon %.2f batch %.2f budget %.1f ms instances %d", m.Module, m.RateIn, m.ExecMS, m.Balloon, m.MeanBatch, m.BudgetMS, m.Instances)
+			}
 			fr, sent := recentFinishRate(e, 3)
 			if fr < 0.95 {
 				t.Errorf("finish rate after the re-plan %.3f over %d frames, want >= 0.95; %+v", fr, sent, e.Status().Sessions[0].Drops)
 			}
 		})
 	}
+}
+
+// testLog logs the engine's debug events to the test log when
+// MDAG_TEST_LOG is set (every drop with its reason and detail).
+func testLog(t *testing.T) *slog.Logger {
+	if os.Getenv("MDAG_TEST_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

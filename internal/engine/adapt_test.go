@@ -66,3 +66,33 @@ func TestDetectorTriggerCarriesFactors(t *testing.T) {
 		t.Fatalf("trigger %v %+v: want crop scale near 8", ok, tr)
 	}
 }
+
+// TestDetectorRideAlong: a slowdown reaches two modules a window apart. The
+// re-plan the first one triggers carries the second's factor too, and the
+// factor planned for a slowdown is the worst window, not the mean.
+func TestDetectorRideAlong(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	d := NewDetector(AdaptConfig{})
+	d.Planned(t0, map[dag.ModuleID]float64{"detect": 1, "face": 1}, nil)
+	obs := func(detect, face float64) map[dag.ModuleID]Observation {
+		return map[dag.ModuleID]Observation{"detect": {In: 10, Done: 10, Out: 10, Balloon: detect}, "face": {In: 10, Done: 10, Out: 10, Balloon: face}}
+	}
+	steps := []map[dag.ModuleID]Observation{obs(1, 1), obs(1, 1), obs(1, 1), obs(1.3, 1), obs(1.5, 1.5)}
+	var tr Trigger
+	var ok bool
+	for i, o := range steps {
+		tr, ok = d.Observe(t0.Add(time.Duration(i+1)*250*time.Millisecond), o)
+		if ok && i < len(steps)-1 {
+			t.Fatalf("step %d: early trigger %q", i, tr.Reason)
+		}
+	}
+	if !ok {
+		t.Fatal("no trigger")
+	}
+	if tr.Balloon["detect"] != 1.5 || tr.Balloon["face"] != 1.5 {
+		t.Errorf("balloon %v: want detect 1.5 (worst of 1.3, 1.5) and face 1.5 (riding along)", tr.Balloon)
+	}
+	if !strings.Contains(tr.Reason, "detect balloon 1 -> 1.5") || !strings.Contains(tr.Reason, "with face balloon -> 1.5 (1 window)") {
+		t.Errorf("reason %q", tr.Reason)
+	}
+}

@@ -29,11 +29,13 @@ func Dial(addr string) (*grpc.ClientConn, error) {
 
 // WorkerConfig configures RunWorker.
 type WorkerConfig struct {
-	ID       string
-	Type     string
-	Executor string // "emulated" (default)
-	Clock    clock.Clock
-	Log      *slog.Logger
+	ID   string
+	Type string
+	// Exec runs GPU batches; nil means the emulated executor (profiled
+	// times from the loaded modules' specs).
+	Exec  gpu.Executor
+	Clock clock.Clock
+	Log   *slog.Logger
 	// Slowdown multiplies the emulated executor's times (ballooning
 	// injection); 0 or 1 = none.
 	Slowdown float64
@@ -53,11 +55,9 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Executor == "" {
-		cfg.Executor = "emulated"
-	}
-	if cfg.Executor != "emulated" {
-		return fmt.Errorf("worker %s: executor %q: only emulated is built (see issue 6's note)", cfg.ID, cfg.Executor)
+	kind := "emulated"
+	if cfg.Exec != nil {
+		kind = cfg.Exec.Kind()
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -65,7 +65,7 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	reg := &api.Register{Id: cfg.ID, Type: cfg.Type, Executor: cfg.Executor, Cpus: int32(runtime.NumCPU()), Gpu: gpu.Telemetry().Summary()}
+	reg := &api.Register{Id: cfg.ID, Type: cfg.Type, Executor: kind, Cpus: int32(runtime.NumCPU()), Gpu: gpu.Telemetry().Summary()}
 	if err := stream.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: reg}}); err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
@@ -92,15 +92,19 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 		send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: resultToPB(r)}})
 	})
 	defer w.Close()
-	em := gpu.NewEmulated(cfg.Clock, w.Latency)
-	if cfg.Slowdown > 0 {
-		em.SetSlowdown(cfg.Slowdown)
+	if cfg.Exec != nil {
+		w.SetExecutor(cfg.Exec)
+	} else {
+		em := gpu.NewEmulated(cfg.Clock, w.Latency)
+		if cfg.Slowdown > 0 {
+			em.SetSlowdown(cfg.Slowdown)
+		}
+		if cfg.OnEmulated != nil {
+			cfg.OnEmulated(em)
+		}
+		w.SetExecutor(em)
 	}
-	if cfg.OnEmulated != nil {
-		cfg.OnEmulated(em)
-	}
-	w.SetExecutor(em)
-	cfg.Log.Info("registered", "coordinator", cc.Target(), "id", cfg.ID, "type", cfg.Type, "heartbeat", beat)
+	cfg.Log.Info("registered", "coordinator", cc.Target(), "id", cfg.ID, "type", cfg.Type, "executor", kind, "heartbeat", beat)
 
 	// Sender and heartbeats: the only goroutine that writes the stream.
 	sent := make(chan struct{})
