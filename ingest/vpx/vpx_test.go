@@ -1,0 +1,195 @@
+package vpx
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/mdag/mdag/modules"
+)
+
+// scene is a gradient with a bright square that moves with i.
+func scene(w, h, i int) *modules.Frame {
+	f := modules.NewFrame(w, h)
+	for y := range h {
+		for x := range w {
+			p := f.Pix[(y*w+x)*3:]
+			p[0], p[1], p[2] = byte(x*255/w), byte(y*255/h), byte((x+y)/4)
+			if x >= 20+4*i && x < 80+4*i && y >= 40 && y < 100 {
+				p[0], p[1], p[2] = 240, 240, 240
+			}
+		}
+	}
+	return f
+}
+
+func psnr(a, b *modules.Frame) float64 {
+	var se float64
+	for i := range a.Pix {
+		d := float64(a.Pix[i]) - float64(b.Pix[i])
+		se += d * d
+	}
+	mse := se / float64(len(a.Pix))
+	if mse == 0 {
+		return math.Inf(1)
+	}
+	return 10 * math.Log10(255*255/mse)
+}
+
+// encodeScene encodes n frames of the scene.
+func encodeScene(t testing.TB, w, h, n int) ([]*modules.Frame, []Encoded) {
+	t.Helper()
+	enc, err := NewEncoder(EncoderConfig{Width: w, Height: h, FPS: 30, BitrateKbps: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Close()
+	var src []*modules.Frame
+	var out []Encoded
+	for i := range n {
+		f := scene(w, h, i)
+		pk, err := enc.Encode(f, int64(i), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pk) != 1 {
+			t.Fatalf("frame %d: %d packets, want 1 (no lag)", i, len(pk))
+		}
+		src = append(src, f)
+		out = append(out, pk[0])
+	}
+	return src, out
+}
+
+func TestRoundTrip(t *testing.T) {
+	src, pkts := encodeScene(t, 320, 240, 30)
+	if !pkts[0].Key || pkts[1].Key {
+		t.Errorf("key flags %v %v: want the first frame key and the second not", pkts[0].Key, pkts[1].Key)
+	}
+	dec, err := NewDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	for i, p := range pkts {
+		f, err := dec.Decode(p.Data)
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if f == nil || f.W != 320 || f.H != 240 {
+			t.Fatalf("frame %d: decoded %+v", i, f)
+		}
+		// The colour conversions and VP8 at 2 Mb/s keep the picture.
+		if q := psnr(src[i], f); q < 28 {
+			t.Errorf("frame %d: PSNR %.1f dB, want >= 28", i, q)
+		}
+	}
+}
+
+// TestCorruptInput: damaged frames give errors or pictures, never a crash;
+// the next key frame decodes cleanly.
+func TestCorruptInput(t *testing.T) {
+	_, pkts := encodeScene(t, 160, 120, 10)
+	dec, err := NewDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	if _, err := dec.Decode(nil); err == nil || !strings.Contains(err.Error(), "empty frame") {
+		t.Errorf("empty: %v", err)
+	}
+	if _, err := dec.Decode([]byte{1, 2, 3}); err == nil {
+		t.Error("3 garbage bytes decoded")
+	}
+	for _, p := range pkts[1:] {
+		bad := append([]byte(nil), p.Data...)
+		for i := 3; i < len(bad); i += 7 {
+			bad[i] ^= 0x5a
+		}
+		_, _ = dec.Decode(bad) // either is fine; it must not crash
+	}
+	f, err := dec.Decode(pkts[0].Data)
+	if err != nil || f == nil {
+		t.Fatalf("key frame after corrupt input: %v %v", f, err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	if _, err := NewEncoder(EncoderConfig{Width: 0, Height: 10}); err == nil {
+		t.Error("0-wide encoder accepted")
+	}
+	if _, err := NewEncoder(EncoderConfig{Width: 8000, Height: 8000}); err == nil {
+		t.Error("64-megapixel encoder accepted")
+	}
+	enc, err := NewEncoder(EncoderConfig{Width: 64, Height: 48})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := enc.Encode(modules.NewFrame(32, 32), 0, false); err == nil || !strings.Contains(err.Error(), "frame 32x32, encoder is 64x48") {
+		t.Errorf("wrong size: %v", err)
+	}
+	if _, err := enc.Encode(&modules.Frame{W: 64, H: 48}, 0, false); err == nil {
+		t.Error("frame without pixels accepted")
+	}
+	enc.Close()
+	enc.Close()
+	if _, err := enc.Encode(modules.NewFrame(64, 48), 0, false); err == nil {
+		t.Error("closed encoder encoded")
+	}
+	dec, err := NewDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec.Close()
+	if _, err := dec.Decode([]byte{1}); err == nil {
+		t.Error("closed decoder decoded")
+	}
+}
+
+// FuzzDecode feeds arbitrary bytes to a decoder that has seen a key frame.
+func FuzzDecode(f *testing.F) {
+	_, pkts := encodeScene(f, 64, 48, 3)
+	for _, p := range pkts {
+		f.Add(p.Data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dec, err := NewDecoder()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dec.Close()
+		if _, err := dec.Decode(pkts[0].Data); err != nil {
+			t.Fatal(err)
+		}
+		fr, err := dec.Decode(data)
+		if err == nil && fr != nil {
+			if verr := fr.Valid(); verr != nil {
+				t.Fatalf("decoded an invalid frame: %v", verr)
+			}
+		}
+	})
+}
+
+// BenchmarkDecode is VP8 decode + I420->BGR per frame at two sizes, one
+// core (the decoder is single-threaded).
+func BenchmarkDecode(b *testing.B) {
+	for _, sz := range [][2]int{{640, 480}, {1280, 720}} {
+		b.Run(fmt.Sprintf("%dx%d", sz[0], sz[1]), func(b *testing.B) {
+			_, pkts := encodeScene(b, sz[0], sz[1], 60)
+			dec, err := NewDecoder()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer dec.Close()
+			b.ResetTimer()
+			for i := range b.N {
+				p := pkts[i%len(pkts)] // every 60th is the key frame again
+				if _, err := dec.Decode(p.Data); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "frames/s")
+		})
+	}
+}
