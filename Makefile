@@ -42,7 +42,7 @@ demo: build ## plan the traffic example end to end: validate, allocate, place, s
 	@echo; echo "== 4. sim: the centralized batch scheduler on 8 emulated GPUs (Symphony Table 4, ResNet50)"
 	./$(BIN) sim -f examples/sim/resnet50-8gpu.yaml --rate 5300
 	./$(BIN) sim -f examples/sim/resnet50-8gpu.yaml --rate 5300 --policy clockwork
-	@echo; echo "The live service (WebRTC ingest, workers, dashboard) comes with the runtime issues."
+	@echo; echo "Live: bin/mdag serve --example traffic --synthetic 4 --duration 10s (embedded), or mdag coordinator + mdag worker + mdag source (README). WebRTC ingest and the dashboard come with issues 7 and 8."
 
 bench: ## run the benchmarks (results go to docs/benchmarks.md by hand)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./...

@@ -10,8 +10,12 @@
 //     are whole frames get the frame's objects as detections, crops get their
 //     object's class as a label. It is deterministic, runs without a GPU and
 //     lets one machine emulate many GPUs (the papers evaluate at scale so).
-//   - A real OpenCV DNN executor (ONNX on the CPU target or CUDA) is not built
-//     yet; see the package README.
+//   - OpenCV runs real ONNX models through OpenCV's DNN module (gocv) on the
+//     CPU target, batch by item (OpenCV 4.6), with decoders that turn output
+//     tensors into detections (BlazeFace so far); see opencv.go.
+//
+// Telemetry reads NVIDIA GPUs through NVML (go-nvml) and reports a clean
+// no-driver state where there is none.
 package gpu
 
 import (
@@ -30,7 +34,7 @@ type Executor interface {
 	// Run executes items as one batch of model and returns one output list
 	// per input item. It returns early with ctx's error when ctx ends.
 	Run(ctx context.Context, model string, items []*modules.Item) ([][]*modules.Item, error)
-	// Kind names the executor ("emulated").
+	// Kind names the executor ("emulated", "opencv").
 	Kind() string
 }
 

@@ -95,7 +95,9 @@ func (p *Pattern) Generate(ctx context.Context, clk clock.Clock, index int, stre
 		if err != nil {
 			return err
 		}
-		if err := sink(stream, seq, clk.Now(), f, truth); err != nil {
+		// The capture time is the frame's slot in the schedule, as a camera
+		// stamps frames: a source that falls behind shows up as latency.
+		if err := sink(stream, seq, at, f, truth); err != nil {
 			return err
 		}
 	}
