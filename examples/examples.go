@@ -40,10 +40,9 @@ func App(name string) ([]byte, error) { return files.ReadFile(name + "/app.yaml"
 // Profiles returns the profiles.yaml of an example.
 func Profiles(name string) ([]byte, error) { return files.ReadFile(name + "/profiles.yaml") }
 
-// Load parses an example's app and profiles, binds them and indexes the
-// graph: everything a planner needs, with the example's own file names in
-// any error.
-func Load(name string) (*dag.Graph, *profile.Catalog, error) {
+// Parse parses an example's app and profiles, with the example's own file
+// names in any error.
+func Parse(name string) (*dag.App, *profile.File, error) {
 	appData, err := App(name)
 	if err != nil {
 		return nil, nil, err
@@ -57,6 +56,13 @@ func Load(name string) (*dag.Graph, *profile.Catalog, error) {
 		return nil, nil, err
 	}
 	pf, err := profile.Parse(name+"/profiles.yaml", profData)
+	return app, pf, err
+}
+
+// Load parses an example (Parse), binds it and indexes the graph:
+// everything a planner needs.
+func Load(name string) (*dag.Graph, *profile.Catalog, error) {
+	app, pf, err := Parse(name)
 	if err != nil {
 		return nil, nil, err
 	}

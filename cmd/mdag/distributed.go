@@ -35,6 +35,15 @@ func runContext(d time.Duration) (context.Context, context.CancelFunc) {
 	return ctx, func() { cancel(); stop() }
 }
 
+// newPattern is the synthetic source of --size WxH and --objects.
+func newPattern(size string, objects int) (*ingest.Pattern, error) {
+	w, h, err := parseSize(size)
+	if err != nil {
+		return nil, fmt.Errorf("--size: %w", err)
+	}
+	return ingest.NewPattern(w, h, objects)
+}
+
 func newLogger(w io.Writer, verbose bool) *slog.Logger {
 	level := slog.LevelInfo
 	if verbose {
@@ -218,12 +227,7 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mdag source: need --app, --streams >= 1 and --fps > 0")
 		return exitInvalid
 	}
-	w, h, err := parseSize(*size)
-	if err != nil {
-		fmt.Fprintf(stderr, "mdag source: --size: %v\n", err)
-		return exitInvalid
-	}
-	pat, err := ingest.NewPattern(w, h, *objects)
+	pat, err := newPattern(*size, *objects)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag source: %v\n", err)
 		return exitInvalid

@@ -1,26 +1,20 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
-	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/internal/engine"
 	"github.com/mdag/mdag/profile"
@@ -58,12 +52,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag serve: --policy %q: want symphony, clockwork or lazy\n", *policy)
 		return exitInvalid
 	}
-	w, h, err := parseSize(*size)
-	if err != nil {
-		fmt.Fprintf(stderr, "mdag serve: --size: %v\n", err)
-		return exitInvalid
-	}
-	pat, err := ingest.NewPattern(w, h, *objects)
+	pat, err := newPattern(*size, *objects)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
 		return exitInvalid
@@ -71,11 +60,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	if *fps == 0 {
 		*fps = app.FPS
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := newLogger(stderr, *verbose)
 	e, _ := engine.NewEmbedded(engine.Config{Policy: scheduler.Policy(*policy), Log: log}, limits)
 	e.Start()
 	defer e.Close()
@@ -94,13 +79,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	log.Info("serving", "app", app.Name, "status", "http://"+ln.Addr().String()+"/v1/status", "policy", *policy,
 		"note", "embedded mode: coordinator, GPU scheduler and in-process workers with emulated GPUs in one process")
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if *duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *duration)
-		defer cancel()
-	}
+	ctx, cancel := runContext(*duration)
+	defer cancel()
 	var wg sync.WaitGroup
 	for i := range *synthetic {
 		id := fmt.Sprintf("synthetic-%d", i)
@@ -136,20 +116,10 @@ func serveInputs(cmd, file, profiles, example string) (*dag.App, *profile.File, 
 	case example != "" && (file != "" || profiles != ""):
 		return nil, nil, fmt.Errorf("mdag %s: give --example or -f/-p, not both", cmd)
 	case example != "":
-		a, err := examples.App(example)
-		if err != nil {
+		if _, err := examples.App(example); err != nil {
 			return nil, nil, fmt.Errorf("mdag %s: --example %q: unknown (known: %s)", cmd, example, strings.Join(examples.Names(), ", "))
 		}
-		p, err := examples.Profiles(example)
-		if err != nil {
-			return nil, nil, err
-		}
-		app, err := dag.Parse("examples/"+example+"/app.yaml", a)
-		if err != nil {
-			return nil, nil, err
-		}
-		pf, err := profile.Parse("examples/"+example+"/profiles.yaml", p)
-		return app, pf, err
+		return examples.Parse(example)
 	case file == "" || profiles == "":
 		return nil, nil, fmt.Errorf("mdag %s: need -f app.yaml and -p profiles.yaml, or --example NAME", cmd)
 	}

@@ -20,23 +20,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // loadExample parses an embedded example's app and profiles.
 func loadExample(t testing.TB, name string) (*dag.App, *profile.File) {
 	t.Helper()
-	a, err := examples.App(name)
+	app, pf, err := examples.Parse(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := examples.Profiles(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	app, err := dag.Parse(name+"/app.yaml", a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := profile.Parse(name+"/profiles.yaml", p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return app, f
+	return app, pf
 }
 
 var everyType = map[profile.WorkerTypeID]int{"P100": 8, "V100": 8, "CPU": 8}

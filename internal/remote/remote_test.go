@@ -25,19 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func loadExample(t testing.TB, name string) (*dag.App, *profile.File) {
 	t.Helper()
-	a, err := examples.App(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := examples.Profiles(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	app, err := dag.Parse(name+"/app.yaml", a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pf, err := profile.Parse(name+"/profiles.yaml", p)
+	app, pf, err := examples.Parse(name)
 	if err != nil {
 		t.Fatal(err)
 	}
