@@ -6,7 +6,7 @@ GO ?= go
 export CGO_CFLAGS := -g -O2 -I/usr/include/lpsolve
 export CGO_LDFLAGS := -lcolamd -lm
 # Debian packages the build and tests need (more join as features land).
-DEB_PACKAGES := libopencv-dev opencv-data liblpsolve55-dev libvpx-dev
+DEB_PACKAGES := libopencv-dev opencv-data liblpsolve55-dev libvpx-dev python3-aiortc chromium
 DURATION ?=
 BIN := bin/mdag
 
@@ -30,7 +30,7 @@ vet: ## gofmt check and go vet every package
 	$(GO) vet ./...
 
 test: deps build vet ## deps, build, vet, then every test with -race
-	$(GO) test -race -count=1 -timeout 15m ./...
+	MDAG_REQUIRE_INTEROP=1 $(GO) test -race -count=1 -timeout 15m ./...
 
 demo: build ## plan the traffic example end to end: validate, allocate, place, simulate the GPU scheduler
 	@echo "== 1. validate: the traffic app, its graph and the fastest it can go (12 streams)"
@@ -42,7 +42,7 @@ demo: build ## plan the traffic example end to end: validate, allocate, place, s
 	@echo; echo "== 4. sim: the centralized batch scheduler on 8 emulated GPUs (Symphony Table 4, ResNet50)"
 	./$(BIN) sim -f examples/sim/resnet50-8gpu.yaml --rate 5300
 	./$(BIN) sim -f examples/sim/resnet50-8gpu.yaml --rate 5300 --policy clockwork
-	@echo; echo "Live: bin/mdag serve --example traffic --synthetic 4 --duration 10s (embedded), or mdag coordinator + mdag worker + mdag source (README). WebRTC ingest and the dashboard come with issues 7 and 8."
+	@echo; echo "Live: bin/mdag serve --example traffic --synthetic 4 --duration 10s (embedded), or mdag coordinator + mdag worker + mdag source (README). Stream into it over WebRTC: bin/mdag client --app traffic, or open http://127.0.0.1:8080/stream/traffic in a browser. The dashboard comes with issue 8."
 
 bench: ## run the benchmarks (results go to docs/benchmarks.md by hand)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./...
@@ -54,6 +54,8 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./placement || exit 1; done
 	$(GO) test -run '^$$' -fuzz FuzzParseWorkload -fuzztime $${FUZZTIME:-30s} ./scheduler/sim
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./ingest/vpx
+	for f in FuzzRTP FuzzOffer; do \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./ingest/whip || exit 1; done
 
 proto: ## regenerate api/*.pb.go from api/mdag.proto (protoc from Debian; Go generators pinned in go.mod's tool directive)
 	@command -v protoc >/dev/null || $(MAKE) deps DEB_PACKAGES=protobuf-compiler

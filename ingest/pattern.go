@@ -1,7 +1,7 @@
 // Package ingest brings video into mdag sessions. This file holds the
 // synthetic source: a moving-shapes pattern drawn with OpenCV, whose objects
-// per frame can be changed while it runs (the scaling test's knob). WebRTC
-// (WHIP) ingest arrives with its own issue.
+// per frame can be changed while it runs (the scaling test's knob). Live
+// cameras come in over WebRTC through ingest/whip.
 package ingest
 
 import (

@@ -63,6 +63,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	heartbeat := fs.Duration("heartbeat", remote.DefaultHeartbeat, "heartbeat interval workers are told to keep; 4 missed = worker lost")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
+	wf := addWhipFlags(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -81,13 +82,21 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(stderr, *verbose)
 	// No provisioner: the instances are the workers that connect.
-	e := engine.New(engine.Config{Policy: scheduler.Policy(*policy), Log: log})
+	results := &frameSink{}
+	e := engine.New(engine.Config{Policy: scheduler.Policy(*policy), Log: log, OnFrame: results.onFrame})
 	e.Start()
 	defer e.Close()
 	if err := e.Deploy(app, prof); err != nil {
 		printErrors(stderr, err)
 		return exitInvalid
 	}
+	ws, err := wf.server("coordinator", *listen, app, e, log)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitInvalid
+	}
+	defer ws.Close()
+	results.srv.Store(ws)
 	gl, err := net.Listen("tcp", *grpcAddr)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag coordinator: listen %s: %v\n", *grpcAddr, err)
@@ -101,9 +110,10 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	}
 	g := remote.NewGRPC(&remote.Server{Engine: e, Log: log, Heartbeat: *heartbeat})
 	go func() { _ = g.Serve(gl) }()
-	hs := &http.Server{Handler: statusHandler(e), ReadHeaderTimeout: 5 * time.Second}
+	hs := &http.Server{Handler: withWhip(statusHandler(e), ws), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(hl) }()
-	log.Info("coordinating", "app", app.Name, "grpc", gl.Addr().String(), "status", "http://"+hl.Addr().String()+"/v1/status", "policy", *policy)
+	log.Info("coordinating", "app", app.Name, "grpc", gl.Addr().String(), "status", "http://"+hl.Addr().String()+"/v1/status",
+		"whip", "http://"+hl.Addr().String()+"/whip/"+string(app.Name), "policy", *policy)
 	ctx, cancel := runContext(*duration)
 	defer cancel()
 	<-ctx.Done()

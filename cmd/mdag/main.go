@@ -40,6 +40,7 @@ func commands() []command {
 		{"coordinator", "run the coordinator alone: workers (mdag worker) and sources (mdag source) connect over gRPC", runCoordinator},
 		{"worker", "run a worker that connects to a coordinator and executes the modules it is given", runWorker},
 		{"source", "stream synthetic cameras (moving shapes) into a coordinator over gRPC", runSource},
+		{"client", "stream a test pattern, a video file or a camera into an app over WebRTC (WHIP); print its results", runClient},
 		{"status", "show a running server's sessions, finish rate, modules, instances and re-plans", runStatus},
 		{"sim", "simulate the batch scheduler on emulated GPUs: goodput, bad rate, latency, batches", runSim},
 		{"version", "print the version", runVersion},

@@ -35,6 +35,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	size := fs.String("size", "320x240", "synthetic frame size WxH")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
+	wf := addWhipFlags(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -61,22 +62,32 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		*fps = app.FPS
 	}
 	log := newLogger(stderr, *verbose)
-	e, _ := engine.NewEmbedded(engine.Config{Policy: scheduler.Policy(*policy), Log: log}, limits)
+	results := &frameSink{}
+	e, _ := engine.NewEmbedded(engine.Config{Policy: scheduler.Policy(*policy), Log: log, OnFrame: results.onFrame}, limits)
 	e.Start()
 	defer e.Close()
 	if err := e.Deploy(app, prof); err != nil {
 		printErrors(stderr, err)
 		return exitInvalid
 	}
+	ws, err := wf.server("serve", *listen, app, e, log)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitInvalid
+	}
+	defer ws.Close()
+	results.srv.Store(ws)
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag serve: listen %s: %v\n", *listen, err)
 		return exitFailure
 	}
-	srv := &http.Server{Handler: statusHandler(e), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: withWhip(statusHandler(e), ws), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
-	log.Info("serving", "app", app.Name, "status", "http://"+ln.Addr().String()+"/v1/status", "policy", *policy,
+	base := "http://" + ln.Addr().String()
+	log.Info("serving", "app", app.Name, "status", base+"/v1/status", "whip", base+"/whip/"+string(app.Name),
+		"page", base+"/stream/"+string(app.Name), "policy", *policy,
 		"note", "embedded mode: coordinator, GPU scheduler and in-process workers with emulated GPUs in one process")
 
 	ctx, cancel := runContext(*duration)

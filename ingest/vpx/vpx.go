@@ -145,6 +145,18 @@ func NewDecoder() (*Decoder, error) {
 // Decode decodes one VP8 frame (a whole frame as the depacketizer
 // assembled it). It returns nil, nil when the data produced no picture.
 func (d *Decoder) Decode(data []byte) (*modules.Frame, error) {
+	return d.decode(data, true)
+}
+
+// Skip decodes one frame without converting the picture: for frames a
+// stream does not hand on (sampling to the app's rate), which later frames
+// still reference.
+func (d *Decoder) Skip(data []byte) error {
+	_, err := d.decode(data, false)
+	return err
+}
+
+func (d *Decoder) decode(data []byte, convert bool) (*modules.Frame, error) {
 	if d.closed {
 		return nil, errors.New("vpx: decoder closed")
 	}
@@ -165,6 +177,9 @@ func (d *Decoder) Decode(data []byte) (*modules.Frame, error) {
 		w, h := int(img.d_w), int(img.d_h)
 		if w <= 0 || h <= 0 || w*h > MaxPixels {
 			return nil, fmt.Errorf("%w: %dx%d", ErrTooLarge, w, h)
+		}
+		if !convert {
+			continue
 		}
 		f := modules.NewFrame(w, h)
 		C.mdag_i420_to_bgr(img, (*C.uchar)(unsafe.Pointer(&f.Pix[0])))

@@ -1,0 +1,389 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"gocv.io/x/gocv"
+
+	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/ingest/whip"
+	"github.com/mdag/mdag/modules"
+)
+
+func runClient(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("client", "--app APP [--server URL] [--source pattern|FILE|camera:N] [flags]", stderr)
+	server := fs.String("server", "http://127.0.0.1:8080", "the mdag server (serve or coordinator)")
+	app := fs.String("app", "", "the app to stream into (required)")
+	token := fs.String("token", "", "bearer token (default: $MDAG_TOKEN)")
+	source := fs.String("source", "pattern", "pattern (moving shapes), a video FILE, or camera:N")
+	fps := fs.Float64("fps", 15, "frames per second sent (the server samples to the app's fps)")
+	size := fs.String("size", "640x480", "frame size WxH for the pattern (files and cameras keep theirs)")
+	objects := fs.Int("objects", 3, "objects per pattern frame")
+	clients := fs.Int("clients", 1, "streams to run at once (load tests)")
+	duration := fs.Duration("duration", 10*time.Second, "stop after this long (0: until interrupted or the file ends)")
+	loop := fs.Bool("loop", false, "restart a FILE source at its end")
+	bitrate := fs.Int("bitrate", 1000, "VP8 target bitrate, kbit/s")
+	verbose := fs.Bool("v", false, "print every result")
+	out := fs.String("o", "table", "summary: table or json")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	switch {
+	case *app == "":
+		fmt.Fprintln(stderr, "mdag client: --app is required")
+		return exitInvalid
+	case *fps <= 0 || *fps > 120:
+		fmt.Fprintf(stderr, "mdag client: --fps %g: want 0 < fps <= 120\n", *fps)
+		return exitInvalid
+	case *clients < 1:
+		fmt.Fprintf(stderr, "mdag client: --clients %d: want >= 1\n", *clients)
+		return exitInvalid
+	case *out != "table" && *out != "json":
+		fmt.Fprintf(stderr, "mdag client: -o %q: want table or json\n", *out)
+		return exitInvalid
+	}
+	if *token == "" {
+		*token = os.Getenv("MDAG_TOKEN")
+	}
+	open, err := sourceOpener(*source, *size, *objects, *loop)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag client: --source: %v\n", err)
+		return exitInvalid
+	}
+	ctx, cancel := runContext(*duration)
+	defer cancel()
+	sums := make([]clientSummary, *clients)
+	var wg sync.WaitGroup
+	var printMu sync.Mutex
+	for i := range *clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sums[i] = runOneClient(ctx, i, open, clientOpts{server: *server, app: *app, token: *token, fps: *fps, bitrate: *bitrate},
+				func(r whip.Result) {
+					if *verbose {
+						printMu.Lock()
+						writeJSON(stdout, r, false)
+						printMu.Unlock()
+					}
+				})
+		}()
+	}
+	wg.Wait()
+	total := sumClients(sums)
+	if *out == "json" {
+		writeJSON(stdout, map[string]any{"clients": sums, "total": total}, true)
+	} else {
+		writeClientTable(stdout, sums, total)
+	}
+	if total.Errors > 0 && total.Sent == 0 {
+		return exitFailure
+	}
+	return exitOK
+}
+
+type clientOpts struct {
+	server, app, token string
+	fps                float64
+	bitrate            int
+}
+
+// clientSummary is what one stream saw.
+type clientSummary struct {
+	Stream     string  `json:"stream,omitempty"`
+	Sent       uint64  `json:"frames_sent"`
+	Ingested   uint64  `json:"frames_ingested"` // by the server (sampled to the app's fps)
+	Results    int     `json:"results"`
+	Finished   int     `json:"finished"`
+	Late       int     `json:"late"`
+	Dropped    int     `json:"dropped"`
+	FinishRate float64 `json:"finish_rate"` // finished / results
+	P50MS      float64 `json:"p50_ms"`
+	P99MS      float64 `json:"p99_ms"`
+	Errors     int     `json:"errors"`
+	Error      string  `json:"error,omitempty"`
+	latencies  []float64
+}
+
+func runOneClient(ctx context.Context, idx int, open func() (frameSource, error), o clientOpts, each func(whip.Result)) clientSummary {
+	var sum clientSummary
+	fail := func(err error) clientSummary {
+		sum.Errors++
+		sum.Error = err.Error()
+		return sum
+	}
+	src, err := open()
+	if err != nil {
+		return fail(err)
+	}
+	defer src.Close()
+	first, err := src.Next(idx, 0)
+	if err != nil {
+		return fail(fmt.Errorf("first frame: %w", err))
+	}
+	var mu sync.Mutex
+	onResult := func(r whip.Result) {
+		mu.Lock()
+		sum.Results++
+		switch r.Outcome {
+		case "finished":
+			sum.Finished++
+		case "late":
+			sum.Late++
+		default:
+			sum.Dropped++
+		}
+		if r.Outcome != "dropped" {
+			sum.latencies = append(sum.latencies, r.LatencyMS)
+		}
+		mu.Unlock()
+		each(r)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	p, err := whip.Publish(cctx, whip.ClientConfig{Server: o.server, App: o.app, Token: o.token, Width: first.W, Height: first.H,
+		FPS: int(o.fps + 0.5), BitrateKbps: o.bitrate, OnResult: onResult})
+	cancel()
+	if err != nil {
+		return fail(err)
+	}
+	sum.Stream = p.Stream
+	period := time.Duration(float64(time.Second) / o.fps)
+	start := time.Now()
+	f := first
+	for seq := uint64(0); ; seq++ {
+		at := start.Add(time.Duration(seq) * period)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(at)):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if seq > 0 {
+			if f, err = src.Next(idx, seq); err != nil {
+				if !errors.Is(err, io.EOF) {
+					sum.Errors++
+					sum.Error = err.Error()
+				}
+				break
+			}
+		}
+		if f.W != first.W || f.H != first.H {
+			f = resizeFrame(f, first.W, first.H)
+		}
+		if err := p.WriteFrame(f, time.Now()); err != nil {
+			sum.Errors++
+			sum.Error = err.Error()
+			break
+		}
+	}
+	// Results of the last frames are still on their way: wait for the
+	// server to answer for everything it ingested (at most 2 s).
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		in := serverIngested(o, p.Stream)
+		mu.Lock()
+		done := in > 0 && uint64(sum.Results) >= in
+		mu.Unlock()
+		if done {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // polling a remote server
+	}
+	sum.Sent = p.Sent()
+	_ = p.Close()
+	sum.Ingested = serverIngested(o, p.Stream)
+	mu.Lock()
+	defer mu.Unlock()
+	sum.summarise()
+	return sum
+}
+
+func (s *clientSummary) summarise() {
+	if s.Results > 0 {
+		s.FinishRate = float64(s.Finished) / float64(s.Results)
+	}
+	if n := len(s.latencies); n > 0 {
+		slices.Sort(s.latencies)
+		s.P50MS = s.latencies[n/2]
+		s.P99MS = s.latencies[min(n-1, n*99/100)]
+	}
+}
+
+// serverIngested asks the server how many frames of the stream it handed
+// to the session (0 when it cannot tell).
+func serverIngested(o clientOpts, id string) uint64 {
+	req, err := http.NewRequest(http.MethodGet, strings.TrimRight(o.server, "/")+"/v1/streams", nil)
+	if err != nil {
+		return 0
+	}
+	if o.token != "" {
+		req.Header.Set("Authorization", "Bearer "+o.token)
+	}
+	c := &http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var list []whip.StreamInfo
+	if json.NewDecoder(resp.Body).Decode(&list) != nil {
+		return 0
+	}
+	for _, s := range list {
+		if s.ID == id {
+			return s.Ingested
+		}
+	}
+	return 0
+}
+
+func sumClients(sums []clientSummary) clientSummary {
+	var t clientSummary
+	for _, s := range sums {
+		t.Sent += s.Sent
+		t.Ingested += s.Ingested
+		t.Results += s.Results
+		t.Finished += s.Finished
+		t.Late += s.Late
+		t.Dropped += s.Dropped
+		t.Errors += s.Errors
+		t.latencies = append(t.latencies, s.latencies...)
+	}
+	t.summarise()
+	return t
+}
+
+func writeClientTable(w io.Writer, sums []clientSummary, total clientSummary) {
+	fmt.Fprintf(w, "%-18s %7s %8s %7s %8s %5s %7s %8s %8s %8s\n", "STREAM", "SENT", "INGESTED", "RESULTS", "FINISHED", "LATE", "DROPPED", "FINISH%", "P50 MS", "P99 MS")
+	row := func(name string, s clientSummary) {
+		fmt.Fprintf(w, "%-18s %7d %8d %7d %8d %5d %7d %7.2f%% %8.1f %8.1f\n", name, s.Sent, s.Ingested, s.Results, s.Finished, s.Late, s.Dropped, 100*s.FinishRate, s.P50MS, s.P99MS)
+	}
+	for i, s := range sums {
+		name := s.Stream
+		if name == "" {
+			name = "client-" + strconv.Itoa(i)
+		}
+		row(name, s)
+		if s.Error != "" {
+			fmt.Fprintf(w, "  error: %s\n", s.Error)
+		}
+	}
+	if len(sums) > 1 {
+		row("total", total)
+	}
+}
+
+// frameSource gives frames; Next(stream, seq) returns io.EOF at the end.
+type frameSource interface {
+	Next(stream int, seq uint64) (*modules.Frame, error)
+	Close()
+}
+
+// sourceOpener parses --source: each client opens its own source.
+func sourceOpener(spec, size string, objects int, loop bool) (func() (frameSource, error), error) {
+	switch {
+	case spec == "pattern":
+		pat, err := newPattern(size, objects)
+		if err != nil {
+			return nil, err
+		}
+		return func() (frameSource, error) { return patternSource{pat}, nil }, nil
+	case strings.HasPrefix(spec, "camera:"):
+		n, err := strconv.Atoi(strings.TrimPrefix(spec, "camera:"))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%q: want camera:N with N >= 0", spec)
+		}
+		return func() (frameSource, error) {
+			vc, err := gocv.OpenVideoCapture(n)
+			if err != nil || !vc.IsOpened() {
+				return nil, fmt.Errorf("camera %d cannot be opened", n)
+			}
+			return &captureSource{vc: vc, name: spec}, nil
+		}, nil
+	default:
+		if _, err := os.Stat(spec); err != nil {
+			return nil, fmt.Errorf("%q is not pattern, camera:N or a readable video file: %v", spec, err)
+		}
+		return func() (frameSource, error) {
+			vc, err := gocv.VideoCaptureFile(spec)
+			if err != nil || !vc.IsOpened() {
+				return nil, fmt.Errorf("%s: OpenCV cannot read it as video", spec)
+			}
+			return &captureSource{vc: vc, name: spec, file: spec, loop: loop}, nil
+		}, nil
+	}
+}
+
+type patternSource struct{ p *ingest.Pattern }
+
+func (s patternSource) Next(stream int, seq uint64) (*modules.Frame, error) {
+	f, _, err := s.p.Frame(stream, seq)
+	return f, err
+}
+func (patternSource) Close() {}
+
+type captureSource struct {
+	vc   *gocv.VideoCapture
+	name string
+	file string
+	loop bool
+	mat  gocv.Mat
+}
+
+func (s *captureSource) Next(int, uint64) (*modules.Frame, error) {
+	if s.mat.Ptr() == nil {
+		s.mat = gocv.NewMat()
+	}
+	if !s.vc.Read(&s.mat) || s.mat.Empty() {
+		if s.file == "" || !s.loop {
+			return nil, io.EOF
+		}
+		s.vc.Close()
+		vc, err := gocv.VideoCaptureFile(s.file)
+		if err != nil {
+			return nil, err
+		}
+		s.vc = vc
+		if !s.vc.Read(&s.mat) || s.mat.Empty() {
+			return nil, fmt.Errorf("%s: no frames", s.name)
+		}
+	}
+	if s.mat.Type() != gocv.MatTypeCV8UC3 {
+		return nil, fmt.Errorf("%s: frames of type %v, want 8-bit BGR", s.name, s.mat.Type())
+	}
+	f := &modules.Frame{W: s.mat.Cols(), H: s.mat.Rows(), Pix: s.mat.ToBytes()}
+	return f, f.Valid()
+}
+
+func (s *captureSource) Close() {
+	if s.mat.Ptr() != nil {
+		s.mat.Close()
+	}
+	s.vc.Close()
+}
+
+// resizeFrame scales f to w x h (a source that changed size mid-stream).
+func resizeFrame(f *modules.Frame, w, h int) *modules.Frame {
+	src, err := gocv.NewMatFromBytes(f.H, f.W, gocv.MatTypeCV8UC3, f.Pix)
+	if err != nil {
+		return f
+	}
+	defer src.Close()
+	dst := gocv.NewMat()
+	defer dst.Close()
+	gocv.Resize(src, &dst, image.Pt(w, h), 0, 0, gocv.InterpolationLinear)
+	return &modules.Frame{W: w, H: h, Pix: dst.ToBytes()}
+}

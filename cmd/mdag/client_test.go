@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestClientServe runs `mdag serve` (token required) and `mdag client` as
+// separate processes: two WHIP streams of the test pattern, their results
+// and summary; a wrong token and an unknown app get the server's reason.
+func TestClientServe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds mdag and streams for a few seconds")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "mdag")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("# camera tokens\nt0ken-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	re := regexp.MustCompile(`status=http://(\S+)/v1/status`)
+	srv := start(t, bin, "serve", func(l string) {
+		if m := re.FindStringSubmatch(l); m != nil {
+			addr <- m[1]
+		}
+	}, "serve", "--example", "traffic", "--listen", "127.0.0.1:0", "--token-file", tokens)
+	var url string
+	select {
+	case a := <-addr:
+		url = "http://" + a
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve did not start:\n%s", srv.stderr())
+	}
+	if !strings.Contains(srv.stderr(), "WHIP ingest requires a bearer token") {
+		t.Errorf("serve did not say how ingest is secured:\n%s", srv.stderr())
+	}
+	client := func(env []string, args ...string) (string, string, int) {
+		cmd := exec.Command(bin, append([]string{"client", "--server", url}, args...)...)
+		cmd.Env = append(os.Environ(), env...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errb.String(), code
+	}
+
+	out, _, code := client([]string{"MDAG_TOKEN=t0ken-1"}, "--app", "traffic", "--clients", "2", "--fps", "10", "--size", "320x240", "--duration", "4s", "-o", "json")
+	var sum struct {
+		Clients []clientSummary `json:"clients"`
+		Total   clientSummary   `json:"total"`
+	}
+	if err := json.Unmarshal([]byte(out), &sum); err != nil || code != 0 {
+		t.Fatalf("client exit %d, output %q: %v", code, out, err)
+	}
+	if len(sum.Clients) != 2 || sum.Total.Sent < 70 || sum.Total.Ingested < 60 || sum.Total.Results < int(sum.Total.Ingested)*9/10 ||
+		sum.Total.FinishRate < 0.9 || sum.Total.P50MS <= 0 {
+		t.Errorf("summary %+v", sum)
+	}
+	for _, c := range sum.Clients {
+		if c.Stream == "" || c.Error != "" {
+			t.Errorf("client %+v", c)
+		}
+	}
+
+	out, _, code = client([]string{"MDAG_TOKEN=wrong"}, "--app", "traffic", "--duration", "1s")
+	if code != exitFailure || !strings.Contains(out, "401 Unauthorized: the bearer token is not valid") {
+		t.Errorf("wrong token: exit %d\n%s", code, out)
+	}
+	out, _, code = client([]string{"MDAG_TOKEN=t0ken-1"}, "--app", "nope", "--duration", "1s")
+	if code != exitFailure || !strings.Contains(out, `404 Not Found: unknown app "nope" (deployed: traffic)`) {
+		t.Errorf("unknown app: exit %d\n%s", code, out)
+	}
+	_, errOut, code := client(nil, "--app", "traffic", "--source", "/no/such.avi")
+	if code != exitInvalid || !strings.Contains(errOut, "--source") {
+		t.Errorf("bad source: exit %d\n%s", code, errOut)
+	}
+	srv.stop(t)
+}
+
+// TestServeOpenRefused: an open WHIP endpoint on a non-loopback address
+// needs --open or a token file.
+func TestServeOpenRefused(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"serve", "--example", "traffic", "--listen", "0.0.0.0:0", "--duration", "1ms"}, &out, &errb)
+	if code != exitInvalid || !strings.Contains(errb.String(), "not a loopback address and no --token-file") {
+		t.Errorf("exit %d: %s", code, errb.String())
+	}
+}

@@ -1,0 +1,239 @@
+package whip
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pion/rtp"
+	"github.com/pion/rtp/codecs"
+
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/ingest/vpx"
+	"github.com/mdag/mdag/internal/clock"
+)
+
+// vp8Packets encodes n pattern frames and packetizes them as a sender would.
+func vp8Packets(t testing.TB, n int) []*rtp.Packet {
+	t.Helper()
+	pat, err := ingest.NewPattern(96, 64, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := vpx.NewEncoder(vpx.EncoderConfig{Width: 96, Height: 64, FPS: 30, BitrateKbps: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Close()
+	pk := rtp.NewPacketizer(200, 96, 1, &codecs.VP8Payloader{EnablePictureID: true}, rtp.NewFixedSequencer(100), vp8ClockRate)
+	var out []*rtp.Packet
+	for i := range n {
+		f, _, err := pat.Frame(0, uint64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		es, err := enc.Encode(f, int64(i), i == 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range es {
+			for _, p := range pk.Packetize(e.Data, 0) {
+				p.Timestamp = uint32(1000 + i*3000)
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// testPipeline is a stream's media path without a peer connection.
+func testPipeline(t testing.TB, sink Sink) (*pipeline, *stream) {
+	t.Helper()
+	srv, err := New(Config{Apps: map[dag.AppID]float64{"a": 0}, Clock: clock.NewFake(time.Unix(1e9, 0))}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &stream{s: srv, id: "s", app: "a", subs: map[chan Result]struct{}{}, done: make(chan struct{})}
+	dec, err := vpx.NewDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dec.Close)
+	return &pipeline{st: st, dec: dec, sync: &captureClock{}, needKey: true, sendPLI: func() error { return nil }}, st
+}
+
+// TestAssembler: in order, reordered, duplicated and lossy delivery.
+func TestAssembler(t *testing.T) {
+	pkts := vp8Packets(t, 10)
+	frames := func(order []*rtp.Packet) (int, int, bool) {
+		var a assembler
+		n, keyFirst := 0, false
+		for _, p := range order {
+			for _, f := range a.push(p) {
+				if n == 0 {
+					keyFirst = f.Key
+				}
+				n++
+			}
+		}
+		return n, a.lost, keyFirst
+	}
+	if n, lost, key := frames(pkts); n != 10 || lost != 0 || !key {
+		t.Errorf("in order: %d frames, %d lost, first key %v", n, lost, key)
+	}
+	// Swap neighbours inside each frame, duplicate every packet.
+	var shuffled []*rtp.Packet
+	for i := 0; i < len(pkts); i++ {
+		if i+1 < len(pkts) && pkts[i].Timestamp == pkts[i+1].Timestamp {
+			shuffled = append(shuffled, pkts[i+1], pkts[i], pkts[i+1], pkts[i])
+			i++
+			continue
+		}
+		shuffled = append(shuffled, pkts[i], pkts[i])
+	}
+	if n, lost, _ := frames(shuffled); n != 10 || lost != 0 {
+		t.Errorf("reordered and duplicated: %d frames, %d lost", n, lost)
+	}
+	// Lose one packet of frame 3 (a frame of several packets).
+	var lossy []*rtp.Packet
+	dropped := false
+	for _, p := range pkts {
+		if !dropped && p.Timestamp == 1000+3*3000 {
+			dropped = true
+			continue
+		}
+		lossy = append(lossy, p)
+	}
+	if n, lost, _ := frames(lossy); n != 9 || lost != 1 {
+		t.Errorf("one packet lost: %d frames, %d lost; want 9 and 1", n, lost)
+	}
+}
+
+// TestPipelineRecovers: a lost frame makes the pipeline skip to the next
+// key frame, asking for one; nothing reaches the session broken.
+func TestPipelineRecovers(t *testing.T) {
+	sink := newSink()
+	p, st := testPipeline(t, sink)
+	plis := 0
+	p.sendPLI = func() error { plis++; return nil }
+	pkts := vp8Packets(t, 6)
+	// Frame 2 loses a packet; frames 3-5 are deltas and cannot be decoded
+	// correctly without it.
+	for _, pk := range pkts {
+		if pk.Timestamp == 1000+2*3000 && pk.Marker {
+			continue
+		}
+		p.packet(pk)
+	}
+	if got := sink.count("s"); got != 2 {
+		t.Errorf("ingested %d frames, want 2 (frames 0 and 1; then waiting for a key frame)", got)
+	}
+	if st.c.lost.Load() != 1 || st.c.waitingKey.Load() != 3 || plis < 1 {
+		t.Errorf("lost %d, waiting-key %d, PLIs %d", st.c.lost.Load(), st.c.waitingKey.Load(), plis)
+	}
+}
+
+// FuzzRTP feeds arbitrary RTP packets (and mutations of real ones) through
+// depacketizing, assembly and decoding: errors are counted, never fatal.
+func FuzzRTP(f *testing.F) {
+	for _, p := range vp8Packets(f, 3) {
+		b, err := p.Marshal()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0x80, 96, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0x10, 0x00})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, _ := testPipeline(t, newSink())
+		// The packet as is, then split into pseudo-packets sharing one
+		// timestamp so random payloads form "frames" and reach libvpx.
+		var pk rtp.Packet
+		if pk.Unmarshal(data) == nil {
+			p.packet(&pk)
+		}
+		for i := 0; i*64 < len(data); i++ {
+			chunk := data[i*64 : min(len(data), (i+1)*64)]
+			payload := append([]byte{0x10}, chunk...) // S=1, PID=0 on the first
+			if i > 0 {
+				payload[0] = 0x00
+			}
+			q := &rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: uint16(i), Timestamp: 5, Marker: (i+1)*64 >= len(data)}, Payload: payload}
+			p.packet(q)
+		}
+	})
+}
+
+// FuzzOffer posts arbitrary bodies to the WHIP endpoint: every answer is a
+// 201 or a 4xx with a reason, never a crash or a 5xx.
+func FuzzOffer(f *testing.F) {
+	f.Add(offerSDP(f))
+	f.Add("v=0\r\n")
+	f.Add("v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\na=rtpmap:96 VP8/90000\r\n")
+	sink := newSink()
+	srv, err := New(Config{Apps: map[dag.AppID]float64{"a": 5}, MaxStreams: 1 << 20}, sink)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(srv.Close)
+	h := srv.Handler()
+	f.Fuzz(func(t *testing.T, body string) {
+		req := httptest.NewRequest(http.MethodPost, "/whip/a", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/sdp")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		switch {
+		case w.Code == http.StatusCreated:
+			id := w.Header().Get("Mdag-Stream")
+			if st := srv.lookup(id); st != nil {
+				st.end("fuzz")
+			}
+		case w.Code >= 400 && w.Code < 500:
+			if len(bytes.TrimSpace(w.Body.Bytes())) == 0 {
+				t.Errorf("%d without a reason", w.Code)
+			}
+		default:
+			t.Errorf("answer %d %q", w.Code, w.Body.String())
+		}
+	})
+}
+
+func TestNTPTime(t *testing.T) {
+	// 2026-01-01T00:00:00.5Z in NTP: seconds since 1900 and half a second.
+	want := time.Date(2026, 1, 1, 0, 0, 0, 5e8, time.UTC)
+	sec := uint64(want.Unix() + 2208988800)
+	var b [8]byte
+	binary.BigEndian.PutUint32(b[:4], uint32(sec))
+	binary.BigEndian.PutUint32(b[4:], 1<<31)
+	if got := ntpTime(binary.BigEndian.Uint64(b[:])); !got.Equal(want) {
+		t.Errorf("ntpTime = %v, want %v", got, want)
+	}
+}
+
+func TestCaptureClock(t *testing.T) {
+	t0 := time.Unix(1e9, 0)
+	var c captureClock
+	// Before a sender report: from the first arrival.
+	if got := c.capture(9000, t0); !got.Equal(t0) {
+		t.Errorf("first frame: %v", got)
+	}
+	if got := c.capture(9000+9000, t0.Add(120*time.Millisecond)); !got.Equal(t0.Add(100 * time.Millisecond)) {
+		t.Errorf("100 ms later by RTP: %v", got)
+	}
+	// A sender report that agrees with arrivals takes over.
+	ntp := uint64(t0.Unix()+2208988800-1) << 32 // the sender says RTP 0 was captured 1 s before t0
+	c.senderReport(ntp, 0)
+	if got := c.capture(90000+4500, t0.Add(60*time.Millisecond)); !got.Equal(t0.Add(50 * time.Millisecond)) {
+		t.Errorf("with a sender report: %v", got)
+	}
+	// A sender clock hours off is ignored.
+	c.senderReport(uint64(t0.Unix()+2208988800-7200)<<32, 0)
+	if got := c.capture(9000+18000, t0.Add(210*time.Millisecond)); !got.Equal(t0.Add(200 * time.Millisecond)) {
+		t.Errorf("skewed sender report: %v", got)
+	}
+}

@@ -1,0 +1,105 @@
+package whip
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"time"
+
+	"github.com/mdag/mdag/dag"
+)
+
+//go:embed static
+var embedded embed.FS
+
+// staticFS serves /static/... from the embedded files (no CDN).
+var staticFS fs.FS = embedded
+
+var pageTmpl = template.Must(template.ParseFS(embedded, "static/stream.html"))
+
+func (s *Server) handlePage(w http.ResponseWriter, r *http.Request) {
+	app := r.PathValue("app")
+	if _, ok := s.cfg.Apps[dag.AppID(app)]; !ok {
+		httpError(w, http.StatusNotFound, fmt.Sprintf("unknown app %q (deployed: %s)", app, s.appList()))
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_ = pageTmpl.Execute(w, map[string]any{"App": app, "Open": s.Open()})
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	cors(w)
+	if !s.authorized(w, r, true) {
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(s.Streams())
+}
+
+// sseKeepAlive is how often an idle results stream gets a comment line, so
+// proxies keep the connection.
+const sseKeepAlive = 15 * time.Second
+
+// handleResults streams a stream's results as Server-Sent Events: event
+// "result" (data: Result JSON, id: the frame number) per frame, "end"
+// (data: why) when the stream ends.
+func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
+	cors(w)
+	if !s.authorized(w, r, true) {
+		return
+	}
+	st := s.lookup(r.PathValue("id"))
+	if st == nil {
+		httpError(w, http.StatusNotFound, fmt.Sprintf("no live stream %q", r.PathValue("id")))
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		httpError(w, http.StatusInternalServerError, "streaming unsupported by this connection")
+		return
+	}
+	ch, unsub := st.subscribe()
+	defer unsub()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, ": mdag results for stream "+st.id+"\n\n")
+	flusher.Flush()
+	for {
+		select {
+		case res := <-ch:
+			b, _ := json.Marshal(res)
+			if _, err := fmt.Fprintf(w, "id: %d\nevent: result\ndata: %s\n\n", res.Frame, b); err != nil {
+				return
+			}
+			flusher.Flush()
+			st.c.resultsSent.Add(1)
+		case <-st.done:
+			st.mu.Lock()
+			why := st.ended
+			st.mu.Unlock()
+			fmt.Fprintf(w, "event: end\ndata: %s\n\n", jsonString(why))
+			flusher.Flush()
+			return
+		case <-r.Context().Done():
+			return
+		case <-s.clk.After(sseKeepAlive):
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+			flusher.Flush()
+		}
+	}
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

@@ -1,0 +1,196 @@
+package whip
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/examples"
+	"github.com/mdag/mdag/internal/engine"
+	"github.com/mdag/mdag/profile"
+)
+
+// requireInterop: `make test` sets MDAG_REQUIRE_INTEROP=1 (its deps install
+// aiortc and Chromium), so a missing third-party stack fails there instead
+// of skipping.
+func requireInterop(t *testing.T, what, hint string) {
+	if os.Getenv("MDAG_REQUIRE_INTEROP") == "1" {
+		t.Fatalf("%s is missing (%s); make deps installs it", what, hint)
+	}
+	t.Skipf("%s is missing (%s); run make deps, or make test, which requires it", what, hint)
+}
+
+// engineServer is a WHIP server in front of a real embedded engine running
+// the traffic example (emulated GPUs).
+func engineServer(t *testing.T) (*Server, *engine.Engine, *httptest.Server, *atomic.Int64) {
+	t.Helper()
+	app, prof, err := examples.Parse("traffic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := map[profile.WorkerTypeID]int{}
+	for _, w := range prof.Workers {
+		limits[w.Type] = 8
+	}
+	var srv atomic.Pointer[Server]
+	var finished atomic.Int64
+	e, _ := engine.NewEmbedded(engine.Config{OnFrame: func(r engine.FrameResult) {
+		if r.Outcome == engine.Finished {
+			finished.Add(1)
+		}
+		if s := srv.Load(); s != nil {
+			s.Publish(FromEngine(r))
+		}
+	}}, limits)
+	e.Start()
+	if err := e.Deploy(app, prof); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}}, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Store(s)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		s.Close()
+		hs.Close()
+		e.Close()
+	})
+	return s, e, hs, &finished
+}
+
+func interopSeconds(def float64) float64 {
+	if v, err := time.ParseDuration(os.Getenv("MDAG_INTEROP_DURATION")); err == nil && v > 0 {
+		return v.Seconds()
+	}
+	return def
+}
+
+// TestAiortc: Debian's aiortc (another WebRTC stack) streams a VP8 pattern
+// over WHIP for 20 s; frames reach the app and SSE delivers results.
+func TestAiortc(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	if exec.Command("/usr/bin/python3", "-c", "import aiortc").Run() != nil {
+		requireInterop(t, "python3-aiortc", "import aiortc under /usr/bin/python3 failed")
+	}
+	srv, _, hs, finished := engineServer(t)
+	secs := interopSeconds(20)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs+40)*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", "../../tools/whip_aiortc.py", hs.URL+"/whip/traffic", strconv.FormatFloat(secs, 'f', -1, 64))
+	out, err := cmd.Output()
+	if err != nil {
+		stderr := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("aiortc client: %v\nstdout: %s\nstderr: %s", err, out, stderr)
+	}
+	var sum struct {
+		Results  int            `json:"results"`
+		Outcomes map[string]int `json:"outcomes"`
+		Ended    string         `json:"ended"`
+		SSEError string         `json:"sse_error"`
+	}
+	if err := json.Unmarshal(out, &sum); err != nil {
+		t.Fatalf("summary %q: %v", out, err)
+	}
+	st := srv.Streams()
+	if len(st) != 1 {
+		t.Fatalf("streams %+v", st)
+	}
+	t.Logf("aiortc: %+v; server: %+v; finished %d", sum, st[0], finished.Load())
+	// The traffic app samples 10 fps of aiortc's 30: expect most of them.
+	if want := uint64(secs * 10 * 0.6); st[0].Ingested < want || st[0].Width != 320 {
+		t.Errorf("ingested %d frames at %dx%d, want >= %d at 320x240", st[0].Ingested, st[0].Width, st[0].Height, want)
+	}
+	if sum.Results < int(float64(st[0].Ingested)*0.9) || sum.Outcomes["finished"] == 0 || sum.SSEError != "" {
+		t.Errorf("SSE delivered %d results for %d frames (%v, error %q)", sum.Results, st[0].Ingested, sum.Outcomes, sum.SSEError)
+	}
+	if !strings.Contains(st[0].Ended, "deleted") || !strings.Contains(sum.Ended, "deleted") {
+		t.Errorf("ended %q, SSE end %q: want the client's DELETE", st[0].Ended, sum.Ended)
+	}
+}
+
+// TestChromium: a real browser (headless Chromium, fake camera) opens
+// /stream/{app}, streams for 10 s over WHIP and draws the results it gets
+// on the DataChannel.
+func TestChromium(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	const chromium = "/usr/bin/chromium"
+	if _, err := os.Stat(chromium); err != nil {
+		requireInterop(t, "chromium", err.Error())
+	}
+	srv, _, hs, _ := engineServer(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("use-fake-device-for-media-stream", true),
+		chromedp.Flag("use-fake-ui-for-media-stream", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+	)
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelT()
+	secs := interopSeconds(10)
+	type pageStats struct {
+		State    string         `json:"state"`
+		Results  int            `json:"results"`
+		Finished int            `json:"finished"`
+		Error    string         `json:"error"`
+		Last     map[string]any `json:"last"`
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Navigate(hs.URL+"/stream/traffic?autostart")); err != nil {
+		t.Fatal(err)
+	}
+	// The browser streams in real time: let it run, then read the page.
+	if _, err := chromedp.Run(ctx, chromedp.Sleep(time.Duration(secs*float64(time.Second)))); err != nil {
+		t.Fatal(err)
+	}
+	stats, err := chromedp.Run(ctx, chromedp.Evaluate[pageStats](`window.mdagStats`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := srv.Streams()
+	t.Logf("browser: %+v; server: %+v", stats, st)
+	if stats.Error != "" || stats.State != "connected" && stats.State != "streaming" {
+		t.Fatalf("page state %q, error %q", stats.State, stats.Error)
+	}
+	if len(st) != 1 || st[0].Ingested < uint64(secs*10*0.5) {
+		t.Fatalf("server streams %+v: want one with >= %d frames", st, int(secs*10*0.5))
+	}
+	if stats.Results < int(st[0].Ingested)/2 || stats.Finished == 0 {
+		t.Errorf("page got %d results (%d finished) for %d frames", stats.Results, stats.Finished, st[0].Ingested)
+	}
+	// Stop: the page's DELETE leaves the session.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](`window.mdagStop()`, chromedp.EvalAwaitPromise)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the page's DELETE", 5*time.Second, func() bool {
+		s := srv.Streams()
+		return len(s) == 1 && s[0].Ended != ""
+	})
+}

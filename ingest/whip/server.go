@@ -1,0 +1,446 @@
+package whip
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pion/sdp/v3"
+	"github.com/pion/webrtc/v3"
+
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/modules"
+)
+
+// Sink is where streams go: the engine (Join, Leave and Ingest of
+// *engine.Engine).
+type Sink interface {
+	Join(app dag.AppID, streamID string) error
+	Leave(streamID string) error
+	Ingest(streamID string, seq uint64, capture time.Time, f *modules.Frame, truth []modules.Box) error
+}
+
+// Oversize is what happens to frames above the configured resolution.
+type Oversize string
+
+const (
+	Downscale Oversize = "downscale" // scaled down to fit, aspect kept (default)
+	Reject    Oversize = "reject"    // the stream is ended with the reason
+)
+
+// Config configures a Server.
+type Config struct {
+	// Apps are the deployed apps and the rate each samples frames at (0:
+	// every frame).
+	Apps map[dag.AppID]float64
+	// Tokens are the accepted bearer tokens; none: open (the caller decides
+	// whether that is allowed, see OpenOK).
+	Tokens []string
+	// MaxStreams is the most streams at once (default 64); above it a POST
+	// gets 503 with Retry-After.
+	MaxStreams int
+	RetryAfter time.Duration // default 5 s
+	// MaxWidth and MaxHeight bound decoded frames (default 1920x1080);
+	// Oversize says what happens above them.
+	MaxWidth, MaxHeight int
+	Oversize            Oversize
+	// IdleTimeout ends a stream that sent no media for this long (default
+	// 10 s; it also covers a stream whose ICE never connects).
+	IdleTimeout time.Duration
+	// UDPPortMin/Max restrict the ports ICE uses (0: ephemeral).
+	UDPPortMin, UDPPortMax uint16
+	// PublicIPs are announced as host candidates instead of the local
+	// addresses (1:1 NAT, e.g. a node's external IP in Kubernetes).
+	PublicIPs []string
+	Clock     clock.Clock
+	Log       *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = 64
+	}
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = 5 * time.Second
+	}
+	if c.MaxWidth <= 0 {
+		c.MaxWidth = 1920
+	}
+	if c.MaxHeight <= 0 {
+		c.MaxHeight = 1080
+	}
+	if c.Oversize == "" {
+		c.Oversize = Downscale
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 10 * time.Second
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Server is the WHIP endpoint, the results endpoints and the browser page.
+type Server struct {
+	cfg  Config
+	sink Sink
+	api  *webrtc.API
+	clk  clock.Clock
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	streams  map[string]*stream
+	reserved int // POSTs between the limit check and the stream's creation
+	closed   bool
+	wg       sync.WaitGroup
+	ended    []StreamInfo // the last streams that ended, newest last
+}
+
+// New returns a server feeding sink.
+func New(cfg Config, sink Sink) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Oversize != Downscale && cfg.Oversize != Reject {
+		return nil, fmt.Errorf("whip: oversize %q: want downscale or reject", cfg.Oversize)
+	}
+	api, err := newAPI(func(se *webrtc.SettingEngine) error {
+		if cfg.UDPPortMin > 0 || cfg.UDPPortMax > 0 {
+			if err := se.SetEphemeralUDPPortRange(cfg.UDPPortMin, cfg.UDPPortMax); err != nil {
+				return fmt.Errorf("whip: UDP port range %d-%d: %w", cfg.UDPPortMin, cfg.UDPPortMax, err)
+			}
+		}
+		if len(cfg.PublicIPs) > 0 {
+			se.SetNAT1To1IPs(cfg.PublicIPs, webrtc.ICECandidateTypeHost)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, sink: sink, api: api, clk: cfg.Clock, log: cfg.Log, streams: map[string]*stream{}}, nil
+}
+
+// Open reports whether the server accepts streams without a token.
+func (s *Server) Open() bool { return len(s.cfg.Tokens) == 0 }
+
+// Handler serves:
+//
+//	POST    /whip/{app}              SDP offer -> 201, SDP answer, Location
+//	DELETE  /whip/{app}/{id}         end the stream
+//	PATCH   /whip/{app}/{id}         405: no trickle ICE (candidates are in the answer)
+//	OPTIONS /whip/...                CORS preflight
+//	GET     /v1/streams              the streams and their counters (JSON)
+//	GET     /v1/streams/{id}/results per-frame results as Server-Sent Events
+//	GET     /stream/{app}            the browser page (camera -> WHIP, results drawn over the video)
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /whip/{app}", s.handlePost)
+	mux.HandleFunc("DELETE /whip/{app}/{id}", s.handleDelete)
+	mux.HandleFunc("PATCH /whip/{app}/{id}", func(w http.ResponseWriter, r *http.Request) {
+		cors(w)
+		w.Header().Set("Allow", "DELETE, OPTIONS")
+		httpError(w, http.StatusMethodNotAllowed, "trickle ICE is not supported: the answer carries all candidates")
+	})
+	mux.HandleFunc("OPTIONS /whip/", func(w http.ResponseWriter, r *http.Request) {
+		cors(w)
+		w.Header().Set("Accept-Post", "application/sdp")
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("OPTIONS /v1/streams/", func(w http.ResponseWriter, r *http.Request) {
+		cors(w)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /v1/streams", s.handleList)
+	mux.HandleFunc("GET /v1/streams/{id}/results", s.handleResults)
+	mux.HandleFunc("GET /stream/{app}", s.handlePage)
+	mux.Handle("GET /static/", http.FileServerFS(staticFS))
+	return mux
+}
+
+func cors(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", "*")
+	h.Set("Access-Control-Allow-Methods", "POST, DELETE, PATCH, OPTIONS, GET")
+	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, If-Match")
+	h.Set("Access-Control-Expose-Headers", "Location, Link, Mdag-Stream, Mdag-Results, Retry-After")
+}
+
+func httpError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(code)
+	fmt.Fprintln(w, msg)
+}
+
+// authorized checks the bearer token (header, or access_token in the query
+// for EventSource, which cannot set headers; RFC 6750 2.3).
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request, query bool) bool {
+	if s.Open() {
+		return true
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok && query {
+		tok, ok = r.URL.Query().Get("access_token"), r.URL.Query().Has("access_token")
+	}
+	if ok {
+		for _, t := range s.cfg.Tokens {
+			if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(t)) == 1 {
+				return true
+			}
+		}
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="mdag"`)
+	if !ok {
+		httpError(w, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer TOKEN)")
+	} else {
+		httpError(w, http.StatusUnauthorized, "the bearer token is not valid")
+	}
+	return false
+}
+
+const maxOffer = 64 << 10
+
+func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
+	cors(w)
+	if !s.authorized(w, r, false) {
+		return
+	}
+	app := dag.AppID(r.PathValue("app"))
+	fps, ok := s.cfg.Apps[app]
+	if !ok {
+		httpError(w, http.StatusNotFound, fmt.Sprintf("unknown app %q (deployed: %s)", app, s.appList()))
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(strings.ToLower(ct), "application/sdp") {
+		httpError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: a WHIP offer is application/sdp", ct))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxOffer))
+	if err != nil {
+		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("offer: %v (limit %d bytes)", err, maxOffer))
+		return
+	}
+	if code, msg := checkOffer(body); code != 0 {
+		httpError(w, code, msg)
+		return
+	}
+	if !s.reserve() {
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, s.cfg.RetryAfter.Round(time.Second).Seconds()))))
+		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("stream limit reached (%d streams); retry later", s.cfg.MaxStreams))
+		return
+	}
+	st, answer, code, err := s.start(app, fps, string(body))
+	if err != nil {
+		s.unreserve()
+		httpError(w, code, err.Error())
+		return
+	}
+	loc := "/whip/" + string(app) + "/" + st.id
+	h := w.Header()
+	h.Set("Content-Type", "application/sdp")
+	h.Set("Location", loc)
+	h.Set("Mdag-Stream", st.id)
+	h.Set("Mdag-Results", "/v1/streams/"+st.id+"/results")
+	w.WriteHeader(http.StatusCreated)
+	io.WriteString(w, answer)
+}
+
+func (s *Server) appList() string {
+	var names []string
+	for a := range s.cfg.Apps {
+		names = append(names, string(a))
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// checkOffer parses the offer before WebRTC sees it: 400 with the reason
+// for malformed SDP, an offer without video, or no supported codec.
+func checkOffer(body []byte) (int, string) {
+	var d sdp.SessionDescription
+	if err := d.Unmarshal(body); err != nil {
+		return http.StatusBadRequest, fmt.Sprintf("malformed SDP offer: %v", err)
+	}
+	var offered []string
+	video := false
+	for _, m := range d.MediaDescriptions {
+		if m.MediaName.Media != "video" {
+			continue
+		}
+		video = true
+		for _, a := range m.Attributes {
+			if a.Key != "rtpmap" {
+				continue
+			}
+			_, enc, _ := strings.Cut(a.Value, " ")
+			name, _, _ := strings.Cut(enc, "/")
+			if strings.EqualFold(name, "VP8") {
+				return 0, ""
+			}
+			if !slices.Contains(offered, name) {
+				offered = append(offered, name)
+			}
+		}
+	}
+	if !video {
+		return http.StatusBadRequest, "the offer has no video media section (m=video); mdag ingests video (VP8)"
+	}
+	if len(offered) == 0 {
+		return http.StatusBadRequest, "the offer's video section lists no codecs (a=rtpmap); supported: VP8"
+	}
+	return http.StatusBadRequest, fmt.Sprintf("no supported video codec in the offer (offered: %s); supported: VP8", strings.Join(offered, ", "))
+}
+
+func (s *Server) reserve() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || len(s.streams)+s.reserved >= s.cfg.MaxStreams {
+		return false
+	}
+	s.reserved++
+	return true
+}
+
+func (s *Server) unreserve() {
+	s.mu.Lock()
+	s.reserved--
+	s.mu.Unlock()
+}
+
+func newID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// start creates the stream: it joins the app's session, answers the offer
+// and waits for ICE gathering (the answer carries every candidate).
+func (s *Server) start(app dag.AppID, fps float64, offer string) (*stream, string, int, error) {
+	id := newID()
+	if err := s.sink.Join(app, id); err != nil {
+		return nil, "", http.StatusInternalServerError, fmt.Errorf("joining app %s: %v", app, err)
+	}
+	pc, err := s.api.NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		_ = s.sink.Leave(id)
+		return nil, "", http.StatusInternalServerError, fmt.Errorf("peer connection: %v", err)
+	}
+	st := newStream(s, id, app, fps, pc)
+	fail := func(code int, err error) (*stream, string, int, error) {
+		st.end("setup failed: " + err.Error())
+		return nil, "", code, err
+	}
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: offer}); err != nil {
+		return fail(http.StatusBadRequest, fmt.Errorf("offer rejected: %v", err))
+	}
+	ans, err := pc.CreateAnswer(nil)
+	if err != nil {
+		return fail(http.StatusBadRequest, fmt.Errorf("cannot answer the offer: %v", err))
+	}
+	gathered := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(ans); err != nil {
+		return fail(http.StatusInternalServerError, fmt.Errorf("local description: %v", err))
+	}
+	select {
+	case <-gathered:
+	case <-s.clk.After(5 * time.Second):
+		return fail(http.StatusInternalServerError, errors.New("ICE candidate gathering did not finish in 5 s"))
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return fail(http.StatusServiceUnavailable, errors.New("server shutting down"))
+	}
+	s.reserved--
+	s.streams[id] = st
+	s.mu.Unlock()
+	st.armIdle()
+	s.log.Info("whip stream started", "app", app, "stream", id, "fps", fps)
+	return st, pc.LocalDescription().SDP, 0, nil
+}
+
+func (s *Server) lookup(id string) *stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streams[id]
+}
+
+func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
+	cors(w)
+	if !s.authorized(w, r, false) {
+		return
+	}
+	st := s.lookup(r.PathValue("id"))
+	if st == nil || string(st.app) != r.PathValue("app") {
+		httpError(w, http.StatusNotFound, fmt.Sprintf("no stream %q in app %q", r.PathValue("id"), r.PathValue("app")))
+		return
+	}
+	st.end("deleted by the client")
+	w.WriteHeader(http.StatusOK)
+}
+
+// removed is called once by a stream that ended.
+func (s *Server) removed(st *stream, info StreamInfo) {
+	s.mu.Lock()
+	if s.streams[st.id] == st {
+		delete(s.streams, st.id)
+	}
+	s.ended = append(s.ended, info)
+	if len(s.ended) > 100 {
+		s.ended = s.ended[len(s.ended)-100:]
+	}
+	s.mu.Unlock()
+}
+
+// Publish hands a frame's outcome to its stream's result subscribers
+// (engine.Config.OnFrame); it never blocks.
+func (s *Server) Publish(r Result) {
+	if st := s.lookup(r.Stream); st != nil {
+		st.publish(r)
+	}
+}
+
+// Streams lists the live streams, then the last ended ones.
+func (s *Server) Streams() []StreamInfo {
+	s.mu.Lock()
+	live := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		live = append(live, st)
+	}
+	ended := slices.Clone(s.ended)
+	s.mu.Unlock()
+	out := make([]StreamInfo, 0, len(live)+len(ended))
+	for _, st := range live {
+		out = append(out, st.info())
+	}
+	slices.SortFunc(out, func(a, b StreamInfo) int { return a.Started.Compare(b.Started) })
+	return append(out, ended...)
+}
+
+// Close ends every stream and waits for their goroutines.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	live := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		live = append(live, st)
+	}
+	s.mu.Unlock()
+	for _, st := range live {
+		st.end("server shutting down")
+	}
+	s.wg.Wait()
+}

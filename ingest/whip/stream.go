@@ -1,0 +1,519 @@
+package whip
+
+import (
+	"encoding/json"
+	"fmt"
+	"image"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pion/rtcp"
+	"github.com/pion/rtp"
+	"github.com/pion/webrtc/v3"
+	"gocv.io/x/gocv"
+
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/ingest/vpx"
+	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/engine"
+	"github.com/mdag/mdag/modules"
+)
+
+// Result is one frame's outcome as clients receive it (DataChannel
+// messages and SSE events carry it as JSON).
+type Result struct {
+	Stream    string         `json:"stream"`
+	Frame     uint64         `json:"frame"`   // the stream's frame number as handed to the session (1, 2, ...)
+	Outcome   string         `json:"outcome"` // finished (within the SLO), late, dropped
+	LatencyMS float64        `json:"latency_ms"`
+	Module    string         `json:"module,omitempty"` // for drops: where
+	Reason    string         `json:"reason,omitempty"` // for drops: why
+	Width     int            `json:"width,omitempty"`  // the frame the boxes refer to
+	Height    int            `json:"height,omitempty"`
+	Boxes     []Box          `json:"boxes,omitempty"`
+	Labels    []string       `json:"labels,omitempty"`
+	Counts    map[string]int `json:"counts,omitempty"`
+}
+
+// FromEngine is the client's view of an engine frame result.
+func FromEngine(r engine.FrameResult) Result {
+	out := Result{Stream: r.Stream, Frame: r.Seq, Outcome: string(r.Outcome), LatencyMS: float64(r.Latency.Microseconds()) / 1000,
+		Module: string(r.Module), Reason: r.Reason, Labels: r.Labels, Counts: r.Counts}
+	for _, b := range r.Boxes {
+		out.Boxes = append(out.Boxes, Box{X: b.X, Y: b.Y, W: b.W, H: b.H, Class: b.Class, Score: b.Score})
+	}
+	return out
+}
+
+// Box is a detection in frame coordinates.
+type Box struct {
+	X     int     `json:"x"`
+	Y     int     `json:"y"`
+	W     int     `json:"w"`
+	H     int     `json:"h"`
+	Class string  `json:"class,omitempty"`
+	Score float32 `json:"score,omitempty"`
+}
+
+// StreamInfo is a stream's state and counters (GET /v1/streams).
+type StreamInfo struct {
+	ID      string    `json:"id"`
+	App     string    `json:"app"`
+	Started time.Time `json:"started"`
+	Ended   string    `json:"ended,omitempty"` // why, once ended
+	Width   int       `json:"width,omitempty"`
+	Height  int       `json:"height,omitempty"`
+	// Packets received; frames assembled, decoded, handed to the session;
+	// frames skipped to sample the app's rate; frames lost (incomplete),
+	// frames that failed to decode, frames skipped waiting for a key frame;
+	// PLIs sent; results delivered and results dropped for a slow client.
+	Packets        uint64 `json:"packets"`
+	Frames         uint64 `json:"frames"`
+	Ingested       uint64 `json:"ingested"`
+	Sampled        uint64 `json:"sampled_out"`
+	Lost           uint64 `json:"lost"`
+	DecodeErrors   uint64 `json:"decode_errors"`
+	WaitingKey     uint64 `json:"waiting_key"`
+	PLIs           uint64 `json:"plis"`
+	ResultsSent    uint64 `json:"results_sent"`
+	ResultsDropped uint64 `json:"results_dropped"`
+	LastError      string `json:"last_error,omitempty"`
+}
+
+type counters struct {
+	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped atomic.Uint64
+}
+
+type stream struct {
+	s       *Server
+	id      string
+	app     dag.AppID
+	fps     float64
+	pc      *webrtc.PeerConnection
+	started time.Time
+	c       counters
+
+	mu        sync.Mutex
+	subs      map[chan Result]struct{}
+	ended     string
+	lastErr   string
+	w, h      int
+	lastMedia time.Time
+	idle      clock.Timer
+	video     bool // a video track is being read (one per stream)
+
+	done chan struct{}
+	once sync.Once
+}
+
+func newStream(s *Server, id string, app dag.AppID, fps float64, pc *webrtc.PeerConnection) *stream {
+	st := &stream{s: s, id: id, app: app, fps: fps, pc: pc, started: s.clk.Now(), subs: map[chan Result]struct{}{},
+		lastMedia: s.clk.Now(), done: make(chan struct{})}
+	pc.OnTrack(st.onTrack)
+	pc.OnDataChannel(st.onDataChannel)
+	pc.OnConnectionStateChange(func(cs webrtc.PeerConnectionState) {
+		switch cs {
+		case webrtc.PeerConnectionStateFailed:
+			go st.end("ICE connection failed")
+		case webrtc.PeerConnectionStateClosed:
+			go st.end("peer connection closed")
+		}
+	})
+	return st
+}
+
+// armIdle ends the stream after IdleTimeout without media.
+func (st *stream) armIdle() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ended != "" {
+		return
+	}
+	wait := st.lastMedia.Add(st.s.cfg.IdleTimeout).Sub(st.s.clk.Now())
+	st.idle = st.s.clk.AfterFunc(max(wait, time.Millisecond), func() {
+		st.mu.Lock()
+		quiet := st.s.clk.Now().Sub(st.lastMedia)
+		st.mu.Unlock()
+		if quiet >= st.s.cfg.IdleTimeout {
+			st.end(fmt.Sprintf("no media for %v", st.s.cfg.IdleTimeout))
+			return
+		}
+		st.armIdle()
+	})
+}
+
+// end leaves the session, closes the connection and the result
+// subscriptions; the first reason wins.
+func (st *stream) end(why string) {
+	st.once.Do(func() {
+		st.mu.Lock()
+		st.ended = why
+		if st.idle != nil {
+			st.idle.Stop()
+		}
+		st.mu.Unlock()
+		close(st.done)
+		if err := st.s.sink.Leave(st.id); err != nil {
+			st.s.log.Warn("whip stream leave", "stream", st.id, "err", err)
+		}
+		_ = st.pc.Close()
+		st.s.removed(st, st.info())
+		st.s.log.Info("whip stream ended", "app", st.app, "stream", st.id, "why", why,
+			"ingested", st.c.ingested.Load(), "lost", st.c.lost.Load(), "decode_errors", st.c.decodeErrors.Load())
+	})
+}
+
+func (st *stream) info() StreamInfo {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return StreamInfo{ID: st.id, App: string(st.app), Started: st.started, Ended: st.ended, Width: st.w, Height: st.h,
+		Packets: st.c.packets.Load(), Frames: st.c.frames.Load(), Ingested: st.c.ingested.Load(), Sampled: st.c.sampled.Load(),
+		Lost: st.c.lost.Load(), DecodeErrors: st.c.decodeErrors.Load(), WaitingKey: st.c.waitingKey.Load(), PLIs: st.c.plis.Load(),
+		ResultsSent: st.c.resultsSent.Load(), ResultsDropped: st.c.resultsDropped.Load(), LastError: st.lastErr}
+}
+
+// ---- results ----
+
+const subBuffer = 256
+
+func (st *stream) subscribe() (chan Result, func()) {
+	ch := make(chan Result, subBuffer)
+	st.mu.Lock()
+	st.subs[ch] = struct{}{}
+	st.mu.Unlock()
+	return ch, func() {
+		st.mu.Lock()
+		delete(st.subs, ch)
+		st.mu.Unlock()
+	}
+}
+
+func (st *stream) publish(r Result) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if r.Width == 0 {
+		r.Width, r.Height = st.w, st.h
+	}
+	for ch := range st.subs {
+		select {
+		case ch <- r:
+		default:
+			st.c.resultsDropped.Add(1) // a slow client loses results, never the service
+		}
+	}
+}
+
+func (st *stream) onDataChannel(dc *webrtc.DataChannel) {
+	dc.OnOpen(func() {
+		ch, unsub := st.subscribe()
+		st.s.wg.Add(1)
+		go func() {
+			defer st.s.wg.Done()
+			defer unsub()
+			closed := make(chan struct{})
+			dc.OnClose(func() { close(closed) })
+			for {
+				select {
+				case r := <-ch:
+					b, _ := json.Marshal(r)
+					if err := dc.SendText(string(b)); err != nil {
+						return
+					}
+					st.c.resultsSent.Add(1)
+				case <-closed:
+					return
+				case <-st.done:
+					return
+				}
+			}
+		}()
+	})
+}
+
+// ---- media ----
+
+func (st *stream) onTrack(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver) {
+	st.mu.Lock()
+	first := track.Kind() == webrtc.RTPCodecTypeVideo && !st.video
+	st.video = st.video || first
+	st.mu.Unlock()
+	if !first || !strings.EqualFold(track.Codec().MimeType, webrtc.MimeTypeVP8) {
+		// Audio or a second video track: read and discard, so the
+		// interceptors (RTCP) keep working.
+		go func() {
+			for {
+				if _, _, err := track.ReadRTP(); err != nil {
+					return
+				}
+			}
+		}()
+		return
+	}
+	st.s.wg.Add(2)
+	sync := &captureClock{}
+	go func() {
+		defer st.s.wg.Done()
+		for {
+			pkts, _, err := recv.ReadRTCP()
+			if err != nil {
+				return
+			}
+			for _, p := range pkts {
+				if sr, ok := p.(*rtcp.SenderReport); ok {
+					sync.senderReport(sr.NTPTime, sr.RTPTime)
+				}
+			}
+		}
+	}()
+	go func() {
+		defer st.s.wg.Done()
+		st.readVideo(track, sync)
+	}()
+}
+
+func (st *stream) readVideo(track *webrtc.TrackRemote, sync *captureClock) {
+	dec, err := vpx.NewDecoder()
+	if err != nil {
+		st.fail(err)
+		st.end("decoder: " + err.Error())
+		return
+	}
+	defer dec.Close()
+	p := &pipeline{st: st, dec: dec, sync: sync, needKey: true, ssrc: uint32(track.SSRC())}
+	p.pli() // at start: a key frame now, not at the sender's next interval
+	buf := make([]byte, maxRTPPacket)
+	for {
+		n, _, err := track.Read(buf)
+		if err != nil {
+			return
+		}
+		var pkt rtp.Packet
+		if err := pkt.Unmarshal(buf[:n]); err != nil {
+			continue
+		}
+		if !p.packet(&pkt) {
+			return
+		}
+	}
+}
+
+// pipeline is a stream's RTP -> VP8 frame -> decode -> sample -> session
+// path; one goroutine drives it.
+type pipeline struct {
+	st       *stream
+	dec      *vpx.Decoder
+	sync     *captureClock
+	asm      assembler
+	needKey  bool
+	ssrc     uint32
+	lastPLI  time.Time
+	lost     int
+	next     time.Time // the next sampling slot
+	seq      uint64
+	sendPLI  func() error // nil: RTCP to the peer
+	onIngest func(seq uint64, capture time.Time)
+}
+
+// packet handles one RTP packet; false ends the stream's reading.
+func (p *pipeline) packet(pkt *rtp.Packet) bool {
+	st := p.st
+	now := st.s.clk.Now()
+	st.c.packets.Add(1)
+	st.mu.Lock()
+	st.lastMedia = now
+	ended := st.ended != ""
+	st.mu.Unlock()
+	if ended {
+		return false
+	}
+	frames := p.asm.push(pkt)
+	if p.asm.lost > p.lost {
+		st.c.lost.Add(uint64(p.asm.lost - p.lost))
+		p.lost = p.asm.lost
+		p.needKey = true
+		p.pli()
+	}
+	for _, fr := range frames {
+		st.c.frames.Add(1)
+		if p.needKey && !fr.Key {
+			st.c.waitingKey.Add(1)
+			p.pli()
+			continue
+		}
+		capture := p.sync.capture(fr.TS, now)
+		take := p.sample(capture)
+		var img *modules.Frame
+		var err error
+		if take {
+			img, err = p.dec.Decode(fr.Data)
+		} else {
+			err = p.dec.Skip(fr.Data)
+			st.c.sampled.Add(1)
+		}
+		if err != nil {
+			st.c.decodeErrors.Add(1)
+			st.fail(err)
+			p.needKey = true
+			p.pli()
+			continue
+		}
+		p.needKey = false
+		if !take || img == nil {
+			continue
+		}
+		if img, err = st.fit(img); err != nil {
+			st.fail(err)
+			go st.end(err.Error())
+			return false
+		}
+		p.seq++
+		if err := st.s.sink.Ingest(st.id, p.seq, capture, img, nil); err != nil {
+			st.fail(err) // recorded; the stream goes on
+			continue
+		}
+		st.c.ingested.Add(1)
+		if p.onIngest != nil {
+			p.onIngest(p.seq, capture)
+		}
+	}
+	return true
+}
+
+// sample keeps frames at the app's rate: a frame is taken when its capture
+// time reaches the next slot; slots advance by 1/fps from the first frame.
+func (p *pipeline) sample(capture time.Time) bool {
+	if p.st.fps <= 0 {
+		return true
+	}
+	if !p.next.IsZero() && capture.Before(p.next) {
+		return false
+	}
+	period := time.Duration(float64(time.Second) / p.st.fps)
+	if p.next.IsZero() || capture.Sub(p.next) > period {
+		p.next = capture.Add(period) // first frame, or after a gap: restart the grid
+	} else {
+		p.next = p.next.Add(period)
+	}
+	return true
+}
+
+// pli asks the sender for a key frame, at most every 200 ms.
+func (p *pipeline) pli() {
+	now := p.st.s.clk.Now()
+	if !p.lastPLI.IsZero() && now.Sub(p.lastPLI) < 200*time.Millisecond {
+		return
+	}
+	p.lastPLI = now
+	send := p.sendPLI
+	if send == nil {
+		send = func() error {
+			return p.st.pc.WriteRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: p.ssrc}})
+		}
+	}
+	if err := send(); err == nil {
+		p.st.c.plis.Add(1)
+	}
+}
+
+func (st *stream) fail(err error) {
+	st.mu.Lock()
+	st.lastErr = err.Error()
+	st.mu.Unlock()
+}
+
+// fit applies the resolution limit: frames above it are scaled down to fit
+// (aspect kept) or refused, as configured.
+func (st *stream) fit(f *modules.Frame) (*modules.Frame, error) {
+	mw, mh := st.s.cfg.MaxWidth, st.s.cfg.MaxHeight
+	if f.W <= mw && f.H <= mh {
+		st.setSize(f.W, f.H)
+		return f, nil
+	}
+	if st.s.cfg.Oversize == Reject {
+		return nil, fmt.Errorf("resolution %dx%d above the limit %dx%d", f.W, f.H, mw, mh)
+	}
+	scale := min(float64(mw)/float64(f.W), float64(mh)/float64(f.H))
+	w, h := max(1, int(float64(f.W)*scale)), max(1, int(float64(f.H)*scale))
+	src, err := gocv.NewMatFromBytes(f.H, f.W, gocv.MatTypeCV8UC3, f.Pix)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	dst := gocv.NewMat()
+	defer dst.Close()
+	gocv.Resize(src, &dst, image.Pt(w, h), 0, 0, gocv.InterpolationArea)
+	out := &modules.Frame{W: w, H: h, Pix: dst.ToBytes()}
+	st.setSize(w, h)
+	return out, out.Valid()
+}
+
+func (st *stream) setSize(w, h int) {
+	st.mu.Lock()
+	st.w, st.h = w, h
+	st.mu.Unlock()
+}
+
+// captureClock maps RTP timestamps to capture times: from the sender's
+// RTCP Sender Reports (its wall clock at a given RTP time) once one has
+// arrived and agrees with arrival times, before that from the first
+// frame's arrival.
+type captureClock struct {
+	mu     sync.Mutex
+	base   bool
+	bRTP   uint32
+	bAt    time.Time
+	sr     bool
+	srRTP  uint32
+	srAt   time.Time
+	skewed bool // a sender report disagreed with arrivals: not used
+}
+
+// maxSkew is how far a sender-report capture time may be from what
+// arrivals imply before the sender's clock is distrusted.
+const maxSkew = 2 * time.Second
+
+func (c *captureClock) senderReport(ntp uint64, rtpTS uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sr, c.srRTP, c.srAt = true, rtpTS, ntpTime(ntp)
+}
+
+func (c *captureClock) capture(ts uint32, arrival time.Time) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.base {
+		c.base, c.bRTP, c.bAt = true, ts, arrival
+	}
+	at := c.bAt.Add(rtpDelta(ts, c.bRTP))
+	if c.sr {
+		sr := c.srAt.Add(rtpDelta(ts, c.srRTP))
+		if d := arrival.Sub(sr); d >= -5*time.Millisecond && d <= maxSkew {
+			if sr.After(arrival) {
+				return arrival
+			}
+			return sr
+		}
+		c.skewed = true
+	}
+	if at.After(arrival) {
+		// The sender's timeline runs ahead of arrivals (it paused, or
+		// the first frame was late): re-anchor.
+		c.bRTP, c.bAt = ts, arrival
+		return arrival
+	}
+	return at
+}
+
+func rtpDelta(ts, ref uint32) time.Duration {
+	return time.Duration(int64(int32(ts-ref)) * int64(time.Second) / vp8ClockRate)
+}
+
+// ntpTime converts a 64-bit NTP timestamp (RFC 3550) to time.
+func ntpTime(ntp uint64) time.Time {
+	const ntpToUnix = 2208988800
+	sec := int64(ntp>>32) - ntpToUnix
+	frac := int64(ntp & 0xffffffff)
+	return time.Unix(sec, frac*int64(time.Second)>>32)
+}

@@ -1,0 +1,394 @@
+package whip
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pion/webrtc/v3"
+	"go.uber.org/goleak"
+
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/modules"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pion's ICE/mDNS helpers and net/http's keep-alive connections
+		// end asynchronously after Close.
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+	)
+}
+
+// fakeSink records what the server hands to the session; it answers every
+// frame with a result through the server, as the engine's OnFrame does.
+type fakeSink struct {
+	mu       sync.Mutex
+	joined   map[string]dag.AppID
+	left     map[string]bool
+	frames   map[string][]ingested
+	srv      *Server
+	joinErr  error
+	ingestCh chan string
+}
+
+type ingested struct {
+	seq     uint64
+	capture time.Time
+	at      time.Time
+	w, h    int
+}
+
+func newSink() *fakeSink {
+	return &fakeSink{joined: map[string]dag.AppID{}, left: map[string]bool{}, frames: map[string][]ingested{}, ingestCh: make(chan string, 4096)}
+}
+
+func (f *fakeSink) Join(app dag.AppID, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.joinErr != nil {
+		return f.joinErr
+	}
+	f.joined[id] = app
+	return nil
+}
+
+func (f *fakeSink) Leave(id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.joined[id]; !ok {
+		return errors.New("unknown stream")
+	}
+	f.left[id] = true
+	return nil
+}
+
+func (f *fakeSink) Ingest(id string, seq uint64, capture time.Time, fr *modules.Frame, _ []modules.Box) error {
+	if err := fr.Valid(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.frames[id] = append(f.frames[id], ingested{seq: seq, capture: capture, at: time.Now(), w: fr.W, h: fr.H})
+	srv := f.srv
+	f.mu.Unlock()
+	if srv != nil {
+		srv.Publish(Result{Stream: id, Frame: seq, Outcome: "finished", LatencyMS: 1.5,
+			Boxes: []Box{{X: 1, Y: 2, W: 3, H: 4, Class: "face"}}, Counts: map[string]int{"face": 1}})
+	}
+	select {
+	case f.ingestCh <- id:
+	default:
+	}
+	return nil
+}
+
+func (f *fakeSink) count(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.frames[id])
+}
+
+func newTestServer(t *testing.T, cfg Config) (*Server, *fakeSink, *httptest.Server) {
+	t.Helper()
+	if cfg.Apps == nil {
+		cfg.Apps = map[dag.AppID]float64{"face": 10}
+	}
+	sink := newSink()
+	srv, err := New(cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.srv = srv
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		hs.Close()
+	})
+	return srv, sink, hs
+}
+
+// sendPattern sends n pattern frames at fps from a Publisher.
+func sendPattern(t *testing.T, p *Publisher, pat *ingest.Pattern, n int, fps float64) {
+	t.Helper()
+	start := time.Now()
+	period := time.Duration(float64(time.Second) / fps)
+	for i := range n {
+		at := start.Add(time.Duration(i) * period)
+		time.Sleep(time.Until(at)) // pacing a real-time source, not waiting for logic
+		f, _, err := pat.Frame(0, uint64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.WriteFrame(f, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.After(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline:
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		case <-tick.C:
+		}
+	}
+}
+
+// TestLoopback: a Go publisher streams to the server; frames reach the
+// session at the app's rate with capture times, results come back on the
+// DataChannel and as SSE, DELETE leaves the session.
+func TestLoopback(t *testing.T) {
+	srv, sink, hs := newTestServer(t, Config{})
+	pat, err := ingest.NewPattern(320, 240, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var results []Result
+	p, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Width: 320, Height: 240, FPS: 30,
+		OnResult: func(r Result) { mu.Lock(); results = append(results, r); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Stream == "" || !strings.HasSuffix(p.Results, "/v1/streams/"+p.Stream+"/results") {
+		t.Fatalf("stream %q, results %q", p.Stream, p.Results)
+	}
+	// SSE subscriber.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.Results, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("SSE content type %q", ct)
+	}
+	sse := make(chan Result, 1024)
+	sseEnd := make(chan string, 1)
+	go readSSE(resp, sse, sseEnd)
+
+	sendPattern(t, p, pat, 60, 30) // 2 s at 30 fps; the app samples 10 fps
+	waitFor(t, "frames at the session", 5*time.Second, func() bool { return sink.count(p.Stream) >= 18 })
+	waitFor(t, "results on the DataChannel", 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(results) >= 18 })
+
+	sink.mu.Lock()
+	got := sink.frames[p.Stream]
+	sink.mu.Unlock()
+	if n := len(got); n < 18 || n > 21 {
+		t.Errorf("ingested %d frames of 60 at 30 fps into a 10 fps app, want about 20", n)
+	}
+	for i, f := range got {
+		if f.w != 320 || f.h != 240 || f.seq != uint64(i+1) {
+			t.Fatalf("frame %d: %dx%d seq %d", i, f.w, f.h, f.seq)
+		}
+		if lat := f.at.Sub(f.capture); lat < 0 || lat > time.Second {
+			t.Errorf("frame %d: glass-to-session %v", i, lat)
+		}
+		// From the second gap on: the first frame's capture time comes from
+		// its arrival, later ones from the sender's RTCP sender reports.
+		if i > 1 {
+			if gap := f.capture.Sub(got[i-1].capture); gap < 80*time.Millisecond || gap > 120*time.Millisecond {
+				t.Errorf("frame %d: capture gap %v, want 100 ms (10 fps)", i, gap)
+			}
+		}
+	}
+	mu.Lock()
+	r0 := results[0]
+	mu.Unlock()
+	if r0.Stream != p.Stream || r0.Outcome != "finished" || len(r0.Boxes) != 1 || r0.Width != 320 || r0.Counts["face"] != 1 {
+		t.Errorf("first result %+v", r0)
+	}
+	waitFor(t, "SSE results", 5*time.Second, func() bool { return len(sse) >= 18 })
+
+	info := srv.Streams()
+	if len(info) != 1 || info[0].Ingested < 18 || info[0].Sampled < 36 || info[0].DecodeErrors != 0 || info[0].PLIs < 1 {
+		t.Errorf("stream info %+v", info)
+	}
+	if err := p.Close(); err != nil {
+		t.Error(err)
+	}
+	select {
+	case why := <-sseEnd:
+		if !strings.Contains(why, "deleted") {
+			t.Errorf("SSE end %q", why)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("SSE did not end after DELETE")
+	}
+	sink.mu.Lock()
+	left := sink.left[p.Stream]
+	sink.mu.Unlock()
+	if !left {
+		t.Error("DELETE did not leave the session")
+	}
+	if st := srv.Streams(); len(st) != 1 || st[0].Ended != "deleted by the client" {
+		t.Errorf("after DELETE: %+v", st)
+	}
+}
+
+func readSSE(resp *http.Response, out chan<- Result, end chan<- string) {
+	sc := bufio.NewScanner(resp.Body)
+	var event string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			data := strings.TrimPrefix(line, "data: ")
+			if event == "end" {
+				var why string
+				_ = json.Unmarshal([]byte(data), &why)
+				end <- why
+				return
+			}
+			var r Result
+			if json.Unmarshal([]byte(data), &r) == nil {
+				out <- r
+			}
+		}
+	}
+}
+
+// TestHTTPErrors: every bad request gets its status and a reason.
+func TestHTTPErrors(t *testing.T) {
+	_, sink, hs := newTestServer(t, Config{MaxStreams: 1, Tokens: []string{"s3cret"}})
+	goodOffer := offerSDP(t)
+	h264 := strings.NewReplacer("VP8/90000", "H264/90000").Replace(goodOffer)
+	audioOnly := "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=rtpmap:111 opus/48000/2\r\n"
+	cases := []struct {
+		name, method, path, ctype, body, token string
+		want                                   int
+		says                                   string
+	}{
+		{"no token", "POST", "/whip/face", "application/sdp", goodOffer, "", 401, "bearer token is required"},
+		{"bad token", "POST", "/whip/face", "application/sdp", goodOffer, "nope", 401, "not valid"},
+		{"unknown app", "POST", "/whip/nope", "application/sdp", goodOffer, "s3cret", 404, `unknown app "nope" (deployed: face)`},
+		{"content type", "POST", "/whip/face", "text/plain", goodOffer, "s3cret", 415, "application/sdp"},
+		{"malformed", "POST", "/whip/face", "application/sdp", "hello", "s3cret", 400, "malformed SDP"},
+		{"no video", "POST", "/whip/face", "application/sdp", audioOnly, "s3cret", 400, "no video"},
+		{"no codec", "POST", "/whip/face", "application/sdp", h264, "s3cret", 400, "offered: H264); supported: VP8"},
+		{"too big", "POST", "/whip/face", "application/sdp", strings.Repeat("a", maxOffer+1), "s3cret", 413, "limit"},
+		{"delete unknown", "DELETE", "/whip/face/abc", "", "", "s3cret", 404, "no stream"},
+		{"patch", "PATCH", "/whip/face/abc", "application/trickle-ice-sdpfrag", "", "s3cret", 405, "trickle ICE"},
+		{"preflight", "OPTIONS", "/whip/face", "", "", "", 204, ""},
+		{"results unknown", "GET", "/v1/streams/abc/results", "", "", "s3cret", 404, "no live stream"},
+		{"results no token", "GET", "/v1/streams/abc/results", "", "", "", 401, "bearer"},
+		{"page unknown app", "GET", "/stream/nope", "", "", "", 404, "unknown app"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req, _ := http.NewRequest(c.method, hs.URL+c.path, strings.NewReader(c.body))
+			if c.ctype != "" {
+				req.Header.Set("Content-Type", c.ctype)
+			}
+			if c.token != "" {
+				req.Header.Set("Authorization", "Bearer "+c.token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var b strings.Builder
+			_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+			if resp.StatusCode != c.want || !strings.Contains(b.String(), c.says) {
+				t.Errorf("%s %s: %d %q, want %d containing %q", c.method, c.path, resp.StatusCode, b.String(), c.want, c.says)
+			}
+			if resp.Header.Get("Access-Control-Allow-Origin") != "*" && c.path != "/stream/nope" {
+				t.Errorf("no CORS header")
+			}
+		})
+	}
+	if len(sink.joined) != 0 {
+		t.Errorf("bad requests joined the session: %v", sink.joined)
+	}
+
+	// The stream limit: the first stream is admitted, the second gets 503
+	// with Retry-After.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	p, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Token: "s3cret", Width: 64, Height: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	_, err = Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Token: "s3cret", Width: 64, Height: 64})
+	var he *HTTPError
+	if !errors.As(err, &he) || he.Status != 503 || he.RetryAfter != "5" || !strings.Contains(he.Msg, "stream limit") {
+		t.Errorf("second stream: %v", err)
+	}
+}
+
+// offerSDP is a real offer from our client's stack.
+func offerSDP(t testing.TB) string {
+	t.Helper()
+	api, err := clientAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := api.NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	if _, err := pc.AddTransceiverFromKind(webrtc.RTPCodecTypeVideo, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendonly}); err != nil {
+		t.Fatal(err)
+	}
+	o, err := pc.CreateOffer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.SDP
+}
+
+// TestIdleTimeout: a stream that connects but sends nothing is ended.
+func TestIdleTimeout(t *testing.T) {
+	srv, sink, hs := newTestServer(t, Config{IdleTimeout: 300 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	p, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Width: 64, Height: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	waitFor(t, "idle stream ended", 5*time.Second, func() bool {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		return sink.left[p.Stream]
+	})
+	st := srv.Streams()
+	if len(st) != 1 || !strings.Contains(st[0].Ended, "no media") {
+		t.Errorf("%+v", st)
+	}
+}
+
+func TestJoinRefused(t *testing.T) {
+	_, sink, hs := newTestServer(t, Config{})
+	sink.joinErr = fmt.Errorf("session full")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Width: 64, Height: 64})
+	var he *HTTPError
+	if !errors.As(err, &he) || he.Status != 500 || !strings.Contains(he.Msg, "session full") {
+		t.Errorf("%v", err)
+	}
+}
