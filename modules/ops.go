@@ -206,16 +206,12 @@ func (c count) Process(it *Item) ([]*Item, error) {
 type resize struct{ w, h int }
 
 func (r resize) Process(it *Item) ([]*Item, error) {
-	m, err := ToMat(it.Frame)
+	f, err := Resize(it.Frame, r.w, r.h, gocv.InterpolationLinear)
 	if err != nil {
 		return nil, fmt.Errorf("resize: %w", err)
 	}
-	defer m.Close()
-	dst := gocv.NewMat()
-	defer dst.Close()
-	gocv.Resize(m, &dst, image.Pt(r.w, r.h), 0, 0, gocv.InterpolationLinear)
 	o := *it
-	o.Frame = FromMat(dst)
+	o.Frame = f
 	sx, sy := float64(r.w)/float64(it.Frame.W), float64(r.h)/float64(it.Frame.H)
 	o.Boxes = scaleBoxes(it.Boxes, sx, sy)
 	o.Truth = scaleBoxes(it.Truth, sx, sy)
@@ -294,6 +290,19 @@ func (h *haar) Close() { h.cc.Close() }
 func (crop) Close()   {}
 func (count) Close()  {}
 func (resize) Close() {}
+
+// Resize returns a copy of f scaled to w x h with the given interpolation.
+func Resize(f *Frame, w, h int, interp gocv.InterpolationFlags) (*Frame, error) {
+	m, err := ToMat(f)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	dst := gocv.NewMat()
+	defer dst.Close()
+	gocv.Resize(m, &dst, image.Pt(w, h), 0, 0, interp)
+	return FromMat(dst), nil
+}
 
 // ToMat copies a frame into a new OpenCV matrix (the caller closes it).
 func ToMat(f *Frame) (gocv.Mat, error) {

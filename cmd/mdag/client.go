@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"image"
 	"io"
 	"net/http"
 	"os"
@@ -181,7 +180,11 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 			}
 		}
 		if f.W != first.W || f.H != first.H {
-			f = resizeFrame(f, first.W, first.H)
+			if f, err = modules.Resize(f, first.W, first.H, gocv.InterpolationLinear); err != nil {
+				sum.Errors++
+				sum.Error = err.Error()
+				break
+			}
 		}
 		if err := p.WriteFrame(f, time.Now()); err != nil {
 			sum.Errors++
@@ -364,7 +367,7 @@ func (s *captureSource) Next(int, uint64) (*modules.Frame, error) {
 	if s.mat.Type() != gocv.MatTypeCV8UC3 {
 		return nil, fmt.Errorf("%s: frames of type %v, want 8-bit BGR", s.name, s.mat.Type())
 	}
-	f := &modules.Frame{W: s.mat.Cols(), H: s.mat.Rows(), Pix: s.mat.ToBytes()}
+	f := modules.FromMat(s.mat)
 	return f, f.Valid()
 }
 
@@ -373,17 +376,4 @@ func (s *captureSource) Close() {
 		s.mat.Close()
 	}
 	s.vc.Close()
-}
-
-// resizeFrame scales f to w x h (a source that changed size mid-stream).
-func resizeFrame(f *modules.Frame, w, h int) *modules.Frame {
-	src, err := gocv.NewMatFromBytes(f.H, f.W, gocv.MatTypeCV8UC3, f.Pix)
-	if err != nil {
-		return f
-	}
-	defer src.Close()
-	dst := gocv.NewMat()
-	defer dst.Close()
-	gocv.Resize(src, &dst, image.Pt(w, h), 0, 0, gocv.InterpolationLinear)
-	return &modules.Frame{W: w, H: h, Pix: dst.ToBytes()}
 }

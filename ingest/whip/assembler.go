@@ -41,8 +41,6 @@ type assembler struct {
 	hasTail bool
 	counted bool // a loss before the next released frame is already counted
 	lost    int  // frames given up (incomplete when a newer one completed, or over a limit)
-	late    int  // packets of frames already released or given up
-	bad     int  // packets that are not valid VP8 RTP
 }
 
 type partial struct {
@@ -61,16 +59,14 @@ func (a *assembler) push(p *rtp.Packet) []vp8Frame {
 	var d codecs.VP8Packet
 	payload, err := d.Unmarshal(p.Payload)
 	if err != nil || len(payload) == 0 {
-		a.bad++
-		return nil
+		return nil // not VP8: ignored
 	}
 	if a.started && !newer(p.Timestamp, a.last) {
 		if ahead(a.last, p.Timestamp) > rtpTimeWindowS*vp8ClockRate {
 			// A jump far back: the sender restarted its timeline.
 			a.reset()
 		} else {
-			a.late++
-			return nil
+			return nil // a packet of a frame already released or given up
 		}
 	}
 	fr := a.find(p.Timestamp)

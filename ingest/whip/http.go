@@ -72,6 +72,7 @@ func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	fmt.Fprint(w, ": mdag results for stream "+st.id+"\n\n")
 	flusher.Flush()
+	keepAlive := s.clk.After(sseKeepAlive) // one timer at a time, not one per result
 	for {
 		select {
 		case res := <-ch:
@@ -90,7 +91,8 @@ func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-r.Context().Done():
 			return
-		case <-s.clk.After(sseKeepAlive):
+		case <-keepAlive:
+			keepAlive = s.clk.After(sseKeepAlive)
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
 				return
 			}

@@ -32,7 +32,7 @@ func requireInterop(t *testing.T, what, hint string) {
 
 // engineServer is a WHIP server in front of a real embedded engine running
 // the traffic example (emulated GPUs).
-func engineServer(t *testing.T) (*Server, *engine.Engine, *httptest.Server, *atomic.Int64) {
+func engineServer(t *testing.T) (*Server, *httptest.Server, *atomic.Int64) {
 	t.Helper()
 	app, prof, err := examples.Parse("traffic")
 	if err != nil {
@@ -67,7 +67,7 @@ func engineServer(t *testing.T) (*Server, *engine.Engine, *httptest.Server, *ato
 		hs.Close()
 		e.Close()
 	})
-	return s, e, hs, &finished
+	return s, hs, &finished
 }
 
 func interopSeconds(def float64) float64 {
@@ -86,7 +86,7 @@ func TestAiortc(t *testing.T) {
 	if exec.Command("/usr/bin/python3", "-c", "import aiortc").Run() != nil {
 		requireInterop(t, "python3-aiortc", "import aiortc under /usr/bin/python3 failed")
 	}
-	srv, _, hs, finished := engineServer(t)
+	srv, hs, finished := engineServer(t)
 	secs := interopSeconds(20)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs+40)*time.Second)
 	defer cancel()
@@ -136,7 +136,7 @@ func TestChromium(t *testing.T) {
 	if _, err := os.Stat(chromium); err != nil {
 		requireInterop(t, "chromium", err.Error())
 	}
-	srv, _, hs, _ := engineServer(t)
+	srv, hs, _ := engineServer(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium),
 		chromedp.UserDataDir(t.TempDir()),

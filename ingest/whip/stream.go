@@ -3,7 +3,6 @@ package whip
 import (
 	"encoding/json"
 	"fmt"
-	"image"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -302,18 +301,17 @@ func (st *stream) readVideo(track *webrtc.TrackRemote, sync *captureClock) {
 // pipeline is a stream's RTP -> VP8 frame -> decode -> sample -> session
 // path; one goroutine drives it.
 type pipeline struct {
-	st       *stream
-	dec      *vpx.Decoder
-	sync     *captureClock
-	asm      assembler
-	needKey  bool
-	ssrc     uint32
-	lastPLI  time.Time
-	lost     int
-	next     time.Time // the next sampling slot
-	seq      uint64
-	sendPLI  func() error // nil: RTCP to the peer
-	onIngest func(seq uint64, capture time.Time)
+	st      *stream
+	dec     *vpx.Decoder
+	sync    *captureClock
+	asm     assembler
+	needKey bool
+	ssrc    uint32
+	lastPLI time.Time
+	lost    int
+	next    time.Time // the next sampling slot
+	seq     uint64
+	sendPLI func() error // nil: RTCP to the peer
 }
 
 // packet handles one RTP packet; false ends the stream's reading.
@@ -374,9 +372,6 @@ func (p *pipeline) packet(pkt *rtp.Packet) bool {
 			continue
 		}
 		st.c.ingested.Add(1)
-		if p.onIngest != nil {
-			p.onIngest(p.seq, capture)
-		}
 	}
 	return true
 }
@@ -436,17 +431,12 @@ func (st *stream) fit(f *modules.Frame) (*modules.Frame, error) {
 	}
 	scale := min(float64(mw)/float64(f.W), float64(mh)/float64(f.H))
 	w, h := max(1, int(float64(f.W)*scale)), max(1, int(float64(f.H)*scale))
-	src, err := gocv.NewMatFromBytes(f.H, f.W, gocv.MatTypeCV8UC3, f.Pix)
+	out, err := modules.Resize(f, w, h, gocv.InterpolationArea)
 	if err != nil {
 		return nil, err
 	}
-	defer src.Close()
-	dst := gocv.NewMat()
-	defer dst.Close()
-	gocv.Resize(src, &dst, image.Pt(w, h), 0, 0, gocv.InterpolationArea)
-	out := &modules.Frame{W: w, H: h, Pix: dst.ToBytes()}
 	st.setSize(w, h)
-	return out, out.Valid()
+	return out, nil
 }
 
 func (st *stream) setSize(w, h int) {
@@ -460,14 +450,13 @@ func (st *stream) setSize(w, h int) {
 // arrived and agrees with arrival times, before that from the first
 // frame's arrival.
 type captureClock struct {
-	mu     sync.Mutex
-	base   bool
-	bRTP   uint32
-	bAt    time.Time
-	sr     bool
-	srRTP  uint32
-	srAt   time.Time
-	skewed bool // a sender report disagreed with arrivals: not used
+	mu    sync.Mutex
+	base  bool
+	bRTP  uint32
+	bAt   time.Time
+	sr    bool
+	srRTP uint32
+	srAt  time.Time
 }
 
 // maxSkew is how far a sender-report capture time may be from what
@@ -495,7 +484,7 @@ func (c *captureClock) capture(ts uint32, arrival time.Time) time.Time {
 			}
 			return sr
 		}
-		c.skewed = true
+		// The sender's clock disagrees with arrivals: not used.
 	}
 	if at.After(arrival) {
 		// The sender's timeline runs ahead of arrivals (it paused, or
