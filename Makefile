@@ -10,7 +10,7 @@ DEB_PACKAGES := libopencv-dev opencv-data liblpsolve55-dev libvpx-dev python3-ai
 DURATION ?=
 BIN := bin/mdag
 
-.PHONY: help deps build test vet demo bench fuzz proto clean
+.PHONY: help deps build test vet demo tour bench fuzz proto clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -32,7 +32,10 @@ vet: ## gofmt check and go vet every package
 test: deps build vet ## deps, build, vet, then every test with -race
 	MDAG_REQUIRE_INTEROP=1 $(GO) test -race -count=1 -timeout 15m ./...
 
-demo: build ## plan the traffic example end to end: validate, allocate, place, simulate the GPU scheduler
+demo: build ## the whole system live: the traffic app, WHIP clients joining and leaving, the dashboard (DURATION=30s to stop and print the summary)
+	./$(BIN) demo $(if $(DURATION),--duration $(DURATION))
+
+tour: build ## the planning CLI on the traffic example: validate, allocate, place, simulate the GPU scheduler
 	@echo "== 1. validate: the traffic app, its graph and the fastest it can go (12 streams)"
 	./$(BIN) validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml --streams 12
 	@echo; echo "== 2. allocate: the cheapest worker types and configurations that meet the 400 ms SLO, and why"
@@ -42,7 +45,7 @@ demo: build ## plan the traffic example end to end: validate, allocate, place, s
 	@echo; echo "== 4. sim: the centralized batch scheduler on 8 emulated GPUs (Symphony Table 4, ResNet50)"
 	./$(BIN) sim -f examples/sim/resnet50-8gpu.yaml --rate 5300
 	./$(BIN) sim -f examples/sim/resnet50-8gpu.yaml --rate 5300 --policy clockwork
-	@echo; echo "Live: bin/mdag serve --example traffic --synthetic 4 --duration 10s (embedded), or mdag coordinator + mdag worker + mdag source (README). Stream into it over WebRTC: bin/mdag client --app traffic, or open http://127.0.0.1:8080/stream/traffic in a browser. The dashboard comes with issue 8."
+	@echo; echo "Live: bin/mdag serve --example traffic --synthetic 4 --duration 10s (embedded), or mdag coordinator + mdag worker + mdag source (README). Stream into it over WebRTC: bin/mdag client --app traffic, or open http://127.0.0.1:8080/stream/traffic in a browser. make demo runs it all live with the dashboard."
 
 bench: ## run the benchmarks (results go to docs/benchmarks.md by hand)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./...

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,6 +80,19 @@ func TestClientServe(t *testing.T) {
 		}
 	}
 
+	// The metrics saw the same streams; thumbnails (camera pixels) need
+	// the token, the dashboard page and its data do not.
+	metrics := get(t, url+"/metrics", 200)
+	for _, re := range []string{`mdag_ingest_frames_ingested_total\{app="traffic"\} [1-9]`, `mdag_session_frames_total\{app="traffic",outcome="finished"\} [1-9]`,
+		`mdag_planner_triggers_total\{kind="join"\} 2`, `mdag_cluster_instances\{state="active",type="\w+"\} [1-9]`, `go_goroutines `} {
+		if !regexp.MustCompile(re).MatchString(metrics) {
+			t.Errorf("/metrics lacks %s", re)
+		}
+	}
+	get(t, url+"/", 200)
+	get(t, url+"/v1/thumbs/"+sum.Clients[0].Stream, 401)
+	get(t, url+"/v1/thumbs/"+sum.Clients[0].Stream+"?access_token=t0ken-1", 200)
+
 	out, _, code = client([]string{"MDAG_TOKEN=wrong"}, "--app", "traffic", "--duration", "1s")
 	if code != exitFailure || !strings.Contains(out, "401 Unauthorized: the bearer token is not valid") {
 		t.Errorf("wrong token: exit %d\n%s", code, out)
@@ -101,4 +116,19 @@ func TestServeOpenRefused(t *testing.T) {
 	if code != exitInvalid || !strings.Contains(errb.String(), "not a loopback address and no --token-file") {
 		t.Errorf("exit %d: %s", code, errb.String())
 	}
+}
+
+// get fetches url and checks the status; it returns the body.
+func get(t *testing.T, url string, code int) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != code {
+		t.Errorf("GET %s: %s, want %d: %.200s", url, resp.Status, code, b)
+	}
+	return string(b)
 }

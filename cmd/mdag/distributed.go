@@ -83,20 +83,24 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	log := newLogger(stderr, *verbose)
 	// No provisioner: the instances are the workers that connect.
 	results := &frameSink{}
-	e := engine.New(engine.Config{Policy: scheduler.Policy(*policy), Log: log, OnFrame: results.onFrame})
+	mx := newMetrics()
+	e := engine.New(engine.Config{Policy: scheduler.Policy(*policy), Log: log, OnFrame: results.onFrame, Metrics: mx})
 	e.Start()
 	defer e.Close()
 	if err := e.Deploy(app, prof); err != nil {
 		printErrors(stderr, err)
 		return exitInvalid
 	}
-	ws, err := wf.server("coordinator", *listen, app, e, log)
+	obs := newObserved(e, mx, log)
+	defer obs.Close()
+	ws, err := wf.server("coordinator", *listen, app, obs.sink(), log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid
 	}
 	defer ws.Close()
 	results.srv.Store(ws)
+	obs.setWhip(ws)
 	gl, err := net.Listen("tcp", *grpcAddr)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag coordinator: listen %s: %v\n", *grpcAddr, err)
@@ -110,10 +114,11 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	}
 	g := remote.NewGRPC(&remote.Server{Engine: e, Log: log, Heartbeat: *heartbeat})
 	go func() { _ = g.Serve(gl) }()
-	hs := &http.Server{Handler: withWhip(statusHandler(e), ws), ReadHeaderTimeout: 5 * time.Second}
+	hs := &http.Server{Handler: obs.handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(hl) }()
 	log.Info("coordinating", "app", app.Name, "grpc", gl.Addr().String(), "status", "http://"+hl.Addr().String()+"/v1/status",
-		"whip", "http://"+hl.Addr().String()+"/whip/"+string(app.Name), "policy", *policy)
+		"whip", "http://"+hl.Addr().String()+"/whip/"+string(app.Name), "policy", *policy,
+		"dashboard", "http://"+hl.Addr().String()+"/", "metrics", "http://"+hl.Addr().String()+"/metrics")
 	ctx, cancel := runContext(*duration)
 	defer cancel()
 	<-ctx.Done()

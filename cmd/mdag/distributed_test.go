@@ -30,6 +30,9 @@ type proc struct {
 	done chan struct{}
 }
 
+// stdout is what the process printed; read it after done.
+func (p *proc) stdout() string { return p.out.String() }
+
 func (p *proc) stderr() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()

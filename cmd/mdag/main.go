@@ -31,6 +31,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"demo", "the whole system on this machine: the traffic app, WHIP clients joining and leaving, the dashboard", runDemo},
 		{"validate", "check an app (and its profiles) and summarise its graph and feasibility", runValidate},
 		{"allocate", "choose worker types, configurations and capacity per module at least cost (Scrooge MILP)", runAllocate},
 		{"place", "allocate, then place onto instances: full and partial, best fit, warm reuse, fewest moves", runPlace},

@@ -63,30 +63,34 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(stderr, *verbose)
 	results := &frameSink{}
-	e, _ := engine.NewEmbedded(engine.Config{Policy: scheduler.Policy(*policy), Log: log, OnFrame: results.onFrame}, limits)
+	mx := newMetrics()
+	e, _ := engine.NewEmbedded(engine.Config{Policy: scheduler.Policy(*policy), Log: log, OnFrame: results.onFrame, Metrics: mx}, limits)
 	e.Start()
 	defer e.Close()
 	if err := e.Deploy(app, prof); err != nil {
 		printErrors(stderr, err)
 		return exitInvalid
 	}
-	ws, err := wf.server("serve", *listen, app, e, log)
+	obs := newObserved(e, mx, log)
+	defer obs.Close()
+	ws, err := wf.server("serve", *listen, app, obs.sink(), log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid
 	}
 	defer ws.Close()
 	results.srv.Store(ws)
+	obs.setWhip(ws)
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag serve: listen %s: %v\n", *listen, err)
 		return exitFailure
 	}
-	srv := &http.Server{Handler: withWhip(statusHandler(e), ws), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: obs.handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	base := "http://" + ln.Addr().String()
-	log.Info("serving", "app", app.Name, "status", base+"/v1/status", "whip", base+"/whip/"+string(app.Name),
+	log.Info("serving", "app", app.Name, "dashboard", base+"/", "status", base+"/v1/status", "metrics", base+"/metrics", "whip", base+"/whip/"+string(app.Name),
 		"page", base+"/stream/"+string(app.Name), "policy", *policy,
 		"note", "embedded mode: coordinator, GPU scheduler and in-process workers with emulated GPUs in one process")
 
@@ -102,7 +106,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := pat.Generate(ctx, clock.Real{}, i, id, *fps, 0, e.Ingest); err != nil {
+			if err := pat.Generate(ctx, clock.Real{}, i, id, *fps, 0, obs.ingest); err != nil {
 				log.Error("synthetic source stopped", "stream", id, "err", err)
 			}
 		}()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -42,7 +41,7 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 
 // server builds the WHIP server for app on e, refusing an open server on a
 // non-loopback address unless --open. It says at startup how it is secured.
-func (wf *whipFlags) server(cmd, listen string, app *dag.App, e *engine.Engine, log *slog.Logger) (*whip.Server, error) {
+func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, log *slog.Logger) (*whip.Server, error) {
 	cfg := whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, MaxStreams: *wf.maxStreams,
 		Oversize: whip.Oversize(*wf.oversize), Log: log}
 	if *wf.maxStreams <= 0 {
@@ -79,7 +78,7 @@ func (wf *whipFlags) server(cmd, listen string, app *dag.App, e *engine.Engine, 
 		return nil, fmt.Errorf("mdag %s: --listen %s is not a loopback address and no --token-file is given: "+
 			"anyone who can reach it could stream into the app; give --token-file FILE, or --open to accept that", cmd, listen)
 	}
-	srv, err := whip.New(cfg, e)
+	srv, err := whip.New(cfg, sink)
 	if err != nil {
 		return nil, fmt.Errorf("mdag %s: %w", cmd, err)
 	}
@@ -142,15 +141,4 @@ func (f *frameSink) onFrame(r engine.FrameResult) {
 		return
 	}
 	s.Publish(whip.FromEngine(r))
-}
-
-// withWhip mounts the WHIP server's routes beside the status routes.
-func withWhip(status http.Handler, srv *whip.Server) http.Handler {
-	mux := http.NewServeMux()
-	h := srv.Handler()
-	for _, p := range []string{"/whip/", "/v1/streams", "/v1/streams/", "/stream/", "/static/"} {
-		mux.Handle(p, h)
-	}
-	mux.Handle("/", status)
-	return mux
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/metrics"
 	"github.com/mdag/mdag/modules"
 )
 
@@ -108,7 +109,8 @@ type Server struct {
 	reserved int // POSTs between the limit check and the stream's creation
 	closed   bool
 	wg       sync.WaitGroup
-	ended    []StreamInfo // the last streams that ended, newest last
+	ended    []StreamInfo                     // the last streams that ended, newest last
+	totals   map[string]*metrics.IngestTotals // counters of the streams that ended, by app
 }
 
 // New returns a server feeding sink.
@@ -187,6 +189,18 @@ func httpError(w http.ResponseWriter, code int, msg string) {
 
 // authorized checks the bearer token (header, or access_token in the query
 // for EventSource, which cannot set headers; RFC 6750 2.3).
+// RequireToken wraps h so that, when the server has tokens, a request
+// needs one (Authorization: Bearer, or access_token in the query, for
+// browsers' img and EventSource). The dashboard's stream thumbnails use it:
+// they are camera pixels.
+func (s *Server) RequireToken(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.authorized(w, r, true) {
+			h.ServeHTTP(w, r)
+		}
+	})
+}
+
 func (s *Server) authorized(w http.ResponseWriter, r *http.Request, query bool) bool {
 	if s.Open() {
 		return true
@@ -399,6 +413,13 @@ func (s *Server) removed(st *stream, info StreamInfo) {
 		delete(s.streams, st.id)
 	}
 	s.ended = append(s.ended, info)
+	if s.totals == nil {
+		s.totals = map[string]*metrics.IngestTotals{}
+	}
+	if s.totals[info.App] == nil {
+		s.totals[info.App] = &metrics.IngestTotals{App: info.App}
+	}
+	addInfo(s.totals[info.App], info)
 	if len(s.ended) > 100 {
 		s.ended = s.ended[len(s.ended)-100:]
 	}
@@ -428,6 +449,50 @@ func (s *Server) Streams() []StreamInfo {
 	}
 	slices.SortFunc(out, func(a, b StreamInfo) int { return a.Started.Compare(b.Started) })
 	return append(out, ended...)
+}
+
+// IngestTotals are the ingest counters per deployed app since the server
+// started, ended streams included (for /metrics).
+func (s *Server) IngestTotals() []metrics.IngestTotals {
+	s.mu.Lock()
+	by := map[string]*metrics.IngestTotals{}
+	for app := range s.cfg.Apps {
+		by[string(app)] = &metrics.IngestTotals{App: string(app)}
+	}
+	for app, t := range s.totals {
+		c := *t
+		by[app] = &c
+	}
+	live := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		live = append(live, st)
+	}
+	s.mu.Unlock()
+	for _, st := range live {
+		info := st.info()
+		t := by[info.App]
+		if t == nil {
+			t = &metrics.IngestTotals{App: info.App}
+			by[info.App] = t
+		}
+		addInfo(t, info)
+		t.Streams++
+	}
+	out := make([]metrics.IngestTotals, 0, len(by))
+	for _, t := range by {
+		out = append(out, *t)
+	}
+	slices.SortFunc(out, func(a, b metrics.IngestTotals) int { return strings.Compare(a.App, b.App) })
+	return out
+}
+
+func addInfo(t *metrics.IngestTotals, i StreamInfo) {
+	t.Packets += i.Packets
+	t.Frames += i.Frames
+	t.Ingested += i.Ingested
+	t.Lost += i.Lost
+	t.DecodeErrors += i.DecodeErrors
+	t.PLIs += i.PLIs
 }
 
 // Close ends every stream and waits for their goroutines.

@@ -217,6 +217,9 @@ func TestLoopback(t *testing.T) {
 	if len(info) != 1 || info[0].Ingested < 18 || info[0].Sampled < 36 || info[0].DecodeErrors != 0 || info[0].PLIs < 1 {
 		t.Errorf("stream info %+v", info)
 	}
+	if tot := srv.IngestTotals(); len(tot) != 1 || tot[0].Streams != 1 || tot[0].Ingested < info[0].Ingested || tot[0].Packets < info[0].Packets {
+		t.Errorf("ingest totals while live %+v, stream %+v", tot, info[0])
+	}
 	if err := p.Close(); err != nil {
 		t.Error(err)
 	}
@@ -234,8 +237,13 @@ func TestLoopback(t *testing.T) {
 	if !left {
 		t.Error("DELETE did not leave the session")
 	}
-	if st := srv.Streams(); len(st) != 1 || st[0].Ended != "deleted by the client" {
-		t.Errorf("after DELETE: %+v", st)
+	st := srv.Streams()
+	if len(st) != 1 || st[0].Ended != "deleted by the client" {
+		t.Fatalf("after DELETE: %+v", st)
+	}
+	// The ended stream's counters stay in the totals (they are counters).
+	if tot := srv.IngestTotals(); len(tot) != 1 || tot[0].Streams != 0 || tot[0].Ingested != st[0].Ingested || tot[0].PLIs != st[0].PLIs {
+		t.Errorf("ingest totals after DELETE %+v, stream %+v", tot, st[0])
 	}
 }
 

@@ -6,16 +6,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdag/mdag/internal/metrics"
 	"github.com/mdag/mdag/modules"
 	"github.com/mdag/mdag/profile"
 )
 
-func startChain(b *testing.B, n int, onFrame func(FrameResult)) *Engine {
+func startChain(b *testing.B, n int, onFrame func(FrameResult), mx *metrics.Metrics) *Engine {
 	app, prof, err := NoopChain(n)
 	if err != nil {
 		b.Fatal(err)
 	}
-	e, _ := NewEmbedded(Config{OnFrame: onFrame}, map[profile.WorkerTypeID]int{"CPU": 1})
+	e, _ := NewEmbedded(Config{OnFrame: onFrame, Metrics: mx}, map[profile.WorkerTypeID]int{"CPU": 1})
 	e.Start()
 	if err := e.Deploy(app, prof); err != nil {
 		b.Fatal(err)
@@ -33,7 +34,7 @@ func BenchmarkHopLatency(b *testing.B) {
 	for _, n := range []int{1, 5} {
 		b.Run(fmt.Sprintf("modules-%d", n), func(b *testing.B) {
 			done := make(chan time.Duration, 1)
-			e := startChain(b, n, func(r FrameResult) { done <- r.Latency })
+			e := startChain(b, n, func(r FrameResult) { done <- r.Latency }, nil)
 			defer e.Close()
 			f := modules.NewFrame(32, 32)
 			lat := make([]time.Duration, 0, b.N)
@@ -54,10 +55,23 @@ func BenchmarkHopLatency(b *testing.B) {
 
 // BenchmarkWorkerThroughput pushes frames through a 3-module no-op chain
 // on one in-process worker as fast as they are accepted: the frame rate
-// one worker (and the coordinator loop) sustains.
+// one worker (and the coordinator loop) sustains, without and with the
+// Prometheus metrics (their cost on the loop's hot path).
 func BenchmarkWorkerThroughput(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprintf("metrics=%v", on), func(b *testing.B) {
+			var mx *metrics.Metrics
+			if on {
+				mx = metrics.New(false)
+			}
+			workerThroughput(b, mx)
+		})
+	}
+}
+
+func workerThroughput(b *testing.B, mx *metrics.Metrics) {
 	done := make(chan struct{}, 1<<20)
-	e := startChain(b, 3, func(r FrameResult) { done <- struct{}{} })
+	e := startChain(b, 3, func(r FrameResult) { done <- struct{}{} }, mx)
 	defer e.Close()
 	f := modules.NewFrame(32, 32)
 	b.ResetTimer()

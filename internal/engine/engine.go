@@ -23,6 +23,7 @@ import (
 	"github.com/mdag/mdag/allocator"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/metrics"
 	"github.com/mdag/mdag/modules"
 	"github.com/mdag/mdag/placement"
 	"github.com/mdag/mdag/profile"
@@ -51,6 +52,8 @@ type Config struct {
 	// OnFrame, when set, is called (from the loop; do not block) with every
 	// frame's outcome.
 	OnFrame func(FrameResult)
+	// Metrics, when set, receives the engine's events and state (Prometheus).
+	Metrics *metrics.Metrics
 }
 
 // FrameResult is one frame's outcome and its module outputs.
@@ -121,6 +124,7 @@ type Engine struct {
 	nextGPU   scheduler.GPUID
 	planning  bool
 	replanDue []string // triggers waiting for the running plan to finish
+	dueKinds  []string // their kinds (and the next plan's)
 	replans   []Replan
 	nextPlan  int
 	tickTm    clock.Timer
@@ -281,7 +285,12 @@ func (e *Engine) Deploy(app *dag.App, f *profile.File) error {
 			out = fmt.Errorf("app %s: %w", app.Name, ErrDuplicate)
 			return
 		}
-		e.sessions[app.Name] = newSession(app, g, cat, e.cfg.Adapt)
+		s := newSession(app, g, cat, e.cfg.Adapt)
+		s.mx = e.cfg.Metrics.App(string(app.Name))
+		for _, ms := range s.mods {
+			ms.mx = e.cfg.Metrics.Module(string(app.Name), string(ms.mod.Name), ms.mod.Model, ms.mod.Kind == dag.GPU)
+		}
+		e.sessions[app.Name] = s
 		e.log.Info("app deployed", "app", app.Name, "modules", len(app.Modules), "slo", app.SLO)
 	})
 	return out
@@ -305,7 +314,7 @@ func (e *Engine) Join(app dag.AppID, streamID string) error {
 			e.streams[streamID] = st
 			s.streams[streamID] = st
 			e.log.Info("stream joined", "app", app, "stream", streamID, "streams", len(s.streams))
-			e.replan(fmt.Sprintf("stream %s joined %s (%d streams)", streamID, app, len(s.streams)))
+			e.trigger("join", fmt.Sprintf("stream %s joined %s (%d streams)", streamID, app, len(s.streams)))
 			if s.plan == nil {
 				wait = s.planned
 			}
@@ -333,7 +342,7 @@ func (e *Engine) Leave(streamID string) error {
 		delete(e.streams, streamID)
 		delete(st.s.streams, streamID)
 		e.log.Info("stream left", "app", st.s.app.Name, "stream", streamID, "streams", len(st.s.streams))
-		e.replan(fmt.Sprintf("stream %s left %s (%d streams)", streamID, st.s.app.Name, len(st.s.streams)))
+		e.trigger("leave", fmt.Sprintf("stream %s left %s (%d streams)", streamID, st.s.app.Name, len(st.s.streams)))
 	})
 	return out
 }
@@ -363,7 +372,7 @@ func (e *Engine) AddInstance(id string, typ profile.WorkerTypeID, inst Instance)
 		e.insts[id] = &instState{id: id, typ: typ, inst: inst, state: placement.Warm, registered: true,
 			releaseAt: e.clk.Now().Add(24 * time.Hour), outstanding: map[uint64]bool{}}
 		e.log.Info("worker registered", "instance", id, "type", typ)
-		e.replan("worker " + id + " (" + string(typ) + ") registered")
+		e.trigger("worker-registered", "worker "+id+" ("+string(typ)+") registered")
 	})
 }
 
@@ -428,6 +437,7 @@ func (e *Engine) ingest(st *stream, seq uint64, capture time.Time, f *modules.Fr
 	fr := &frame{key: k, capture: capture, deadline: capture.Add(s.app.SLO)}
 	s.frames[k] = fr
 	s.acct.sent(capture)
+	s.mx.FrameSent()
 	it := &modules.Item{Stream: st.id, Seq: seq, Capture: capture, Deadline: fr.deadline, Frame: f, Truth: truth}
 	outs := s.g.Sources()
 	if len(outs) == 0 {
@@ -450,6 +460,7 @@ func (e *Engine) emit(s *session, fr *frame, m dag.ModuleID, it *modules.Item) {
 	now := e.now()
 	ms := s.mods[m]
 	ms.obs.In++
+	ms.mx.In()
 	w := &work{s: s, f: fr, m: m, it: it, at: now}
 	if s.plan == nil {
 		e.drop(w, "no-plan", "the session has no feasible plan yet")
@@ -536,6 +547,7 @@ func (e *Engine) onResult(instance string, r Result) {
 	ms := s.mods[t.works[0].m]
 	if r.Rejected && t.action != nil {
 		ms.obs.rejected++
+		ms.mx.Rejected()
 		if t.gen == e.schedGen {
 			e.sched.Rejected(e.schedTime(now), t.action)
 		} else {
@@ -568,8 +580,19 @@ func (e *Engine) onResult(instance string, r Result) {
 	ms.obs.batches += len(t.works)
 	ms.obs.tasks++
 	ms.obs.execSum += r.Measured
+	if ms.mx != nil {
+		// The task started about Measured before its result came back
+		// (the return trip counts as execution, not queueing).
+		ms.mx.Exec(r.Measured)
+		started := now.Add(-r.Measured)
+		for _, w := range t.works {
+			ms.mx.Queued(started.Sub(w.at))
+		}
+	}
 	outs := s.g.Outputs(t.works[0].m)
 	for i, w := range t.works {
+		ms.obs.latSum += now.Sub(w.at)
+		ms.obs.latN++
 		ms.obs.Done++
 		ms.obs.Out += len(r.Outputs[i])
 		for _, o := range r.Outputs[i] {
@@ -640,6 +663,7 @@ func (e *Engine) finishFrame(s *session, fr *frame) {
 		}
 	}
 	s.acct.outcome(fr.capture, res)
+	s.mx.Frame(string(res.Outcome), string(res.Module), res.Reason, res.Latency)
 	if e.cfg.OnFrame != nil {
 		e.cfg.OnFrame(res)
 	}
@@ -681,6 +705,7 @@ func (e *Engine) pump() {
 		w := e.reqs[d.Request.ID]
 		delete(e.reqs, d.Request.ID)
 		if w != nil {
+			w.s.mods[w.m].mx.SchedulerDrop(string(d.Reason))
 			e.drop(w, string(d.Reason), fmt.Sprintf("scheduler at +%v, deadline +%v, capture +%v", d.At, d.Request.Deadline, e.schedTime(w.f.capture)))
 		}
 	}
@@ -695,6 +720,7 @@ func (e *Engine) pump() {
 		if len(ws) == 0 {
 			continue
 		}
+		ws[0].s.mods[ws[0].m].mx.Batch(len(ws))
 		in := e.insts[e.gpuInst[a.GPU]]
 		if in == nil || in.lost {
 			for _, w := range ws {
@@ -771,7 +797,7 @@ func (e *Engine) loseInstance(id, why string) {
 	}
 	e.log.Warn("worker lost", "instance", id, "type", in.typ, "why", why, "in_flight_dropped", len(ids))
 	e.rebuildScheduler()
-	e.replan("worker " + id + " lost: " + why)
+	e.trigger("worker-lost", "worker "+id+" lost: "+why)
 }
 
 // WorkerTypes is the set of worker types in the deployed apps' profiles:

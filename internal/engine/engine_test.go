@@ -6,12 +6,14 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/metrics"
 	"github.com/mdag/mdag/profile"
 )
 
@@ -65,7 +67,8 @@ func feed(t *testing.T, ctx context.Context, e *Engine, app dag.AppID, n int, fp
 
 func TestEveryFrameAccounted(t *testing.T) {
 	app, prof := loadExample(t, "traffic")
-	e, _ := NewEmbedded(Config{}, everyType)
+	mx := metrics.New(false)
+	e, _ := NewEmbedded(Config{Metrics: mx}, everyType)
 	e.Start()
 	defer e.Close()
 	if err := e.Deploy(app, prof); err != nil {
@@ -91,4 +94,99 @@ func TestEveryFrameAccounted(t *testing.T) {
 		t.Errorf("finish rate %.3f < 0.9: %+v drops %v", fr, tot, st.Drops)
 	}
 	t.Logf("totals %+v drops %v p50 %.1f ms p99 %.1f ms; modules %+v", tot, st.Drops, st.P50MS, st.P99MS, st.Modules)
+
+	// The exposition tells the same story as the status.
+	m := gathered(t, mx)
+	app1 := map[string]string{"app": "traffic"}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"mdag_session_frames_sent_total", app1, 90},
+		{"mdag_session_frames_total", app1, 90},
+		{"mdag_session_frames_total", map[string]string{"outcome": "finished"}, float64(tot.Finished)},
+		{"mdag_session_frames_total", map[string]string{"outcome": "late"}, float64(tot.Late)},
+		{"mdag_session_frames_dropped_total", app1, float64(tot.Dropped)},
+		{"mdag_session_latency_seconds_count", app1, float64(tot.Finished + tot.Late)},
+		{"mdag_module_items_total", map[string]string{"module": "detect"}, 90},
+		{"mdag_planner_triggers_total", map[string]string{"kind": "join"}, 3},
+	} {
+		if got := m.sum(c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %g, want %g", c.name, c.labels, got, c.want)
+		}
+	}
+	detect := map[string]string{"module": "detect", "model": "ssd-inception"}
+	if b, n := m.sum("mdag_scheduler_batches_total", detect), m.sum("mdag_scheduler_batch_size_count", detect); b == 0 || b != n {
+		t.Errorf("detect batches %g, batch-size observations %g", b, n)
+	}
+	// detect is the first module: one item per frame, and a drop there is
+	// the frame's drop (early drop or the scheduler's).
+	if items, dropped := m.sum("mdag_scheduler_batch_size_sum", detect), m.sum("mdag_session_frames_dropped_total", map[string]string{"module": "detect"}); items != 90-dropped {
+		t.Errorf("detect: %g items in batches, %g frames dropped there; want 90 in all", items, dropped)
+	}
+	for _, name := range []string{"mdag_planner_replans_total", "mdag_planner_solve_seconds_count", "mdag_cluster_instances", "mdag_module_exec_seconds_count", "mdag_module_queue_seconds_count"} {
+		if m.sum(name, nil) == 0 {
+			t.Errorf("%s is 0", name)
+		}
+	}
+}
+
+// exposition is a gathered registry: value per series.
+type exposition []struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+func gathered(t *testing.T, m *metrics.Metrics) exposition {
+	t.Helper()
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out exposition
+	add := func(name string, ls []*dto.LabelPair, v float64) {
+		l := map[string]string{}
+		for _, p := range ls {
+			l[p.GetName()] = p.GetValue()
+		}
+		out = append(out, struct {
+			name   string
+			labels map[string]string
+			value  float64
+		}{name, l, v})
+	}
+	for _, f := range fams {
+		for _, mt := range f.GetMetric() {
+			switch {
+			case mt.Counter != nil:
+				add(f.GetName(), mt.Label, mt.Counter.GetValue())
+			case mt.Gauge != nil:
+				add(f.GetName(), mt.Label, mt.Gauge.GetValue())
+			case mt.Histogram != nil:
+				add(f.GetName()+"_count", mt.Label, float64(mt.Histogram.GetSampleCount()))
+				add(f.GetName()+"_sum", mt.Label, mt.Histogram.GetSampleSum())
+			}
+		}
+	}
+	return out
+}
+
+// sum adds the series of name whose labels include want.
+func (x exposition) sum(name string, want map[string]string) float64 {
+	var s float64
+next:
+	for _, m := range x {
+		if m.name != name {
+			continue
+		}
+		for k, v := range want {
+			if m.labels[k] != v {
+				continue next
+			}
+		}
+		s += m.value
+	}
+	return s
 }

@@ -21,6 +21,7 @@ type Replan struct {
 	N              int                  `json:"n"`
 	At             time.Time            `json:"at"`
 	Trigger        string               `json:"trigger"`
+	Kinds          []string             `json:"kinds"` // what kinds of event asked for it: join, leave, scaling, ballooning, epoch, worker-registered, worker-lost
 	PlanMS         float64              `json:"plan_ms"`
 	Moves          []placement.Move     `json:"moves"`
 	CostWhole      float64              `json:"cost_whole_per_hour"`
@@ -53,12 +54,21 @@ type planInput struct {
 
 type planOutput struct {
 	trigger  string
+	kinds    []string
 	snapIDs  map[string]bool
 	plan     placement.Plan
 	allocs   map[dag.AppID]*allocator.Allocation
 	inputs   map[dag.AppID]planInput
 	problems []string
 	took     time.Duration
+}
+
+// trigger counts an event of kind (join, leave, scaling, ballooning,
+// epoch, worker-registered, worker-lost) and re-plans for it.
+func (e *Engine) trigger(kind, text string) {
+	e.cfg.Metrics.Trigger(kind)
+	e.dueKinds = append(e.dueKinds, kind)
+	e.replan(text)
 }
 
 // replan starts a planning round, or queues the trigger when one is
@@ -98,10 +108,13 @@ func (e *Engine) replan(trigger string) {
 			snap.Prices[w.Type] = w.Price
 		}
 	}
-	method, headroom := e.cfg.Method, e.cfg.Headroom
+	method, headroom, mx := e.cfg.Method, e.cfg.Headroom, e.cfg.Metrics
+	slices.Sort(e.dueKinds)
+	kinds := slices.Compact(e.dueKinds)
+	e.dueKinds = nil
 	go func() {
 		start := time.Now()
-		out := planOutput{trigger: trigger, snapIDs: ids, allocs: map[dag.AppID]*allocator.Allocation{}, inputs: inputs}
+		out := planOutput{trigger: trigger, kinds: kinds, snapIDs: ids, allocs: map[dag.AppID]*allocator.Allocation{}, inputs: inputs}
 		var exclude []profile.WorkerTypeID
 		for _, in := range inputs {
 			for _, w := range in.cat.Workers() {
@@ -112,6 +125,7 @@ func (e *Engine) replan(trigger string) {
 		}
 		for try := 0; try < 2; try++ {
 			out.problems = nil
+			allocStart := time.Now()
 			var demands []placement.Demand
 			for _, id := range sortedApps(inputs) {
 				in := inputs[id]
@@ -131,7 +145,10 @@ func (e *Engine) replan(trigger string) {
 				out.allocs[id] = a
 				demands = append(demands, placement.Demands(in.app, a)...)
 			}
+			placeStart := time.Now()
+			mx.Solve("allocate", placeStart.Sub(allocStart))
 			out.plan = placement.Place(snap, demands)
+			mx.Solve("place", time.Since(placeStart))
 			if len(out.plan.Shortages) == 0 {
 				break
 			}
@@ -179,11 +196,12 @@ func (e *Engine) apply(out planOutput) {
 	if stale != "" {
 		e.log.Info("plan discarded: instance gone since the snapshot", "instance", stale, "trigger", out.trigger)
 		e.replanDue = append(e.replanDue, out.trigger)
+		e.dueKinds = append(e.dueKinds, out.kinds...)
 		e.replan(e.takeDue())
 		return
 	}
 	e.nextPlan++
-	rp := Replan{N: e.nextPlan, At: now, Trigger: out.trigger, PlanMS: float64(out.took.Microseconds()) / 1000,
+	rp := Replan{N: e.nextPlan, At: now, Trigger: out.trigger, Kinds: out.kinds, PlanMS: float64(out.took.Microseconds()) / 1000,
 		Moves: out.plan.Moves, CostWhole: out.plan.CostWhole, CostFractional: out.plan.CostFractional,
 		Shortages: out.plan.Shortages, Problems: out.problems}
 	inPlan := map[string]placement.Instance{}
@@ -285,6 +303,8 @@ func (e *Engine) apply(out planOutput) {
 	}
 	e.rebuildScheduler()
 	e.replans = append(e.replans, rp)
+	e.cfg.Metrics.Replanned()
+	e.publishMetrics(now)
 	if len(e.replans) > 200 {
 		e.replans = e.replans[len(e.replans)-200:]
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/mdag/mdag/allocator"
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/internal/metrics"
 	"github.com/mdag/mdag/placement"
 	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/scheduler"
@@ -20,7 +21,8 @@ type session struct {
 	mods    map[dag.ModuleID]*modState
 	acct    *accounting
 	det     *Detector
-	planned chan struct{} // closed when the first plan is applied (or failed)
+	mx      *metrics.AppMetrics // nil without metrics
+	planned chan struct{}       // closed when the first plan is applied (or failed)
 
 	alloc   *allocator.Allocation
 	plan    *placement.Plan
@@ -47,6 +49,7 @@ type modState struct {
 	scheduled bool
 	obs       modObs
 	last      ModuleStatus
+	mx        *metrics.ModuleMetrics // nil without metrics
 }
 
 type route struct {
@@ -62,6 +65,8 @@ type modObs struct {
 	batches    int
 	tasks      int
 	execSum    time.Duration
+	latSum     time.Duration // items: entering the module to its result
+	latN       int
 	dropped    int
 	rejected   int
 }
@@ -81,7 +86,8 @@ func newSession(app *dag.App, g *dag.Graph, cat *profile.Catalog, ac AdaptConfig
 		scale: map[dag.ModuleID]float64{}, balloon: map[dag.ModuleID]float64{}}
 	for i := range app.Modules {
 		m := &app.Modules[i]
-		ms := &modState{mod: m, key: string(app.Name) + "/" + string(m.Name), model: scheduler.ModelID(string(app.Name) + "/" + string(m.Name))}
+		ms := &modState{mod: m, key: string(app.Name) + "/" + string(m.Name), model: scheduler.ModelID(string(app.Name) + "/" + string(m.Name)),
+			last: ModuleStatus{Module: m.Name, Kind: m.Kind}}
 		for _, c := range cat.Configs(m.Name) {
 			if c.Batch == 1 && (ms.fastest == 0 || c.Latency < ms.fastest) {
 				ms.fastest = c.Latency

@@ -2,9 +2,11 @@ package engine
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/placement"
 )
 
 // armTick schedules the next adaptation window.
@@ -35,6 +37,11 @@ func (e *Engine) tick() {
 				st.Scale = float64(o.Out) / float64(o.Done)
 			} else {
 				st.Scale = ms.last.Scale
+			}
+			if ms.obs.latN > 0 {
+				st.LatencyMS = ms.obs.latSum.Seconds() * 1000 / float64(ms.obs.latN)
+			} else {
+				st.LatencyMS = ms.last.LatencyMS
 			}
 			if ms.obs.tasks > 0 {
 				st.ExecMS = ms.obs.execSum.Seconds() * 1000 / float64(ms.obs.tasks)
@@ -76,13 +83,64 @@ func (e *Engine) tick() {
 		}
 	}
 	for _, t := range triggers {
-		e.replan("adapt " + t)
+		// A detector's reason names what moved: "m scale a -> b", "m balloon a -> b".
+		kind := "scaling"
+		if strings.Contains(t, " balloon ") && !strings.Contains(t, " scale ") {
+			kind = "ballooning"
+		}
+		e.trigger(kind, "adapt "+t)
 	}
 	if now.Sub(e.lastEpoch) >= e.cfg.Epoch {
 		e.lastEpoch = now
-		e.replan("epoch")
+		e.trigger("epoch", "epoch")
 	}
+	e.publishMetrics(now)
 	e.armTick()
+}
+
+// publishMetrics sets the state gauges: per app its streams, last
+// complete window's finish rate, cost and module factors; the instances by
+// type and state and the cluster's cost.
+func (e *Engine) publishMetrics(now time.Time) {
+	m := e.cfg.Metrics
+	if m == nil {
+		return
+	}
+	prices := map[string]float64{}
+	var allocated float64
+	for _, id := range e.appIDs() {
+		s := e.sessions[id]
+		for _, w := range s.cat.Workers() {
+			prices[string(w.Type)] = w.Price
+		}
+		ws := s.acct.windowsBefore(now.Add(-s.app.SLO-100*time.Millisecond), 1)
+		var rate float64
+		if len(ws) > 0 {
+			rate = ws[0].FinishRate
+		}
+		var alloc, whole float64
+		if s.alloc != nil && s.rate > 0 {
+			alloc = s.alloc.CostPerHour
+		}
+		if s.plan != nil {
+			whole = sessionWholeCost(s, e)
+		}
+		allocated += alloc
+		m.Session(string(id), len(s.streams), rate, len(ws) > 0 && ws[0].Sent > 0, alloc, whole)
+		for mid, ms := range s.mods {
+			m.ModuleFactors(string(id), string(mid), ms.last.Scale, ms.last.Balloon)
+		}
+	}
+	counts := map[[2]string]int{}
+	var whole float64
+	for _, in := range e.insts {
+		counts[[2]string{string(in.typ), string(in.state)}]++
+		if in.state != placement.Warm {
+			whole += prices[string(in.typ)]
+		}
+	}
+	m.Instances(counts)
+	m.Cost(whole, allocated)
 }
 
 func (e *Engine) appIDs() []dag.AppID {
@@ -109,6 +167,7 @@ type Status struct {
 type SessionStatus struct {
 	App            dag.AppID         `json:"app"`
 	Streams        int               `json:"streams"`
+	StreamIDs      []string          `json:"stream_ids"`
 	FPS            float64           `json:"fps"`
 	SLOMS          float64           `json:"slo_ms"`
 	Total          Counts            `json:"total"`
@@ -133,6 +192,7 @@ type ModuleStatus struct {
 	RateOut   float64      `json:"rate_out"`
 	Scale     float64      `json:"scale"`
 	ExecMS    float64      `json:"exec_ms"`
+	LatencyMS float64      `json:"latency_ms"` // mean, entering the module to its result (queueing included)
 	Balloon   float64      `json:"balloon"`
 	MeanBatch float64      `json:"mean_batch"`
 	BudgetMS  float64      `json:"budget_ms"`
@@ -162,6 +222,11 @@ func (e *Engine) Status() Status {
 			ss := SessionStatus{App: id, Streams: len(s.streams), FPS: s.app.FPS, SLOMS: s.app.SLO.Seconds() * 1000,
 				Total: s.acct.total, Open: s.acct.total.Open(), FinishRateAll: s.acct.total.FinishRate(),
 				P50MS: pct(s.acct.lat, 0.5), P99MS: pct(s.acct.lat, 0.99), Drops: s.acct.drops, Planned: s.plan != nil}
+			ss.StreamIDs = make([]string, 0, len(s.streams))
+			for sid := range s.streams {
+				ss.StreamIDs = append(ss.StreamIDs, sid)
+			}
+			sort.Strings(ss.StreamIDs)
 			ss.Windows = s.acct.windowsBefore(now.Add(-s.app.SLO-100*time.Millisecond), 10)
 			if n := len(ss.Windows); n > 0 {
 				ss.FinishRate = ss.Windows[n-1].FinishRate

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/examples"
+	"github.com/mdag/mdag/ingest/whip"
+	"github.com/mdag/mdag/internal/dashboard"
+	"github.com/mdag/mdag/internal/engine"
+	"github.com/mdag/mdag/profile"
+	"github.com/mdag/mdag/scheduler"
+)
+
+// vtest is the sample video Debian's opencv-doc installs (people walking).
+const vtest = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
+
+// demoSchedule is how many WHIP clients stream at each step: they join and
+// leave, and every change re-plans.
+var demoSchedule = []int{3, 5, 4, 6, 3}
+
+func runDemo(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("demo", "[--duration D] [flags]", stderr)
+	duration := fs.Duration("duration", 0, "run this long, then print the summary (0: until Ctrl-C)")
+	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address of the dashboard, /metrics and WHIP (loopback only)")
+	source := fs.String("source", "", "video FILE the clients stream, or pattern (default: "+vtest+" when installed, else the pattern)")
+	step := fs.Duration("step", 8*time.Second, "clients join or leave every step (schedule "+fmt.Sprint(demoSchedule)+", repeating)")
+	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if !loopback(*listen) {
+		fmt.Fprintf(stderr, "mdag demo: --listen %s: the demo's ingest is open, so it listens on loopback only (use mdag serve --token-file for more)\n", *listen)
+		return exitInvalid
+	}
+	if *step <= 0 {
+		fmt.Fprintf(stderr, "mdag demo: --step %v: want > 0\n", *step)
+		return exitInvalid
+	}
+	src := *source
+	if src == "" {
+		src = "pattern"
+		if _, err := os.Stat(vtest); err == nil {
+			src = vtest
+		}
+	}
+	open, err := sourceOpener(src, "640x480", 3, true)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag demo: --source: %v\n", err)
+		return exitInvalid
+	}
+	app, prof, err := examples.Parse("traffic")
+	if err != nil {
+		printErrors(stderr, err)
+		return exitFailure
+	}
+	log := newLogger(stderr, *verbose)
+	results := &frameSink{}
+	mx := newMetrics()
+	limits := map[profile.WorkerTypeID]int{"P100": 4, "V100": 4, "CPU": 4}
+	e, _ := engine.NewEmbedded(engine.Config{Policy: scheduler.Policy(engine.DefaultPolicy), Log: log, OnFrame: results.onFrame, Metrics: mx}, limits)
+	e.Start()
+	defer e.Close()
+	if err := e.Deploy(app, prof); err != nil {
+		printErrors(stderr, err)
+		return exitFailure
+	}
+	obs := newObserved(e, mx, log)
+	defer obs.Close()
+	ws, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Log: log}, obs.sink())
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag demo: %v\n", err)
+		return exitFailure
+	}
+	defer ws.Close()
+	results.srv.Store(ws)
+	obs.setWhip(ws)
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag demo: listen %s: %v (another mdag running? give --listen 127.0.0.1:0 for any free port)\n", *listen, err)
+		return exitFailure
+	}
+	hs := &http.Server{Handler: obs.handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	defer hs.Close()
+	base := "http://" + ln.Addr().String()
+	srcName := src
+	if src == "pattern" {
+		srcName = "the generated moving-shapes pattern (" + vtest + " is not installed)"
+	}
+	stop := "Ctrl-C stops it and prints the summary"
+	if *duration > 0 {
+		stop = fmt.Sprintf("it stops after %v and prints the summary", *duration)
+	}
+	fmt.Fprintf(stdout, `mdag demo: the traffic app (detect -> crop -> classify / face -> count, SLO %v at %g fps per camera)
+  on emulated P100 and V100 GPU workers and real OpenCV CPU modules, in this one process.
+  WHIP clients stream %s over WebRTC,
+  joining and leaving every %v (%v clients); %s.
+
+  dashboard   %s/
+  metrics     %s/metrics
+  status      %s/v1/status   (or: bin/mdag status --server %s)
+  streams     %s/v1/streams
+  your camera %s/stream/traffic   (a browser can join too)
+
+What to look at on the dashboard:
+  - finish rate per 1 s window: frames finished within the SLO / frames sent; it should sit near 100%%
+  - the purple marks and the re-plan timeline: each join or leave re-plans; the timeline says what moved and the cost
+  - cost and instances by type: the allocator's cheapest mix for the current streams (whole instances vs allocated share)
+  - module rates, batch sizes, scaling factors: the real video has no ground truth, so the emulated detector
+    finds no vehicles; the scaling factors fall and the plan shrinks the downstream modules (a 'scaling' re-plan)
+
+`, app.SLO, app.FPS, srcName, *step, demoSchedule, stop, base, base, base, base, base, base)
+	log.Info("demo serving", "dashboard", base+"/", "source", src)
+
+	ctx, cancel := runContext(*duration)
+	defer cancel()
+	c := &demoClients{open: open, o: clientOpts{server: base, app: string(app.Name), fps: app.FPS, bitrate: 800}}
+	start := time.Now()
+	for i := 0; ; i++ {
+		c.resize(ctx, demoSchedule[i%len(demoSchedule)])
+		select {
+		case <-ctx.Done():
+		case <-time.After(*step):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	ran := time.Since(start).Round(time.Second)
+	sums := c.stopAll()
+	// Let the frames in flight end so the summary accounts for all of them.
+	end := time.Now().Add(app.SLO + 2*time.Second)
+	for time.Now().Before(end) && e.Status().Sessions[0].Open > 0 {
+		<-time.After(20 * time.Millisecond)
+	}
+	st := e.Status()
+	return writeDemoSummary(stdout, ran, st, e.Replans(), obs.rec.History(), sums)
+}
+
+// demoClients runs the demo's WHIP clients.
+type demoClients struct {
+	open func() (frameSource, error)
+	o    clientOpts
+	mu   sync.Mutex
+	live []*demoClient
+	done []clientSummary
+	n    int
+}
+
+type demoClient struct {
+	cancel context.CancelFunc
+	sum    chan clientSummary
+}
+
+// resize starts or stops clients (newest first) until n stream.
+func (c *demoClients) resize(ctx context.Context, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.live) < n {
+		cctx, cancel := context.WithCancel(ctx)
+		dc := &demoClient{cancel: cancel, sum: make(chan clientSummary, 1)}
+		idx := c.n
+		c.n++
+		go func() { dc.sum <- runOneClient(cctx, idx, c.open, c.o, func(whip.Result) {}) }()
+		c.live = append(c.live, dc)
+	}
+	for len(c.live) > n {
+		dc := c.live[len(c.live)-1]
+		c.live = c.live[:len(c.live)-1]
+		dc.cancel()
+		go func() {
+			s := <-dc.sum
+			c.mu.Lock()
+			c.done = append(c.done, s)
+			c.mu.Unlock()
+		}()
+	}
+}
+
+// stopAll stops every client and returns every client's summary.
+func (c *demoClients) stopAll() []clientSummary {
+	c.mu.Lock()
+	live := c.live
+	c.live = nil
+	c.mu.Unlock()
+	var out []clientSummary
+	for _, dc := range live {
+		dc.cancel()
+	}
+	for _, dc := range live {
+		out = append(out, <-dc.sum)
+	}
+	// Clients that left earlier: their summaries are in done, or on the way.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		c.mu.Lock()
+		n := len(c.done)
+		c.mu.Unlock()
+		if n+len(out) >= c.n {
+			break
+		}
+		<-time.After(20 * time.Millisecond)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append(c.done, out...)
+}
+
+// writeDemoSummary prints what the run did; it fails (exit 1) when no
+// frame got through, so a broken demo cannot pass as a quiet one.
+func writeDemoSummary(w io.Writer, ran time.Duration, st engine.Status, replans []engine.Replan, hist dashboard.Snapshot, sums []clientSummary) int {
+	s := st.Sessions[0]
+	fmt.Fprintf(w, "== mdag demo summary (%v)\n", ran)
+	fmt.Fprintf(w, "frames: sent %d, finished %d, late %d, dropped %d, open %d\n", s.Total.Sent, s.Total.Finished, s.Total.Late, s.Total.Dropped, s.Open)
+	fmt.Fprintf(w, "finish rate: %.2f%% (frames finished within the %g ms SLO / frames sent); latency p50 %.1f ms, p99 %.1f ms\n",
+		100*s.FinishRateAll, s.SLOMS, s.P50MS, s.P99MS)
+	whole, alloc := hist.MeanCost()
+	fmt.Fprintf(w, "cost: mean $%.2f/h whole instances, $%.2f/h allocated over the run\n", whole, alloc)
+	kinds := map[string]int{}
+	for _, r := range replans {
+		for _, k := range r.Kinds {
+			kinds[k]++
+		}
+	}
+	keys := make([]string, 0, len(kinds))
+	for k := range kinds {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, kinds[k])
+	}
+	fmt.Fprintf(w, "re-allocations: %d (triggered by: %s)\n", len(replans), strings.Join(parts, ", "))
+	if len(s.Drops) > 0 {
+		ks := make([]string, 0, len(s.Drops))
+		for k := range s.Drops {
+			ks = append(ks, k)
+		}
+		sort.Strings(ks)
+		for i, k := range ks {
+			ks[i] = fmt.Sprintf("%s = %d", k, s.Drops[k])
+		}
+		fmt.Fprintf(w, "drops: %s\n", strings.Join(ks, ", "))
+	}
+	total := sumClients(sums)
+	fmt.Fprintf(w, "clients: %d WHIP streams, %d frames sent, %d ingested at %g fps, %d results back, %d errors\n",
+		len(sums), total.Sent, total.Ingested, s.FPS, total.Results, total.Errors)
+	for _, c := range sums {
+		if c.Error != "" {
+			fmt.Fprintf(w, "  client error: %s\n", c.Error)
+		}
+	}
+	if s.Total.Sent == 0 {
+		fmt.Fprintln(w, "no frame reached the app: the demo did not work (see the log above)")
+		return exitFailure
+	}
+	return exitOK
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// TestDemo is the main job end to end: `mdag demo --duration 30s` (the
+// traffic app, WHIP clients over real WebRTC joining and leaving) while
+// headless Chromium loads the dashboard. The finish-rate chart must have
+// data, the page must log no errors, a screenshot is kept as an artifact
+// ($MDAG_ARTIFACTS, default artifacts/ at the repository root), and the
+// demo must exit 0 with a finish rate of at least 95% in its summary.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo for 30 s")
+	}
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("MDAG_REQUIRE_INTEROP") != "" {
+			t.Fatal("chromium not installed (make deps installs it)")
+		}
+		t.Skip("chromium not installed (make deps installs it)")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "mdag")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	addr := make(chan string, 1)
+	re := regexp.MustCompile(`dashboard=(http://\S+)/`)
+	demo := start(t, bin, "demo", func(l string) {
+		if m := re.FindStringSubmatch(l); m != nil {
+			addr <- m[1]
+		}
+	}, "demo", "--duration", "30s", "--listen", "127.0.0.1:0")
+	var base string
+	select {
+	case base = <-addr:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("demo did not start:\n%s", demo.stderr())
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.WindowSize(1440, 1800),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+	)
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
+	defer cancelT()
+	if _, err := chromedp.Run(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu       sync.Mutex
+		problems []string
+	)
+	cctx, stopConsole := context.WithCancel(ctx)
+	consoleDone := make(chan struct{})
+	msgs := chromedp.Console(cctx)
+	go func() {
+		defer close(consoleDone)
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() {
+				mu.Lock()
+				problems = append(problems, m.String()+" at "+m.URL+":"+strconv.FormatInt(m.Line, 10))
+				mu.Unlock()
+			}
+		}
+	}()
+	if _, err := chromedp.Run(ctx, chromedp.Navigate(base+"/")); err != nil {
+		t.Fatal(err)
+	}
+	// The first windows are shown once their frames are past the SLO; wait
+	// for five of them on the finish-rate chart.
+	const finish = `document.querySelector('[data-chart="finish"] polyline.line')`
+	n, err := chromedp.Run(ctx, chromedp.Poll[int](finish+` && Number(`+finish+`.getAttribute("data-n")) >= 5 && Number(`+finish+`.getAttribute("data-n"))`,
+		chromedp.WithPollingInterval(250*time.Millisecond), chromedp.WithPollingTimeout(40*time.Second)))
+	if err != nil {
+		t.Fatalf("the finish-rate chart got no data: %v\n%s", err, demo.stderr())
+	}
+	type pageState struct {
+		Live    string   `json:"live"`
+		Charts  int      `json:"charts"`
+		Replans int      `json:"replans"`
+		Modules int      `json:"modules"`
+		Thumbs  int      `json:"thumbs"`
+		Rate    []string `json:"rate"`
+	}
+	// Thumbnails and re-plans arrive with the first clients' frames.
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll(".thumbs img").length > 0 && document.querySelectorAll("#replans li .kind").length > 0`,
+		chromedp.WithPollingInterval(250*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second))); err != nil {
+		t.Errorf("no thumbnails or re-plans on the page: %v", err)
+	}
+	ps, err := chromedp.Run(ctx, chromedp.Evaluate[pageState](`({
+		live: document.getElementById("conn").textContent,
+		charts: document.querySelectorAll(".chart svg").length,
+		replans: document.querySelectorAll("#replans li .kind").length,
+		modules: document.querySelectorAll("table.modules tbody tr").length,
+		thumbs: document.querySelectorAll(".thumbs img").length,
+		rate: [...document.querySelectorAll(".kpi b")].slice(0, 2).map((e) => e.textContent),
+	})`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("dashboard: finish-rate points %d, %+v", n, ps)
+	if ps.Live != "live" || ps.Charts < 9 || ps.Modules != 6 {
+		t.Errorf("dashboard state %+v: want live, >= 9 charts, 6 modules", ps)
+	}
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	art := artifactDir(t)
+	if err := os.WriteFile(filepath.Join(art, "dashboard.png"), shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", filepath.Join(art, "dashboard.png"), len(shot))
+	stopConsole()
+	<-consoleDone
+	mu.Lock()
+	for _, p := range problems {
+		t.Errorf("browser console: %s", p)
+	}
+	mu.Unlock()
+
+	select {
+	case <-demo.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("demo did not end after its 30 s:\n%s", lastLines(demo.stderr(), 20))
+	}
+	out := demo.stdout()
+	if code := demo.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("demo exited %d:\n%s\n%s", code, out, lastLines(demo.stderr(), 20))
+	}
+	m := regexp.MustCompile(`finish rate: ([0-9.]+)%`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no finish rate in the summary:\n%s", out)
+	}
+	rate, _ := strconv.ParseFloat(m[1], 64)
+	if rate < 95 {
+		t.Errorf("finish rate %.2f%% < 95%%:\n%s", rate, out)
+	}
+	for _, want := range []string{"== mdag demo summary", "re-allocations: ", "join ", "leave ", "cost: mean $"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	t.Logf("summary:\n%s", out[strings.Index(out, "== mdag demo summary"):])
+}
+
+// artifactDir is where tests keep files for people to look at.
+func artifactDir(t *testing.T) string {
+	dir := os.Getenv("MDAG_ARTIFACTS")
+	if dir == "" {
+		_, file, _, _ := runtime.Caller(0)
+		dir = filepath.Join(filepath.Dir(file), "..", "..", "artifacts")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

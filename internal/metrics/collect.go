@@ -1,0 +1,130 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// IngestTotals are one app's ingest counters since the process started
+// (streams that ended included, so the counters never go down).
+type IngestTotals struct {
+	App          string
+	Streams      int // live ingest connections
+	Packets      uint64
+	Frames       uint64 // assembled from packets
+	Ingested     uint64 // decoded and handed to the session
+	Lost         uint64 // incomplete, never decoded
+	DecodeErrors uint64
+	PLIs         uint64
+}
+
+// GPUSnapshot is the machine's GPU telemetry (NVML) at scrape time.
+type GPUSnapshot struct {
+	Available bool
+	Devices   []GPUDevice
+}
+
+// GPUDevice is one GPU.
+type GPUDevice struct {
+	Index       string
+	Name        string
+	UtilRatio   float64 // share of the last sample period a kernel ran
+	MemUsed     uint64  // bytes
+	MemTotal    uint64  // bytes
+	Processes   int
+	CurrentUsed uint64 // bytes this process holds
+}
+
+// SetIngest registers the source of the ingest counters (the WHIP server).
+func (m *Metrics) SetIngest(f func() []IngestTotals) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.ingest = f
+	m.mu.Unlock()
+}
+
+// SetGPU registers the source of GPU telemetry.
+func (m *Metrics) SetGPU(f func() GPUSnapshot) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.gpu = f
+	m.mu.Unlock()
+}
+
+func desc(sub, name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName("mdag", sub, name), help, labels, nil)
+}
+
+var (
+	ingestStreams  = desc("ingest", "streams", "Live WebRTC (WHIP) ingest connections.", "app")
+	ingestPackets  = desc("ingest", "packets_total", "RTP packets received.", "app")
+	ingestFrames   = desc("ingest", "frames_total", "VP8 frames assembled from RTP packets.", "app")
+	ingestIngested = desc("ingest", "frames_ingested_total", "Frames decoded and handed to the app's session (after fps sampling).", "app")
+	ingestLost     = desc("ingest", "frames_lost_total", "Frames lost in transport (incomplete or missing packets).", "app")
+	ingestDecode   = desc("ingest", "decode_errors_total", "Frames libvpx failed to decode.", "app")
+	ingestPLIs     = desc("ingest", "plis_total", "Picture loss indications sent to senders (asking for a key frame).", "app")
+
+	gpuAvailable = desc("gpu", "telemetry_available", "1 when NVML reports this machine's NVIDIA GPUs; 0 without a driver (emulated GPUs only).")
+	gpuUtil      = desc("gpu", "utilization_ratio", "Share of the last NVML sample period a kernel ran on the GPU.", "gpu", "name")
+	gpuMemUsed   = desc("gpu", "memory_used_bytes", "GPU memory in use (all processes).", "gpu", "name")
+	gpuMemTotal  = desc("gpu", "memory_total_bytes", "GPU memory installed.", "gpu", "name")
+	gpuMemSelf   = desc("gpu", "process_memory_used_bytes", "GPU memory this process holds.", "gpu", "name")
+	gpuProcs     = desc("gpu", "processes", "Compute processes on the GPU.", "gpu", "name")
+)
+
+type ingestCollector struct{ m *Metrics }
+
+func (ingestCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{ingestStreams, ingestPackets, ingestFrames, ingestIngested, ingestLost, ingestDecode, ingestPLIs} {
+		ch <- d
+	}
+}
+
+func (c ingestCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	f := c.m.ingest
+	c.m.mu.Unlock()
+	if f == nil {
+		return
+	}
+	for _, t := range f() {
+		ch <- prometheus.MustNewConstMetric(ingestStreams, prometheus.GaugeValue, float64(t.Streams), t.App)
+		for _, v := range []struct {
+			d *prometheus.Desc
+			n uint64
+		}{{ingestPackets, t.Packets}, {ingestFrames, t.Frames}, {ingestIngested, t.Ingested}, {ingestLost, t.Lost}, {ingestDecode, t.DecodeErrors}, {ingestPLIs, t.PLIs}} {
+			ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(v.n), t.App)
+		}
+	}
+}
+
+type gpuCollector struct{ m *Metrics }
+
+func (gpuCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{gpuAvailable, gpuUtil, gpuMemUsed, gpuMemTotal, gpuMemSelf, gpuProcs} {
+		ch <- d
+	}
+}
+
+func (c gpuCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	f := c.m.gpu
+	c.m.mu.Unlock()
+	if f == nil {
+		return
+	}
+	s := f()
+	avail := 0.0
+	if s.Available {
+		avail = 1
+	}
+	ch <- prometheus.MustNewConstMetric(gpuAvailable, prometheus.GaugeValue, avail)
+	for _, d := range s.Devices {
+		ch <- prometheus.MustNewConstMetric(gpuUtil, prometheus.GaugeValue, d.UtilRatio, d.Index, d.Name)
+		ch <- prometheus.MustNewConstMetric(gpuMemUsed, prometheus.GaugeValue, float64(d.MemUsed), d.Index, d.Name)
+		ch <- prometheus.MustNewConstMetric(gpuMemTotal, prometheus.GaugeValue, float64(d.MemTotal), d.Index, d.Name)
+		ch <- prometheus.MustNewConstMetric(gpuMemSelf, prometheus.GaugeValue, float64(d.CurrentUsed), d.Index, d.Name)
+		ch <- prometheus.MustNewConstMetric(gpuProcs, prometheus.GaugeValue, float64(d.Processes), d.Index, d.Name)
+	}
+}
