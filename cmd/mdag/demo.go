@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -82,17 +80,13 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	defer ws.Close()
-	results.srv.Store(ws)
-	obs.setWhip(ws)
-	ln, err := net.Listen("tcp", *listen)
+	obs.setWhip(ws, results)
+	base, hs, err := obs.serveHTTP(*listen)
 	if err != nil {
-		fmt.Fprintf(stderr, "mdag demo: listen %s: %v (another mdag running? give --listen 127.0.0.1:0 for any free port)\n", *listen, err)
+		fmt.Fprintf(stderr, "mdag demo: %v (another mdag running? give --listen 127.0.0.1:0 for any free port)\n", err)
 		return exitFailure
 	}
-	hs := &http.Server{Handler: obs.handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
-	base := "http://" + ln.Addr().String()
 	srcName := src
 	if src == "pattern" {
 		srcName = "the generated moving-shapes pattern (" + vtest + " is not installed)"

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/mdag/mdag/internal/browsertest"
 )
 
 // TestDemo is the main job end to end: `mdag demo --duration 30s` (the
@@ -26,13 +28,7 @@ func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the demo for 30 s")
 	}
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("MDAG_REQUIRE_INTEROP") != "" {
-			t.Fatal("chromium not installed (make deps installs it)")
-		}
-		t.Skip("chromium not installed (make deps installs it)")
-	}
+	ctx := browsertest.New(t, 90*time.Second, chromedp.WindowSize(1440, 1800))
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "mdag")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
@@ -52,23 +48,6 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo did not start:\n%s", demo.stderr())
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.WindowSize(1440, 1800),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-	)
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelA()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
-	defer cancelT()
 	if _, err := chromedp.Run(ctx, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatal(err)
 	}

@@ -99,8 +99,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	defer ws.Close()
-	results.srv.Store(ws)
-	obs.setWhip(ws)
+	obs.setWhip(ws, results)
 	gl, err := net.Listen("tcp", *grpcAddr)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag coordinator: listen %s: %v\n", *grpcAddr, err)

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -57,10 +58,24 @@ func newObserved(e *engine.Engine, mx *metrics.Metrics, log *slog.Logger) *obser
 	return &observed{e: e, mx: mx, rec: rec}
 }
 
-// setWhip adds the WHIP server: its routes and its ingest counters.
-func (o *observed) setWhip(ws *whip.Server) {
+// setWhip adds the WHIP server: its routes, its ingest counters, and the
+// engine's results (through the engine's OnFrame sink).
+func (o *observed) setWhip(ws *whip.Server, results *frameSink) {
 	o.ws = ws
 	o.mx.SetIngest(ws.IngestTotals)
+	results.srv.Store(ws)
+}
+
+// serveHTTP listens on addr and serves every endpoint; it returns the
+// base URL and the server to close.
+func (o *observed) serveHTTP(addr string) (string, *http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, err
+	}
+	hs := &http.Server{Handler: o.handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	return "http://" + ln.Addr().String(), hs, nil
 }
 
 // sink is the engine as a WHIP sink whose frames also feed the thumbnails.

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sort"
 	"strconv"
@@ -79,17 +78,13 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	defer ws.Close()
-	results.srv.Store(ws)
-	obs.setWhip(ws)
-	ln, err := net.Listen("tcp", *listen)
+	obs.setWhip(ws, results)
+	base, srv, err := obs.serveHTTP(*listen)
 	if err != nil {
-		fmt.Fprintf(stderr, "mdag serve: listen %s: %v\n", *listen, err)
+		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
 		return exitFailure
 	}
-	srv := &http.Server{Handler: obs.handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
-	base := "http://" + ln.Addr().String()
 	log.Info("serving", "app", app.Name, "dashboard", base+"/", "status", base+"/v1/status", "metrics", base+"/metrics", "whip", base+"/whip/"+string(app.Name),
 		"page", base+"/stream/"+string(app.Name), "policy", *policy,
 		"note", "embedded mode: coordinator, GPU scheduler and in-process workers with emulated GPUs in one process")

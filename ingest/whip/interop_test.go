@@ -16,6 +16,7 @@ import (
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
+	"github.com/mdag/mdag/internal/browsertest"
 	"github.com/mdag/mdag/internal/engine"
 	"github.com/mdag/mdag/profile"
 )
@@ -132,29 +133,10 @@ func TestChromium(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	const chromium = "/usr/bin/chromium"
-	if _, err := os.Stat(chromium); err != nil {
-		requireInterop(t, "chromium", err.Error())
-	}
-	srv, hs, _ := engineServer(t)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
+	ctx := browsertest.New(t, 90*time.Second,
 		chromedp.Flag("use-fake-device-for-media-stream", true),
-		chromedp.Flag("use-fake-ui-for-media-stream", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-	)
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelA()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelT()
+		chromedp.Flag("use-fake-ui-for-media-stream", true))
+	srv, hs, _ := engineServer(t)
 	secs := interopSeconds(10)
 	type pageStats struct {
 		State    string         `json:"state"`
