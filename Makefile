@@ -8,6 +8,7 @@ export CGO_LDFLAGS := -lcolamd -lm
 # Debian packages the build and tests need (more join as features land).
 DEB_PACKAGES := libopencv-dev opencv-data liblpsolve55-dev libvpx-dev python3-aiortc chromium
 DURATION ?=
+DEMO_FLAGS ?=
 BIN := bin/mdag
 
 .PHONY: help deps build test vet demo tour bench fuzz proto clean
@@ -32,8 +33,8 @@ vet: ## gofmt check and go vet every package
 test: deps build vet ## deps, build, vet, then every test with -race
 	MDAG_REQUIRE_INTEROP=1 $(GO) test -race -count=1 -timeout 15m ./...
 
-demo: build ## the whole system live: the traffic app, WHIP clients joining and leaving, the dashboard (DURATION=30s to stop and print the summary)
-	./$(BIN) demo $(if $(DURATION),--duration $(DURATION))
+demo: build ## the whole system live: the traffic app, WHIP clients joining and leaving, the dashboard (DURATION=30s stops it; DEMO_FLAGS="--listen 127.0.0.1:0" and more)
+	./$(BIN) demo $(if $(DURATION),--duration $(DURATION)) $(DEMO_FLAGS)
 
 tour: build ## the planning CLI on the traffic example: validate, allocate, place, simulate the GPU scheduler
 	@echo "== 1. validate: the traffic app, its graph and the fastest it can go (12 streams)"

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -18,7 +17,7 @@ import (
 	"github.com/mdag/mdag/internal/browsertest"
 )
 
-// TestDemo is the main job end to end: `mdag demo --duration 30s` (the
+// TestDemo is the main job end to end: `make demo DURATION=30s` (the
 // traffic app, WHIP clients over real WebRTC joining and leaving) while
 // headless Chromium loads the dashboard. The finish-rate chart must have
 // data, the page must log no errors, a screenshot is kept as an artifact
@@ -28,26 +27,22 @@ func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the demo for 30 s")
 	}
-	ctx := browsertest.New(t, 90*time.Second, chromedp.WindowSize(1440, 1800))
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "mdag")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	addr := make(chan string, 1)
 	re := regexp.MustCompile(`dashboard=(http://\S+)/`)
-	demo := start(t, bin, "demo", func(l string) {
+	// Exactly the README's command, on a free port.
+	demo := start(t, "make", "demo", func(l string) {
 		if m := re.FindStringSubmatch(l); m != nil {
 			addr <- m[1]
 		}
-	}, "demo", "--duration", "30s", "--listen", "127.0.0.1:0")
+	}, "-C", repoRoot(), "--no-print-directory", "demo", "DURATION=30s", "DEMO_FLAGS=--listen 127.0.0.1:0")
 	var base string
 	select {
 	case base = <-addr:
-	case <-time.After(30 * time.Second):
+	case <-time.After(90 * time.Second): // make builds bin/mdag first
 		t.Fatalf("demo did not start:\n%s", demo.stderr())
 	}
 
+	ctx := browsertest.New(t, 90*time.Second, chromedp.WindowSize(1440, 1800))
 	if _, err := chromedp.Run(ctx, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatal(err)
 	}
@@ -152,12 +147,17 @@ func TestDemo(t *testing.T) {
 	t.Logf("summary:\n%s", out[strings.Index(out, "== mdag demo summary"):])
 }
 
+// repoRoot is the repository's root (this file is in cmd/mdag).
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
 // artifactDir is where tests keep files for people to look at.
 func artifactDir(t *testing.T) string {
 	dir := os.Getenv("MDAG_ARTIFACTS")
 	if dir == "" {
-		_, file, _, _ := runtime.Caller(0)
-		dir = filepath.Join(filepath.Dir(file), "..", "..", "artifacts")
+		dir = filepath.Join(repoRoot(), "artifacts")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

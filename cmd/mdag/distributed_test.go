@@ -43,6 +43,8 @@ func (p *proc) stderr() string {
 func start(t *testing.T, bin, name string, onLine func(string), args ...string) *proc {
 	t.Helper()
 	p := &proc{name: name, cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	// A process group, so cleanup also stops what it starts (make -> mdag).
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p.cmd.Stdout = &p.out
 	se, err := p.cmd.StderrPipe()
 	if err != nil {
@@ -67,7 +69,7 @@ func start(t *testing.T, bin, name string, onLine func(string), args ...string) 
 		_ = p.cmd.Wait()
 	}()
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		<-p.done
 		if t.Failed() {
 			t.Logf("%s stderr (last lines):\n%s", name, lastLines(p.stderr(), 15))

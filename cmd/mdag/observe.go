@@ -25,9 +25,12 @@ func newMetrics() *metrics.Metrics {
 	return mx
 }
 
-// gpuMetrics converts NVML telemetry for the exposition.
-func gpuMetrics() metrics.GPUSnapshot {
-	s := gpu.Telemetry()
+// gpuMetrics reads NVML for the exposition.
+func gpuMetrics() metrics.GPUSnapshot { return toGPUMetrics(gpu.Telemetry()) }
+
+// toGPUMetrics converts NVML telemetry (MiB, percent) to the exposition's
+// units (bytes, ratio).
+func toGPUMetrics(s gpu.Snapshot) metrics.GPUSnapshot {
 	out := metrics.GPUSnapshot{Available: s.Available}
 	for _, d := range s.Devices {
 		gd := metrics.GPUDevice{Index: strconv.Itoa(d.Index), Name: d.Name, UtilRatio: float64(d.UtilGPU) / 100,

@@ -1,0 +1,24 @@
+package main
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/mdag/mdag/gpu"
+	"github.com/mdag/mdag/internal/metrics"
+)
+
+// TestGPUMetrics: NVML's MiB and percents become bytes and ratios; this
+// process's memory is summed from its entries; no driver is no devices.
+func TestGPUMetrics(t *testing.T) {
+	got := toGPUMetrics(gpu.Snapshot{Available: true, Driver: "550", Devices: []gpu.Device{{Index: 1, Name: "NVIDIA H100", UtilGPU: 42,
+		MemUsedMiB: 2048, MemTotalMiB: 81559, Processes: []gpu.Usage{{PID: 1, MemMiB: 1000}, {PID: 2, MemMiB: 500, Current: true}}}}})
+	want := metrics.GPUSnapshot{Available: true, Devices: []metrics.GPUDevice{{Index: "1", Name: "NVIDIA H100", UtilRatio: 0.42,
+		MemUsed: 2048 << 20, MemTotal: 81559 << 20, Processes: 2, CurrentUsed: 500 << 20}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v\nwant %+v", got, want)
+	}
+	if got := toGPUMetrics(gpu.Snapshot{Reason: gpu.NoDriver}); got.Available || len(got.Devices) != 0 {
+		t.Errorf("no driver: %+v", got)
+	}
+}
