@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mdag/mdag/allocator"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/placement"
 )
@@ -182,6 +183,8 @@ type SessionStatus struct {
 	Windows        []WindowStatus    `json:"windows"` // the last complete seconds, oldest first
 	Modules        []ModuleStatus    `json:"modules"`
 	Planned        bool              `json:"planned"`
+	CriticalPath   string            `json:"critical_path,omitempty"` // the plan's longest path and its latency
+	CriticalMS     float64           `json:"critical_ms,omitempty"`
 }
 
 // ModuleStatus is one module's behaviour over the last adaptation window.
@@ -199,6 +202,10 @@ type ModuleStatus struct {
 	Instances int          `json:"instances"`
 	Dropped   uint64       `json:"dropped"`
 	Rejected  uint64       `json:"rejected"`
+	// The current plan's allocation of the module and why (the allocator's
+	// own explanation).
+	Allocation []allocator.InstanceAllocation `json:"allocation,omitempty"`
+	Why        string                         `json:"why,omitempty"`
 }
 
 // InstanceStatus is one worker instance.
@@ -237,8 +244,19 @@ func (e *Engine) Status() Status {
 			if s.plan != nil {
 				ss.CostWhole = sessionWholeCost(s, e)
 			}
+			byMod := map[dag.ModuleID]*allocator.ModuleAllocation{}
+			if s.alloc != nil {
+				ss.CriticalPath, ss.CriticalMS = s.alloc.CriticalPath, s.alloc.CriticalLatencyMS
+				for i := range s.alloc.Modules {
+					byMod[s.alloc.Modules[i].Module] = &s.alloc.Modules[i]
+				}
+			}
 			for _, m := range s.g.Order() {
-				ss.Modules = append(ss.Modules, s.mods[m].last)
+				ms := s.mods[m].last
+				if a := byMod[m]; a != nil {
+					ms.Allocation, ms.Why = a.Allocations, a.Why
+				}
+				ss.Modules = append(ss.Modules, ms)
 			}
 			st.Sessions = append(st.Sessions, ss)
 		}

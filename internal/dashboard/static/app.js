@@ -196,15 +196,21 @@ function renderApp(id, a, span) {
   sec.append(charts);
 
   const table = el("table", { class: "modules" });
-  table.append(el("thead", {}, el("tr", {}, ...["module", "kind", "in/s", "out/s", "scale", "latency ms", "exec ms", "balloon", "batch", "budget ms", "instances", "dropped"].map((h) => el("th", {}, h)))));
+  table.append(el("thead", {}, el("tr", {}, ...["module", "kind", "in/s", "out/s", "scale", "latency ms", "exec ms", "balloon", "batch", "budget ms", "allocation", "dropped"].map((h) => el("th", h === "allocation" ? { class: "l" } : {}, h)))));
   const tb = el("tbody");
   for (const m of l.modules || []) {
     tb.append(el("tr", {}, el("td", {}, m.module), el("td", {}, m.kind), el("td", {}, fmt(m.rate_in)), el("td", {}, fmt(m.rate_out)),
       el("td", {}, fmt(m.scale, 2)), el("td", {}, fmt(m.latency_ms, 2)), el("td", {}, fmt(m.exec_ms, 2)), el("td", {}, fmt(m.balloon, 2)), el("td", {}, fmt(m.mean_batch, 2)),
-      el("td", {}, fmt(m.budget_ms)), el("td", {}, String(m.instances)), el("td", {}, String(m.dropped))));
+      el("td", {}, fmt(m.budget_ms)), el("td", { class: "l", title: m.why || "" }, allocText(m.allocation)), el("td", {}, String(m.dropped))));
   }
   table.append(tb);
   sec.append(table);
+  const why = (l.modules || []).filter((m) => m.why);
+  if (why.length) {
+    const ul = el("ul", { class: "why" });
+    for (const m of why) ul.append(el("li", {}, el("b", {}, m.module + ": "), m.why));
+    sec.append(el("details", { class: "why" }, el("summary", {}, `why this allocation (critical path ${l.critical_path || "–"}, ${fmt(l.critical_ms)} of ${fmt(a.slo, 0)} ms)`), ul));
+  }
   const drops = Object.entries(l.drops || {}).sort((x, y) => y[1] - x[1]);
   if (drops.length) sec.append(el("div", { class: "drops" }, "drops (module: reason = frames): " + drops.map(([k, v]) => `${k} = ${v}`).join(", ")));
   const thumbs = el("div", { class: "thumbs" });
@@ -219,6 +225,14 @@ function renderApp(id, a, span) {
   }
   sec.append(thumbs);
   return sec;
+}
+
+// allocText is a module's allocation: "2 × V100<8,1> + P100<1,1> ×0.35 partial".
+function allocText(allocs) {
+  if (!allocs || !allocs.length) return "–";
+  return allocs.map((x) => x.partial
+    ? `${x.worker}<${x.batch},${x.concurrency}> ×${x.instances < 0.1 ? Number(x.instances).toPrecision(2) : fmt(x.instances, 2)} partial`
+    : `${fmt(x.instances, 0)} × ${x.worker}<${x.batch},${x.concurrency}>`).join(" + ");
 }
 
 function moveSummary(moves) {
