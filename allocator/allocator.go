@@ -94,6 +94,11 @@ type Request struct {
 	Segment time.Duration            // nexus-dp budget segment; default 1 ms
 	Timeout time.Duration            // MILP solver time limit; default 10 s
 	Now     func() time.Time         // clock for solve_ms; default time.Now
+	// Budget is the latency the graph may use, source to sinks (default
+	// and at most the app's SLO). The runtime plans with the SLO less the
+	// delay it observes before frames reach the session (capture, encode,
+	// network, decode), which the graph cannot spend.
+	Budget time.Duration
 }
 
 // Problem is a Request prepared for the solvers: the modules in topological
@@ -149,7 +154,13 @@ func NewProblem(req Request) (*Problem, error) {
 			return nil, fmt.Errorf("%w: --exclude-worker names unknown worker type %q", ErrBadRequest, w)
 		}
 	}
+	if req.Budget < 0 {
+		return nil, fmt.Errorf("%w: latency budget must be >= 0, got %v", ErrBadRequest, req.Budget)
+	}
 	p := &Problem{Graph: g, SLO: g.App().SLO, Modules: g.Order(), Segment: req.Segment, Timeout: req.Timeout}
+	if req.Budget > 0 && req.Budget < p.SLO {
+		p.SLO = req.Budget
+	}
 	if p.Segment <= 0 {
 		p.Segment = time.Millisecond
 	}

@@ -168,6 +168,29 @@ func TestMonotone(t *testing.T) {
 	}
 }
 
+// TestBudget: a latency budget below the SLO (the runtime's SLO less the
+// ingest delay) binds every path to it and costs no less; one above the SLO
+// changes nothing.
+func TestBudget(t *testing.T) {
+	g, cat := loadExample(t, "traffic")
+	full := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 120})
+	tight := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 120, Budget: 300 * time.Millisecond})
+	loose := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 120, Budget: time.Hour})
+	if !full.Feasible || !tight.Feasible {
+		t.Fatalf("feasible: full %v (%s), tight %v (%s)", full.Feasible, full.Reason, tight.Feasible, tight.Reason)
+	}
+	if tight.CriticalLatencyMS > 300 || tight.SLOMS != 300 || tight.Cost < full.Cost {
+		t.Errorf("300 ms budget: critical %.2f ms, SLO %.0f ms, cost %.4f (full SLO: %.4f)", tight.CriticalLatencyMS, tight.SLOMS, tight.Cost, full.Cost)
+	}
+	if loose.Cost != full.Cost || loose.SLOMS != 400 {
+		t.Errorf("budget above the SLO: cost %.4f vs %.4f, SLO %.0f", loose.Cost, full.Cost, loose.SLOMS)
+	}
+	if a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 120, Budget: 50 * time.Millisecond}); a.Feasible ||
+		!strings.Contains(a.Reason, "above the 50 ms SLO") {
+		t.Errorf("50 ms budget: feasible %v, reason %q", a.Feasible, a.Reason)
+	}
+}
+
 func TestInfeasibleAndBadRequests(t *testing.T) {
 	g, cat := loadExample(t, "traffic")
 	a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 5})
@@ -184,6 +207,7 @@ func TestInfeasibleAndBadRequests(t *testing.T) {
 		{Graph: g, Catalog: cat, Rate: 10, Balloon: map[dag.ModuleID]float64{"detect": 0}},
 		{Graph: g, Catalog: cat, Rate: 10, Exclude: []profile.WorkerTypeID{"TPU"}},
 		{Graph: g, Catalog: cat, Rate: 10, Method: "simplex"},
+		{Graph: g, Catalog: cat, Rate: 10, Budget: -time.Millisecond},
 	} {
 		if _, err := allocator.Allocate(context.Background(), req); !errors.Is(err, allocator.ErrBadRequest) {
 			t.Errorf("request %+v: error %v, want ErrBadRequest", req, err)

@@ -97,6 +97,7 @@ type clientOpts struct {
 	server, app, token string
 	fps                float64
 	bitrate            int
+	maxWidth           int // frames wider are scaled down (aspect kept) before encoding; 0: as they come
 }
 
 // clientSummary is what one stream saw.
@@ -131,6 +132,11 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 	first, err := src.Next(idx, 0)
 	if err != nil {
 		return fail(fmt.Errorf("first frame: %w", err))
+	}
+	if o.maxWidth > 0 && first.W > o.maxWidth {
+		if first, err = modules.Resize(first, o.maxWidth, max(2, first.H*o.maxWidth/first.W)&^1, gocv.InterpolationArea); err != nil {
+			return fail(err)
+		}
 	}
 	var mu sync.Mutex
 	onResult := func(r whip.Result) {

@@ -74,7 +74,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	obs := newObserved(e, mx, log)
 	defer obs.Close()
-	ws, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Log: log}, obs.sink())
+	ws, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Objects: motionObjects, Log: log}, obs.sink())
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag demo: %v\n", err)
 		return exitFailure
@@ -118,7 +118,9 @@ What to look at on the dashboard:
 
 	ctx, cancel := runContext(*duration)
 	defer cancel()
-	c := &demoClients{open: open, o: clientOpts{server: base, app: string(app.Name), fps: app.FPS, bitrate: 800}}
+	// Half-size video (384x288 from vtest.avi): six encoders, their
+	// decoders and the app share this machine's cores.
+	c := &demoClients{open: open, o: clientOpts{server: base, app: string(app.Name), fps: app.FPS, bitrate: 600, maxWidth: 384}}
 	start := time.Now()
 	for i := 0; ; i++ {
 		c.resize(ctx, demoSchedule[i%len(demoSchedule)])

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/ingest/whip"
 	"github.com/mdag/mdag/internal/engine"
 )
@@ -25,6 +26,7 @@ type whipFlags struct {
 	oversize   *string
 	udpPorts   *string
 	publicIP   *string
+	objects    *string
 }
 
 func addWhipFlags(fs *flag.FlagSet) *whipFlags {
@@ -36,6 +38,7 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 		oversize:   fs.String("oversize", string(whip.Downscale), "frames above --max-resolution: downscale or reject (ends the stream)"),
 		udpPorts:   fs.String("udp-ports", "", "UDP port range for WebRTC media, MIN-MAX (default: ephemeral)"),
 		publicIP:   fs.String("public-ip", "", "IP to announce in ICE candidates instead of local addresses (1:1 NAT, e.g. a node's external IP)"),
+		objects:    fs.String("objects", "motion", "what emulated GPU detectors report for WebRTC video: motion (moving regions, by background subtraction) or none"),
 	}
 }
 
@@ -44,6 +47,13 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, log *slog.Logger) (*whip.Server, error) {
 	cfg := whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, MaxStreams: *wf.maxStreams,
 		Oversize: whip.Oversize(*wf.oversize), Log: log}
+	switch *wf.objects {
+	case "motion":
+		cfg.Objects = motionObjects
+	case "none":
+	default:
+		return nil, fmt.Errorf("mdag %s: --objects %q: want motion or none", cmd, *wf.objects)
+	}
 	if *wf.maxStreams <= 0 {
 		return nil, fmt.Errorf("mdag %s: --max-streams %d: want > 0", cmd, *wf.maxStreams)
 	}
@@ -142,3 +152,6 @@ func (f *frameSink) onFrame(r engine.FrameResult) {
 	}
 	s.Publish(whip.FromEngine(r))
 }
+
+// motionObjects is a stream's motion estimator as WHIP's Objects.
+func motionObjects() whip.Objects { return ingest.NewMotion() }

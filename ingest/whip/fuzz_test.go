@@ -217,6 +217,9 @@ func TestNTPTime(t *testing.T) {
 
 func TestCaptureClock(t *testing.T) {
 	t0 := time.Unix(1e9, 0)
+	ntp := func(t time.Time) uint64 {
+		return uint64(t.Unix()+2208988800)<<32 | uint64(t.Nanosecond())<<32/uint64(time.Second)
+	}
 	var c captureClock
 	// Before a sender report: from the first arrival.
 	if got := c.capture(9000, t0); !got.Equal(t0) {
@@ -225,15 +228,38 @@ func TestCaptureClock(t *testing.T) {
 	if got := c.capture(9000+9000, t0.Add(120*time.Millisecond)); !got.Equal(t0.Add(100 * time.Millisecond)) {
 		t.Errorf("100 ms later by RTP: %v", got)
 	}
-	// A sender report that agrees with arrivals takes over.
-	ntp := uint64(t0.Unix()+2208988800-1) << 32 // the sender says RTP 0 was captured 1 s before t0
-	c.senderReport(ntp, 0)
-	if got := c.capture(90000+4500, t0.Add(60*time.Millisecond)); !got.Equal(t0.Add(50 * time.Millisecond)) {
+	// A sender report that agrees with arrivals takes over: RTP 90000 was
+	// captured at t0 + 80 ms.
+	c.senderReport(ntp(t0.Add(80*time.Millisecond)), 90000, t0.Add(85*time.Millisecond))
+	if got := c.capture(90000+4500, t0.Add(160*time.Millisecond)); !near(got, t0.Add(130*time.Millisecond)) {
 		t.Errorf("with a sender report: %v", got)
 	}
+	// A later report stamped by a busy sender (its clock read 40 ms after
+	// the capture it maps) does not move capture times: the earliest
+	// mapping of the window wins.
+	c.senderReport(ntp(t0.Add(1120*time.Millisecond)), 90000+90000, t0.Add(1125*time.Millisecond))
+	if got := c.capture(90000+90000+9000, t0.Add(1200*time.Millisecond)); !near(got, t0.Add(1180*time.Millisecond)) {
+		t.Errorf("after a late-stamped report: %v", got)
+	}
 	// A sender clock hours off is ignored.
-	c.senderReport(uint64(t0.Unix()+2208988800-7200)<<32, 0)
-	if got := c.capture(9000+18000, t0.Add(210*time.Millisecond)); !got.Equal(t0.Add(200 * time.Millisecond)) {
+	c.senderReport(ntp(t0.Add(-2*time.Hour)), 0, t0.Add(1300*time.Millisecond))
+	if got := c.capture(90000+90000+18000, t0.Add(1300*time.Millisecond)); !near(got, t0.Add(1280*time.Millisecond)) {
 		t.Errorf("skewed sender report: %v", got)
 	}
+	// Reports older than the window stop counting: a sender whose delay
+	// really grew is followed.
+	c.senderReport(ntp(t0.Add(12*time.Second+50*time.Millisecond)), 90000+12*90000, t0.Add(12*time.Second+55*time.Millisecond))
+	if got := c.capture(90000+12*90000+9000, t0.Add(12*time.Second+200*time.Millisecond)); !near(got, t0.Add(12*time.Second+150*time.Millisecond)) {
+		t.Errorf("after the window: %v", got)
+	}
+	// A sender clock that only disagrees with arrivals: from arrivals.
+	var d captureClock
+	d.capture(0, t0)
+	d.senderReport(ntp(t0.Add(3*time.Second)), 0, t0)
+	if got := d.capture(9000, t0.Add(100*time.Millisecond)); !got.Equal(t0.Add(100 * time.Millisecond)) {
+		t.Errorf("sender clock ahead: %v", got)
+	}
 }
+
+// near: within a microsecond (NTP fractions round).
+func near(a, b time.Time) bool { return a.Sub(b).Abs() <= time.Microsecond }

@@ -64,8 +64,19 @@ type Config struct {
 	// PublicIPs are announced as host candidates instead of the local
 	// addresses (1:1 NAT, e.g. a node's external IP in Kubernetes).
 	PublicIPs []string
-	Clock     clock.Clock
-	Log       *slog.Logger
+	// Objects, when set, makes a per-stream estimator of the objects in
+	// each ingested frame, handed to the session as the frame's ground
+	// truth for emulated detectors (ingest.NewMotion); nil: none.
+	Objects func() Objects
+	Clock   clock.Clock
+	Log     *slog.Logger
+}
+
+// Objects estimates a stream's objects frame by frame (one per stream,
+// used from its media goroutine only).
+type Objects interface {
+	Boxes(f *modules.Frame) []modules.Box
+	Close()
 }
 
 func (c Config) withDefaults() Config {

@@ -261,7 +261,7 @@ func (st *stream) onTrack(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver) {
 			}
 			for _, p := range pkts {
 				if sr, ok := p.(*rtcp.SenderReport); ok {
-					sync.senderReport(sr.NTPTime, sr.RTPTime)
+					sync.senderReport(sr.NTPTime, sr.RTPTime, st.s.clk.Now())
 				}
 			}
 		}
@@ -281,6 +281,10 @@ func (st *stream) readVideo(track *webrtc.TrackRemote, sync *captureClock) {
 	}
 	defer dec.Close()
 	p := &pipeline{st: st, dec: dec, sync: sync, needKey: true, ssrc: uint32(track.SSRC())}
+	if st.s.cfg.Objects != nil {
+		p.objects = st.s.cfg.Objects()
+		defer p.objects.Close()
+	}
 	p.pli() // at start: a key frame now, not at the sender's next interval
 	buf := make([]byte, maxRTPPacket)
 	for {
@@ -312,6 +316,7 @@ type pipeline struct {
 	next    time.Time // the next sampling slot
 	seq     uint64
 	sendPLI func() error // nil: RTCP to the peer
+	objects Objects      // nil: frames go without ground truth
 }
 
 // packet handles one RTP packet; false ends the stream's reading.
@@ -367,7 +372,11 @@ func (p *pipeline) packet(pkt *rtp.Packet) bool {
 			return false
 		}
 		p.seq++
-		if err := st.s.sink.Ingest(st.id, p.seq, capture, img, nil); err != nil {
+		var truth []modules.Box
+		if p.objects != nil {
+			truth = p.objects.Boxes(img)
+		}
+		if err := st.s.sink.Ingest(st.id, p.seq, capture, img, truth); err != nil {
 			st.fail(err) // recorded; the stream goes on
 			continue
 		}
@@ -448,25 +457,49 @@ func (st *stream) setSize(w, h int) {
 // captureClock maps RTP timestamps to capture times: from the sender's
 // RTCP Sender Reports (its wall clock at a given RTP time) once one has
 // arrived and agrees with arrival times, before that from the first
-// frame's arrival.
+// frame's arrival. A report's wall clock is read when the report is sent,
+// so its mapping carries the sender's delay after capture (encoding, a
+// busy machine); of the reports of the last srWindow the one implying the
+// earliest capture is used, which keeps capture times steady (one frame
+// interval apart) while the sender's delays vary.
 type captureClock struct {
-	mu    sync.Mutex
-	base  bool
-	bRTP  uint32
-	bAt   time.Time
-	sr    bool
-	srRTP uint32
-	srAt  time.Time
+	mu   sync.Mutex
+	base bool
+	bRTP uint32
+	bAt  time.Time
+	srs  []srSample // newest last, within srWindow
+}
+
+type srSample struct {
+	rtp  uint32
+	at   time.Time // the sender's wall clock at rtp
+	recv time.Time // when the report arrived
 }
 
 // maxSkew is how far a sender-report capture time may be from what
-// arrivals imply before the sender's clock is distrusted.
-const maxSkew = 2 * time.Second
+// arrivals imply before the sender's clock is distrusted; srWindow how long
+// a report counts.
+const (
+	maxSkew  = 2 * time.Second
+	srWindow = 10 * time.Second
+)
 
-func (c *captureClock) senderReport(ntp uint64, rtpTS uint32) {
+// senderReport takes an RTCP Sender Report received at recv. One whose
+// wall clock is far from the receiver's (beyond maxSkew, or ahead by more
+// than 5 ms) is ignored: that sender's capture times come from arrivals.
+func (c *captureClock) senderReport(ntp uint64, rtpTS uint32, recv time.Time) {
+	at := ntpTime(ntp)
+	if d := recv.Sub(at); d < -5*time.Millisecond || d > maxSkew {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.sr, c.srRTP, c.srAt = true, rtpTS, ntpTime(ntp)
+	c.srs = append(c.srs, srSample{rtp: rtpTS, at: at, recv: recv})
+	i := 0
+	for i < len(c.srs)-1 && recv.Sub(c.srs[i].recv) > srWindow {
+		i++
+	}
+	c.srs = c.srs[i:]
 }
 
 func (c *captureClock) capture(ts uint32, arrival time.Time) time.Time {
@@ -476,15 +509,20 @@ func (c *captureClock) capture(ts uint32, arrival time.Time) time.Time {
 		c.base, c.bRTP, c.bAt = true, ts, arrival
 	}
 	at := c.bAt.Add(rtpDelta(ts, c.bRTP))
-	if c.sr {
-		sr := c.srAt.Add(rtpDelta(ts, c.srRTP))
+	if len(c.srs) > 0 {
+		sr := c.srs[0].at.Add(rtpDelta(ts, c.srs[0].rtp))
+		for _, x := range c.srs[1:] {
+			if t := x.at.Add(rtpDelta(ts, x.rtp)); t.Before(sr) {
+				sr = t
+			}
+		}
 		if d := arrival.Sub(sr); d >= -5*time.Millisecond && d <= maxSkew {
 			if sr.After(arrival) {
 				return arrival
 			}
 			return sr
 		}
-		// The sender's clock disagrees with arrivals: not used.
+		// The sender's timeline disagrees with arrivals: not used.
 	}
 	if at.After(arrival) {
 		// The sender's timeline runs ahead of arrivals (it paused, or

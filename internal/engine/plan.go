@@ -21,7 +21,7 @@ type Replan struct {
 	N              int                  `json:"n"`
 	At             time.Time            `json:"at"`
 	Trigger        string               `json:"trigger"`
-	Kinds          []string             `json:"kinds"` // what kinds of event asked for it: join, leave, scaling, ballooning, epoch, worker-registered, worker-lost
+	Kinds          []string             `json:"kinds"` // what kinds of event asked for it: join, leave, scaling, ballooning, epoch, worker-registered, worker-lost, ingest
 	PlanMS         float64              `json:"plan_ms"`
 	Moves          []placement.Move     `json:"moves"`
 	CostWhole      float64              `json:"cost_whole_per_hour"`
@@ -41,6 +41,7 @@ type PlannedSession struct {
 	Reason   string                   `json:"reason,omitempty"`
 	Cost     float64                  `json:"cost_per_hour"`
 	Critical float64                  `json:"critical_latency_ms"`
+	IngestMS float64                  `json:"ingest_reserve_ms,omitempty"` // the SLO it planned with is the app's less this
 }
 
 type planInput struct {
@@ -50,6 +51,7 @@ type planInput struct {
 	rate    float64
 	scale   map[dag.ModuleID]float64
 	balloon map[dag.ModuleID]float64
+	reserve time.Duration // of the SLO, for the delay before frames reach the session
 }
 
 type planOutput struct {
@@ -64,7 +66,7 @@ type planOutput struct {
 }
 
 // trigger counts an event of kind (join, leave, scaling, ballooning,
-// epoch, worker-registered, worker-lost) and re-plans for it.
+// epoch, worker-registered, worker-lost, ingest) and re-plans for it.
 func (e *Engine) trigger(kind, text string) {
 	e.cfg.Metrics.Trigger(kind)
 	e.dueKinds = append(e.dueKinds, kind)
@@ -82,7 +84,8 @@ func (e *Engine) replan(trigger string) {
 	now := e.now()
 	inputs := map[dag.AppID]planInput{}
 	for id, s := range e.sessions {
-		inputs[id] = planInput{app: s.app, g: s.g, cat: s.cat, rate: s.ingress(), scale: copyMap(s.scale), balloon: copyMap(s.balloon)}
+		inputs[id] = planInput{app: s.app, g: s.g, cat: s.cat, rate: s.ingress(), scale: copyMap(s.scale), balloon: copyMap(s.balloon),
+			reserve: s.ingestReserve()}
 	}
 	limits := map[profile.WorkerTypeID]int{}
 	if e.cfg.Provisioner != nil {
@@ -133,13 +136,18 @@ func (e *Engine) replan(trigger string) {
 					continue
 				}
 				a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate * headroom,
-					Scale: in.scale, Balloon: in.balloon, Exclude: exclude, Method: method, Timeout: 2 * time.Second})
+					Scale: in.scale, Balloon: in.balloon, Exclude: exclude, Method: method, Timeout: 2 * time.Second,
+					Budget: in.app.SLO - in.reserve})
 				switch {
 				case err != nil:
 					out.problems = append(out.problems, fmt.Sprintf("%s: %v", id, err))
 					continue
 				case !a.Feasible:
-					out.problems = append(out.problems, fmt.Sprintf("%s: infeasible at %.4g frames/s: %s", id, in.rate, a.Reason))
+					why := ""
+					if in.reserve > 0 {
+						why = fmt.Sprintf(" (the %v SLO less %v of ingest delay)", in.app.SLO, in.reserve)
+					}
+					out.problems = append(out.problems, fmt.Sprintf("%s: infeasible at %.4g frames/s: %s%s", id, in.rate, a.Reason, why))
 					continue
 				}
 				out.allocs[id] = a
@@ -256,7 +264,7 @@ func (e *Engine) apply(out planOutput) {
 	// Sessions: allocations, budgets and routes.
 	for id, s := range e.sessions {
 		in := out.inputs[id]
-		ps := PlannedSession{App: id, Rate: in.rate, Scale: in.scale, Balloon: in.balloon}
+		ps := PlannedSession{App: id, Rate: in.rate, Scale: in.scale, Balloon: in.balloon, IngestMS: millis(in.reserve)}
 		a := out.allocs[id]
 		if a != nil {
 			s.alloc, s.rate = a, in.rate
@@ -264,7 +272,13 @@ func (e *Engine) apply(out planOutput) {
 			for _, ma := range a.Modules {
 				s.mods[ma.Module].budget = time.Duration(ma.LatencyMS * float64(time.Millisecond))
 			}
+			// Module deadlines count from capture: the ingest delay the
+			// plan reserved comes first.
+			s.reserve = in.reserve
 			s.head = heads(s.g, func(m dag.ModuleID) time.Duration { return s.mods[m].budget })
+			for m := range s.head {
+				s.head[m] += in.reserve
+			}
 			plan := out.plan
 			s.plan = &plan
 		} else if in.rate > 0 {
@@ -546,3 +560,6 @@ func (e *Engine) gpuID(slot string) scheduler.GPUID {
 	e.gpuInst[e.nextGPU] = inst
 	return e.nextGPU
 }
+
+// millis is d in milliseconds.
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -30,7 +30,12 @@ type session struct {
 	scale   map[dag.ModuleID]float64
 	balloon map[dag.ModuleID]float64
 	head    map[dag.ModuleID]time.Duration // latency split: deadline of a module's output, from capture
-	minTail map[dag.ModuleID]time.Duration // fastest possible time from a module's output to the end
+	reserve time.Duration                  // of the SLO, for the ingest delay (the plan's)
+
+	ingest    []time.Duration // ring of recent ingest delays: capture to the session
+	ingestPos int
+	reserveAt time.Time                      // when an ingest trigger last asked for a re-plan
+	minTail   map[dag.ModuleID]time.Duration // fastest possible time from a module's output to the end
 }
 
 // modState is one module of a session at run time.
@@ -133,3 +138,37 @@ func heads(g *dag.Graph, lat func(dag.ModuleID) time.Duration) map[dag.ModuleID]
 
 // ingress is the session's frame rate: streams x fps.
 func (s *session) ingress() float64 { return float64(len(s.streams)) * s.app.FPS }
+
+// ingestRing is how many recent ingest delays a session keeps.
+const ingestRing = 512
+
+// sawIngest records a frame's delay from capture to the session.
+func (s *session) sawIngest(d time.Duration) {
+	d = max(0, d)
+	if len(s.ingest) < ingestRing {
+		s.ingest = append(s.ingest, d)
+		return
+	}
+	s.ingest[s.ingestPos] = d
+	s.ingestPos = (s.ingestPos + 1) % ingestRing
+}
+
+// ingestP95 is the 95th percentile of the recent ingest delays (false
+// with fewer than 20).
+func (s *session) ingestP95() (time.Duration, bool) {
+	if len(s.ingest) < 20 {
+		return 0, false
+	}
+	return time.Duration(pct(s.ingest, 0.95) * float64(time.Millisecond)), true
+}
+
+// ingestReserve is what a plan keeps of the SLO for the ingest delay: its
+// recent p95 to the millisecond, at most half the SLO (beyond that frames
+// are late whatever the graph does; the graph keeps a fair share).
+func (s *session) ingestReserve() time.Duration {
+	d, ok := s.ingestP95()
+	if !ok {
+		return 0
+	}
+	return min(d.Round(time.Millisecond), s.app.SLO/2)
+}

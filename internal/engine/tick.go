@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -57,6 +58,12 @@ func (e *Engine) tick() {
 			ms.obs = modObs{}
 		}
 		if s.plan != nil && len(s.streams) > 0 {
+			// The delay before frames reach the session moved away from
+			// what the plan reserved for it: re-plan (at most every 5 s).
+			if r := s.ingestReserve(); now.Sub(s.reserveAt) >= 5*time.Second && absDur(r-s.reserve) > max(10*time.Millisecond, s.reserve/4) {
+				s.reserveAt = now
+				e.trigger("ingest", fmt.Sprintf("%s: ingest delay p95 %v, the plan reserved %v of the SLO", id, r, s.reserve))
+			}
 			if t, ok := s.det.Observe(now, obs); ok {
 				s.scale, s.balloon = t.Scale, t.Balloon
 				triggers = append(triggers, string(id)+": "+t.Reason)
@@ -144,6 +151,8 @@ func (e *Engine) publishMetrics(now time.Time) {
 	m.Cost(whole, allocated)
 }
 
+func absDur(d time.Duration) time.Duration { return max(d, -d) }
+
 func (e *Engine) appIDs() []dag.AppID {
 	out := make([]dag.AppID, 0, len(e.sessions))
 	for id := range e.sessions {
@@ -177,6 +186,8 @@ type SessionStatus struct {
 	FinishRateAll  float64           `json:"finish_rate_total"` // since the start
 	P50MS          float64           `json:"p50_ms"`
 	P99MS          float64           `json:"p99_ms"`
+	IngestP95MS    float64           `json:"ingest_p95_ms"`     // capture to the session, recent frames
+	IngestReserve  float64           `json:"ingest_reserve_ms"` // what the plan keeps of the SLO for it
 	CostWhole      float64           `json:"cost_whole_per_hour"`
 	CostFractional float64           `json:"cost_fractional_per_hour"`
 	Drops          map[string]uint64 `json:"drops,omitempty"`
@@ -229,6 +240,10 @@ func (e *Engine) Status() Status {
 			ss := SessionStatus{App: id, Streams: len(s.streams), FPS: s.app.FPS, SLOMS: s.app.SLO.Seconds() * 1000,
 				Total: s.acct.total, Open: s.acct.total.Open(), FinishRateAll: s.acct.total.FinishRate(),
 				P50MS: pct(s.acct.lat, 0.5), P99MS: pct(s.acct.lat, 0.99), Drops: s.acct.drops, Planned: s.plan != nil}
+			if d, ok := s.ingestP95(); ok {
+				ss.IngestP95MS = millis(d)
+			}
+			ss.IngestReserve = millis(s.reserve)
 			ss.StreamIDs = make([]string, 0, len(s.streams))
 			for sid := range s.streams {
 				ss.StreamIDs = append(ss.StreamIDs, sid)

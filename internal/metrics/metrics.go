@@ -30,6 +30,7 @@ type Metrics struct {
 	frames        *prometheus.CounterVec
 	framesDropped *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
+	ingestDelay   *prometheus.HistogramVec
 	finishRate    *prometheus.GaugeVec
 	streams       *prometheus.GaugeVec
 	costSession   *prometheus.GaugeVec
@@ -79,6 +80,9 @@ func New(withRuntime bool) *Metrics {
 		framesDropped: f.counter("session", "frames_dropped_total",
 			"Dropped frames by the module where the drop happened ('-' for frames lost past their deadline) and the reason (cannot-finish, deadline, no-plan, no-instance, worker-lost, lost, ...).", "app", "module", "reason"),
 		latency: f.histogram("session", "latency_seconds", "End-to-end latency, capture to the last module's output, of completed (finished or late) frames.", lat, "app"),
+		ingestDelay: f.histogram("session", "ingest_delay_seconds",
+			"Delay from a frame's capture to its arrival in the session (encode, network, decode); plans keep its p95 out of the graph's latency budget.",
+			[]float64{.001, .0025, .005, .01, .025, .05, .1, .2, .4}, "app"),
 		finishRate: f.gauge("session", "finish_rate_ratio",
 			"Frames finished within the SLO / frames sent, over the last complete one-second window of capture times.", "app"),
 		streams: f.gauge("session", "streams", "Streams joined to the app's session.", "app"),
@@ -109,7 +113,7 @@ func New(withRuntime bool) *Metrics {
 		solve: f.histogram("planner", "solve_seconds", "Wall time of one planning step: stage=allocate (the MILP, all apps), stage=place (bin packing).",
 			[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}, "stage"),
 		triggers: f.counter("planner", "triggers_total",
-			"Events that asked for a re-plan: join, leave, scaling, ballooning, epoch, worker-registered, worker-lost.", "kind"),
+			"Events that asked for a re-plan: join, leave, scaling, ballooning, epoch, worker-registered, worker-lost, ingest.", "kind"),
 		replans: f.counter1("planner", "replans_total", "Plans applied (one plan may answer several triggers)."),
 	}
 	reg.MustRegister(ingestCollector{m}, gpuCollector{m})
@@ -162,7 +166,7 @@ type AppMetrics struct {
 	app                     string
 	sent                    prometheus.Counter
 	finished, late, dropped prometheus.Counter
-	latency                 prometheus.Observer
+	latency, ingest         prometheus.Observer
 
 	mu    sync.Mutex
 	drops map[[2]string]prometheus.Counter // (module, reason): drops come in bursts of the same few
@@ -176,7 +180,8 @@ func (m *Metrics) App(app string) *AppMetrics {
 	}
 	m.streams.WithLabelValues(app)
 	return &AppMetrics{m: m, app: app, drops: map[[2]string]prometheus.Counter{}, sent: m.framesSent.WithLabelValues(app), finished: m.frames.WithLabelValues(app, Finished),
-		late: m.frames.WithLabelValues(app, Late), dropped: m.frames.WithLabelValues(app, Dropped), latency: m.latency.WithLabelValues(app)}
+		late: m.frames.WithLabelValues(app, Late), dropped: m.frames.WithLabelValues(app, Dropped), latency: m.latency.WithLabelValues(app),
+		ingest: m.ingestDelay.WithLabelValues(app)}
 }
 
 // FrameSent counts a frame entering the session.
@@ -185,6 +190,15 @@ func (a *AppMetrics) FrameSent() {
 		return
 	}
 	a.sent.Inc()
+}
+
+// IngestDelay records a frame's delay from capture to the session
+// (encode, network, decode: the part of the SLO the graph cannot spend).
+func (a *AppMetrics) IngestDelay(d time.Duration) {
+	if a == nil {
+		return
+	}
+	a.ingest.Observe(max(0, d).Seconds())
 }
 
 // Frame counts a frame's outcome; module and reason matter for drops,

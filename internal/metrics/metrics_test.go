@@ -26,8 +26,9 @@ func scripted() *Metrics {
 	a := m.App("traffic")
 	det := m.Module("traffic", "detect", "ssd-inception", true)
 	cnt := m.Module("traffic", "count", "", false)
-	for range 10 {
+	for i := range 10 {
 		a.FrameSent()
+		a.IngestDelay(time.Duration(3+4*i) * time.Millisecond)
 	}
 	for i := range 7 {
 		a.Frame(Finished, "", "", time.Duration(40+10*i)*time.Millisecond)
@@ -147,6 +148,7 @@ func TestNil(t *testing.T) {
 	var m *Metrics
 	a := m.App("a")
 	a.FrameSent()
+	a.IngestDelay(0)
 	a.Frame(Dropped, "b", "r", 0)
 	mm := m.Module("a", "b", "c", true)
 	mm.In()
