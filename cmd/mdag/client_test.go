@@ -132,3 +132,13 @@ func get(t *testing.T, url string, code int) string {
 	}
 	return string(b)
 }
+
+// TestServeEmulateObjects: a bad --emulate-objects is refused with the
+// choices.
+func TestServeEmulateObjects(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"serve", "--example", "traffic", "--listen", "127.0.0.1:0", "--emulate-objects", "yolo", "--duration", "1ms"}, &out, &errb)
+	if code != exitInvalid || !strings.Contains(errb.String(), `--emulate-objects "yolo": want motion or none`) {
+		t.Errorf("exit %d: %s", code, errb.String())
+	}
+}

@@ -97,7 +97,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, `mdag demo: the traffic app (detect -> crop -> classify / face -> count, SLO %v at %g fps per camera)
   on emulated P100 and V100 GPU workers and real OpenCV CPU modules, in this one process.
-  WHIP clients stream %s over WebRTC,
+  WHIP clients stream %s (at most 384 pixels wide) over WebRTC,
   joining and leaving every %v (%v clients); %s.
 
   dashboard   %s/
@@ -110,8 +110,10 @@ What to look at on the dashboard:
   - finish rate per 1 s window: frames finished within the SLO / frames sent; it should sit near 100%%
   - the purple marks and the re-plan timeline: each join or leave re-plans; the timeline says what moved and the cost
   - cost and instances by type: the allocator's cheapest mix for the current streams (whole instances vs allocated share)
-  - module rates, batch sizes, scaling factors: the real video has no ground truth, so the emulated detector
-    finds no vehicles; the scaling factors fall and the plan shrinks the downstream modules (a 'scaling' re-plan)
+  - module rates, batch sizes, scaling and ballooning factors: the emulated detector reports the moving
+    regions of the video (background subtraction; tall ones are people); as people walk in and out the
+    crop and face rates change, and 'scaling' re-plans resize the downstream modules
+  - the module table: each module's allocation and, under "why this allocation", the allocator's reasons
 
 `, app.SLO, app.FPS, srcName, *step, demoSchedule, stop, base, base, base, base, base, base)
 	log.Info("demo serving", "dashboard", base+"/", "source", src)
@@ -237,7 +239,7 @@ func writeDemoSummary(w io.Writer, ran time.Duration, st engine.Status, replans 
 	for i, k := range keys {
 		parts[i] = fmt.Sprintf("%s %d", k, kinds[k])
 	}
-	fmt.Fprintf(w, "re-allocations: %d (triggered by: %s)\n", len(replans), strings.Join(parts, ", "))
+	fmt.Fprintf(w, "re-allocations: %d (plans by the kinds of event that asked for them: %s)\n", len(replans), strings.Join(parts, ", "))
 	if len(s.Drops) > 0 {
 		ks := make([]string, 0, len(s.Drops))
 		for k := range s.Drops {

@@ -38,7 +38,7 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 		oversize:   fs.String("oversize", string(whip.Downscale), "frames above --max-resolution: downscale or reject (ends the stream)"),
 		udpPorts:   fs.String("udp-ports", "", "UDP port range for WebRTC media, MIN-MAX (default: ephemeral)"),
 		publicIP:   fs.String("public-ip", "", "IP to announce in ICE candidates instead of local addresses (1:1 NAT, e.g. a node's external IP)"),
-		objects:    fs.String("objects", "motion", "what emulated GPU detectors report for WebRTC video: motion (moving regions, by background subtraction) or none"),
+		objects:    fs.String("emulate-objects", "motion", "what emulated GPU detectors report for WebRTC video, which has no ground truth: motion (moving regions, by background subtraction) or none"),
 	}
 }
 
@@ -52,7 +52,7 @@ func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, lo
 		cfg.Objects = motionObjects
 	case "none":
 	default:
-		return nil, fmt.Errorf("mdag %s: --objects %q: want motion or none", cmd, *wf.objects)
+		return nil, fmt.Errorf("mdag %s: --emulate-objects %q: want motion or none", cmd, *wf.objects)
 	}
 	if *wf.maxStreams <= 0 {
 		return nil, fmt.Errorf("mdag %s: --max-streams %d: want > 0", cmd, *wf.maxStreams)

@@ -489,17 +489,17 @@ func (e *Engine) emit(s *session, fr *frame, m dag.ModuleID, it *modules.Item) {
 		e.drop(w, "cannot-finish", fmt.Sprintf("%d ahead on %s, %v expected", len(in.byMod[ms.key]), in.id, expect.Round(time.Microsecond)))
 		return
 	}
-	e.submit(in, []*work{w}, time.Time{}, time.Time{}, nil)
+	e.submit(in, []*work{w}, nil, time.Time{}, time.Time{}, nil)
 }
 
-func (e *Engine) submit(in *instState, ws []*work, earliest, latest time.Time, a *scheduler.Action) {
+func (e *Engine) submit(in *instState, ws []*work, reqs []uint64, earliest, latest time.Time, a *scheduler.Action) {
 	e.nextTask++
 	id := e.nextTask
 	t := Task{ID: id, App: ws[0].s.app.Name, Module: ws[0].m, Earliest: earliest, Latest: latest}
 	for _, w := range ws {
 		t.Items = append(t.Items, w.it)
 	}
-	e.tasks[id] = &taskState{id: id, inst: in.id, works: ws, action: a, gen: e.schedGen}
+	e.tasks[id] = &taskState{id: id, inst: in.id, works: ws, reqs: reqs, action: a, gen: e.schedGen}
 	in.outstanding[id] = true
 	key := ws[0].s.mods[ws[0].m].key
 	if in.byMod == nil {
@@ -534,6 +534,7 @@ type taskState struct {
 	id     uint64
 	inst   string
 	works  []*work
+	reqs   []uint64 // GPU tasks: the scheduler's request ID of each work
 	action *scheduler.Action
 	gen    int
 }
@@ -551,6 +552,12 @@ func (e *Engine) onResult(instance string, r Result) {
 		ms.obs.rejected++
 		ms.mx.Rejected()
 		if t.gen == e.schedGen {
+			// The scheduler puts the requests back in line under their
+			// IDs: so must the engine, or they could never be dispatched
+			// or dropped again.
+			for i, w := range t.works {
+				e.reqs[t.reqs[i]] = w
+			}
 			e.sched.Rejected(e.schedTime(now), t.action)
 		} else {
 			for _, w := range t.works {
@@ -713,9 +720,11 @@ func (e *Engine) pump() {
 	}
 	for _, a := range acts {
 		var ws []*work
+		var ids []uint64
 		for _, r := range a.Requests {
 			if w := e.reqs[r.ID]; w != nil {
 				ws = append(ws, w)
+				ids = append(ids, r.ID)
 				delete(e.reqs, r.ID)
 			}
 		}
@@ -730,7 +739,7 @@ func (e *Engine) pump() {
 			}
 			continue
 		}
-		e.submit(in, ws, e.wallTime(a.Earliest), e.wallTime(a.Latest), a)
+		e.submit(in, ws, ids, e.wallTime(a.Earliest), e.wallTime(a.Latest), a)
 	}
 	next := e.sched.Next()
 	if next == scheduler.Never {

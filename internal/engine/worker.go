@@ -60,9 +60,10 @@ type Worker struct {
 	exec gpu.Executor
 	emit func(Result)
 
-	mu    sync.Mutex
-	mods  map[string]*hosted
-	ctx   context.Context
+	mu       sync.Mutex
+	mods     map[string]*hosted
+	retiring map[*hosted]bool // unloaded GPU modules still finishing their queue
+	ctx      context.Context
 	stop  context.CancelFunc
 	wg    sync.WaitGroup
 	stats WorkerStats
@@ -88,7 +89,7 @@ type hosted struct {
 // the worker's goroutines; it must not block for long).
 func NewWorker(id, typ string, clk clock.Clock, exec gpu.Executor, emit func(Result)) *Worker {
 	ctx, stop := context.WithCancel(context.Background())
-	return &Worker{ID: id, Type: typ, clk: clk, exec: exec, emit: emit, mods: map[string]*hosted{}, ctx: ctx, stop: stop}
+	return &Worker{ID: id, Type: typ, clk: clk, exec: exec, emit: emit, mods: map[string]*hosted{}, retiring: map[*hosted]bool{}, ctx: ctx, stop: stop}
 }
 
 // Load makes the worker host exactly specs: new modules start, removed ones
@@ -111,6 +112,9 @@ func (w *Worker) Load(specs []ModuleSpec) error {
 			// finishes (a moved module's in-flight frames are not lost).
 			close(h.q)
 			delete(w.mods, k)
+			if h.spec.Kind == dag.GPU {
+				w.retiring[h] = true // its profile still times what it finishes
+			}
 		default:
 			h.spec.Latency = s.Latency // a new profile needs no restart
 		}
@@ -181,13 +185,24 @@ func (w *Worker) start(s ModuleSpec) (*hosted, error) {
 		// Actions queue in arrival order (the scheduler's order); a device
 		// runs n batches at a time.
 		h.q = make(chan Task, 1024)
+		var pool sync.WaitGroup
 		for range n {
+			pool.Add(1)
 			w.wg.Add(1)
 			go func() {
 				defer w.wg.Done()
+				defer pool.Done()
 				w.gpuLoop(ctx, h)
 			}()
 		}
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			pool.Wait()
+			w.mu.Lock()
+			delete(w.retiring, h)
+			w.mu.Unlock()
+		}()
 	default:
 		stop()
 		return nil, fmt.Errorf("unknown module kind %q", s.Kind)
@@ -230,6 +245,13 @@ func (w *Worker) Latency(model string, b int) (time.Duration, bool) {
 	defer w.mu.Unlock()
 	for _, h := range w.mods {
 		if h.spec.Kind == dag.GPU && h.spec.Model == model && b >= 1 && b <= len(h.spec.Latency) {
+			return h.spec.Latency[b-1], true
+		}
+	}
+	// A module being unloaded finishes what it had queued: its batches
+	// still need their time (an unload must not fail in-flight frames).
+	for h := range w.retiring {
+		if h.spec.Model == model && b >= 1 && b <= len(h.spec.Latency) {
 			return h.spec.Latency[b-1], true
 		}
 	}
