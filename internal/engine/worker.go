@@ -64,9 +64,9 @@ type Worker struct {
 	mods     map[string]*hosted
 	retiring map[*hosted]bool // unloaded GPU modules still finishing their queue
 	ctx      context.Context
-	stop  context.CancelFunc
-	wg    sync.WaitGroup
-	stats WorkerStats
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+	stats    WorkerStats
 }
 
 // WorkerStats are a worker's counters, sent with heartbeats.
