@@ -233,6 +233,12 @@ func writeStatusTable(w io.Writer, st engine.Status) {
 		fmt.Fprintf(tw, "  frames sent %d, finished %d, late %d, dropped %d, open %d; finish rate %.2f%% (last second %.2f%%)\n",
 			s.Total.Sent, s.Total.Finished, s.Total.Late, s.Total.Dropped, s.Open, 100*s.FinishRateAll, 100*s.FinishRate)
 		fmt.Fprintf(tw, "  latency p50 %.1f ms, p99 %.1f ms; cost $%.2f/h whole instances, $%.2f/h allocated\n", s.P50MS, s.P99MS, s.CostWhole, s.CostFractional)
+		if s.IngestP95MS > 0 || s.IngestReserve > 0 {
+			fmt.Fprintf(tw, "  ingest delay p95 %.1f ms (capture to the session; the plan reserves %.0f ms of the SLO for it)\n", s.IngestP95MS, s.IngestReserve)
+		}
+		if s.CriticalPath != "" {
+			fmt.Fprintf(tw, "  critical path %s: %.1f ms planned\n", s.CriticalPath, s.CriticalMS)
+		}
 		if len(s.Drops) > 0 {
 			keys := make([]string, 0, len(s.Drops))
 			for k := range s.Drops {

@@ -161,6 +161,7 @@ function renderApp(id, a, span) {
     kpi("finish rate, all frames ended so far", ended ? pct(l.total.finished / ended) : "–", ended ? rateClass(l.total.finished / ended) : ""),
     kpi("frames sent / finished / late / dropped", l.total ? `${l.total.sent} / ${l.total.finished} / ${l.total.late} / ${l.total.dropped}` : "–"),
     kpi("latency p50 / p99 (ms)", `${fmt(l.p50_ms, 0)} / ${fmt(l.p99_ms, 0)}`),
+    kpi("ingest delay p95 / reserved (ms)", `${fmt(l.ingest_p95_ms, 0)} / ${fmt(l.ingest_reserve_ms, 0)}`),
     kpi("cost $/h whole / allocated", `${fmt(l.cost_whole_per_hour, 2)} / ${fmt(l.cost_fractional_per_hour, 2)}`),
   );
   sec.append(k);
