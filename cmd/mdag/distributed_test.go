@@ -198,6 +198,15 @@ func TestMultiProcessWorkerLoss(t *testing.T) {
 		t.Errorf("accounting: source says %d accepted; coordinator sent %d = finished %d + late %d + dropped %d?\n%s",
 			accepted, tot.Sent, tot.Finished, tot.Late, tot.Dropped, src.out.String())
 	}
+	// The coordinator's exposition tells the same story.
+	metrics := get(t, url+"/metrics", 200)
+	for _, want := range []string{`mdag_planner_triggers_total{kind="worker-lost"} 1`, `mdag_planner_triggers_total{kind="worker-registered"} 3`,
+		fmt.Sprintf(`mdag_session_frames_sent_total{app="traffic"} %d`, tot.Sent),
+		fmt.Sprintf(`mdag_session_frames_total{app="traffic",outcome="finished"} %d`, tot.Finished)} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("coordinator /metrics lacks %s", want)
+		}
+	}
 	for id, w := range workers {
 		if id != victim {
 			w.stop(t)
