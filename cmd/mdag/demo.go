@@ -64,7 +64,8 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	log := newLogger(stderr, *verbose)
 	results := &frameSink{}
 	mx := newMetrics()
-	limits := map[profile.WorkerTypeID]int{"P100": 4, "V100": 4, "CPU": 4}
+	// Few of the cheaper GPU type, so the allocator's mix changes with the load.
+	limits := map[profile.WorkerTypeID]int{"P100": 2, "V100": 4, "CPU": 2}
 	e, _ := engine.NewEmbedded(engine.Config{Policy: scheduler.Policy(engine.DefaultPolicy), Log: log, OnFrame: results.onFrame, Metrics: mx}, limits)
 	e.Start()
 	defer e.Close()
@@ -96,7 +97,8 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		stop = fmt.Sprintf("it stops after %v and prints the summary", *duration)
 	}
 	fmt.Fprintf(stdout, `mdag demo: the traffic app (detect -> crop -> classify / face -> count, SLO %v at %g fps per camera)
-  on emulated P100 and V100 GPU workers and real OpenCV CPU modules, in this one process.
+  on emulated GPU workers (at most 2 P100s, the cheaper type, and 4 V100s: busy moments need both) and
+  real OpenCV CPU modules, in this one process.
   WHIP clients stream %s (at most 384 pixels wide) over WebRTC,
   joining and leaving every %v (%v clients); %s.
 
