@@ -259,6 +259,17 @@ func TestCaptureClock(t *testing.T) {
 	if got := d.capture(9000, t0.Add(100*time.Millisecond)); !got.Equal(t0.Add(100 * time.Millisecond)) {
 		t.Errorf("sender clock ahead: %v", got)
 	}
+	// The only report was stamped 30 ms late: a frame sent at once arrives
+	// "before" its capture by it. That frame is captured at its arrival,
+	// and the mapping moves 20 ms earlier for the next frames.
+	var e captureClock
+	e.senderReport(ntp(t0.Add(30*time.Millisecond)), 0, t0.Add(31*time.Millisecond))
+	if got := e.capture(900, t0.Add(20*time.Millisecond)); !got.Equal(t0.Add(20 * time.Millisecond)) {
+		t.Errorf("early frame: %v", got)
+	}
+	if got := e.capture(900+9000, t0.Add(150*time.Millisecond)); !near(got, t0.Add(120*time.Millisecond)) {
+		t.Errorf("next frame after the correction: %v, want 100 ms after the first", got)
+	}
 }
 
 // near: within a microsecond (NTP fractions round).

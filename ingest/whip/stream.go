@@ -461,13 +461,18 @@ func (st *stream) setSize(w, h int) {
 // so its mapping carries the sender's delay after capture (encoding, a
 // busy machine); of the reports of the last srWindow the one implying the
 // earliest capture is used, which keeps capture times steady (one frame
-// interval apart) while the sender's delays vary.
+// interval apart) while the sender's delays vary. A frame cannot arrive
+// before it was captured: when one does by a mapping, the mapping is late
+// by at least that much and is moved earlier (kept until the mapping
+// changes), so capture times stay steady and never after arrival.
 type captureClock struct {
-	mu   sync.Mutex
-	base bool
-	bRTP uint32
-	bAt  time.Time
-	srs  []srSample // newest last, within srWindow
+	mu      sync.Mutex
+	base    bool
+	bRTP    uint32
+	bAt     time.Time
+	srs     []srSample // newest last, within srWindow
+	late    time.Duration
+	lateFor srSample // the mapping late applies to
 }
 
 type srSample struct {
@@ -510,14 +515,20 @@ func (c *captureClock) capture(ts uint32, arrival time.Time) time.Time {
 	}
 	at := c.bAt.Add(rtpDelta(ts, c.bRTP))
 	if len(c.srs) > 0 {
-		sr := c.srs[0].at.Add(rtpDelta(ts, c.srs[0].rtp))
+		best := c.srs[0]
+		sr := best.at.Add(rtpDelta(ts, best.rtp))
 		for _, x := range c.srs[1:] {
 			if t := x.at.Add(rtpDelta(ts, x.rtp)); t.Before(sr) {
-				sr = t
+				best, sr = x, t
 			}
 		}
-		if d := arrival.Sub(sr); d >= -5*time.Millisecond && d <= maxSkew {
-			if sr.After(arrival) {
+		if best != c.lateFor {
+			c.late, c.lateFor = 0, best
+		}
+		sr = sr.Add(-c.late)
+		if d := arrival.Sub(sr); d >= -maxSkew && d <= maxSkew {
+			if d < 0 {
+				c.late -= d // the frame arrived before the mapping's capture time
 				return arrival
 			}
 			return sr
