@@ -16,7 +16,6 @@ import (
 	"github.com/mdag/mdag/internal/dashboard"
 	"github.com/mdag/mdag/internal/engine"
 	"github.com/mdag/mdag/profile"
-	"github.com/mdag/mdag/scheduler"
 )
 
 // vtest is the sample video Debian's opencv-doc installs (people walking).
@@ -62,18 +61,13 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	log := newLogger(stderr, *verbose)
-	results := &frameSink{}
-	mx := newMetrics()
 	// Few of the cheaper GPU type, so the allocator's mix changes with the load.
 	limits := map[profile.WorkerTypeID]int{"P100": 2, "V100": 4, "CPU": 2}
-	e, _ := engine.NewEmbedded(engine.Config{Policy: scheduler.Policy(engine.DefaultPolicy), Log: log, OnFrame: results.onFrame, Metrics: mx}, limits)
-	e.Start()
-	defer e.Close()
-	if err := e.Deploy(app, prof); err != nil {
+	obs, err := startObserved(engine.Config{Log: log}, limits, app, prof)
+	if err != nil {
 		printErrors(stderr, err)
 		return exitFailure
 	}
-	obs := newObserved(e, mx, log)
 	defer obs.Close()
 	ws, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Objects: motionObjects, Log: log}, obs.sink())
 	if err != nil {
@@ -81,7 +75,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	defer ws.Close()
-	obs.setWhip(ws, results)
+	obs.setWhip(ws)
 	base, hs, err := obs.serveHTTP(*listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag demo: %v (another mdag running? give --listen 127.0.0.1:0 for any free port)\n", err)
@@ -138,13 +132,8 @@ What to look at on the dashboard:
 	}
 	ran := time.Since(start).Round(time.Second)
 	sums := c.stopAll()
-	// Let the frames in flight end so the summary accounts for all of them.
-	end := time.Now().Add(app.SLO + 2*time.Second)
-	for time.Now().Before(end) && e.Status().Sessions[0].Open > 0 {
-		<-time.After(20 * time.Millisecond)
-	}
-	st := e.Status()
-	return writeDemoSummary(stdout, ran, st, e.Replans(), obs.rec.History(), sums)
+	obs.settle(app.SLO)
+	return writeDemoSummary(stdout, ran, obs.e.Status(), obs.e.Replans(), obs.rec.History(), sums)
 }
 
 // demoClients runs the demo's WHIP clients.

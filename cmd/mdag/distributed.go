@@ -82,24 +82,20 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(stderr, *verbose)
 	// No provisioner: the instances are the workers that connect.
-	results := &frameSink{}
-	mx := newMetrics()
-	e := engine.New(engine.Config{Policy: scheduler.Policy(*policy), Log: log, OnFrame: results.onFrame, Metrics: mx})
-	e.Start()
-	defer e.Close()
-	if err := e.Deploy(app, prof); err != nil {
+	obs, err := startObserved(engine.Config{Policy: scheduler.Policy(*policy), Log: log}, nil, app, prof)
+	if err != nil {
 		printErrors(stderr, err)
 		return exitInvalid
 	}
-	obs := newObserved(e, mx, log)
 	defer obs.Close()
+	e := obs.e
 	ws, err := wf.server("coordinator", *listen, app, obs.sink(), log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid
 	}
 	defer ws.Close()
-	obs.setWhip(ws, results)
+	obs.setWhip(ws)
 	gl, err := net.Listen("tcp", *grpcAddr)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag coordinator: listen %s: %v\n", *grpcAddr, err)

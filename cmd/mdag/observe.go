@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"github.com/mdag/mdag/internal/engine"
 	"github.com/mdag/mdag/internal/metrics"
 	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/profile"
 )
 
 // newMetrics is the process's metrics with the runtime collectors and this
@@ -48,25 +48,50 @@ func toGPUMetrics(s gpu.Snapshot) metrics.GPUSnapshot {
 // observed is the HTTP face of a coordinator: status, metrics, the
 // dashboard and WHIP ingest on one mux.
 type observed struct {
-	e   *engine.Engine
-	mx  *metrics.Metrics
-	rec *dashboard.Recorder
-	ws  *whip.Server
+	e       *engine.Engine
+	mx      *metrics.Metrics
+	rec     *dashboard.Recorder
+	ws      *whip.Server
+	results *frameSink // the engine's OnFrame: results to the WHIP server
 }
 
-// newObserved starts the dashboard's recorder on e.
-func newObserved(e *engine.Engine, mx *metrics.Metrics, log *slog.Logger) *observed {
-	rec := dashboard.New(dashboard.Config{Log: log}, e.Status)
-	rec.Start()
-	return &observed{e: e, mx: mx, rec: rec}
+// startObserved starts an engine with metrics and its results wired
+// (embedded, with in-process workers up to limits; or, with limits nil, a
+// coordinator whose workers register), deploys app and starts the
+// dashboard's recorder. Close stops both.
+func startObserved(cfg engine.Config, limits map[profile.WorkerTypeID]int, app *dag.App, prof *profile.File) (*observed, error) {
+	o := &observed{mx: newMetrics(), results: &frameSink{}}
+	cfg.OnFrame, cfg.Metrics = o.results.onFrame, o.mx
+	if limits != nil {
+		o.e, _ = engine.NewEmbedded(cfg, limits)
+	} else {
+		o.e = engine.New(cfg)
+	}
+	o.e.Start()
+	if err := o.e.Deploy(app, prof); err != nil {
+		o.e.Close()
+		return nil, err
+	}
+	o.rec = dashboard.New(dashboard.Config{Log: cfg.Log}, o.e.Status)
+	o.rec.Start()
+	return o, nil
 }
 
 // setWhip adds the WHIP server: its routes, its ingest counters, and the
-// engine's results (through the engine's OnFrame sink).
-func (o *observed) setWhip(ws *whip.Server, results *frameSink) {
+// engine's results.
+func (o *observed) setWhip(ws *whip.Server) {
 	o.ws = ws
 	o.mx.SetIngest(ws.IngestTotals)
-	results.srv.Store(ws)
+	o.results.srv.Store(ws)
+}
+
+// settle waits (at most the SLO and 2 s) for the frames in flight to end,
+// so a summary accounts for all of them.
+func (o *observed) settle(slo time.Duration) {
+	end := time.Now().Add(slo + 2*time.Second)
+	for time.Now().Before(end) && o.e.Status().Sessions[0].Open > 0 {
+		<-time.After(20 * time.Millisecond)
+	}
 }
 
 // serveHTTP listens on addr and serves every endpoint; it returns the
@@ -89,7 +114,11 @@ func (o *observed) ingest(stream string, seq uint64, capture time.Time, f *modul
 	return tapSink{o.e, o.rec.Thumbs()}.Ingest(stream, seq, capture, f, truth)
 }
 
-func (o *observed) Close() { o.rec.Close() }
+// Close stops the recorder, then the engine.
+func (o *observed) Close() {
+	o.rec.Close()
+	o.e.Close()
+}
 
 // handler routes every endpoint; "/" is the dashboard.
 func (o *observed) handler() http.Handler {

@@ -61,24 +61,20 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		*fps = app.FPS
 	}
 	log := newLogger(stderr, *verbose)
-	results := &frameSink{}
-	mx := newMetrics()
-	e, _ := engine.NewEmbedded(engine.Config{Policy: scheduler.Policy(*policy), Log: log, OnFrame: results.onFrame, Metrics: mx}, limits)
-	e.Start()
-	defer e.Close()
-	if err := e.Deploy(app, prof); err != nil {
+	obs, err := startObserved(engine.Config{Policy: scheduler.Policy(*policy), Log: log}, limits, app, prof)
+	if err != nil {
 		printErrors(stderr, err)
 		return exitInvalid
 	}
-	obs := newObserved(e, mx, log)
 	defer obs.Close()
+	e := obs.e
 	ws, err := wf.server("serve", *listen, app, obs.sink(), log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid
 	}
 	defer ws.Close()
-	obs.setWhip(ws, results)
+	obs.setWhip(ws)
 	base, srv, err := obs.serveHTTP(*listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
@@ -108,11 +104,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	<-ctx.Done()
 	wg.Wait()
-	// Let the frames in flight end so the summary accounts for all of them.
-	end := time.Now().Add(app.SLO + 2*time.Second)
-	for time.Now().Before(end) && e.Status().Sessions[0].Open > 0 {
-		<-time.After(20 * time.Millisecond)
-	}
+	obs.settle(app.SLO)
 	writeStatusTable(stdout, e.Status())
 	return exitOK
 }

@@ -47,10 +47,7 @@ type Point struct {
 	CostWhole     float64        `json:"cost_whole"`
 	CostAllocated float64        `json:"cost_allocated"`
 	Instances     map[string]int `json:"instances"` // instances serving the app, by worker type
-	FinishRateAll float64        `json:"finish_rate_total"`
 	Modules       []ModulePoint  `json:"modules"`
-	Open          uint64         `json:"open"`
-	Planned       bool           `json:"planned"`
 }
 
 // ModulePoint is one module in a sample.
@@ -191,7 +188,7 @@ func (r *Recorder) Sample() {
 		}
 		a.SLOMS, a.FPS = s.SLOMS, s.FPS
 		p := Point{T: now.UnixMilli(), Streams: s.Streams, CostWhole: s.CostWhole, CostAllocated: s.CostFractional,
-			Instances: byApp[id], FinishRateAll: s.FinishRateAll, Open: s.Open, Planned: s.Planned}
+			Instances: byApp[id]}
 		if p.Instances == nil {
 			p.Instances = map[string]int{}
 		}

@@ -438,8 +438,9 @@ func (e *Engine) ingest(st *stream, seq uint64, capture time.Time, f *modules.Fr
 	s.frames[k] = fr
 	s.acct.sent(capture)
 	s.mx.FrameSent()
-	s.sawIngest(e.now().Sub(capture))
-	s.mx.IngestDelay(e.now().Sub(capture))
+	delay := e.now().Sub(capture)
+	s.sawIngest(delay)
+	s.mx.IngestDelay(delay)
 	it := &modules.Item{Stream: st.id, Seq: seq, Capture: capture, Deadline: fr.deadline, Frame: f, Truth: truth}
 	outs := s.g.Sources()
 	if len(outs) == 0 {

@@ -161,22 +161,7 @@ func (w *Worker) start(s ModuleSpec) (*hosted, error) {
 		}
 		h.proc = p
 		h.q = make(chan Task, 8*n)
-		var pool sync.WaitGroup
-		for range n {
-			pool.Add(1)
-			w.wg.Add(1)
-			go func() {
-				defer w.wg.Done()
-				defer pool.Done()
-				w.cpuLoop(ctx, h)
-			}()
-		}
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			pool.Wait()
-			p.Close()
-		}()
+		w.pool(n, func() { w.cpuLoop(ctx, h) }, p.Close)
 	case dag.GPU:
 		if w.exec == nil {
 			stop()
@@ -185,29 +170,37 @@ func (w *Worker) start(s ModuleSpec) (*hosted, error) {
 		// Actions queue in arrival order (the scheduler's order); a device
 		// runs n batches at a time.
 		h.q = make(chan Task, 1024)
-		var pool sync.WaitGroup
-		for range n {
-			pool.Add(1)
-			w.wg.Add(1)
-			go func() {
-				defer w.wg.Done()
-				defer pool.Done()
-				w.gpuLoop(ctx, h)
-			}()
-		}
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			pool.Wait()
+		w.pool(n, func() { w.gpuLoop(ctx, h) }, func() {
 			w.mu.Lock()
 			delete(w.retiring, h)
 			w.mu.Unlock()
-		}()
+		})
 	default:
 		stop()
 		return nil, fmt.Errorf("unknown module kind %q", s.Kind)
 	}
 	return h, nil
+}
+
+// pool runs n copies of loop on the worker's goroutines and then, once all
+// have returned, done.
+func (w *Worker) pool(n int, loop, done func()) {
+	var pool sync.WaitGroup
+	for range n {
+		pool.Add(1)
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			defer pool.Done()
+			loop()
+		}()
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		pool.Wait()
+		done()
+	}()
 }
 
 // Submit queues a task. It never blocks: a full CPU queue answers at once
