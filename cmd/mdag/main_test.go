@@ -72,6 +72,7 @@ var validateCases = []cliCase{
 	{"sim-resnet50-nexus-json", "sim -f examples/sim/resnet50-8gpu.yaml --policy nexus --rate 4000 -o json"},
 	{"sim-mixed", "sim -f examples/sim/mixed.yaml --policy clockwork"},
 	{"sim-bad-policy", "sim -f examples/sim/resnet50-8gpu.yaml --policy fifo"},
+	{"sim-hindsight-mixed", "sim -f examples/sim/mixed.yaml --policy hindsight"},
 }
 
 func init() {

@@ -12,9 +12,9 @@ import (
 )
 
 func runSim(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("sim", "-f workload.yaml [--policy symphony|clockwork|nexus|lazy] [--rate TOTAL] [--find-goodput] [-o table|json]", stderr)
+	fs := newFlags("sim", "-f workload.yaml [--policy symphony|clockwork|nexus|lazy|hindsight] [--rate TOTAL] [--find-goodput] [-o table|json]", stderr)
 	file := fs.String("f", "", "workload YAML `file` (required)")
-	policy := fs.String("policy", string(scheduler.Symphony), "scheduling `policy`: symphony, clockwork, nexus or lazy")
+	policy := fs.String("policy", string(scheduler.Symphony), "scheduling `policy`: symphony, clockwork, nexus or lazy; hindsight: the reference that knows every arrival in advance (single model, no jitter)")
 	rate := fs.Float64("rate", 0, "total offered `rate` in requests/s (scales the models' rates; default: the workload's)")
 	find := fs.Bool("find-goodput", false, "search the highest offered rate with >= 99% of requests within their SLO")
 	out := fs.String("o", "table", "output `format`: table or json")
@@ -22,8 +22,8 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if *file == "" || *out != "table" && *out != "json" || *rate < 0 || math.IsNaN(*rate) ||
-		!slices.Contains(scheduler.Policies, scheduler.Policy(*policy)) {
-		fmt.Fprintln(stderr, "mdag sim: -f workload.yaml is required; --policy is symphony, clockwork, nexus or lazy; -o table or json; --rate >= 0")
+		!slices.Contains(append(scheduler.Policies, sim.Hindsight), scheduler.Policy(*policy)) {
+		fmt.Fprintln(stderr, "mdag sim: -f workload.yaml is required; --policy is symphony, clockwork, nexus, lazy or hindsight; -o table or json; --rate >= 0")
 		fs.Usage()
 		return exitInvalid
 	}

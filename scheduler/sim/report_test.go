@@ -23,8 +23,11 @@ func TestGoodputReport(t *testing.T) {
 	}
 	policies := []scheduler.Policy{scheduler.Symphony, scheduler.Clockwork, scheduler.Nexus, scheduler.Lazy}
 	// Symphony Table 4: single model on 8 GPUs, Poisson arrivals.
-	t.Log("| model | staggered bound r/s | symphony | clockwork | nexus | lazy |")
-	t.Log("|---|---|---|---|---|---|")
+	// hindsight: the reference that knows every arrival (not a policy; a
+	// practical ceiling for them on the same arrivals).
+	policies = append(policies, sim.Hindsight)
+	t.Log("| model | staggered bound r/s | symphony | clockwork | nexus | lazy | hindsight (knows the future) |")
+	t.Log("|---|---|---|---|---|---|---|")
 	for _, row := range []struct {
 		name             string
 		alpha, beta, slo float64
@@ -42,6 +45,7 @@ func TestGoodputReport(t *testing.T) {
 		}
 		t.Log(line)
 	}
+	policies = policies[:len(policies)-1]
 	// Mixed zoo: all 35 Table 5 models, Zipf 0.9, 64 GPUs; Poisson and Gamma(0.1).
 	data, err := os.ReadFile("../../examples/sim/zoo-64gpu.yaml")
 	if err != nil {

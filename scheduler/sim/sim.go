@@ -109,6 +109,9 @@ type outcome struct {
 // Run simulates the workload under a policy; total (> 0) overrides the
 // workload's total rate.
 func Run(w *Workload, policy scheduler.Policy, total float64) (*Result, error) {
+	if policy == Hindsight {
+		return runHindsight(w, total)
+	}
 	rates := w.rates(total)
 	cfg := scheduler.Config{Network: scheduler.Network{Control: w.Network.Control, PerRequest: w.Network.PerRequest}}
 	for g := 0; g < w.GPUs; g++ {
