@@ -100,14 +100,22 @@ func newCentral(cfg Config, r rule) *central {
 		if ms.allowed != nil {
 			n = len(ms.allowed)
 		}
-		ms.target, ms.ngpus = 1, n
-		for b, l := range ms.m.Latency {
-			if float64(l)*(1+1/float64(n)) <= float64(ms.m.SLO) {
-				ms.target = b + 1
-			}
-		}
+		ms.target, ms.ngpus = StaggeredBatch(ms.m.Latency, ms.m.SLO, n), n
 	}
 	return s
+}
+
+// StaggeredBatch is Symphony Eq. 2's batch for a model on n GPUs: the
+// largest b with (1 + 1/n) l(b) <= SLO (at least 1), where latency[b-1] is
+// l(b).
+func StaggeredBatch(latency []time.Duration, slo time.Duration, n int) int {
+	target := 1
+	for b, l := range latency {
+		if float64(l)*(1+1/float64(n)) <= float64(slo) {
+			target = b + 1
+		}
+	}
+	return target
 }
 
 // fitBeta is the intercept of the least-squares line through l(b).
@@ -248,7 +256,7 @@ func (s *central) feasible(now Time, ms *modelState) int {
 	lo, hi := 0, maxB // fits(lo) holds (0 trivially); find the last b that fits
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
-		if now+s.net.delay(mid)+ms.est.estimate(mid) <= dl {
+		if now+s.net.Delay(mid)+ms.est.estimate(mid) <= dl {
 			lo = mid
 		} else {
 			hi = mid - 1
@@ -261,7 +269,7 @@ func (s *central) feasible(now Time, ms *modelState) int {
 // even alone if dispatched now.
 func (s *central) prune(now Time, ms *modelState) {
 	for q := ms.queued(); len(q) > 0; q = ms.queued() {
-		if now+s.net.delay(1)+ms.est.estimate(1) <= q[0].Deadline {
+		if now+s.net.Delay(1)+ms.est.estimate(1) <= q[0].Deadline {
 			return
 		}
 		s.drops = append(s.drops, Drop{Request: ms.pop(1)[0], Reason: DropExpired, At: now})
@@ -372,7 +380,7 @@ func (s *central) schedAt(ms *modelState, k int) Time {
 		return math.MinInt64 / 2 // full: nothing to wait for
 	}
 	dl := ms.queued()[0].Deadline
-	return dl - ms.est.estimate(k+1) - s.net.delay(k+1)
+	return dl - ms.est.estimate(k+1) - s.net.Delay(k+1)
 }
 
 func (s *central) dispatch(now Time, ms *modelState, k int) {
@@ -384,7 +392,7 @@ func (s *central) dispatch(now Time, ms *modelState, k int) {
 	g := s.freeGPU(now, ms)
 	reqs := ms.pop(k)
 	exp := ms.est.estimate(k)
-	earliest := now + s.net.delay(k)
+	earliest := now + s.net.Delay(k)
 	s.nextAct += s.actStep
 	a := &Action{ID: s.nextAct, GPU: g.id, Model: ms.m.ID, Requests: reqs, Earliest: earliest,
 		Latest: reqs[0].Deadline - exp, Expected: exp}
@@ -411,7 +419,7 @@ func (s *central) modelWake(now Time, ms *modelState, free bool) Time {
 	}
 	next := Never
 	if s.rule != lazyRule {
-		if t := q[0].Deadline - s.net.delay(1) - ms.est.estimate(1) + 1; t > now {
+		if t := q[0].Deadline - s.net.Delay(1) - ms.est.estimate(1) + 1; t > now {
 			next = t
 		}
 	}
@@ -449,7 +457,7 @@ func (s *central) earlyDrop(now Time, ms *modelState, k int) int {
 	// Everything skipped could only go out in smaller batches; under
 	// overload that is what collapses goodput (Symphony Figure 10's flat top).
 	for b := need; b >= smallest; b-- {
-		th := now + s.net.delay(b) + ms.est.estimate(b)
+		th := now + s.net.Delay(b) + ms.est.estimate(b)
 		i, _ := slices.BinarySearchFunc(q, th, func(r Request, t Time) int {
 			if r.Deadline < t {
 				return -1

@@ -182,7 +182,7 @@ func (s *nexus) serve(now Time, g *nexusGPU) {
 		reqs := slices.Clone(slot.q[:k])
 		slot.q = slot.q[k:]
 		exp := s.est.Estimate(slot.model, k)
-		earliest := now + s.net.delay(k)
+		earliest := now + s.net.Delay(k)
 		s.nextAct++
 		s.actions = append(s.actions, &Action{ID: s.nextAct, GPU: g.id, Model: slot.model, Requests: reqs,
 			Earliest: earliest, Latest: reqs[0].Deadline - exp, Expected: exp})
@@ -198,7 +198,7 @@ func (s *nexus) earlyDrop(now Time, slot *nexusSlot) {
 	i := 0
 	for ; i < len(slot.q); i++ {
 		k := min(slot.batch, len(slot.q)-i)
-		if now+s.net.delay(k)+s.est.Estimate(slot.model, k) <= slot.q[i].Deadline {
+		if now+s.net.Delay(k)+s.est.Estimate(slot.model, k) <= slot.q[i].Deadline {
 			break
 		}
 	}

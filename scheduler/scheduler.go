@@ -79,7 +79,8 @@ type Network struct {
 	PerRequest time.Duration
 }
 
-func (n Network) delay(bs int) time.Duration { return n.Control + n.PerRequest*time.Duration(bs) }
+// Delay is the network delay of a batch of bs requests.
+func (n Network) Delay(bs int) time.Duration { return n.Control + n.PerRequest*time.Duration(bs) }
 
 // Action tells a GPU to run a batch, starting no earlier than Earliest and
 // no later than Latest (Clockwork's action window); a GPU that cannot start

@@ -48,7 +48,7 @@ type hsLayer struct {
 	last  []*hsBatch
 	pend  []hsBatch
 	free  []scheduler.Time // len(drops) x gpus, each row sorted
-	score []float64
+	score []float64        // kept states only: their rank
 }
 
 func (l *hsLayer) add(drops int, last *hsBatch, pend hsBatch, free []scheduler.Time) {
@@ -139,10 +139,6 @@ type hsProblem struct {
 	dropCost float64 // ns of GPU time a skipped request counts as
 }
 
-func (p *hsProblem) delay(b int) time.Duration {
-	return p.net.Control + p.net.PerRequest*time.Duration(b)
-}
-
 // solve returns the last batch of the best schedule found.
 func (p *hsProblem) solve() *hsBatch {
 	n, g, maxB := len(p.arr), p.gpus, len(p.lat)
@@ -160,7 +156,7 @@ func (p *hsProblem) solve() *hsBatch {
 		// Rank: skipped requests at their cost, plus GPU time committed
 		// beyond this request's arrival.
 		ai := p.arr[i]
-		cur.score = cur.score[:0]
+		order = order[:0]
 		for k := 0; k < m; k++ {
 			s := float64(cur.drops[k]) * p.dropCost
 			for _, f := range cur.free[k*g : (k+1)*g] {
@@ -168,11 +164,7 @@ func (p *hsProblem) solve() *hsBatch {
 					s += float64(f - ai)
 				}
 			}
-			cur.score = append(cur.score, s)
-		}
-		order = order[:0]
-		for k := 0; k < m; k++ {
-			order = append(order, hsRank{cur.score[k], k})
+			order = append(order, hsRank{s, k})
 		}
 		// Only the best few matter: select twice the width (duplicates
 		// are skipped below), then sort those.
@@ -187,11 +179,11 @@ func (p *hsProblem) solve() *hsBatch {
 			if len(kept.drops) >= p.width {
 				break
 			}
-			if p.duplicate(&kept, cur, k, ai) {
+			if p.duplicate(&kept, cur, o, ai) {
 				continue
 			}
 			kept.add(cur.drops[k], cur.link(k), hsBatch{}, cur.free[k*g:(k+1)*g])
-			kept.score = append(kept.score, cur.score[k])
+			kept.score = append(kept.score, o.score)
 		}
 		cur.reset()
 		for k := range kept.drops {
@@ -202,7 +194,7 @@ func (p *hsProblem) solve() *hsBatch {
 			// Or start a batch of requests [i, i+b) as early as possible.
 			for b := 1; b <= maxB && i+b <= n; b++ {
 				ready := p.arr[i+b-1]
-				run := p.delay(b) + p.lat[b-1]
+				run := p.net.Delay(b) + p.lat[b-1]
 				if ready+run > ai+p.slo {
 					break // larger batches are later still
 				}
@@ -233,14 +225,13 @@ func (p *hsProblem) solve() *hsBatch {
 	return last.link(best)
 }
 
-// duplicate reports whether state k of cur equals one already kept (same
+// duplicate reports whether state o.k of cur equals one already kept (same
 // skips and, from arrival ai on, the same GPU free times): equal states
 // have equal scores, so only the kept states with that score are compared.
-func (p *hsProblem) duplicate(kept, cur *hsLayer, k int, ai scheduler.Time) bool {
-	g := p.gpus
-	sk := cur.score[k]
+func (p *hsProblem) duplicate(kept, cur *hsLayer, o hsRank, ai scheduler.Time) bool {
+	g, k := p.gpus, o.k
 	for j := len(kept.drops) - 1; j >= 0; j-- {
-		if kept.score[j] != sk {
+		if kept.score[j] != o.score {
 			return false
 		}
 		if kept.drops[j] != cur.drops[k] {
@@ -285,7 +276,7 @@ func (p *hsProblem) verify(last *hsBatch) ([]*hsBatch, error) {
 		if free[gi] > b.start {
 			return nil, fmt.Errorf("hindsight: batch at request %d starts while every GPU is busy", b.first)
 		}
-		end := b.start + p.delay(b.size) + p.lat[b.size-1]
+		end := b.start + p.net.Delay(b.size) + p.lat[b.size-1]
 		if end > p.arr[b.first]+p.slo {
 			return nil, fmt.Errorf("hindsight: batch at request %d misses its deadline", b.first)
 		}
@@ -296,12 +287,12 @@ func (p *hsProblem) verify(last *hsBatch) ([]*hsBatch, error) {
 
 // runHindsight plans the Hindsight schedule for the workload's arrivals at
 // the given total rate and reports it like a simulation.
-func runHindsight(w *Workload, total float64) (*Result, error) {
+func runHindsight(w *Workload, total float64) (*Result, []outcome, error) {
 	if len(w.Models) != 1 {
-		return nil, fmt.Errorf("policy hindsight: single-model workloads only (this one has %d models)", len(w.Models))
+		return nil, nil, fmt.Errorf("policy hindsight: single-model workloads only (this one has %d models)", len(w.Models))
 	}
 	if w.Jitter != 0 {
-		return nil, fmt.Errorf("policy hindsight: needs exact execution times (jitter %g; use 0)", w.Jitter)
+		return nil, nil, fmt.Errorf("policy hindsight: needs exact execution times (jitter %g; use 0)", w.Jitter)
 	}
 	rates := w.rates(total)
 	m := w.Models[0]
@@ -318,12 +309,7 @@ func runHindsight(w *Workload, total float64) (*Result, error) {
 	// A skipped request costs 1.4 times the GPU time a request takes at the
 	// staggered batch (largest b with (1 + 1/N) l(b) <= SLO): found best
 	// among 1-3x on ResNet50 and InceptionResNetV2.
-	target := 1
-	for b, l := range p.lat {
-		if float64(l)*(1+1/float64(p.gpus)) <= float64(p.slo) {
-			target = b + 1
-		}
-	}
+	target := scheduler.StaggeredBatch(p.lat, p.slo, p.gpus)
 	p.dropCost = 1.4 * float64(p.lat[target-1]) / float64(target)
 	r := &Result{Policy: Hindsight, OfferedRPS: rates[0], Dropped: map[string]int{}, BatchHistogram: map[int]int{}}
 	outs := make([]outcome, len(p.arr))
@@ -331,27 +317,26 @@ func runHindsight(w *Workload, total float64) (*Result, error) {
 	if len(p.arr) > 0 {
 		bs, err := p.verify(p.solve())
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, b := range bs {
-			run := p.delay(b.size) + p.lat[b.size-1]
+			run := p.net.Delay(b.size) + p.lat[b.size-1]
 			busy += p.lat[b.size-1]
 			r.BatchHistogram[b.size]++
 			for i := b.first; i < b.first+b.size; i++ {
-				outs[i] = outcome{done: true, good: true, batch: b.size,
-					latency: b.start + run - p.arr[i], queue: b.start + p.delay(b.size) - p.arr[i]}
+				outs[i] = outcome{arrival: p.arr[i], done: true, good: true, batch: b.size,
+					latency: b.start + run - p.arr[i], queue: b.start + p.net.Delay(b.size) - p.arr[i]}
 			}
 		}
 	}
-	for _, o := range outs {
-		if !o.done {
+	for i := range outs {
+		if !outs[i].done {
+			outs[i].arrival = p.arr[i]
 			r.Dropped["skipped"]++
 		}
 	}
-	r.Events = len(p.arr)
+	r.Events = len(p.arr) // it plans from the arrivals alone
 	r.VirtualSeconds = float64(end) / float64(time.Second)
 	summarize(r, w, outs, rates, busy, end)
-	r.Autoscale.IdleFraction = round(1-r.GPUBusyFraction, 4)
-	_, r.Autoscale.ReleaseGPUs = Advice(w.GPUs, 0, r.Autoscale.IdleFraction, 0.01)
-	return r, nil
+	return r, outs, nil
 }

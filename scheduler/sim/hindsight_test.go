@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"flag"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -53,7 +55,7 @@ func servedIfFeasible(p *hsProblem, label []int, batches int) int {
 		served++
 	}
 	for _, g := range gs {
-		if g.size > len(p.lat) || g.last+p.delay(g.size)+p.lat[g.size-1] > g.first+p.slo {
+		if g.size > len(p.lat) || g.last+p.net.Delay(g.size)+p.lat[g.size-1] > g.first+p.slo {
 			return 0
 		}
 	}
@@ -74,7 +76,7 @@ func servedIfFeasible(p *hsProblem, label []int, batches int) int {
 						gi = j
 					}
 				}
-				end := max(g.last, free[gi]) + p.delay(g.size) + p.lat[g.size-1]
+				end := max(g.last, free[gi]) + p.net.Delay(g.size) + p.lat[g.size-1]
 				if end > g.first+p.slo {
 					return false
 				}
@@ -184,6 +186,9 @@ func TestHindsightBeatsOnline(t *testing.T) {
 	if hs.Requests != sym.Requests || hs.Good < sym.Good || hs.Late != 0 {
 		t.Errorf("hindsight %d good of %d (%d late), symphony %d of %d", hs.Good, hs.Requests, hs.Late, sym.Good, sym.Requests)
 	}
+	if hs.BadRate > 0 && hs.Autoscale.WorstWindowBadRate < hs.BadRate {
+		t.Errorf("worst 1 s window bad rate %.4f below the run's %.4f", hs.Autoscale.WorstWindowBadRate, hs.BadRate)
+	}
 	if hs.Good+hs.Dropped["skipped"] != hs.Requests {
 		t.Errorf("accounting: %d good + %d skipped != %d requests", hs.Good, hs.Dropped["skipped"], hs.Requests)
 	}
@@ -202,4 +207,79 @@ func TestHindsightErrors(t *testing.T) {
 			t.Errorf("got %v, want an error about %q", err, c.want)
 		}
 	}
+}
+
+// TestHindsightGapReport measures what docs/benchmarks.md says about the
+// symphony policy against hindsight on InceptionResNetV2 (8 GPUs, Poisson):
+// hindsight's goodput against its beam width, and where, on one 60 s trace
+// at 1018 r/s, the two lose requests (windows of 500 requests) and which
+// batch sizes serve them.
+//
+//	go test ./scheduler/sim -run TestHindsightGapReport -report -v -timeout 30m
+func TestHindsightGapReport(t *testing.T) {
+	if f := flag.Lookup("report"); f == nil || f.Value.String() != "true" {
+		t.Skip("run with -report")
+	}
+	doc := func(dur string, rate float64) *Workload {
+		w, err := ParseWorkload("w.yaml", []byte(fmt.Sprintf("gpus: 8\nduration: %s\narrival: {kind: poisson}\nmodels:\n"+
+			"  - {name: inceptionresnetv2, alpha: 5.090ms, beta: 18.368ms, slo: 70ms, rate: %g}\n", dur, rate)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	defer func(w int) { HindsightWidth = w }(HindsightWidth)
+	for _, width := range []int{64, 256, 1024} {
+		HindsightWidth = width
+		r, err := FindGoodput(doc("20s", 1083*0.8), Hindsight) // as TestGoodputReport
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("hindsight width %d: goodput %.0f r/s (%.1f%% of 1083)", width, r.GoodputRPS, 100*r.GoodputRPS/1083)
+	}
+	HindsightWidth = 256
+	w := doc("60s", 1018)
+	_, hs, err := run(w, Hindsight, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sy, err := run(w, scheduler.Symphony, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != len(sy) {
+		t.Fatalf("different traces: %d and %d requests", len(hs), len(sy))
+	}
+	const win = 500
+	var hsBad, syBad, syInShared, shared int
+	burst, calm := [2]map[int]int{{}, {}}, [2]map[int]int{{}, {}} // [hindsight, symphony]: batch size -> requests
+	for i := 0; i < len(hs); i += win {
+		end := min(len(hs), i+win)
+		h, s := 0, 0
+		for j := i; j < end; j++ {
+			if !hs[j].good {
+				h++
+			}
+			if !sy[j].good {
+				s++
+			}
+		}
+		hsBad, syBad = hsBad+h, syBad+s
+		if h > 0 && s > 0 {
+			shared++
+			syInShared += s
+		}
+		into := calm
+		if h >= 5 {
+			into = burst
+		}
+		for j := i; j < end; j++ {
+			into[0][hs[j].batch]++
+			into[1][sy[j].batch]++
+		}
+	}
+	t.Logf("1018 r/s, 60 s: bad hindsight %d, symphony %d; %d of symphony's fall in the %d windows of %d requests where hindsight also skips",
+		hsBad, syBad, syInShared, shared, win)
+	t.Logf("requests by batch size (0: not served), windows where hindsight skips >= 5: hindsight %v, symphony %v", burst[0], burst[1])
+	t.Logf("other windows: hindsight %v, symphony %v", calm[0], calm[1])
 }

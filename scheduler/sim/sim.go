@@ -100,6 +100,7 @@ func (h *eventHeap) Pop() any {
 
 type outcome struct {
 	model      int
+	arrival    scheduler.Time
 	done, good bool
 	latency    time.Duration
 	queue      time.Duration
@@ -109,6 +110,13 @@ type outcome struct {
 // Run simulates the workload under a policy; total (> 0) overrides the
 // workload's total rate.
 func Run(w *Workload, policy scheduler.Policy, total float64) (*Result, error) {
+	r, _, err := run(w, policy, total)
+	return r, err
+}
+
+// run is Run that also returns every request's outcome, by request ID
+// (arrival order).
+func run(w *Workload, policy scheduler.Policy, total float64) (*Result, []outcome, error) {
 	if policy == Hindsight {
 		return runHindsight(w, total)
 	}
@@ -123,7 +131,7 @@ func Run(w *Workload, policy scheduler.Policy, total float64) (*Result, error) {
 	}
 	s, err := scheduler.New(policy, cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rng := rand.New(rand.NewPCG(w.Seed, 0x6d646167))
 	end := scheduler.Time(w.Duration)
@@ -154,20 +162,12 @@ func Run(w *Workload, policy scheduler.Policy, total float64) (*Result, error) {
 	for i, m := range w.Models {
 		index[scheduler.ModelID(m.Name)] = i
 	}
-	// windows of 1 s for autoscaling: requests, bad, busy time.
-	type win struct {
-		reqs, bad int
-		busy      time.Duration
-	}
-	wins := make([]win, int(w.Duration/time.Second)+1)
-	winOf := func(t scheduler.Time) *win { return &wins[min(len(wins)-1, int(t/scheduler.Time(time.Second)))] }
 	collect := func(now scheduler.Time) {
 		acts, drops := s.Take()
 		for _, d := range drops {
 			r.Dropped[string(d.Reason)]++
 			o := &outcomes[d.Request.ID]
 			o.done = true
-			winOf(d.Request.Arrival).bad++
 		}
 		for _, a := range acts {
 			push(event{t: a.Earliest, kind: evStart, act: a})
@@ -189,8 +189,7 @@ func Run(w *Workload, policy scheduler.Policy, total float64) (*Result, error) {
 		case evArrival:
 			m := w.Models[e.model]
 			id := uint64(len(outcomes))
-			outcomes = append(outcomes, outcome{model: e.model})
-			winOf(now).reqs++
+			outcomes = append(outcomes, outcome{model: e.model, arrival: now})
 			s.Arrive(now, scheduler.Request{ID: id, Model: scheduler.ModelID(m.Name), Arrival: now, Deadline: now + m.SLO})
 			if t := gens[e.model].next(now); t < end {
 				push(event{t: t, kind: evArrival, model: e.model})
@@ -210,7 +209,6 @@ func Run(w *Workload, policy scheduler.Policy, total float64) (*Result, error) {
 			}
 			gpuFree[g] = start + d
 			busy += d
-			winOf(start).busy += d
 			r.BatchHistogram[len(a.Requests)]++
 			for _, req := range a.Requests {
 				o := &outcomes[req.ID]
@@ -225,9 +223,6 @@ func Run(w *Workload, policy scheduler.Policy, total float64) (*Result, error) {
 				o.done = true
 				o.latency = now - req.Arrival
 				o.good = now <= req.Deadline
-				if !o.good {
-					winOf(req.Arrival).bad++
-				}
 			}
 			s.Finished(now, a, e.dur)
 		case evTimer:
@@ -241,17 +236,7 @@ func Run(w *Workload, policy scheduler.Policy, total float64) (*Result, error) {
 	}
 	r.VirtualSeconds = float64(max(now, end)) / float64(time.Second)
 	summarize(r, w, outcomes, rates, busy, end)
-	// Autoscaling advice over 1 s windows.
-	var worst float64
-	for _, x := range wins {
-		if x.reqs > 0 {
-			worst = math.Max(worst, float64(x.bad)/float64(x.reqs))
-		}
-	}
-	r.Autoscale.WorstWindowBadRate = round(worst, 4)
-	r.Autoscale.IdleFraction = round(1-r.GPUBusyFraction, 4)
-	r.Autoscale.AddGPUs, r.Autoscale.ReleaseGPUs = Advice(w.GPUs, worst, r.Autoscale.IdleFraction, 0.01)
-	return r, nil
+	return r, outcomes, nil
 }
 
 func summarize(r *Result, w *Workload, outs []outcome, rates []float64, busy time.Duration, end scheduler.Time) {
@@ -305,6 +290,25 @@ func summarize(r *Result, w *Workload, outs []outcome, rates []float64, busy tim
 		}
 		r.PerModel = append(r.PerModel, mr)
 	}
+	// Autoscaling advice over 1 s windows of arrivals.
+	type win struct{ reqs, bad int }
+	wins := make([]win, int(w.Duration/time.Second)+1)
+	for _, o := range outs {
+		x := &wins[min(len(wins)-1, int(o.arrival/scheduler.Time(time.Second)))]
+		x.reqs++
+		if !o.good {
+			x.bad++
+		}
+	}
+	var worst float64
+	for _, x := range wins {
+		if x.reqs > 0 {
+			worst = math.Max(worst, float64(x.bad)/float64(x.reqs))
+		}
+	}
+	r.Autoscale.WorstWindowBadRate = round(worst, 4)
+	r.Autoscale.IdleFraction = round(1-r.GPUBusyFraction, 4)
+	r.Autoscale.AddGPUs, r.Autoscale.ReleaseGPUs = Advice(w.GPUs, worst, r.Autoscale.IdleFraction, 0.01)
 }
 
 func pct(xs []float64, p float64) float64 {
