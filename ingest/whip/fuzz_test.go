@@ -270,6 +270,13 @@ func TestCaptureClock(t *testing.T) {
 	if got := e.capture(900+9000, t0.Add(150*time.Millisecond)); !near(got, t0.Add(120*time.Millisecond)) {
 		t.Errorf("next frame after the correction: %v, want 100 ms after the first", got)
 	}
+	// A new report whose mapping is 1 ms earlier than the old one takes
+	// over; the correction (20 ms) carries over less that 1 ms, so capture
+	// times stay 100 ms apart (TestLoopback saw 69 / 131 ms gaps without).
+	e.senderReport(ntp(t0.Add(229*time.Millisecond)), 18000, t0.Add(231*time.Millisecond))
+	if got := e.capture(900+18000, t0.Add(250*time.Millisecond)); !near(got, t0.Add(220*time.Millisecond)) {
+		t.Errorf("after an earlier report: %v, want 100 ms after the previous frame", got)
+	}
 }
 
 // near: within a microsecond (NTP fractions round).

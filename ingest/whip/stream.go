@@ -463,8 +463,9 @@ func (st *stream) setSize(w, h int) {
 // earliest capture is used, which keeps capture times steady (one frame
 // interval apart) while the sender's delays vary. A frame cannot arrive
 // before it was captured: when one does by a mapping, the mapping is late
-// by at least that much and is moved earlier (kept until the mapping
-// changes), so capture times stay steady and never after arrival.
+// by at least that much and is moved earlier (carried over to a new mapping
+// that is earlier, dropped for one that is later), so capture times stay
+// steady and never after arrival.
 type captureClock struct {
 	mu      sync.Mutex
 	base    bool
@@ -523,7 +524,21 @@ func (c *captureClock) capture(ts uint32, arrival time.Time) time.Time {
 			}
 		}
 		if best != c.lateFor {
-			c.late, c.lateFor = 0, best
+			// A new earliest mapping. One earlier than the corrected one
+			// replaces what is left of the correction (a report that maps
+			// 1 ms earlier must not move capture times 29 ms later); one
+			// later than the old mapping (the old report left the window:
+			// the sender's delay really grew) starts afresh.
+			if c.late > 0 && c.lateFor != (srSample{}) {
+				if d := c.lateFor.at.Add(rtpDelta(ts, c.lateFor.rtp)).Sub(sr); d >= 0 {
+					c.late = max(0, c.late-d)
+				} else {
+					c.late = 0
+				}
+			} else {
+				c.late = 0
+			}
+			c.lateFor = best
 		}
 		sr = sr.Add(-c.late)
 		if d := arrival.Sub(sr); d >= -maxSkew && d <= maxSkew {
