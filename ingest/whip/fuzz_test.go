@@ -272,7 +272,7 @@ func TestCaptureClock(t *testing.T) {
 	}
 	// A new report whose mapping is 1 ms earlier than the old one takes
 	// over; the correction (20 ms) carries over less that 1 ms, so capture
-	// times stay 100 ms apart (TestLoopback saw 69 / 131 ms gaps without).
+	// times stay 100 ms apart.
 	e.senderReport(ntp(t0.Add(229*time.Millisecond)), 18000, t0.Add(231*time.Millisecond))
 	if got := e.capture(900+18000, t0.Add(250*time.Millisecond)); !near(got, t0.Add(220*time.Millisecond)) {
 		t.Errorf("after an earlier report: %v, want 100 ms after the previous frame", got)
@@ -281,3 +281,30 @@ func TestCaptureClock(t *testing.T) {
 
 // near: within a microsecond (NTP fractions round).
 func near(a, b time.Time) bool { return a.Sub(b).Abs() <= time.Microsecond }
+
+// TestSampleOnGrid: a 30 fps source into a 10 fps app, capture times
+// jittered by up to +-2 ms and shifted 3 ms earlier half way (a new sender
+// report mapping): every third frame is taken, 100 ms apart, 20 of 60.
+func TestSampleOnGrid(t *testing.T) {
+	t0 := time.Unix(1e9, 0)
+	p := &pipeline{st: &stream{fps: 10}}
+	var kept []time.Duration
+	for i := range 60 {
+		at := time.Duration(i) * time.Second / 30
+		jitter := time.Duration((i*7919)%5-2) * time.Millisecond
+		if i >= 30 {
+			jitter -= 3 * time.Millisecond
+		}
+		if p.sample(t0.Add(at + jitter)) {
+			kept = append(kept, at)
+		}
+	}
+	if len(kept) != 20 {
+		t.Fatalf("kept %d frames of 60, want 20: %v", len(kept), kept)
+	}
+	for i := 1; i < len(kept); i++ {
+		if gap := kept[i] - kept[i-1]; gap < 99*time.Millisecond || gap > 101*time.Millisecond {
+			t.Errorf("frames %d-%d: %v apart, want 100 ms (source frames %v)", i-1, i, gap, kept)
+		}
+	}
+}

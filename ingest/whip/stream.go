@@ -386,15 +386,19 @@ func (p *pipeline) packet(pkt *rtp.Packet) bool {
 }
 
 // sample keeps frames at the app's rate: a frame is taken when its capture
-// time reaches the next slot; slots advance by 1/fps from the first frame.
+// time reaches the next slot, less a quarter period; slots advance by 1/fps
+// from the first frame. Without the quarter period a source at a multiple
+// of the app's rate puts every frame exactly on a slot, and capture-time
+// jitter of a fraction of a millisecond decides between two source frames
+// (30 fps into 10: gaps of 67 and 133 ms instead of 100).
 func (p *pipeline) sample(capture time.Time) bool {
 	if p.st.fps <= 0 {
 		return true
 	}
-	if !p.next.IsZero() && capture.Before(p.next) {
+	period := time.Duration(float64(time.Second) / p.st.fps)
+	if !p.next.IsZero() && capture.Before(p.next.Add(-period/4)) {
 		return false
 	}
-	period := time.Duration(float64(time.Second) / p.st.fps)
 	if p.next.IsZero() || capture.Sub(p.next) > period {
 		p.next = capture.Add(period) // first frame, or after a gap: restart the grid
 	} else {
