@@ -111,7 +111,7 @@ func (o *observed) sink() whip.Sink { return tapSink{o.e, o.rec.Thumbs()} }
 
 // ingest is e.Ingest feeding the thumbnails (for in-process sources).
 func (o *observed) ingest(stream string, seq uint64, capture time.Time, f *modules.Frame, truth []modules.Box) error {
-	return tapSink{o.e, o.rec.Thumbs()}.Ingest(stream, seq, capture, f, truth)
+	return o.sink().Ingest(stream, seq, capture, f, truth)
 }
 
 // Close stops the recorder, then the engine.

@@ -22,7 +22,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if *file == "" || *out != "table" && *out != "json" || *rate < 0 || math.IsNaN(*rate) ||
-		!slices.Contains(append(scheduler.Policies, sim.Hindsight), scheduler.Policy(*policy)) {
+		!slices.Contains(scheduler.Policies, scheduler.Policy(*policy)) && scheduler.Policy(*policy) != sim.Hindsight {
 		fmt.Fprintln(stderr, "mdag sim: -f workload.yaml is required; --policy is symphony, clockwork, nexus, lazy or hindsight; -o table or json; --rate >= 0")
 		fs.Usage()
 		return exitInvalid
