@@ -41,6 +41,7 @@
 package allocator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -99,6 +100,12 @@ type Request struct {
 	// delay it observes before frames reach the session (capture, encode,
 	// network, decode), which the graph cannot spend.
 	Budget time.Duration
+	// Limits caps the instances of a worker type the allocation may use
+	// (whole instances count 1 each, a partial its share t/cap), so a
+	// capped pool gets the cheapest allocation that fits it rather than one
+	// placement cannot carry out. The MILP honours them exactly; the other
+	// methods' answers are checked and reported infeasible when over.
+	Limits map[profile.WorkerTypeID]float64
 }
 
 // Problem is a Request prepared for the solvers: the modules in topological
@@ -112,6 +119,7 @@ type Problem struct {
 	Fronts  [][]profile.Choice // per module, sorted by latency, cost falling
 	Segment time.Duration
 	Timeout time.Duration
+	Limits  map[profile.WorkerTypeID]float64
 
 	preds [][]int
 	sinks []int
@@ -157,7 +165,12 @@ func NewProblem(req Request) (*Problem, error) {
 	if req.Budget < 0 {
 		return nil, fmt.Errorf("%w: latency budget must be >= 0, got %v", ErrBadRequest, req.Budget)
 	}
-	p := &Problem{Graph: g, SLO: g.App().SLO, Modules: g.Order(), Segment: req.Segment, Timeout: req.Timeout}
+	for w, n := range req.Limits {
+		if n < 0 || math.IsNaN(n) || math.IsInf(n, 0) {
+			return nil, fmt.Errorf("%w: limit of worker type %s must be >= 0, got %v", ErrBadRequest, w, n)
+		}
+	}
+	p := &Problem{Graph: g, SLO: g.App().SLO, Modules: g.Order(), Segment: req.Segment, Timeout: req.Timeout, Limits: req.Limits}
 	if req.Budget > 0 && req.Budget < p.SLO {
 		p.SLO = req.Budget
 	}
@@ -192,9 +205,14 @@ func NewProblem(req Request) (*Problem, error) {
 			}
 			cfgs = append(cfgs, c)
 		}
+		cfgs = slices.DeleteFunc(cfgs, func(c profile.Config) bool { l, ok := req.Limits[c.Worker]; return ok && l == 0 })
 		p.Rates = append(p.Rates, rates[m])
 		p.Configs = append(p.Configs, cfgs)
-		p.Fronts = append(p.Fronts, profile.Options(cfgs, rates[m], p.SLO))
+		if len(req.Limits) > 0 && (req.Method == MILP || req.Method == "") {
+			p.Fronts = append(p.Fronts, limitedFront(cfgs, rates[m], p.SLO, req.Limits))
+		} else {
+			p.Fronts = append(p.Fronts, profile.Options(cfgs, rates[m], p.SLO))
+		}
 		p.empty = p.empty || len(p.Fronts[i]) == 0
 	}
 	return p, nil
@@ -214,13 +232,105 @@ func (p *Problem) Infeasible() string {
 		lat[i] = fast.Latency
 	}
 	if len(unusable) > 0 {
-		return fmt.Sprintf("no configuration left can carry the rate of %s (after exclusions)", strings.Join(unusable, ", "))
+		return fmt.Sprintf("no configuration left can carry the rate of %s (after exclusions and zero worker limits)", strings.Join(unusable, ", "))
 	}
 	if crit, path := p.critical(lat); crit > p.SLO+slack {
 		return fmt.Sprintf("the fastest configurations give %s ms on %s, above the %s ms SLO (by %s ms)",
 			fmtMS(crit), path, fmtMS(p.SLO), fmtMS(crit-p.SLO))
 	}
 	return ""
+}
+
+// limitedFront is module options for a MILP under worker limits. The plain
+// front keeps, for each latency, only the cheapest way, which may use a
+// capped type where a dearer way does not; so it is the union of the fronts
+// with each subset of the capped types left out (all subsets up to 4 capped
+// types, else none, each one alone and all), sorted by latency then cost.
+// It is not every trade-off between capped types, but it always holds a way
+// that avoids any subset of them entirely.
+func limitedFront(cfgs []profile.Config, rate float64, maxLatency time.Duration, limits map[profile.WorkerTypeID]float64) []profile.Choice {
+	var capped []profile.WorkerTypeID
+	for _, w := range sortedTypes(limits) {
+		if slices.ContainsFunc(cfgs, func(c profile.Config) bool { return c.Worker == w }) {
+			capped = append(capped, w)
+		}
+	}
+	var masks []int
+	if len(capped) <= 4 {
+		for m := range 1 << len(capped) {
+			masks = append(masks, m)
+		}
+	} else {
+		masks = append(masks, 0, 1<<len(capped)-1)
+		for i := range capped {
+			masks = append(masks, 1<<i)
+		}
+	}
+	type key struct {
+		lat  time.Duration
+		cost float64
+		s    string
+	}
+	seen := map[key]bool{}
+	var out []profile.Choice
+	for _, mask := range masks {
+		sub := slices.DeleteFunc(slices.Clone(cfgs), func(c profile.Config) bool {
+			i := slices.Index(capped, c.Worker)
+			return i >= 0 && mask&(1<<i) != 0
+		})
+		for _, ch := range profile.Options(sub, rate, maxLatency) {
+			k := key{ch.Latency, ch.Cost, ch.String()}
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, ch)
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b profile.Choice) int {
+		if a.Latency != b.Latency {
+			return cmp.Compare(a.Latency, b.Latency)
+		}
+		return cmp.Compare(a.Cost, b.Cost)
+	})
+	return out
+}
+
+// uses is how much of worker type w's instances an option takes: its whole
+// instances and its partial's share.
+func uses(ch profile.Choice, w profile.WorkerTypeID) float64 {
+	var n float64
+	if ch.N > 0 && ch.Full.Worker == w {
+		n += float64(ch.N)
+	}
+	if ch.T > 0 && ch.Partial.Worker == w {
+		n += ch.T / ch.Partial.Cap
+	}
+	return n
+}
+
+// overLimits names the worker types a choice uses beyond the request's
+// limits, or "" when it fits them.
+func (p *Problem) overLimits(choice []int) string {
+	var over []string
+	for _, w := range sortedTypes(p.Limits) {
+		var n float64
+		for i, o := range choice {
+			n += uses(p.Fronts[i][o], w)
+		}
+		if n > p.Limits[w]+1e-6 {
+			over = append(over, fmt.Sprintf("%s: %.3g of %.3g", w, n, p.Limits[w]))
+		}
+	}
+	return strings.Join(over, ", ")
+}
+
+func sortedTypes(m map[profile.WorkerTypeID]float64) []profile.WorkerTypeID {
+	out := make([]profile.WorkerTypeID, 0, len(m))
+	for w := range m {
+		out = append(out, w)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // finish returns each module's finish time (longest path of latencies from
@@ -340,6 +450,14 @@ func Allocate(ctx context.Context, req Request) (*Allocation, error) {
 		if choice, stats, err = solver.Solve(ctx, p); err != nil {
 			return nil, err
 		}
+	}
+	if choice != nil {
+		if over := p.overLimits(choice); over != "" {
+			choice, stats.Reason = nil, fmt.Sprintf("%s's allocation needs more instances than the limits allow (%s)", method, over)
+		}
+	}
+	if choice == nil && len(p.Limits) > 0 && stats.Reason == "" {
+		stats.Reason = "no allocation within the SLO fits the worker limits"
 	}
 	if choice == nil {
 		// The fastest configurations missing the SLO is the clearest reason;

@@ -296,3 +296,63 @@ func TestExamples(t *testing.T) {
 		})
 	}
 }
+
+// usedBy sums the instances of worker type w an allocation takes.
+func usedBy(a *allocator.Allocation, w profile.WorkerTypeID) float64 {
+	var n float64
+	for _, m := range a.Modules {
+		for _, in := range m.Allocations {
+			if in.Worker == w {
+				n += in.Instances
+			}
+		}
+	}
+	return n
+}
+
+// TestLimits: a capped pool gets the cheapest allocation that fits it, or a
+// reason naming the limits; never one that uses more than the pool has.
+func TestLimits(t *testing.T) {
+	g, cat := loadExample(t, "traffic")
+	free := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 80})
+	if !free.Feasible {
+		t.Fatalf("unlimited: %s", free.Reason)
+	}
+	for _, tc := range []struct {
+		name     string
+		limits   map[profile.WorkerTypeID]float64
+		feasible bool
+	}{
+		{"generous", map[profile.WorkerTypeID]float64{"P100": 100, "V100": 100, "CPU": 100}, true},
+		{"one of each", map[profile.WorkerTypeID]float64{"P100": 1, "V100": 1, "CPU": 1}, true},
+		{"no P100", map[profile.WorkerTypeID]float64{"P100": 0}, true},
+		{"no GPU", map[profile.WorkerTypeID]float64{"P100": 0, "V100": 0}, false},
+	} {
+		for _, method := range []allocator.Method{allocator.MILP, allocator.Greedy} {
+			t.Run(tc.name+"/"+string(method), func(t *testing.T) {
+				a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 80, Limits: tc.limits, Method: method})
+				if method == allocator.MILP && a.Feasible != tc.feasible {
+					t.Fatalf("feasible = %v, want %v (%s)", a.Feasible, tc.feasible, a.Reason)
+				}
+				if !a.Feasible {
+					if !strings.Contains(a.Reason, "limit") && !strings.Contains(a.Reason, "exclusions") {
+						t.Errorf("reason %q does not say why", a.Reason)
+					}
+					return
+				}
+				for w, n := range tc.limits {
+					if u := usedBy(a, w); u > n+1e-6 {
+						t.Errorf("%s: uses %.3f instances, limit %v", w, u, n)
+					}
+				}
+				if a.Cost < free.Cost-1e-9 {
+					t.Errorf("cost %.4f below the unlimited optimum %.4f", a.Cost, free.Cost)
+				}
+			})
+		}
+	}
+	if _, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: cat, Rate: 80,
+		Limits: map[profile.WorkerTypeID]float64{"P100": -1}}); !errors.Is(err, allocator.ErrBadRequest) {
+		t.Errorf("negative limit: err = %v, want ErrBadRequest", err)
+	}
+}

@@ -21,6 +21,7 @@ import (
 //	s[v] - s[u] - sum_o L[u][o] y[u][o] >= 0           for every edge u -> v
 //	lmax - s[v] - sum_o L[v][o] y[v][o] >= 0           for every sink v
 //	lmax <= SLO + 1 µs                                 (a bound; float slack as in fits)
+//	sum uses_w(o) y[i][o] <= limit_w                  for every capped worker type w
 //
 // Pass 1 minimises sum C[i][o] y[i][o]. Pass 2 adds cost <= optimum and
 // minimises lmax, so ties in cost go to the lower critical latency.
@@ -81,6 +82,23 @@ func (milpSolver) Solve(ctx context.Context, p *Problem) ([]int, Stats, error) {
 			return nil, Stats{}, fmt.Errorf("%w: %v", ErrSolver, err)
 		}
 	}
+	for _, w := range sortedTypes(p.Limits) {
+		// Instances of a capped worker type: whole ones and partial shares.
+		var row []golp.Entry
+		for i, front := range p.Fronts {
+			for o, ch := range front {
+				if u := uses(ch, w); u > 0 {
+					row = append(row, golp.Entry{Col: yCol[i][o], Val: u})
+				}
+			}
+		}
+		if len(row) == 0 {
+			continue
+		}
+		if err := lp.AddConstraintSparse(row, golp.LE, p.Limits[w]); err != nil {
+			return nil, Stats{}, fmt.Errorf("%w: %v", ErrSolver, err)
+		}
+	}
 	lp.SetBounds(lmax, 0, msf(p.SLO+slack)) // the same float slack as fits()
 	obj := make([]float64, cols)
 	for i, front := range p.Fronts {
@@ -100,6 +118,9 @@ func (milpSolver) Solve(ctx context.Context, p *Problem) ([]int, Stats, error) {
 	case golp.OPTIMAL, golp.SUBOPTIMAL:
 	case golp.INFEASIBLE:
 		stats.Reason = "the MILP has no solution within the SLO"
+		if len(p.Limits) > 0 {
+			stats.Reason += " and the worker limits"
+		}
 		return nil, stats, nil
 	default:
 		return nil, stats, fmt.Errorf("%w: lp_solve returned %s", ErrSolver, status)
@@ -123,7 +144,7 @@ func (milpSolver) Solve(ctx context.Context, p *Problem) ([]int, Stats, error) {
 		obj2[lmax] = 1
 		lp.SetObjFn(obj2)
 		if st := lp.Solve(); st == golp.OPTIMAL || st == golp.SUBOPTIMAL {
-			if c2 := pick(lp.Variables(), yCol); p.fits(c2) && p.cost(c2) <= p.cost(choice)+1e-9*math.Max(1, best) {
+			if c2 := pick(lp.Variables(), yCol); p.fits(c2) && p.overLimits(c2) == "" && p.cost(c2) <= p.cost(choice)+1e-9*math.Max(1, best) {
 				choice = c2
 			}
 		}

@@ -81,6 +81,9 @@ type Snapshot struct {
 	Limits       map[profile.WorkerTypeID]int // most instances per type (active, starting and warm); absent = no limit
 	TurnOffDelay time.Duration                // how long an unused instance stays warm; default 30 s
 	Prices       map[profile.WorkerTypeID]float64
+	// Idle lists apps that need nothing now (no streams): their loads are
+	// removed like those of planned apps, though they have no demands.
+	Idle []dag.AppID
 }
 
 // Demand is one module's allocation to place.
@@ -159,7 +162,7 @@ func (it item) key() string {
 const capacityEps = 1e-9
 
 // Place places demands on the snapshot's instances. Loads of apps not among
-// the demands are left as they are. It is deterministic: the same inputs give
+// the demands (nor Idle) are left as they are. It is deterministic: the same inputs give
 // the same plan.
 func Place(snap Snapshot, demands []Demand) Plan {
 	delay := snap.TurnOffDelay
@@ -167,6 +170,9 @@ func Place(snap Snapshot, demands []Demand) Plan {
 		delay = DefaultTurnOff
 	}
 	planned := map[dag.AppID]bool{}
+	for _, a := range snap.Idle {
+		planned[a] = true
+	}
 	var items []item
 	var fractional float64
 	for _, d := range demands {

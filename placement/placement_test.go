@@ -241,3 +241,30 @@ func TestPlaceProperties(t *testing.T) {
 		}
 	})
 }
+
+// TestPlaceIdleApp: an app with no streams loses its loads (its instances
+// stop and wait warm), while an app left out of the demands keeps them.
+func TestPlaceIdleApp(t *testing.T) {
+	now := time.Unix(0, 0)
+	snap := placement.Snapshot{Now: now, Prices: map[profile.WorkerTypeID]float64{"G": 1}, Instances: []placement.Instance{
+		{ID: "g1", Type: "G", State: placement.Active, Loads: []placement.Load{{App: "idle", Module: "m", Full: true, Fraction: 1}}},
+		{ID: "g2", Type: "G", State: placement.Active, Loads: []placement.Load{{App: "other", Module: "m", Full: true, Fraction: 1}}},
+	}}
+	snap.Idle = []dag.AppID{"idle"}
+	p := placement.Place(snap, nil)
+	for _, in := range p.Instances {
+		switch in.ID {
+		case "g1":
+			if in.State != placement.Warm || len(in.Loads) != 0 {
+				t.Errorf("idle app's instance: %s with %v, want warm and empty", in.State, in.Loads)
+			}
+		case "g2":
+			if in.State != placement.Active || len(in.Loads) != 1 {
+				t.Errorf("unplanned app's instance: %s with %v, want it kept", in.State, in.Loads)
+			}
+		}
+	}
+	if p.CostWhole != 1 {
+		t.Errorf("cost %v, want 1 (only the kept instance)", p.CostWhole)
+	}
+}

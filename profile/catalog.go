@@ -21,6 +21,12 @@ type Config struct {
 	Concurrency int           `json:"concurrency"`
 	Latency     time.Duration `json:"latency"` // batch execution time d
 	Cap         float64       `json:"cap"`     // items per second one instance sustains
+	// Dispatch marks an instance that starts a batch with whatever is
+	// queued as soon as a slot frees (the runtime's workers and its GPU
+	// batcher), instead of waiting for b items to arrive as Scrooge's
+	// workers do. Such an instance carrying t < cap is no slower than one
+	// at full rate: WorstAt(t) is Worst(), not d + b/t.
+	Dispatch bool `json:"dispatch,omitempty"`
 }
 
 func newConfig(m dag.ModuleID, target string, w WorkerType, p Point) Config {
@@ -37,10 +43,17 @@ func newConfig(m dag.ModuleID, target string, w WorkerType, p Point) Config {
 func (c Config) Worst() time.Duration { return c.Latency + seconds(float64(c.Batch)/c.Cap) }
 
 // WorstAt is the worst-case latency of an instance carrying rate t <= cap:
-// d + b/t (Scrooge Eq. 3).
+// d + b/t (Scrooge Eq. 3), the time to fill a batch at rate t and run it.
+// A Dispatch instance never waits to fill a batch: its worst case at any
+// rate up to cap is that of a full instance, d + b/cap. (Eq. 3 at low rates
+// is what made the runtime judge two cameras infeasible: a module at 5
+// items/s "waits" 200 ms for a batch of one.)
 func (c Config) WorstAt(t float64) time.Duration {
 	if t <= 0 {
 		return 0
+	}
+	if c.Dispatch {
+		return c.Worst()
 	}
 	return c.Latency + seconds(float64(c.Batch)/t)
 }
@@ -167,6 +180,22 @@ func (c *Catalog) ConfigsOn(m dag.ModuleID, w WorkerTypeID) []Config {
 		if cfg.Worker == w {
 			out = append(out, cfg)
 		}
+	}
+	return out
+}
+
+// Dispatching returns a copy of the catalog whose configurations are all
+// Dispatch: the latency model of the runtime, whose instances never wait
+// to fill a batch (the planning CLI keeps Scrooge's Eq. 3 by default).
+func (c *Catalog) Dispatching() *Catalog {
+	out := &Catalog{File: c.File, configs: make(map[dag.ModuleID][]Config, len(c.configs))}
+	for m, cfgs := range c.configs {
+		cp := make([]Config, len(cfgs))
+		for i, cfg := range cfgs {
+			cfg.Dispatch = true
+			cp[i] = cfg
+		}
+		out.configs[m] = cp
 	}
 	return out
 }

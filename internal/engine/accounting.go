@@ -107,8 +107,12 @@ type WindowStatus struct {
 	Drops      map[string]uint64 `json:"drops,omitempty"`
 }
 
-// windowsBefore lists the windows that started before cutoff (complete:
-// all their frames are past deadline), oldest first, at most n.
+// windowsBefore lists the complete windows, oldest first, at most n. A
+// window is complete when it ended before cutoff (all its frames are past
+// their deadline) and every frame sent in it has an outcome: a frame still
+// open past its deadline ends late or lost later and must be counted in its
+// own window, so that window, and every later one, waits for it (windows
+// become final in order; the lost-frame sweep bounds the wait).
 func (a *accounting) windowsBefore(cutoff time.Time, n int) []WindowStatus {
 	var keys []int64
 	for k := range a.windows {
@@ -117,6 +121,12 @@ func (a *accounting) windowsBefore(cutoff time.Time, n int) []WindowStatus {
 		}
 	}
 	slices.Sort(keys)
+	for i, k := range keys {
+		if a.windows[k].Open() > 0 {
+			keys = keys[:i]
+			break
+		}
+	}
 	if len(keys) > n {
 		keys = keys[len(keys)-n:]
 	}

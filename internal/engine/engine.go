@@ -128,6 +128,7 @@ type Engine struct {
 	replans   []Replan
 	nextPlan  int
 	tickTm    clock.Timer
+	turnOffTm clock.Timer
 	lastEpoch time.Time
 }
 
@@ -208,6 +209,9 @@ func (e *Engine) Close() {
 		if e.schedTm != nil {
 			e.schedTm.Stop()
 		}
+		if e.turnOffTm != nil {
+			e.turnOffTm.Stop()
+		}
 		for _, in := range e.insts {
 			in.inst.Close()
 		}
@@ -264,6 +268,9 @@ func (e *Engine) Deploy(app *dag.App, f *profile.File) error {
 	if err != nil {
 		return err
 	}
+	// The runtime's instances start a batch with whatever is queued: plan
+	// with that latency model, not Eq. 3's wait to fill a batch.
+	cat = cat.Dispatching()
 	var errs []error
 	for _, m := range app.Modules {
 		if m.Kind != dag.CPU {
@@ -327,6 +334,36 @@ func (e *Engine) Join(app dag.AppID, streamID string) error {
 		case <-e.done:
 		}
 	}
+	return out
+}
+
+// ErrOverloaded is what Admit answers when a session cannot take another
+// stream; the WHIP endpoint turns it into 503 with Retry-After.
+var ErrOverloaded = errors.New("overloaded")
+
+// Admit says whether app's session can take one more stream: not while its
+// plan is degraded (the workers carry only part of its streams' frames) or
+// its frames reach it later than half the SLO (ingest is saturated; the
+// graph would get no time).
+func (e *Engine) Admit(app dag.AppID) error {
+	var out error
+	e.call(func() {
+		s := e.sessions[app]
+		switch {
+		case s == nil:
+			out = fmt.Errorf("app %q: %w", app, ErrUnknownApp)
+		case s.admit < 1:
+			out = fmt.Errorf("app %s is %w: %s", app, ErrOverloaded, s.degraded)
+		default:
+			if d, ok := s.ingestP95(); ok && len(s.streams) > 0 && d >= s.app.SLO/2 {
+				out = fmt.Errorf("app %s is %w: frames reach it %v after capture (p95), half its %v SLO or more", app, ErrOverloaded, d.Round(time.Millisecond), s.app.SLO)
+			}
+		}
+		if out != nil && s != nil {
+			s.mx.Refused()
+			e.log.Warn("stream refused", "app", app, "why", out)
+		}
+	})
 	return out
 }
 
@@ -398,8 +435,9 @@ func (e *Engine) wallTime(t scheduler.Time) time.Time { return e.epoch0.Add(t) }
 // ---- sessions, frames and items ----
 
 type stream struct {
-	id string
-	s  *session
+	id     string
+	s      *session
+	credit float64 // shedding: admitted share accumulated; a frame is admitted when it reaches 1
 }
 
 type frameKey struct {
@@ -441,6 +479,17 @@ func (e *Engine) ingest(st *stream, seq uint64, capture time.Time, f *modules.Fr
 	delay := e.now().Sub(capture)
 	s.sawIngest(delay)
 	s.mx.IngestDelay(delay)
+	if s.admit < 1 {
+		// Degraded plan: every stream keeps the same share of its frames
+		// (the shed ones are counted, never silently skipped).
+		st.credit += s.admit
+		if st.credit < 1 {
+			fr.dropped, fr.module, fr.reason = true, "-", "shed"
+			e.finishFrame(s, fr)
+			return
+		}
+		st.credit--
+	}
 	it := &modules.Item{Stream: st.id, Seq: seq, Capture: capture, Deadline: fr.deadline, Frame: f, Truth: truth}
 	outs := s.g.Sources()
 	if len(outs) == 0 {

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/mdag/mdag/allocator"
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/internal/metrics"
 	"github.com/mdag/mdag/placement"
 	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/scheduler"
@@ -42,6 +44,7 @@ type PlannedSession struct {
 	Cost     float64                  `json:"cost_per_hour"`
 	Critical float64                  `json:"critical_latency_ms"`
 	IngestMS float64                  `json:"ingest_reserve_ms,omitempty"` // the SLO it planned with is the app's less this
+	Admitted float64                  `json:"admitted"`                    // share of the session's frames the plan carries (below 1: the rest are shed)
 }
 
 type planInput struct {
@@ -60,13 +63,15 @@ type planOutput struct {
 	snapIDs  map[string]bool
 	plan     placement.Plan
 	allocs   map[dag.AppID]*allocator.Allocation
+	admit    map[dag.AppID]float64 // share of each session's frames the plan carries (1: all)
+	kept     []dag.AppID           // sessions infeasible at any rate: their previous allocation re-placed
 	inputs   map[dag.AppID]planInput
 	problems []string
 	took     time.Duration
 }
 
 // trigger counts an event of kind (join, leave, scaling, ballooning,
-// epoch, worker-registered, worker-lost, ingest) and re-plans for it.
+// epoch, worker-registered, worker-lost, ingest, turn-off) and re-plans for it.
 func (e *Engine) trigger(kind, text string) {
 	e.cfg.Metrics.Trigger(kind)
 	e.dueKinds = append(e.dueKinds, kind)
@@ -115,60 +120,157 @@ func (e *Engine) replan(trigger string) {
 	slices.Sort(e.dueKinds)
 	kinds := slices.Compact(e.dueKinds)
 	e.dueKinds = nil
+	prev := map[dag.AppID]*allocator.Allocation{}
+	for id, s := range e.sessions {
+		if s.alloc != nil {
+			prev[id] = s.alloc
+		}
+	}
 	go func() {
 		start := time.Now()
-		out := planOutput{trigger: trigger, kinds: kinds, snapIDs: ids, allocs: map[dag.AppID]*allocator.Allocation{}, inputs: inputs}
-		var exclude []profile.WorkerTypeID
-		for _, in := range inputs {
-			for _, w := range in.cat.Workers() {
-				if limits[w.Type] == 0 && !slices.Contains(exclude, w.Type) {
-					exclude = append(exclude, w.Type)
-				}
-			}
-		}
-		for try := 0; try < 2; try++ {
-			out.problems = nil
-			allocStart := time.Now()
-			var demands []placement.Demand
-			for _, id := range sortedApps(inputs) {
-				in := inputs[id]
-				if in.rate <= 0 {
-					continue
-				}
-				a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate * headroom,
-					Scale: in.scale, Balloon: in.balloon, Exclude: exclude, Method: method, Timeout: 2 * time.Second,
-					Budget: in.app.SLO - in.reserve})
-				switch {
-				case err != nil:
-					out.problems = append(out.problems, fmt.Sprintf("%s: %v", id, err))
-					continue
-				case !a.Feasible:
-					why := ""
-					if in.reserve > 0 {
-						why = fmt.Sprintf(" (the %v SLO less %v of ingest delay)", in.app.SLO, in.reserve)
-					}
-					out.problems = append(out.problems, fmt.Sprintf("%s: infeasible at %.4g frames/s: %s%s", id, in.rate, a.Reason, why))
-					continue
-				}
-				out.allocs[id] = a
-				demands = append(demands, placement.Demands(in.app, a)...)
-			}
-			placeStart := time.Now()
-			mx.Solve("allocate", placeStart.Sub(allocStart))
-			out.plan = placement.Place(snap, demands)
-			mx.Solve("place", time.Since(placeStart))
-			if len(out.plan.Shortages) == 0 {
-				break
-			}
-			for _, sh := range out.plan.Shortages {
-				if !slices.Contains(exclude, sh.Type) {
-					exclude = append(exclude, sh.Type)
-				}
-			}
-		}
+		out := planOutput{trigger: trigger, kinds: kinds, snapIDs: ids, inputs: inputs}
+		planRound(&out, snap, limits, prev, method, headroom, mx)
 		out.took = time.Since(start)
 		e.post(func() { e.apply(out) })
 	}()
+}
+
+// planRound allocates every session within the worker limits and places the
+// allocations (off the loop; pure but for the solver). A session the pool
+// cannot carry at its full rate is planned, by the stated degrade policy, for
+// the largest share of its rate that fits (every stream sheds the same share
+// of its frames at ingest, counted dropped "shed"); one infeasible at any rate
+// keeps its previous allocation, re-placed on what exists. Placement
+// shortages (partials that do not pack) lower the type's limit and re-run.
+func planRound(out *planOutput, snap placement.Snapshot, limits map[profile.WorkerTypeID]int, prev map[dag.AppID]*allocator.Allocation,
+	method allocator.Method, headroom float64, mx *metrics.Metrics) {
+	capF := map[profile.WorkerTypeID]float64{}
+	for _, in := range out.inputs {
+		for _, w := range in.cat.Workers() {
+			capF[w.Type] = float64(limits[w.Type])
+		}
+	}
+	for try := 0; try < 4; try++ {
+		out.problems, out.allocs, out.admit = nil, map[dag.AppID]*allocator.Allocation{}, map[dag.AppID]float64{}
+		allocStart := time.Now()
+		left := maps.Clone(capF)
+		var demands []placement.Demand
+		for _, id := range sortedApps(out.inputs) {
+			in := out.inputs[id]
+			if in.rate <= 0 {
+				if !slices.Contains(snap.Idle, id) {
+					snap.Idle = append(snap.Idle, id)
+				}
+				continue
+			}
+			a, share, err := allocateWithin(in, left, method, headroom)
+			switch {
+			case err != nil:
+				out.problems = append(out.problems, fmt.Sprintf("%s: %v", id, err))
+				continue
+			case a == nil:
+				why := ""
+				if in.reserve > 0 {
+					why = fmt.Sprintf(" (the %v SLO less %v of ingest delay)", in.app.SLO, in.reserve)
+				}
+				p := prev[id]
+				if p == nil {
+					out.problems = append(out.problems, fmt.Sprintf("%s: infeasible at any rate within %s: %s%s", id, fmtLimits(capF), share.reason, why))
+					continue
+				}
+				out.problems = append(out.problems, fmt.Sprintf("%s: infeasible at any rate within %s: %s%s; the previous allocation is kept and re-placed on what exists",
+					id, fmtLimits(capF), share.reason, why))
+				a, share.f = p, 1
+				out.kept = append(out.kept, id)
+			case share.f < 1:
+				out.problems = append(out.problems, fmt.Sprintf("%s: degraded: %s carry %.0f%% of %.4g frames/s within the SLO (%s at the full rate); every stream sheds %.0f%% of its frames (reason shed)",
+					id, fmtLimits(capF), share.f*100, in.rate, share.reason, (1-share.f)*100))
+			}
+			out.allocs[id], out.admit[id] = a, share.f
+			for _, m := range a.Modules {
+				for _, ia := range m.Allocations {
+					if _, ok := left[ia.Worker]; ok {
+						left[ia.Worker] = max(0, left[ia.Worker]-ia.Instances)
+					}
+				}
+			}
+			demands = append(demands, placement.Demands(in.app, a)...)
+		}
+		placeStart := time.Now()
+		mx.Solve("allocate", placeStart.Sub(allocStart))
+		out.plan = placement.Place(snap, demands)
+		mx.Solve("place", time.Since(placeStart))
+		if len(out.plan.Shortages) == 0 {
+			return
+		}
+		// Partials that did not pack: ask the allocator for fewer of the type.
+		for _, sh := range out.plan.Shortages {
+			capF[sh.Type] = max(0, min(capF[sh.Type], float64(sh.Limit))-float64(max(1, sh.Needed)))
+		}
+	}
+	for _, sh := range out.plan.Shortages {
+		out.problems = append(out.problems, fmt.Sprintf("shortage: %d more %s instances needed than the limit of %d allows", sh.Needed, sh.Type, sh.Limit))
+	}
+}
+
+// share is the part of a session's rate a plan carries and, below 1, why.
+type share struct {
+	f      float64
+	reason string
+}
+
+// allocateWithin allocates a session within the worker limits left; when
+// its full rate does not fit it searches (bisection, 10 steps) for the
+// largest share of the rate that does. A nil allocation means none fits.
+func allocateWithin(in planInput, left map[profile.WorkerTypeID]float64, method allocator.Method, headroom float64) (*allocator.Allocation, share, error) {
+	try := func(f float64) (*allocator.Allocation, error) {
+		return allocator.Allocate(context.Background(), allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate * headroom * f,
+			Scale: in.scale, Balloon: in.balloon, Method: method, Timeout: 2 * time.Second,
+			Budget: in.app.SLO - in.reserve, Limits: left})
+	}
+	a, err := try(1)
+	if err != nil || a.Feasible {
+		return a, share{f: 1}, err
+	}
+	sh := share{reason: a.Reason}
+	var best *allocator.Allocation
+	lo, hi := 0.0, 1.0
+	for range 10 {
+		mid := (lo + hi) / 2
+		b, err := try(mid)
+		if err != nil {
+			return nil, sh, err
+		}
+		if b.Feasible {
+			lo, best = mid, b
+		} else {
+			hi = mid
+		}
+	}
+	// Below one frame a second in the whole session nothing useful runs.
+	if best == nil || in.rate*lo < 1 {
+		return nil, sh, nil
+	}
+	sh.f = lo
+	return best, sh, nil
+}
+
+// fmtLimits renders worker limits: "P100=1, V100=1, CPU=1" ("no limits" if
+// none).
+func fmtLimits(m map[profile.WorkerTypeID]float64) string {
+	ts := make([]string, 0, len(m))
+	for t := range m {
+		ts = append(ts, string(t))
+	}
+	slices.Sort(ts)
+	var parts []string
+	for _, t := range ts {
+		parts = append(parts, fmt.Sprintf("%s=%.3g", t, m[profile.WorkerTypeID(t)]))
+	}
+	if len(parts) == 0 {
+		return "no limits"
+	}
+	return "the workers (" + strings.Join(parts, ", ") + ")"
 }
 
 func sortedApps(m map[dag.AppID]planInput) []dag.AppID {
@@ -266,9 +368,22 @@ func (e *Engine) apply(out planOutput) {
 		in := out.inputs[id]
 		ps := PlannedSession{App: id, Rate: in.rate, Scale: in.scale, Balloon: in.balloon, IngestMS: millis(in.reserve)}
 		a := out.allocs[id]
+		s.admit = 1
+		if f, ok := out.admit[id]; ok {
+			s.admit = f
+		}
+		ps.Admitted = s.admit
+		s.mx.Admitted(s.admit)
+		s.degraded = ""
+		for _, p := range out.problems {
+			if strings.HasPrefix(p, string(id)+":") {
+				s.degraded = strings.TrimPrefix(p, string(id)+": ")
+				ps.Reason = s.degraded
+			}
+		}
 		if a != nil {
 			s.alloc, s.rate = a, in.rate
-			ps.Feasible, ps.Cost, ps.Critical = true, a.CostPerHour, a.CriticalLatencyMS
+			ps.Feasible, ps.Cost, ps.Critical = !slices.Contains(out.kept, id), a.CostPerHour, a.CriticalLatencyMS
 			for _, ma := range a.Modules {
 				s.mods[ma.Module].budget = time.Duration(ma.LatencyMS * float64(time.Millisecond))
 			}
@@ -281,13 +396,15 @@ func (e *Engine) apply(out planOutput) {
 			}
 			plan := out.plan
 			s.plan = &plan
-		} else if in.rate > 0 {
-			ps.Reason = "kept the previous plan"
-			for _, p := range out.problems {
-				if strings.HasPrefix(p, string(id)+":") {
-					ps.Reason = p + "; kept the previous plan"
-				}
-			}
+		} else if in.rate > 0 && ps.Reason == "" {
+			ps.Reason = "no allocation"
+		} else if in.rate == 0 && s.plan != nil && len(s.streams) == 0 {
+			// No streams: the session holds nothing (its instances were
+			// unloaded by this plan and go after the turn-off delay) and
+			// costs nothing; the next stream waits for a fresh plan.
+			s.alloc, s.plan, s.rate, s.admit, s.degraded = nil, nil, 0, 1, ""
+			s.planned = make(chan struct{})
+			ps.Reason = "no streams"
 		}
 		full := map[dag.ModuleID]float64{}
 		for _, m := range s.g.Order() {
@@ -316,11 +433,15 @@ func (e *Engine) apply(out planOutput) {
 		}
 	}
 	e.rebuildScheduler()
+	e.armTurnOff(now)
 	e.replans = append(e.replans, rp)
 	e.cfg.Metrics.Replanned()
 	e.publishMetrics(now)
 	if len(e.replans) > 200 {
 		e.replans = e.replans[len(e.replans)-200:]
+	}
+	for _, p := range rp.Problems {
+		e.log.Warn("plan problem", "n", rp.N, "problem", p)
 	}
 	e.log.Info("replanned", "n", rp.N, "trigger", rp.Trigger, "moves", summarizeMoves(rp.Moves),
 		"cost_whole", rp.CostWhole, "cost_fractional", math.Round(rp.CostFractional*1000)/1000,
@@ -328,6 +449,27 @@ func (e *Engine) apply(out planOutput) {
 	if len(e.replanDue) > 0 {
 		e.replan(e.takeDue())
 	}
+}
+
+// armTurnOff re-plans when the first warm instance's turn-off delay ends,
+// so an idle instance is given back on time rather than at the next epoch.
+func (e *Engine) armTurnOff(now time.Time) {
+	var first time.Time
+	for _, in := range e.insts {
+		if in.state == placement.Warm && !in.registered && !in.releaseAt.IsZero() && (first.IsZero() || in.releaseAt.Before(first)) {
+			first = in.releaseAt
+		}
+	}
+	if e.turnOffTm != nil {
+		e.turnOffTm.Stop()
+		e.turnOffTm = nil
+	}
+	if first.IsZero() {
+		return
+	}
+	e.turnOffTm = e.clk.AfterFunc(max(0, first.Sub(now)), func() {
+		e.post(func() { e.trigger("turn-off", "warm instances reached the turn-off delay") })
+	})
 }
 
 func (e *Engine) takeDue() string {

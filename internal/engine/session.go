@@ -24,13 +24,15 @@ type session struct {
 	mx      *metrics.AppMetrics // nil without metrics
 	planned chan struct{}       // closed when the first plan is applied (or failed)
 
-	alloc   *allocator.Allocation
-	plan    *placement.Plan
-	rate    float64 // ingress rate the plan is for
-	scale   map[dag.ModuleID]float64
-	balloon map[dag.ModuleID]float64
-	head    map[dag.ModuleID]time.Duration // latency split: deadline of a module's output, from capture
-	reserve time.Duration                  // of the SLO, for the ingest delay (the plan's)
+	alloc    *allocator.Allocation
+	plan     *placement.Plan
+	rate     float64 // ingress rate the plan is for
+	scale    map[dag.ModuleID]float64
+	balloon  map[dag.ModuleID]float64
+	head     map[dag.ModuleID]time.Duration // latency split: deadline of a module's output, from capture
+	reserve  time.Duration                  // of the SLO, for the ingest delay (the plan's)
+	admit    float64                        // share of frames the plan carries; below 1 the rest are shed at ingest
+	degraded string                         // why the plan is not the one the session asks for ("" when it is)
 
 	ingest    []time.Duration // ring of recent ingest delays: capture to the session
 	ingestPos int
@@ -88,7 +90,7 @@ func (ms *modState) expected(id string, b int) time.Duration {
 func newSession(app *dag.App, g *dag.Graph, cat *profile.Catalog, ac AdaptConfig) *session {
 	s := &session{app: app, g: g, cat: cat, streams: map[string]*stream{}, frames: map[frameKey]*frame{},
 		mods: map[dag.ModuleID]*modState{}, acct: newAccounting(), det: NewDetector(ac), planned: make(chan struct{}),
-		scale: map[dag.ModuleID]float64{}, balloon: map[dag.ModuleID]float64{}}
+		scale: map[dag.ModuleID]float64{}, balloon: map[dag.ModuleID]float64{}, admit: 1}
 	for i := range app.Modules {
 		m := &app.Modules[i]
 		ms := &modState{mod: m, key: string(app.Name) + "/" + string(m.Name), model: scheduler.ModelID(string(app.Name) + "/" + string(m.Name)),

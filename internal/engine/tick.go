@@ -196,6 +196,10 @@ type SessionStatus struct {
 	Planned        bool              `json:"planned"`
 	CriticalPath   string            `json:"critical_path,omitempty"` // the plan's longest path and its latency
 	CriticalMS     float64           `json:"critical_ms,omitempty"`
+	// Admitted is the share of the streams' frames the plan carries; below
+	// 1 the rest are shed at ingest and Degraded says why.
+	Admitted float64 `json:"admitted"`
+	Degraded string  `json:"degraded,omitempty"`
 }
 
 // ModuleStatus is one module's behaviour over the last adaptation window.
@@ -244,6 +248,7 @@ func (e *Engine) Status() Status {
 				ss.IngestP95MS = millis(d)
 			}
 			ss.IngestReserve = millis(s.reserve)
+			ss.Admitted, ss.Degraded = s.admit, s.degraded
 			ss.StreamIDs = make([]string, 0, len(s.streams))
 			for sid := range s.streams {
 				ss.StreamIDs = append(ss.StreamIDs, sid)

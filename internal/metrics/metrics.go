@@ -34,6 +34,8 @@ type Metrics struct {
 	finishRate    *prometheus.GaugeVec
 	streams       *prometheus.GaugeVec
 	costSession   *prometheus.GaugeVec
+	admitted      *prometheus.GaugeVec
+	refused       *prometheus.CounterVec
 
 	moduleItems   *prometheus.CounterVec
 	moduleExec    *prometheus.HistogramVec
@@ -88,6 +90,10 @@ func New(withRuntime bool) *Metrics {
 		streams: f.gauge("session", "streams", "Streams joined to the app's session.", "app"),
 		costSession: f.gauge("session", "cost_dollars_per_hour",
 			"The app's cost: basis=allocated is the allocator's fractional cost (partial instances at their share), basis=whole charges whole instances, shared pro rata.", "app", "basis"),
+		admitted: f.gauge("session", "admitted_ratio",
+			"Share of the app's frames its current plan carries: below 1 the workers cannot carry the full rate within the SLO and every stream sheds the rest at ingest (dropped, reason shed).", "app"),
+		refused: f.counter("session", "streams_refused_total",
+			"Streams the session refused to admit (its plan is degraded or its frames arrive later than half the SLO); the WHIP endpoint answers 503 with Retry-After.", "app"),
 
 		moduleItems: f.counter("module", "items_total", "Items that entered the module.", "app", "module"),
 		moduleExec: f.histogram("module", "exec_seconds", "Execution time of one task (a batch on GPU modules, one item on CPU modules) as the worker measured it.",
@@ -113,7 +119,7 @@ func New(withRuntime bool) *Metrics {
 		solve: f.histogram("planner", "solve_seconds", "Wall time of one planning step: stage=allocate (the MILP, all apps), stage=place (bin packing).",
 			[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}, "stage"),
 		triggers: f.counter("planner", "triggers_total",
-			"Events that asked for a re-plan: join, leave, scaling, ballooning, epoch, worker-registered, worker-lost, ingest.", "kind"),
+			"Events that asked for a re-plan: join, leave, scaling, ballooning, epoch, worker-registered, worker-lost, ingest, turn-off (a warm instance reached the turn-off delay).", "kind"),
 		replans: f.counter1("planner", "replans_total", "Plans applied (one plan may answer several triggers)."),
 	}
 	reg.MustRegister(ingestCollector{m}, gpuCollector{m})
@@ -179,6 +185,8 @@ func (m *Metrics) App(app string) *AppMetrics {
 		return nil
 	}
 	m.streams.WithLabelValues(app)
+	m.admitted.WithLabelValues(app).Set(1)
+	m.refused.WithLabelValues(app)
 	return &AppMetrics{m: m, app: app, drops: map[[2]string]prometheus.Counter{}, sent: m.framesSent.WithLabelValues(app), finished: m.frames.WithLabelValues(app, Finished),
 		late: m.frames.WithLabelValues(app, Late), dropped: m.frames.WithLabelValues(app, Dropped), latency: m.latency.WithLabelValues(app),
 		ingest: m.ingestDelay.WithLabelValues(app)}
@@ -190,6 +198,22 @@ func (a *AppMetrics) FrameSent() {
 		return
 	}
 	a.sent.Inc()
+}
+
+// Admitted sets the share of the app's frames its plan carries.
+func (a *AppMetrics) Admitted(f float64) {
+	if a == nil {
+		return
+	}
+	a.m.admitted.WithLabelValues(a.app).Set(f)
+}
+
+// Refused counts a stream the session would not admit.
+func (a *AppMetrics) Refused() {
+	if a == nil {
+		return
+	}
+	a.m.refused.WithLabelValues(a.app).Inc()
 }
 
 // IngestDelay records a frame's delay from capture to the session
