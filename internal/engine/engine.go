@@ -107,29 +107,30 @@ type Engine struct {
 	mu     sync.Mutex // guards closed
 
 	// Loop-owned state.
-	sessions  map[dag.AppID]*session
-	streams   map[string]*stream
-	insts     map[string]*instState
-	tasks     map[uint64]*taskState
-	nextTask  uint64
-	sched     scheduler.Scheduler
-	schedGen  int
-	schedSig  string
-	schedTm   clock.Timer
-	schedAt   scheduler.Time
-	reqs      map[uint64]*work // GPU requests waiting in the scheduler
-	nextReq   uint64
-	gpuIDs    map[string]scheduler.GPUID
-	gpuInst   map[scheduler.GPUID]string
-	nextGPU   scheduler.GPUID
-	planning  bool
-	replanDue []string // triggers waiting for the running plan to finish
-	dueKinds  []string // their kinds (and the next plan's)
-	replans   []Replan
-	nextPlan  int
-	tickTm    clock.Timer
-	turnOffTm clock.Timer
-	lastEpoch time.Time
+	sessions    map[dag.AppID]*session
+	streams     map[string]*stream
+	insts       map[string]*instState
+	tasks       map[uint64]*taskState
+	nextTask    uint64
+	sched       scheduler.Scheduler
+	schedGen    int
+	schedSig    string
+	schedTm     clock.Timer
+	schedAt     scheduler.Time
+	reqs        map[uint64]*work // GPU requests waiting in the scheduler
+	nextReq     uint64
+	gpuIDs      map[string]scheduler.GPUID
+	gpuInst     map[scheduler.GPUID]string
+	nextGPU     scheduler.GPUID
+	planning    bool
+	replanDue   []string // triggers waiting for the running plan to finish
+	dueKinds    []string // their kinds (and the next plan's)
+	replans     []Replan
+	nextPlan    int
+	lastApplied *Replan // the last plan applied, recorded or not
+	tickTm      clock.Timer
+	turnOffTm   clock.Timer
+	lastEpoch   time.Time
 }
 
 // New returns an engine; call Start before use and Close after.

@@ -73,3 +73,38 @@ func TestIdleSessionReleasesInstances(t *testing.T) {
 		t.Error("a stream joining an idle session returned before the session had a plan")
 	}
 }
+
+// TestEpochThatChangesNothing: a periodic check that finds nothing to
+// change is not recorded as a re-plan; an event-driven one that changes
+// nothing is marked Unchanged.
+func TestEpochThatChangesNothing(t *testing.T) {
+	app, prof := loadExample(t, "traffic")
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	e, _ := NewEmbedded(Config{Clock: clk, Epoch: time.Second}, everyType)
+	e.Start()
+	defer e.Close()
+	if err := e.Deploy(app, prof); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Join(app.Name, "a"); err != nil {
+		t.Fatal(err)
+	}
+	n := len(e.Replans())
+	for range 5 {
+		clk.Advance(time.Second)
+		waitFor(t, "the epoch check to be applied", 10*time.Second, func() bool {
+			var planning bool
+			e.call(func() { planning = e.planning || len(e.replanDue) > 0 })
+			return !planning
+		})
+	}
+	rs := e.Replans()
+	if len(rs) != n {
+		for _, r := range rs[n:] {
+			t.Errorf("recorded: %+v", r)
+		}
+	}
+	if rs[len(rs)-1].Unchanged {
+		t.Errorf("the join's plan is marked unchanged")
+	}
+}

@@ -31,6 +31,11 @@ type Replan struct {
 	Shortages      []placement.Shortage `json:"shortages,omitempty"`
 	Problems       []string             `json:"problems,omitempty"`
 	Sessions       []PlannedSession     `json:"sessions"`
+	// Unchanged: the plan changed nothing against the one before (no
+	// moves, same allocations); an event-driven re-plan that changes
+	// nothing is a defect to look into (periodic checks that change
+	// nothing are not recorded at all).
+	Unchanged bool `json:"unchanged,omitempty"`
 }
 
 // PlannedSession is one session's allocation in a replan.
@@ -434,6 +439,17 @@ func (e *Engine) apply(out planOutput) {
 	}
 	e.rebuildScheduler()
 	e.armTurnOff(now)
+	rp.Unchanged = e.lastApplied != nil && sameOutcome(*e.lastApplied, rp)
+	e.lastApplied = &rp
+	if rp.Unchanged && routine(rp.Kinds) {
+		// A periodic check that found nothing to change is not a re-plan.
+		e.nextPlan--
+		e.log.Debug("plan check: nothing to change", "trigger", rp.Trigger)
+		if len(e.replanDue) > 0 {
+			e.replan(e.takeDue())
+		}
+		return
+	}
 	e.replans = append(e.replans, rp)
 	e.cfg.Metrics.Replanned()
 	e.publishMetrics(now)
@@ -449,6 +465,34 @@ func (e *Engine) apply(out planOutput) {
 	if len(e.replanDue) > 0 {
 		e.replan(e.takeDue())
 	}
+}
+
+// routine says every kind is a periodic check (epoch, turn-off), not an
+// event that asked for a change.
+func routine(kinds []string) bool {
+	for _, k := range kinds {
+		if k != "epoch" && k != "turn-off" {
+			return false
+		}
+	}
+	return true
+}
+
+// sameOutcome says a plan changed nothing against the last one applied: no
+// moves, and every session planned with the same rate, factors, cost,
+// latency, share and problems.
+func sameOutcome(prev, cur Replan) bool {
+	if len(cur.Moves) > 0 || !slices.Equal(prev.Problems, cur.Problems) || len(prev.Sessions) != len(cur.Sessions) {
+		return false
+	}
+	for i, a := range prev.Sessions {
+		b := cur.Sessions[i]
+		if a.App != b.App || a.Rate != b.Rate || a.Cost != b.Cost || a.Critical != b.Critical || a.Admitted != b.Admitted ||
+			a.Feasible != b.Feasible || a.Reason != b.Reason || !maps.Equal(a.Scale, b.Scale) || !maps.Equal(a.Balloon, b.Balloon) {
+			return false
+		}
+	}
+	return true
 }
 
 // armTurnOff re-plans when the first warm instance's turn-off delay ends,
