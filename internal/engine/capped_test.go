@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/internal/metrics"
+	"github.com/mdag/mdag/profile"
+)
+
+// TestCappedPoolDegradesLoudly: 8 traffic streams on one worker of each
+// type (issue 18 item 2: sent 800, finished 0, every drop no-instance, every
+// re-plan problems=[]). The session is planned for the share of its rate
+// the pool carries, every stream sheds the rest at ingest (counted), frames
+// finish, and the degraded state is in the status, the metrics, the
+// re-plan's problems and the answer to a new stream.
+func TestCappedPoolDegradesLoudly(t *testing.T) {
+	app, prof := loadExample(t, "traffic")
+	mx := metrics.New(false)
+	e, _ := NewEmbedded(Config{Metrics: mx}, map[profile.WorkerTypeID]int{"P100": 1, "V100": 1, "CPU": 1})
+	e.Start()
+	defer e.Close()
+	if err := e.Deploy(app, prof); err != nil {
+		t.Fatal(err)
+	}
+	pat, err := ingest.NewPattern(160, 120, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	feed(t, ctx, e, app.Name, 8, 10, 20, pat)
+	waitFor(t, "every frame to end", 15*time.Second, func() bool {
+		st := e.Status().Sessions[0]
+		return st.Total.Sent == 160 && st.Open == 0
+	})
+	st := e.Status().Sessions[0]
+	tot := st.Total
+	t.Logf("totals %+v drops %v admitted %.2f: %s", tot, st.Drops, st.Admitted, st.Degraded)
+	if tot.Finished+tot.Late+tot.Dropped != tot.Sent {
+		t.Fatalf("accounting: %+v", tot)
+	}
+	if st.Admitted >= 1 || st.Admitted <= 0 || !strings.Contains(st.Degraded, "degraded") {
+		t.Fatalf("status admitted %v, degraded %q: the capped pool must be reported", st.Admitted, st.Degraded)
+	}
+	if tot.Finished == 0 {
+		t.Fatalf("nothing finished: %+v %v", tot, st.Drops)
+	}
+	if st.Drops["-: shed"] == 0 {
+		t.Errorf("no frame was shed at ingest: %v", st.Drops)
+	}
+	for k, n := range st.Drops {
+		if strings.Contains(k, "no-instance") {
+			t.Errorf("%d frames dropped %q: the plan must fit the pool", n, k)
+		}
+	}
+	found := false
+	for _, r := range e.Replans() {
+		for _, p := range r.Problems {
+			found = found || strings.Contains(p, "degraded")
+		}
+	}
+	if !found {
+		t.Error("no re-plan reported the degraded plan in its problems")
+	}
+	if err := e.Admit(app.Name); !errors.Is(err, ErrOverloaded) {
+		t.Errorf("Admit on a degraded session: %v, want ErrOverloaded", err)
+	}
+	m := gathered(t, mx)
+	if got := m.sum("mdag_session_admitted_ratio", map[string]string{"app": "traffic"}); got != st.Admitted {
+		t.Errorf("mdag_session_admitted_ratio %v, status %v", got, st.Admitted)
+	}
+	if got := m.sum("mdag_session_streams_refused_total", map[string]string{"app": "traffic"}); got != 1 {
+		t.Errorf("mdag_session_streams_refused_total %v, want 1", got)
+	}
+}
