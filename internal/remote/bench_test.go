@@ -83,3 +83,14 @@ func startChain(b *testing.B, mode string, n int, onFrame func(engine.FrameResul
 	}
 	return e
 }
+
+// BenchmarkWorkerLoss is TestLoopbackWorkerLoss's figure: the finish rate
+// of the windows from 1 s to 10 s after the V100 hosting modules dies (two
+// cameras at 10 fps, a spare V100 and a CPU worker over loopback gRPC).
+// One iteration is ~8 s of live streams; run with -benchtime 1x -count N.
+func BenchmarkWorkerLoss(b *testing.B) {
+	for range b.N {
+		r := runWorkerLoss(b)
+		b.ReportMetric(r.finishRate()*100, "finish-%")
+	}
+}
