@@ -103,10 +103,6 @@ func waitFor(t testing.TB, what string, limit time.Duration, cond func() bool) {
 	}
 }
 
-// TestLoopbackWorkerLoss: a coordinator and three workers over loopback
-// gRPC serve two synthetic cameras; one worker goes away mid-run. The
-// coordinator re-plans within 5 s, the finish rate is back >= 95% within
-// 10 s, and every frame sent is accounted for.
 // TestLoopbackWorkerLoss: two cameras over gRPC, three workers; the V100
 // that hosts modules dies. The loss re-plans onto the spare V100 and frames
 // keep finishing. It checks behaviour, not speed (the finish rate after the
