@@ -30,7 +30,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	policy := fs.String("policy", string(engine.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
 	synthetic := fs.Int("synthetic", 0, "streams of the synthetic moving-shapes source to run (0: none)")
 	fps := fs.Float64("fps", 0, "synthetic source frame rate (default: the app's fps)")
-	objects := fs.Int("objects", 3, "objects per synthetic frame")
+	objects := fs.String("objects", "3", "objects per synthetic frame; a list (e.g. 2,6,1,8) steps through its values every --objects-every, so the app's fan-out changes (scaling)")
+	objectsEvery := fs.Duration("objects-every", time.Minute, "how long each value of an --objects list lasts")
 	size := fs.String("size", "320x240", "synthetic frame size WxH")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
@@ -52,7 +53,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag serve: --policy %q: want symphony, clockwork or lazy\n", *policy)
 		return exitInvalid
 	}
-	pat, err := newPattern(*size, *objects)
+	counts, err := parseObjects(*objects)
+	if err == nil && *objectsEvery <= 0 {
+		err = fmt.Errorf("--objects-every %v: want > 0", *objectsEvery)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
+		return exitInvalid
+	}
+	pat, err := newPattern(*size, counts[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
 		return exitInvalid
@@ -102,11 +111,65 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			}
 		}()
 	}
+	if len(counts) > 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 1; ; i++ {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(*objectsEvery):
+				}
+				n := counts[i%len(counts)]
+				pat.SetObjects(n)
+				log.Info("synthetic objects per frame changed", "objects", n)
+			}
+		}()
+	}
 	<-ctx.Done()
 	wg.Wait()
 	obs.settle(app.SLO)
 	writeStatusTable(stdout, e.Status())
+	writeReplanSummary(stdout, e.Status(), e.Replans())
 	return exitOK
+}
+
+// parseObjects reads --objects: N or N,N,... (each >= 0).
+func parseObjects(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("--objects %q: want a count >= 0 or a comma-separated list of them", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// writeReplanSummary counts the re-plans by kind and those that changed
+// nothing (which should be none: such a re-plan is churn for no gain).
+func writeReplanSummary(w io.Writer, st engine.Status, rs []engine.Replan) {
+	kinds := map[string]int{}
+	var unchanged []string
+	for _, r := range rs {
+		for _, k := range r.Kinds {
+			kinds[k]++
+		}
+		if r.Unchanged {
+			unchanged = append(unchanged, fmt.Sprintf("#%d %s", r.N, r.Trigger))
+		}
+	}
+	names := make([]string, 0, len(kinds))
+	for k := range kinds {
+		names = append(names, fmt.Sprintf("%s=%d", k, kinds[k]))
+	}
+	sort.Strings(names)
+	fmt.Fprintf(w, "re-plans: %d (last %d by kind: %s); changed nothing: %d\n", st.ReplansTotal, len(rs), strings.Join(names, " "), st.ReplansUnchanged)
+	for _, u := range unchanged {
+		fmt.Fprintf(w, "  unchanged %s\n", u)
+	}
 }
 
 func validPolicy(p string) bool {

@@ -128,6 +128,7 @@ type Engine struct {
 	replans     []Replan
 	nextPlan    int
 	lastApplied *Replan // the last plan applied, recorded or not
+	unchanged   int     // recorded re-plans that changed nothing
 	tickTm      clock.Timer
 	turnOffTm   clock.Timer
 	lastEpoch   time.Time

@@ -451,6 +451,9 @@ func (e *Engine) apply(out planOutput) {
 		return
 	}
 	e.replans = append(e.replans, rp)
+	if rp.Unchanged {
+		e.unchanged++
+	}
 	e.cfg.Metrics.Replanned()
 	e.publishMetrics(now)
 	if len(e.replans) > 200 {

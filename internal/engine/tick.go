@@ -170,7 +170,11 @@ type Status struct {
 	Policy    string           `json:"policy"`
 	Sessions  []SessionStatus  `json:"sessions"`
 	Instances []InstanceStatus `json:"instances"`
-	Replans   []Replan         `json:"replans"`
+	Replans   []Replan         `json:"replans"` // the last 20
+	// ReplansTotal counts every re-plan recorded; ReplansUnchanged those
+	// among them that changed nothing (event-driven churn: should be 0).
+	ReplansTotal     int `json:"replans_total"`
+	ReplansUnchanged int `json:"replans_unchanged"`
 }
 
 // SessionStatus is one app's session.
@@ -288,6 +292,7 @@ func (e *Engine) Status() Status {
 			st.Instances = append(st.Instances, is)
 		}
 		st.Replans = append([]Replan(nil), e.replans[max(0, len(e.replans)-20):]...)
+		st.ReplansTotal, st.ReplansUnchanged = e.nextPlan, e.unchanged
 	})
 	return st
 }
