@@ -294,6 +294,9 @@ func writeStatusTable(w io.Writer, st engine.Status) {
 		if s.CriticalPath != "" {
 			fmt.Fprintf(tw, "  critical path %s: %.1f ms planned\n", s.CriticalPath, s.CriticalMS)
 		}
+		if s.Degraded != "" {
+			fmt.Fprintf(tw, "  DEGRADED (plan carries %.0f%% of the frames): %s\n", 100*s.Admitted, s.Degraded)
+		}
 		if len(s.Drops) > 0 {
 			keys := make([]string, 0, len(s.Drops))
 			for k := range s.Drops {

@@ -165,6 +165,10 @@ function renderApp(id, a, span) {
     kpi("cost $/h whole / allocated", `${fmt(l.cost_whole_per_hour, 2)} / ${fmt(l.cost_fractional_per_hour, 2)}`),
   );
   sec.append(k);
+  if (l.degraded) {
+    // Said loudly: the plan carries only part of the frames (the rest are shed at ingest) or none at all.
+    sec.append(el("p", { class: "degraded" }, `DEGRADED: the plan carries ${pct(l.admitted || 0)} of the frames. ${l.degraded}`));
+  }
   const marks = state.replans.map((r) => parseTime(r.at));
   const pts = a.points;
   const series = (f) => pts.map((p) => [p.t, f(p)]);
