@@ -483,7 +483,7 @@ func routine(kinds []string) bool {
 
 // sameOutcome says a plan changed nothing against the last one applied: no
 // moves, and every session planned with the same rate, factors, cost,
-// latency, share and problems.
+// latency, ingest reserve, share and problems.
 func sameOutcome(prev, cur Replan) bool {
 	if len(cur.Moves) > 0 || !slices.Equal(prev.Problems, cur.Problems) || len(prev.Sessions) != len(cur.Sessions) {
 		return false
@@ -491,7 +491,7 @@ func sameOutcome(prev, cur Replan) bool {
 	for i, a := range prev.Sessions {
 		b := cur.Sessions[i]
 		if a.App != b.App || a.Rate != b.Rate || a.Cost != b.Cost || a.Critical != b.Critical || a.Admitted != b.Admitted ||
-			a.Feasible != b.Feasible || a.Reason != b.Reason || !maps.Equal(a.Scale, b.Scale) || !maps.Equal(a.Balloon, b.Balloon) {
+			a.Feasible != b.Feasible || a.Reason != b.Reason || a.IngestMS != b.IngestMS || !maps.Equal(a.Scale, b.Scale) || !maps.Equal(a.Balloon, b.Balloon) {
 			return false
 		}
 	}
