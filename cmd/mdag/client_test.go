@@ -80,11 +80,12 @@ func TestClientServe(t *testing.T) {
 		}
 	}
 
-	// The metrics saw the same streams; thumbnails (camera pixels) need
+	// The metrics saw the same streams (the clients have left: the
+	// session's instances wait warm for the turn-off delay); thumbnails (camera pixels) need
 	// the token, the dashboard page and its data do not.
 	metrics := get(t, url+"/metrics", 200)
 	for _, re := range []string{`mdag_ingest_frames_ingested_total\{app="traffic"\} [1-9]`, `mdag_session_frames_total\{app="traffic",outcome="finished"\} [1-9]`,
-		`mdag_planner_triggers_total\{kind="join"\} 2`, `mdag_cluster_instances\{state="active",type="\w+"\} [1-9]`, `go_goroutines `} {
+		`mdag_planner_triggers_total\{kind="join"\} 2`, `mdag_cluster_instances\{state="warm",type="\w+"\} [1-9]`, `go_goroutines `} {
 		if !regexp.MustCompile(re).MatchString(metrics) {
 			t.Errorf("/metrics lacks %s", re)
 		}
