@@ -63,9 +63,27 @@ func runPlace(args []string, stdout, stderr io.Writer) int {
 	for _, w := range exclude {
 		req.Exclude = append(req.Exclude, profile.WorkerTypeID(w))
 	}
+	// The cluster's limits bound the allocation itself (the cheapest
+	// allocation that fits the pool, not the cheapest that then runs out).
+	// Other apps' loads in the cluster take their share of a limit first.
+	for t, n := range snap.Limits {
+		if req.Limits == nil {
+			req.Limits = map[profile.WorkerTypeID]float64{}
+		}
+		used := 0.0
+		for _, in := range snap.Instances {
+			for _, l := range in.Loads {
+				if in.Type == t && l.App != g.App().Name {
+					used += l.Fraction
+				}
+			}
+		}
+		req.Limits[t] = max(0, float64(n)-used)
+	}
 	rep := placeReport{}
-	// Scrooge Section 3.4: when a type cannot be had, allocate again without it.
-	for {
+	// Scrooge Section 3.4: when a type cannot be had, allocate again without
+	// it (or, when partials did not pack within its limit, with less of it).
+	for try := 0; ; try++ {
 		a, err := allocator.Allocate(context.Background(), req)
 		if err != nil {
 			fmt.Fprintln(stderr, "mdag place:", err)
@@ -80,6 +98,10 @@ func runPlace(args []string, stdout, stderr io.Writer) int {
 			break
 		}
 		for _, s := range rep.Plan.Shortages {
+			if l, ok := req.Limits[s.Type]; ok && l > 0 && try < 4 {
+				req.Limits[s.Type] = max(0, min(l, float64(s.Limit))-float64(max(1, s.Needed)))
+				continue
+			}
 			req.Exclude = append(req.Exclude, s.Type)
 			rep.Excluded = append(rep.Excluded, s.Type)
 		}
