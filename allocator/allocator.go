@@ -468,3 +468,28 @@ func Allocate(ctx context.Context, req Request) (*Allocation, error) {
 	}
 	return p.result(method, choice, stats, now().Sub(start)), nil
 }
+
+// LargestShare finds, by bisection (steps halvings), the largest share f
+// in (0, 1] of req.Rate that has a feasible allocation, and that
+// allocation: what a capped pool can carry when the full rate does not fit.
+// It returns 0 and nil when not even the smallest share tried fits. Call it
+// after the full rate was found infeasible.
+func LargestShare(ctx context.Context, req Request, steps int) (float64, *Allocation, error) {
+	var best *Allocation
+	lo, hi := 0.0, 1.0
+	rate := req.Rate
+	for range steps {
+		mid := (lo + hi) / 2
+		req.Rate = rate * mid
+		a, err := Allocate(ctx, req)
+		if err != nil {
+			return 0, nil, err
+		}
+		if a.Feasible {
+			lo, best = mid, a
+		} else {
+			hi = mid
+		}
+	}
+	return lo, best, nil
+}

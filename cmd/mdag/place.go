@@ -18,6 +18,9 @@ type placeReport struct {
 	Allocation *allocator.Allocation  `json:"allocation"`
 	Plan       placement.Plan         `json:"plan"`
 	Excluded   []profile.WorkerTypeID `json:"excluded_for_shortage,omitempty"`
+	// CarriesRate, when the rate is infeasible within the cluster's limits,
+	// is the largest rate that is feasible within them.
+	CarriesRate float64 `json:"carries_rate,omitempty"`
 }
 
 func runPlace(args []string, stdout, stderr io.Writer) int {
@@ -106,6 +109,13 @@ func runPlace(args []string, stdout, stderr io.Writer) int {
 			rep.Excluded = append(rep.Excluded, s.Type)
 		}
 	}
+	if !rep.Allocation.Feasible && len(req.Limits) > 0 {
+		// What the pool can carry: the runtime plans for this share and
+		// sheds the rest.
+		if f, _, err := allocator.LargestShare(context.Background(), req, 10); err == nil && f > 0 {
+			rep.CarriesRate = r * f
+		}
+	}
 	if *out == "json" {
 		writeJSON(stdout, rep, false)
 	} else {
@@ -127,6 +137,10 @@ func writePlaceTable(w io.Writer, rep placeReport, rate float64) {
 	}
 	if !a.Feasible {
 		fmt.Fprintf(w, "allocation at %s frames/s: infeasible: %s\n", fmtFloat(rate), a.Reason)
+		if rep.CarriesRate > 0 {
+			fmt.Fprintf(w, "within the cluster's limits at most %s frames/s (%.0f%%) is feasible; mdag serve would plan for that and shed the rest\n",
+				fmtFloat(rep.CarriesRate), 100*rep.CarriesRate/rate)
+		}
 		return
 	}
 	p := rep.Plan

@@ -344,7 +344,8 @@ func (e *Engine) Join(app dag.AppID, streamID string) error {
 var ErrOverloaded = errors.New("overloaded")
 
 // Admit says whether app's session can take one more stream: not while its
-// plan is degraded (the workers carry only part of its streams' frames) or
+// plan has a problem (the workers carry only part of its streams' frames,
+// or none of it) or
 // its frames reach it later than half the SLO (ingest is saturated; the
 // graph would get no time).
 func (e *Engine) Admit(app dag.AppID) error {
@@ -354,7 +355,7 @@ func (e *Engine) Admit(app dag.AppID) error {
 		switch {
 		case s == nil:
 			out = fmt.Errorf("app %q: %w", app, ErrUnknownApp)
-		case s.admit < 1:
+		case s.degraded != "":
 			out = fmt.Errorf("app %s is %w: %s", app, ErrOverloaded, s.degraded)
 		default:
 			if d, ok := s.ingestP95(); ok && len(s.streams) > 0 && d >= s.app.SLO/2 {

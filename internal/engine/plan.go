@@ -227,6 +227,9 @@ type share struct {
 // allocateWithin allocates a session within the worker limits left; when
 // its full rate does not fit it searches (bisection, 10 steps) for the
 // largest share of the rate that does. A nil allocation means none fits.
+// The planning headroom stays: measured with 8 traffic streams on one
+// worker of each type, planning the full rate without it (detect at 99% of
+// a P100) finished 70% of frames, shedding 10% with it 80%.
 func allocateWithin(in planInput, left map[profile.WorkerTypeID]float64, method allocator.Method, headroom float64) (*allocator.Allocation, share, error) {
 	try := func(f float64) (*allocator.Allocation, error) {
 		return allocator.Allocate(context.Background(), allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate * headroom * f,
