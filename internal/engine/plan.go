@@ -231,29 +231,16 @@ type share struct {
 // worker of each type, planning the full rate without it (detect at 99% of
 // a P100) finished 70% of frames, shedding 10% with it 80%.
 func allocateWithin(in planInput, left map[profile.WorkerTypeID]float64, method allocator.Method, headroom float64) (*allocator.Allocation, share, error) {
-	try := func(f float64) (*allocator.Allocation, error) {
-		return allocator.Allocate(context.Background(), allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate * headroom * f,
-			Scale: in.scale, Balloon: in.balloon, Method: method, Timeout: 2 * time.Second,
-			Budget: in.app.SLO - in.reserve, Limits: left})
-	}
-	a, err := try(1)
+	req := allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate * headroom, Scale: in.scale, Balloon: in.balloon,
+		Method: method, Timeout: 2 * time.Second, Budget: in.app.SLO - in.reserve, Limits: left}
+	a, err := allocator.Allocate(context.Background(), req)
 	if err != nil || a.Feasible {
 		return a, share{f: 1}, err
 	}
 	sh := share{reason: a.Reason}
-	var best *allocator.Allocation
-	lo, hi := 0.0, 1.0
-	for range 10 {
-		mid := (lo + hi) / 2
-		b, err := try(mid)
-		if err != nil {
-			return nil, sh, err
-		}
-		if b.Feasible {
-			lo, best = mid, b
-		} else {
-			hi = mid
-		}
+	lo, best, err := allocator.LargestShare(context.Background(), req, 10)
+	if err != nil {
+		return nil, sh, err
 	}
 	// Below one frame a second in the whole session nothing useful runs.
 	if best == nil || in.rate*lo < 1 {
