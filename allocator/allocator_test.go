@@ -356,3 +356,27 @@ func TestLimits(t *testing.T) {
 		t.Errorf("negative limit: err = %v, want ErrBadRequest", err)
 	}
 }
+
+// TestLargestShare: the share found is feasible, a little more is not, and
+// a pool with no GPU carries nothing.
+func TestLargestShare(t *testing.T) {
+	g, cat := loadExample(t, "traffic")
+	req := allocator.Request{Graph: g, Catalog: cat, Rate: 120, Limits: map[profile.WorkerTypeID]float64{"P100": 1, "V100": 1, "CPU": 1}}
+	if a := allocate(t, req); a.Feasible {
+		t.Fatal("120 frames/s fits one of each: pick a harder case")
+	}
+	f, a, err := allocator.LargestShare(context.Background(), req, 12)
+	if err != nil || a == nil || !a.Feasible || f <= 0 || f >= 1 {
+		t.Fatalf("share %v, allocation %v, err %v", f, a, err)
+	}
+	more := req
+	more.Rate = req.Rate * (f + 2.0/4096)
+	if a := allocate(t, more); a.Feasible {
+		t.Errorf("share %v: %v frames/s is feasible too", f, more.Rate)
+	}
+	none := req
+	none.Limits = map[profile.WorkerTypeID]float64{"P100": 0, "V100": 0}
+	if f, a, err := allocator.LargestShare(context.Background(), none, 12); err != nil || f != 0 || a != nil {
+		t.Errorf("no GPU: share %v, allocation %v, err %v", f, a, err)
+	}
+}
