@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/internal/metrics"
+	"github.com/mdag/mdag/modules"
 	"github.com/mdag/mdag/profile"
 )
 
@@ -76,5 +78,50 @@ func TestCappedPoolDegradesLoudly(t *testing.T) {
 	}
 	if got := m.sum("mdag_session_streams_refused_total", map[string]string{"app": "traffic"}); got != 1 {
 		t.Errorf("mdag_session_streams_refused_total %v, want 1", got)
+	}
+}
+
+// TestIngestSaturatedRefuses: frames that reach the session later than
+// half the SLO (decoding cannot keep up) are said in the status and the
+// log, and new streams are refused until it recovers (issue 18 item 5: 0%
+// finished for 44 s with no warning and no admission control).
+func TestIngestSaturatedRefuses(t *testing.T) {
+	app, prof := loadExample(t, "traffic")
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	e, _ := NewEmbedded(Config{Clock: clk}, everyType)
+	e.Start()
+	defer e.Close()
+	if err := e.Deploy(app, prof); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Join(app.Name, "a"); err != nil {
+		t.Fatal(err)
+	}
+	f := modules.NewFrame(32, 24)
+	var seq uint64
+	ingest := func(n int, late time.Duration) {
+		for range n {
+			seq++
+			if err := e.Ingest("a", seq, clk.Now().Add(-late), f, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clk.Advance(e.cfg.Adapt.Window)
+		e.call(func() {})
+	}
+	ingest(30, 10*time.Millisecond)
+	if err := e.Admit(app.Name); err != nil {
+		t.Fatalf("healthy ingest: Admit %v", err)
+	}
+	ingest(600, app.SLO*3/4)
+	if err := e.Admit(app.Name); !errors.Is(err, ErrOverloaded) || !strings.Contains(err.Error(), "ingest saturated") {
+		t.Fatalf("saturated ingest: Admit %v, want ErrOverloaded naming the ingest", err)
+	}
+	if d := e.Status().Sessions[0].Degraded; !strings.Contains(d, "ingest saturated") {
+		t.Errorf("status degraded %q does not say the ingest is saturated", d)
+	}
+	ingest(600, 10*time.Millisecond)
+	if err := e.Admit(app.Name); err != nil {
+		t.Errorf("recovered ingest: Admit %v", err)
 	}
 }

@@ -357,10 +357,8 @@ func (e *Engine) Admit(app dag.AppID) error {
 			out = fmt.Errorf("app %q: %w", app, ErrUnknownApp)
 		case s.degraded != "":
 			out = fmt.Errorf("app %s is %w: %s", app, ErrOverloaded, s.degraded)
-		default:
-			if d, ok := s.ingestP95(); ok && len(s.streams) > 0 && d >= s.app.SLO/2 {
-				out = fmt.Errorf("app %s is %w: frames reach it %v after capture (p95), half its %v SLO or more", app, ErrOverloaded, d.Round(time.Millisecond), s.app.SLO)
-			}
+		case s.ingestOver != "":
+			out = fmt.Errorf("app %s is %w: %s", app, ErrOverloaded, s.ingestOver)
 		}
 		if out != nil && s != nil {
 			s.mx.Refused()

@@ -24,15 +24,16 @@ type session struct {
 	mx      *metrics.AppMetrics // nil without metrics
 	planned chan struct{}       // closed when the first plan is applied (or failed)
 
-	alloc    *allocator.Allocation
-	plan     *placement.Plan
-	rate     float64 // ingress rate the plan is for
-	scale    map[dag.ModuleID]float64
-	balloon  map[dag.ModuleID]float64
-	head     map[dag.ModuleID]time.Duration // latency split: deadline of a module's output, from capture
-	reserve  time.Duration                  // of the SLO, for the ingest delay (the plan's)
-	admit    float64                        // share of frames the plan carries; below 1 the rest are shed at ingest
-	degraded string                         // why the plan is not the one the session asks for ("" when it is)
+	alloc      *allocator.Allocation
+	plan       *placement.Plan
+	rate       float64 // ingress rate the plan is for
+	scale      map[dag.ModuleID]float64
+	balloon    map[dag.ModuleID]float64
+	head       map[dag.ModuleID]time.Duration // latency split: deadline of a module's output, from capture
+	reserve    time.Duration                  // of the SLO, for the ingest delay (the plan's)
+	admit      float64                        // share of frames the plan carries; below 1 the rest are shed at ingest
+	degraded   string                         // why the plan is not the one the session asks for ("" when it is)
+	ingestOver string                         // set while frames reach the session later than half the SLO
 
 	ingest    []time.Duration // ring of recent ingest delays: capture to the session
 	ingestPos int

@@ -57,6 +57,15 @@ func (e *Engine) tick() {
 			ms.last = st
 			ms.obs = modObs{}
 		}
+		if d, ok := s.ingestP95(); ok && len(s.streams) > 0 && d >= s.app.SLO/2 {
+			if s.ingestOver == "" {
+				s.ingestOver = fmt.Sprintf("ingest saturated: frames reach the session %v after capture (p95), half the %v SLO or more; they cannot finish, and new streams are refused", d.Round(time.Millisecond), s.app.SLO)
+				e.log.Warn("ingest saturated", "app", id, "ingest_p95", d.Round(time.Millisecond), "slo", s.app.SLO, "streams", len(s.streams))
+			}
+		} else if s.ingestOver != "" {
+			e.log.Info("ingest recovered", "app", id)
+			s.ingestOver = ""
+		}
 		if s.plan != nil && len(s.streams) > 0 {
 			// The delay before frames reach the session moved away from
 			// what the plan reserved for it: re-plan (at most every 5 s).
@@ -252,7 +261,7 @@ func (e *Engine) Status() Status {
 				ss.IngestP95MS = millis(d)
 			}
 			ss.IngestReserve = millis(s.reserve)
-			ss.Admitted, ss.Degraded = s.admit, s.degraded
+			ss.Admitted, ss.Degraded = s.admit, strings.Trim(s.degraded+"; "+s.ingestOver, "; ")
 			ss.StreamIDs = make([]string, 0, len(s.streams))
 			for sid := range s.streams {
 				ss.StreamIDs = append(ss.StreamIDs, sid)
