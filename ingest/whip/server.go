@@ -504,6 +504,8 @@ func addInfo(t *metrics.IngestTotals, i StreamInfo) {
 	t.Lost += i.Lost
 	t.DecodeErrors += i.DecodeErrors
 	t.PLIs += i.PLIs
+	t.Discarded += i.Discarded
+	t.Restarts += i.Restarts
 }
 
 // Close ends every stream and waits for their goroutines.

@@ -67,7 +67,11 @@ type StreamInfo struct {
 	// Packets received; frames assembled, decoded, handed to the session;
 	// frames skipped to sample the app's rate; frames lost (incomplete),
 	// frames that failed to decode, frames skipped waiting for a key frame;
-	// PLIs sent; results delivered and results dropped for a slow client.
+	// PLIs sent; results delivered and results dropped for a slow client;
+	// packets discarded (not VP8, duplicates, late packets of frames
+	// already released or given up, a new timeline's first stale frames);
+	// times the sender's RTP timestamps jumped back (a new timeline: the
+	// capture clock is re-anchored).
 	Packets        uint64 `json:"packets"`
 	Frames         uint64 `json:"frames"`
 	Ingested       uint64 `json:"ingested"`
@@ -78,11 +82,13 @@ type StreamInfo struct {
 	PLIs           uint64 `json:"plis"`
 	ResultsSent    uint64 `json:"results_sent"`
 	ResultsDropped uint64 `json:"results_dropped"`
+	Discarded      uint64 `json:"discarded_packets"`
+	Restarts       uint64 `json:"timeline_restarts"`
 	LastError      string `json:"last_error,omitempty"`
 }
 
 type counters struct {
-	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped atomic.Uint64
+	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped, discarded, restarts atomic.Uint64
 }
 
 type stream struct {
@@ -170,7 +176,8 @@ func (st *stream) info() StreamInfo {
 	return StreamInfo{ID: st.id, App: string(st.app), Started: st.started, Ended: st.ended, Width: st.w, Height: st.h,
 		Packets: st.c.packets.Load(), Frames: st.c.frames.Load(), Ingested: st.c.ingested.Load(), Sampled: st.c.sampled.Load(),
 		Lost: st.c.lost.Load(), DecodeErrors: st.c.decodeErrors.Load(), WaitingKey: st.c.waitingKey.Load(), PLIs: st.c.plis.Load(),
-		ResultsSent: st.c.resultsSent.Load(), ResultsDropped: st.c.resultsDropped.Load(), LastError: st.lastErr}
+		ResultsSent: st.c.resultsSent.Load(), ResultsDropped: st.c.resultsDropped.Load(),
+		Discarded: st.c.discarded.Load(), Restarts: st.c.restarts.Load(), LastError: st.lastErr}
 }
 
 // ---- results ----
@@ -313,6 +320,8 @@ type pipeline struct {
 	ssrc    uint32
 	lastPLI time.Time
 	lost    int
+	discard int // the assembler's discarded and restarts counts already added to the stream's
+	restart int
 	next    time.Time // the next sampling slot
 	seq     uint64
 	sendPLI func() error // nil: RTCP to the peer
@@ -332,6 +341,20 @@ func (p *pipeline) packet(pkt *rtp.Packet) bool {
 		return false
 	}
 	frames := p.asm.push(pkt)
+	if p.asm.discarded > p.discard {
+		st.c.discarded.Add(uint64(p.asm.discarded - p.discard))
+		p.discard = p.asm.discarded
+	}
+	if p.asm.restarts > p.restart {
+		// The sender's RTP timestamps jumped back: a new timeline. Capture
+		// times and the sampling grid start again from arrivals.
+		st.c.restarts.Add(uint64(p.asm.restarts - p.restart))
+		p.restart = p.asm.restarts
+		p.sync.restart(now)
+		p.next = time.Time{}
+		st.s.log.Warn("whip sender's RTP timestamps jumped back: new timeline, capture clock re-anchored",
+			"app", st.app, "stream", st.id, "timestamp", pkt.Timestamp, "restarts", p.restart)
+	}
 	if p.asm.lost > p.lost {
 		st.c.lost.Add(uint64(p.asm.lost - p.lost))
 		p.lost = p.asm.lost
@@ -471,13 +494,29 @@ func (st *stream) setSize(w, h int) {
 // that is earlier, dropped for one that is later), so capture times stay
 // steady and never after arrival.
 type captureClock struct {
-	mu      sync.Mutex
-	base    bool
-	bRTP    uint32
-	bAt     time.Time
-	srs     []srSample // newest last, within srWindow
-	late    time.Duration
-	lateFor srSample // the mapping late applies to
+	mu        sync.Mutex
+	base      bool
+	bRTP      uint32
+	bAt       time.Time
+	srs       []srSample // newest last, within srWindow
+	late      time.Duration
+	lateFor   srSample  // the mapping late applies to
+	restarted time.Time // when the sender's timeline last jumped back
+}
+
+// srGrace is how long after a new timeline sender reports are not used: a
+// report of the old timeline still in flight would map the new one's
+// frames by the old one.
+const srGrace = time.Second
+
+// restart starts a new timeline (the sender's RTP timestamps jumped back)
+// at now: the anchor and the sender reports of the old one no longer apply;
+// capture times come from arrivals until the new timeline's reports do.
+func (c *captureClock) restart(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.base, c.srs, c.late, c.lateFor = false, nil, 0, srSample{}
+	c.restarted = now
 }
 
 type srSample struct {
@@ -504,6 +543,9 @@ func (c *captureClock) senderReport(ntp uint64, rtpTS uint32, recv time.Time) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.restarted.IsZero() && recv.Sub(c.restarted) < srGrace {
+		return
+	}
 	c.srs = append(c.srs, srSample{rtp: rtpTS, at: at, recv: recv})
 	i := 0
 	for i < len(c.srs)-1 && recv.Sub(c.srs[i].recv) > srWindow {
