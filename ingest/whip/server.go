@@ -275,6 +275,11 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		httpError(w, code, msg)
 		return
 	}
+	body, code, msg := bundleOffer(body)
+	if code != 0 {
+		httpError(w, code, msg)
+		return
+	}
 	if !s.reserve() {
 		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, s.cfg.RetryAfter.Round(time.Second).Seconds()))))
 		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("stream limit reached (%d streams); retry later", s.cfg.MaxStreams))
