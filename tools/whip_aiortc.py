@@ -3,8 +3,9 @@
 python3-aiortc) streams a VP8 test pattern to a WHIP endpoint, opens a
 DataChannel and counts the per-frame results the server sends on it, and
 reads the stream's results as Server-Sent Events too, as clients without a
-DataChannel do (OBS, GStreamer). aiortc offers the DataChannel in its own
-media section with its own ICE credentials, bundled with the video.
+DataChannel do (OBS, GStreamer), and records the server's goodbye on the
+DataChannel (why the stream ended). aiortc offers the DataChannel in its
+own media section with its own ICE credentials, bundled with the video.
 --no-datachannel offers video only. Prints one JSON summary line; exit 0
 when results came.
 
@@ -82,6 +83,9 @@ async def main(url, seconds, datachannel):
         def on_message(msg):
             try:
                 r = json.loads(msg)
+                if "ended" in r:  # the server's goodbye: why the stream ended
+                    summary["dc_ended"] = r["ended"]
+                    return
                 summary["dc_results"] += 1
                 summary["dc_outcomes"][r["outcome"]] = summary["dc_outcomes"].get(r["outcome"], 0) + 1
             except Exception:

@@ -10,8 +10,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
+	"github.com/mdag/mdag/ingest/whip"
+	"github.com/mdag/mdag/modules"
 )
 
 // TestAllowOriginFlag: --allow-origin, repeated or comma-separated, lets
@@ -72,6 +76,88 @@ func TestAllowOriginFlag(t *testing.T) {
 				if want := !slices.Contains(c.refused, o); ok != want {
 					t.Errorf("origin %q: %d, Access-Control-Allow-Origin %q; allowed: want %v", o, w.Code, w.Header().Get("Access-Control-Allow-Origin"), want)
 				}
+			}
+		})
+	}
+}
+
+// endSink is a session that takes every frame.
+type endSink struct{}
+
+func (endSink) Join(dag.AppID, string) error { return nil }
+func (endSink) Leave(string) error           { return nil }
+func (endSink) Ingest(string, uint64, time.Time, *modules.Frame, []modules.Box) error {
+	return nil
+}
+
+// TestClientServerEnded: `mdag client` notices a stream the server ended,
+// stops at once, prints why and exits 4.
+func TestClientServerEnded(t *testing.T) {
+	const bound = 5 * time.Second
+	cases := []struct {
+		name string
+		cfg  whip.Config
+		end  func(t *testing.T, srv *whip.Server, url, stream string)
+		says string
+	}{
+		{"deleted by someone else", whip.Config{}, func(t *testing.T, _ *whip.Server, url, stream string) {
+			req, _ := http.NewRequest(http.MethodDelete, url+"/whip/face/"+stream, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}, "ended by the server: deleted by the client"},
+		{"server shutdown", whip.Config{}, func(_ *testing.T, srv *whip.Server, _, _ string) { srv.Close() }, "ended by the server: server shutting down"},
+		{"refused mid-stream", whip.Config{MaxWidth: 32, MaxHeight: 32, Oversize: whip.Reject}, nil, "resolution 64x64 above the limit 32x32"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.cfg.Apps = map[dag.AppID]float64{"face": 10}
+			srv, err := whip.New(c.cfg, endSink{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs := httptest.NewServer(srv.Handler())
+			defer hs.Close()
+			defer srv.Close()
+			type result struct {
+				code     int
+				out, err string
+				at       time.Time
+			}
+			done := make(chan result, 1)
+			go func() {
+				var out, errb bytes.Buffer
+				code := run([]string{"client", "--server", hs.URL, "--app", "face", "--size", "64x64", "--fps", "10", "--duration", "60s", "-o", "json"}, &out, &errb)
+				done <- result{code, out.String(), errb.String(), time.Now()}
+			}()
+			var stream string
+			waitFor(t, "the client's stream", 20*time.Second, func() bool {
+				for _, s := range srv.Streams() {
+					if s.Ingested > 0 || s.Ended != "" {
+						stream = s.ID
+						return true
+					}
+				}
+				return false
+			})
+			start := time.Now()
+			if c.end != nil {
+				c.end(t, srv, hs.URL, stream)
+			}
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(bound + 5*time.Second):
+				t.Fatalf("mdag client still running %v after the server ended its stream", bound+5*time.Second)
+			}
+			if took := r.at.Sub(start); took > bound {
+				t.Errorf("client returned %v after the end, want within %v", took, bound)
+			}
+			want := "mdag client: stream " + stream + ": "
+			if r.code != exitEnded || !strings.Contains(r.err, want) || !strings.Contains(r.err, c.says) || !strings.Contains(r.out, c.says) {
+				t.Errorf("exit %d, want %d; stderr %q, want %q...%q; stdout %q", r.code, exitEnded, r.err, want, c.says, r.out)
 			}
 		})
 	}

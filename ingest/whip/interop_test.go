@@ -118,6 +118,7 @@ func TestAiortc(t *testing.T) {
 				DCResults  int            `json:"dc_results"`
 				DCOutcomes map[string]int `json:"dc_outcomes"`
 				DCErrors   int            `json:"dc_errors"`
+				DCEnded    string         `json:"dc_ended"`
 				Ended      string         `json:"ended"`
 				SSEError   string         `json:"sse_error"`
 			}
@@ -141,6 +142,9 @@ func TestAiortc(t *testing.T) {
 			}
 			if !c.datachannel && (sum.DCOpened || sum.DCResults != 0) {
 				t.Errorf("no DataChannel was offered, yet %d results came on one", sum.DCResults)
+			}
+			if c.datachannel && !strings.Contains(sum.DCEnded, "deleted") {
+				t.Errorf("DataChannel goodbye %q: want the reason, the client's DELETE", sum.DCEnded)
 			}
 			if !strings.Contains(st[0].Ended, "deleted") || !strings.Contains(sum.Ended, "deleted") {
 				t.Errorf("ended %q, SSE end %q: want the client's DELETE", st[0].Ended, sum.Ended)

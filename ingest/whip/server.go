@@ -534,8 +534,14 @@ func (s *Server) Close() {
 		live = append(live, st)
 	}
 	s.mu.Unlock()
+	var ending sync.WaitGroup // at once: each may wait for its clients' goodbyes
 	for _, st := range live {
-		st.end("server shutting down")
+		ending.Add(1)
+		go func() {
+			defer ending.Done()
+			st.end("server shutting down")
+		}()
 	}
+	ending.Wait()
 	s.wg.Wait()
 }

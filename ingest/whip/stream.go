@@ -111,6 +111,7 @@ type stream struct {
 
 	done chan struct{}
 	once sync.Once
+	dcs  sync.WaitGroup // DataChannel senders; end waits for their goodbyes (bounded)
 }
 
 func newStream(s *Server, id string, app dag.AppID, fps float64, pc *webrtc.PeerConnection) *stream {
@@ -160,6 +161,7 @@ func (st *stream) end(why string) {
 		}
 		st.mu.Unlock()
 		close(st.done)
+		st.waitGoodbyes()
 		if err := st.s.sink.Leave(st.id); err != nil {
 			st.s.log.Warn("whip stream leave", "stream", st.id, "err", err)
 		}
@@ -211,31 +213,90 @@ func (st *stream) publish(r Result) {
 	}
 }
 
+// Ended is the last message on a client's DataChannel when the server ends
+// its stream (results are Result messages, which have no "ended").
+type Ended struct {
+	Stream string `json:"stream"`
+	Ended  string `json:"ended"` // why
+}
+
+// goodbyeWait bounds how long ending a stream waits for its DataChannels
+// to deliver the results still queued and the Ended message (acknowledged
+// by the client) before the connection is closed.
+const goodbyeWait = time.Second
+
 func (st *stream) onDataChannel(dc *webrtc.DataChannel) {
 	dc.OnOpen(func() {
+		st.mu.Lock()
+		if st.ended != "" {
+			st.mu.Unlock()
+			return
+		}
+		st.dcs.Add(1) // under mu, before end sets ended and waits
+		st.mu.Unlock()
 		ch, unsub := st.subscribe()
 		st.s.wg.Add(1)
+		closed := make(chan struct{})
+		dc.OnClose(func() { close(closed) })
 		go func() {
 			defer st.s.wg.Done()
+			defer st.dcs.Done()
 			defer unsub()
-			closed := make(chan struct{})
-			dc.OnClose(func() { close(closed) })
+			send := func(r Result) bool {
+				b, _ := json.Marshal(r)
+				if err := dc.SendText(string(b)); err != nil {
+					return false
+				}
+				st.c.resultsSent.Add(1)
+				return true
+			}
 			for {
 				select {
 				case r := <-ch:
-					b, _ := json.Marshal(r)
-					if err := dc.SendText(string(b)); err != nil {
+					if !send(r) {
 						return
 					}
-					st.c.resultsSent.Add(1)
 				case <-closed:
 					return
 				case <-st.done:
+					for len(ch) > 0 { // results already published go first
+						if !send(<-ch) {
+							return
+						}
+					}
+					st.goodbye(dc, closed)
 					return
 				}
 			}
 		}()
 	})
+}
+
+// goodbye tells the client why its stream ended and waits (bounded) until
+// the client has acknowledged everything sent.
+func (st *stream) goodbye(dc *webrtc.DataChannel, closed <-chan struct{}) {
+	st.mu.Lock()
+	why := st.ended
+	st.mu.Unlock()
+	flushed := make(chan struct{})
+	var once sync.Once
+	dc.SetBufferedAmountLowThreshold(0)
+	dc.OnBufferedAmountLow(func() { once.Do(func() { close(flushed) }) })
+	b, _ := json.Marshal(Ended{Stream: st.id, Ended: why})
+	if dc.SendText(string(b)) != nil || dc.BufferedAmount() == 0 {
+		return
+	}
+	select {
+	case <-flushed:
+	case <-closed:
+	case <-st.s.clk.After(goodbyeWait):
+	}
+}
+
+// waitGoodbyes waits for the DataChannel senders to say goodbye (each
+// bounds its own wait by goodbyeWait).
+func (st *stream) waitGoodbyes() {
+	st.dcs.Wait()
 }
 
 // ---- media ----
