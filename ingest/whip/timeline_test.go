@@ -1,11 +1,14 @@
 package whip
 
 import (
+	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/pion/rtp"
 
+	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/internal/clock"
 )
 
@@ -255,4 +258,54 @@ func FuzzTimeline(f *testing.F) {
 			t.Errorf("released timestamps go back %d times with %d restarts; %d of %d packets discarded, %d lost", back, a.restarts, a.discarded, pushed, a.lost)
 		}
 	})
+}
+
+// TestLoopbackTimelineJump: over a real connection, a camera whose clock
+// jumps back 10 s mid-stream (the Publisher stamps RTP from capture
+// times): the stream goes on at the app's rate instead of stalling, and the
+// restart is counted.
+func TestLoopbackTimelineJump(t *testing.T) {
+	srv, sink, hs := newTestServer(t, Config{})
+	pat, err := ingest.NewPattern(160, 120, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Width: 160, Height: 120, FPS: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	start := time.Now()
+	const n = 60 // 2 s at 30 fps; the camera's clock goes back 10 s after 1 s
+	for i := range n {
+		at := start.Add(time.Duration(i) * time.Second / 30)
+		time.Sleep(time.Until(at)) // pacing a real-time source, not waiting for logic
+		stamp := at
+		if i >= n/2 {
+			stamp = at.Add(-10 * time.Second)
+		}
+		f, _, err := pat.Frame(0, uint64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.WriteFrame(f, stamp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both halves reach the app at 10 fps: about 10 frames each.
+	waitFor(t, "frames of both timelines", 5*time.Second, func() bool { return sink.count(p.Stream) >= 18 })
+	info := srv.Streams()[0]
+	if info.Restarts != 1 || info.Lost != 0 || info.DecodeErrors != 0 {
+		t.Errorf("stream info %+v: want 1 timeline restart, nothing lost", info)
+	}
+	sink.mu.Lock()
+	got := slices.Clone(sink.frames[p.Stream])
+	sink.mu.Unlock()
+	for i := 1; i < len(got); i++ {
+		if gap := got[i].capture.Sub(got[i-1].capture); gap <= 0 || gap > 200*time.Millisecond {
+			t.Errorf("frames %d-%d: capture gap %v, want about 100 ms (10 fps) across the jump", i-1, i, gap)
+		}
+	}
 }
