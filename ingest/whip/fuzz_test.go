@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -175,9 +174,6 @@ func FuzzRTP(f *testing.F) {
 func FuzzOffer(f *testing.F) {
 	f.Add(offerSDP(f))
 	f.Add("v=0\r\n")
-	if b, err := os.ReadFile("testdata/aiortc_datachannel_offer.sdp"); err == nil {
-		f.Add(string(b)) // sections with their own ICE credentials, bundled
-	}
 	f.Add("v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\na=rtpmap:96 VP8/90000\r\n")
 	sink := newSink()
 	srv, err := New(Config{Apps: map[dag.AppID]float64{"a": 5}, MaxStreams: 1 << 20}, sink)

@@ -138,3 +138,44 @@ func TestBundleOffer(t *testing.T) {
 		}
 	}
 }
+
+// FuzzBundleOffer: arbitrary offers through bundleOffer: a refusal always
+// has a 4xx and a reason; an accepted offer parses and has one ICE
+// credential (ufrag and pwd) for all its sections.
+func FuzzBundleOffer(f *testing.F) {
+	if b, err := os.ReadFile("testdata/aiortc_datachannel_offer.sdp"); err == nil {
+		f.Add(string(b))
+	}
+	f.Add(offerSDP(f))
+	f.Add("v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\na=group:BUNDLE a b\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\na=mid:a\r\na=ice-ufrag:x\r\na=ice-pwd:y\r\nm=application 9 UDP/DTLS/SCTP webrtc-datachannel\r\na=mid:b\r\na=ice-ufrag:z\r\na=ice-pwd:w\r\n")
+	f.Fuzz(func(t *testing.T, offer string) {
+		out, code, msg := bundleOffer([]byte(offer))
+		if code != 0 {
+			if code < 400 || code > 499 || msg == "" {
+				t.Fatalf("refused with %d %q", code, msg)
+			}
+			return
+		}
+		var d sdp.SessionDescription
+		if err := d.Unmarshal(out); err != nil {
+			t.Fatalf("the rewritten offer does not parse: %v", err)
+		}
+		su, _ := d.Attribute("ice-ufrag")
+		sp, _ := d.Attribute("ice-pwd")
+		var first [2]string
+		for i, m := range d.MediaDescriptions {
+			u, p := su, sp
+			if v, ok := m.Attribute("ice-ufrag"); ok {
+				u = v
+			}
+			if v, ok := m.Attribute("ice-pwd"); ok {
+				p = v
+			}
+			if i == 0 {
+				first = [2]string{u, p}
+			} else if [2]string{u, p} != first {
+				t.Fatalf("section %d: ICE credentials %q %q, section 0 %q %q", i, u, p, first[0], first[1])
+			}
+		}
+	})
+}
