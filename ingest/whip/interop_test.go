@@ -3,6 +3,7 @@ package whip
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -201,5 +202,30 @@ func TestChromium(t *testing.T) {
 	waitFor(t, "the page's DELETE", 5*time.Second, func() bool {
 		s := srv.Streams()
 		return len(s) == 1 && s[0].Ended != ""
+	})
+	// Again, and this time the stream is ended on the server's side: the
+	// page hears why on its DataChannel and says so.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](`window.mdagStart()`, chromedp.EvalAwaitPromise)); err != nil {
+		t.Fatal(err)
+	}
+	var second string
+	waitFor(t, "the page's second stream", 15*time.Second, func() bool {
+		for _, s := range srv.Streams() {
+			if s.Ended == "" && s.Ingested > 0 {
+				second = s.ID
+				return true
+			}
+		}
+		return false
+	})
+	req, _ := http.NewRequest(http.MethodDelete, hs.URL+"/whip/traffic/"+second, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	waitFor(t, "the page to say the server ended its stream", 5*time.Second, func() bool {
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[pageStats](`window.mdagStats`))
+		return err == nil && s.State == "ended" && strings.Contains(s.Error, "the server ended the stream: deleted")
 	})
 }
