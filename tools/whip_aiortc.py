@@ -1,10 +1,16 @@
 #!/usr/bin/python3
 """A third-party WHIP client for mdag's interop test: aiortc (Debian's
-python3-aiortc) streams a VP8 test pattern to a WHIP endpoint and reads the
-stream's results as Server-Sent Events, as clients without a DataChannel do
-(OBS, GStreamer). Prints one JSON summary line; exit 0 when results came.
+python3-aiortc) streams a VP8 test pattern to a WHIP endpoint, opens a
+DataChannel and counts the per-frame results the server sends on it, and
+reads the stream's results as Server-Sent Events too, as clients without a
+DataChannel do (OBS, GStreamer), and records the server's goodbye on the
+DataChannel (why the stream ended). aiortc offers the DataChannel in its
+own media section with its own ICE credentials, bundled with the video.
+--no-datachannel offers video only. Prints one JSON summary line; exit 0
+when results came.
 
-Run with Debian's interpreter: /usr/bin/python3 tools/whip_aiortc.py URL [SECONDS]
+Run with Debian's interpreter:
+    /usr/bin/python3 tools/whip_aiortc.py URL [SECONDS] [--no-datachannel]
 """
 import asyncio
 import fractions
@@ -60,11 +66,30 @@ def read_sse(url, out, stop):
         out["sse_error"] = str(e)
 
 
-async def main(url, seconds):
+async def main(url, seconds, datachannel):
     pc = RTCPeerConnection()
     tr = pc.addTransceiver(Pattern(), direction="sendonly")
     vp8 = [c for c in RTCRtpSender.getCapabilities("video").codecs if c.mimeType.lower() == "video/vp8"]
     tr.setCodecPreferences(vp8)
+    summary = {"results": 0, "outcomes": {}, "dc_results": 0, "dc_outcomes": {}, "dc_opened": False, "dc_errors": 0}
+    if datachannel:
+        dc = pc.createDataChannel("results")
+
+        @dc.on("open")
+        def on_open():
+            summary["dc_opened"] = True
+
+        @dc.on("message")
+        def on_message(msg):
+            try:
+                r = json.loads(msg)
+                if "ended" in r:  # the server's goodbye: why the stream ended
+                    summary["dc_ended"] = r["ended"]
+                    return
+                summary["dc_results"] += 1
+                summary["dc_outcomes"][r["outcome"]] = summary["dc_outcomes"].get(r["outcome"], 0) + 1
+            except Exception:
+                summary["dc_errors"] += 1
     await pc.setLocalDescription(await pc.createOffer())  # aiortc gathers before returning
     req = urllib.request.Request(url, data=pc.localDescription.sdp.encode(), method="POST",
                                  headers={"Content-Type": "application/sdp"})
@@ -75,7 +100,7 @@ async def main(url, seconds):
         results = urllib.parse.urljoin(url, resp.headers["Mdag-Results"])
         answer = resp.read().decode()
     await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
-    summary = {"location": location, "results": 0, "outcomes": {}}
+    summary["location"] = location
     stop = threading.Event()
     t = threading.Thread(target=read_sse, args=(results, summary, stop), daemon=True)
     t.start()
@@ -85,8 +110,10 @@ async def main(url, seconds):
     stop.set()
     await pc.close()
     print(json.dumps(summary), flush=True)
-    return 0 if summary["results"] > 0 else 1
+    ok = summary["results"] > 0 and (not datachannel or summary["dc_results"] > 0)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 20)))
+    args = [a for a in sys.argv[1:] if a != "--no-datachannel"]
+    sys.exit(asyncio.run(main(args[0], float(args[1]) if len(args) > 1 else 20, "--no-datachannel" not in sys.argv)))

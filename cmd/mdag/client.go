@@ -87,11 +87,26 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 	} else {
 		writeClientTable(stdout, sums, total)
 	}
+	ended := 0
+	for _, s := range sums {
+		if s.Ended != "" {
+			ended++
+			fmt.Fprintf(stderr, "mdag client: stream %s: %s\n", s.Stream, s.Ended)
+		}
+	}
 	if total.Errors > 0 && total.Sent == 0 {
 		return exitFailure
 	}
+	if ended > 0 {
+		return exitEnded
+	}
 	return exitOK
 }
+
+// exitEnded: a stream was ended by the server (DELETE by someone else, its
+// idle timeout, shutdown, a refusal mid-stream) or the connection to it was
+// lost, before the client was done.
+const exitEnded = 4
 
 type clientOpts struct {
 	server, app, token string
@@ -114,6 +129,7 @@ type clientSummary struct {
 	P99MS      float64 `json:"p99_ms"`
 	Errors     int     `json:"errors"`
 	Error      string  `json:"error,omitempty"`
+	Ended      string  `json:"ended,omitempty"` // why the server's side ended the stream early
 	latencies  []float64
 }
 
@@ -171,9 +187,10 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 		at := start.Add(time.Duration(seq) * period)
 		select {
 		case <-ctx.Done():
+		case <-p.Done():
 		case <-time.After(time.Until(at)):
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || p.Err() != nil {
 			break
 		}
 		if seq > 0 {
@@ -193,15 +210,22 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 			}
 		}
 		if err := p.WriteFrame(f, time.Now()); err != nil {
-			sum.Errors++
-			sum.Error = err.Error()
+			if p.Err() == nil {
+				sum.Errors++
+				sum.Error = err.Error()
+			}
 			break
 		}
+	}
+	var ended *whip.EndedError
+	if errors.As(p.Err(), &ended) {
+		sum.Errors++
+		sum.Error, sum.Ended = ended.Error(), ended.Reason
 	}
 	// Results of the last frames are still on their way: wait for the
 	// server to answer for everything it ingested (at most 2 s).
 	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
+	for ended == nil && time.Now().Before(deadline) {
 		in := serverIngested(o, p.Stream)
 		mu.Lock()
 		done := in > 0 && uint64(sum.Results) >= in

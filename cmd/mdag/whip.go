@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -27,10 +28,34 @@ type whipFlags struct {
 	udpPorts   *string
 	publicIP   *string
 	objects    *string
+	origins    *originList
+}
+
+// originList is --allow-origin: repeated or comma-separated.
+type originList []string
+
+func (o *originList) String() string { return strings.Join(*o, ",") }
+
+func (o *originList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if _, err := whip.NormalizeOrigin(s); err != nil {
+			return err
+		}
+		*o = append(*o, s)
+	}
+	return nil
 }
 
 func addWhipFlags(fs *flag.FlagSet) *whipFlags {
+	origins := &originList{}
+	fs.Var(origins, "allow-origin", "web origin (scheme://host[:port]) whose pages may call WHIP and /v1/streams from a browser, "+
+		"repeated or comma-separated; * allows any page; default: only this server's own pages")
 	return &whipFlags{
+		origins:    origins,
 		tokenFile:  fs.String("token-file", "", "bearer tokens accepted for WHIP and results, one per line (# comments); none: open, allowed only on a loopback --listen unless --open"),
 		open:       fs.Bool("open", false, "accept WHIP streams without a token on a non-loopback --listen"),
 		maxStreams: fs.Int("max-streams", 64, "most WHIP streams at once; more get 503 with Retry-After"),
@@ -46,7 +71,7 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 // non-loopback address unless --open. It says at startup how it is secured.
 func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, log *slog.Logger) (*whip.Server, error) {
 	cfg := whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, MaxStreams: *wf.maxStreams,
-		Oversize: whip.Oversize(*wf.oversize), Log: log}
+		Oversize: whip.Oversize(*wf.oversize), AllowOrigins: *wf.origins, Log: log}
 	switch *wf.objects {
 	case "motion":
 		cfg.Objects = motionObjects
@@ -91,6 +116,11 @@ func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, lo
 	srv, err := whip.New(cfg, sink)
 	if err != nil {
 		return nil, fmt.Errorf("mdag %s: %w", cmd, err)
+	}
+	if slices.Contains(cfg.AllowOrigins, "*") {
+		log.Warn("--allow-origin *: any web page a user of this server opens may call WHIP and /v1/streams (list, create and end streams with their token)")
+	} else if len(cfg.AllowOrigins) > 0 {
+		log.Info("WHIP and /v1/streams allow pages of other origins", "origins", cfg.AllowOrigins)
 	}
 	if srv.Open() {
 		log.Warn("WHIP ingest is open: no bearer token is required (give --token-file to require one)", "listen", listen)

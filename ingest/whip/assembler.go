@@ -14,7 +14,8 @@ const (
 	maxFrameBytes  = 8 << 20 // bytes of one frame
 	maxRTPPacket   = 1500    // bytes of one RTP packet off the wire
 	vp8ClockRate   = 90000
-	rtpTimeWindowS = 30 // a timestamp further than this from the last frame's restarts the stream
+	rtpTimeWindowS = 30 // a timestamp further back than this from the last frame's starts a new timeline at once
+	staleRun       = 8  // stale frames in a row (no packet accepted between) that start a new timeline
 )
 
 // vp8Frame is one assembled VP8 frame.
@@ -33,6 +34,17 @@ type vp8Frame struct {
 // Reordered packets are put back in sequence order; a frame still incomplete
 // when a newer one completes is given up (counted in lost): frames are only
 // released in order.
+//
+// A packet whose timestamp is not after the last released frame's is
+// stale: a late or retransmitted packet of a frame already released or
+// given up, discarded and counted. Unless the sender's timeline went back
+// (an encoder or clock restart): a stale timestamp on the newest sequence
+// number (the sender numbers packets on while its timestamps jump back), a
+// jump back beyond rtpTimeWindowS, or staleRun stale frames in a row with
+// nothing accepted between (sequence numbers restarted too) start a new
+// timeline: the frames being assembled are given up and the stale run's
+// frames counted lost, and restarts counts it, so the media path can
+// re-anchor its capture clock.
 type assembler struct {
 	pending []*partial
 	last    uint32 // timestamp of the last released frame
@@ -41,6 +53,12 @@ type assembler struct {
 	hasTail bool
 	counted bool // a loss before the next released frame is already counted
 	lost    int  // frames given up (incomplete when a newer one completed, or over a limit)
+
+	discarded int      // packets discarded: not VP8, duplicates, stale (of a frame already released or given up)
+	restarts  int      // times the sender's timeline jumped back and assembly started afresh
+	maxSeq    uint16   // the newest sequence number accepted
+	hasSeq    bool     // maxSeq is set
+	stale     []uint32 // timestamps of the stale frames since the last accepted packet (at most staleRun)
 }
 
 type partial struct {
@@ -59,15 +77,16 @@ func (a *assembler) push(p *rtp.Packet) []vp8Frame {
 	var d codecs.VP8Packet
 	payload, err := d.Unmarshal(p.Payload)
 	if err != nil || len(payload) == 0 {
-		return nil // not VP8: ignored
+		a.discarded++ // not VP8
+		return nil
 	}
-	if a.started && !newer(p.Timestamp, a.last) {
-		if ahead(a.last, p.Timestamp) > rtpTimeWindowS*vp8ClockRate {
-			// A jump far back: the sender restarted its timeline.
-			a.reset()
-		} else {
-			return nil // a packet of a frame already released or given up
-		}
+	if a.started && !newer(p.Timestamp, a.last) && !a.newTimeline(p) {
+		a.discarded++ // a packet of a frame already released or given up
+		return nil
+	}
+	a.stale = a.stale[:0]
+	if !a.hasSeq || seqNewer(p.SequenceNumber, a.maxSeq) {
+		a.maxSeq, a.hasSeq = p.SequenceNumber, true
 	}
 	fr := a.find(p.Timestamp)
 	if fr == nil {
@@ -90,6 +109,7 @@ func (a *assembler) push(p *rtp.Packet) []vp8Frame {
 		}
 	}
 	if _, dup := fr.pkts[p.SequenceNumber]; dup {
+		a.discarded++
 		return nil
 	}
 	if len(fr.pkts) >= maxFramePkts || fr.bytes+len(payload) > maxFrameBytes {
@@ -183,14 +203,34 @@ func (a *assembler) giveUp(fr *partial) {
 	}
 }
 
-func (a *assembler) reset() {
+// newTimeline reports whether stale packet p starts a new timeline of the
+// sender; if so assembly starts afresh.
+func (a *assembler) newTimeline(p *rtp.Packet) bool {
+	jump := ahead(a.last, p.Timestamp) > rtpTimeWindowS*vp8ClockRate ||
+		a.hasSeq && seqNewer(p.SequenceNumber, a.maxSeq)
+	if !jump {
+		if !slices.Contains(a.stale, p.Timestamp) {
+			a.stale = append(a.stale, p.Timestamp)
+		}
+		if len(a.stale) < staleRun {
+			return false
+		}
+		// Frames of the new timeline were discarded as stale until now.
+		a.lost += len(a.stale) - 1
+		a.counted = true
+	}
 	a.lost += len(a.pending)
 	a.pending = nil
 	a.started, a.hasTail = false, false
+	a.restarts++
+	return true
 }
 
 // newer reports whether RTP timestamp x is after y (RFC 3550 wrap-around).
 func newer(x, y uint32) bool { return x != y && x-y < 1<<31 }
+
+// seqNewer reports whether RTP sequence number x is after y (wrap-around).
+func seqNewer(x, y uint16) bool { return x != y && x-y < 1<<15 }
 
 // ahead is how far x is after y, in clock ticks, modulo wrap.
 func ahead(x, y uint32) uint32 { return x - y }

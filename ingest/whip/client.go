@@ -43,6 +43,13 @@ type ClientConfig struct {
 // Publisher streams frames to an mdag server over WHIP: VP8 encoded with
 // libvpx, RTP timestamps from each frame's capture time (so the server's
 // capture times, taken from RTCP sender reports, are the camera's).
+//
+// It notices a stream the server ended (a DELETE by someone else, the idle
+// timeout, the server shutting down, a stream refused mid-way): Done is
+// closed and Err (and every later WriteFrame) says why, an *EndedError. The
+// reason comes from the server's last DataChannel message; when the
+// DataChannel closes without one, from the server's stream list; when the
+// server cannot be reached or ICE fails, from that.
 type Publisher struct {
 	cfg      ClientConfig
 	pc       *webrtc.PeerConnection
@@ -50,8 +57,10 @@ type Publisher struct {
 	enc      *vpx.Encoder
 	pack     rtp.Packetizer
 	resource string
-	Stream   string // the server's stream ID
-	Results  string // the server's SSE results URL
+	// resourceURL is the stream's WHIP resource (kept after DELETE).
+	resourceURL string
+	Stream      string // the server's stream ID
+	Results     string // the server's SSE results URL
 
 	keyReq atomic.Bool
 	mu     sync.Mutex
@@ -61,10 +70,130 @@ type Publisher struct {
 	sent   atomic.Uint64
 	wg     sync.WaitGroup
 	closed atomic.Bool
+
+	done    chan struct{}
+	endOnce sync.Once
+	endErr  error
+	goMu    sync.Mutex // orders spawn's wg.Add before Close's wg.Wait
 }
 
-// Publish connects to the server and returns once ICE is connected (or
-// ctx ends). Errors from the server carry its status and reason.
+// spawn runs f on a goroutine Close waits for; none once closed.
+func (p *Publisher) spawn(f func()) {
+	p.goMu.Lock()
+	defer p.goMu.Unlock()
+	if p.closed.Load() {
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		f()
+	}()
+}
+
+// EndedError says that and why a stream ended other than by Close.
+type EndedError struct {
+	Stream string
+	Reason string
+}
+
+func (e *EndedError) Error() string {
+	return fmt.Sprintf("stream %s ended: %s", e.Stream, e.Reason)
+}
+
+// Done is closed when the stream is over: ended by the server or the
+// connection (Err says why), or by Close.
+func (p *Publisher) Done() <-chan struct{} { return p.done }
+
+// Err is why the stream ended (an *EndedError), nil while it runs or after
+// Close.
+func (p *Publisher) Err() error {
+	select {
+	case <-p.done:
+		return p.endErr
+	default:
+		return nil
+	}
+}
+
+// finish ends the publisher once: err nil for Close.
+func (p *Publisher) finish(err error) {
+	p.endOnce.Do(func() {
+		p.endErr = err
+		close(p.done)
+	})
+}
+
+// ended is the server or the connection ending the stream; reason "" asks
+// the server why.
+func (p *Publisher) ended(reason string) {
+	if p.closed.Load() || p.Err() != nil {
+		return
+	}
+	if reason == "" {
+		reason = p.askWhy()
+	}
+	if !p.closed.Load() {
+		p.finish(&EndedError{Stream: p.Stream, Reason: reason})
+	}
+}
+
+// askWhy looks the stream up in the server's list (GET /v1/streams), for
+// up to a second: the server may close the connection a moment before it
+// records why.
+func (p *Publisher) askWhy() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var why string
+	for range 10 {
+		var listed bool
+		if why, listed = p.lookupEnd(ctx); listed {
+			return why
+		}
+		select {
+		case <-ctx.Done():
+			return why
+		case <-time.After(100 * time.Millisecond): // polling a remote server
+		}
+	}
+	return why
+}
+
+// lookupEnd asks the server once; listed: the answer is final (the stream
+// is listed as ended, or the server cannot tell).
+func (p *Publisher) lookupEnd(ctx context.Context) (string, bool) {
+	const closed = "the server closed the connection"
+	u, err := url.Parse(p.resourceURL)
+	if err != nil {
+		return closed, true
+	}
+	u.Path, u.RawQuery = "/v1/streams", ""
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return closed, true
+	}
+	if p.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.cfg.Token)
+	}
+	resp, err := p.cfg.HTTP.Do(req)
+	if err != nil {
+		return fmt.Sprintf("%s and cannot be reached (%v)", closed, err), true
+	}
+	defer resp.Body.Close()
+	var list []StreamInfo
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&list) != nil {
+		return fmt.Sprintf("%s (its stream list answered %s)", closed, resp.Status), true
+	}
+	for _, s := range list {
+		if s.ID == p.Stream && s.Ended != "" {
+			return "ended by the server: " + s.Ended, true
+		}
+	}
+	return closed + " (the stream is not listed as ended)", false
+}
+
+// Publish connects to the server and returns once ICE is connected and
+// the results DataChannel is open (or ctx ends). Errors from the server carry its status and reason.
 func Publish(ctx context.Context, cfg ClientConfig) (*Publisher, error) {
 	if cfg.FPS <= 0 {
 		cfg.FPS = 30
@@ -76,7 +205,7 @@ func Publish(ctx context.Context, cfg ClientConfig) (*Publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Publisher{cfg: cfg, enc: enc}
+	p := &Publisher{cfg: cfg, enc: enc, done: make(chan struct{})}
 	if err := p.connect(ctx); err != nil {
 		enc.Close()
 		if p.pc != nil {
@@ -88,7 +217,21 @@ func Publish(ctx context.Context, cfg ClientConfig) (*Publisher, error) {
 	return p, nil
 }
 
-func clientAPI() (*webrtc.API, error) { return newAPI(nil) }
+// ICE timeouts of the client: a server that vanishes without closing (a
+// crash, a network cut) ends the stream iceFailed after it was last heard
+// (it answers the client's keepalives every second).
+const (
+	iceDisconnected = 4 * time.Second
+	iceFailed       = 8 * time.Second
+)
+
+// clientAPI is the client's WebRTC stack.
+func clientAPI() (*webrtc.API, error) {
+	return newAPI(func(se *webrtc.SettingEngine) error {
+		se.SetICETimeouts(iceDisconnected, iceFailed, time.Second)
+		return nil
+	})
+}
 
 // newAPI is the WebRTC stack of both ends: VP8 only, NACK and RTCP
 // reports, IPv4 UDP host candidates including loopback, no mDNS; tune
@@ -160,19 +303,42 @@ func (p *Publisher) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if p.cfg.OnResult != nil {
-		dc.OnMessage(func(m webrtc.DataChannelMessage) {
-			var r Result
-			if json.Unmarshal(m.Data, &r) == nil {
-				p.cfg.OnResult(r)
-			}
-		})
-	}
-	connected := make(chan struct{})
+	dc.OnMessage(func(m webrtc.DataChannelMessage) {
+		var r struct {
+			Result
+			Ended *string `json:"ended"`
+		}
+		if json.Unmarshal(m.Data, &r) != nil {
+			return
+		}
+		if r.Ended != nil {
+			p.ended("ended by the server: " + *r.Ended)
+			return
+		}
+		if p.cfg.OnResult != nil {
+			p.cfg.OnResult(r.Result)
+		}
+	})
+	connected, opened := make(chan struct{}), make(chan struct{})
+	up := atomic.Bool{}
 	var once sync.Once
+	dc.OnOpen(func() { close(opened) })
+	dc.OnClose(func() {
+		if up.Load() {
+			p.spawn(func() { p.ended("") }) // askWhy makes a request: not on pion's goroutine
+		}
+	})
 	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
-		if s == webrtc.PeerConnectionStateConnected {
+		switch s {
+		case webrtc.PeerConnectionStateConnected:
+			up.Store(true)
 			once.Do(func() { close(connected) })
+		case webrtc.PeerConnectionStateFailed:
+			if up.Load() {
+				p.spawn(func() {
+					p.ended(fmt.Sprintf("the connection to the server failed (ICE: nothing received for %v)", iceFailed))
+				})
+			}
 		}
 	})
 	offer, err := pc.CreateOffer(nil)
@@ -211,6 +377,7 @@ func (p *Publisher) connect(ctx context.Context) error {
 		return fmt.Errorf("WHIP POST %s: 201 without a usable Location", endpoint)
 	}
 	p.resource = loc.String()
+	p.resourceURL = p.resource
 	p.Stream = resp.Header.Get("Mdag-Stream")
 	if r := resp.Header.Get("Mdag-Results"); r != "" {
 		if u, err := resp.Request.URL.Parse(r); err == nil {
@@ -221,14 +388,20 @@ func (p *Publisher) connect(ctx context.Context) error {
 		p.deleteResource()
 		return fmt.Errorf("the server's answer: %w", err)
 	}
-	select {
-	case <-connected:
-	case <-ctx.Done():
-		p.deleteResource()
-		return fmt.Errorf("ICE did not connect: %w", ctx.Err())
-	case <-time.After(10 * time.Second):
-		p.deleteResource()
-		return errors.New("ICE did not connect in 10 s")
+	timeout := time.After(10 * time.Second)
+	for _, w := range []struct {
+		ch   chan struct{}
+		what string
+	}{{connected, "ICE did not connect"}, {opened, "the results DataChannel did not open"}} {
+		select {
+		case <-w.ch:
+		case <-ctx.Done():
+			p.deleteResource()
+			return fmt.Errorf("%s: %w", w.what, ctx.Err())
+		case <-timeout:
+			p.deleteResource()
+			return errors.New(w.what + " in 10 s")
+		}
 	}
 	p.pack = rtp.NewPacketizer(1200, 96, 0, &codecs.VP8Payloader{EnablePictureID: true}, rtp.NewRandomSequencer(), vp8ClockRate)
 	p.ts0 = rand.Uint32()
@@ -254,6 +427,9 @@ func (e *HTTPError) Error() string {
 func (p *Publisher) WriteFrame(f *modules.Frame, capture time.Time) error {
 	if p.closed.Load() {
 		return errors.New("publisher closed")
+	}
+	if err := p.Err(); err != nil {
+		return err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -300,9 +476,13 @@ func (p *Publisher) deleteResource() {
 
 // Close ends the stream (WHIP DELETE) and the connection.
 func (p *Publisher) Close() error {
-	if p.closed.Swap(true) {
+	p.goMu.Lock()
+	was := p.closed.Swap(true)
+	p.goMu.Unlock()
+	if was {
 		return nil
 	}
+	p.finish(nil)
 	p.mu.Lock()
 	p.deleteResource()
 	p.mu.Unlock()

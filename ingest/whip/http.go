@@ -31,8 +31,7 @@ func (s *Server) handlePage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
-	cors(w)
-	if !s.authorized(w, r, true) {
+	if !s.cors(w, r) || !s.authorized(w, r, true) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -49,8 +48,7 @@ const sseKeepAlive = 15 * time.Second
 // "result" (data: Result JSON, id: the frame number) per frame, "end"
 // (data: why) when the stream ends.
 func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
-	cors(w)
-	if !s.authorized(w, r, true) {
+	if !s.cors(w, r) || !s.authorized(w, r, true) {
 		return
 	}
 	st := s.lookup(r.PathValue("id"))

@@ -48,6 +48,12 @@ type Config struct {
 	// Tokens are the accepted bearer tokens; none: open (the caller decides
 	// whether that is allowed, see OpenOK).
 	Tokens []string
+	// AllowOrigins are the web origins (scheme://host[:port]) whose pages
+	// may call WHIP and /v1/streams from a browser (CORS); "*": any page.
+	// The server's own origin (the request's Host) is always allowed; a
+	// request from any other origin gets 403, and its preflight no
+	// permissive headers. Clients outside a browser send no Origin.
+	AllowOrigins []string
 	// MaxStreams is the most streams at once (default 64); above it a POST
 	// gets 503 with Retry-After.
 	MaxStreams int
@@ -115,6 +121,8 @@ type Server struct {
 	clk  clock.Clock
 	log  *slog.Logger
 
+	origins map[string]bool // normalized AllowOrigins
+
 	mu       sync.Mutex
 	streams  map[string]*stream
 	reserved int // POSTs between the limit check and the stream's creation
@@ -130,6 +138,14 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	if cfg.Oversize != Downscale && cfg.Oversize != Reject {
 		return nil, fmt.Errorf("whip: oversize %q: want downscale or reject", cfg.Oversize)
 	}
+	origins := map[string]bool{}
+	for _, o := range cfg.AllowOrigins {
+		n, err := NormalizeOrigin(o)
+		if err != nil {
+			return nil, fmt.Errorf("whip: allowed origin: %w", err)
+		}
+		origins[n] = true
+	}
 	api, err := newAPI(func(se *webrtc.SettingEngine) error {
 		if cfg.UDPPortMin > 0 || cfg.UDPPortMax > 0 {
 			if err := se.SetEphemeralUDPPortRange(cfg.UDPPortMin, cfg.UDPPortMax); err != nil {
@@ -144,7 +160,7 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, sink: sink, api: api, clk: cfg.Clock, log: cfg.Log, streams: map[string]*stream{}}, nil
+	return &Server{cfg: cfg, sink: sink, api: api, clk: cfg.Clock, log: cfg.Log, streams: map[string]*stream{}, origins: origins}, nil
 }
 
 // Open reports whether the server accepts streams without a token.
@@ -164,17 +180,23 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /whip/{app}", s.handlePost)
 	mux.HandleFunc("DELETE /whip/{app}/{id}", s.handleDelete)
 	mux.HandleFunc("PATCH /whip/{app}/{id}", func(w http.ResponseWriter, r *http.Request) {
-		cors(w)
+		if !s.cors(w, r) {
+			return
+		}
 		w.Header().Set("Allow", "DELETE, OPTIONS")
 		httpError(w, http.StatusMethodNotAllowed, "trickle ICE is not supported: the answer carries all candidates")
 	})
 	mux.HandleFunc("OPTIONS /whip/", func(w http.ResponseWriter, r *http.Request) {
-		cors(w)
+		if !s.cors(w, r) {
+			return
+		}
 		w.Header().Set("Accept-Post", "application/sdp")
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("OPTIONS /v1/streams/", func(w http.ResponseWriter, r *http.Request) {
-		cors(w)
+		if !s.cors(w, r) {
+			return
+		}
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("GET /v1/streams", s.handleList)
@@ -182,14 +204,6 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /stream/{app}", s.handlePage)
 	mux.Handle("GET /static/", http.FileServerFS(staticFS))
 	return mux
-}
-
-func cors(w http.ResponseWriter) {
-	h := w.Header()
-	h.Set("Access-Control-Allow-Origin", "*")
-	h.Set("Access-Control-Allow-Methods", "POST, DELETE, PATCH, OPTIONS, GET")
-	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, If-Match")
-	h.Set("Access-Control-Expose-Headers", "Location, Link, Mdag-Stream, Mdag-Results, Retry-After")
 }
 
 func httpError(w http.ResponseWriter, code int, msg string) {
@@ -216,7 +230,7 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, query bool) 
 	if s.Open() {
 		return true
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	tok, ok := bearer(r.Header.Get("Authorization"))
 	if !ok && query {
 		tok, ok = r.URL.Query().Get("access_token"), r.URL.Query().Has("access_token")
 	}
@@ -239,8 +253,7 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, query bool) 
 const maxOffer = 64 << 10
 
 func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
-	cors(w)
-	if !s.authorized(w, r, false) {
+	if !s.cors(w, r) || !s.authorized(w, r, false) {
 		return
 	}
 	app := dag.AppID(r.PathValue("app"))
@@ -259,6 +272,11 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if code, msg := checkOffer(body); code != 0 {
+		httpError(w, code, msg)
+		return
+	}
+	body, code, msg := bundleOffer(body)
+	if code != 0 {
 		httpError(w, code, msg)
 		return
 	}
@@ -404,8 +422,7 @@ func (s *Server) lookup(id string) *stream {
 }
 
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
-	cors(w)
-	if !s.authorized(w, r, false) {
+	if !s.cors(w, r) || !s.authorized(w, r, false) {
 		return
 	}
 	st := s.lookup(r.PathValue("id"))
@@ -504,6 +521,8 @@ func addInfo(t *metrics.IngestTotals, i StreamInfo) {
 	t.Lost += i.Lost
 	t.DecodeErrors += i.DecodeErrors
 	t.PLIs += i.PLIs
+	t.Discarded += i.Discarded
+	t.Restarts += i.Restarts
 }
 
 // Close ends every stream and waits for their goroutines.
@@ -515,8 +534,14 @@ func (s *Server) Close() {
 		live = append(live, st)
 	}
 	s.mu.Unlock()
+	var ending sync.WaitGroup // at once: each may wait for its clients' goodbyes
 	for _, st := range live {
-		st.end("server shutting down")
+		ending.Add(1)
+		go func() {
+			defer ending.Done()
+			st.end("server shutting down")
+		}()
 	}
+	ending.Wait()
 	s.wg.Wait()
 }

@@ -67,7 +67,11 @@ type StreamInfo struct {
 	// Packets received; frames assembled, decoded, handed to the session;
 	// frames skipped to sample the app's rate; frames lost (incomplete),
 	// frames that failed to decode, frames skipped waiting for a key frame;
-	// PLIs sent; results delivered and results dropped for a slow client.
+	// PLIs sent; results delivered and results dropped for a slow client;
+	// packets discarded (not VP8, duplicates, late packets of frames
+	// already released or given up, a new timeline's first stale frames);
+	// times the sender's RTP timestamps jumped back (a new timeline: the
+	// capture clock is re-anchored).
 	Packets        uint64 `json:"packets"`
 	Frames         uint64 `json:"frames"`
 	Ingested       uint64 `json:"ingested"`
@@ -78,11 +82,13 @@ type StreamInfo struct {
 	PLIs           uint64 `json:"plis"`
 	ResultsSent    uint64 `json:"results_sent"`
 	ResultsDropped uint64 `json:"results_dropped"`
+	Discarded      uint64 `json:"discarded_packets"`
+	Restarts       uint64 `json:"timeline_restarts"`
 	LastError      string `json:"last_error,omitempty"`
 }
 
 type counters struct {
-	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped atomic.Uint64
+	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped, discarded, restarts atomic.Uint64
 }
 
 type stream struct {
@@ -105,6 +111,7 @@ type stream struct {
 
 	done chan struct{}
 	once sync.Once
+	dcs  sync.WaitGroup // DataChannel senders; end waits for their goodbyes (bounded)
 }
 
 func newStream(s *Server, id string, app dag.AppID, fps float64, pc *webrtc.PeerConnection) *stream {
@@ -154,6 +161,7 @@ func (st *stream) end(why string) {
 		}
 		st.mu.Unlock()
 		close(st.done)
+		st.waitGoodbyes()
 		if err := st.s.sink.Leave(st.id); err != nil {
 			st.s.log.Warn("whip stream leave", "stream", st.id, "err", err)
 		}
@@ -170,7 +178,8 @@ func (st *stream) info() StreamInfo {
 	return StreamInfo{ID: st.id, App: string(st.app), Started: st.started, Ended: st.ended, Width: st.w, Height: st.h,
 		Packets: st.c.packets.Load(), Frames: st.c.frames.Load(), Ingested: st.c.ingested.Load(), Sampled: st.c.sampled.Load(),
 		Lost: st.c.lost.Load(), DecodeErrors: st.c.decodeErrors.Load(), WaitingKey: st.c.waitingKey.Load(), PLIs: st.c.plis.Load(),
-		ResultsSent: st.c.resultsSent.Load(), ResultsDropped: st.c.resultsDropped.Load(), LastError: st.lastErr}
+		ResultsSent: st.c.resultsSent.Load(), ResultsDropped: st.c.resultsDropped.Load(),
+		Discarded: st.c.discarded.Load(), Restarts: st.c.restarts.Load(), LastError: st.lastErr}
 }
 
 // ---- results ----
@@ -204,31 +213,90 @@ func (st *stream) publish(r Result) {
 	}
 }
 
+// Ended is the last message on a client's DataChannel when the server ends
+// its stream (results are Result messages, which have no "ended").
+type Ended struct {
+	Stream string `json:"stream"`
+	Ended  string `json:"ended"` // why
+}
+
+// goodbyeWait bounds how long ending a stream waits for its DataChannels
+// to deliver the results still queued and the Ended message (acknowledged
+// by the client) before the connection is closed.
+const goodbyeWait = time.Second
+
 func (st *stream) onDataChannel(dc *webrtc.DataChannel) {
 	dc.OnOpen(func() {
+		st.mu.Lock()
+		if st.ended != "" {
+			st.mu.Unlock()
+			return
+		}
+		st.dcs.Add(1) // under mu, before end sets ended and waits
+		st.mu.Unlock()
 		ch, unsub := st.subscribe()
 		st.s.wg.Add(1)
+		closed := make(chan struct{})
+		dc.OnClose(func() { close(closed) })
 		go func() {
 			defer st.s.wg.Done()
+			defer st.dcs.Done()
 			defer unsub()
-			closed := make(chan struct{})
-			dc.OnClose(func() { close(closed) })
+			send := func(r Result) bool {
+				b, _ := json.Marshal(r)
+				if err := dc.SendText(string(b)); err != nil {
+					return false
+				}
+				st.c.resultsSent.Add(1)
+				return true
+			}
 			for {
 				select {
 				case r := <-ch:
-					b, _ := json.Marshal(r)
-					if err := dc.SendText(string(b)); err != nil {
+					if !send(r) {
 						return
 					}
-					st.c.resultsSent.Add(1)
 				case <-closed:
 					return
 				case <-st.done:
+					for len(ch) > 0 { // results already published go first
+						if !send(<-ch) {
+							return
+						}
+					}
+					st.goodbye(dc, closed)
 					return
 				}
 			}
 		}()
 	})
+}
+
+// goodbye tells the client why its stream ended and waits (bounded) until
+// the client has acknowledged everything sent.
+func (st *stream) goodbye(dc *webrtc.DataChannel, closed <-chan struct{}) {
+	st.mu.Lock()
+	why := st.ended
+	st.mu.Unlock()
+	flushed := make(chan struct{})
+	var once sync.Once
+	dc.SetBufferedAmountLowThreshold(0)
+	dc.OnBufferedAmountLow(func() { once.Do(func() { close(flushed) }) })
+	b, _ := json.Marshal(Ended{Stream: st.id, Ended: why})
+	if dc.SendText(string(b)) != nil || dc.BufferedAmount() == 0 {
+		return
+	}
+	select {
+	case <-flushed:
+	case <-closed:
+	case <-st.s.clk.After(goodbyeWait):
+	}
+}
+
+// waitGoodbyes waits for the DataChannel senders to say goodbye (each
+// bounds its own wait by goodbyeWait).
+func (st *stream) waitGoodbyes() {
+	st.dcs.Wait()
 }
 
 // ---- media ----
@@ -313,6 +381,8 @@ type pipeline struct {
 	ssrc    uint32
 	lastPLI time.Time
 	lost    int
+	discard int // the assembler's discarded and restarts counts already added to the stream's
+	restart int
 	next    time.Time // the next sampling slot
 	seq     uint64
 	sendPLI func() error // nil: RTCP to the peer
@@ -332,6 +402,20 @@ func (p *pipeline) packet(pkt *rtp.Packet) bool {
 		return false
 	}
 	frames := p.asm.push(pkt)
+	if p.asm.discarded > p.discard {
+		st.c.discarded.Add(uint64(p.asm.discarded - p.discard))
+		p.discard = p.asm.discarded
+	}
+	if p.asm.restarts > p.restart {
+		// The sender's RTP timestamps jumped back: a new timeline. Capture
+		// times and the sampling grid start again from arrivals.
+		st.c.restarts.Add(uint64(p.asm.restarts - p.restart))
+		p.restart = p.asm.restarts
+		p.sync.restart(now)
+		p.next = time.Time{}
+		st.s.log.Warn("whip sender's RTP timestamps jumped back: new timeline, capture clock re-anchored",
+			"app", st.app, "stream", st.id, "timestamp", pkt.Timestamp, "restarts", p.restart)
+	}
 	if p.asm.lost > p.lost {
 		st.c.lost.Add(uint64(p.asm.lost - p.lost))
 		p.lost = p.asm.lost
@@ -471,13 +555,29 @@ func (st *stream) setSize(w, h int) {
 // that is earlier, dropped for one that is later), so capture times stay
 // steady and never after arrival.
 type captureClock struct {
-	mu      sync.Mutex
-	base    bool
-	bRTP    uint32
-	bAt     time.Time
-	srs     []srSample // newest last, within srWindow
-	late    time.Duration
-	lateFor srSample // the mapping late applies to
+	mu        sync.Mutex
+	base      bool
+	bRTP      uint32
+	bAt       time.Time
+	srs       []srSample // newest last, within srWindow
+	late      time.Duration
+	lateFor   srSample  // the mapping late applies to
+	restarted time.Time // when the sender's timeline last jumped back
+}
+
+// srGrace is how long after a new timeline sender reports are not used: a
+// report of the old timeline still in flight would map the new one's
+// frames by the old one.
+const srGrace = time.Second
+
+// restart starts a new timeline (the sender's RTP timestamps jumped back)
+// at now: the anchor and the sender reports of the old one no longer apply;
+// capture times come from arrivals until the new timeline's reports do.
+func (c *captureClock) restart(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.base, c.srs, c.late, c.lateFor = false, nil, 0, srSample{}
+	c.restarted = now
 }
 
 type srSample struct {
@@ -504,6 +604,9 @@ func (c *captureClock) senderReport(ntp uint64, rtpTS uint32, recv time.Time) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.restarted.IsZero() && recv.Sub(c.restarted) < srGrace {
+		return
+	}
 	c.srs = append(c.srs, srSample{rtp: rtpTS, at: at, recv: recv})
 	i := 0
 	for i < len(c.srs)-1 && recv.Sub(c.srs[i].recv) > srWindow {

@@ -13,6 +13,8 @@ type IngestTotals struct {
 	Lost         uint64 // incomplete, never decoded
 	DecodeErrors uint64
 	PLIs         uint64
+	Discarded    uint64 // RTP packets discarded (not VP8, duplicates, late)
+	Restarts     uint64 // senders' RTP timelines that jumped back
 }
 
 // GPUSnapshot is the machine's GPU telemetry (NVML) at scrape time.
@@ -64,6 +66,8 @@ var (
 	ingestLost     = desc("ingest", "frames_lost_total", "Frames lost in transport (incomplete or missing packets).", "app")
 	ingestDecode   = desc("ingest", "decode_errors_total", "Frames libvpx failed to decode.", "app")
 	ingestPLIs     = desc("ingest", "plis_total", "Picture loss indications sent to senders (asking for a key frame).", "app")
+	ingestDiscard  = desc("ingest", "packets_discarded_total", "RTP packets discarded: not VP8, duplicates, late packets of frames already released or given up.", "app")
+	ingestRestarts = desc("ingest", "timeline_restarts_total", "Times a sender's RTP timestamps jumped back (a new timeline; capture clock re-anchored).", "app")
 
 	gpuAvailable = desc("gpu", "telemetry_available", "1 when NVML reports this machine's NVIDIA GPUs; 0 without a driver (emulated GPUs only).")
 	gpuUtil      = desc("gpu", "utilization_ratio", "Share of the last NVML sample period a kernel ran on the GPU.", "gpu", "name")
@@ -76,7 +80,7 @@ var (
 type ingestCollector struct{ m *Metrics }
 
 func (ingestCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{ingestStreams, ingestPackets, ingestFrames, ingestIngested, ingestLost, ingestDecode, ingestPLIs} {
+	for _, d := range []*prometheus.Desc{ingestStreams, ingestPackets, ingestFrames, ingestIngested, ingestLost, ingestDecode, ingestPLIs, ingestDiscard, ingestRestarts} {
 		ch <- d
 	}
 }
@@ -93,7 +97,7 @@ func (c ingestCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, v := range []struct {
 			d *prometheus.Desc
 			n uint64
-		}{{ingestPackets, t.Packets}, {ingestFrames, t.Frames}, {ingestIngested, t.Ingested}, {ingestLost, t.Lost}, {ingestDecode, t.DecodeErrors}, {ingestPLIs, t.PLIs}} {
+		}{{ingestPackets, t.Packets}, {ingestFrames, t.Frames}, {ingestIngested, t.Ingested}, {ingestLost, t.Lost}, {ingestDecode, t.DecodeErrors}, {ingestPLIs, t.PLIs}, {ingestDiscard, t.Discarded}, {ingestRestarts, t.Restarts}} {
 			ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(v.n), t.App)
 		}
 	}

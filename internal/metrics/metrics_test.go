@@ -59,7 +59,7 @@ func scripted() *Metrics {
 	m.Trigger("scaling")
 	m.Replanned()
 	m.SetIngest(func() []IngestTotals {
-		return []IngestTotals{{App: "traffic", Streams: 2, Packets: 900, Frames: 300, Ingested: 100, Lost: 1, DecodeErrors: 0, PLIs: 3}}
+		return []IngestTotals{{App: "traffic", Streams: 2, Packets: 900, Frames: 300, Ingested: 100, Lost: 1, DecodeErrors: 0, PLIs: 3, Discarded: 4, Restarts: 1}}
 	})
 	m.SetGPU(func() GPUSnapshot {
 		return GPUSnapshot{Available: true, Devices: []GPUDevice{{Index: "0", Name: "NVIDIA H100", UtilRatio: 0.42,

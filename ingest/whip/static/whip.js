@@ -63,6 +63,14 @@ function mdagStreamPage({app}) {
   }
 
   function draw(r) {
+    if (r.ended !== undefined) { // the server ended the stream: say why
+      stats.state = "ended"; stats.error = "the server ended the stream: " + r.ended; show();
+      if (session) session.pc.close();
+      if (camera) camera.getTracks().forEach(t => t.stop());
+      session = camera = null;
+      $("stop").disabled = true; $("start").disabled = false;
+      return;
+    }
     stats.results++;
     stats[r.outcome] = (stats[r.outcome] || 0) + 1;
     stats.last = r;
