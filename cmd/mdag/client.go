@@ -114,6 +114,8 @@ type clientSummary struct {
 	P99MS      float64 `json:"p99_ms"`
 	Errors     int     `json:"errors"`
 	Error      string  `json:"error,omitempty"`
+	Ended      string  `json:"ended,omitempty"` // the server ended the stream: kind: why (its last DataChannel message)
+	err        error   // the error behind Error (a *whip.HTTPError for a refusal)
 	latencies  []float64
 }
 
@@ -121,7 +123,7 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 	var sum clientSummary
 	fail := func(err error) clientSummary {
 		sum.Errors++
-		sum.Error = err.Error()
+		sum.Error, sum.err = err.Error(), err
 		return sum
 	}
 	src, err := open()
@@ -139,8 +141,18 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 		}
 	}
 	var mu sync.Mutex
+	endedBy := make(chan struct{}) // the server ended the stream: stop sending
 	onResult := func(r whip.Result) {
 		mu.Lock()
+		if r.Outcome == whip.OutcomeEnded {
+			if sum.Ended == "" {
+				close(endedBy)
+			}
+			sum.Ended = r.Module + ": " + r.Reason
+			mu.Unlock()
+			each(r)
+			return
+		}
 		sum.Results++
 		switch r.Outcome {
 		case "finished":
@@ -169,11 +181,15 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 	f := first
 	for seq := uint64(0); ; seq++ {
 		at := start.Add(time.Duration(seq) * period)
+		stopped := false
 		select {
 		case <-ctx.Done():
+			stopped = true
+		case <-endedBy:
+			stopped = true
 		case <-time.After(time.Until(at)):
 		}
-		if ctx.Err() != nil {
+		if stopped {
 			break
 		}
 		if seq > 0 {
@@ -288,6 +304,9 @@ func writeClientTable(w io.Writer, sums []clientSummary, total clientSummary) {
 		row(name, s)
 		if s.Error != "" {
 			fmt.Fprintf(w, "  error: %s\n", s.Error)
+		}
+		if s.Ended != "" {
+			fmt.Fprintf(w, "  ended by the server: %s\n", s.Ended)
 		}
 	}
 	if len(sums) > 1 {

@@ -1,8 +1,10 @@
 package whip
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +21,11 @@ import (
 	"github.com/mdag/mdag/internal/engine"
 	"github.com/mdag/mdag/modules"
 )
+
+// OutcomeEnded is the outcome of the last DataChannel message of a stream
+// the server ended: Module holds the end kind (EndOverload, ...), Reason
+// why.
+const OutcomeEnded = "ended"
 
 // Result is one frame's outcome as clients receive it (DataChannel
 // messages and SSE events carry it as JSON).
@@ -61,9 +68,15 @@ type StreamInfo struct {
 	ID      string    `json:"id"`
 	App     string    `json:"app"`
 	Started time.Time `json:"started"`
-	Ended   string    `json:"ended,omitempty"` // why, once ended
-	Width   int       `json:"width,omitempty"`
-	Height  int       `json:"height,omitempty"`
+	// State is pending (no frame decoded yet), admitted (joined the app's
+	// session) or ended; Ended says why and EndKind its kind (EndClient,
+	// EndOverload, ...).
+	State   string  `json:"state"`
+	Ended   string  `json:"ended,omitempty"`
+	EndKind string  `json:"end_kind,omitempty"`
+	Load    float64 `json:"media_load"` // the share of wall time its media goroutine spends on frames (decode, convert, resize, motion), in cores
+	Width   int     `json:"width,omitempty"`
+	Height  int     `json:"height,omitempty"`
 	// Packets received; frames assembled, decoded, handed to the session;
 	// frames skipped to sample the app's rate; frames lost (incomplete),
 	// frames that failed to decode, frames skipped waiting for a key frame;
@@ -81,8 +94,31 @@ type StreamInfo struct {
 	LastError      string `json:"last_error,omitempty"`
 }
 
+// Stream states (StreamInfo.State).
+const (
+	StatePending  = "pending"
+	StateAdmitted = "admitted"
+	StateEnded    = "ended"
+)
+
 type counters struct {
 	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped atomic.Uint64
+	busy                                                                                                  atomic.Int64 // ns the media goroutine spent on frames (decode, convert, resize, objects)
+}
+
+// admState is a stream's admission state, guarded by the server's mu.
+type admState struct {
+	media      bool // a video track arrived (its decoding load is coming)
+	admitted   bool // its first frame decoded and it was let in
+	admittedAt time.Time
+	shed       bool
+	// The media path's load: cores of wall time, smoothed; samples taken
+	// since admitted (the process's CPU load reflects it after two);
+	// the busy counter at the last sample.
+	load      float64
+	samples   int
+	lastBusy  int64
+	sampledAt time.Time
 }
 
 type stream struct {
@@ -93,15 +129,22 @@ type stream struct {
 	pc      *webrtc.PeerConnection
 	started time.Time
 	c       counters
+	adm     admState // guarded by s.mu
+
+	inSession atomic.Bool // joined the sink: leaves it at the end
 
 	mu        sync.Mutex
 	subs      map[chan Result]struct{}
 	ended     string
+	endKind   string
 	lastErr   string
 	w, h      int
 	lastMedia time.Time
 	idle      clock.Timer
-	video     bool // a video track is being read (one per stream)
+	connect   clock.Timer
+	video     bool                             // a video track is being read (one per stream)
+	dcs       map[*webrtc.DataChannel]struct{} // open DataChannels
+	dcOpen    chan struct{}                    // closed when the first opens
 
 	done chan struct{}
 	once sync.Once
@@ -109,15 +152,15 @@ type stream struct {
 
 func newStream(s *Server, id string, app dag.AppID, fps float64, pc *webrtc.PeerConnection) *stream {
 	st := &stream{s: s, id: id, app: app, fps: fps, pc: pc, started: s.clk.Now(), subs: map[chan Result]struct{}{},
-		lastMedia: s.clk.Now(), done: make(chan struct{})}
+		lastMedia: s.clk.Now(), done: make(chan struct{}), dcs: map[*webrtc.DataChannel]struct{}{}, dcOpen: make(chan struct{})}
 	pc.OnTrack(st.onTrack)
 	pc.OnDataChannel(st.onDataChannel)
 	pc.OnConnectionStateChange(func(cs webrtc.PeerConnectionState) {
 		switch cs {
 		case webrtc.PeerConnectionStateFailed:
-			go st.end("ICE connection failed")
+			go st.endAs(EndICEFailed, "ICE connection failed")
 		case webrtc.PeerConnectionStateClosed:
-			go st.end("peer connection closed")
+			go st.endAs(EndClient, "peer connection closed")
 		}
 	})
 	return st
@@ -136,38 +179,131 @@ func (st *stream) armIdle() {
 		quiet := st.s.clk.Now().Sub(st.lastMedia)
 		st.mu.Unlock()
 		if quiet >= st.s.cfg.IdleTimeout {
-			st.end(fmt.Sprintf("no media for %v", st.s.cfg.IdleTimeout))
+			st.endAs(EndIdle, fmt.Sprintf("no media for %v", st.s.cfg.IdleTimeout))
 			return
 		}
 		st.armIdle()
 	})
 }
 
-// end leaves the session, closes the connection and the result
-// subscriptions; the first reason wins.
-func (st *stream) end(why string) {
+// armConnect ends the stream if its first frame has not decoded
+// ConnectTimeout after the offer (an offer that never connects, or never
+// sends video, must not hold a slot).
+func (st *stream) armConnect() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ended != "" {
+		return
+	}
+	st.connect = st.s.clk.AfterFunc(st.s.cfg.ConnectTimeout, func() {
+		st.s.mu.Lock()
+		admitted := st.adm.admitted
+		st.s.mu.Unlock()
+		if !admitted {
+			st.endAs(EndConnectTimeout, fmt.Sprintf("no video frame decoded within %v of the offer (connect timeout)", st.s.cfg.ConnectTimeout))
+		}
+	})
+}
+
+// endMessageWait bounds how long an ending stream waits for its end
+// message to leave on the DataChannel.
+const endMessageWait = 500 * time.Millisecond
+
+// endAs leaves the session (if the stream joined it), tells the client why
+// (a last DataChannel message with outcome "ended", the SSE end event),
+// closes the connection and the result subscriptions; the first reason
+// wins. kind is one of the End* kinds (the ended-streams counter's label).
+func (st *stream) endAs(kind, why string) {
 	st.once.Do(func() {
 		st.mu.Lock()
-		st.ended = why
+		st.ended, st.endKind = why, kind
 		if st.idle != nil {
 			st.idle.Stop()
 		}
+		if st.connect != nil {
+			st.connect.Stop()
+		}
 		st.mu.Unlock()
 		close(st.done)
-		if err := st.s.sink.Leave(st.id); err != nil {
-			st.s.log.Warn("whip stream leave", "stream", st.id, "err", err)
+		if st.inSession.Load() {
+			if err := st.s.sink.Leave(st.id); err != nil {
+				st.s.log.Warn("whip stream leave", "stream", st.id, "err", err)
+			}
+		}
+		if kind != EndClient { // the client knows
+			st.sayEnd(kind, why)
 		}
 		_ = st.pc.Close()
 		st.s.removed(st, st.info())
-		st.s.log.Info("whip stream ended", "app", st.app, "stream", st.id, "why", why,
+		lvl := slog.LevelInfo
+		if kind != EndClient && kind != EndShutdown && kind != EndIdle {
+			lvl = slog.LevelWarn
+		}
+		st.s.log.Log(context.Background(), lvl, "whip stream ended", "app", st.app, "stream", st.id, "kind", kind, "why", why,
 			"ingested", st.c.ingested.Load(), "lost", st.c.lost.Load(), "decode_errors", st.c.decodeErrors.Load())
 	})
 }
 
+// sayEnd sends the end message on the open DataChannels and waits (at most
+// endMessageWait) for it to leave before the connection closes. A stream
+// can end at its first frame before the client's DataChannel has opened
+// (media and SCTP start together): when connected with none open, it waits
+// (as long) for one.
+func (st *stream) sayEnd(kind, why string) {
+	st.mu.Lock()
+	n := len(st.dcs)
+	st.mu.Unlock()
+	if n == 0 && st.pc.ConnectionState() == webrtc.PeerConnectionStateConnected {
+		t := time.NewTimer(endMessageWait) // a network wait, in real time
+		select {
+		case <-st.dcOpen:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	st.mu.Lock()
+	dcs := make([]*webrtc.DataChannel, 0, len(st.dcs))
+	for dc := range st.dcs {
+		dcs = append(dcs, dc)
+	}
+	st.mu.Unlock()
+	b, _ := json.Marshal(Result{Stream: st.id, Outcome: OutcomeEnded, Module: kind, Reason: why})
+	for _, dc := range dcs {
+		sent := make(chan struct{})
+		var once sync.Once
+		dc.SetBufferedAmountLowThreshold(0)
+		dc.OnBufferedAmountLow(func() { once.Do(func() { close(sent) }) })
+		if err := dc.SendText(string(b)); err != nil {
+			continue
+		}
+		if dc.BufferedAmount() == 0 {
+			continue
+		}
+		// A network wait, bounded in real time (an injected fake clock
+		// would never end it).
+		t := time.NewTimer(endMessageWait)
+		select {
+		case <-sent:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
 func (st *stream) info() StreamInfo {
+	st.s.mu.Lock()
+	state, load := StatePending, st.adm.load
+	if st.adm.admitted {
+		state = StateAdmitted
+	}
+	st.s.mu.Unlock()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return StreamInfo{ID: st.id, App: string(st.app), Started: st.started, Ended: st.ended, Width: st.w, Height: st.h,
+	if st.ended != "" {
+		state = StateEnded
+	}
+	return StreamInfo{ID: st.id, App: string(st.app), Started: st.started, State: state, Ended: st.ended, EndKind: st.endKind, Load: load,
+		Width: st.w, Height: st.h,
 		Packets: st.c.packets.Load(), Frames: st.c.frames.Load(), Ingested: st.c.ingested.Load(), Sampled: st.c.sampled.Load(),
 		Lost: st.c.lost.Load(), DecodeErrors: st.c.decodeErrors.Load(), WaitingKey: st.c.waitingKey.Load(), PLIs: st.c.plis.Load(),
 		ResultsSent: st.c.resultsSent.Load(), ResultsDropped: st.c.resultsDropped.Load(), LastError: st.lastErr}
@@ -206,6 +342,16 @@ func (st *stream) publish(r Result) {
 
 func (st *stream) onDataChannel(dc *webrtc.DataChannel) {
 	dc.OnOpen(func() {
+		st.mu.Lock()
+		st.dcs[dc] = struct{}{}
+		if len(st.dcs) == 1 {
+			close(st.dcOpen)
+		}
+		ended := st.ended != ""
+		st.mu.Unlock()
+		if ended {
+			return // sayEnd may still use it
+		}
 		ch, unsub := st.subscribe()
 		st.s.wg.Add(1)
 		go func() {
@@ -250,6 +396,9 @@ func (st *stream) onTrack(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver) {
 		}()
 		return
 	}
+	st.s.mu.Lock()
+	st.adm.media = true // counts in the predicted load until it is measured
+	st.s.mu.Unlock()
 	st.s.wg.Add(2)
 	sync := &captureClock{}
 	go func() {
@@ -276,7 +425,7 @@ func (st *stream) readVideo(track *webrtc.TrackRemote, sync *captureClock) {
 	dec, err := vpx.NewDecoder()
 	if err != nil {
 		st.fail(err)
-		st.end("decoder: " + err.Error())
+		st.endAs(EndError, "decoder: "+err.Error())
 		return
 	}
 	defer dec.Close()
@@ -317,6 +466,7 @@ type pipeline struct {
 	seq     uint64
 	sendPLI func() error // nil: RTCP to the peer
 	objects Objects      // nil: frames go without ground truth
+	joined  bool         // the first frame decoded and the stream was admitted
 }
 
 // packet handles one RTP packet; false ends the stream's reading.
@@ -349,6 +499,7 @@ func (p *pipeline) packet(pkt *rtp.Packet) bool {
 		take := p.sample(capture)
 		var img *modules.Frame
 		var err error
+		work := time.Now() // the decoding load is real CPU time, whatever the injected clock says
 		if take {
 			img, err = p.dec.Decode(fr.Data)
 		} else {
@@ -356,6 +507,7 @@ func (p *pipeline) packet(pkt *rtp.Packet) bool {
 			st.c.sampled.Add(1)
 		}
 		if err != nil {
+			st.c.busy.Add(int64(time.Since(work)))
 			st.c.decodeErrors.Add(1)
 			st.fail(err)
 			p.needKey = true
@@ -364,18 +516,29 @@ func (p *pipeline) packet(pkt *rtp.Packet) bool {
 		}
 		p.needKey = false
 		if !take || img == nil {
+			st.c.busy.Add(int64(time.Since(work)))
 			continue
 		}
 		if img, err = st.fit(img); err != nil {
 			st.fail(err)
-			go st.end(err.Error())
+			go st.endAs(EndError, err.Error())
 			return false
 		}
-		p.seq++
 		var truth []modules.Box
 		if p.objects != nil {
 			truth = p.objects.Boxes(img)
 		}
+		st.c.busy.Add(int64(time.Since(work)))
+		if !p.joined {
+			// The first decoded frame: the stream is admitted (or ended)
+			// now, so offers that never send media never reach the session.
+			if kind, why := st.admitFirst(); kind != "" {
+				go st.endAs(kind, why)
+				return false
+			}
+			p.joined = true
+		}
+		p.seq++
 		if err := st.s.sink.Ingest(st.id, p.seq, capture, img, truth); err != nil {
 			st.fail(err) // recorded; the stream goes on
 			continue
