@@ -169,7 +169,7 @@ func (t tapSink) Admit(app dag.AppID) error {
 	}
 	return nil
 }
-func (t tapSink) Leave(id string) error               { return t.e.Leave(id) }
+func (t tapSink) Leave(id string) error { return t.e.Leave(id) }
 
 // Ingest hands the frame on first: a thumbnail (about 1 ms once a second
 // per stream) never delays it. Frames are read-only once ingested.

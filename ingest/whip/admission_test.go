@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -260,4 +261,77 @@ func newHTTPTest(t *testing.T, srv *Server) string {
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return hs.URL
+}
+
+// TestShedMany: a load far above capacity sheds as many of the newest
+// streams as the excess over the per-stream cost, at once, never the last
+// one; the machine's busy cores count when larger than the process's.
+func TestShedMany(t *testing.T) {
+	cases := []struct {
+		name    string
+		streams int
+		proc    float64 // the process's cores per interval once all are in
+		machine float64 // the machine's busy cores (0: no machine reading)
+		shed    int
+	}{
+		{"excess over cost", 5, 1.0, 0, 3}, // (1.0 - 0.5) / (1.0 / 5) = 2.5: 3
+		{"never the last", 3, 3.0, 0, 2},   // (3.0 - 0.5) / 1.0 = 2.5: 3, but the oldest stays
+		{"machine busy", 4, 0.4, 0.9, 3},   // max(0.4, 0.9): (0.9 - 0.5) / (0.4 / 4) = 4, the oldest stays
+		{"fits", 4, 0.4, 0, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clock.NewFake(time.Now())
+			var cpu, busy, total time.Duration
+			cfg := Config{MaxStreams: 10, CPUCores: 1, CPUCeiling: 0.5, StreamCost: 0.01, ShedAfter: 2 * time.Second,
+				IdleTimeout: time.Hour, ConnectTimeout: time.Hour, Clock: clk, CPUTime: func() time.Duration { return cpu }}
+			if c.machine > 0 {
+				cfg.MachineCPU = func() (time.Duration, time.Duration, int) { return busy, total, 1 }
+			}
+			srv, _, hs := newTestServer(t, cfg)
+			var in []*stream
+			for i := range c.streams {
+				code, body, id, _ := postOffer(t, hs.URL)
+				if code != http.StatusCreated {
+					t.Fatalf("stream %d: %d %s", i, code, body)
+				}
+				st := srv.lookup(id)
+				if kind, why := st.admitFirst(); kind != "" {
+					t.Fatalf("stream %d: %s %s", i, kind, why)
+				}
+				in = append(in, st)
+				clk.Advance(time.Millisecond) // distinct admission times: in[i] is older than in[i+1]
+			}
+			// Over from the second sample; shed at the fourth (ShedAfter
+			// 2 s); the fifth, one interval later, sheds nothing more.
+			for range 5 {
+				cpu += time.Duration(c.proc * float64(time.Second))
+				busy += time.Duration(c.machine * float64(time.Second))
+				total += time.Second
+				clk.Advance(time.Second)
+			}
+			waitFor(t, "shedding", 5*time.Second, func() bool { return srv.Admission().Admitted == c.streams-c.shed })
+			if got := srv.Admission().Ended[EndOverload]; got != uint64(c.shed) {
+				t.Errorf("ended overload = %d, want %d", got, c.shed)
+			}
+			for i, st := range in {
+				gone := srv.lookup(st.id) == nil
+				if want := i >= c.streams-c.shed; gone != want {
+					t.Errorf("stream %d (of %d, oldest first): shed %v, want %v; %+v", i, c.streams, gone, want, srv.Admission())
+				}
+			}
+		})
+	}
+}
+
+// TestMachineCPUTime reads this Linux machine's /proc/stat: every core,
+// busy time within the total, both growing.
+func TestMachineCPUTime(t *testing.T) {
+	busy, total, cores := MachineCPUTime()
+	if cores != runtime.NumCPU() || busy <= 0 || busy > total {
+		t.Fatalf("busy %v, total %v, cores %d (NumCPU %d)", busy, total, cores, runtime.NumCPU())
+	}
+	if p := ProcessCPUTime(); p <= 0 {
+		t.Errorf("process CPU time %v", p)
+	}
 }
