@@ -187,7 +187,16 @@ func (st *stream) admitFirst() (kind, why string) {
 	if err := s.sink.Join(st.app, st.id); err != nil {
 		return EndJoinFailed, fmt.Sprintf("joining app %s: %v", st.app, err)
 	}
-	st.inSession.Store(true)
+	st.mu.Lock()
+	ended := st.ended != ""
+	st.inSession = !ended
+	st.mu.Unlock()
+	if ended { // it ended while joining (DELETE, shutdown): its end did not leave
+		if err := s.sink.Leave(st.id); err != nil {
+			s.log.Warn("whip stream leave", "stream", st.id, "err", err)
+		}
+		return EndShutdown, "ended while joining"
+	}
 	s.log.Info("whip stream admitted", "app", st.app, "stream", st.id)
 	return "", ""
 }

@@ -131,12 +131,12 @@ type stream struct {
 	c       counters
 	adm     admState // guarded by s.mu
 
-	inSession atomic.Bool // joined the sink: leaves it at the end
 
 	mu        sync.Mutex
 	subs      map[chan Result]struct{}
 	ended     string
 	endKind   string
+	inSession bool // joined the sink: leaves it at the end
 	lastErr   string
 	w, h      int
 	lastMedia time.Time
@@ -217,6 +217,7 @@ func (st *stream) endAs(kind, why string) {
 	st.once.Do(func() {
 		st.mu.Lock()
 		st.ended, st.endKind = why, kind
+		inSession := st.inSession
 		if st.idle != nil {
 			st.idle.Stop()
 		}
@@ -225,7 +226,7 @@ func (st *stream) endAs(kind, why string) {
 		}
 		st.mu.Unlock()
 		close(st.done)
-		if st.inSession.Load() {
+		if inSession {
 			if err := st.s.sink.Leave(st.id); err != nil {
 				st.s.log.Warn("whip stream leave", "stream", st.id, "err", err)
 			}
