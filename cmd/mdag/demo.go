@@ -70,8 +70,9 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	defer obs.Close()
 	// The demo's clients encode in this process: admission may fill every
-	// core (their encoders count in the CPU load it measures).
-	ws, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Objects: motionObjects, CPUCeiling: 1, Log: log}, obs.sink())
+	// core with this process's CPU (their encoders count in it).
+	ws, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Objects: motionObjects, CPUCeiling: 1, ProcessOnly: true,
+		Log: log}, obs.sink())
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag demo: %v\n", err)
 		return exitFailure

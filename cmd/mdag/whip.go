@@ -29,6 +29,7 @@ type whipFlags struct {
 	ceiling    *float64
 	streamCost *float64
 	shedAfter  *time.Duration
+	cpuMachine *bool
 	maxRes     *string
 	oversize   *string
 	udpPorts   *string
@@ -46,6 +47,7 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 		cores:      fs.Float64("cpu-cores", 0, "CPU cores this process may use, for WHIP admission (default GOMAXPROCS)"),
 		ceiling:    fs.Float64("cpu-ceiling", 0.7, "share of --cpu-cores WHIP admission fills with the measured CPU load; a stream that would not fit gets 503"),
 		streamCost: fs.Float64("stream-cost", 0.15, "predicted CPU load of a new WHIP stream in cores until one has been measured"),
+		cpuMachine: fs.Bool("cpu-machine", true, "WHIP admission counts the machine's busy cores (other processes) when larger than this process's CPU, where the process may use every core; false: this process only"),
 		shedAfter:  fs.Duration("shed-after", 3*time.Second, "end the newest WHIP streams (reason overload; as many as the excess over the per-stream cost, never the last) when the CPU load stays above capacity this long (negative: never)"),
 		maxRes:     fs.String("max-resolution", "1920x1080", "largest decoded frame WxH handed to the session"),
 		oversize:   fs.String("oversize", string(whip.Downscale), "frames above --max-resolution: downscale or reject (ends the stream)"),
@@ -60,7 +62,7 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, log *slog.Logger) (*whip.Server, error) {
 	cfg := whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, MaxStreams: *wf.maxStreams,
 		MaxPending: *wf.maxPending, ConnectTimeout: *wf.connect, CPUCores: *wf.cores, CPUCeiling: *wf.ceiling,
-		StreamCost: *wf.streamCost, ShedAfter: *wf.shedAfter, Oversize: whip.Oversize(*wf.oversize), Log: log}
+		StreamCost: *wf.streamCost, ShedAfter: *wf.shedAfter, ProcessOnly: !*wf.cpuMachine, Oversize: whip.Oversize(*wf.oversize), Log: log}
 	switch *wf.objects {
 	case "motion":
 		cfg.Objects = motionObjects

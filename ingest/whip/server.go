@@ -82,6 +82,9 @@ type Config struct {
 	// CPUTime set and MachineCPU nil, only the process counts.
 	CPUTime    func() time.Duration
 	MachineCPU func() (busy, total time.Duration, cores int)
+	// ProcessOnly leaves the machine's CPU out (MachineCPU unused): for a
+	// process whose co-tenants are not its concern (tests under load).
+	ProcessOnly bool
 	// MaxWidth and MaxHeight bound decoded frames (default 1920x1080);
 	// Oversize says what happens above them.
 	MaxWidth, MaxHeight int
@@ -128,9 +131,12 @@ func (c Config) withDefaults() Config {
 	if c.StreamCost <= 0 {
 		c.StreamCost = 0.15
 	}
+	if c.ProcessOnly {
+		c.MachineCPU = nil
+	}
 	if c.CPUTime == nil {
 		c.CPUTime = ProcessCPUTime
-		if c.MachineCPU == nil {
+		if c.MachineCPU == nil && !c.ProcessOnly {
 			c.MachineCPU = machineCPU(c.CPUCores)
 		}
 	}

@@ -131,7 +131,6 @@ type stream struct {
 	c       counters
 	adm     admState // guarded by s.mu
 
-
 	mu        sync.Mutex
 	subs      map[chan Result]struct{}
 	ended     string
