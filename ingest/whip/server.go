@@ -237,7 +237,7 @@ func (s *Server) Open() bool { return len(s.cfg.Tokens) == 0 }
 //	PATCH   /whip/{app}/{id}         405: no trickle ICE (candidates are in the answer)
 //	OPTIONS /whip/...                CORS preflight
 //	GET     /v1/streams              the streams and their counters (JSON)
-//	GET     /v1/ingest               the admission state: admitted, pending, decoding load, refusals (JSON)
+//	GET     /v1/ingest               the admission state: admitted, pending, CPU load, refusals (JSON)
 //	GET     /v1/streams/{id}/results per-frame results as Server-Sent Events
 //	GET     /stream/{app}            the browser page (camera -> WHIP, results drawn over the video)
 func (s *Server) Handler() http.Handler {
