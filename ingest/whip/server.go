@@ -408,10 +408,18 @@ func checkOffer(body []byte) (int, string) {
 			continue
 		}
 		video = true
-		for _, a := range m.Attributes {
-			if a.Key == "recvonly" || a.Key == "inactive" {
-				return statusRecvonly, fmt.Sprintf("the offer's video section is %s: a WHIP offer must send video (sendonly or sendrecv)", a.Key)
+		// The direction: the media section's, else the session's (RFC
+		// 8866 6.7), else sendrecv.
+		dir := ""
+		for _, attrs := range [][]sdp.Attribute{m.Attributes, d.Attributes} {
+			for _, a := range attrs {
+				if dir == "" && (a.Key == "sendonly" || a.Key == "sendrecv" || a.Key == "recvonly" || a.Key == "inactive") {
+					dir = a.Key
+				}
 			}
+		}
+		if dir == "recvonly" || dir == "inactive" {
+			return statusRecvonly, fmt.Sprintf("the offer's video section is %s: a WHIP offer must send video (sendonly or sendrecv)", dir)
 		}
 		for _, a := range m.Attributes {
 			if a.Key != "rtpmap" {

@@ -284,6 +284,8 @@ func TestHTTPErrors(t *testing.T) {
 	audioOnly := "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=rtpmap:111 opus/48000/2\r\n"
 	recvonly := strings.Replace(goodOffer, "a=sendonly", "a=recvonly", 1)
 	inactive := strings.Replace(goodOffer, "a=sendonly", "a=inactive", 1)
+	// Direction at session level only (the media section has none).
+	sessionRecvonly := strings.Replace(strings.Replace(goodOffer, "a=sendonly\r\n", "", 1), "t=0 0\r\n", "t=0 0\r\na=recvonly\r\n", 1)
 	if recvonly == goodOffer {
 		t.Fatal("the offer has no a=sendonly to turn into recvonly")
 	}
@@ -301,6 +303,7 @@ func TestHTTPErrors(t *testing.T) {
 		{"no codec", "POST", "/whip/face", "application/sdp", h264, "s3cret", 400, "offered: H264); supported: VP8"},
 		{"recvonly", "POST", "/whip/face", "application/sdp", recvonly, "s3cret", 400, "video section is recvonly: a WHIP offer must send video"},
 		{"inactive", "POST", "/whip/face", "application/sdp", inactive, "s3cret", 400, "video section is inactive"},
+		{"session recvonly", "POST", "/whip/face", "application/sdp", sessionRecvonly, "s3cret", 400, "video section is recvonly"},
 		{"too big", "POST", "/whip/face", "application/sdp", strings.Repeat("a", maxOffer+1), "s3cret", 413, "limit"},
 		{"delete unknown", "DELETE", "/whip/face/abc", "", "", "s3cret", 404, "no stream"},
 		{"patch", "PATCH", "/whip/face/abc", "application/trickle-ice-sdpfrag", "", "s3cret", 405, "trickle ICE"},
@@ -336,8 +339,8 @@ func TestHTTPErrors(t *testing.T) {
 	if len(sink.joined) != 0 {
 		t.Errorf("bad requests joined the session: %v", sink.joined)
 	}
-	if got := srv.Admission().Refused; got[RefusedRecvonly] != 2 {
-		t.Errorf("refusals %v, want recvonly = 2", got)
+	if got := srv.Admission().Refused; got[RefusedRecvonly] != 3 {
+		t.Errorf("refusals %v, want recvonly = 3", got)
 	}
 
 	// The limits: a first stream is pending until its first frame decodes,
