@@ -130,6 +130,7 @@ type clientSummary struct {
 	Errors     int     `json:"errors"`
 	Error      string  `json:"error,omitempty"`
 	Ended      string  `json:"ended,omitempty"` // why the server's side ended the stream early
+	err        error   // the error behind Error (a *whip.HTTPError for a refusal)
 	latencies  []float64
 }
 
@@ -137,7 +138,7 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 	var sum clientSummary
 	fail := func(err error) clientSummary {
 		sum.Errors++
-		sum.Error = err.Error()
+		sum.Error, sum.err = err.Error(), err
 		return sum
 	}
 	src, err := open()
@@ -312,6 +313,9 @@ func writeClientTable(w io.Writer, sums []clientSummary, total clientSummary) {
 		row(name, s)
 		if s.Error != "" {
 			fmt.Fprintf(w, "  error: %s\n", s.Error)
+		}
+		if s.Ended != "" {
+			fmt.Fprintf(w, "  ended by the server: %s\n", s.Ended)
 		}
 	}
 	if len(sums) > 1 {

@@ -36,7 +36,8 @@ func TestClientServe(t *testing.T) {
 		if m := re.FindStringSubmatch(l); m != nil {
 			addr <- m[1]
 		}
-	}, "serve", "--example", "traffic", "--listen", "127.0.0.1:0", "--token-file", tokens)
+	}, "serve", "--example", "traffic", "--listen", "127.0.0.1:0", "--token-file", tokens,
+		"--cpu-machine=false") // admission by this process's CPU only: other test packages may fill the machine
 	var url string
 	select {
 	case a := <-addr:

@@ -69,7 +69,10 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	defer obs.Close()
-	ws, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Objects: motionObjects, Log: log}, obs.sink())
+	// The demo's clients encode in this process: admission may fill every
+	// core with this process's CPU (their encoders count in it).
+	ws, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Objects: motionObjects, CPUCeiling: 1,
+		Log: log}, obs.sink())
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag demo: %v\n", err)
 		return exitFailure

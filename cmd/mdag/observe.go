@@ -82,6 +82,8 @@ func startObserved(cfg engine.Config, limits map[profile.WorkerTypeID]int, app *
 func (o *observed) setWhip(ws *whip.Server) {
 	o.ws = ws
 	o.mx.SetIngest(ws.IngestTotals)
+	o.mx.SetIngestLoad(ws.CPULoad)
+	o.rec.SetIngest(ws.Admission)
 	o.results.srv.Store(ws)
 }
 
@@ -125,7 +127,7 @@ func (o *observed) handler() http.Handler {
 	mux := http.NewServeMux()
 	if o.ws != nil {
 		h := o.ws.Handler()
-		for _, p := range []string{"/whip/", "/v1/streams", "/v1/streams/", "/stream/", "/static/"} {
+		for _, p := range []string{"/whip/", "/v1/streams", "/v1/streams/", "/v1/ingest", "/stream/", "/static/"} {
 			mux.Handle(p, h)
 		}
 	}
@@ -157,7 +159,17 @@ type tapSink struct {
 }
 
 func (t tapSink) Join(app dag.AppID, id string) error { return t.e.Join(app, id) }
-func (t tapSink) Leave(id string) error               { return t.e.Leave(id) }
+
+// Admit forwards to the engine's Admit when it has one (whip.Admitter:
+// refuse new streams of an overloaded session); without it every stream
+// is admitted as far as the engine is concerned.
+func (t tapSink) Admit(app dag.AppID) error {
+	if a, ok := any(t.e).(whip.Admitter); ok {
+		return a.Admit(app)
+	}
+	return nil
+}
+func (t tapSink) Leave(id string) error { return t.e.Leave(id) }
 
 // Ingest hands the frame on first: a thumbnail (about 1 ms once a second
 // per stream) never delays it. Frames are read-only once ingested.

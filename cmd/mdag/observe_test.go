@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/mdag/mdag/gpu"
+	"github.com/mdag/mdag/ingest/whip"
+	"github.com/mdag/mdag/internal/engine"
 	"github.com/mdag/mdag/internal/metrics"
 )
 
@@ -20,5 +22,24 @@ func TestGPUMetrics(t *testing.T) {
 	}
 	if got := toGPUMetrics(gpu.Snapshot{Reason: gpu.NoDriver}); got.Available || len(got.Devices) != 0 {
 		t.Errorf("no driver: %+v", got)
+	}
+}
+
+// TestTapSinkAdmit: tapSink forwards Admit to the engine when the engine
+// implements whip.Admitter, and admits otherwise.
+func TestTapSinkAdmit(t *testing.T) {
+	e := engine.New(engine.Config{})
+	var s whip.Sink = tapSink{e: e}
+	a, ok := s.(whip.Admitter)
+	if !ok {
+		t.Fatal("tapSink is not a whip.Admitter")
+	}
+	err := a.Admit("traffic")
+	if ea, ok := any(e).(whip.Admitter); ok {
+		if want := ea.Admit("traffic"); (err == nil) != (want == nil) {
+			t.Errorf("tapSink.Admit = %v, the engine's Admit = %v", err, want)
+		}
+	} else if err != nil {
+		t.Errorf("without an engine Admit: %v, want nil (admit)", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
+	"github.com/mdag/mdag/ingest/whip"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/internal/engine"
 	"github.com/mdag/mdag/profile"
@@ -131,6 +132,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	wg.Wait()
 	obs.settle(app.SLO)
 	writeStatusTable(stdout, e.Status())
+	writeIngestLine(stdout, ws.Admission())
 	writeReplanSummary(stdout, e.Status(), e.Replans())
 	return exitOK
 }
@@ -277,7 +279,46 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	writeStatusTable(stdout, st)
+	// WebRTC ingest's admission (refused, pending, shed streams), where
+	// the server has it.
+	if resp, err := c.Get(strings.TrimRight(*server, "/") + "/v1/ingest"); err == nil {
+		var adm whip.Admission
+		if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&adm) == nil {
+			writeIngestLine(stdout, adm)
+		}
+		resp.Body.Close()
+	}
 	return exitOK
+}
+
+// writeIngestLine prints the WHIP admission state: streams admitted and
+// pending, the CPU load against capacity, refusals and server-ended
+// streams by reason.
+func writeIngestLine(w io.Writer, a whip.Admission) {
+	fmt.Fprintf(w, "ingest: %d streams admitted (max %d), %d pending (max %d); CPU load %.2f of %.2f cores admission fills, a new stream ~%.2f",
+		a.Admitted, a.MaxStreams, a.Pending, a.MaxPending, a.LoadCores, a.CapacityCores, a.StreamCost)
+	if a.OverloadedFor > 0 {
+		fmt.Fprintf(w, "; OVERLOADED for %v", a.OverloadedFor.Round(time.Second))
+	}
+	fmt.Fprintln(w)
+	for _, m := range []struct {
+		what string
+		n    map[string]uint64
+	}{{"refused", a.Refused}, {"ended", a.Ended}} {
+		if len(m.n) == 0 {
+			continue
+		}
+		keys := make([]string, 0, len(m.n))
+		for k := range m.n {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		fmt.Fprintf(w, "  streams %s:", m.what)
+		for _, k := range keys {
+			fmt.Fprintf(w, " %s=%d", k, m.n[k])
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // writeStatusTable prints sessions, modules, instances and the last re-plans.

@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/mdag/mdag/ingest/whip"
 	"github.com/mdag/mdag/internal/engine"
 )
 
@@ -55,5 +58,49 @@ func TestStatusCommand(t *testing.T) {
 	if code := run([]string{"status", "--server", srv.URL + "/nothing-here"}, &out, &errb); code != exitFailure ||
 		!strings.Contains(errb.String(), "404") {
 		t.Errorf("a wrong URL: exit %d, %q", code, errb.String())
+	}
+}
+
+// TestStatusIngest: `mdag status` adds the WHIP admission state when the
+// server has one (GET /v1/ingest), and goes without it when not.
+func TestStatusIngest(t *testing.T) {
+	e := engine.New(engine.Config{})
+	e.Start()
+	defer e.Close()
+	cases := []struct {
+		name   string
+		ingest bool
+		want   []string
+	}{
+		{"with ingest", true, []string{"ingest: 3 streams admitted (max 64), 1 pending (max 64); CPU load 1.20 of 1.40 cores admission fills, a new stream ~0.15; OVERLOADED for 4s",
+			"streams refused: capacity=5 recvonly=1", "streams ended: client=2 connect-timeout=7 overload=1"}},
+		{"without", false, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			mux := http.NewServeMux()
+			mux.Handle("/v1/status", statusHandler(e))
+			if c.ingest {
+				mux.HandleFunc("/v1/ingest", func(w http.ResponseWriter, r *http.Request) {
+					writeJSON(w, whip.Admission{Admitted: 3, Pending: 1, MaxStreams: 64, MaxPending: 64, LoadCores: 1.2, CapacityCores: 1.4,
+						StreamCost: 0.15, OverloadedFor: 4 * time.Second, Refused: map[string]uint64{"recvonly": 1, "capacity": 5},
+						Ended: map[string]uint64{"overload": 1, "client": 2, "connect-timeout": 7}}, false)
+				})
+			}
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+			var out, errb bytes.Buffer
+			if code := run([]string{"status", "--server", srv.URL}, &out, &errb); code != exitOK {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("no %q in\n%s", w, out.String())
+				}
+			}
+			if !c.ingest && strings.Contains(out.String(), "ingest:") {
+				t.Errorf("an ingest line without ingest:\n%s", out.String())
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/ingest"
@@ -23,6 +24,13 @@ type whipFlags struct {
 	tokenFile  *string
 	open       *bool
 	maxStreams *int
+	maxPending *int
+	connect    *time.Duration
+	cores      *float64
+	ceiling    *float64
+	streamCost *float64
+	shedAfter  *time.Duration
+	cpuMachine *bool
 	maxRes     *string
 	oversize   *string
 	udpPorts   *string
@@ -58,7 +66,14 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 		origins:    origins,
 		tokenFile:  fs.String("token-file", "", "bearer tokens accepted for WHIP and results, one per line (# comments); none: open, allowed only on a loopback --listen unless --open"),
 		open:       fs.Bool("open", false, "accept WHIP streams without a token on a non-loopback --listen"),
-		maxStreams: fs.Int("max-streams", 64, "most WHIP streams at once; more get 503 with Retry-After"),
+		maxStreams: fs.Int("max-streams", 64, "most admitted WHIP streams at once (a stream is admitted when its first frame decodes); more get 503 with Retry-After"),
+		maxPending: fs.Int("max-pending", 0, "most WHIP streams waiting for their first frame at once (default --max-streams); more get 503"),
+		connect:    fs.Duration("connect-timeout", 10*time.Second, "end a WHIP stream whose first frame has not decoded this long after its offer"),
+		cores:      fs.Float64("cpu-cores", 0, "CPU cores this process may use, for WHIP admission (default GOMAXPROCS)"),
+		ceiling:    fs.Float64("cpu-ceiling", 0.7, "share of --cpu-cores WHIP admission fills with the measured CPU load; a stream that would not fit gets 503"),
+		streamCost: fs.Float64("stream-cost", 0.15, "predicted CPU load of a new WHIP stream in cores until one has been measured"),
+		cpuMachine: fs.Bool("cpu-machine", false, "WHIP admission also counts the machine's busy cores (other processes) when larger than this process's CPU, where the process may use every core (default: this process only, so a busy neighbour cannot shed streams)"),
+		shedAfter:  fs.Duration("shed-after", 3*time.Second, "end the newest WHIP streams (reason overload; as many as the excess over the per-stream cost, never the last) when the CPU load stays above capacity this long (negative: never)"),
 		maxRes:     fs.String("max-resolution", "1920x1080", "largest decoded frame WxH handed to the session"),
 		oversize:   fs.String("oversize", string(whip.Downscale), "frames above --max-resolution: downscale or reject (ends the stream)"),
 		udpPorts:   fs.String("udp-ports", "", "UDP port range for WebRTC media, MIN-MAX (default: ephemeral)"),
@@ -71,7 +86,9 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 // non-loopback address unless --open. It says at startup how it is secured.
 func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, log *slog.Logger) (*whip.Server, error) {
 	cfg := whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, MaxStreams: *wf.maxStreams,
-		Oversize: whip.Oversize(*wf.oversize), AllowOrigins: *wf.origins, Log: log}
+		MaxPending: *wf.maxPending, ConnectTimeout: *wf.connect, CPUCores: *wf.cores, CPUCeiling: *wf.ceiling,
+		StreamCost: *wf.streamCost, ShedAfter: *wf.shedAfter, MachineWide: *wf.cpuMachine, Oversize: whip.Oversize(*wf.oversize),
+		AllowOrigins: *wf.origins, Log: log}
 	switch *wf.objects {
 	case "motion":
 		cfg.Objects = motionObjects
@@ -81,6 +98,20 @@ func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, lo
 	}
 	if *wf.maxStreams <= 0 {
 		return nil, fmt.Errorf("mdag %s: --max-streams %d: want > 0", cmd, *wf.maxStreams)
+	}
+	switch {
+	case *wf.maxPending < 0:
+		return nil, fmt.Errorf("mdag %s: --max-pending %d: want >= 0 (0: --max-streams)", cmd, *wf.maxPending)
+	case *wf.connect <= 0:
+		return nil, fmt.Errorf("mdag %s: --connect-timeout %v: want > 0", cmd, *wf.connect)
+	case *wf.cores < 0:
+		return nil, fmt.Errorf("mdag %s: --cpu-cores %g: want >= 0 (0: GOMAXPROCS)", cmd, *wf.cores)
+	case *wf.ceiling <= 0 || *wf.ceiling > 1:
+		return nil, fmt.Errorf("mdag %s: --cpu-ceiling %g: want a share in (0, 1]", cmd, *wf.ceiling)
+	case *wf.streamCost <= 0:
+		return nil, fmt.Errorf("mdag %s: --stream-cost %g: want > 0 cores", cmd, *wf.streamCost)
+	case *wf.shedAfter == 0:
+		return nil, fmt.Errorf("mdag %s: --shed-after 0: want a duration (negative: never shed)", cmd)
 	}
 	w, h, err := parseSize(*wf.maxRes)
 	if err != nil || w <= 0 || h <= 0 {
@@ -122,6 +153,9 @@ func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, lo
 	} else if len(cfg.AllowOrigins) > 0 {
 		log.Info("WHIP and /v1/streams allow pages of other origins", "origins", cfg.AllowOrigins)
 	}
+	adm := srv.Admission()
+	log.Info("WHIP admission", "max_streams", adm.MaxStreams, "max_pending", adm.MaxPending, "connect_timeout", *wf.connect,
+		"cpu_capacity_cores", adm.CapacityCores, "stream_cost_cores", adm.StreamCost, "shed_after", *wf.shedAfter)
 	if srv.Open() {
 		log.Warn("WHIP ingest is open: no bearer token is required (give --token-file to require one)", "listen", listen)
 	} else {

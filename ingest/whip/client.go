@@ -95,6 +95,7 @@ func (p *Publisher) spawn(f func()) {
 type EndedError struct {
 	Stream string
 	Reason string
+	Kind   string // the server's kind of end (EndOverload, EndIdle, ...) when it said one
 }
 
 func (e *EndedError) Error() string {
@@ -126,70 +127,74 @@ func (p *Publisher) finish(err error) {
 
 // ended is the server or the connection ending the stream; reason "" asks
 // the server why.
-func (p *Publisher) ended(reason string) {
+func (p *Publisher) ended(reason string) { p.endedAs("", reason) }
+
+// endedAs is ended with the server's kind of end; reason "" asks the server
+// why (and its kind).
+
+func (p *Publisher) endedAs(kind, reason string) {
 	if p.closed.Load() || p.Err() != nil {
 		return
 	}
 	if reason == "" {
-		reason = p.askWhy()
+		kind, reason = p.askWhy()
 	}
 	if !p.closed.Load() {
-		p.finish(&EndedError{Stream: p.Stream, Reason: reason})
+		p.finish(&EndedError{Stream: p.Stream, Reason: reason, Kind: kind})
 	}
 }
 
 // askWhy looks the stream up in the server's list (GET /v1/streams), for
 // up to a second: the server may close the connection a moment before it
 // records why.
-func (p *Publisher) askWhy() string {
+func (p *Publisher) askWhy() (kind, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	var why string
 	for range 10 {
 		var listed bool
-		if why, listed = p.lookupEnd(ctx); listed {
-			return why
+		if kind, why, listed = p.lookupEnd(ctx); listed {
+			return kind, why
 		}
 		select {
 		case <-ctx.Done():
-			return why
+			return kind, why
 		case <-time.After(100 * time.Millisecond): // polling a remote server
 		}
 	}
-	return why
+	return kind, why
 }
 
 // lookupEnd asks the server once; listed: the answer is final (the stream
 // is listed as ended, or the server cannot tell).
-func (p *Publisher) lookupEnd(ctx context.Context) (string, bool) {
+func (p *Publisher) lookupEnd(ctx context.Context) (kind, why string, listed bool) {
 	const closed = "the server closed the connection"
 	u, err := url.Parse(p.resourceURL)
 	if err != nil {
-		return closed, true
+		return "", closed, true
 	}
 	u.Path, u.RawQuery = "/v1/streams", ""
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return closed, true
+		return "", closed, true
 	}
 	if p.cfg.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+p.cfg.Token)
 	}
 	resp, err := p.cfg.HTTP.Do(req)
 	if err != nil {
-		return fmt.Sprintf("%s and cannot be reached (%v)", closed, err), true
+		return "", fmt.Sprintf("%s and cannot be reached (%v)", closed, err), true
 	}
 	defer resp.Body.Close()
 	var list []StreamInfo
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&list) != nil {
-		return fmt.Sprintf("%s (its stream list answered %s)", closed, resp.Status), true
+		return "", fmt.Sprintf("%s (its stream list answered %s)", closed, resp.Status), true
 	}
 	for _, s := range list {
 		if s.ID == p.Stream && s.Ended != "" {
-			return "ended by the server: " + s.Ended, true
+			return s.EndKind, "ended by the server: " + s.Ended, true
 		}
 	}
-	return closed + " (the stream is not listed as ended)", false
+	return "", closed + " (the stream is not listed as ended)", false
 }
 
 // Publish connects to the server and returns once ICE is connected and
@@ -306,13 +311,14 @@ func (p *Publisher) connect(ctx context.Context) error {
 	dc.OnMessage(func(m webrtc.DataChannelMessage) {
 		var r struct {
 			Result
-			Ended *string `json:"ended"`
+			Ended   *string `json:"ended"`
+			EndKind string  `json:"kind"`
 		}
 		if json.Unmarshal(m.Data, &r) != nil {
 			return
 		}
 		if r.Ended != nil {
-			p.ended("ended by the server: " + *r.Ended)
+			p.endedAs(r.EndKind, "ended by the server: "+*r.Ended)
 			return
 		}
 		if p.cfg.OnResult != nil {

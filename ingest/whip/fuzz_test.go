@@ -176,7 +176,8 @@ func FuzzOffer(f *testing.F) {
 	f.Add("v=0\r\n")
 	f.Add("v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\na=rtpmap:96 VP8/90000\r\n")
 	sink := newSink()
-	srv, err := New(Config{Apps: map[dag.AppID]float64{"a": 5}, MaxStreams: 1 << 20}, sink)
+	srv, err := New(Config{Apps: map[dag.AppID]float64{"a": 5}, MaxStreams: 1 << 20,
+		CPUTime: func() time.Duration { return 0 }}, sink)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -191,7 +192,7 @@ func FuzzOffer(f *testing.F) {
 		case w.Code == http.StatusCreated:
 			id := w.Header().Get("Mdag-Stream")
 			if st := srv.lookup(id); st != nil {
-				st.end("fuzz")
+				st.endAs(EndClient, "fuzz")
 			}
 		case w.Code >= 400 && w.Code < 500:
 			if len(bytes.TrimSpace(w.Body.Bytes())) == 0 {

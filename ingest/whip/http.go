@@ -40,6 +40,18 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	_ = enc.Encode(s.Streams())
 }
 
+// handleAdmission serves the admission state; it is counts only (like
+// /v1/status and /metrics), so it needs no token.
+func (s *Server) handleAdmission(w http.ResponseWriter, r *http.Request) {
+	if !s.cors(w, r) {
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(s.Admission())
+}
+
 // sseKeepAlive is how often an idle results stream gets a comment line, so
 // proxies keep the connection.
 const sseKeepAlive = 15 * time.Second

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,7 +27,8 @@ import (
 )
 
 // Sink is where streams go: the engine (Join, Leave and Ingest of
-// *engine.Engine).
+// *engine.Engine). A stream joins when its first frame has decoded, and
+// leaves only if it joined. A Sink may also implement Admitter.
 type Sink interface {
 	Join(app dag.AppID, streamID string) error
 	Leave(streamID string) error
@@ -54,10 +57,42 @@ type Config struct {
 	// request from any other origin gets 403, and its preflight no
 	// permissive headers. Clients outside a browser send no Origin.
 	AllowOrigins []string
-	// MaxStreams is the most streams at once (default 64); above it a POST
-	// gets 503 with Retry-After.
+	// MaxStreams is the most admitted streams at once (default 64); above
+	// it a POST gets 503 with Retry-After. A stream is admitted when its
+	// first frame decodes; until then it is pending.
 	MaxStreams int
-	RetryAfter time.Duration // default 5 s
+	// MaxPending is the most pending streams at once (POSTed, no frame
+	// decoded yet; default MaxStreams); above it a POST gets 503.
+	MaxPending int
+	// ConnectTimeout ends a pending stream whose first frame has not
+	// decoded this long after its offer (default 10 s).
+	ConnectTimeout time.Duration
+	RetryAfter     time.Duration // default 5 s
+	// CPUCores is the CPU this process may use, in cores (default
+	// runtime.GOMAXPROCS(0)); CPUCeiling the share of it admission fills
+	// (default 0.7). A POST whose predicted CPU load does not fit gets 503
+	// (see admission.go).
+	CPUCores, CPUCeiling float64
+	// StreamCost is a new stream's predicted CPU load in cores until a
+	// stream has been measured (default 0.15).
+	StreamCost float64
+	// LoadInterval is how often the load is sampled (default 1 s);
+	// ShedAfter how long the load may stay above capacity before the
+	// newest admitted streams are ended with reason overload (default 3 s;
+	// negative: never shed).
+	LoadInterval, ShedAfter time.Duration
+	// CPUTime is the process's CPU time so far (default ProcessCPUTime;
+	// tests feed their own). MachineCPU, when set, is the machine's busy
+	// and total CPU time and its cores, counted when larger than the
+	// process's (with MachineWide and CPUTime unset it defaults to
+	// MachineCPUTime where this process may use every core of the machine).
+	CPUTime    func() time.Duration
+	MachineCPU func() (busy, total time.Duration, cores int)
+	// MachineWide counts the machine's busy cores too (other processes on
+	// the same cores: co-located clients, other services). Off by default:
+	// then only this process's CPU counts, and a busy neighbour cannot get
+	// streams refused or shed.
+	MachineWide bool
 	// MaxWidth and MaxHeight bound decoded frames (default 1920x1080);
 	// Oversize says what happens above them.
 	MaxWidth, MaxHeight int
@@ -88,6 +123,33 @@ type Objects interface {
 func (c Config) withDefaults() Config {
 	if c.MaxStreams <= 0 {
 		c.MaxStreams = 64
+	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = c.MaxStreams
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.CPUCores <= 0 {
+		c.CPUCores = float64(runtime.GOMAXPROCS(0))
+	}
+	if c.CPUCeiling <= 0 {
+		c.CPUCeiling = 0.7
+	}
+	if c.StreamCost <= 0 {
+		c.StreamCost = 0.15
+	}
+	if c.CPUTime == nil {
+		c.CPUTime = ProcessCPUTime
+		if c.MachineCPU == nil && c.MachineWide {
+			c.MachineCPU = machineCPU(c.CPUCores)
+		}
+	}
+	if c.LoadInterval <= 0 {
+		c.LoadInterval = time.Second
+	}
+	if c.ShedAfter == 0 {
+		c.ShedAfter = 3 * time.Second
 	}
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = 5 * time.Second
@@ -129,7 +191,18 @@ type Server struct {
 	closed   bool
 	wg       sync.WaitGroup
 	ended    []StreamInfo                     // the last streams that ended, newest last
-	totals   map[string]*metrics.IngestTotals // counters of the streams that ended, by app
+	totals   map[string]*metrics.IngestTotals // counters of the streams that ended and refusals, by app
+
+	// The CPU load (admission.go), as of the last sample.
+	loadTimer                                           clock.Timer
+	cpuAt                                               time.Time
+	cpuLast                                             time.Duration
+	cpuLoad, cpuRate, procLoad                          float64 // smoothed, the last interval's, the process's smoothed
+	mBusy, mTotal                                       time.Duration
+	cpuSamples                                          int
+	loadMeasured, loadPredicted, loadCost, loadCapacity float64
+	overSince                                           time.Time // since when the measured load is above capacity
+	lastShed                                            time.Time
 }
 
 // New returns a server feeding sink.
@@ -160,7 +233,13 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, sink: sink, api: api, clk: cfg.Clock, log: cfg.Log, streams: map[string]*stream{}, origins: origins}, nil
+	if cfg.CPUCeiling > 1 {
+		return nil, fmt.Errorf("whip: CPU ceiling %g: want a share of the cores in (0, 1]", cfg.CPUCeiling)
+	}
+	s := &Server{cfg: cfg, sink: sink, api: api, clk: cfg.Clock, log: cfg.Log, streams: map[string]*stream{},
+		totals: map[string]*metrics.IngestTotals{}, origins: origins}
+	s.armLoad()
+	return s, nil
 }
 
 // Open reports whether the server accepts streams without a token.
@@ -173,6 +252,7 @@ func (s *Server) Open() bool { return len(s.cfg.Tokens) == 0 }
 //	PATCH   /whip/{app}/{id}         405: no trickle ICE (candidates are in the answer)
 //	OPTIONS /whip/...                CORS preflight
 //	GET     /v1/streams              the streams and their counters (JSON)
+//	GET     /v1/ingest               the admission state: admitted, pending, CPU load, refusals (JSON)
 //	GET     /v1/streams/{id}/results per-frame results as Server-Sent Events
 //	GET     /stream/{app}            the browser page (camera -> WHIP, results drawn over the video)
 func (s *Server) Handler() http.Handler {
@@ -200,6 +280,7 @@ func (s *Server) Handler() http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("GET /v1/streams", s.handleList)
+	mux.HandleFunc("GET /v1/ingest", s.handleAdmission)
 	mux.HandleFunc("GET /v1/streams/{id}/results", s.handleResults)
 	mux.HandleFunc("GET /stream/{app}", s.handlePage)
 	mux.Handle("GET /static/", http.FileServerFS(staticFS))
@@ -272,6 +353,10 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if code, msg := checkOffer(body); code != 0 {
+		if code == statusRecvonly {
+			code = http.StatusBadRequest
+			s.countRefused(app, RefusedRecvonly)
+		}
 		httpError(w, code, msg)
 		return
 	}
@@ -280,9 +365,20 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		httpError(w, code, msg)
 		return
 	}
-	if !s.reserve() {
+	unavailable := func(reason, msg string) {
+		s.countRefused(app, reason)
+		s.log.Warn("whip stream refused", "app", app, "reason", reason, "why", msg)
 		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, s.cfg.RetryAfter.Round(time.Second).Seconds()))))
-		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("stream limit reached (%d streams); retry later", s.cfg.MaxStreams))
+		httpError(w, http.StatusServiceUnavailable, msg+"; retry later")
+	}
+	if ad, ok := s.sink.(Admitter); ok {
+		if err := ad.Admit(app); err != nil {
+			unavailable(RefusedSession, fmt.Sprintf("app %s refuses new streams: %v", app, err))
+			return
+		}
+	}
+	if reason, msg := s.reserve(); reason != "" {
+		unavailable(reason, msg)
 		return
 	}
 	st, answer, code, err := s.start(app, fps, string(body))
@@ -310,8 +406,13 @@ func (s *Server) appList() string {
 	return strings.Join(names, ", ")
 }
 
+// statusRecvonly is checkOffer's answer for an offer that does not send
+// video (a 400, counted as a refusal).
+const statusRecvonly = -http.StatusBadRequest
+
 // checkOffer parses the offer before WebRTC sees it: 400 with the reason
-// for malformed SDP, an offer without video, or no supported codec.
+// for malformed SDP, an offer without video, no supported codec, or video
+// the offer does not send (recvonly, inactive: statusRecvonly).
 func checkOffer(body []byte) (int, string) {
 	var d sdp.SessionDescription
 	if err := d.Unmarshal(body); err != nil {
@@ -324,6 +425,19 @@ func checkOffer(body []byte) (int, string) {
 			continue
 		}
 		video = true
+		// The direction: the media section's, else the session's (RFC
+		// 8866 6.7), else sendrecv.
+		dir := ""
+		for _, attrs := range [][]sdp.Attribute{m.Attributes, d.Attributes} {
+			for _, a := range attrs {
+				if dir == "" && (a.Key == "sendonly" || a.Key == "sendrecv" || a.Key == "recvonly" || a.Key == "inactive") {
+					dir = a.Key
+				}
+			}
+		}
+		if dir == "recvonly" || dir == "inactive" {
+			return statusRecvonly, fmt.Sprintf("the offer's video section is %s: a WHIP offer must send video (sendonly or sendrecv)", dir)
+		}
 		for _, a := range m.Attributes {
 			if a.Key != "rtpmap" {
 				continue
@@ -347,14 +461,25 @@ func checkOffer(body []byte) (int, string) {
 	return http.StatusBadRequest, fmt.Sprintf("no supported video codec in the offer (offered: %s); supported: VP8", strings.Join(offered, ", "))
 }
 
-func (s *Server) reserve() bool {
+// reserve takes a pending slot for a POST, or says why not: the stream
+// limit (admitted streams), the pending limit, or the decoding capacity.
+func (s *Server) reserve() (reason, msg string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || len(s.streams)+s.reserved >= s.cfg.MaxStreams {
-		return false
+	admitted, pending := s.countsLocked()
+	switch {
+	case s.closed:
+		return RefusedShutdown, "server shutting down"
+	case admitted >= s.cfg.MaxStreams:
+		return RefusedStreamLimit, fmt.Sprintf("stream limit reached (%d streams)", s.cfg.MaxStreams)
+	case pending >= s.cfg.MaxPending:
+		return RefusedPendingLimit, fmt.Sprintf("pending limit reached (%d streams have not sent their first frame yet)", s.cfg.MaxPending)
+	}
+	if v := s.loadLocked(nil); !v.fits() {
+		return RefusedCapacity, "no CPU capacity: " + v.String()
 	}
 	s.reserved++
-	return true
+	return "", ""
 }
 
 func (s *Server) unreserve() {
@@ -369,21 +494,18 @@ func newID() string {
 	return hex.EncodeToString(b)
 }
 
-// start creates the stream: it joins the app's session, answers the offer
-// and waits for ICE gathering (the answer carries every candidate).
+// start creates the stream (pending: it joins the app's session when its
+// first frame decodes), answers the offer and waits for ICE gathering (the
+// answer carries every candidate).
 func (s *Server) start(app dag.AppID, fps float64, offer string) (*stream, string, int, error) {
 	id := newID()
-	if err := s.sink.Join(app, id); err != nil {
-		return nil, "", http.StatusInternalServerError, fmt.Errorf("joining app %s: %v", app, err)
-	}
 	pc, err := s.api.NewPeerConnection(webrtc.Configuration{})
 	if err != nil {
-		_ = s.sink.Leave(id)
 		return nil, "", http.StatusInternalServerError, fmt.Errorf("peer connection: %v", err)
 	}
 	st := newStream(s, id, app, fps, pc)
 	fail := func(code int, err error) (*stream, string, int, error) {
-		st.end("setup failed: " + err.Error())
+		st.endAs(EndSetupFailed, "setup failed: "+err.Error())
 		return nil, "", code, err
 	}
 	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: offer}); err != nil {
@@ -411,7 +533,8 @@ func (s *Server) start(app dag.AppID, fps float64, offer string) (*stream, strin
 	s.streams[id] = st
 	s.mu.Unlock()
 	st.armIdle()
-	s.log.Info("whip stream started", "app", app, "stream", id, "fps", fps)
+	st.armConnect()
+	s.log.Info("whip stream started (pending until its first frame decodes)", "app", app, "stream", id, "fps", fps)
 	return st, pc.LocalDescription().SDP, 0, nil
 }
 
@@ -430,7 +553,7 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, fmt.Sprintf("no stream %q in app %q", r.PathValue("id"), r.PathValue("app")))
 		return
 	}
-	st.end("deleted by the client")
+	st.endAs(EndClient, "deleted by the client")
 	w.WriteHeader(http.StatusOK)
 }
 
@@ -441,17 +564,23 @@ func (s *Server) removed(st *stream, info StreamInfo) {
 		delete(s.streams, st.id)
 	}
 	s.ended = append(s.ended, info)
-	if s.totals == nil {
-		s.totals = map[string]*metrics.IngestTotals{}
-	}
-	if s.totals[info.App] == nil {
-		s.totals[info.App] = &metrics.IngestTotals{App: info.App}
-	}
-	addInfo(s.totals[info.App], info)
+	t := s.totalsLocked(info.App)
+	addInfo(t, info)
+	t.Ended[info.EndKind]++
 	if len(s.ended) > 100 {
 		s.ended = s.ended[len(s.ended)-100:]
 	}
 	s.mu.Unlock()
+}
+
+// totalsLocked is app's counters of ended streams and refusals (s.mu held).
+func (s *Server) totalsLocked(app string) *metrics.IngestTotals {
+	t := s.totals[app]
+	if t == nil {
+		t = &metrics.IngestTotals{App: app, Refused: map[string]uint64{}, Ended: map[string]uint64{}}
+		s.totals[app] = t
+	}
+	return t
 }
 
 // Publish hands a frame's outcome to its stream's result subscribers
@@ -489,6 +618,7 @@ func (s *Server) IngestTotals() []metrics.IngestTotals {
 	}
 	for app, t := range s.totals {
 		c := *t
+		c.Refused, c.Ended = maps.Clone(t.Refused), maps.Clone(t.Ended)
 		by[app] = &c
 	}
 	live := make([]*stream, 0, len(s.streams))
@@ -505,6 +635,9 @@ func (s *Server) IngestTotals() []metrics.IngestTotals {
 		}
 		addInfo(t, info)
 		t.Streams++
+		if info.State == StatePending {
+			t.Pending++
+		}
 	}
 	out := make([]metrics.IngestTotals, 0, len(by))
 	for _, t := range by {
@@ -525,10 +658,24 @@ func addInfo(t *metrics.IngestTotals, i StreamInfo) {
 	t.Restarts += i.Restarts
 }
 
+// CPULoad is the measured CPU load as a share of the capacity admission
+// fills (for /metrics; 1: full).
+func (s *Server) CPULoad() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.loadCapacity <= 0 {
+		return 0
+	}
+	return s.loadMeasured / s.loadCapacity
+}
+
 // Close ends every stream and waits for their goroutines.
 func (s *Server) Close() {
 	s.mu.Lock()
 	s.closed = true
+	if s.loadTimer != nil {
+		s.loadTimer.Stop()
+	}
 	live := make([]*stream, 0, len(s.streams))
 	for _, st := range s.streams {
 		live = append(live, st)
@@ -539,7 +686,7 @@ func (s *Server) Close() {
 		ending.Add(1)
 		go func() {
 			defer ending.Done()
-			st.end("server shutting down")
+			st.endAs(EndShutdown, "server shutting down")
 		}()
 	}
 	ending.Wait()

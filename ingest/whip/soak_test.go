@@ -24,7 +24,11 @@ func TestSoak(t *testing.T) {
 	if v, err := time.ParseDuration(os.Getenv("MDAG_SOAK_DURATION")); err == nil && v > 0 {
 		dur = v
 	}
-	srv, sink, hs := newTestServer(t, Config{Apps: map[dag.AppID]float64{"face": 0}, MaxStreams: streams})
+	srv, sink, hs := newTestServer(t, Config{Apps: map[dag.AppID]float64{"face": 0}, MaxStreams: streams,
+		// 50 small streams (160x120 at 5 fps) start at once: predict them
+		// small, so admission lets all in on 2 cores (newTestServer's
+		// CPU load is 0).
+		StreamCost: 0.01})
 	pat, err := ingest.NewPattern(160, 120, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,10 @@
 package whip
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,9 +63,15 @@ type StreamInfo struct {
 	ID      string    `json:"id"`
 	App     string    `json:"app"`
 	Started time.Time `json:"started"`
-	Ended   string    `json:"ended,omitempty"` // why, once ended
-	Width   int       `json:"width,omitempty"`
-	Height  int       `json:"height,omitempty"`
+	// State is pending (no frame decoded yet), admitted (joined the app's
+	// session) or ended; Ended says why and EndKind its kind (EndClient,
+	// EndOverload, ...).
+	State   string  `json:"state"`
+	Ended   string  `json:"ended,omitempty"`
+	EndKind string  `json:"end_kind,omitempty"`
+	Load    float64 `json:"media_load"` // the share of wall time its media goroutine spends on frames (decode, convert, resize, motion), in cores
+	Width   int     `json:"width,omitempty"`
+	Height  int     `json:"height,omitempty"`
 	// Packets received; frames assembled, decoded, handed to the session;
 	// frames skipped to sample the app's rate; frames lost (incomplete),
 	// frames that failed to decode, frames skipped waiting for a key frame;
@@ -87,8 +95,31 @@ type StreamInfo struct {
 	LastError      string `json:"last_error,omitempty"`
 }
 
+// Stream states (StreamInfo.State).
+const (
+	StatePending  = "pending"
+	StateAdmitted = "admitted"
+	StateEnded    = "ended"
+)
+
 type counters struct {
 	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped, discarded, restarts atomic.Uint64
+	busy                                                                                                                       atomic.Int64 // ns the media goroutine spent on frames (decode, convert, resize, objects)
+}
+
+// admState is a stream's admission state, guarded by the server's mu.
+type admState struct {
+	media      bool // a video track arrived (its decoding load is coming)
+	admitted   bool // its first frame decoded and it was let in
+	admittedAt time.Time
+	shed       bool
+	// The media path's load: cores of wall time, smoothed; samples taken
+	// since admitted (the process's CPU load reflects it after two);
+	// the busy counter at the last sample.
+	load      float64
+	samples   int
+	lastBusy  int64
+	sampledAt time.Time
 }
 
 type stream struct {
@@ -99,14 +130,18 @@ type stream struct {
 	pc      *webrtc.PeerConnection
 	started time.Time
 	c       counters
+	adm     admState // guarded by s.mu
 
 	mu        sync.Mutex
 	subs      map[chan Result]struct{}
 	ended     string
+	endKind   string
+	inSession bool // joined the sink: leaves it at the end
 	lastErr   string
 	w, h      int
 	lastMedia time.Time
 	idle      clock.Timer
+	connect   clock.Timer
 	video     bool // a video track is being read (one per stream)
 
 	done chan struct{}
@@ -122,9 +157,9 @@ func newStream(s *Server, id string, app dag.AppID, fps float64, pc *webrtc.Peer
 	pc.OnConnectionStateChange(func(cs webrtc.PeerConnectionState) {
 		switch cs {
 		case webrtc.PeerConnectionStateFailed:
-			go st.end("ICE connection failed")
+			go st.endAs(EndICEFailed, "ICE connection failed")
 		case webrtc.PeerConnectionStateClosed:
-			go st.end("peer connection closed")
+			go st.endAs(EndClient, "peer connection closed")
 		}
 	})
 	return st
@@ -143,39 +178,81 @@ func (st *stream) armIdle() {
 		quiet := st.s.clk.Now().Sub(st.lastMedia)
 		st.mu.Unlock()
 		if quiet >= st.s.cfg.IdleTimeout {
-			st.end(fmt.Sprintf("no media for %v", st.s.cfg.IdleTimeout))
+			st.endAs(EndIdle, fmt.Sprintf("no media for %v", st.s.cfg.IdleTimeout))
 			return
 		}
 		st.armIdle()
 	})
 }
 
-// end leaves the session, closes the connection and the result
-// subscriptions; the first reason wins.
-func (st *stream) end(why string) {
+// armConnect ends the stream if its first frame has not decoded
+// ConnectTimeout after the offer (an offer that never connects, or never
+// sends video, must not hold a slot).
+func (st *stream) armConnect() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ended != "" {
+		return
+	}
+	st.connect = st.s.clk.AfterFunc(st.s.cfg.ConnectTimeout, func() {
+		st.s.mu.Lock()
+		admitted := st.adm.admitted
+		st.s.mu.Unlock()
+		if !admitted {
+			st.endAs(EndConnectTimeout, fmt.Sprintf("no video frame decoded within %v of the offer (connect timeout)", st.s.cfg.ConnectTimeout))
+		}
+	})
+}
+
+// endAs tells the client why (the Ended message after the results still
+// queued on each DataChannel, the SSE end event), leaves the session (if
+// the stream joined it),
+// closes the connection and the result subscriptions; the first reason
+// wins. kind is one of the End* kinds (the ended-streams counter's label).
+func (st *stream) endAs(kind, why string) {
 	st.once.Do(func() {
 		st.mu.Lock()
-		st.ended = why
+		st.ended, st.endKind = why, kind
+		inSession := st.inSession
 		if st.idle != nil {
 			st.idle.Stop()
 		}
+		if st.connect != nil {
+			st.connect.Stop()
+		}
 		st.mu.Unlock()
 		close(st.done)
-		st.waitGoodbyes()
-		if err := st.s.sink.Leave(st.id); err != nil {
-			st.s.log.Warn("whip stream leave", "stream", st.id, "err", err)
+		st.waitGoodbyes() // results still queued, then why (Ended), on every DataChannel
+		if inSession {
+			if err := st.s.sink.Leave(st.id); err != nil {
+				st.s.log.Warn("whip stream leave", "stream", st.id, "err", err)
+			}
 		}
 		_ = st.pc.Close()
 		st.s.removed(st, st.info())
-		st.s.log.Info("whip stream ended", "app", st.app, "stream", st.id, "why", why,
+		lvl := slog.LevelInfo
+		if kind != EndClient && kind != EndShutdown && kind != EndIdle {
+			lvl = slog.LevelWarn
+		}
+		st.s.log.Log(context.Background(), lvl, "whip stream ended", "app", st.app, "stream", st.id, "kind", kind, "why", why,
 			"ingested", st.c.ingested.Load(), "lost", st.c.lost.Load(), "decode_errors", st.c.decodeErrors.Load())
 	})
 }
 
 func (st *stream) info() StreamInfo {
+	st.s.mu.Lock()
+	state, load := StatePending, st.adm.load
+	if st.adm.admitted {
+		state = StateAdmitted
+	}
+	st.s.mu.Unlock()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return StreamInfo{ID: st.id, App: string(st.app), Started: st.started, Ended: st.ended, Width: st.w, Height: st.h,
+	if st.ended != "" {
+		state = StateEnded
+	}
+	return StreamInfo{ID: st.id, App: string(st.app), Started: st.started, State: state, Ended: st.ended, EndKind: st.endKind, Load: load,
+		Width: st.w, Height: st.h,
 		Packets: st.c.packets.Load(), Frames: st.c.frames.Load(), Ingested: st.c.ingested.Load(), Sampled: st.c.sampled.Load(),
 		Lost: st.c.lost.Load(), DecodeErrors: st.c.decodeErrors.Load(), WaitingKey: st.c.waitingKey.Load(), PLIs: st.c.plis.Load(),
 		ResultsSent: st.c.resultsSent.Load(), ResultsDropped: st.c.resultsDropped.Load(),
@@ -217,7 +294,8 @@ func (st *stream) publish(r Result) {
 // its stream (results are Result messages, which have no "ended").
 type Ended struct {
 	Stream string `json:"stream"`
-	Ended  string `json:"ended"` // why
+	Ended  string `json:"ended"`          // why
+	Kind   string `json:"kind,omitempty"` // the end's kind (EndOverload, EndIdle, ...)
 }
 
 // goodbyeWait bounds how long ending a stream waits for its DataChannels
@@ -276,13 +354,13 @@ func (st *stream) onDataChannel(dc *webrtc.DataChannel) {
 // the client has acknowledged everything sent.
 func (st *stream) goodbye(dc *webrtc.DataChannel, closed <-chan struct{}) {
 	st.mu.Lock()
-	why := st.ended
+	why, kind := st.ended, st.endKind
 	st.mu.Unlock()
 	flushed := make(chan struct{})
 	var once sync.Once
 	dc.SetBufferedAmountLowThreshold(0)
 	dc.OnBufferedAmountLow(func() { once.Do(func() { close(flushed) }) })
-	b, _ := json.Marshal(Ended{Stream: st.id, Ended: why})
+	b, _ := json.Marshal(Ended{Stream: st.id, Ended: why, Kind: kind})
 	if dc.SendText(string(b)) != nil || dc.BufferedAmount() == 0 {
 		return
 	}
@@ -318,6 +396,9 @@ func (st *stream) onTrack(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver) {
 		}()
 		return
 	}
+	st.s.mu.Lock()
+	st.adm.media = true // counts in the predicted load until it is measured
+	st.s.mu.Unlock()
 	st.s.wg.Add(2)
 	sync := &captureClock{}
 	go func() {
@@ -344,7 +425,7 @@ func (st *stream) readVideo(track *webrtc.TrackRemote, sync *captureClock) {
 	dec, err := vpx.NewDecoder()
 	if err != nil {
 		st.fail(err)
-		st.end("decoder: " + err.Error())
+		st.endAs(EndError, "decoder: "+err.Error())
 		return
 	}
 	defer dec.Close()
@@ -387,6 +468,7 @@ type pipeline struct {
 	seq     uint64
 	sendPLI func() error // nil: RTCP to the peer
 	objects Objects      // nil: frames go without ground truth
+	joined  bool         // the first frame decoded and the stream was admitted
 }
 
 // packet handles one RTP packet; false ends the stream's reading.
@@ -433,6 +515,7 @@ func (p *pipeline) packet(pkt *rtp.Packet) bool {
 		take := p.sample(capture)
 		var img *modules.Frame
 		var err error
+		work := time.Now() // the decoding load is real CPU time, whatever the injected clock says
 		if take {
 			img, err = p.dec.Decode(fr.Data)
 		} else {
@@ -440,6 +523,7 @@ func (p *pipeline) packet(pkt *rtp.Packet) bool {
 			st.c.sampled.Add(1)
 		}
 		if err != nil {
+			st.c.busy.Add(int64(time.Since(work)))
 			st.c.decodeErrors.Add(1)
 			st.fail(err)
 			p.needKey = true
@@ -448,18 +532,29 @@ func (p *pipeline) packet(pkt *rtp.Packet) bool {
 		}
 		p.needKey = false
 		if !take || img == nil {
+			st.c.busy.Add(int64(time.Since(work)))
 			continue
 		}
 		if img, err = st.fit(img); err != nil {
 			st.fail(err)
-			go st.end(err.Error())
+			go st.endAs(EndError, err.Error())
 			return false
 		}
-		p.seq++
 		var truth []modules.Box
 		if p.objects != nil {
 			truth = p.objects.Boxes(img)
 		}
+		st.c.busy.Add(int64(time.Since(work)))
+		if !p.joined {
+			// The first decoded frame: the stream is admitted (or ended)
+			// now, so offers that never send media never reach the session.
+			if kind, why := st.admitFirst(); kind != "" {
+				go st.endAs(kind, why)
+				return false
+			}
+			p.joined = true
+		}
+		p.seq++
 		if err := st.s.sink.Ingest(st.id, p.seq, capture, img, truth); err != nil {
 			st.fail(err) // recorded; the stream goes on
 			continue

@@ -99,6 +99,11 @@ func newTestServer(t *testing.T, cfg Config) (*Server, *fakeSink, *httptest.Serv
 	if cfg.Apps == nil {
 		cfg.Apps = map[dag.AppID]float64{"face": 10}
 	}
+	if cfg.CPUTime == nil {
+		// The test process's CPU (race detector, a loaded machine) must
+		// not refuse streams: CPU admission has its own test.
+		cfg.CPUTime = func() time.Duration { return 0 }
+	}
 	sink := newSink()
 	srv, err := New(cfg, sink)
 	if err != nil {
@@ -273,10 +278,17 @@ func readSSE(resp *http.Response, out chan<- Result, end chan<- string) {
 
 // TestHTTPErrors: every bad request gets its status and a reason.
 func TestHTTPErrors(t *testing.T) {
-	_, sink, hs := newTestServer(t, Config{MaxStreams: 1, Tokens: []string{"s3cret"}})
+	srv, sink, hs := newTestServer(t, Config{MaxStreams: 1, Tokens: []string{"s3cret"}})
 	goodOffer := offerSDP(t)
 	h264 := strings.NewReplacer("VP8/90000", "H264/90000").Replace(goodOffer)
 	audioOnly := "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=rtpmap:111 opus/48000/2\r\n"
+	recvonly := strings.Replace(goodOffer, "a=sendonly", "a=recvonly", 1)
+	inactive := strings.Replace(goodOffer, "a=sendonly", "a=inactive", 1)
+	// Direction at session level only (the media section has none).
+	sessionRecvonly := strings.Replace(strings.Replace(goodOffer, "a=sendonly\r\n", "", 1), "t=0 0\r\n", "t=0 0\r\na=recvonly\r\n", 1)
+	if recvonly == goodOffer {
+		t.Fatal("the offer has no a=sendonly to turn into recvonly")
+	}
 	cases := []struct {
 		name, method, path, ctype, body, token string
 		want                                   int
@@ -289,6 +301,9 @@ func TestHTTPErrors(t *testing.T) {
 		{"malformed", "POST", "/whip/face", "application/sdp", "hello", "s3cret", 400, "malformed SDP"},
 		{"no video", "POST", "/whip/face", "application/sdp", audioOnly, "s3cret", 400, "no video"},
 		{"no codec", "POST", "/whip/face", "application/sdp", h264, "s3cret", 400, "offered: H264); supported: VP8"},
+		{"recvonly", "POST", "/whip/face", "application/sdp", recvonly, "s3cret", 400, "video section is recvonly: a WHIP offer must send video"},
+		{"inactive", "POST", "/whip/face", "application/sdp", inactive, "s3cret", 400, "video section is inactive"},
+		{"session recvonly", "POST", "/whip/face", "application/sdp", sessionRecvonly, "s3cret", 400, "video section is recvonly"},
 		{"too big", "POST", "/whip/face", "application/sdp", strings.Repeat("a", maxOffer+1), "s3cret", 413, "limit"},
 		{"delete unknown", "DELETE", "/whip/face/abc", "", "", "s3cret", 404, "no stream"},
 		{"patch", "PATCH", "/whip/face/abc", "application/trickle-ice-sdpfrag", "", "s3cret", 405, "trickle ICE"},
@@ -324,9 +339,13 @@ func TestHTTPErrors(t *testing.T) {
 	if len(sink.joined) != 0 {
 		t.Errorf("bad requests joined the session: %v", sink.joined)
 	}
+	if got := srv.Admission().Refused; got[RefusedRecvonly] != 3 {
+		t.Errorf("refusals %v, want recvonly = 3", got)
+	}
 
-	// The stream limit: the first stream is admitted, the second gets 503
-	// with Retry-After.
+	// The limits: a first stream is pending until its first frame decodes,
+	// so a second gets 503 for the pending limit (MaxPending defaults to
+	// MaxStreams = 1); once the first is admitted, the stream limit.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	p, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Token: "s3cret", Width: 64, Height: 64})
@@ -336,8 +355,21 @@ func TestHTTPErrors(t *testing.T) {
 	defer p.Close()
 	_, err = Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Token: "s3cret", Width: 64, Height: 64})
 	var he *HTTPError
-	if !errors.As(err, &he) || he.Status != 503 || he.RetryAfter != "5" || !strings.Contains(he.Msg, "stream limit") {
-		t.Errorf("second stream: %v", err)
+	if !errors.As(err, &he) || he.Status != 503 || he.RetryAfter != "5" || !strings.Contains(he.Msg, "pending limit reached (1 streams") {
+		t.Errorf("second stream while the first is pending: %v", err)
+	}
+	pat, err := ingest.NewPattern(64, 64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendPattern(t, p, pat, 10, 30)
+	waitFor(t, "the first stream admitted", 5*time.Second, func() bool { sink.mu.Lock(); defer sink.mu.Unlock(); return sink.joined[p.Stream] != "" })
+	_, err = Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Token: "s3cret", Width: 64, Height: 64})
+	if !errors.As(err, &he) || he.Status != 503 || he.RetryAfter != "5" || !strings.Contains(he.Msg, "stream limit reached (1 streams)") {
+		t.Errorf("second stream while the first is admitted: %v", err)
+	}
+	if got := srv.Admission().Refused; got[RefusedPendingLimit] != 1 || got[RefusedStreamLimit] != 1 {
+		t.Errorf("refusals %v, want pending-limit = 1, stream-limit = 1", got)
 	}
 }
 
@@ -363,7 +395,8 @@ func offerSDP(t testing.TB) string {
 	return o.SDP
 }
 
-// TestIdleTimeout: a stream that connects but sends nothing is ended.
+// TestIdleTimeout: a stream that connects but sends nothing is ended, and
+// never joins the session (it never decoded a frame).
 func TestIdleTimeout(t *testing.T) {
 	srv, sink, hs := newTestServer(t, Config{IdleTimeout: 300 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -374,24 +407,84 @@ func TestIdleTimeout(t *testing.T) {
 	}
 	defer p.Close()
 	waitFor(t, "idle stream ended", 5*time.Second, func() bool {
-		sink.mu.Lock()
-		defer sink.mu.Unlock()
-		return sink.left[p.Stream]
+		st := srv.Streams()
+		return len(st) == 1 && st[0].State == StateEnded
 	})
 	st := srv.Streams()
-	if len(st) != 1 || !strings.Contains(st[0].Ended, "no media") {
+	if len(st) != 1 || !strings.Contains(st[0].Ended, "no media") || st[0].EndKind != EndIdle {
 		t.Errorf("%+v", st)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if len(sink.joined) != 0 || len(sink.left) != 0 {
+		t.Errorf("a stream that never sent a frame reached the session: joined %v, left %v", sink.joined, sink.left)
 	}
 }
 
+// TestJoinRefused: the session refuses the stream when its first frame
+// decodes; the stream ends with that reason, which the client gets as the
+// last DataChannel message and the SSE end event, and the ended-streams
+// info and counters show.
 func TestJoinRefused(t *testing.T) {
-	_, sink, hs := newTestServer(t, Config{})
+	srv, sink, hs := newTestServer(t, Config{})
 	sink.joinErr = fmt.Errorf("session full")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	_, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Width: 64, Height: 64})
-	var he *HTTPError
-	if !errors.As(err, &he) || he.Status != 500 || !strings.Contains(he.Msg, "session full") {
-		t.Errorf("%v", err)
+	p, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Width: 64, Height: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.Results, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sseEnd := make(chan string, 1)
+	go readSSE(resp, make(chan Result, 16), sseEnd)
+	pat, err := ingest.NewPattern(64, 64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream ends at its first frame: WriteFrame fails from then on.
+	for i := range 30 {
+		f, _, err := pat.Frame(0, uint64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.WriteFrame(f, time.Now()) != nil {
+			break
+		}
+		<-time.After(30 * time.Millisecond) // pacing a real-time source
+	}
+	select {
+	case <-p.Done():
+		var e *EndedError
+		if !errors.As(p.Err(), &e) || e.Kind != EndJoinFailed || !strings.Contains(e.Reason, "session full") {
+			t.Errorf("end %#v", p.Err())
+		}
+	case <-ctx.Done():
+		t.Fatalf("no end message on the DataChannel; streams %+v", srv.Streams())
+	}
+	select {
+	case why := <-sseEnd:
+		if !strings.Contains(why, "session full") {
+			t.Errorf("SSE end %q", why)
+		}
+	case <-ctx.Done():
+		t.Fatal("SSE did not end")
+	}
+	st := srv.Streams()
+	if len(st) != 1 || st[0].EndKind != EndJoinFailed || !strings.Contains(st[0].Ended, "joining app face: session full") || st[0].Ingested != 0 {
+		t.Errorf("%+v", st)
+	}
+	if got := srv.Admission().Ended[EndJoinFailed]; got != 1 {
+		t.Errorf("ended join-failed = %d, want 1", got)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if len(sink.left) != 0 || len(sink.frames) != 0 {
+		t.Errorf("a refused stream left the session or sent frames: %v %v", sink.left, sink.frames)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mdag/mdag/ingest/whip"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/internal/engine"
 )
@@ -94,6 +95,9 @@ type Snapshot struct {
 	Apps      []App                   `json:"apps"`
 	Replans   []engine.Replan         `json:"replans"`
 	Instances []engine.InstanceStatus `json:"instances"`
+	// Ingest is the WebRTC ingest's admission state (refused, pending,
+	// shed streams, the decoding load); nil without WHIP ingest.
+	Ingest *whip.Admission `json:"ingest,omitempty"`
 }
 
 // Recorder samples a status source and keeps its history.
@@ -101,6 +105,7 @@ type Recorder struct {
 	cfg    Config
 	status func() engine.Status
 	thumbs *Thumbs
+	ingest func() whip.Admission // guarded by mu
 
 	mu       sync.Mutex
 	apps     map[string]*App
@@ -133,6 +138,14 @@ func New(cfg Config, status func() engine.Status) *Recorder {
 
 // Thumbs is the recorder's thumbnail store (offer frames to it).
 func (r *Recorder) Thumbs() *Thumbs { return r.thumbs }
+
+// SetIngest adds the WHIP server's admission state (whip.Server.Admission)
+// to each sample.
+func (r *Recorder) SetIngest(f func() whip.Admission) {
+	r.mu.Lock()
+	r.ingest = f
+	r.mu.Unlock()
+}
 
 // Start samples now and then every Interval until Close.
 func (r *Recorder) Start() {
@@ -171,12 +184,20 @@ func (r *Recorder) Close() {
 func (r *Recorder) Sample() {
 	st := r.status()
 	r.mu.Lock()
+	ingest := r.ingest
+	r.mu.Unlock()
+	var adm *whip.Admission
+	if ingest != nil {
+		a := ingest()
+		adm = &a
+	}
+	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return
 	}
 	now := r.cfg.Clock.Now()
-	delta := Snapshot{Now: now.UnixMilli(), Policy: st.Policy, Interval: r.cfg.Interval.Seconds(), Instances: st.Instances}
+	delta := Snapshot{Now: now.UnixMilli(), Policy: st.Policy, Interval: r.cfg.Interval.Seconds(), Instances: st.Instances, Ingest: adm}
 	byApp := instancesByApp(st.Instances)
 	for i := range st.Sessions {
 		s := st.Sessions[i]
@@ -263,7 +284,7 @@ func (r *Recorder) History() Snapshot {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := Snapshot{Now: r.latest.Now, Policy: r.latest.Policy, Interval: r.cfg.Interval.Seconds(), Instances: r.latest.Instances,
-		Replans: slices.Clone(r.replans)}
+		Replans: slices.Clone(r.replans), Ingest: r.latest.Ingest}
 	ids := make([]string, 0, len(r.apps))
 	for id := range r.apps {
 		ids = append(ids, id)

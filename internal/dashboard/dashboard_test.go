@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/mdag/mdag/ingest/whip"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/internal/engine"
 	"github.com/mdag/mdag/modules"
@@ -257,4 +258,30 @@ func BenchmarkThumbOffer(b *testing.B) {
 			th.Offer("s", f)
 		}
 	})
+}
+
+// TestIngestAdmission: with WHIP ingest, each sample and the history carry
+// its admission state (refused, pending, shed streams, the CPU load) for
+// the page's ingest line; without, none.
+func TestIngestAdmission(t *testing.T) {
+	clk := clock.NewFake(t0)
+	f := &fakeEngine{streams: []string{"s1"}}
+	r := New(Config{Clock: clk}, f.status)
+	r.Start()
+	defer r.Close()
+	f.second(clk, 1, 1)
+	if h := r.History(); h.Ingest != nil {
+		t.Fatalf("ingest without a source: %+v", h.Ingest)
+	}
+	n := 0
+	r.SetIngest(func() whip.Admission {
+		n++
+		return whip.Admission{Admitted: 3, Pending: n, LoadCores: 1.5, CapacityCores: 1.4, Refused: map[string]uint64{whip.RefusedCapacity: 2}}
+	})
+	f.second(clk, 1, 1)
+	f.second(clk, 1, 1)
+	h := r.History()
+	if h.Ingest == nil || h.Ingest.Pending != 2 || h.Ingest.Refused[whip.RefusedCapacity] != 2 || h.Ingest.LoadCores != 1.5 {
+		t.Errorf("history's ingest %+v, want the latest sample's", h.Ingest)
+	}
 }

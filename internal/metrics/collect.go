@@ -7,6 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type IngestTotals struct {
 	App          string
 	Streams      int // live ingest connections
+	Pending      int // of those, not yet admitted (no frame decoded yet)
 	Packets      uint64
 	Frames       uint64 // assembled from packets
 	Ingested     uint64 // decoded and handed to the session
@@ -15,6 +16,13 @@ type IngestTotals struct {
 	PLIs         uint64
 	Discarded    uint64 // RTP packets discarded (not VP8, duplicates, late)
 	Restarts     uint64 // senders' RTP timelines that jumped back
+	// Refused counts POSTs refused, by reason (stream-limit,
+	// pending-limit, capacity, session, recvonly, shutdown); Ended
+	// streams that ended, by kind (client, idle, connect-timeout,
+	// ice-failed, join-failed, stream-limit, capacity, overload,
+	// error, setup-failed, shutdown). Both are bounded sets.
+	Refused map[string]uint64
+	Ended   map[string]uint64
 }
 
 // GPUSnapshot is the machine's GPU telemetry (NVML) at scrape time.
@@ -44,6 +52,17 @@ func (m *Metrics) SetIngest(f func() []IngestTotals) {
 	m.mu.Unlock()
 }
 
+// SetIngestLoad registers the source of the CPU load WHIP admission
+// measures, as a share of the capacity it fills (the WHIP server).
+func (m *Metrics) SetIngestLoad(f func() float64) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.load = f
+	m.mu.Unlock()
+}
+
 // SetGPU registers the source of GPU telemetry.
 func (m *Metrics) SetGPU(f func() GPUSnapshot) {
 	if m == nil {
@@ -68,6 +87,10 @@ var (
 	ingestPLIs     = desc("ingest", "plis_total", "Picture loss indications sent to senders (asking for a key frame).", "app")
 	ingestDiscard  = desc("ingest", "packets_discarded_total", "RTP packets discarded: not VP8, duplicates, late packets of frames already released or given up.", "app")
 	ingestRestarts = desc("ingest", "timeline_restarts_total", "Times a sender's RTP timestamps jumped back (a new timeline; capture clock re-anchored).", "app")
+	ingestPending  = desc("ingest", "pending_streams", "Ingest connections not yet admitted: no frame decoded yet (they are not in the app's session).", "app")
+	ingestRefused  = desc("ingest", "streams_refused_total", "WHIP offers refused, by reason (stream-limit, pending-limit, capacity, session, shutdown: 503; recvonly: 400).", "app", "reason")
+	ingestEnded    = desc("ingest", "streams_ended_total", "Ingest streams that ended, by kind (client, idle, connect-timeout, ice-failed, join-failed, stream-limit, capacity, overload, error, setup-failed, shutdown).", "app", "kind")
+	ingestLoad     = desc("ingest", "cpu_load_ratio", "The process's CPU load as a share of the capacity WHIP admission fills (cores x ceiling); new streams that would push it above 1 get 503, and above 1 for long the newest stream is shed.")
 
 	gpuAvailable = desc("gpu", "telemetry_available", "1 when NVML reports this machine's NVIDIA GPUs; 0 without a driver (emulated GPUs only).")
 	gpuUtil      = desc("gpu", "utilization_ratio", "Share of the last NVML sample period a kernel ran on the GPU.", "gpu", "name")
@@ -80,20 +103,31 @@ var (
 type ingestCollector struct{ m *Metrics }
 
 func (ingestCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{ingestStreams, ingestPackets, ingestFrames, ingestIngested, ingestLost, ingestDecode, ingestPLIs, ingestDiscard, ingestRestarts} {
+	for _, d := range []*prometheus.Desc{ingestStreams, ingestPackets, ingestFrames, ingestIngested, ingestLost, ingestDecode, ingestPLIs,
+		ingestDiscard, ingestRestarts, ingestPending, ingestRefused, ingestEnded, ingestLoad} {
 		ch <- d
 	}
 }
 
 func (c ingestCollector) Collect(ch chan<- prometheus.Metric) {
 	c.m.mu.Lock()
-	f := c.m.ingest
+	f, load := c.m.ingest, c.m.load
 	c.m.mu.Unlock()
+	if load != nil {
+		ch <- prometheus.MustNewConstMetric(ingestLoad, prometheus.GaugeValue, load())
+	}
 	if f == nil {
 		return
 	}
 	for _, t := range f() {
 		ch <- prometheus.MustNewConstMetric(ingestStreams, prometheus.GaugeValue, float64(t.Streams), t.App)
+		ch <- prometheus.MustNewConstMetric(ingestPending, prometheus.GaugeValue, float64(t.Pending), t.App)
+		for r, n := range t.Refused {
+			ch <- prometheus.MustNewConstMetric(ingestRefused, prometheus.CounterValue, float64(n), t.App, r)
+		}
+		for k, n := range t.Ended {
+			ch <- prometheus.MustNewConstMetric(ingestEnded, prometheus.CounterValue, float64(n), t.App, k)
+		}
 		for _, v := range []struct {
 			d *prometheus.Desc
 			n uint64

@@ -57,6 +57,7 @@ type Metrics struct {
 
 	mu      sync.Mutex
 	ingest  func() []IngestTotals
+	load    func() float64
 	gpu     func() GPUSnapshot
 	instSet map[[2]string]bool // (type, state) series set last time
 }

@@ -59,8 +59,10 @@ func scripted() *Metrics {
 	m.Trigger("scaling")
 	m.Replanned()
 	m.SetIngest(func() []IngestTotals {
-		return []IngestTotals{{App: "traffic", Streams: 2, Packets: 900, Frames: 300, Ingested: 100, Lost: 1, DecodeErrors: 0, PLIs: 3, Discarded: 4, Restarts: 1}}
+		return []IngestTotals{{App: "traffic", Streams: 2, Pending: 1, Packets: 900, Frames: 300, Ingested: 100, Lost: 1, DecodeErrors: 0, PLIs: 3,
+			Discarded: 4, Restarts: 1, Refused: map[string]uint64{"capacity": 4, "pending-limit": 1}, Ended: map[string]uint64{"client": 3, "overload": 1}}}
 	})
+	m.SetIngestLoad(func() float64 { return 0.85 })
 	m.SetGPU(func() GPUSnapshot {
 		return GPUSnapshot{Available: true, Devices: []GPUDevice{{Index: "0", Name: "NVIDIA H100", UtilRatio: 0.42,
 			MemUsed: 3 << 30, MemTotal: 80 << 30, Processes: 1, CurrentUsed: 1 << 30}}}
@@ -165,6 +167,7 @@ func TestNil(t *testing.T) {
 	m.Trigger("join")
 	m.Replanned()
 	m.SetIngest(nil)
+	m.SetIngestLoad(nil)
 	m.SetGPU(nil)
 }
 

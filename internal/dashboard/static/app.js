@@ -41,6 +41,7 @@ function merge(snap, full) {
   state.policy = snap.policy || state.policy;
   state.interval = snap.interval_s || state.interval;
   if (snap.instances) state.instances = snap.instances;
+  if (snap.ingest) state.ingest = snap.ingest;
   for (const a of snap.apps || []) {
     let cur = state.apps.get(a.app);
     if (!cur || full) {
@@ -165,6 +166,8 @@ function renderApp(id, a, span) {
     kpi("cost $/h whole / allocated", `${fmt(l.cost_whole_per_hour, 2)} / ${fmt(l.cost_fractional_per_hour, 2)}`),
   );
   sec.append(k);
+  const ing = ingestLine(state.ingest);
+  if (ing) sec.append(ing);
   if (l.degraded) {
     // Said loudly: the plan carries only part of the frames (the rest are shed at ingest) or none at all.
     sec.append(el("p", { class: "degraded" }, `DEGRADED: the plan carries ${pct(l.admitted || 0)} of the frames. ${l.degraded}`));
@@ -230,6 +233,24 @@ function renderApp(id, a, span) {
   }
   sec.append(thumbs);
   return sec;
+}
+
+// ingestLine is the WebRTC ingest's admission state: streams admitted and
+// pending, the CPU load against capacity, refusals and streams ended
+// by the server (shed, connect timeouts), so overload is visible here.
+function ingestLine(g) {
+  if (!g) return null;
+  const list = (m, skip) => Object.entries(m || {}).filter(([k]) => !skip.includes(k)).sort((x, y) => y[1] - x[1]).map(([k, v]) => `${k} = ${v}`).join(", ");
+  const load = g.capacity_cores ? g.load_cores / g.capacity_cores : 0;
+  const parts = [`ingest: ${g.admitted} admitted (max ${g.max_streams}), ${g.pending} pending`,
+    `CPU load ${fmt(g.load_cores, 2)} of ${fmt(g.capacity_cores, 2)} cores admission fills (${pct(load)}), a new stream ≈ ${fmt(g.stream_cost_cores, 2)}`];
+  if (g.overloaded_for_ns > 0) parts.push(`OVERLOADED for ${fmt(g.overloaded_for_ns / 1e9, 0)} s`);
+  const refused = list(g.refused, []);
+  if (refused) parts.push("refused: " + refused);
+  const ended = list(g.ended, ["client", "shutdown"]);
+  if (ended) parts.push("ended by the server: " + ended);
+  const bad = g.overloaded_for_ns > 0 || refused || ended;
+  return el("div", { class: "drops" + (bad ? " warn" : ""), id: "ingest" }, parts.join(" · "));
 }
 
 // allocText is a module's allocation: "2 × V100<8,1> + P100<1,1> ×0.35 partial".
