@@ -160,15 +160,10 @@ type tapSink struct {
 
 func (t tapSink) Join(app dag.AppID, id string) error { return t.e.Join(app, id) }
 
-// Admit forwards to the engine's Admit when it has one (whip.Admitter:
-// refuse new streams of an overloaded session); without it every stream
-// is admitted as far as the engine is concerned.
-func (t tapSink) Admit(app dag.AppID) error {
-	if a, ok := any(t.e).(whip.Admitter); ok {
-		return a.Admit(app)
-	}
-	return nil
-}
+// Admit forwards to the engine (whip.Admitter): a session whose plan is
+// degraded or whose ingest is saturated refuses new streams.
+func (t tapSink) Admit(app dag.AppID) error { return t.e.Admit(app) }
+
 func (t tapSink) Leave(id string) error { return t.e.Leave(id) }
 
 // Ingest hands the frame on first: a thumbnail (about 1 ms once a second
