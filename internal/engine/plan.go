@@ -21,7 +21,7 @@ type Replan struct {
 	N              int                  `json:"n"`
 	At             time.Time            `json:"at"`
 	Trigger        string               `json:"trigger"`
-	Kinds          []string             `json:"kinds"` // what kinds of event asked for it: join, leave, scaling, ballooning, epoch, worker-registered, worker-lost, ingest
+	Kinds          []string             `json:"kinds"` // what kinds of event asked for it: join, leave, scaling, ballooning, finish-rate, epoch, worker-registered, worker-lost, ingest
 	PlanMS         float64              `json:"plan_ms"`
 	Moves          []placement.Move     `json:"moves"`
 	CostWhole      float64              `json:"cost_whole_per_hour"`
@@ -42,16 +42,18 @@ type PlannedSession struct {
 	Cost     float64                  `json:"cost_per_hour"`
 	Critical float64                  `json:"critical_latency_ms"`
 	IngestMS float64                  `json:"ingest_reserve_ms,omitempty"` // the SLO it planned with is the app's less this
+	Headroom float64                  `json:"headroom,omitempty"`          // multiplier of the engine's headroom, > 1 after finish-rate triggers
 }
 
 type planInput struct {
-	app     *dag.App
-	g       *dag.Graph
-	cat     *profile.Catalog
-	rate    float64
-	scale   map[dag.ModuleID]float64
-	balloon map[dag.ModuleID]float64
-	reserve time.Duration // of the SLO, for the delay before frames reach the session
+	app      *dag.App
+	g        *dag.Graph
+	cat      *profile.Catalog
+	rate     float64
+	scale    map[dag.ModuleID]float64
+	balloon  map[dag.ModuleID]float64
+	reserve  time.Duration // of the SLO, for the delay before frames reach the session
+	headroom float64       // the session's multiplier of the engine's headroom (finish-rate triggers)
 }
 
 type planOutput struct {
@@ -85,7 +87,7 @@ func (e *Engine) replan(trigger string) {
 	inputs := map[dag.AppID]planInput{}
 	for id, s := range e.sessions {
 		inputs[id] = planInput{app: s.app, g: s.g, cat: s.cat, rate: s.ingress(), scale: copyMap(s.scale), balloon: copyMap(s.balloon),
-			reserve: s.ingestReserve()}
+			reserve: s.ingestReserve(), headroom: s.headroom}
 	}
 	limits := map[profile.WorkerTypeID]int{}
 	if e.cfg.Provisioner != nil {
@@ -135,7 +137,7 @@ func (e *Engine) replan(trigger string) {
 				if in.rate <= 0 {
 					continue
 				}
-				a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate * headroom,
+				a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate * headroom * max(1, in.headroom),
 					Scale: in.scale, Balloon: in.balloon, Exclude: exclude, Method: method, Timeout: 2 * time.Second,
 					Budget: in.app.SLO - in.reserve})
 				switch {
@@ -265,6 +267,9 @@ func (e *Engine) apply(out planOutput) {
 	for id, s := range e.sessions {
 		in := out.inputs[id]
 		ps := PlannedSession{App: id, Rate: in.rate, Scale: in.scale, Balloon: in.balloon, IngestMS: millis(in.reserve)}
+		if in.headroom > 1 {
+			ps.Headroom = in.headroom
+		}
 		a := out.allocs[id]
 		if a != nil {
 			s.alloc, s.rate = a, in.rate
@@ -293,7 +298,7 @@ func (e *Engine) apply(out planOutput) {
 		for _, m := range s.g.Order() {
 			full[m] = s.g.Scale(m, s.scale)
 		}
-		s.det.Planned(now, full, s.balloon)
+		s.det.Planned(now, full, s.balloon, in.headroom)
 		if in.rate > 0 {
 			select {
 			case <-s.planned:
