@@ -159,12 +159,13 @@ type Detector struct {
 	acc      map[dag.ModuleID]Observation // pooled windows not yet evaluated
 	streak   map[string]int
 	smooth   map[string]float64
-	over     map[string]float64 // raw observations beyond the bound, in the current streak
-	stale    map[string]int     // windows since an observation last confirmed the factor
-	starved  int                // windows in a row in which some module received work and finished none
-	lastPlan time.Time          // a plan was made or asked for
-	planned  time.Time          // the current plan was applied
-	frAsked  bool               // a finish-rate re-plan is on its way
+	over     map[string]float64   // raw observations beyond the bound, in the current streak
+	stale    map[string]int       // windows since an observation last confirmed the factor
+	dropRun  map[dag.ModuleID]int // items a module dropped since it last finished one
+	starved  int                  // windows in a row in which some module was starved so
+	lastPlan time.Time            // a plan was made or asked for
+	planned  time.Time            // the current plan was applied
+	frAsked  bool                 // a finish-rate re-plan is on its way
 }
 
 // NewDetector returns a detector for an app whose modules declare the
@@ -183,7 +184,7 @@ func (d *Detector) Forget() {
 	d.headroom = 1
 	d.acc = map[dag.ModuleID]Observation{}
 	d.streak, d.smooth, d.over, d.stale = map[string]int{}, map[string]float64{}, map[string]float64{}, map[string]int{}
-	d.starved = 0
+	d.dropRun, d.starved = map[dag.ModuleID]int{}, 0
 	d.frAsked = false
 }
 
@@ -236,14 +237,24 @@ func key(m dag.ModuleID, kind string) string { return string(m) + "\x00" + kind 
 func (d *Detector) Observe(now time.Time, obs map[dag.ModuleID]Observation) (Trigger, bool) {
 	var reasons []string
 	names := make([]dag.ModuleID, 0, len(obs))
-	starved := false
-	for m, o := range obs {
+	for m := range obs {
 		names = append(names, m)
-		if o.In >= d.cfg.MinItems && o.Done == 0 && o.Dropped >= d.cfg.MinItems {
+	}
+	sort.Slice(names, func(i, j int) bool { return names[i] < names[j] })
+	// Starved: some module has dropped at least MinItems items since it
+	// last finished one (over as many windows as that takes: one 10 fps
+	// stream brings 2-3 frames a window).
+	starved := false
+	for _, m := range names {
+		if o := obs[m]; o.Done > 0 {
+			d.dropRun[m] = 0
+		} else {
+			d.dropRun[m] += o.Dropped
+		}
+		if d.dropRun[m] >= d.cfg.MinItems {
 			starved = true
 		}
 	}
-	sort.Slice(names, func(i, j int) bool { return names[i] < names[j] })
 	if starved {
 		d.starved++
 	} else {

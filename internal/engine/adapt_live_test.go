@@ -141,3 +141,95 @@ func testLog(t *testing.T) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// TestFactorsLeaveWithStreams is issue 18's stale fan-out: factors a
+// stream taught (a 50x fan-out, a 5x slowdown, extra headroom) must not
+// outlive it. When the session's last stream leaves they are forgotten;
+// the next stream is planned with the app's factors and its frames finish.
+func TestFactorsLeaveWithStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs ~5 s of live streams")
+	}
+	app, prof := loadExample(t, "traffic")
+	var mu sync.Mutex
+	got := map[string]map[Outcome]int{}
+	e, _ := NewEmbedded(Config{Log: testLog(t), OnFrame: func(r FrameResult) {
+		mu.Lock()
+		defer mu.Unlock()
+		if got[r.Stream] == nil {
+			got[r.Stream] = map[Outcome]int{}
+		}
+		got[r.Stream][r.Outcome]++
+	}}, everyType)
+	e.Start()
+	defer e.Close()
+	if err := e.Deploy(app, prof); err != nil {
+		t.Fatal(err)
+	}
+	pat, _ := ingest.NewPattern(320, 240, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	wg := runStreams(t, ctx, e, 1, 10, pat) // cam-a
+	// What a 50x fan-out stream would have taught (observed, the plan
+	// would be far off what a normal stream needs).
+	taught := time.Now()
+	e.call(func() {
+		s := e.sessions["traffic"]
+		s.scale["crop-vehicles"], s.balloon["classify"], s.headroom = 50, 5, 2
+		e.trigger(KindScaling, "test: a stream with 50 vehicles a frame")
+	})
+	waitFor(t, "the taught plan", 5*time.Second, func() bool { _, ok := replanAfter(e, taught, "50 vehicles"); return ok })
+	cancel()
+	wg.Wait()
+	left := time.Now()
+	if err := e.Leave("cam-a"); err != nil {
+		t.Fatal(err)
+	}
+	e.call(func() {
+		s := e.sessions["traffic"]
+		if len(s.scale) != 0 || len(s.balloon) != 0 || s.headroom != 1 {
+			t.Errorf("after the last stream left: scale %v balloon %v headroom %v, want the app's", s.scale, s.balloon, s.headroom)
+		}
+	})
+	waitFor(t, "the leave re-plan", 5*time.Second, func() bool { _, ok := replanAfter(e, left, "cam-a left"); return ok })
+	joined := time.Now()
+	ctx, cancel = context.WithCancel(context.Background())
+	pat2, _ := ingest.NewPattern(320, 240, 3)
+	var wg2 sync.WaitGroup
+	if err := e.Join("traffic", "cam-b"); err != nil {
+		t.Fatal(err)
+	}
+	wg2.Add(1)
+	go func() {
+		defer wg2.Done()
+		if err := pat2.Generate(ctx, clock.Real{}, 1, "cam-b", 10, 30, e.Ingest); err != nil {
+			t.Error(err)
+		}
+	}()
+	wg2.Wait()
+	cancel()
+	waitFor(t, "cam-b's frames to end", 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, c := range got["cam-b"] {
+			n += c
+		}
+		return n == 30
+	})
+	for _, r := range e.Replans() {
+		if r.At.Before(joined) {
+			continue
+		}
+		for _, ps := range r.Sessions {
+			if ps.Scale["crop-vehicles"] > 10 || ps.Balloon["classify"] > 2 || ps.Headroom > 1 {
+				t.Errorf("re-plan %d after cam-b joined still plans the old stream's factors: scale %v balloon %v headroom %v (%s)",
+					r.N, ps.Scale, ps.Balloon, ps.Headroom, r.Trigger)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fin := got["cam-b"][Finished]; fin < 27 {
+		t.Errorf("cam-b: %v of 30 frames, want >= 27 finished; drops %v", got["cam-b"], e.Status().Sessions[0].Drops)
+	}
+}

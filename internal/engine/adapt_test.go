@@ -228,6 +228,17 @@ func TestDetectorStaleFactorsForgotten(t *testing.T) {
 	if d := at[0].Sub(t0); d != 2*time.Second {
 		t.Errorf("forgotten after %v, want 2 s (8 windows)", d)
 	}
+	// One 10 fps stream: 2-3 frames a window, all dropped at detect.
+	d = NewDetector(AdaptConfig{}, map[dag.ModuleID]float64{"detect": 1, "crop": 4})
+	d.Planned(t0, map[dag.ModuleID]float64{"detect": 1, "crop": 50}, nil, 1)
+	var slow []map[dag.ModuleID]Observation
+	for i := range 40 {
+		n := 2 + i%2
+		slow = append(slow, map[dag.ModuleID]Observation{"detect": {In: n, Dropped: n}, "crop": {}})
+	}
+	if trs, at := replay(d, t0, slow); len(trs) != 1 || trs[0].Scale["crop"] != 4 || at[0].Sub(t0) > 3*time.Second {
+		t.Errorf("one starved 10 fps stream: %d re-plans %+v, want one within 3 s with crop back to 4", len(trs), trs)
+	}
 	// Idle is not starved: a module that gets nothing keeps its factor.
 	d = NewDetector(AdaptConfig{}, map[dag.ModuleID]float64{"crop": 4, "classify": 1})
 	d.Planned(t0, map[dag.ModuleID]float64{"crop": 0.25, "classify": 1}, map[dag.ModuleID]float64{"classify": 2}, 1)
