@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -231,5 +232,79 @@ func TestFactorsLeaveWithStreams(t *testing.T) {
 	defer mu.Unlock()
 	if fin := got["cam-b"][Finished]; fin < 27 {
 		t.Errorf("cam-b: %v of 30 frames, want >= 27 finished; drops %v", got["cam-b"], e.Status().Sessions[0].Drops)
+	}
+}
+
+// TestFinishRateAddsCapacity drives the engine on the fake clock with
+// frame outcomes written into its accounting: three complete seconds of
+// the current plan at 80%, dropped for cannot-finish, give exactly one
+// finish-rate re-plan with more headroom, saying why; more ticks over the
+// same windows give none; bad windows of the new plan give the next step.
+func TestFinishRateAddsCapacity(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	app, prof := loadExample(t, "traffic")
+	e, _ := NewEmbedded(Config{Clock: clk, Log: testLog(t)}, everyType)
+	e.Start()
+	defer e.Close()
+	if err := e.Deploy(app, prof); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Join("traffic", "cam"); err != nil {
+		t.Fatal(err)
+	}
+	bad := func(from time.Time) {
+		e.call(func() {
+			s := e.sessions["traffic"]
+			for i := range 3 {
+				c := from.Add(time.Duration(i)*time.Second + 50*time.Millisecond)
+				for k := range 10 {
+					s.acct.sent(c)
+					r := FrameResult{Outcome: Finished}
+					if k >= 8 {
+						r = FrameResult{Outcome: Dropped, Module: "face", Reason: "cannot-finish"}
+					}
+					s.acct.outcome(c, r)
+				}
+			}
+		})
+	}
+	finishRate := func() []Replan {
+		var out []Replan
+		for _, r := range e.Replans() {
+			if slices.Contains(r.Kinds, KindFinishRate) {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	tick := func() {
+		clk.Advance(time.Second)
+		e.call(e.tick)
+	}
+	bad(clk.Now())
+	for range 4 {
+		tick()
+	}
+	waitFor(t, "a finish-rate re-plan", 5*time.Second, func() bool { return len(finishRate()) > 0 })
+	r := finishRate()[0]
+	if h := r.Sessions[0].Headroom; h != 1.25 || !strings.Contains(r.Trigger, "finish rate 80.0%") || !strings.Contains(r.Trigger, "face: cannot-finish 6") {
+		t.Errorf("re-plan %q headroom %v: want x1.25, saying why", r.Trigger, h)
+	}
+	if rs := e.Replans(); rs[0].Sessions[0].Cost >= r.Sessions[0].Cost {
+		t.Errorf("finish-rate plan costs $%.3f/h, the join's $%.3f/h: want more capacity", r.Sessions[0].Cost, rs[0].Sessions[0].Cost)
+	}
+	for range 6 {
+		tick()
+	}
+	if n := len(finishRate()); n != 1 {
+		t.Fatalf("%d finish-rate re-plans over the same windows, want 1", n)
+	}
+	bad(r.At.Truncate(time.Second).Add(time.Second))
+	for range 4 {
+		tick()
+	}
+	waitFor(t, "a second finish-rate re-plan", 5*time.Second, func() bool { return len(finishRate()) > 1 })
+	if h := finishRate()[1].Sessions[0].Headroom; h != 1.5625 {
+		t.Errorf("second step headroom %v, want x1.5625", h)
 	}
 }
