@@ -28,10 +28,13 @@ type AdaptConfig struct {
 	// MaxScale bounds a learned scaling factor (default 64 items per
 	// input); more is reported in the trigger, not planned for.
 	MaxScale float64
-	// MaxBalloon bounds a learned ballooning factor (default 10); more is
-	// reported, not planned for: a module that much slower than profiled
-	// is a problem for an operator, and planning 10x instances of it on a
-	// CPU-starved host only slows it further.
+	// MaxBalloon bounds a learned ballooning factor (default 4); more is
+	// reported, not planned for: interference slows a module by a small
+	// factor (Scrooge's ballooning), a module far slower than profiled is
+	// a problem for an operator (a starved host, a broken device), and
+	// planning for it backfires: more CPU instances on a starved host slow
+	// it further, and the GPU scheduler, which times batches with the
+	// planned factor, would drop every request as unable to finish.
 	MaxBalloon float64
 	// MinExcess is the least a task must run beyond its profiled time, on
 	// average, to count as ballooning (default 0.5 ms): a 50 us op that
@@ -75,7 +78,7 @@ func (c AdaptConfig) withDefaults() AdaptConfig {
 		c.MaxScale = 64
 	}
 	if c.MaxBalloon < 1 {
-		c.MaxBalloon = 10
+		c.MaxBalloon = 4
 	}
 	if c.MinExcess <= 0 {
 		c.MinExcess = 500 * time.Microsecond

@@ -181,9 +181,9 @@ func TestDetectorBalloonBounds(t *testing.T) {
 		problems bool
 	}{
 		{"6x of 50 us is noise", repeat(40, tiny(6.23)), 0, 1, false},
-		{"395x of 50 us is bounded and reported", repeat(40, tiny(395)), 1, 10, true},
+		{"395x of 50 us is bounded and reported", repeat(40, tiny(395)), 1, 4, true},
 		{"3x of 20 ms is planned", repeat(40, map[dag.ModuleID]Observation{"detect": gpuObs(3)}), 1, 3, false},
-		{"30x of 20 ms is bounded", repeat(40, map[dag.ModuleID]Observation{"detect": gpuObs(30)}), 1, 10, true},
+		{"30x of 20 ms is bounded", repeat(40, map[dag.ModuleID]Observation{"detect": gpuObs(30)}), 1, 4, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,7 +21,8 @@ func (e *Engine) armTick() {
 func (e *Engine) tick() {
 	now := e.now()
 	win := e.cfg.Adapt.Window.Seconds()
-	var triggers []string
+	type due struct{ kind, text string }
+	var triggers []due
 	for _, id := range e.appIDs() {
 		s := e.sessions[id]
 		obs := map[dag.ModuleID]Observation{}
@@ -68,11 +69,11 @@ func (e *Engine) tick() {
 			}
 			if t, ok := s.det.Observe(now, obs); ok {
 				s.scale, s.balloon = t.Scale, t.Balloon
-				triggers = append(triggers, t.Kind, string(id)+": "+t.Reason)
+				triggers = append(triggers, due{t.Kind, string(id) + ": " + t.Reason})
 				e.adaptProblems(id, t)
 			} else if t, ok := s.det.FinishRate(now, s.acct.windowsBefore(now.Add(-s.app.SLO-100*time.Millisecond), e.cfg.Adapt.FinishWindows)); ok {
 				s.headroom = t.Headroom
-				triggers = append(triggers, t.Kind, string(id)+": "+t.Reason)
+				triggers = append(triggers, due{t.Kind, string(id) + ": " + t.Reason})
 			} else {
 				e.adaptProblems(id, t)
 			}
@@ -98,8 +99,8 @@ func (e *Engine) tick() {
 			e.finishFrame(s, fr)
 		}
 	}
-	for i := 0; i+1 < len(triggers); i += 2 {
-		e.trigger(triggers[i], "adapt "+triggers[i+1])
+	for _, t := range triggers {
+		e.trigger(t.kind, "adapt "+t.text)
 	}
 	if now.Sub(e.lastEpoch) >= e.cfg.Epoch {
 		e.lastEpoch = now
