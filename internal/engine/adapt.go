@@ -166,7 +166,7 @@ type Detector struct {
 	stale    map[string]int       // windows since an observation last confirmed the factor
 	dropRun  map[dag.ModuleID]int // items a module dropped since it last finished one
 	starved  int                  // windows in a row in which some module was starved so
-	lastPlan time.Time            // a plan was made or asked for
+	lastPlan time.Time            // a plan changed the detector's factors, or a trigger asked for one
 	planned  time.Time            // the current plan was applied
 	frAsked  bool                 // a finish-rate re-plan is on its way
 }
@@ -192,17 +192,60 @@ func (d *Detector) Forget() {
 }
 
 // Planned records the factors and headroom a new plan was made with, at
-// now. What the detector was accumulating towards the plan's factors is
-// spent: streaks and smoothed values start again, measured against the
-// new plan.
+// now. What the detector accumulated towards a factor the plan changed is
+// spent: its streak and smoothed value start again, measured against the
+// new value (keeping the old smoothed value is how a 6x spike used to
+// re-trigger "6 -> 6" for ever). A streak towards a factor the plan left
+// as it was (a re-plan for a join, another module, the epoch) is still
+// evidence against it and carries on.
 func (d *Detector) Planned(now time.Time, scale, balloon map[dag.ModuleID]float64, headroom float64) {
+	oldScale, oldBalloon, oldHeadroom := copyMap(d.scale), copyMap(d.balloon), d.headroom
 	d.scale, d.balloon = copyMap(scale), copyMap(balloon)
 	d.headroom = max(1, headroom)
-	d.lastPlan, d.planned = now, now
+	d.planned = now
 	d.frAsked = false
-	clear(d.streak)
-	clear(d.smooth)
-	clear(d.over)
+	// The minimum interval spaces re-plans that change what the detector
+	// decides; a plan that changed none of it (a join, the epoch) does not
+	// hold the next adaptation back.
+	changed := d.headroom != oldHeadroom
+	for _, m := range d.modules(oldScale, oldBalloon) {
+		was := d.defScale(m)
+		if v, ok := oldScale[m]; ok {
+			was = v
+		}
+		if max(1, oldBalloon[m]) != d.plannedBalloon(m) || was != d.plannedScale(m) {
+			changed = true
+		}
+	}
+	if changed || d.lastPlan.IsZero() {
+		d.lastPlan = now
+	}
+	for _, k := range append(sortedKeys(d.smooth), streakKeys(d.streak)...) {
+		m, kind, _ := strings.Cut(k, "\x00")
+		id := dag.ModuleID(m)
+		var was, is float64
+		if kind == "scale" {
+			was, is = d.defScale(id), d.plannedScale(id)
+			if v, ok := oldScale[id]; ok {
+				was = v
+			}
+		} else {
+			was, is = max(1, oldBalloon[id]), d.plannedBalloon(id)
+		}
+		if was != is {
+			delete(d.streak, k)
+			delete(d.smooth, k)
+			delete(d.over, k)
+		}
+	}
+}
+
+func streakKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }
 
 func copyMap(m map[dag.ModuleID]float64) map[dag.ModuleID]float64 {

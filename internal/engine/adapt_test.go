@@ -369,3 +369,31 @@ func TestDetectorProperties(t *testing.T) {
 		}
 	}
 }
+
+// TestDetectorStreakSurvivesUnrelatedPlans: re-plans that leave a factor
+// as it was (joins, the epoch, another module) do not reset the evidence
+// against it, nor hold the next adaptation back. A slow module (one
+// evaluation every two windows) with other re-plans between its
+// evaluations used to have its streak cleared every time, so its fan-out
+// change was never planned for.
+func TestDetectorStreakSurvivesUnrelatedPlans(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	d := NewDetector(AdaptConfig{}, map[dag.ModuleID]float64{"crop": 4})
+	planned := map[dag.ModuleID]float64{"crop": 4}
+	d.Planned(t0, planned, nil, 1)
+	fired := false
+	for i := 1; i <= 24 && !fired; i++ {
+		now := t0.Add(time.Duration(i) * 250 * time.Millisecond)
+		if i%2 == 1 {
+			d.Planned(now, planned, nil, 1) // joins, leaves, the epoch, other sessions
+		}
+		var tr Trigger
+		tr, fired = d.Observe(now, map[dag.ModuleID]Observation{"crop": {In: 3, Done: 3, Out: 24}})
+		if fired && tr.Scale["crop"] != 8 {
+			t.Errorf("trigger %+v: want crop scale 8", tr)
+		}
+	}
+	if !fired {
+		t.Error("a fan-out change under re-plans every second was never planned for")
+	}
+}
