@@ -165,7 +165,7 @@ type Detector struct {
 	over     map[string]float64   // raw observations beyond the bound, in the current streak
 	stale    map[string]int       // windows since an observation last confirmed the factor
 	dropRun  map[dag.ModuleID]int // items a module dropped since it last finished one
-	starved  int                  // windows in a row in which some module was starved so
+	starved  int                  // windows in a row with some module at MinItems drops since it last finished one
 	lastPlan time.Time            // a plan changed the detector's factors, or a trigger asked for one
 	planned  time.Time            // the current plan was applied
 	frAsked  bool                 // a finish-rate re-plan is on its way
