@@ -46,14 +46,14 @@ type PlannedSession struct {
 }
 
 type planInput struct {
-	app      *dag.App
-	g        *dag.Graph
-	cat      *profile.Catalog
-	rate     float64
-	scale    map[dag.ModuleID]float64
-	balloon  map[dag.ModuleID]float64
-	reserve  time.Duration // of the SLO, for the delay before frames reach the session
-	headroom float64       // the session's multiplier of the engine's headroom (finish-rate triggers)
+	app     *dag.App
+	g       *dag.Graph
+	cat     *profile.Catalog
+	rate    float64
+	scale   map[dag.ModuleID]float64
+	balloon map[dag.ModuleID]float64
+	reserve time.Duration // of the SLO, for the delay before frames reach the session
+	extra   float64       // the session's multiplier of the engine's headroom (finish-rate triggers)
 }
 
 type planOutput struct {
@@ -87,7 +87,7 @@ func (e *Engine) replan(trigger string) {
 	inputs := map[dag.AppID]planInput{}
 	for id, s := range e.sessions {
 		inputs[id] = planInput{app: s.app, g: s.g, cat: s.cat, rate: s.ingress(), scale: copyMap(s.scale), balloon: copyMap(s.balloon),
-			reserve: s.ingestReserve(), headroom: s.headroom}
+			reserve: s.ingestReserve(), extra: s.headroom}
 	}
 	limits := map[profile.WorkerTypeID]int{}
 	if e.cfg.Provisioner != nil {
@@ -137,7 +137,7 @@ func (e *Engine) replan(trigger string) {
 				if in.rate <= 0 {
 					continue
 				}
-				a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate * headroom * max(1, in.headroom),
+				a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate * headroom * max(1, in.extra),
 					Scale: in.scale, Balloon: in.balloon, Exclude: exclude, Method: method, Timeout: 2 * time.Second,
 					Budget: in.app.SLO - in.reserve})
 				switch {
@@ -267,8 +267,8 @@ func (e *Engine) apply(out planOutput) {
 	for id, s := range e.sessions {
 		in := out.inputs[id]
 		ps := PlannedSession{App: id, Rate: in.rate, Scale: in.scale, Balloon: in.balloon, IngestMS: millis(in.reserve)}
-		if in.headroom > 1 {
-			ps.Headroom = in.headroom
+		if in.extra > 1 {
+			ps.Headroom = in.extra
 		}
 		a := out.allocs[id]
 		if a != nil {
@@ -298,7 +298,7 @@ func (e *Engine) apply(out planOutput) {
 		for _, m := range s.g.Order() {
 			full[m] = s.g.Scale(m, s.scale)
 		}
-		s.det.Planned(now, full, s.balloon, in.headroom)
+		s.det.Planned(now, full, s.balloon, in.extra)
 		if in.rate > 0 {
 			select {
 			case <-s.planned:
