@@ -380,6 +380,12 @@ func (e *Engine) Leave(streamID string) error {
 		delete(e.streams, streamID)
 		delete(st.s.streams, streamID)
 		e.log.Info("stream left", "app", st.s.app.Name, "stream", streamID, "streams", len(st.s.streams))
+		if len(st.s.streams) == 0 {
+			// What the streams taught (objects per frame, slowdowns, extra
+			// headroom) leaves with them: the next stream starts from the
+			// app's factors, not from a plan for a scene no one sends.
+			st.s.forget()
+		}
 		e.trigger("leave", fmt.Sprintf("stream %s left %s (%d streams)", streamID, st.s.app.Name, len(st.s.streams)))
 	})
 	return out
@@ -634,7 +640,8 @@ func (e *Engine) onResult(instance string, r Result) {
 		return
 	}
 	if exp := ms.expected(instance, len(t.works)); exp > 0 && r.Measured > 0 {
-		ms.obs.balloonSum += float64(r.Measured) / float64(exp)
+		ms.obs.measured += r.Measured
+		ms.obs.profiled += exp
 		ms.obs.balloonN++
 	}
 	ms.obs.batches += len(t.works)

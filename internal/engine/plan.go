@@ -23,7 +23,7 @@ type Replan struct {
 	N              int                  `json:"n"`
 	At             time.Time            `json:"at"`
 	Trigger        string               `json:"trigger"`
-	Kinds          []string             `json:"kinds"` // what kinds of event asked for it: join, leave, scaling, ballooning, epoch, worker-registered, worker-lost, ingest
+	Kinds          []string             `json:"kinds"` // what kinds of event asked for it: join, leave, scaling, ballooning, finish-rate, epoch, worker-registered, worker-lost, ingest, turn-off
 	PlanMS         float64              `json:"plan_ms"`
 	Moves          []placement.Move     `json:"moves"`
 	CostWhole      float64              `json:"cost_whole_per_hour"`
@@ -50,6 +50,7 @@ type PlannedSession struct {
 	Critical float64                  `json:"critical_latency_ms"`
 	IngestMS float64                  `json:"ingest_reserve_ms,omitempty"` // the SLO it planned with is the app's less this
 	Admitted float64                  `json:"admitted"`                    // share of the session's frames the plan carries (below 1: the rest are shed)
+	Headroom float64                  `json:"headroom,omitempty"`          // multiplier of the engine's headroom, > 1 after finish-rate triggers
 }
 
 type planInput struct {
@@ -60,6 +61,7 @@ type planInput struct {
 	scale   map[dag.ModuleID]float64
 	balloon map[dag.ModuleID]float64
 	reserve time.Duration // of the SLO, for the delay before frames reach the session
+	extra   float64       // the session's multiplier of the engine's headroom (finish-rate triggers)
 }
 
 type planOutput struct {
@@ -95,7 +97,7 @@ func (e *Engine) replan(trigger string) {
 	inputs := map[dag.AppID]planInput{}
 	for id, s := range e.sessions {
 		inputs[id] = planInput{app: s.app, g: s.g, cat: s.cat, rate: s.ingress(), scale: copyMap(s.scale), balloon: copyMap(s.balloon),
-			reserve: s.ingestReserve()}
+			reserve: s.ingestReserve(), extra: s.headroom}
 	}
 	limits := map[profile.WorkerTypeID]int{}
 	if e.cfg.Provisioner != nil {
@@ -231,7 +233,7 @@ type share struct {
 // worker of each type, planning the full rate without it (detect at 99% of
 // a P100) finished 70% of frames, shedding 10% with it 80%.
 func allocateWithin(in planInput, left map[profile.WorkerTypeID]float64, method allocator.Method, headroom float64) (*allocator.Allocation, share, error) {
-	req := allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate * headroom, Scale: in.scale, Balloon: in.balloon,
+	req := allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate * headroom * max(1, in.extra), Scale: in.scale, Balloon: in.balloon,
 		Method: method, Timeout: 2 * time.Second, Budget: in.app.SLO - in.reserve, Limits: left}
 	a, err := allocator.Allocate(context.Background(), req)
 	if err != nil || a.Feasible {
@@ -362,6 +364,9 @@ func (e *Engine) apply(out planOutput) {
 	for id, s := range e.sessions {
 		in := out.inputs[id]
 		ps := PlannedSession{App: id, Rate: in.rate, Scale: in.scale, Balloon: in.balloon, IngestMS: millis(in.reserve)}
+		if in.extra > 1 {
+			ps.Headroom = in.extra
+		}
 		a := out.allocs[id]
 		s.admit = 1
 		if f, ok := out.admit[id]; ok {
@@ -405,7 +410,7 @@ func (e *Engine) apply(out planOutput) {
 		for _, m := range s.g.Order() {
 			full[m] = s.g.Scale(m, s.scale)
 		}
-		s.det.Planned(now, full, s.balloon)
+		s.det.Planned(now, full, s.balloon, in.extra)
 		if in.rate > 0 {
 			select {
 			case <-s.planned:
@@ -473,7 +478,7 @@ func routine(kinds []string) bool {
 
 // sameOutcome says a plan changed nothing against the last one applied: no
 // moves, and every session planned with the same rate, factors, cost,
-// latency, ingest reserve, share and problems.
+// latency, ingest reserve, headroom, share and problems.
 func sameOutcome(prev, cur Replan) bool {
 	if len(cur.Moves) > 0 || !slices.Equal(prev.Problems, cur.Problems) || len(prev.Sessions) != len(cur.Sessions) {
 		return false
@@ -481,7 +486,7 @@ func sameOutcome(prev, cur Replan) bool {
 	for i, a := range prev.Sessions {
 		b := cur.Sessions[i]
 		if a.App != b.App || a.Rate != b.Rate || a.Cost != b.Cost || a.Critical != b.Critical || a.Admitted != b.Admitted ||
-			a.Feasible != b.Feasible || a.Reason != b.Reason || a.IngestMS != b.IngestMS || !maps.Equal(a.Scale, b.Scale) || !maps.Equal(a.Balloon, b.Balloon) {
+			a.Feasible != b.Feasible || a.Reason != b.Reason || a.IngestMS != b.IngestMS || a.Headroom != b.Headroom || !maps.Equal(a.Scale, b.Scale) || !maps.Equal(a.Balloon, b.Balloon) {
 			return false
 		}
 	}

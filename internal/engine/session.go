@@ -21,8 +21,11 @@ type session struct {
 	mods    map[dag.ModuleID]*modState
 	acct    *accounting
 	det     *Detector
-	mx      *metrics.AppMetrics // nil without metrics
-	planned chan struct{}       // closed when the first plan is applied (or failed)
+	// headroom multiplies the engine's headroom for this session: raised
+	// by finish-rate triggers, back to 1 when the last stream leaves.
+	headroom float64
+	mx       *metrics.AppMetrics // nil without metrics
+	planned  chan struct{}       // closed when the first plan is applied (or failed)
 
 	alloc      *allocator.Allocation
 	plan       *placement.Plan
@@ -68,15 +71,16 @@ type route struct {
 // modObs counts what a module did in the current adaptation window.
 type modObs struct {
 	Observation
-	balloonSum float64
-	balloonN   int
-	batches    int
-	tasks      int
-	execSum    time.Duration
-	latSum     time.Duration // items: entering the module to its result
-	latN       int
-	dropped    int
-	rejected   int
+	measured time.Duration // tasks measured against a profile: their execution time
+	profiled time.Duration // and what the profile expected
+	balloonN int
+	batches  int
+	tasks    int
+	execSum  time.Duration
+	latSum   time.Duration // items: entering the module to its result
+	latN     int
+	dropped  int
+	rejected int
 }
 
 // expected is the profiled time of a task of b items on instance id (not
@@ -90,8 +94,9 @@ func (ms *modState) expected(id string, b int) time.Duration {
 
 func newSession(app *dag.App, g *dag.Graph, cat *profile.Catalog, ac AdaptConfig) *session {
 	s := &session{app: app, g: g, cat: cat, streams: map[string]*stream{}, frames: map[frameKey]*frame{},
-		mods: map[dag.ModuleID]*modState{}, acct: newAccounting(), det: NewDetector(ac), planned: make(chan struct{}),
-		scale: map[dag.ModuleID]float64{}, balloon: map[dag.ModuleID]float64{}, admit: 1}
+		mods: map[dag.ModuleID]*modState{}, acct: newAccounting(), planned: make(chan struct{}),
+		scale: map[dag.ModuleID]float64{}, balloon: map[dag.ModuleID]float64{}, headroom: 1, admit: 1}
+	def := map[dag.ModuleID]float64{}
 	for i := range app.Modules {
 		m := &app.Modules[i]
 		ms := &modState{mod: m, key: string(app.Name) + "/" + string(m.Name), model: scheduler.ModelID(string(app.Name) + "/" + string(m.Name)),
@@ -102,9 +107,19 @@ func newSession(app *dag.App, g *dag.Graph, cat *profile.Catalog, ac AdaptConfig
 			}
 		}
 		s.mods[m.Name] = ms
+		def[m.Name] = g.Scale(m.Name, nil)
 	}
+	s.det = NewDetector(ac, def)
 	s.minTail = tails(g, func(m dag.ModuleID) time.Duration { return s.mods[m].fastest })
 	return s
+}
+
+// forget drops what the session's streams taught it (the last one left):
+// the next plan uses the app's scaling factors, the profiles' execution
+// times and the engine's headroom.
+func (s *session) forget() {
+	s.scale, s.balloon, s.headroom = map[dag.ModuleID]float64{}, map[dag.ModuleID]float64{}, 1
+	s.det.Forget()
 }
 
 // tails is, per module, the longest path from its output to a sink when

@@ -22,14 +22,18 @@ func (e *Engine) armTick() {
 func (e *Engine) tick() {
 	now := e.now()
 	win := e.cfg.Adapt.Window.Seconds()
-	var triggers []string
+	type due struct{ kind, text string }
+	var triggers []due
 	for _, id := range e.appIDs() {
 		s := e.sessions[id]
 		obs := map[dag.ModuleID]Observation{}
 		for m, ms := range s.mods {
 			o := ms.obs.Observation
-			if ms.obs.balloonN > 0 {
-				o.Balloon = ms.obs.balloonSum / float64(ms.obs.balloonN)
+			o.Dropped = ms.obs.dropped
+			if ms.obs.balloonN > 0 && ms.obs.profiled > 0 {
+				o.Tasks = ms.obs.balloonN
+				o.Balloon = float64(ms.obs.measured) / float64(ms.obs.profiled)
+				o.Excess = (ms.obs.measured - ms.obs.profiled) / time.Duration(ms.obs.balloonN)
 			}
 			obs[m] = o
 			st := ModuleStatus{Module: m, Kind: ms.mod.Kind, RateIn: float64(o.In) / win, RateOut: float64(o.Out) / win,
@@ -75,7 +79,13 @@ func (e *Engine) tick() {
 			}
 			if t, ok := s.det.Observe(now, obs); ok {
 				s.scale, s.balloon = t.Scale, t.Balloon
-				triggers = append(triggers, string(id)+": "+t.Reason)
+				triggers = append(triggers, due{t.Kind, string(id) + ": " + t.Reason})
+				e.adaptProblems(id, t)
+			} else if t, ok := s.det.FinishRate(now, s.acct.windowsBefore(now.Add(-s.app.SLO-100*time.Millisecond), e.cfg.Adapt.FinishWindows)); ok {
+				s.headroom = t.Headroom
+				triggers = append(triggers, due{t.Kind, string(id) + ": " + t.Reason})
+			} else {
+				e.adaptProblems(id, t)
 			}
 		}
 		// Frames far past their deadline are lost: counted, never forgotten.
@@ -100,12 +110,7 @@ func (e *Engine) tick() {
 		}
 	}
 	for _, t := range triggers {
-		// A detector's reason names what moved: "m scale a -> b", "m balloon a -> b".
-		kind := "scaling"
-		if strings.Contains(t, " balloon ") && !strings.Contains(t, " scale ") {
-			kind = "ballooning"
-		}
-		e.trigger(kind, "adapt "+t)
+		e.trigger(t.kind, "adapt "+t.text)
 	}
 	if now.Sub(e.lastEpoch) >= e.cfg.Epoch {
 		e.lastEpoch = now
@@ -113,6 +118,13 @@ func (e *Engine) tick() {
 	}
 	e.publishMetrics(now)
 	e.armTick()
+}
+
+// adaptProblems says loudly what a detector saw and will not plan for.
+func (e *Engine) adaptProblems(id dag.AppID, t Trigger) {
+	for _, p := range t.Problems {
+		e.log.Warn("adaptation problem", "app", id, "problem", p)
+	}
 }
 
 // publishMetrics sets the state gauges: per app its streams, last

@@ -120,7 +120,7 @@ func New(withRuntime bool) *Metrics {
 		solve: f.histogram("planner", "solve_seconds", "Wall time of one planning step: stage=allocate (the MILP, all apps), stage=place (bin packing).",
 			[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}, "stage"),
 		triggers: f.counter("planner", "triggers_total",
-			"Events that asked for a re-plan: join, leave, scaling, ballooning, epoch, worker-registered, worker-lost, ingest, turn-off (a warm instance reached the turn-off delay).", "kind"),
+			"Events that asked for a re-plan: join, leave, scaling, ballooning, finish-rate (windows below target: more headroom), epoch, worker-registered, worker-lost, ingest, turn-off (a warm instance reached the turn-off delay).", "kind"),
 		replans: f.counter1("planner", "replans_total", "Plans applied (one plan may answer several triggers)."),
 	}
 	reg.MustRegister(ingestCollector{m}, gpuCollector{m})
