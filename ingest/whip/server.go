@@ -585,9 +585,23 @@ func (s *Server) totalsLocked(app string) *metrics.IngestTotals {
 
 // Publish hands a frame's outcome to its stream's result subscribers
 // (engine.Config.OnFrame); it never blocks.
+//
+// A result for a stream that has ended (its frame was in flight when the
+// client left or the stream was ended) cannot be delivered: it is counted
+// in the ended stream's ResultsAfterEnd, so a stream's results add up:
+// ingested = results sent + dropped (slow client) + after end.
 func (s *Server) Publish(r Result) {
 	if st := s.lookup(r.Stream); st != nil {
 		st.publish(r)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.ended) - 1; i >= 0; i-- {
+		if s.ended[i].ID == r.Stream {
+			s.ended[i].ResultsAfterEnd++
+			return
+		}
 	}
 }
 

@@ -90,9 +90,12 @@ type StreamInfo struct {
 	PLIs           uint64 `json:"plis"`
 	ResultsSent    uint64 `json:"results_sent"`
 	ResultsDropped uint64 `json:"results_dropped"`
-	Discarded      uint64 `json:"discarded_packets"`
-	Restarts       uint64 `json:"timeline_restarts"`
-	LastError      string `json:"last_error,omitempty"`
+	// ResultsAfterEnd counts results of frames still in flight when the
+	// stream ended (the engine accounts the frames; the client is gone).
+	ResultsAfterEnd uint64 `json:"results_after_end"`
+	Discarded       uint64 `json:"discarded_packets"`
+	Restarts        uint64 `json:"timeline_restarts"`
+	LastError       string `json:"last_error,omitempty"`
 }
 
 // Stream states (StreamInfo.State).

@@ -1,0 +1,57 @@
+package whip
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/mdag/mdag/ingest"
+)
+
+// TestResultsAfterEnd: results of frames still in flight when the client
+// deletes its stream are counted in the ended stream's info (issue 18:
+// they were counted neither sent nor dropped).
+func TestResultsAfterEnd(t *testing.T) {
+	srv, sink, hs := newTestServer(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	p, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Width: 64, Height: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pat, err := ingest.NewPattern(64, 64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendPattern(t, p, pat, 10, 30)
+	waitFor(t, "frames to reach the session", 10*time.Second, func() bool { return sink.count(p.Stream) > 0 })
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stream to end", 10*time.Second, func() bool {
+		for _, s := range srv.Streams() {
+			if s.ID == p.Stream && s.Ended != "" {
+				return true
+			}
+		}
+		return false
+	})
+	const late = 3 // the engine answers for frames that were in flight
+	for i := range late {
+		srv.Publish(Result{Stream: p.Stream, Frame: uint64(1000 + i), Outcome: "late"})
+	}
+	srv.Publish(Result{Stream: "no-such-stream", Outcome: "finished"}) // nothing to count, nothing to break
+	for _, s := range srv.Streams() {
+		if s.ID != p.Stream {
+			continue
+		}
+		if s.ResultsAfterEnd != late {
+			t.Errorf("results after end %d, want %d", s.ResultsAfterEnd, late)
+		}
+		if got := s.ResultsSent + s.ResultsDropped + s.ResultsAfterEnd; got != s.Ingested+late {
+			t.Errorf("results %d sent + %d dropped + %d after end != %d ingested + %d in flight", s.ResultsSent, s.ResultsDropped, s.ResultsAfterEnd, s.Ingested, late)
+		}
+		return
+	}
+	t.Fatal("the ended stream is not listed")
+}
