@@ -48,7 +48,7 @@ tour: build ## the planning CLI on the traffic example: validate, allocate, plac
 	./$(BIN) sim -f examples/sim/resnet50-8gpu.yaml --rate 5300 --policy clockwork
 	@echo; echo "Live: bin/mdag serve --example traffic --synthetic 4 --duration 10s (embedded), or mdag coordinator + mdag worker + mdag source (README). Stream into it over WebRTC: bin/mdag client --app traffic, or open http://127.0.0.1:8080/stream/traffic in a browser. make demo runs it all live with the dashboard."
 
-soak: build ## not in CI: 10 minutes of the traffic app, 8 streams, objects per frame changing (SOAK_DURATION=2m for less); fails below 98% finished or on a re-plan that changed nothing
+soak: build ## not in CI: 10 minutes of the traffic app, 8 streams, objects per frame changing (SOAK_DURATION=2m for less; fails below 98% finished or on a re-plan that changed nothing), then 20 WHIP clients overloading it (admitted streams >= 95%, the rest 503)
 	tools/soak.sh
 
 bench: ## run the benchmarks (results go to docs/benchmarks.md by hand)

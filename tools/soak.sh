@@ -3,7 +3,10 @@
 #   1. SOAK_DURATION (default 10m) of the traffic app with 8 synthetic streams whose objects per
 #      frame change every minute (scaling): finish rate >= SOAK_MIN_FINISH (default 98%),
 #      re-plans that changed nothing = 0, every frame accounted (open 0, sent = finished + late + dropped).
-# Prints the summary and exits non-zero when a target is missed.
+#   2. The overload run (cmd/mdag TestOverloadSoak): 20 WHIP clients at 640x480, 15 fps, arriving 250 ms
+#      apart into the traffic app: every stream that stays admitted finishes >= 95%, refused ones get 503.
+#      SOAK_SKIP_OVERLOAD=1 skips it; MDAG_OVERLOAD_DURATION (default 60s) sets its length.
+# Prints the summaries and exits non-zero when a target is missed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dur=${SOAK_DURATION:-10m}
@@ -26,4 +29,9 @@ awk -v r="$rate" -v m="$min" 'BEGIN { exit !(r >= m) }' || { echo "soak: FAIL fi
 grep -c 'level=WARN' "$out.log" | xargs -I{} echo "soak: {} warnings in the log ($out.log kept)" || true
 trap - EXIT
 rm -f "$out"
+if [ -z "${SOAK_SKIP_OVERLOAD:-}" ]; then
+	echo
+	echo "soak: the overload run (20 WHIP clients, 640x480 at 15 fps)"
+	MDAG_OVERLOAD=1 go test -count=1 -run '^TestOverloadSoak$' -v -timeout 10m ./cmd/mdag | grep -v '^=== ' || { echo "soak: FAIL overload run"; fail=1; }
+fi
 exit $fail
