@@ -9,6 +9,7 @@
 # Prints the summaries and exits non-zero when a target is missed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export CGO_CFLAGS="${CGO_CFLAGS:--g -O2 -I/usr/include/lpsolve}" CGO_LDFLAGS="${CGO_LDFLAGS:--lcolamd -lm}"
 dur=${SOAK_DURATION:-10m}
 min=${SOAK_MIN_FINISH:-98}
 out=$(mktemp)
