@@ -44,6 +44,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -325,12 +326,7 @@ func (p *Problem) overLimits(choice []int) string {
 }
 
 func sortedTypes(m map[profile.WorkerTypeID]float64) []profile.WorkerTypeID {
-	out := make([]profile.WorkerTypeID, 0, len(m))
-	for w := range m {
-		out = append(out, w)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(m))
 }
 
 // finish returns each module's finish time (longest path of latencies from

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/ingest"
-	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/internal/metrics"
 	"github.com/mdag/mdag/modules"
 	"github.com/mdag/mdag/profile"
@@ -86,14 +85,7 @@ func TestCappedPoolDegradesLoudly(t *testing.T) {
 // log, and new streams are refused until it recovers (issue 18 item 5: 0%
 // finished for 44 s with no warning and no admission control).
 func TestIngestSaturatedRefuses(t *testing.T) {
-	app, prof := loadExample(t, "traffic")
-	clk := clock.NewFake(time.Unix(1e9, 0))
-	e, _ := NewEmbedded(Config{Clock: clk}, everyType)
-	e.Start()
-	defer e.Close()
-	if err := e.Deploy(app, prof); err != nil {
-		t.Fatal(err)
-	}
+	e, clk, app := startTraffic(t, Config{})
 	if err := e.Join(app.Name, "a"); err != nil {
 		t.Fatal(err)
 	}

@@ -4,23 +4,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/internal/clock"
 )
+
+// startTraffic starts an embedded engine on a fake clock with the traffic
+// app deployed (closed when the test ends).
+func startTraffic(t *testing.T, cfg Config) (*Engine, *clock.Fake, *dag.App) {
+	t.Helper()
+	app, prof := loadExample(t, "traffic")
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	cfg.Clock = clk
+	e, _ := NewEmbedded(cfg, everyType)
+	e.Start()
+	t.Cleanup(e.Close)
+	if err := e.Deploy(app, prof); err != nil {
+		t.Fatal(err)
+	}
+	return e, clk, app
+}
 
 // TestIdleSessionReleasesInstances: once the last stream leaves, the
 // session costs nothing at once and its instances are given back when the
 // turn-off delay ends (issue 18: $5.80/h with no streams two minutes after
 // the last client left).
 func TestIdleSessionReleasesInstances(t *testing.T) {
-	app, prof := loadExample(t, "traffic")
-	clk := clock.NewFake(time.Unix(1e9, 0))
 	const turnOff = 30 * time.Second
-	e, _ := NewEmbedded(Config{Clock: clk, TurnOff: turnOff, Epoch: time.Hour}, everyType)
-	e.Start()
-	defer e.Close()
-	if err := e.Deploy(app, prof); err != nil {
-		t.Fatal(err)
-	}
+	e, clk, app := startTraffic(t, Config{TurnOff: turnOff, Epoch: time.Hour})
 	for _, id := range []string{"a", "b"} {
 		if err := e.Join(app.Name, id); err != nil {
 			t.Fatal(err)
@@ -78,14 +88,7 @@ func TestIdleSessionReleasesInstances(t *testing.T) {
 // change is not recorded as a re-plan; an event-driven one that changes
 // nothing is marked Unchanged.
 func TestEpochThatChangesNothing(t *testing.T) {
-	app, prof := loadExample(t, "traffic")
-	clk := clock.NewFake(time.Unix(1e9, 0))
-	e, _ := NewEmbedded(Config{Clock: clk, Epoch: time.Second}, everyType)
-	e.Start()
-	defer e.Close()
-	if err := e.Deploy(app, prof); err != nil {
-		t.Fatal(err)
-	}
+	e, clk, app := startTraffic(t, Config{Epoch: time.Second})
 	if err := e.Join(app.Name, "a"); err != nil {
 		t.Fatal(err)
 	}

@@ -255,14 +255,9 @@ func allocateWithin(in planInput, left map[profile.WorkerTypeID]float64, method 
 // fmtLimits renders worker limits: "P100=1, V100=1, CPU=1" ("no limits" if
 // none).
 func fmtLimits(m map[profile.WorkerTypeID]float64) string {
-	ts := make([]string, 0, len(m))
-	for t := range m {
-		ts = append(ts, string(t))
-	}
-	slices.Sort(ts)
 	var parts []string
-	for _, t := range ts {
-		parts = append(parts, fmt.Sprintf("%s=%.3g", t, m[profile.WorkerTypeID(t)]))
+	for _, t := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s=%.3g", t, m[t]))
 	}
 	if len(parts) == 0 {
 		return "no limits"
@@ -270,14 +265,7 @@ func fmtLimits(m map[profile.WorkerTypeID]float64) string {
 	return "the workers (" + strings.Join(parts, ", ") + ")"
 }
 
-func sortedApps(m map[dag.AppID]planInput) []dag.AppID {
-	out := make([]dag.AppID, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+func sortedApps(m map[dag.AppID]planInput) []dag.AppID { return slices.Sorted(maps.Keys(m)) }
 
 func (e *Engine) sortedInsts() []*instState {
 	out := make([]*instState, 0, len(e.insts))
