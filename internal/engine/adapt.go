@@ -2,7 +2,9 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -435,31 +437,12 @@ func (d *Detector) modules(more ...map[dag.ModuleID]float64) []dag.ModuleID {
 			set[m] = true
 		}
 	}
-	out := make([]dag.ModuleID, 0, len(set))
-	for m := range set {
-		out = append(out, m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
+	return slices.Sorted(maps.Keys(set))
 }
 
-func sortedModules(m map[dag.ModuleID]float64) []dag.ModuleID {
-	out := make([]dag.ModuleID, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
-}
+func sortedModules(m map[dag.ModuleID]float64) []dag.ModuleID { return slices.Sorted(maps.Keys(m)) }
 
-func sortedKeys(m map[string]float64) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+func sortedKeys(m map[string]float64) []string { return slices.Sorted(maps.Keys(m)) }
 
 // check updates one factor's smoothed value and streak; floor is the
 // smallest absolute change that counts (so 0 -> 0.2 objects is not news),
