@@ -89,3 +89,56 @@ func workerThroughput(b *testing.B, mx *metrics.Metrics) {
 	b.ReportMetric(float64(st.Finished)/el, "finished-frames/s")
 	b.ReportMetric(float64(st.Dropped)/float64(st.Sent), "drop-fraction") // back-pressure: full queues
 }
+
+// The live tests check behaviour with bounds that hold under -race on a
+// busy machine; their speed figures are these benchmarks, each iteration
+// one run of the test's workload on the real clock (seconds of live
+// streams). Run one on demand, e.g.
+//
+//	go test -run '^$' -bench BenchmarkStreamsJoinAndLeave -benchtime 1x -count 5 ./internal/engine
+
+// BenchmarkEveryFrame is TestEveryFrameAccounted's figure: the finish rate
+// of three pattern streams of 30 frames at 10 fps on emulated GPUs.
+func BenchmarkEveryFrame(b *testing.B) {
+	for range b.N {
+		st := runEveryFrame(b, nil)
+		b.ReportMetric(st.Total.FinishRate()*100, "finish-%")
+		b.ReportMetric(st.P99MS, "p99-ms")
+	}
+}
+
+// BenchmarkStreamsJoinAndLeave is TestStreamsJoinAndLeave's figure: the
+// finish rate of 12 streams joining and leaving at 2-5 fps (Scrooge 4.2's
+// shape; >= 97% on an idle machine).
+func BenchmarkStreamsJoinAndLeave(b *testing.B) {
+	for range b.N {
+		st, _ := runJoinAndLeave(b)
+		b.ReportMetric(st.Total.FinishRate()*100, "finish-%")
+		b.ReportMetric(st.P99MS, "p99-ms")
+	}
+}
+
+// BenchmarkAdaptation is TestAdaptation's figures per jump: how long the
+// re-plan took after it (<= 2 s expected) and the finish rate of the three
+// complete windows starting a second after the re-plan (>= 95% expected).
+func BenchmarkAdaptation(b *testing.B) {
+	for _, tc := range adaptCases {
+		b.Run(tc.expect, func(b *testing.B) {
+			for range b.N {
+				a := runAdaptation(b, tc, nil)
+				b.ReportMetric(float64(a.delay.Milliseconds()), "replan-ms")
+				b.ReportMetric(a.finishRate()*100, "finish-%")
+			}
+		})
+	}
+}
+
+// BenchmarkFactorsLeaveWithStreams is TestFactorsLeaveWithStreams's
+// figure: the finish rate of the 30 frames of the stream that joins after
+// the one that taught stale factors left (>= 90% expected).
+func BenchmarkFactorsLeaveWithStreams(b *testing.B) {
+	for range b.N {
+		f := runFactorsLeave(b, nil)
+		b.ReportMetric(f.next.FinishRate()*100, "finish-%")
+	}
+}

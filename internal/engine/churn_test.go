@@ -14,17 +14,37 @@ import (
 
 // TestStreamsJoinAndLeave is Scrooge Section 4.2's traffic workload shape:
 // 12 streams join and leave at random times, each at 2-5 fps, on emulated
-// GPUs; every frame is accounted for and >= 97% finish within the SLO.
+// GPUs. It checks behaviour, not speed: every frame is accounted for (sent
+// = finished + late + dropped, none open), no frame is dropped for want of
+// a route while streams come and go (only deadline drops), and most
+// complete. The finish rate (>= 97% on an idle machine) is
+// BenchmarkStreamsJoinAndLeave's figure.
 func TestStreamsJoinAndLeave(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs ~8 s of live streams")
 	}
-	app, prof := loadExample(t, "traffic")
+	start := time.Now()
+	st, replans := runJoinAndLeave(t)
+	tot := st.Total
+	if tot.Finished+tot.Late+tot.Dropped != tot.Sent || tot.Sent == 0 {
+		t.Fatalf("accounting: %+v", tot)
+	}
+	checkMostComplete(t, "totals", tot)
+	checkRouted(t, "totals", st.Drops)
+	t.Logf("%v: %d frames, finish rate %.4f, p50 %.1f ms, p99 %.1f ms, %d re-plans, drops %v",
+		time.Since(start).Round(time.Millisecond), tot.Sent, tot.FinishRate(), st.P50MS, st.P99MS, replans, st.Drops)
+}
+
+// runJoinAndLeave runs TestStreamsJoinAndLeave's workload (a fixed seed)
+// until every frame has ended; it returns the session's status and the
+// number of re-plans.
+func runJoinAndLeave(tb testing.TB) (SessionStatus, int) {
+	app, prof := loadExample(tb, "traffic")
 	e, _ := NewEmbedded(Config{}, everyType)
 	e.Start()
 	defer e.Close()
 	if err := e.Deploy(app, prof); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	pat, _ := ingest.NewPattern(320, 240, 3)
 	rng := rand.New(rand.NewPCG(42, 7))
@@ -32,7 +52,6 @@ func TestStreamsJoinAndLeave(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
-	start := time.Now()
 	for i := range 12 {
 		join := time.Duration(rng.Int64N(int64(span / 2)))
 		stay := span/4 + time.Duration(rng.Int64N(int64(span/2)))
@@ -42,34 +61,25 @@ func TestStreamsJoinAndLeave(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			select {
-			case <-time.After(join):
+			case <-time.After(join): // the workload's schedule, not a wait for logic
 			case <-ctx.Done():
 				return
 			}
 			if err := e.Join(app.Name, id); err != nil {
-				t.Error(err)
+				tb.Error(err)
 				return
 			}
 			sctx, stop := context.WithTimeout(ctx, stay)
 			defer stop()
 			if err := pat.Generate(sctx, clock.Real{}, i, id, fps, 0, e.Ingest); err != nil {
-				t.Error(err)
+				tb.Error(err)
 			}
 			if err := e.Leave(id); err != nil {
-				t.Error(err)
+				tb.Error(err)
 			}
 		}()
 	}
 	wg.Wait()
-	waitFor(t, "every frame to end", 10*time.Second, func() bool { return e.Status().Sessions[0].Open == 0 })
-	st := e.Status().Sessions[0]
-	tot := st.Total
-	if tot.Finished+tot.Late+tot.Dropped != tot.Sent || tot.Sent == 0 {
-		t.Fatalf("accounting: %+v", tot)
-	}
-	if fr := tot.FinishRate(); fr < 0.97 {
-		t.Errorf("finish rate %.3f < 0.97 over %d frames: drops %v", fr, tot.Sent, st.Drops)
-	}
-	t.Logf("%v: %d frames, finish rate %.4f, p50 %.1f ms, p99 %.1f ms, %d re-plans, drops %v",
-		time.Since(start).Round(time.Millisecond), tot.Sent, tot.FinishRate(), st.P50MS, st.P99MS, len(e.Replans()), st.Drops)
+	waitFor(tb, "every frame to end", 20*time.Second, func() bool { return e.Status().Sessions[0].Open == 0 })
+	return e.Status().Sessions[0], len(e.Replans())
 }
