@@ -164,6 +164,10 @@ func (t tapSink) Join(app dag.AppID, id string) error { return t.e.Join(app, id)
 // degraded or whose ingest is saturated refuses new streams.
 func (t tapSink) Admit(app dag.AppID) error { return t.e.Admit(app) }
 
+// Saturated forwards to the engine (whip.Saturation): frames reaching the
+// session later than half the SLO make the server shed its newest streams.
+func (t tapSink) Saturated(app dag.AppID) bool { return t.e.Saturated(app) }
+
 func (t tapSink) Leave(id string) error { return t.e.Leave(id) }
 
 // Ingest hands the frame on first: a thumbnail (about 1 ms once a second

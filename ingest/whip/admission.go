@@ -2,6 +2,7 @@ package whip
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"runtime"
@@ -49,6 +50,13 @@ import (
 
 // Admitter is implemented by a Sink that can refuse new streams (the engine when a session is overloaded).
 type Admitter interface{ Admit(app dag.AppID) error }
+
+// Saturation is implemented by a Sink that can tell when an app's frames
+// reach it too late to be served (the engine: later than half the SLO).
+// Whatever the cause (this process's CPU, a busy neighbour, the network),
+// the server then sheds the app's newest streams as it does on CPU
+// overload: the CPU estimate predicts, this measures the outcome.
+type Saturation interface{ Saturated(app dag.AppID) bool }
 
 // Why a POST was refused (the label values of the refused-streams
 // counter; a bounded set).
@@ -218,6 +226,16 @@ func (s *Server) armLoad() {
 // since the last sample, and sheds the newest admitted stream when the load
 // has stayed above capacity for ShedAfter.
 func (s *Server) sampleLoad() {
+	// Ask the sink first, never under s.mu (the engine's loop publishes
+	// results through the server).
+	var saturated []dag.AppID
+	if sat, ok := s.sink.(Saturation); ok {
+		for _, app := range slices.Sorted(maps.Keys(s.cfg.Apps)) {
+			if sat.Saturated(app) {
+				saturated = append(saturated, app)
+			}
+		}
+	}
 	cpu := s.cfg.CPUTime()
 	var mBusy, mTotal time.Duration
 	var mCores int
@@ -270,10 +288,10 @@ func (s *Server) sampleLoad() {
 	// shed by a few intervals).
 	last := s.cpuRate
 	var shed []*stream
-	if last > v.capacity {
+	if last > v.capacity || len(saturated) > 0 {
 		if s.overSince.IsZero() {
 			s.overSince = now
-			s.log.Warn("whip CPU load above capacity", "load_cores", last, "capacity_cores", v.capacity,
+			s.log.Warn("whip overload", "load_cores", last, "capacity_cores", v.capacity, "saturated_apps", saturated,
 				"shed_after", s.cfg.ShedAfter)
 		}
 		// After ShedAfter over capacity, the newest streams go, as many
@@ -284,12 +302,17 @@ func (s *Server) sampleLoad() {
 		if s.cfg.ShedAfter >= 0 && now.Sub(s.overSince) >= s.cfg.ShedAfter && now.Sub(s.lastShed) >= 2*s.cfg.LoadInterval {
 			var in []*stream
 			for _, st := range s.streams {
-				if st.adm.admitted && !st.adm.shed {
+				// On CPU overload every app's streams, on saturation the
+				// saturated apps' streams.
+				if st.adm.admitted && !st.adm.shed && (last > v.capacity || slices.Contains(saturated, st.app)) {
 					in = append(in, st)
 				}
 			}
 			slices.SortFunc(in, func(a, b *stream) int { return b.adm.admittedAt.Compare(a.adm.admittedAt) })
-			k := max(1, int(math.Ceil((last-v.capacity)/v.cost)))
+			k := 1 // saturation alone: one at a time, the outcome is measured again
+			if last > v.capacity {
+				k = max(1, int(math.Ceil((last-v.capacity)/v.cost)))
+			}
 			shed = in[:min(k, max(0, len(in)-1))]
 			for _, st := range shed {
 				st.adm.shed = true
@@ -304,6 +327,10 @@ func (s *Server) sampleLoad() {
 	for _, st := range shed {
 		why := fmt.Sprintf("overload: CPU load %.2f cores above the capacity of %.2f for %v; the newest %d streams are ended to protect the others",
 			last, v.capacity, over.Round(time.Second), len(shed))
+		if last <= v.capacity {
+			why = fmt.Sprintf("overload: the app's frames have reached it later than half its SLO for %v (CPU load %.2f of %.2f cores here; the machine or the network is short); the newest stream is ended to protect the others",
+				over.Round(time.Second), last, v.capacity)
+		}
 		s.log.Warn("whip stream shed", "app", st.app, "stream", st.id, "load_cores", last, "capacity_cores", v.capacity, "shed", len(shed))
 		go st.endAs(EndOverload, why)
 	}

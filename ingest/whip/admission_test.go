@@ -326,6 +326,64 @@ func TestShedMany(t *testing.T) {
 
 // TestMachineCPUTime reads this Linux machine's /proc/stat: every core,
 // busy time within the total, both growing.
+// TestShedOnSaturation: the sink (the engine) says the app's frames reach
+// it later than half the SLO while the CPU estimate fits (a busy
+// neighbour, say): the newest streams are shed one at a time, never the
+// last, and shedding stops when the sink recovers.
+func TestShedOnSaturation(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	var cpu time.Duration
+	cfg := Config{MaxStreams: 10, CPUCores: 1, CPUCeiling: 0.5, StreamCost: 0.01, ShedAfter: 2 * time.Second,
+		IdleTimeout: time.Hour, ConnectTimeout: time.Hour, Clock: clk, CPUTime: func() time.Duration { return cpu }}
+	srv, sink, hs := newTestServer(t, cfg)
+	var in []*stream
+	for i := range 3 {
+		code, body, id, _ := postOffer(t, hs.URL)
+		if code != http.StatusCreated {
+			t.Fatalf("stream %d: %d %s", i, code, body)
+		}
+		st := srv.lookup(id)
+		if kind, why := st.admitFirst(); kind != "" {
+			t.Fatalf("stream %d: %s %s", i, kind, why)
+		}
+		in = append(in, st)
+		clk.Advance(time.Millisecond)
+	}
+	tick := func(n int) {
+		for range n {
+			cpu += 100 * time.Millisecond // 0.1 cores: the CPU estimate fits
+			clk.Advance(time.Second)
+		}
+	}
+	tick(2)
+	if got := srv.Admission().Admitted; got != 3 {
+		t.Fatalf("admitted %d before saturation, want 3", got)
+	}
+	sink.mu.Lock()
+	sink.saturated = true
+	sink.mu.Unlock()
+	tick(4) // over from the first; shed at ShedAfter
+	waitFor(t, "the newest stream shed", 5*time.Second, func() bool { return srv.lookup(in[2].id) == nil })
+	tick(4) // two intervals on: the next one
+	waitFor(t, "the next stream shed", 5*time.Second, func() bool { return srv.lookup(in[1].id) == nil })
+	tick(6)
+	if srv.lookup(in[0].id) == nil {
+		t.Fatal("the last stream was shed")
+	}
+	sink.mu.Lock()
+	sink.saturated = false
+	sink.mu.Unlock()
+	tick(6)
+	if a := srv.Admission(); a.Admitted != 1 || a.Ended[EndOverload] != 2 {
+		t.Errorf("admitted %d, ended overload %d; want 1 and 2", a.Admitted, a.Ended[EndOverload])
+	}
+	for _, si := range srv.Streams() {
+		if si.EndKind == EndOverload && !strings.Contains(si.Ended, "later than half its SLO") {
+			t.Errorf("shed stream %s says %q: it should name the saturation", si.ID, si.Ended)
+		}
+	}
+}
+
 func TestMachineCPUTime(t *testing.T) {
 	busy, total, cores := MachineCPUTime()
 	if cores != runtime.NumCPU() || busy <= 0 || busy > total {

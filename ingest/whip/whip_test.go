@@ -34,12 +34,20 @@ func TestMain(m *testing.M) {
 // fakeSink records what the server hands to the session; it answers every
 // frame with a result through the server, as the engine's OnFrame does.
 type fakeSink struct {
-	mu      sync.Mutex
-	joined  map[string]dag.AppID
-	left    map[string]bool
-	frames  map[string][]ingested
-	srv     *Server
-	joinErr error
+	mu        sync.Mutex
+	joined    map[string]dag.AppID
+	left      map[string]bool
+	frames    map[string][]ingested
+	srv       *Server
+	joinErr   error
+	saturated bool // Saturation's answer for every app
+}
+
+// Saturated implements Saturation.
+func (f *fakeSink) Saturated(dag.AppID) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.saturated
 }
 
 type ingested struct {

@@ -112,8 +112,14 @@ func TestIngestSaturatedRefuses(t *testing.T) {
 	if d := e.Status().Sessions[0].Degraded; !strings.Contains(d, "ingest saturated") {
 		t.Errorf("status degraded %q does not say the ingest is saturated", d)
 	}
+	if !e.Saturated(app.Name) {
+		t.Error("Saturated = false while frames arrive after half the SLO")
+	}
 	ingest(600, 10*time.Millisecond)
 	if err := e.Admit(app.Name); err != nil {
 		t.Errorf("recovered ingest: Admit %v", err)
+	}
+	if e.Saturated(app.Name) {
+		t.Error("Saturated = true after the ingest recovered")
 	}
 }

@@ -368,6 +368,20 @@ func (e *Engine) Admit(app dag.AppID) error {
 	return out
 }
 
+// Saturated says whether app's frames reach its session later than half
+// its SLO (p95, checked each adaptation window): its streams cannot be
+// served, whatever takes the time (decoding CPU, a busy machine, the
+// network). The WHIP server sheds the newest streams while it lasts.
+func (e *Engine) Saturated(app dag.AppID) bool {
+	var out bool
+	e.call(func() {
+		if s := e.sessions[app]; s != nil {
+			out = s.ingestOver != ""
+		}
+	})
+	return out
+}
+
 // Leave removes a stream; its frames still in flight are still accounted.
 func (e *Engine) Leave(streamID string) error {
 	var out error
