@@ -406,15 +406,18 @@ func offerSDP(t testing.TB) string {
 // TestIdleTimeout: a stream that connects but sends nothing is ended, and
 // never joins the session (it never decoded a frame).
 func TestIdleTimeout(t *testing.T) {
-	srv, sink, hs := newTestServer(t, Config{IdleTimeout: 300 * time.Millisecond})
+	srv, sink, hs := newTestServer(t, Config{IdleTimeout: 500 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	p, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Width: 64, Height: 64})
-	if err != nil {
-		t.Fatal(err)
+	// The idle timer runs from the offer: on a loaded machine it may end
+	// the stream before the client's connection is up (Publish then fails);
+	// either way the server must end it as idle.
+	if p, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Width: 64, Height: 64}); err == nil {
+		defer p.Close()
+	} else {
+		t.Logf("Publish: %v (the idle timeout came first)", err)
 	}
-	defer p.Close()
-	waitFor(t, "idle stream ended", 5*time.Second, func() bool {
+	waitFor(t, "idle stream ended", 15*time.Second, func() bool {
 		st := srv.Streams()
 		return len(st) == 1 && st[0].State == StateEnded
 	})
