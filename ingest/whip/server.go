@@ -589,7 +589,7 @@ func (s *Server) totalsLocked(app string) *metrics.IngestTotals {
 // A result for a stream that has ended (its frame was in flight when the
 // client left or the stream was ended) cannot be delivered: it is counted
 // in the ended stream's ResultsAfterEnd, so a stream's results add up:
-// ingested = results sent + dropped (slow client) + after end.
+// ingested = results sent + dropped (slow or gone client) + after end.
 func (s *Server) Publish(r Result) {
 	if st := s.lookup(r.Stream); st != nil {
 		st.publish(r)

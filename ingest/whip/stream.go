@@ -275,6 +275,12 @@ func (st *stream) subscribe() (chan Result, func()) {
 		st.mu.Lock()
 		delete(st.subs, ch)
 		st.mu.Unlock()
+		// Results still queued for a subscriber that went away (its
+		// DataChannel or SSE connection closed) are dropped: counted.
+		for len(ch) > 0 {
+			<-ch
+			st.c.resultsDropped.Add(1)
+		}
 	}
 }
 
