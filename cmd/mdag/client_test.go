@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mdag/mdag/internal/engine"
 )
 
 // TestClientServe runs `mdag serve` (token required) and `mdag client` as
@@ -133,17 +135,11 @@ func TestServeOpenRefused(t *testing.T) {
 	}
 }
 
-// loadDrops are the drop reasons a slow or busy machine causes (a frame
-// past its deadline, a batch that could not start in its window, a full
-// queue). Any other (no-instance, no-plan, worker-lost, shed, ...) means
-// a frame had no route, which no load excuses where a plan exists.
-var loadDrops = map[string]bool{"cannot-finish": true, "action-rejected": true, "early-drop": true, "queue-full": true}
-
 // checkRouted fails t for every drop ("module: reason") not a load drop.
 func checkRouted(t *testing.T, where string, drops map[string]uint64) {
 	t.Helper()
 	for k, n := range drops {
-		if _, reason, _ := strings.Cut(k, ": "); !loadDrops[reason] {
+		if _, reason, _ := strings.Cut(k, ": "); !engine.LoadDrop(reason) {
 			t.Errorf("%s: %d frames dropped %q: a routing drop, not a deadline one", where, n, k)
 		}
 	}

@@ -289,19 +289,7 @@ func TestShedMany(t *testing.T) {
 				cfg.MachineCPU = func() (time.Duration, time.Duration, int) { return busy, total, 1 }
 			}
 			srv, _, hs := newTestServer(t, cfg)
-			var in []*stream
-			for i := range c.streams {
-				code, body, id, _ := postOffer(t, hs.URL)
-				if code != http.StatusCreated {
-					t.Fatalf("stream %d: %d %s", i, code, body)
-				}
-				st := srv.lookup(id)
-				if kind, why := st.admitFirst(); kind != "" {
-					t.Fatalf("stream %d: %s %s", i, kind, why)
-				}
-				in = append(in, st)
-				clk.Advance(time.Millisecond) // distinct admission times: in[i] is older than in[i+1]
-			}
+			in := admitStreams(t, srv, hs.URL, clk, c.streams)
 			// Over from the second sample; shed at the fourth (ShedAfter
 			// 2 s); the fifth, one interval later, sheds nothing more.
 			for range 5 {
@@ -326,19 +314,13 @@ func TestShedMany(t *testing.T) {
 
 // TestMachineCPUTime reads this Linux machine's /proc/stat: every core,
 // busy time within the total, both growing.
-// TestShedOnSaturation: the sink (the engine) says the app's frames reach
-// it later than half the SLO while the CPU estimate fits (a busy
-// neighbour, say): the newest streams are shed one at a time, never the
-// last, and shedding stops when the sink recovers.
-func TestShedOnSaturation(t *testing.T) {
-	clk := clock.NewFake(time.Now())
-	var cpu time.Duration
-	cfg := Config{MaxStreams: 10, CPUCores: 1, CPUCeiling: 0.5, StreamCost: 0.01, ShedAfter: 2 * time.Second,
-		IdleTimeout: time.Hour, ConnectTimeout: time.Hour, Clock: clk, CPUTime: func() time.Duration { return cpu }}
-	srv, sink, hs := newTestServer(t, cfg)
+// admitStreams posts n offers and admits each as if its first frame had
+// decoded, a millisecond apart on clk (in[i] is older than in[i+1]).
+func admitStreams(t *testing.T, srv *Server, base string, clk *clock.Fake, n int) []*stream {
+	t.Helper()
 	var in []*stream
-	for i := range 3 {
-		code, body, id, _ := postOffer(t, hs.URL)
+	for i := range n {
+		code, body, id, _ := postOffer(t, base)
 		if code != http.StatusCreated {
 			t.Fatalf("stream %d: %d %s", i, code, body)
 		}
@@ -349,6 +331,20 @@ func TestShedOnSaturation(t *testing.T) {
 		in = append(in, st)
 		clk.Advance(time.Millisecond)
 	}
+	return in
+}
+
+// TestShedOnSaturation: the sink (the engine) says the app's frames reach
+// it later than half the SLO while the CPU estimate fits (a busy
+// neighbour, say): the newest streams are shed one at a time, never the
+// last, and shedding stops when the sink recovers.
+func TestShedOnSaturation(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	var cpu time.Duration
+	cfg := Config{MaxStreams: 10, CPUCores: 1, CPUCeiling: 0.5, StreamCost: 0.01, ShedAfter: 2 * time.Second,
+		IdleTimeout: time.Hour, ConnectTimeout: time.Hour, Clock: clk, CPUTime: func() time.Duration { return cpu }}
+	srv, sink, hs := newTestServer(t, cfg)
+	in := admitStreams(t, srv, hs.URL, clk, 3)
 	tick := func(n int) {
 		for range n {
 			cpu += 100 * time.Millisecond // 0.1 cores: the CPU estimate fits

@@ -339,6 +339,20 @@ func (e *Engine) Join(app dag.AppID, streamID string) error {
 	return out
 }
 
+// LoadDrop says whether a drop reason is one a slow or busy machine causes:
+// a frame that can no longer finish by its deadline, a batch that could
+// not start in its window, a full queue. Any other reason (no-instance,
+// no-plan, worker-lost, no-gpu-for-model, module-not-loaded, shed) means a
+// frame had no route or was shed by policy, which load alone never
+// explains where a plan exists.
+func LoadDrop(reason string) bool {
+	switch reason {
+	case "cannot-finish", "action-rejected", "early-drop", "queue-full":
+		return true
+	}
+	return false
+}
+
 // ErrOverloaded is what Admit answers when a session cannot take another
 // stream; the WHIP endpoint turns it into 503 with Retry-After.
 var ErrOverloaded = errors.New("overloaded")

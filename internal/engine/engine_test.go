@@ -66,19 +66,12 @@ func feed(t testing.TB, ctx context.Context, e *Engine, app dag.AppID, n int, fp
 	wg.Wait()
 }
 
-// loadDrops are the drop reasons a slow or busy machine causes: a frame
-// that can no longer finish by its deadline, a batch that could not start
-// in its window, a full queue. Any other reason (no-instance, no-plan,
-// worker-lost, no-gpu-for-model, module-not-loaded, shed) means a frame
-// had no route, which no amount of load excuses where a plan exists.
-var loadDrops = map[string]bool{"cannot-finish": true, "action-rejected": true, "early-drop": true, "queue-full": true}
-
 // checkRouted fails t for every drop in drops ("module: reason") that is
 // not a load drop.
 func checkRouted(t *testing.T, where string, drops map[string]uint64) {
 	t.Helper()
 	for k, n := range drops {
-		if _, reason, _ := strings.Cut(k, ": "); !loadDrops[reason] {
+		if _, reason, _ := strings.Cut(k, ": "); !LoadDrop(reason) {
 			t.Errorf("%s: %d frames dropped %q: a routing drop, not a deadline one", where, n, k)
 		}
 	}
