@@ -336,7 +336,7 @@ func writeStatusTable(w io.Writer, st engine.Status) {
 			fmt.Fprintf(tw, "  critical path %s: %.1f ms planned\n", s.CriticalPath, s.CriticalMS)
 		}
 		if s.Degraded != "" {
-			fmt.Fprintf(tw, "  DEGRADED (plan carries %.0f%% of the frames): %s\n", 100*s.Admitted, s.Degraded)
+			fmt.Fprintf(tw, "  DEGRADED (plan carries %.0f%% of the frames): %s\n", 100*s.Admitted, strings.TrimPrefix(s.Degraded, "degraded: "))
 		}
 		if len(s.Drops) > 0 {
 			keys := make([]string, 0, len(s.Drops))

@@ -170,7 +170,7 @@ function renderApp(id, a, span) {
   if (ing) sec.append(ing);
   if (l.degraded) {
     // Said loudly: the plan carries only part of the frames (the rest are shed at ingest) or none at all.
-    sec.append(el("p", { class: "degraded" }, `DEGRADED: the plan carries ${pct(l.admitted || 0)} of the frames. ${l.degraded}`));
+    sec.append(el("p", { class: "degraded" }, `DEGRADED: the plan carries ${pct(l.admitted || 0)} of the frames. ${l.degraded.replace(/^degraded: /, "")}`));
   }
   const marks = state.replans.map((r) => parseTime(r.at));
   const pts = a.points;
