@@ -65,16 +65,19 @@ type planInput struct {
 }
 
 type planOutput struct {
-	trigger  string
-	kinds    []string
-	snapIDs  map[string]bool
-	plan     placement.Plan
-	allocs   map[dag.AppID]*allocator.Allocation
-	admit    map[dag.AppID]float64 // share of each session's frames the plan carries (1: all)
-	kept     []dag.AppID           // sessions infeasible at any rate: their previous allocation re-placed
-	inputs   map[dag.AppID]planInput
-	problems []string
-	took     time.Duration
+	trigger string
+	kinds   []string
+	snapIDs map[string]bool
+	plan    placement.Plan
+	allocs  map[dag.AppID]*allocator.Allocation
+	admit   map[dag.AppID]float64 // share of each session's frames the plan carries (1: all)
+	kept    []dag.AppID           // sessions infeasible at any rate: their previous allocation re-placed
+	// appProblem is each session's planning problem ("" for none); problems
+	// lists them, "app: problem", with the round's own (shortages).
+	appProblem map[dag.AppID]string
+	inputs     map[dag.AppID]planInput
+	problems   []string
+	took       time.Duration
 }
 
 // trigger counts an event of kind (join, leave, scaling, ballooning,
@@ -157,23 +160,30 @@ func planRound(out *planOutput, snap placement.Snapshot, limits map[profile.Work
 			capF[w.Type] = float64(limits[w.Type])
 		}
 	}
+	for _, id := range sortedApps(out.inputs) {
+		if out.inputs[id].rate <= 0 {
+			snap.Idle = append(snap.Idle, id)
+		}
+	}
 	for try := 0; try < 4; try++ {
-		out.problems, out.allocs, out.admit = nil, map[dag.AppID]*allocator.Allocation{}, map[dag.AppID]float64{}
+		out.problems, out.allocs, out.admit, out.kept = nil, map[dag.AppID]*allocator.Allocation{}, map[dag.AppID]float64{}, nil
+		out.appProblem = map[dag.AppID]string{}
+		problem := func(id dag.AppID, format string, args ...any) {
+			out.appProblem[id] = fmt.Sprintf(format, args...)
+			out.problems = append(out.problems, string(id)+": "+out.appProblem[id])
+		}
 		allocStart := time.Now()
 		left := maps.Clone(capF)
 		var demands []placement.Demand
 		for _, id := range sortedApps(out.inputs) {
 			in := out.inputs[id]
 			if in.rate <= 0 {
-				if !slices.Contains(snap.Idle, id) {
-					snap.Idle = append(snap.Idle, id)
-				}
 				continue
 			}
 			a, share, err := allocateWithin(in, left, method, headroom)
 			switch {
 			case err != nil:
-				out.problems = append(out.problems, fmt.Sprintf("%s: %v", id, err))
+				problem(id, "%v", err)
 				continue
 			case a == nil:
 				why := ""
@@ -182,16 +192,16 @@ func planRound(out *planOutput, snap placement.Snapshot, limits map[profile.Work
 				}
 				p := prev[id]
 				if p == nil {
-					out.problems = append(out.problems, fmt.Sprintf("%s: infeasible at any rate within %s: %s%s", id, fmtLimits(capF), share.reason, why))
+					problem(id, "infeasible at any rate within %s: %s%s", fmtLimits(capF), share.reason, why)
 					continue
 				}
-				out.problems = append(out.problems, fmt.Sprintf("%s: infeasible at any rate within %s: %s%s; the previous allocation is kept and re-placed on what exists",
-					id, fmtLimits(capF), share.reason, why))
+				problem(id, "infeasible at any rate within %s: %s%s; the previous allocation is kept and re-placed on what exists",
+					fmtLimits(capF), share.reason, why)
 				a, share.f = p, 1
 				out.kept = append(out.kept, id)
 			case share.f < 1:
-				out.problems = append(out.problems, fmt.Sprintf("%s: degraded: %s carry %.0f%% of %.4g frames/s within the SLO (%s at the full rate); every stream sheds %.0f%% of its frames (reason shed)",
-					id, fmtLimits(capF), share.f*100, in.rate, share.reason, (1-share.f)*100))
+				problem(id, "degraded: %s carry %.0f%% of %.4g frames/s within the SLO (%s at the full rate); every stream sheds %.0f%% of its frames (reason shed)",
+					fmtLimits(capF), share.f*100, in.rate, share.reason, (1-share.f)*100)
 			}
 			out.allocs[id], out.admit[id] = a, share.f
 			for _, m := range a.Modules {
@@ -362,13 +372,8 @@ func (e *Engine) apply(out planOutput) {
 		}
 		ps.Admitted = s.admit
 		s.mx.Admitted(s.admit)
-		s.degraded = ""
-		for _, p := range out.problems {
-			if strings.HasPrefix(p, string(id)+":") {
-				s.degraded = strings.TrimPrefix(p, string(id)+": ")
-				ps.Reason = s.degraded
-			}
-		}
+		s.degraded = out.appProblem[id]
+		ps.Reason = s.degraded
 		if a != nil {
 			s.alloc, s.rate = a, in.rate
 			ps.Feasible, ps.Cost, ps.Critical = !slices.Contains(out.kept, id), a.CostPerHour, a.CriticalLatencyMS
