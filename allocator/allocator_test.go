@@ -348,6 +348,13 @@ func TestLimits(t *testing.T) {
 				if a.Cost < free.Cost-1e-9 {
 					t.Errorf("cost %.4f below the unlimited optimum %.4f", a.Cost, free.Cost)
 				}
+				for _, m := range a.Modules {
+					// The MILP is optimal within the limits: no explanation
+					// may claim a cheaper option fit both.
+					if method == allocator.MILP && strings.Contains(m.Why, "which fits the SLO") {
+						t.Errorf("%s: %s", m.Module, m.Why)
+					}
+				}
 			})
 		}
 	}

@@ -125,17 +125,29 @@ func (p *Problem) why(method Method, choice []int, i int) string {
 	if len(front) == 1 {
 		return "its only option within the SLO"
 	}
-	if o == len(front)-1 {
+	// The next cheaper option: the next one on a Pareto front (sorted by
+	// latency, cost falling); under worker limits the options are several
+	// fronts merged, so it is the dearest of those cheaper than the choice.
+	nx := -1
+	for j, ch := range front {
+		if ch.Cost < front[o].Cost && (nx < 0 || ch.Cost > front[nx].Cost) {
+			nx = j
+		}
+	}
+	if nx < 0 {
 		return fmt.Sprintf("the cheapest of its %d options within the SLO", len(front))
 	}
-	next := front[o+1]
+	next := front[nx]
 	alt := append([]int(nil), choice...)
-	alt[i] = o + 1
+	alt[i] = nx
 	saving := front[o].Cost - next.Cost
 	if !p.fits(alt) {
 		crit, path := p.critical(p.latencies(alt))
 		return fmt.Sprintf("the next cheaper option (%s, $%.4f/h less) would make %s take %s ms, over the %s ms SLO",
 			next, saving, path, fmtMS(crit), fmtMS(p.SLO))
+	}
+	if over := p.overLimits(alt); over != "" {
+		return fmt.Sprintf("the next cheaper option (%s, $%.4f/h less) would need more instances than the worker limits allow (%s)", next, saving, over)
 	}
 	return fmt.Sprintf("%s did not take the cheaper %s ($%.4f/h less), which fits the SLO", method, next, saving)
 }
