@@ -11,11 +11,12 @@
 package api
 
 import (
-	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
-	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
+
+	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
+	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 )
 
 const (
@@ -859,7 +860,7 @@ func (x *ItemList) GetItems() []*Item {
 	return nil
 }
 
-// Item is what flows between modules (modules.Item).
+// Item is what flows between modules (media.Item).
 type Item struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Stream         string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`

@@ -3,7 +3,6 @@ package dag
 import (
 	"fmt"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 
@@ -91,14 +90,10 @@ func (a *App) validate(decodeFailed bool) yamlx.ErrorList {
 			case !ok:
 				add(at+".op", "unknown op %q (known: %s)", m.Op, strings.Join(modules.Names(), ", "))
 			default:
-				for _, k := range sortedKeys(m.Params) {
-					if !slices.Contains(op.Params, k) {
-						known := "none"
-						if len(op.Params) > 0 {
-							known = strings.Join(op.Params, ", ")
-						}
-						add(at+".params."+k, "op %s takes no param %q (known: %s)", op.Name, k, known)
-					}
+				// Decode as the worker will, so what validates also builds.
+				_, perrs := op.Decode(m.Params)
+				for _, pe := range perrs {
+					add(at+".params."+pe.Key, "%s", pe.Msg)
 				}
 			}
 		case "":

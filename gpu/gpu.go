@@ -10,30 +10,33 @@
 //     are whole frames get the frame's objects as detections, crops get their
 //     object's class as a label. It is deterministic, runs without a GPU and
 //     lets one machine emulate many GPUs (the papers evaluate at scale so).
-//   - OpenCV runs real ONNX models through OpenCV's DNN module (gocv) on the
-//     CPU target, batch by item (OpenCV 4.6), with decoders that turn output
-//     tensors into detections (BlazeFace so far); see opencv.go.
+//   - gpu/opencv runs real ONNX models through OpenCV's DNN module (gocv);
+//     it is an edge package the full binary links.
 //
-// Telemetry reads NVIDIA GPUs through NVML (go-nvml) and reports a clean
-// no-driver state where there is none.
+// This package is pure Go (media and clock only), so the planners, the
+// worker and the lean binary use it without OpenCV or NVML. GPU telemetry
+// (NVML) is in gpu/nvml.
 package gpu
 
 import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/mdag/mdag/internal/clock"
-	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/media"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Executor runs batches of one or more models.
 type Executor interface {
 	// Run executes items as one batch of model and returns one output list
 	// per input item. It returns early with ctx's error when ctx ends.
-	Run(ctx context.Context, model string, items []*modules.Item) ([][]*modules.Item, error)
+	Run(ctx context.Context, model string, items []*media.Item) ([][]*media.Item, error)
 	// Kind names the executor ("emulated", "opencv").
 	Kind() string
 }
@@ -67,7 +70,7 @@ func (e *Emulated) Slowdown() float64 {
 }
 
 // Run implements Executor.
-func (e *Emulated) Run(ctx context.Context, model string, items []*modules.Item) ([][]*modules.Item, error) {
+func (e *Emulated) Run(ctx context.Context, model string, items []*media.Item) ([][]*media.Item, error) {
 	l, ok := e.Latency(model, len(items))
 	if !ok {
 		return nil, fmt.Errorf("emulated: no profile for model %q at batch %d", model, len(items))
@@ -81,15 +84,61 @@ func (e *Emulated) Run(ctx context.Context, model string, items []*modules.Item)
 		t.Stop()
 		return nil, ctx.Err()
 	}
-	out := make([][]*modules.Item, len(items))
+	out := make([][]*media.Item, len(items))
 	for i, it := range items {
 		o := *it
 		if it.Region != nil {
 			o.Labels = []string{it.Region.Class}
 		} else {
-			o.Boxes = append([]modules.Box(nil), it.Truth...)
+			o.Boxes = append([]media.Box(nil), it.Truth...)
 		}
-		out[i] = []*modules.Item{&o}
+		out[i] = []*media.Item{&o}
 	}
 	return out, nil
+}
+
+// ModelFile names a real model an OpenCV executor loads: the model name
+// GPU modules use (`model:` in the app YAML), the decoder that turns its
+// output tensors into detections, and the ONNX file.
+type ModelFile struct {
+	Name    string
+	Decoder string // "blazeface" (MediaPipe BlazeFace, front camera, 128x128)
+	Path    string
+}
+
+// ParseModelFile reads NAME=DECODER:PATH (the `mdag worker --model` flag).
+func ParseModelFile(s string) (ModelFile, error) {
+	name, rest, ok1 := strings.Cut(s, "=")
+	dec, path, ok2 := strings.Cut(rest, ":")
+	if !ok1 || !ok2 || name == "" || dec == "" || path == "" {
+		return ModelFile{}, fmt.Errorf("%q: want NAME=DECODER:PATH, e.g. face-detector=blazeface:models/blazeface-front-128.onnx", s)
+	}
+	return ModelFile{Name: name, Decoder: dec, Path: path}, nil
+}
+
+// CheckONNX reads the file's top level as an ONNX ModelProto (a protobuf
+// whose field 7 is the graph) before a runtime sees it: OpenCV's importer
+// throws on anything else, which aborts the process.
+func CheckONNX(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	graph := false
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("%s is not an ONNX model OpenCV can read: %w", path, protowire.ParseError(n))
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return fmt.Errorf("%s is not an ONNX model OpenCV can read: field %d: %w", path, num, protowire.ParseError(m))
+		}
+		graph = graph || (num == 7 && typ == protowire.BytesType)
+		b = b[n+m:]
+	}
+	if !graph {
+		return fmt.Errorf("%s is not an ONNX model OpenCV can read: no graph", path)
+	}
+	return nil
 }

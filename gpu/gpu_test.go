@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/internal/clock"
-	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/media"
 )
 
 func TestEmulated(t *testing.T) {
@@ -16,15 +16,15 @@ func TestEmulated(t *testing.T) {
 	}
 	e := NewEmulated(clk, lat)
 	e.SetSlowdown(1.5)
-	frame := &modules.Item{Seq: 1, Truth: []modules.Box{{Class: "car"}, {Class: "person"}}}
-	crop := &modules.Item{Seq: 2, Region: &modules.Box{Class: "bus"}}
+	frame := &media.Item{Seq: 1, Truth: []media.Box{{Class: "car"}, {Class: "person"}}}
+	crop := &media.Item{Seq: 2, Region: &media.Box{Class: "bus"}}
 	type res struct {
-		out [][]*modules.Item
+		out [][]*media.Item
 		err error
 	}
 	done := make(chan res, 1)
 	go func() {
-		out, err := e.Run(context.Background(), "det", []*modules.Item{frame, crop})
+		out, err := e.Run(context.Background(), "det", []*media.Item{frame, crop})
 		done <- res{out, err}
 	}()
 	// The batch takes 1.5 x l(2) = 30 ms of the fake clock.
@@ -42,12 +42,12 @@ func TestEmulated(t *testing.T) {
 	if r.err != nil || len(r.out) != 2 || len(r.out[0][0].Boxes) != 2 || r.out[1][0].Labels[0] != "bus" {
 		t.Fatalf("%v %+v", r.err, r.out)
 	}
-	if _, err := e.Run(context.Background(), "other", []*modules.Item{frame}); err == nil {
+	if _, err := e.Run(context.Background(), "other", []*media.Item{frame}); err == nil {
 		t.Fatal("ran a model without a profile")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := e.Run(ctx, "det", []*modules.Item{frame}); err == nil {
+	if _, err := e.Run(ctx, "det", []*media.Item{frame}); err == nil {
 		t.Fatal("a cancelled run succeeded")
 	}
 }

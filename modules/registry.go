@@ -1,64 +1,329 @@
-// Package modules holds the CPU module operations that mDAG applications
-// name with `op:`: the registry (each op, what it does, whether it keeps
-// per-stream state, which params it accepts, so `mdag validate` rejects
-// unknown ops and params) and the implementations the runtime runs, in Go
-// with gocv: resize, crop (fan-out by detection), haar-face, count and sink.
+// Package modules declares the CPU operations that mDAG applications name
+// with `op:` and how the runtime builds them. It is pure Go (it imports
+// media only), so the planners, `mdag validate` and the lean binary know
+// every op without linking OpenCV.
+//
+// Three things make an op's contract, all here:
+//   - its declaration (Ops, Lookup): name, summary, whether it keeps
+//     per-stream state, and its params, each with a kind, a default and a
+//     range check;
+//   - Decode, which turns the YAML's `params:` into typed Params and reports
+//     every problem by field (`params.width: must be > 0`); `mdag validate`
+//     runs it, so what validates also builds;
+//   - a Registry of factories (Processor constructors) that the binary fills
+//     explicitly: RegisterBuiltin adds the pure-Go ops (crop, count, sink),
+//     modules/cv adds the OpenCV ones (resize, haar-face). A worker builds
+//     processors only from its registry and refuses an op it lacks by name.
+//
 // The stateful ops (track, window, sequence, activity) and segment are
-// registered but not implemented yet: New says so and `mdag serve` refuses
-// apps that use them. Items (frames, crops, detections) are defined here.
+// declared but have no factory yet; a worker refuses them.
 package modules
 
 import (
+	"fmt"
 	"slices"
 	"sort"
+	"strings"
+	"time"
 )
 
-// OpID names a CPU operation in the registry.
+// OpID names a CPU operation.
 type OpID string
 
-// Op describes one CPU operation.
+// Op declares one CPU operation.
 type Op struct {
 	Name     OpID
 	Summary  string
-	Stateful bool     // keeps per-stream state across frames (a tracker, a window)
-	Params   []string // accepted keys under `params:`
+	Stateful bool    // keeps per-stream state across frames (a tracker, a window)
+	Params   []Param // accepted keys under `params:`
 }
 
-var registry = []Op{
-	{Name: "resize", Summary: "scale a frame to width x height", Params: []string{"width", "height"}},
-	{Name: "crop", Summary: "cut one item per detection box out of the frame (fan-out)", Params: []string{"pad", "classes", "min_score"}},
-	{Name: "haar-face", Summary: "detect faces with an OpenCV Haar cascade", Params: []string{"cascade", "scale_factor", "min_neighbors"}},
-	{Name: "count", Summary: "count items per frame by class", Params: []string{"classes"}},
-	{Name: "track", Summary: "associate detections across frames into tracks", Stateful: true, Params: []string{"max_age", "iou"}},
-	{Name: "window", Summary: "keep the last N items of a stream and emit them together", Stateful: true, Params: []string{"size"}},
-	{Name: "sequence", Summary: "restore frame order and keep per-stream context", Stateful: true, Params: []string{"max_gap"}},
-	{Name: "activity", Summary: "match tracks and identities against activity rules", Stateful: true, Params: []string{"rules"}},
-	{Name: "segment", Summary: "cut an audio stream into fixed-length chunks", Params: []string{"chunk"}},
+// ParamNames lists the op's param keys in declaration order.
+func (o Op) ParamNames() []string {
+	out := make([]string, len(o.Params))
+	for i, p := range o.Params {
+		out[i] = p.Name
+	}
+	return out
+}
+
+// Kind is the type of a param's value.
+type Kind int
+
+// Param kinds.
+const (
+	Int      Kind = iota // a whole number
+	Number               // any number
+	String               // a string
+	Strings              // a list of strings
+	Duration             // a Go duration string ("40ms") or a number of seconds
+)
+
+func (k Kind) String() string {
+	return [...]string{"an integer", "a number", "a string", "a list of strings", "a duration"}[k]
+}
+
+// Param declares one key under `params:`.
+type Param struct {
+	Name     string
+	Kind     Kind
+	Required bool
+	Default  any               // used when absent (int, float64, string, []string or time.Duration); nil: none
+	Check    func(v any) error // range check on the decoded value; nil: any value of the kind
+	Doc      string
+}
+
+var declared = []Op{
+	{Name: "resize", Summary: "scale a frame to width x height", Params: []Param{
+		{Name: "width", Kind: Int, Required: true, Check: positive, Doc: "output width in pixels"},
+		{Name: "height", Kind: Int, Required: true, Check: positive, Doc: "output height in pixels"}}},
+	{Name: "crop", Summary: "cut one item per detection box out of the frame (fan-out)", Params: []Param{
+		{Name: "pad", Kind: Int, Default: 0, Check: nonNegative, Doc: "pixels added around each box"},
+		{Name: "classes", Kind: Strings, Doc: "only boxes of these classes (default: all)"},
+		{Name: "min_score", Kind: Number, Default: 0.0, Check: unit, Doc: "only boxes scoring at least this"}}},
+	{Name: "haar-face", Summary: "detect faces with an OpenCV Haar cascade", Params: []Param{
+		{Name: "cascade", Kind: String, Doc: "cascade XML file (default: Debian's frontal-face cascade)"},
+		{Name: "scale_factor", Kind: Number, Default: 1.1, Check: above(1), Doc: "image pyramid step, > 1"},
+		{Name: "min_neighbors", Kind: Int, Default: 3, Check: nonNegative, Doc: "detections needed to keep a face"}}},
+	{Name: "count", Summary: "count items per frame by class", Params: []Param{
+		{Name: "classes", Kind: Strings, Doc: "only these classes (default: all)"}}},
+	{Name: "track", Summary: "associate detections across frames into tracks", Stateful: true, Params: []Param{
+		{Name: "max_age", Kind: Int, Check: positive, Doc: "frames a track survives unmatched"},
+		{Name: "iou", Kind: Number, Check: unit, Doc: "overlap needed to match a detection to a track"}}},
+	{Name: "window", Summary: "keep the last N items of a stream and emit them together", Stateful: true, Params: []Param{
+		{Name: "size", Kind: Int, Check: positive, Doc: "items per window"}}},
+	{Name: "sequence", Summary: "restore frame order and keep per-stream context", Stateful: true, Params: []Param{
+		{Name: "max_gap", Kind: Int, Check: nonNegative, Doc: "frames to wait for a missing one"}}},
+	{Name: "activity", Summary: "match tracks and identities against activity rules", Stateful: true, Params: []Param{
+		{Name: "rules", Kind: Strings, Doc: "activity rules"}}},
+	{Name: "segment", Summary: "cut an audio stream into fixed-length chunks", Params: []Param{
+		{Name: "chunk", Kind: Duration, Check: positive, Doc: "chunk length"}}},
 	{Name: "sink", Summary: "deliver results to the client"},
 }
 
-// Lookup returns the op with the given name.
+// Lookup returns the declaration of the op with the given name.
 func Lookup(name OpID) (Op, bool) {
-	i := slices.IndexFunc(registry, func(o Op) bool { return o.Name == name })
+	i := slices.IndexFunc(declared, func(o Op) bool { return o.Name == name })
 	if i < 0 {
 		return Op{}, false
 	}
-	return registry[i], true
+	return declared[i], true
 }
 
-// Names lists every registered op, sorted.
+// Names lists every declared op, sorted.
 func Names() []string {
-	out := make([]string, len(registry))
-	for i, o := range registry {
+	out := make([]string, len(declared))
+	for i, o := range declared {
 		out[i] = string(o.Name)
 	}
 	sort.Strings(out)
 	return out
 }
 
-// Ops returns a copy of the registry, sorted by name.
+// Ops returns a copy of the declarations, sorted by name.
 func Ops() []Op {
-	out := slices.Clone(registry)
+	out := slices.Clone(declared)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// Params are an op's decoded params: every declared key with a value or a
+// default, as int, float64, string, []string or time.Duration by kind.
+type Params map[string]any
+
+// Int returns an Int param (0 when absent without default).
+func (p Params) Int(k string) int { v, _ := p[k].(int); return v }
+
+// Float returns a Number param.
+func (p Params) Float(k string) float64 { v, _ := p[k].(float64); return v }
+
+// String returns a String param.
+func (p Params) String(k string) string { v, _ := p[k].(string); return v }
+
+// Strings returns a Strings param.
+func (p Params) Strings(k string) []string { v, _ := p[k].([]string); return v }
+
+// Duration returns a Duration param.
+func (p Params) Duration(k string) time.Duration { v, _ := p[k].(time.Duration); return v }
+
+// ParamError is one problem with one param: Key is the path below
+// `params` ("width", "classes[1]").
+type ParamError struct {
+	Key string
+	Msg string
+}
+
+func (e ParamError) Error() string { return "params." + e.Key + ": " + e.Msg }
+
+// Decode checks raw (the YAML's `params:` map) against the op's
+// declaration and returns the typed params and every problem, sorted by key:
+// unknown keys, missing required ones, values of the wrong kind and values
+// out of range.
+func (o Op) Decode(raw map[string]any) (Params, []ParamError) {
+	out := Params{}
+	var errs []ParamError
+	for _, k := range sortedKeys(raw) {
+		if !slices.ContainsFunc(o.Params, func(p Param) bool { return p.Name == k }) {
+			known := "none"
+			if len(o.Params) > 0 {
+				known = strings.Join(o.ParamNames(), ", ")
+			}
+			errs = append(errs, ParamError{k, fmt.Sprintf("op %s takes no param %q (known: %s)", o.Name, k, known)})
+		}
+	}
+	for _, p := range o.Params {
+		v, ok := raw[p.Name]
+		if !ok {
+			if p.Required {
+				errs = append(errs, ParamError{p.Name, fmt.Sprintf("required by op %s: %s", o.Name, p.Doc)})
+			} else if p.Default != nil {
+				out[p.Name] = p.Default
+			}
+			continue
+		}
+		d, err := decodeValue(p, v)
+		if err == nil && p.Check != nil {
+			err = p.Check(d)
+		}
+		if err != nil {
+			if pe, ok := err.(ParamError); ok { // an element of a list
+				errs = append(errs, ParamError{p.Name + pe.Key, pe.Msg})
+			} else {
+				errs = append(errs, ParamError{p.Name, err.Error()})
+			}
+			continue
+		}
+		out[p.Name] = d
+	}
+	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Key < errs[j].Key })
+	return out, errs
+}
+
+// DecodeParams decodes op's params into one error (all problems joined), or
+// says the op is unknown.
+func DecodeParams(op OpID, raw map[string]any) (Params, error) {
+	o, ok := Lookup(op)
+	if !ok {
+		return nil, fmt.Errorf("unknown op %q (known: %s)", op, strings.Join(Names(), ", "))
+	}
+	p, errs := o.Decode(raw)
+	if len(errs) > 0 {
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Error()
+		}
+		return nil, fmt.Errorf("op %s: %s", op, strings.Join(msgs, "; "))
+	}
+	return p, nil
+}
+
+func decodeValue(p Param, v any) (any, error) {
+	switch p.Kind {
+	case Int:
+		switch x := v.(type) {
+		case int:
+			return x, nil
+		case int64:
+			return int(x), nil
+		case float64:
+			if x == float64(int(x)) {
+				return int(x), nil
+			}
+		}
+	case Number:
+		switch x := v.(type) {
+		case int:
+			return float64(x), nil
+		case int64:
+			return float64(x), nil
+		case float64:
+			return x, nil
+		}
+	case String:
+		if s, ok := v.(string); ok {
+			return s, nil
+		}
+	case Strings:
+		switch x := v.(type) {
+		case []string:
+			return slices.Clone(x), nil
+		case []any:
+			out := make([]string, len(x))
+			for i, e := range x {
+				s, ok := e.(string)
+				if !ok {
+					return nil, ParamError{fmt.Sprintf("[%d]", i), fmt.Sprintf("want a string, got %v", e)}
+				}
+				out[i] = s
+			}
+			return out, nil
+		}
+	case Duration:
+		switch x := v.(type) {
+		case string:
+			d, err := time.ParseDuration(x)
+			if err != nil {
+				return nil, fmt.Errorf("want a duration like 40ms, got %q", x)
+			}
+			return d, nil
+		case time.Duration:
+			return x, nil
+		case int:
+			return time.Duration(x) * time.Second, nil
+		case float64:
+			return time.Duration(x * float64(time.Second)), nil
+		}
+	}
+	return nil, fmt.Errorf("want %s, got %v", p.Kind, v)
+}
+
+func sortedKeys(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func positive(v any) error {
+	if asFloat(v) <= 0 {
+		return fmt.Errorf("must be > 0, got %v", v)
+	}
+	return nil
+}
+
+func nonNegative(v any) error {
+	if asFloat(v) < 0 {
+		return fmt.Errorf("must be >= 0, got %v", v)
+	}
+	return nil
+}
+
+func unit(v any) error {
+	if f := asFloat(v); f < 0 || f > 1 {
+		return fmt.Errorf("must be between 0 and 1, got %v", v)
+	}
+	return nil
+}
+
+func above(lo float64) func(any) error {
+	return func(v any) error {
+		if asFloat(v) <= lo {
+			return fmt.Errorf("must be > %g, got %v", lo, v)
+		}
+		return nil
+	}
+}
+
+func asFloat(v any) float64 {
+	switch x := v.(type) {
+	case int:
+		return float64(x)
+	case float64:
+		return x
+	case time.Duration:
+		return float64(x)
+	}
+	return 0
 }

@@ -16,9 +16,10 @@ import (
 
 	"gocv.io/x/gocv"
 
-	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/ingest/whip"
-	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/media"
+	"github.com/mdag/mdag/modules/cv"
 )
 
 func runClient(args []string, stdout, stderr io.Writer) int {
@@ -151,7 +152,7 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 		return fail(fmt.Errorf("first frame: %w", err))
 	}
 	if o.maxWidth > 0 && first.W > o.maxWidth {
-		if first, err = modules.Resize(first, o.maxWidth, max(2, first.H*o.maxWidth/first.W)&^1, gocv.InterpolationArea); err != nil {
+		if first, err = cv.Resize(first, o.maxWidth, max(2, first.H*o.maxWidth/first.W)&^1, gocv.InterpolationArea); err != nil {
 			return fail(err)
 		}
 	}
@@ -204,7 +205,7 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 			}
 		}
 		if f.W != first.W || f.H != first.H {
-			if f, err = modules.Resize(f, first.W, first.H, gocv.InterpolationLinear); err != nil {
+			if f, err = cv.Resize(f, first.W, first.H, gocv.InterpolationLinear); err != nil {
 				sum.Errors++
 				sum.Error = err.Error()
 				break
@@ -325,7 +326,7 @@ func writeClientTable(w io.Writer, sums []clientSummary, total clientSummary) {
 
 // frameSource gives frames; Next(stream, seq) returns io.EOF at the end.
 type frameSource interface {
-	Next(stream int, seq uint64) (*modules.Frame, error)
+	Next(stream int, seq uint64) (*media.Frame, error)
 	Close()
 }
 
@@ -364,9 +365,9 @@ func sourceOpener(spec, size string, objects int, loop bool) (func() (frameSourc
 	}
 }
 
-type patternSource struct{ p *ingest.Pattern }
+type patternSource struct{ p *synth.Pattern }
 
-func (s patternSource) Next(stream int, seq uint64) (*modules.Frame, error) {
+func (s patternSource) Next(stream int, seq uint64) (*media.Frame, error) {
 	f, _, err := s.p.Frame(stream, seq)
 	return f, err
 }
@@ -380,7 +381,7 @@ type captureSource struct {
 	mat  gocv.Mat
 }
 
-func (s *captureSource) Next(int, uint64) (*modules.Frame, error) {
+func (s *captureSource) Next(int, uint64) (*media.Frame, error) {
 	if s.mat.Ptr() == nil {
 		s.mat = gocv.NewMat()
 	}
@@ -401,7 +402,7 @@ func (s *captureSource) Next(int, uint64) (*modules.Frame, error) {
 	if s.mat.Type() != gocv.MatTypeCV8UC3 {
 		return nil, fmt.Errorf("%s: frames of type %v, want 8-bit BGR", s.name, s.mat.Type())
 	}
-	f := modules.FromMat(s.mat)
+	f := cv.FromMat(s.mat)
 	return f, f.Valid()
 }
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mdag/mdag/internal/engine"
+	"github.com/mdag/mdag/coordinator"
 )
 
 // TestClientServe runs `mdag serve` (token required) and `mdag client` as
@@ -139,7 +139,7 @@ func TestServeOpenRefused(t *testing.T) {
 func checkRouted(t *testing.T, where string, drops map[string]uint64) {
 	t.Helper()
 	for k, n := range drops {
-		if _, reason, _ := strings.Cut(k, ": "); !engine.LoadDrop(reason) {
+		if _, reason, _ := strings.Cut(k, ": "); !coordinator.LoadDrop(reason) {
 			t.Errorf("%s: %d frames dropped %q: a routing drop, not a deadline one", where, n, k)
 		}
 	}

@@ -10,11 +10,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/ingest/whip"
-	"github.com/mdag/mdag/internal/dashboard"
-	"github.com/mdag/mdag/internal/engine"
+	"github.com/mdag/mdag/observe/dashboard"
 	"github.com/mdag/mdag/profile"
 )
 
@@ -63,7 +63,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	log := newLogger(stderr, *verbose)
 	// Few of the cheaper GPU type, so the allocator's mix changes with the load.
 	limits := map[profile.WorkerTypeID]int{"P100": 2, "V100": 4, "CPU": 2}
-	obs, err := startObserved(engine.Config{Log: log}, limits, app, prof)
+	obs, err := startObserved(coordinator.Config{Log: log}, limits, app, prof)
 	if err != nil {
 		printErrors(stderr, err)
 		return exitFailure
@@ -71,7 +71,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	defer obs.Close()
 	// The demo's clients encode in this process: admission may fill every
 	// core with this process's CPU (their encoders count in it).
-	ws, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Objects: motionObjects, CPUCeiling: 1,
+	ws, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Scale: scaler, Objects: motionObjects, CPUCeiling: 1,
 		Log: log}, obs.sink())
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag demo: %v\n", err)
@@ -210,7 +210,7 @@ func (c *demoClients) stopAll() []clientSummary {
 
 // writeDemoSummary prints what the run did; it fails (exit 1) when no
 // frame got through, so a broken demo cannot pass as a quiet one.
-func writeDemoSummary(w io.Writer, ran time.Duration, st engine.Status, replans []engine.Replan, hist dashboard.Snapshot, sums []clientSummary) int {
+func writeDemoSummary(w io.Writer, ran time.Duration, st coordinator.Status, replans []coordinator.Replan, hist dashboard.Snapshot, sums []clientSummary) int {
 	s := st.Sessions[0]
 	fmt.Fprintf(w, "== mdag demo summary (%v)\n", ran)
 	fmt.Fprintf(w, "frames: sent %d, finished %d, late %d, dropped %d, open %d\n", s.Total.Sent, s.Total.Finished, s.Total.Late, s.Total.Dropped, s.Open)

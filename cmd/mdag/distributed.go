@@ -18,10 +18,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/gpu"
-	"github.com/mdag/mdag/ingest"
-	"github.com/mdag/mdag/internal/engine"
-	"github.com/mdag/mdag/internal/remote"
+	"github.com/mdag/mdag/gpu/nvml"
+	"github.com/mdag/mdag/ingest/synth"
+	"github.com/mdag/mdag/remote"
+	"github.com/mdag/mdag/remote/client"
+	"github.com/mdag/mdag/remote/wire"
 	"github.com/mdag/mdag/scheduler"
 )
 
@@ -36,12 +39,12 @@ func runContext(d time.Duration) (context.Context, context.CancelFunc) {
 }
 
 // newPattern is the synthetic source of --size WxH and --objects.
-func newPattern(size string, objects int) (*ingest.Pattern, error) {
+func newPattern(size string, objects int) (*synth.Pattern, error) {
 	w, h, err := parseSize(size)
 	if err != nil {
 		return nil, fmt.Errorf("--size: %w", err)
 	}
-	return ingest.NewPattern(w, h, objects)
+	return synth.NewPattern(w, h, objects)
 }
 
 func newLogger(w io.Writer, verbose bool) *slog.Logger {
@@ -59,8 +62,8 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	example := fs.String("example", "", "deploy an embedded example app instead of -f/-p (e.g. traffic)")
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address for /v1/status and /healthz")
 	grpcAddr := fs.String("grpc", "127.0.0.1:7070", "gRPC address workers and sources connect to")
-	policy := fs.String("policy", string(engine.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
-	heartbeat := fs.Duration("heartbeat", remote.DefaultHeartbeat, "heartbeat interval workers are told to keep; 4 missed = worker lost")
+	policy := fs.String("policy", string(coordinator.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
+	heartbeat := fs.Duration("heartbeat", wire.DefaultHeartbeat, "heartbeat interval workers are told to keep; 4 missed = worker lost")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
 	wf := addWhipFlags(fs)
@@ -82,7 +85,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(stderr, *verbose)
 	// No provisioner: the instances are the workers that connect.
-	obs, err := startObserved(engine.Config{Policy: scheduler.Policy(*policy), Log: log}, nil, app, prof)
+	obs, err := startObserved(coordinator.Config{Policy: scheduler.Policy(*policy), Log: log}, nil, app, prof)
 	if err != nil {
 		printErrors(stderr, err)
 		return exitInvalid
@@ -139,7 +142,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	id := fs.String("id", fmt.Sprintf("%s-%d", host, os.Getpid()), "instance ID, unique among connected workers")
 	executor := fs.String("executor", "emulated", "GPU executor: emulated (profiled times, no GPU needed) or opencv (real ONNX models, OpenCV DNN on the CPU)")
 	var models []gpu.ModelFile
-	fs.Func("model", "with --executor opencv: a model as NAME=DECODER:PATH (repeatable), NAME being the app's `model:`; decoders: "+strings.Join(gpu.Decoders(), ", "), func(s string) error {
+	fs.Func("model", "with --executor opencv: a model as NAME=DECODER:PATH (repeatable), NAME being the app's `model:`; decoders: "+strings.Join(decoders(), ", "), func(s string) error {
 		m, err := gpu.ParseModelFile(s)
 		if err == nil {
 			models = append(models, m)
@@ -168,12 +171,12 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "mdag worker: --executor opencv needs at least one --model NAME=DECODER:PATH")
 			return exitInvalid
 		}
-		x, err := gpu.NewOpenCV(models, 2)
+		x, closeX, err := newExecutor(*executor, models, 2)
 		if err != nil {
 			printErrors(stderr, fmt.Errorf("mdag worker: %w", err))
 			return exitInvalid
 		}
-		defer x.Close()
+		defer closeX()
 		exec = x
 	default:
 		fmt.Fprintf(stderr, "mdag worker: --executor %q: want emulated or opencv\n", *executor)
@@ -184,7 +187,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	log := newLogger(stderr, *verbose).With("worker", *id)
-	cc, err := remote.Dial(*coord)
+	cc, err := client.Dial(*coord)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag worker: %v\n", err)
 		return exitInvalid
@@ -197,7 +200,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := remote.RunWorker(ctx, cc, remote.WorkerConfig{ID: *id, Type: *typ, Exec: exec, Log: log, Slowdown: *slowdown})
+		err := client.RunWorker(ctx, cc, client.WorkerConfig{ID: *id, Type: *typ, Exec: exec, Ops: ops(), GPU: nvml.Telemetry().Summary(), Log: log, Slowdown: *slowdown})
 		if ctx.Err() != nil {
 			break
 		}
@@ -242,7 +245,7 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag source: %v\n", err)
 		return exitInvalid
 	}
-	cc, err := remote.Dial(*coord)
+	cc, err := client.Dial(*coord)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag source: %v\n", err)
 		return exitInvalid
@@ -258,7 +261,7 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("%s-%d", *prefix, i)
-			r, err := remote.Stream(ctx, cc, *app, id, pat, i, *fps, *count)
+			r, err := client.Stream(ctx, cc, *app, id, pat, i, *fps, *count)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mdag/mdag/internal/engine"
+	"github.com/mdag/mdag/coordinator"
 )
 
 // proc is one mdag process of the multi-process test.
@@ -94,14 +94,14 @@ func (p *proc) stop(t *testing.T) {
 	}
 }
 
-func getStatus(t *testing.T, url string) engine.Status {
+func getStatus(t *testing.T, url string) coordinator.Status {
 	t.Helper()
 	resp, err := http.Get(url + "/v1/status")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var st engine.Status
+	var st coordinator.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}

@@ -7,13 +7,13 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
-	"github.com/mdag/mdag/gpu"
+	"github.com/mdag/mdag/gpu/nvml"
 	"github.com/mdag/mdag/ingest/whip"
-	"github.com/mdag/mdag/internal/dashboard"
-	"github.com/mdag/mdag/internal/engine"
-	"github.com/mdag/mdag/internal/metrics"
-	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/media"
+	"github.com/mdag/mdag/observe/dashboard"
+	"github.com/mdag/mdag/observe/metrics"
 	"github.com/mdag/mdag/profile"
 )
 
@@ -26,11 +26,11 @@ func newMetrics() *metrics.Metrics {
 }
 
 // gpuMetrics reads NVML for the exposition.
-func gpuMetrics() metrics.GPUSnapshot { return toGPUMetrics(gpu.Telemetry()) }
+func gpuMetrics() metrics.GPUSnapshot { return toGPUMetrics(nvml.Telemetry()) }
 
 // toGPUMetrics converts NVML telemetry (MiB, percent) to the exposition's
 // units (bytes, ratio).
-func toGPUMetrics(s gpu.Snapshot) metrics.GPUSnapshot {
+func toGPUMetrics(s nvml.Snapshot) metrics.GPUSnapshot {
 	out := metrics.GPUSnapshot{Available: s.Available}
 	for _, d := range s.Devices {
 		gd := metrics.GPUDevice{Index: strconv.Itoa(d.Index), Name: d.Name, UtilRatio: float64(d.UtilGPU) / 100,
@@ -48,7 +48,7 @@ func toGPUMetrics(s gpu.Snapshot) metrics.GPUSnapshot {
 // observed is the HTTP face of a coordinator: status, metrics, the
 // dashboard and WHIP ingest on one mux.
 type observed struct {
-	e       *engine.Engine
+	e       *coordinator.Engine
 	mx      *metrics.Metrics
 	rec     *dashboard.Recorder
 	ws      *whip.Server
@@ -59,20 +59,20 @@ type observed struct {
 // (embedded, with in-process workers up to limits; or, with limits nil, a
 // coordinator whose workers register), deploys app and starts the
 // dashboard's recorder. Close stops both.
-func startObserved(cfg engine.Config, limits map[profile.WorkerTypeID]int, app *dag.App, prof *profile.File) (*observed, error) {
+func startObserved(cfg coordinator.Config, limits map[profile.WorkerTypeID]int, app *dag.App, prof *profile.File) (*observed, error) {
 	o := &observed{mx: newMetrics(), results: &frameSink{}}
-	cfg.OnFrame, cfg.Metrics = o.results.onFrame, o.mx
+	cfg.OnFrame, cfg.Observer, cfg.Ops = o.results.onFrame, coordinator.Observe(o.mx), ops()
 	if limits != nil {
-		o.e, _ = engine.NewEmbedded(cfg, limits)
+		o.e, _ = coordinator.NewEmbedded(cfg, limits)
 	} else {
-		o.e = engine.New(cfg)
+		o.e = coordinator.New(cfg)
 	}
 	o.e.Start()
 	if err := o.e.Deploy(app, prof); err != nil {
 		o.e.Close()
 		return nil, err
 	}
-	o.rec = dashboard.New(dashboard.Config{Log: cfg.Log}, o.e.Status)
+	o.rec = dashboard.New(dashboard.Config{Log: cfg.Log, Thumbs: thumbEncoder}, o.e.Status)
 	o.rec.Start()
 	return o, nil
 }
@@ -112,11 +112,11 @@ func (o *observed) serveHTTP(addr string) (string, *http.Server, error) {
 func (o *observed) sink() whip.Sink { return tapSink{o.e, o.rec.Thumbs()} }
 
 // ingest is e.Ingest feeding the thumbnails (for in-process sources).
-func (o *observed) ingest(stream string, seq uint64, capture time.Time, f *modules.Frame, truth []modules.Box) error {
+func (o *observed) ingest(stream string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error {
 	return o.sink().Ingest(stream, seq, capture, f, truth)
 }
 
-// Close stops the recorder, then the engine.
+// Close stops the recorder, then the coordinator.
 func (o *observed) Close() {
 	o.rec.Close()
 	o.e.Close()
@@ -154,7 +154,7 @@ func (o *observed) handler() http.Handler {
 }
 
 type tapSink struct {
-	e      *engine.Engine
+	e      *coordinator.Engine
 	thumbs *dashboard.Thumbs
 }
 
@@ -172,7 +172,7 @@ func (t tapSink) Leave(id string) error { return t.e.Leave(id) }
 
 // Ingest hands the frame on first: a thumbnail (about 1 ms once a second
 // per stream) never delays it. Frames are read-only once ingested.
-func (t tapSink) Ingest(id string, seq uint64, capture time.Time, f *modules.Frame, truth []modules.Box) error {
+func (t tapSink) Ingest(id string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error {
 	err := t.e.Ingest(id, seq, capture, f, truth)
 	if err == nil {
 		t.thumbs.Offer(id, f)

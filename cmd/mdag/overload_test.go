@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/ingest/whip"
-	"github.com/mdag/mdag/internal/engine"
 )
 
 // TestOverloadSoak is issue 18's overload run (item 5), for `make soak`,
@@ -61,7 +61,7 @@ func TestOverloadSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(&testLogWriter{t: t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	obs, err := startObserved(engine.Config{Log: log}, limits, app, prof)
+	obs, err := startObserved(coordinator.Config{Log: log}, limits, app, prof)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,11 +12,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
-	"github.com/mdag/mdag/ingest/whip"
+	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/internal/clock"
-	"github.com/mdag/mdag/internal/engine"
 	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/scheduler"
 )
@@ -28,7 +28,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	example := fs.String("example", "", "serve an embedded example app instead of -f/-p (e.g. traffic)")
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address for /v1/status and /healthz")
 	workers := fs.String("workers", "", "in-process instances allowed per worker type, e.g. V100=4,CPU=2 (default 8 of every type in the profiles)")
-	policy := fs.String("policy", string(engine.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
+	policy := fs.String("policy", string(coordinator.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
 	synthetic := fs.Int("synthetic", 0, "streams of the synthetic moving-shapes source to run (0: none)")
 	fps := fs.Float64("fps", 0, "synthetic source frame rate (default: the app's fps)")
 	objects := fs.String("objects", "3", "objects per synthetic frame; a list (e.g. 2,6,1,8) steps through its values every --objects-every, so the app's fan-out changes (scaling)")
@@ -71,7 +71,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		*fps = app.FPS
 	}
 	log := newLogger(stderr, *verbose)
-	obs, err := startObserved(engine.Config{Policy: scheduler.Policy(*policy), Log: log}, limits, app, prof)
+	obs, err := startObserved(coordinator.Config{Policy: scheduler.Policy(*policy), Log: log}, limits, app, prof)
 	if err != nil {
 		printErrors(stderr, err)
 		return exitInvalid
@@ -152,7 +152,7 @@ func parseObjects(s string) ([]int, error) {
 
 // writeReplanSummary counts the re-plans by kind and those that changed
 // nothing (which should be none: such a re-plan is churn for no gain).
-func writeReplanSummary(w io.Writer, st engine.Status, rs []engine.Replan) {
+func writeReplanSummary(w io.Writer, st coordinator.Status, rs []coordinator.Replan) {
 	kinds := map[string]int{}
 	var unchanged []string
 	for _, r := range rs {
@@ -237,7 +237,7 @@ func parseSize(s string) (int, int, error) {
 	return w, h, nil
 }
 
-func statusHandler(e *engine.Engine) http.Handler {
+func statusHandler(e *coordinator.Engine) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -269,7 +269,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag status: %s answered %s\n", *server, resp.Status)
 		return exitFailure
 	}
-	var st engine.Status
+	var st coordinator.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		fmt.Fprintf(stderr, "mdag status: bad answer from %s: %v\n", *server, err)
 		return exitFailure
@@ -282,7 +282,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	// WebRTC ingest's admission (refused, pending, shed streams), where
 	// the server has it.
 	if resp, err := c.Get(strings.TrimRight(*server, "/") + "/v1/ingest"); err == nil {
-		var adm whip.Admission
+		var adm ingest.Admission
 		if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&adm) == nil {
 			writeIngestLine(stdout, adm)
 		}
@@ -294,7 +294,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 // writeIngestLine prints the WHIP admission state: streams admitted and
 // pending, the CPU load against capacity, refusals and server-ended
 // streams by reason.
-func writeIngestLine(w io.Writer, a whip.Admission) {
+func writeIngestLine(w io.Writer, a ingest.Admission) {
 	fmt.Fprintf(w, "ingest: %d streams admitted (max %d), %d pending (max %d); CPU load %.2f of %.2f cores admission fills, a new stream ~%.2f",
 		a.Admitted, a.MaxStreams, a.Pending, a.MaxPending, a.LoadCores, a.CapacityCores, a.StreamCost)
 	if a.OverloadedFor > 0 {
@@ -322,7 +322,7 @@ func writeIngestLine(w io.Writer, a whip.Admission) {
 }
 
 // writeStatusTable prints sessions, modules, instances and the last re-plans.
-func writeStatusTable(w io.Writer, st engine.Status) {
+func writeStatusTable(w io.Writer, st coordinator.Status) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, s := range st.Sessions {
 		fmt.Fprintf(tw, "app %s: %d streams at %g fps, SLO %g ms, policy %s\n", s.App, s.Streams, s.FPS, s.SLOMS, st.Policy)

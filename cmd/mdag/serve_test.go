@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mdag/mdag/ingest/whip"
-	"github.com/mdag/mdag/internal/engine"
+	"github.com/mdag/mdag/coordinator"
+	"github.com/mdag/mdag/ingest"
 )
 
 // TestServeSynthetic runs the embedded server with synthetic streams for
@@ -35,7 +35,7 @@ func TestServeSynthetic(t *testing.T) {
 }
 
 func TestStatusCommand(t *testing.T) {
-	e := engine.New(engine.Config{})
+	e := coordinator.New(coordinator.Config{})
 	e.Start()
 	defer e.Close()
 	srv := httptest.NewServer(statusHandler(e))
@@ -44,11 +44,11 @@ func TestStatusCommand(t *testing.T) {
 	if code := run([]string{"status", "--server", srv.URL, "-o", "json"}, &out, &errb); code != exitOK {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	var st engine.Status
+	var st coordinator.Status
 	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
 		t.Fatalf("json: %v\n%s", err, out.String())
 	}
-	if st.Policy != string(engine.DefaultPolicy) {
+	if st.Policy != string(coordinator.DefaultPolicy) {
 		t.Errorf("policy %q", st.Policy)
 	}
 	out.Reset()
@@ -64,7 +64,7 @@ func TestStatusCommand(t *testing.T) {
 // TestStatusIngest: `mdag status` adds the WHIP admission state when the
 // server has one (GET /v1/ingest), and goes without it when not.
 func TestStatusIngest(t *testing.T) {
-	e := engine.New(engine.Config{})
+	e := coordinator.New(coordinator.Config{})
 	e.Start()
 	defer e.Close()
 	cases := []struct {
@@ -82,7 +82,7 @@ func TestStatusIngest(t *testing.T) {
 			mux.Handle("/v1/status", statusHandler(e))
 			if c.ingest {
 				mux.HandleFunc("/v1/ingest", func(w http.ResponseWriter, r *http.Request) {
-					writeJSON(w, whip.Admission{Admitted: 3, Pending: 1, MaxStreams: 64, MaxPending: 64, LoadCores: 1.2, CapacityCores: 1.4,
+					writeJSON(w, ingest.Admission{Admitted: 3, Pending: 1, MaxStreams: 64, MaxPending: 64, LoadCores: 1.2, CapacityCores: 1.4,
 						StreamCost: 0.15, OverloadedFor: 4 * time.Second, Refused: map[string]uint64{"recvonly": 1, "capacity": 5},
 						Ended: map[string]uint64{"overload": 1, "client": 2, "connect-timeout": 7}}, false)
 				})

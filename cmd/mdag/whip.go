@@ -13,10 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
-	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/ingest/whip"
-	"github.com/mdag/mdag/internal/engine"
+	"github.com/mdag/mdag/modules/cv"
 )
 
 // whipFlags are the WebRTC ingest flags of serve and coordinator.
@@ -85,7 +85,7 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 // server builds the WHIP server for app on e, refusing an open server on a
 // non-loopback address unless --open. It says at startup how it is secured.
 func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, log *slog.Logger) (*whip.Server, error) {
-	cfg := whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, MaxStreams: *wf.maxStreams,
+	cfg := whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Scale: scaler, MaxStreams: *wf.maxStreams,
 		MaxPending: *wf.maxPending, ConnectTimeout: *wf.connect, CPUCores: *wf.cores, CPUCeiling: *wf.ceiling,
 		StreamCost: *wf.streamCost, ShedAfter: *wf.shedAfter, MachineWide: *wf.cpuMachine, Oversize: whip.Oversize(*wf.oversize),
 		AllowOrigins: *wf.origins, Log: log}
@@ -209,13 +209,23 @@ func loopback(listen string) bool {
 // set after the engine is built.
 type frameSink struct{ srv atomic.Pointer[whip.Server] }
 
-func (f *frameSink) onFrame(r engine.FrameResult) {
+func (f *frameSink) onFrame(r coordinator.FrameResult) {
 	s := f.srv.Load()
 	if s == nil {
 		return
 	}
-	s.Publish(whip.FromEngine(r))
+	s.Publish(clientResult(r))
 }
 
 // motionObjects is a stream's motion estimator as WHIP's Objects.
-func motionObjects() whip.Objects { return ingest.NewMotion() }
+func motionObjects() whip.Objects { return cv.NewMotion() }
+
+// clientResult is the WHIP client's view of a frame's outcome.
+func clientResult(r coordinator.FrameResult) whip.Result {
+	out := whip.Result{Stream: r.Stream, Frame: r.Seq, Outcome: string(r.Outcome), LatencyMS: float64(r.Latency.Microseconds()) / 1000,
+		Module: string(r.Module), Reason: r.Reason, Labels: r.Labels, Counts: r.Counts}
+	for _, b := range r.Boxes {
+		out.Boxes = append(out.Boxes, whip.Box{X: b.X, Y: b.Y, W: b.W, H: b.H, Class: b.Class, Score: b.Score})
+	}
+	return out
+}

@@ -15,7 +15,7 @@ import (
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/ingest/whip"
-	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/media"
 )
 
 // TestAllowOriginFlag: --allow-origin, repeated or comma-separated, lets
@@ -86,7 +86,7 @@ type endSink struct{}
 
 func (endSink) Join(dag.AppID, string) error { return nil }
 func (endSink) Leave(string) error           { return nil }
-func (endSink) Ingest(string, uint64, time.Time, *modules.Frame, []modules.Box) error {
+func (endSink) Ingest(string, uint64, time.Time, *media.Frame, []media.Box) error {
 	return nil
 }
 

@@ -1,7 +1,7 @@
 // Package vpx is a small cgo wrapper around Debian's libvpx (libvpx-dev)
 // for VP8: a Decoder for the WebRTC ingest (RTP -> VP8 frames -> BGR
 // frames for sessions) and an Encoder for mdag's own client and tests.
-// Frames cross the boundary as modules.Frame (8-bit BGR); the I420
+// Frames cross the boundary as media.Frame (8-bit BGR); the I420
 // conversion (BT.601, limited range, as WebRTC uses) is done in C.
 //
 // A Decoder or Encoder is not safe for concurrent use; each stream owns
@@ -106,7 +106,7 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/media"
 )
 
 // MaxPixels is the largest frame a Decoder hands out (4K); larger frames
@@ -144,7 +144,7 @@ func NewDecoder() (*Decoder, error) {
 
 // Decode decodes one VP8 frame (a whole frame as the depacketizer
 // assembled it). It returns nil, nil when the data produced no picture.
-func (d *Decoder) Decode(data []byte) (*modules.Frame, error) {
+func (d *Decoder) Decode(data []byte) (*media.Frame, error) {
 	return d.decode(data, true)
 }
 
@@ -156,7 +156,7 @@ func (d *Decoder) Skip(data []byte) error {
 	return err
 }
 
-func (d *Decoder) decode(data []byte, convert bool) (*modules.Frame, error) {
+func (d *Decoder) decode(data []byte, convert bool) (*media.Frame, error) {
 	if d.closed {
 		return nil, errors.New("vpx: decoder closed")
 	}
@@ -169,7 +169,7 @@ func (d *Decoder) decode(data []byte, convert bool) (*modules.Frame, error) {
 		return nil, codecErr(d.ctx, "decode", code)
 	}
 	var iter C.vpx_codec_iter_t
-	var out *modules.Frame
+	var out *media.Frame
 	for img := C.vpx_codec_get_frame(d.ctx, &iter); img != nil; img = C.vpx_codec_get_frame(d.ctx, &iter) {
 		if img.fmt != C.VPX_IMG_FMT_I420 {
 			return nil, fmt.Errorf("vpx: decoded image format %d, want I420", int(img.fmt))
@@ -181,7 +181,7 @@ func (d *Decoder) decode(data []byte, convert bool) (*modules.Frame, error) {
 		if !convert {
 			continue
 		}
-		f := modules.NewFrame(w, h)
+		f := media.NewFrame(w, h)
 		C.mdag_i420_to_bgr(img, (*C.uchar)(unsafe.Pointer(&f.Pix[0])))
 		out = f
 	}
@@ -252,7 +252,7 @@ type Encoded struct {
 
 // Encode compresses f (which must be the encoder's size) at pts (in frames
 // of the time base); key forces a key frame (answering a PLI).
-func (e *Encoder) Encode(f *modules.Frame, pts int64, key bool) ([]Encoded, error) {
+func (e *Encoder) Encode(f *media.Frame, pts int64, key bool) ([]Encoded, error) {
 	if e.closed {
 		return nil, errors.New("vpx: encoder closed")
 	}

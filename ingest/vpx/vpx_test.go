@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/media"
 )
 
 // scene is a gradient with a bright square that moves with i.
-func scene(w, h, i int) *modules.Frame {
-	f := modules.NewFrame(w, h)
+func scene(w, h, i int) *media.Frame {
+	f := media.NewFrame(w, h)
 	for y := range h {
 		for x := range w {
 			p := f.Pix[(y*w+x)*3:]
@@ -24,7 +24,7 @@ func scene(w, h, i int) *modules.Frame {
 	return f
 }
 
-func psnr(a, b *modules.Frame) float64 {
+func psnr(a, b *media.Frame) float64 {
 	var se float64
 	for i := range a.Pix {
 		d := float64(a.Pix[i]) - float64(b.Pix[i])
@@ -38,14 +38,14 @@ func psnr(a, b *modules.Frame) float64 {
 }
 
 // encodeScene encodes n frames of the scene.
-func encodeScene(t testing.TB, w, h, n int) ([]*modules.Frame, []Encoded) {
+func encodeScene(t testing.TB, w, h, n int) ([]*media.Frame, []Encoded) {
 	t.Helper()
 	enc, err := NewEncoder(EncoderConfig{Width: w, Height: h, FPS: 30, BitrateKbps: 2000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer enc.Close()
-	var src []*modules.Frame
+	var src []*media.Frame
 	var out []Encoded
 	for i := range n {
 		f := scene(w, h, i)
@@ -126,15 +126,15 @@ func TestErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := enc.Encode(modules.NewFrame(32, 32), 0, false); err == nil || !strings.Contains(err.Error(), "frame 32x32, encoder is 64x48") {
+	if _, err := enc.Encode(media.NewFrame(32, 32), 0, false); err == nil || !strings.Contains(err.Error(), "frame 32x32, encoder is 64x48") {
 		t.Errorf("wrong size: %v", err)
 	}
-	if _, err := enc.Encode(&modules.Frame{W: 64, H: 48}, 0, false); err == nil {
+	if _, err := enc.Encode(&media.Frame{W: 64, H: 48}, 0, false); err == nil {
 		t.Error("frame without pixels accepted")
 	}
 	enc.Close()
 	enc.Close()
-	if _, err := enc.Encode(modules.NewFrame(64, 48), 0, false); err == nil {
+	if _, err := enc.Encode(media.NewFrame(64, 48), 0, false); err == nil {
 		t.Error("closed encoder encoded")
 	}
 	dec, err := NewDecoder()

@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/ingest"
 )
 
-// Admission and overload protection.
+// ingest.Admission and overload protection.
 //
 // A stream is pending from its POST until its first frame decodes; then it
 // is admitted: it joins the app's session (Sink.Join), so the planner never
@@ -85,32 +86,6 @@ const (
 	EndSetupFailed    = "setup-failed"    // the offer could not be answered
 	EndShutdown       = "shutdown"        // the server closed
 )
-
-// Admission is the server's admission state (GET /v1/ingest, the
-// dashboard, /metrics, `mdag status`).
-type Admission struct {
-	// Streams admitted (joined their session) and pending (waiting for
-	// their first frame); the limits on each.
-	Admitted   int `json:"admitted"`
-	Pending    int `json:"pending"`
-	MaxStreams int `json:"max_streams"`
-	MaxPending int `json:"max_pending"`
-	// The CPU load: measured (the process's CPU time per second,
-	// smoothed), predicted (plus the predicted cost of streams the
-	// measurement does not reflect yet), the capacity admission fills, and
-	// the predicted cost of a new stream (all in cores).
-	LoadCores      float64 `json:"load_cores"`
-	PredictedCores float64 `json:"predicted_cores"`
-	CapacityCores  float64 `json:"capacity_cores"`
-	StreamCost     float64 `json:"stream_cost_cores"`
-	// OverloadedFor is how long the load has been above capacity (0: it
-	// is not); at ShedAfter the newest stream is shed.
-	OverloadedFor time.Duration `json:"overloaded_for_ns"`
-	// Refused counts POSTs refused by reason; Ended streams that ended, by
-	// kind, since the server started (all apps).
-	Refused map[string]uint64 `json:"refused"`
-	Ended   map[string]uint64 `json:"ended"`
-}
 
 // loadView is the CPU load at one moment.
 type loadView struct {
@@ -336,11 +311,11 @@ func (s *Server) sampleLoad() {
 	}
 }
 
-// Admission returns the admission state.
-func (s *Server) Admission() Admission {
+// ingest.Admission returns the admission state.
+func (s *Server) Admission() ingest.Admission {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	a := Admission{MaxStreams: s.cfg.MaxStreams, MaxPending: s.cfg.MaxPending, LoadCores: s.loadMeasured, PredictedCores: s.loadPredicted,
+	a := ingest.Admission{MaxStreams: s.cfg.MaxStreams, MaxPending: s.cfg.MaxPending, LoadCores: s.loadMeasured, PredictedCores: s.loadPredicted,
 		CapacityCores: s.cfg.CPUCores * s.cfg.CPUCeiling, StreamCost: s.loadCost, Refused: map[string]uint64{}, Ended: map[string]uint64{}}
 	if a.StreamCost == 0 {
 		a.StreamCost = s.cfg.StreamCost

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/dag"
-	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/clock"
 )
 
@@ -55,7 +55,7 @@ func TestOffersWithoutMedia(t *testing.T) {
 		t.Fatalf("a real client with %d offers pending: %v", n, err)
 	}
 	defer p.Close()
-	pat, err := ingest.NewPattern(64, 64, 1)
+	pat, err := synth.NewPattern(64, 64, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

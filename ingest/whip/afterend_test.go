@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/ingest/synth"
 )
 
 // TestResultsAfterEnd: results of frames still in flight when the client
@@ -19,7 +19,7 @@ func TestResultsAfterEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pat, err := ingest.NewPattern(64, 64, 1)
+	pat, err := synth.NewPattern(64, 64, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

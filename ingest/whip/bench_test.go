@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/dag"
-	"github.com/mdag/mdag/ingest"
-	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/ingest/synth"
+	"github.com/mdag/mdag/media"
 )
 
 // BenchmarkGlassToSession streams b.N frames at 30 fps over loopback
@@ -28,11 +28,11 @@ func BenchmarkGlassToSession(b *testing.B) {
 			defer srv.Close()
 			hs := httptest.NewServer(srv.Handler())
 			defer hs.Close()
-			pat, err := ingest.NewPattern(size[0], size[1], 3)
+			pat, err := synth.NewPattern(size[0], size[1], 3)
 			if err != nil {
 				b.Fatal(err)
 			}
-			frames := make([]*modules.Frame, 30)
+			frames := make([]*media.Frame, 30)
 			for i := range frames {
 				frames[i], _, _ = pat.Frame(0, uint64(i))
 			}

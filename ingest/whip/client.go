@@ -22,7 +22,7 @@ import (
 	"github.com/pion/webrtc/v3"
 
 	"github.com/mdag/mdag/ingest/vpx"
-	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/media"
 )
 
 // ClientConfig configures a Publisher.
@@ -430,7 +430,7 @@ func (e *HTTPError) Error() string {
 }
 
 // WriteFrame encodes f (captured at capture) and sends it.
-func (p *Publisher) WriteFrame(f *modules.Frame, capture time.Time) error {
+func (p *Publisher) WriteFrame(f *media.Frame, capture time.Time) error {
 	if p.closed.Load() {
 		return errors.New("publisher closed")
 	}

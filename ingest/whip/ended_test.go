@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/ingest/synth"
 )
 
 // TestServerEndsStream: whatever ends a stream on the server's side, the
@@ -58,7 +58,7 @@ func TestServerEndsStream(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer p.Close()
-			pat, err := ingest.NewPattern(c.size, c.size, 1)
+			pat, err := synth.NewPattern(c.size, c.size, 1)
 			if err != nil {
 				t.Fatal(err)
 			}

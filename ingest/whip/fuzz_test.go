@@ -13,7 +13,7 @@ import (
 	"github.com/pion/rtp/codecs"
 
 	"github.com/mdag/mdag/dag"
-	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/ingest/vpx"
 	"github.com/mdag/mdag/internal/clock"
 )
@@ -21,7 +21,7 @@ import (
 // vp8Packets encodes n pattern frames and packetizes them as a sender would.
 func vp8Packets(t testing.TB, n int) []*rtp.Packet {
 	t.Helper()
-	pat, err := ingest.NewPattern(96, 64, 2)
+	pat, err := synth.NewPattern(96, 64, 2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,10 +15,10 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/internal/browsertest"
-	"github.com/mdag/mdag/internal/engine"
 	"github.com/mdag/mdag/profile"
 )
 
@@ -46,12 +46,12 @@ func engineServer(t *testing.T) (*Server, *httptest.Server, *atomic.Int64) {
 	}
 	var srv atomic.Pointer[Server]
 	var finished atomic.Int64
-	e, _ := engine.NewEmbedded(engine.Config{OnFrame: func(r engine.FrameResult) {
-		if r.Outcome == engine.Finished {
+	e, _ := coordinator.NewEmbedded(coordinator.Config{OnFrame: func(r coordinator.FrameResult) {
+		if r.Outcome == coordinator.Finished {
 			finished.Add(1)
 		}
 		if s := srv.Load(); s != nil {
-			s.Publish(FromEngine(r))
+			s.Publish(Result{Stream: r.Stream, Frame: r.Seq, Outcome: string(r.Outcome), Module: string(r.Module), Reason: r.Reason})
 		}
 	}}, limits)
 	e.Start()

@@ -21,18 +21,18 @@ import (
 	"github.com/pion/webrtc/v3"
 
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/internal/clock"
-	"github.com/mdag/mdag/internal/metrics"
-	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/media"
 )
 
 // Sink is where streams go: the engine (Join, Leave and Ingest of
-// *engine.Engine). A stream joins when its first frame has decoded, and
+// *coordinator.Engine). A stream joins when its first frame has decoded, and
 // leaves only if it joined. A Sink may also implement Admitter.
 type Sink interface {
 	Join(app dag.AppID, streamID string) error
 	Leave(streamID string) error
-	Ingest(streamID string, seq uint64, capture time.Time, f *modules.Frame, truth []modules.Box) error
+	Ingest(streamID string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error
 }
 
 // Oversize is what happens to frames above the configured resolution.
@@ -96,7 +96,10 @@ type Config struct {
 	// MaxWidth and MaxHeight bound decoded frames (default 1920x1080);
 	// Oversize says what happens above them.
 	MaxWidth, MaxHeight int
-	Oversize            Oversize
+	// Scale downscales oversize frames; default media.ScaleArea (pure
+	// Go). The full binary injects OpenCV's, which is faster.
+	Scale    media.Scaler
+	Oversize Oversize
 	// IdleTimeout ends a stream that sent no media for this long (default
 	// 10 s; it also covers a stream whose ICE never connects).
 	IdleTimeout time.Duration
@@ -116,7 +119,7 @@ type Config struct {
 // Objects estimates a stream's objects frame by frame (one per stream,
 // used from its media goroutine only).
 type Objects interface {
-	Boxes(f *modules.Frame) []modules.Box
+	Boxes(f *media.Frame) []media.Box
 	Close()
 }
 
@@ -154,6 +157,9 @@ func (c Config) withDefaults() Config {
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = 5 * time.Second
 	}
+	if c.Scale == nil {
+		c.Scale = media.ScaleArea
+	}
 	if c.MaxWidth <= 0 {
 		c.MaxWidth = 1920
 	}
@@ -190,8 +196,8 @@ type Server struct {
 	reserved int // POSTs between the limit check and the stream's creation
 	closed   bool
 	wg       sync.WaitGroup
-	ended    []StreamInfo                     // the last streams that ended, newest last
-	totals   map[string]*metrics.IngestTotals // counters of the streams that ended and refusals, by app
+	ended    []StreamInfo              // the last streams that ended, newest last
+	totals   map[string]*ingest.Totals // counters of the streams that ended and refusals, by app
 
 	// The CPU load (admission.go), as of the last sample.
 	loadTimer                                           clock.Timer
@@ -237,7 +243,7 @@ func New(cfg Config, sink Sink) (*Server, error) {
 		return nil, fmt.Errorf("whip: CPU ceiling %g: want a share of the cores in (0, 1]", cfg.CPUCeiling)
 	}
 	s := &Server{cfg: cfg, sink: sink, api: api, clk: cfg.Clock, log: cfg.Log, streams: map[string]*stream{},
-		totals: map[string]*metrics.IngestTotals{}, origins: origins}
+		totals: map[string]*ingest.Totals{}, origins: origins}
 	s.armLoad()
 	return s, nil
 }
@@ -574,17 +580,17 @@ func (s *Server) removed(st *stream, info StreamInfo) {
 }
 
 // totalsLocked is app's counters of ended streams and refusals (s.mu held).
-func (s *Server) totalsLocked(app string) *metrics.IngestTotals {
+func (s *Server) totalsLocked(app string) *ingest.Totals {
 	t := s.totals[app]
 	if t == nil {
-		t = &metrics.IngestTotals{App: app, Refused: map[string]uint64{}, Ended: map[string]uint64{}}
+		t = &ingest.Totals{App: app, Refused: map[string]uint64{}, Ended: map[string]uint64{}}
 		s.totals[app] = t
 	}
 	return t
 }
 
 // Publish hands a frame's outcome to its stream's result subscribers
-// (engine.Config.OnFrame); it never blocks.
+// (coordinator.Config.OnFrame); it never blocks.
 //
 // A result for a stream that has ended (its frame was in flight when the
 // client left or the stream was ended) cannot be delivered: it is counted
@@ -624,11 +630,11 @@ func (s *Server) Streams() []StreamInfo {
 
 // IngestTotals are the ingest counters per deployed app since the server
 // started, ended streams included (for /metrics).
-func (s *Server) IngestTotals() []metrics.IngestTotals {
+func (s *Server) IngestTotals() []ingest.Totals {
 	s.mu.Lock()
-	by := map[string]*metrics.IngestTotals{}
+	by := map[string]*ingest.Totals{}
 	for app := range s.cfg.Apps {
-		by[string(app)] = &metrics.IngestTotals{App: string(app)}
+		by[string(app)] = &ingest.Totals{App: string(app)}
 	}
 	for app, t := range s.totals {
 		c := *t
@@ -644,7 +650,7 @@ func (s *Server) IngestTotals() []metrics.IngestTotals {
 		info := st.info()
 		t := by[info.App]
 		if t == nil {
-			t = &metrics.IngestTotals{App: info.App}
+			t = &ingest.Totals{App: info.App}
 			by[info.App] = t
 		}
 		addInfo(t, info)
@@ -653,15 +659,15 @@ func (s *Server) IngestTotals() []metrics.IngestTotals {
 			t.Pending++
 		}
 	}
-	out := make([]metrics.IngestTotals, 0, len(by))
+	out := make([]ingest.Totals, 0, len(by))
 	for _, t := range by {
 		out = append(out, *t)
 	}
-	slices.SortFunc(out, func(a, b metrics.IngestTotals) int { return strings.Compare(a.App, b.App) })
+	slices.SortFunc(out, func(a, b ingest.Totals) int { return strings.Compare(a.App, b.App) })
 	return out
 }
 
-func addInfo(t *metrics.IngestTotals, i StreamInfo) {
+func addInfo(t *ingest.Totals, i StreamInfo) {
 	t.Packets += i.Packets
 	t.Frames += i.Frames
 	t.Ingested += i.Ingested

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/dag"
-	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/ingest/synth"
 )
 
 // TestSoak: 50 streams on loopback for 60 s (MDAG_SOAK_DURATION changes
@@ -29,7 +29,7 @@ func TestSoak(t *testing.T) {
 		// small, so admission lets all in on 2 cores (newTestServer's
 		// CPU load is 0).
 		StreamCost: 0.01})
-	pat, err := ingest.NewPattern(160, 120, 1)
+	pat, err := synth.NewPattern(160, 120, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,13 +13,11 @@ import (
 	"github.com/pion/rtcp"
 	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v3"
-	"gocv.io/x/gocv"
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/ingest/vpx"
 	"github.com/mdag/mdag/internal/clock"
-	"github.com/mdag/mdag/internal/engine"
-	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/media"
 )
 
 // Result is one frame's outcome as clients receive it (DataChannel
@@ -36,16 +34,6 @@ type Result struct {
 	Boxes     []Box          `json:"boxes,omitempty"`
 	Labels    []string       `json:"labels,omitempty"`
 	Counts    map[string]int `json:"counts,omitempty"`
-}
-
-// FromEngine is the client's view of an engine frame result.
-func FromEngine(r engine.FrameResult) Result {
-	out := Result{Stream: r.Stream, Frame: r.Seq, Outcome: string(r.Outcome), LatencyMS: float64(r.Latency.Microseconds()) / 1000,
-		Module: string(r.Module), Reason: r.Reason, Labels: r.Labels, Counts: r.Counts}
-	for _, b := range r.Boxes {
-		out.Boxes = append(out.Boxes, Box{X: b.X, Y: b.Y, W: b.W, H: b.H, Class: b.Class, Score: b.Score})
-	}
-	return out
 }
 
 // Box is a detection in frame coordinates.
@@ -522,7 +510,7 @@ func (p *pipeline) packet(pkt *rtp.Packet) bool {
 		}
 		capture := p.sync.capture(fr.TS, now)
 		take := p.sample(capture)
-		var img *modules.Frame
+		var img *media.Frame
 		var err error
 		work := time.Now() // the decoding load is real CPU time, whatever the injected clock says
 		if take {
@@ -549,7 +537,7 @@ func (p *pipeline) packet(pkt *rtp.Packet) bool {
 			go st.endAs(EndError, err.Error())
 			return false
 		}
-		var truth []modules.Box
+		var truth []media.Box
 		if p.objects != nil {
 			truth = p.objects.Boxes(img)
 		}
@@ -621,7 +609,7 @@ func (st *stream) fail(err error) {
 
 // fit applies the resolution limit: frames above it are scaled down to fit
 // (aspect kept) or refused, as configured.
-func (st *stream) fit(f *modules.Frame) (*modules.Frame, error) {
+func (st *stream) fit(f *media.Frame) (*media.Frame, error) {
 	mw, mh := st.s.cfg.MaxWidth, st.s.cfg.MaxHeight
 	if f.W <= mw && f.H <= mh {
 		st.setSize(f.W, f.H)
@@ -632,7 +620,7 @@ func (st *stream) fit(f *modules.Frame) (*modules.Frame, error) {
 	}
 	scale := min(float64(mw)/float64(f.W), float64(mh)/float64(f.H))
 	w, h := max(1, int(float64(f.W)*scale)), max(1, int(float64(f.H)*scale))
-	out, err := modules.Resize(f, w, h, gocv.InterpolationArea)
+	out, err := st.s.cfg.Scale(f, w, h)
 	if err != nil {
 		return nil, err
 	}

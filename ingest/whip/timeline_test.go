@@ -8,7 +8,7 @@ import (
 
 	"github.com/pion/rtp"
 
-	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/clock"
 )
 
@@ -266,7 +266,7 @@ func FuzzTimeline(f *testing.F) {
 // restart is counted.
 func TestLoopbackTimelineJump(t *testing.T) {
 	srv, sink, hs := newTestServer(t, Config{})
-	pat, err := ingest.NewPattern(160, 120, 1)
+	pat, err := synth.NewPattern(160, 120, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

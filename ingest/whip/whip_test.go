@@ -17,8 +17,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mdag/mdag/dag"
-	"github.com/mdag/mdag/ingest"
-	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/ingest/synth"
+	"github.com/mdag/mdag/media"
 )
 
 func TestMain(m *testing.M) {
@@ -81,7 +81,7 @@ func (f *fakeSink) Leave(id string) error {
 	return nil
 }
 
-func (f *fakeSink) Ingest(id string, seq uint64, capture time.Time, fr *modules.Frame, _ []modules.Box) error {
+func (f *fakeSink) Ingest(id string, seq uint64, capture time.Time, fr *media.Frame, _ []media.Box) error {
 	if err := fr.Valid(); err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func newTestServer(t *testing.T, cfg Config) (*Server, *fakeSink, *httptest.Serv
 }
 
 // sendPattern sends n pattern frames at fps from a Publisher.
-func sendPattern(t *testing.T, p *Publisher, pat *ingest.Pattern, n int, fps float64) {
+func sendPattern(t *testing.T, p *Publisher, pat *synth.Pattern, n int, fps float64) {
 	t.Helper()
 	start := time.Now()
 	period := time.Duration(float64(time.Second) / fps)
@@ -163,7 +163,7 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 // DataChannel and as SSE, DELETE leaves the session.
 func TestLoopback(t *testing.T) {
 	srv, sink, hs := newTestServer(t, Config{})
-	pat, err := ingest.NewPattern(320, 240, 2)
+	pat, err := synth.NewPattern(320, 240, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +366,7 @@ func TestHTTPErrors(t *testing.T) {
 	if !errors.As(err, &he) || he.Status != 503 || he.RetryAfter != "5" || !strings.Contains(he.Msg, "pending limit reached (1 streams") {
 		t.Errorf("second stream while the first is pending: %v", err)
 	}
-	pat, err := ingest.NewPattern(64, 64, 1)
+	pat, err := synth.NewPattern(64, 64, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +454,7 @@ func TestJoinRefused(t *testing.T) {
 	defer resp.Body.Close()
 	sseEnd := make(chan string, 1)
 	go readSSE(resp, make(chan Result, 16), sseEnd)
-	pat, err := ingest.NewPattern(64, 64, 1)
+	pat, err := synth.NewPattern(64, 64, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

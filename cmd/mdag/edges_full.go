@@ -1,0 +1,47 @@
+//go:build !lean
+
+package main
+
+import (
+	"github.com/mdag/mdag/gpu"
+	"github.com/mdag/mdag/gpu/opencv"
+	"github.com/mdag/mdag/media"
+	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/modules/cv"
+	"github.com/mdag/mdag/observe/dashboard"
+)
+
+// The full binary's edges: the OpenCV ops, scaler and thumbnail encoder,
+// the OpenCV DNN executor, and (in whip.go, client.go, demo.go) WebRTC
+// ingest with VP8. `make lean` builds without them (edges_lean.go).
+
+// build names this binary's edges (mdag version).
+const build = "full (OpenCV ops and executor, WHIP/VP8)"
+
+// ops is the registry of the CPU ops this binary runs.
+func ops() *modules.Registry {
+	r := modules.Builtin()
+	modules.Must(cv.Register(r))
+	return r
+}
+
+// scaler downscales frames (ingest, oversize frames).
+var scaler media.Scaler = cv.ResizeArea
+
+// thumbEncoder makes the dashboard's thumbnails.
+var thumbEncoder dashboard.Encoder = cv.Thumbnail
+
+// executors lists the real GPU executors (`mdag worker --executor`).
+var executors = []string{"opencv"}
+
+// decoders lists the model output decoders of the real executors.
+func decoders() []string { return opencv.Decoders() }
+
+// newExecutor builds a real executor by name with its models.
+func newExecutor(name string, models []gpu.ModelFile, instances int) (gpu.Executor, func(), error) {
+	x, err := opencv.NewOpenCV(models, instances)
+	if err != nil {
+		return nil, nil, err
+	}
+	return x, x.Close, nil
+}

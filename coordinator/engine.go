@@ -1,0 +1,927 @@
+// Package engine is mdag's runtime: the coordinator (sessions, planning,
+// routing, the central GPU batch scheduler, accounting, adaptation) and the
+// worker that executes modules. `mdag serve` runs both in one process; the
+// remote package puts gRPC between them (`mdag coordinator`, `mdag worker`).
+//
+// Concurrency: the coordinator's state is owned by one loop goroutine; every
+// outside call (a frame arriving, a worker's result, a timer) is posted to
+// it as a closure. Planning (allocation and placement, which may take a
+// while) runs off the loop on a snapshot and the loop's applier re-checks the
+// plan against live state before applying it. Time comes only from the
+// injected clock.
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mdag/mdag/allocator"
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/media"
+	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/placement"
+	"github.com/mdag/mdag/profile"
+	"github.com/mdag/mdag/scheduler"
+	"github.com/mdag/mdag/worker"
+)
+
+// Config configures an Engine.
+type Config struct {
+	Clock       clock.Clock
+	Provisioner Provisioner // set by NewEmbedded for the local one
+	Policy      scheduler.Policy
+	Method      allocator.Method
+	Adapt       AdaptConfig
+	Epoch       time.Duration // periodic re-plan; default 30 s
+	LostAfter   time.Duration // a frame still open this long past its deadline is counted lost; default 5 s
+	TurnOff     time.Duration // warm-instance turn-off delay; default placement's 30 s
+	// Headroom multiplies the ingress rate the allocator plans for, so
+	// instances run below saturation (bursts of synchronised streams,
+	// batches that do not fill); default 1.25 (80% planned utilisation).
+	Headroom float64
+	// DispatchDelay is the margin the GPU scheduler keeps between deciding
+	// a batch and the batch starting on its worker (loop, timer and network
+	// jitter); default 10 ms.
+	DispatchDelay time.Duration
+	Log           *slog.Logger
+	// OnFrame, when set, is called (from the loop; do not block) with every
+	// frame's outcome.
+	OnFrame func(FrameResult)
+	// Observer receives the engine's events and state (Prometheus:
+	// coordinator.Observe(metrics)); default none.
+	Observer Observer
+	// Ops builds the CPU modules: Deploy refuses an app naming an op it
+	// lacks, and the embedded workers build from it. Default: the pure-Go
+	// ops (modules.Builtin); the full binary adds the OpenCV ones.
+	Ops *modules.Registry
+}
+
+// FrameResult is one frame's outcome and its module outputs.
+type FrameResult struct {
+	App      dag.AppID
+	Stream   string
+	Seq      uint64
+	Outcome  Outcome
+	Latency  time.Duration
+	Module   dag.ModuleID // for drops: where
+	Reason   string       // for drops: why
+	Boxes    []media.Box
+	Labels   []string
+	Counts   map[string]int
+	Finished time.Time
+}
+
+// Outcome is how a frame ended.
+type Outcome string
+
+const (
+	Finished Outcome = "finished" // within the SLO
+	Late     Outcome = "late"     // completed after its deadline
+	Dropped  Outcome = "dropped"  // not completed; Module and Reason say where and why
+)
+
+// DefaultPolicy is the runtime's GPU batching policy. It is clockwork's
+// work-conserving rule (largest batch that meets the earliest deadline), not
+// symphony's deferred batching: live sessions of a few streams at 2-30 fps
+// reach each model at tens of requests per second, in bursts (streams
+// capture at the same instants), with per-module budgets from the latency
+// split of tens of milliseconds. There, symphony's wait for sched_at and its
+// variability-based batch cap spend the budget a burst needs (measured:
+// TestAdaptation's traffic session at 4 x 10 fps finished 66-86% of frames
+// under symphony, 99-100% under clockwork). Symphony stays selectable
+// (`--policy symphony`) and remains the simulator's default for the
+// high-rate shared clusters it was built for.
+const DefaultPolicy = scheduler.Clockwork
+
+// Engine is the coordinator.
+type Engine struct {
+	cfg    Config
+	clk    clock.Clock
+	log    *slog.Logger
+	epoch0 time.Time
+
+	events chan func()
+	done   chan struct{}
+	wg     sync.WaitGroup
+	closed bool
+	mu     sync.Mutex // guards closed
+
+	// Loop-owned state.
+	sessions    map[dag.AppID]*session
+	streams     map[string]*stream
+	insts       map[string]*instState
+	tasks       map[uint64]*taskState
+	nextTask    uint64
+	sched       scheduler.Scheduler
+	schedGen    int
+	schedSig    string
+	schedTm     clock.Timer
+	schedAt     scheduler.Time
+	reqs        map[uint64]*work // GPU requests waiting in the scheduler
+	nextReq     uint64
+	gpuIDs      map[string]scheduler.GPUID
+	gpuInst     map[scheduler.GPUID]string
+	nextGPU     scheduler.GPUID
+	planning    bool
+	replanDue   []string // triggers waiting for the running plan to finish
+	dueKinds    []string // their kinds (and the next plan's)
+	replans     []Replan
+	nextPlan    int
+	lastApplied *Replan // the last plan applied, recorded or not
+	unchanged   int     // recorded re-plans that changed nothing
+	tickTm      clock.Timer
+	turnOffTm   clock.Timer
+	lastEpoch   time.Time
+}
+
+// New returns an engine; call Start before use and Close after.
+func New(cfg Config) *Engine {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Policy == "" {
+		cfg.Policy = DefaultPolicy
+	}
+	if cfg.Ops == nil {
+		cfg.Ops = modules.Builtin()
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nop{}
+	}
+	if cfg.Epoch <= 0 {
+		cfg.Epoch = 30 * time.Second
+	}
+	if cfg.Headroom < 1 {
+		cfg.Headroom = 1.25
+	}
+	if cfg.DispatchDelay <= 0 {
+		cfg.DispatchDelay = 10 * time.Millisecond
+	}
+	if cfg.LostAfter <= 0 {
+		cfg.LostAfter = 5 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	cfg.Adapt = cfg.Adapt.withDefaults()
+	e := &Engine{cfg: cfg, clk: cfg.Clock, log: cfg.Log, epoch0: cfg.Clock.Now(),
+		events: make(chan func(), 1<<16), done: make(chan struct{}),
+		sessions: map[dag.AppID]*session{}, streams: map[string]*stream{}, insts: map[string]*instState{},
+		tasks: map[uint64]*taskState{}, reqs: map[uint64]*work{}, gpuIDs: map[string]scheduler.GPUID{},
+		gpuInst: map[scheduler.GPUID]string{}}
+	return e
+}
+
+// NewEmbedded returns an engine with the local provisioner: in-process
+// workers with emulated GPUs, at most limit instances per worker type.
+func NewEmbedded(cfg Config, limit map[profile.WorkerTypeID]int) (*Engine, *Local) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Ops == nil {
+		cfg.Ops = modules.Builtin()
+	}
+	l := &Local{Clock: cfg.Clock, Limit: limit, Ops: cfg.Ops}
+	cfg.Provisioner = l
+	e := New(cfg)
+	l.Engine = e
+	return e, l
+}
+
+// Start runs the loop.
+func (e *Engine) Start() {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		for {
+			select {
+			case f := <-e.events:
+				f()
+			case <-e.done:
+				return
+			}
+		}
+	}()
+	e.post(func() { e.lastEpoch = e.clk.Now(); e.armTick() })
+}
+
+// Close stops the loop, the timers and every instance it started.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
+	e.call(func() {
+		if e.tickTm != nil {
+			e.tickTm.Stop()
+		}
+		if e.schedTm != nil {
+			e.schedTm.Stop()
+		}
+		if e.turnOffTm != nil {
+			e.turnOffTm.Stop()
+		}
+		for _, in := range e.insts {
+			in.inst.Close()
+		}
+	})
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	close(e.done)
+	e.wg.Wait()
+	if l, ok := e.cfg.Provisioner.(*Local); ok {
+		l.Close()
+	}
+}
+
+// post queues f on the loop; after Close it is dropped.
+func (e *Engine) post(f func()) {
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return
+	}
+	select {
+	case e.events <- f:
+	case <-e.done:
+	}
+}
+
+// call runs f on the loop and waits for it.
+func (e *Engine) call(f func()) {
+	ch := make(chan struct{})
+	e.post(func() { f(); close(ch) })
+	select {
+	case <-ch:
+	case <-e.done:
+	}
+}
+
+// ErrUnknownApp and friends are the errors callers map to HTTP statuses.
+var (
+	ErrUnknownApp    = errors.New("unknown app")
+	ErrUnknownStream = errors.New("unknown stream")
+	ErrDuplicate     = errors.New("already exists")
+)
+
+// Deploy adds an app with its profiles. Every CPU op must have an
+// implementation and the app must validate against its profiles.
+func (e *Engine) Deploy(app *dag.App, f *profile.File) error {
+	g, err := dag.NewGraph(app)
+	if err != nil {
+		return err
+	}
+	cat, err := profile.Bind(app, f)
+	if err != nil {
+		return err
+	}
+	// The runtime's instances start a batch with whatever is queued: plan
+	// with that latency model, not Eq. 3's wait to fill a batch.
+	cat = cat.Dispatching()
+	var errs []error
+	for _, m := range app.Modules {
+		if m.Kind != dag.CPU {
+			continue
+		}
+		p, err := e.cfg.Ops.New(modules.OpID(m.Op), m.Params)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("module %s: %w", m.Name, err))
+			continue
+		}
+		p.Close()
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("app %s cannot run: %w", app.Name, errors.Join(errs...))
+	}
+	var out error
+	e.call(func() {
+		if _, ok := e.sessions[app.Name]; ok {
+			out = fmt.Errorf("app %s: %w", app.Name, ErrDuplicate)
+			return
+		}
+		s := newSession(app, g, cat, e.cfg.Adapt)
+		s.mx = e.cfg.Observer.App(string(app.Name))
+		for _, ms := range s.mods {
+			ms.mx = e.cfg.Observer.Module(string(app.Name), string(ms.mod.Name), ms.mod.Model, ms.mod.Kind == dag.GPU)
+		}
+		e.sessions[app.Name] = s
+		e.log.Info("app deployed", "app", app.Name, "modules", len(app.Modules), "slo", app.SLO)
+	})
+	return out
+}
+
+// Join adds a stream to an app's session and re-plans for the new rate.
+// The session's first stream waits (up to 10 s) for the first plan to be
+// applied, so its first frames find instances to run on.
+func (e *Engine) Join(app dag.AppID, streamID string) error {
+	var out error
+	var wait chan struct{}
+	e.call(func() {
+		s := e.sessions[app]
+		switch {
+		case s == nil:
+			out = fmt.Errorf("app %q: %w", app, ErrUnknownApp)
+		case e.streams[streamID] != nil:
+			out = fmt.Errorf("stream %q: %w", streamID, ErrDuplicate)
+		default:
+			st := &stream{id: streamID, s: s}
+			e.streams[streamID] = st
+			s.streams[streamID] = st
+			e.log.Info("stream joined", "app", app, "stream", streamID, "streams", len(s.streams))
+			e.trigger("join", fmt.Sprintf("stream %s joined %s (%d streams)", streamID, app, len(s.streams)))
+			if s.plan == nil {
+				wait = s.planned
+			}
+		}
+	})
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-e.clk.After(10 * time.Second):
+		case <-e.done:
+		}
+	}
+	return out
+}
+
+// LoadDrop says whether a drop reason is one a slow or busy machine causes:
+// a frame that can no longer finish by its deadline, a batch that could
+// not start in its window, a full queue. Any other reason (no-instance,
+// no-plan, worker-lost, no-gpu-for-model, module-not-loaded, shed) means a
+// frame had no route or was shed by policy, which load alone never
+// explains where a plan exists.
+func LoadDrop(reason string) bool {
+	switch reason {
+	case "cannot-finish", "action-rejected", "early-drop", "queue-full":
+		return true
+	}
+	return false
+}
+
+// ErrOverloaded is what Admit answers when a session cannot take another
+// stream; the WHIP endpoint turns it into 503 with Retry-After.
+var ErrOverloaded = errors.New("overloaded")
+
+// Admit says whether app's session can take one more stream: not while its
+// plan has a problem (the workers carry only part of its streams' frames,
+// or none of it) or
+// its frames reach it later than half the SLO (ingest is saturated; the
+// graph would get no time).
+func (e *Engine) Admit(app dag.AppID) error {
+	var out error
+	e.call(func() {
+		s := e.sessions[app]
+		switch {
+		case s == nil:
+			out = fmt.Errorf("app %q: %w", app, ErrUnknownApp)
+		case s.degraded != "":
+			out = fmt.Errorf("app %s is %w: %s", app, ErrOverloaded, s.degraded)
+		case s.ingestOver != "":
+			out = fmt.Errorf("app %s is %w: %s", app, ErrOverloaded, s.ingestOver)
+		}
+		if out != nil && s != nil {
+			s.mx.Refused()
+			e.log.Warn("stream refused", "app", app, "why", out)
+		}
+	})
+	return out
+}
+
+// Saturated says whether app's frames reach its session later than half
+// its SLO (p95, checked each adaptation window): its streams cannot be
+// served, whatever takes the time (decoding CPU, a busy machine, the
+// network). The WHIP server sheds the newest streams while it lasts.
+func (e *Engine) Saturated(app dag.AppID) bool {
+	var out bool
+	e.call(func() {
+		if s := e.sessions[app]; s != nil {
+			out = s.ingestOver != ""
+		}
+	})
+	return out
+}
+
+// Leave removes a stream; its frames still in flight are still accounted.
+func (e *Engine) Leave(streamID string) error {
+	var out error
+	e.call(func() {
+		st := e.streams[streamID]
+		if st == nil {
+			out = fmt.Errorf("stream %q: %w", streamID, ErrUnknownStream)
+			return
+		}
+		delete(e.streams, streamID)
+		delete(st.s.streams, streamID)
+		e.log.Info("stream left", "app", st.s.app.Name, "stream", streamID, "streams", len(st.s.streams))
+		if len(st.s.streams) == 0 {
+			// What the streams taught (objects per frame, slowdowns, extra
+			// headroom) leaves with them: the next stream starts from the
+			// app's factors, not from a plan for a scene no one sends.
+			st.s.forget()
+		}
+		e.trigger("leave", fmt.Sprintf("stream %s left %s (%d streams)", streamID, st.s.app.Name, len(st.s.streams)))
+	})
+	return out
+}
+
+// Ingest hands one captured frame of a stream to its session. It returns
+// at once; the frame's outcome is accounted (and sent to OnFrame) later.
+func (e *Engine) Ingest(streamID string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error {
+	if err := f.Valid(); err != nil {
+		return fmt.Errorf("stream %s frame %d: %w", streamID, seq, err)
+	}
+	var out error
+	e.call(func() {
+		st := e.streams[streamID]
+		if st == nil {
+			out = fmt.Errorf("stream %q: %w", streamID, ErrUnknownStream)
+			return
+		}
+		e.ingest(st, seq, capture, f, truth)
+	})
+	return out
+}
+
+// AddInstance adds a running instance the provisioner did not start (a
+// worker that registered over gRPC) and re-plans.
+func (e *Engine) AddInstance(id string, typ profile.WorkerTypeID, inst Instance) {
+	e.post(func() {
+		e.insts[id] = &instState{id: id, typ: typ, inst: inst, state: placement.Warm, registered: true,
+			releaseAt: e.clk.Now().Add(24 * time.Hour), outstanding: map[uint64]bool{}}
+		e.log.Info("worker registered", "instance", id, "type", typ)
+		e.trigger("worker-registered", "worker "+id+" ("+string(typ)+") registered")
+	})
+}
+
+// LostInstance reports that an instance is gone (missed heartbeats, its
+// stream broke, its process died): work in flight there is counted as
+// dropped with reason worker-lost, and the engine re-plans at once.
+func (e *Engine) LostInstance(id, why string) {
+	e.post(func() { e.loseInstance(id, why) })
+}
+
+// Result is how instances report task outcomes (from any goroutine).
+func (e *Engine) Result(instance string, r worker.Result) {
+	e.post(func() { e.onResult(instance, r) })
+}
+
+// now is the engine's time; schedNow the scheduler's (since the engine started).
+func (e *Engine) now() time.Time { return e.clk.Now() }
+
+func (e *Engine) schedTime(t time.Time) scheduler.Time { return t.Sub(e.epoch0) }
+
+func (e *Engine) wallTime(t scheduler.Time) time.Time { return e.epoch0.Add(t) }
+
+// ---- sessions, frames and items ----
+
+type stream struct {
+	id     string
+	s      *session
+	credit float64 // shedding: admitted share accumulated; a frame is admitted when it reaches 1
+}
+
+type frameKey struct {
+	stream string
+	seq    uint64
+}
+
+type frame struct {
+	key      frameKey
+	capture  time.Time
+	deadline time.Time
+	pending  int
+	dropped  bool
+	module   dag.ModuleID
+	reason   string
+	outputs  []*media.Item
+}
+
+// work is one item on its way into a module.
+type work struct {
+	s  *session
+	f  *frame
+	m  dag.ModuleID
+	it *media.Item
+	at time.Time // entered the module
+}
+
+func (e *Engine) ingest(st *stream, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) {
+	s := st.s
+	k := frameKey{st.id, seq}
+	if _, dup := s.frames[k]; dup {
+		e.log.Warn("duplicate frame ignored", "stream", st.id, "seq", seq)
+		return
+	}
+	fr := &frame{key: k, capture: capture, deadline: capture.Add(s.app.SLO)}
+	s.frames[k] = fr
+	s.acct.sent(capture)
+	s.mx.FrameSent()
+	delay := e.now().Sub(capture)
+	s.sawIngest(delay)
+	s.mx.IngestDelay(delay)
+	if s.admit < 1 {
+		// Degraded plan: every stream keeps the same share of its frames
+		// (the shed ones are counted, never silently skipped).
+		st.credit += s.admit
+		if st.credit < 1 {
+			fr.dropped, fr.module, fr.reason = true, "-", "shed"
+			e.finishFrame(s, fr)
+			return
+		}
+		st.credit--
+	}
+	it := &media.Item{Stream: st.id, Seq: seq, Capture: capture, Deadline: fr.deadline, Frame: f, Truth: truth}
+	outs := s.g.Sources()
+	if len(outs) == 0 {
+		e.finishFrame(s, fr)
+		return
+	}
+	for _, m := range outs {
+		e.emit(s, fr, m, it)
+	}
+}
+
+// emit sends an item into module m: early drop, then the GPU scheduler or
+// a CPU instance.
+func (e *Engine) emit(s *session, fr *frame, m dag.ModuleID, it *media.Item) {
+	fr.pending++
+	if fr.dropped {
+		e.done1(s, fr)
+		return
+	}
+	now := e.now()
+	ms := s.mods[m]
+	ms.obs.In++
+	ms.mx.In()
+	w := &work{s: s, f: fr, m: m, it: it, at: now}
+	if s.plan == nil {
+		e.drop(w, "no-plan", "the session has no feasible plan yet")
+		return
+	}
+	if now.Add(s.minTail[m] + ms.fastest).After(fr.deadline) {
+		e.drop(w, "cannot-finish", fmt.Sprintf("needs %v more, %v left", (s.minTail[m]+ms.fastest).Round(time.Microsecond), fr.deadline.Sub(now).Round(time.Microsecond)))
+		return
+	}
+	if ms.mod.Kind == dag.GPU {
+		e.arriveGPU(w)
+		return
+	}
+	in, ok := e.pick(ms)
+	if !ok {
+		e.drop(w, "no-instance", "no live instance hosts the module")
+		return
+	}
+	// Early drop on the instance's queue: waiting behind what is
+	// outstanding there, at the profiled speed.
+	ahead := len(in.byMod[ms.key]) / max(1, ms.conc[in.id])
+	expect := time.Duration(ahead+1) * ms.latency[in.id]
+	if now.Add(expect + s.minTail[m]).After(fr.deadline) {
+		e.drop(w, "cannot-finish", fmt.Sprintf("%d ahead on %s, %v expected", len(in.byMod[ms.key]), in.id, expect.Round(time.Microsecond)))
+		return
+	}
+	e.submit(in, []*work{w}, nil, time.Time{}, time.Time{}, nil)
+}
+
+func (e *Engine) submit(in *instState, ws []*work, reqs []uint64, earliest, latest time.Time, a *scheduler.Action) {
+	e.nextTask++
+	id := e.nextTask
+	t := worker.Task{ID: id, App: ws[0].s.app.Name, Module: ws[0].m, Earliest: earliest, Latest: latest}
+	for _, w := range ws {
+		t.Items = append(t.Items, w.it)
+	}
+	e.tasks[id] = &taskState{id: id, inst: in.id, works: ws, reqs: reqs, action: a, gen: e.schedGen}
+	in.outstanding[id] = true
+	key := ws[0].s.mods[ws[0].m].key
+	if in.byMod == nil {
+		in.byMod = map[string]map[uint64]bool{}
+	}
+	if in.byMod[key] == nil {
+		in.byMod[key] = map[uint64]bool{}
+	}
+	in.byMod[key][id] = true
+	in.inst.Submit(t)
+}
+
+// pick chooses the instance for a CPU item: the fewest outstanding tasks
+// per unit of planned rate (weighted join-shortest-queue).
+func (e *Engine) pick(ms *modState) (*instState, bool) {
+	var best *instState
+	bestScore := 0.0
+	for _, r := range ms.routes {
+		in := e.insts[r.inst]
+		if in == nil || in.lost {
+			continue
+		}
+		score := float64(len(in.byMod[ms.key])+1) / max(r.weight, 1e-9)
+		if best == nil || score < bestScore {
+			best, bestScore = in, score
+		}
+	}
+	return best, best != nil
+}
+
+type taskState struct {
+	id     uint64
+	inst   string
+	works  []*work
+	reqs   []uint64 // GPU tasks: the scheduler's request ID of each work
+	action *scheduler.Action
+	gen    int
+}
+
+func (e *Engine) onResult(instance string, r worker.Result) {
+	t := e.tasks[r.Task]
+	if t == nil || t.inst != instance {
+		return // answered already (the instance was declared lost)
+	}
+	e.forget(t)
+	now := e.now()
+	s := t.works[0].s
+	ms := s.mods[t.works[0].m]
+	if r.Rejected && t.action != nil {
+		ms.obs.rejected++
+		ms.mx.Rejected()
+		if t.gen == e.schedGen {
+			// The scheduler puts the requests back in line under their
+			// IDs: so must the engine, or they could never be dispatched
+			// or dropped again.
+			for i, w := range t.works {
+				e.reqs[t.reqs[i]] = w
+			}
+			e.sched.Rejected(e.schedTime(now), t.action)
+		} else {
+			for _, w := range t.works {
+				e.arriveGPU(w)
+			}
+		}
+		e.pump()
+		return
+	}
+	if t.action != nil && t.gen == e.schedGen && e.sched != nil {
+		e.sched.Finished(e.schedTime(now), t.action, r.Measured)
+		defer e.pump()
+	}
+	if r.Err != "" || len(r.Outputs) != len(t.works) {
+		reason := r.Err
+		if reason == "" {
+			reason = fmt.Sprintf("bad-result: %d outputs for %d items", len(r.Outputs), len(t.works))
+		}
+		code, detail, _ := strings.Cut(reason, ": ")
+		for _, w := range t.works {
+			e.drop(w, code, detail)
+		}
+		return
+	}
+	if exp := ms.expected(instance, len(t.works)); exp > 0 && r.Measured > 0 {
+		ms.obs.measured += r.Measured
+		ms.obs.profiled += exp
+		ms.obs.balloonN++
+	}
+	ms.obs.batches += len(t.works)
+	ms.obs.tasks++
+	ms.obs.execSum += r.Measured
+	{
+		// The task started about Measured before its result came back
+		// (the return trip counts as execution, not queueing).
+		ms.mx.Exec(r.Measured)
+		started := now.Add(-r.Measured)
+		for _, w := range t.works {
+			ms.mx.Queued(started.Sub(w.at))
+		}
+	}
+	outs := s.g.Outputs(t.works[0].m)
+	for i, w := range t.works {
+		ms.obs.latSum += now.Sub(w.at)
+		ms.obs.latN++
+		ms.obs.Done++
+		ms.obs.Out += len(r.Outputs[i])
+		for _, o := range r.Outputs[i] {
+			if len(outs) == 0 {
+				w.f.outputs = append(w.f.outputs, o)
+			}
+			for _, d := range outs {
+				e.emit(s, w.f, d, o)
+			}
+		}
+		e.done1(s, w.f)
+	}
+}
+
+func (e *Engine) forget(t *taskState) {
+	delete(e.tasks, t.id)
+	if in := e.insts[t.inst]; in != nil {
+		delete(in.outstanding, t.id)
+		if m := in.byMod[t.works[0].s.mods[t.works[0].m].key]; m != nil {
+			delete(m, t.id)
+		}
+	}
+}
+
+// drop ends an item: its frame is counted dropped at module w.m for reason.
+func (e *Engine) drop(w *work, reason, detail string) {
+	ms := w.s.mods[w.m]
+	ms.obs.dropped++
+	if !w.f.dropped {
+		w.f.dropped, w.f.module, w.f.reason = true, w.m, reason
+		e.log.Debug("frame dropped", "app", w.s.app.Name, "stream", w.f.key.stream, "seq", w.f.key.seq,
+			"module", w.m, "reason", reason, "detail", detail)
+	}
+	e.done1(w.s, w.f)
+}
+
+// done1 retires one item of a frame; the last one decides the outcome.
+func (e *Engine) done1(s *session, fr *frame) {
+	fr.pending--
+	if fr.pending == 0 {
+		e.finishFrame(s, fr)
+	}
+}
+
+func (e *Engine) finishFrame(s *session, fr *frame) {
+	if _, open := s.frames[fr.key]; !open {
+		return
+	}
+	delete(s.frames, fr.key)
+	now := e.now()
+	res := FrameResult{App: s.app.Name, Stream: fr.key.stream, Seq: fr.key.seq, Latency: now.Sub(fr.capture), Finished: now}
+	switch {
+	case fr.dropped:
+		res.Outcome, res.Module, res.Reason = Dropped, fr.module, fr.reason
+	case now.After(fr.deadline):
+		res.Outcome = Late
+	default:
+		res.Outcome = Finished
+	}
+	for _, o := range fr.outputs {
+		res.Boxes = append(res.Boxes, o.Boxes...)
+		res.Labels = append(res.Labels, o.Labels...)
+		for k, v := range o.Counts {
+			if res.Counts == nil {
+				res.Counts = map[string]int{}
+			}
+			res.Counts[k] += v
+		}
+	}
+	s.acct.outcome(fr.capture, res)
+	s.mx.Frame(string(res.Outcome), string(res.Module), res.Reason, res.Latency)
+	if e.cfg.OnFrame != nil {
+		e.cfg.OnFrame(res)
+	}
+}
+
+// ---- the GPU path ----
+
+func (e *Engine) arriveGPU(w *work) {
+	ms := w.s.mods[w.m]
+	if e.sched == nil || !ms.scheduled {
+		e.drop(w, "no-instance", "no live GPU hosts the model")
+		return
+	}
+	now := e.now()
+	// The module's deadline: its share of the SLO (the plan's latency
+	// split), or its own budget (plus the dispatch margin, which budgets
+	// do not include) from now when the item runs behind, never later than
+	// the frame can afford.
+	dl := w.f.capture.Add(w.s.head[w.m])
+	if alt := now.Add(ms.budget + e.cfg.DispatchDelay); alt.After(dl) {
+		dl = alt
+	}
+	if last := w.f.deadline.Add(-w.s.minTail[w.m]); dl.After(last) {
+		dl = last
+	}
+	e.nextReq++
+	e.reqs[e.nextReq] = w
+	e.sched.Arrive(e.schedTime(now), scheduler.Request{ID: e.nextReq, Model: ms.model, Arrival: e.schedTime(now), Deadline: e.schedTime(dl)})
+	e.pump()
+}
+
+// pump carries out what the scheduler decided and re-arms its timer.
+func (e *Engine) pump() {
+	if e.sched == nil {
+		return
+	}
+	acts, drops := e.sched.Take()
+	for _, d := range drops {
+		w := e.reqs[d.Request.ID]
+		delete(e.reqs, d.Request.ID)
+		if w != nil {
+			w.s.mods[w.m].mx.SchedulerDrop(string(d.Reason))
+			e.drop(w, string(d.Reason), fmt.Sprintf("scheduler at +%v, deadline +%v, capture +%v", d.At, d.Request.Deadline, e.schedTime(w.f.capture)))
+		}
+	}
+	for _, a := range acts {
+		var ws []*work
+		var ids []uint64
+		for _, r := range a.Requests {
+			if w := e.reqs[r.ID]; w != nil {
+				ws = append(ws, w)
+				ids = append(ids, r.ID)
+				delete(e.reqs, r.ID)
+			}
+		}
+		if len(ws) == 0 {
+			continue
+		}
+		ws[0].s.mods[ws[0].m].mx.Batch(len(ws))
+		in := e.insts[e.gpuInst[a.GPU]]
+		if in == nil || in.lost {
+			for _, w := range ws {
+				e.drop(w, "worker-lost", "the GPU's instance is gone")
+			}
+			continue
+		}
+		e.submit(in, ws, ids, e.wallTime(a.Earliest), e.wallTime(a.Latest), a)
+	}
+	next := e.sched.Next()
+	if next == scheduler.Never {
+		return
+	}
+	if e.schedTm != nil && e.schedAt == next {
+		return
+	}
+	if e.schedTm != nil {
+		e.schedTm.Stop()
+	}
+	e.schedAt = next
+	gen := e.schedGen
+	e.schedTm = e.clk.AfterFunc(max(0, e.wallTime(next).Sub(e.now())), func() {
+		e.post(func() {
+			if gen != e.schedGen || e.schedAt != next {
+				return
+			}
+			e.schedTm = nil
+			e.sched.Tick(e.schedTime(e.now()))
+			e.pump()
+		})
+	})
+}
+
+// ---- instances ----
+
+type instState struct {
+	id          string
+	typ         profile.WorkerTypeID
+	inst        Instance
+	state       placement.State
+	releaseAt   time.Time
+	loads       []placement.Load
+	registered  bool
+	lost        bool
+	outstanding map[uint64]bool
+	byMod       map[string]map[uint64]bool
+}
+
+func (e *Engine) loseInstance(id, why string) {
+	in := e.insts[id]
+	if in == nil || in.lost {
+		return
+	}
+	in.lost = true
+	ids := make([]uint64, 0, len(in.outstanding))
+	for t := range in.outstanding {
+		ids = append(ids, t)
+	}
+	slices.Sort(ids)
+	for _, tid := range ids {
+		t := e.tasks[tid]
+		if t == nil {
+			continue
+		}
+		e.forget(t)
+		for _, w := range t.works {
+			e.drop(w, "worker-lost", why)
+		}
+	}
+	delete(e.insts, id)
+	in.inst.Close()
+	if !in.registered && e.cfg.Provisioner != nil {
+		e.cfg.Provisioner.Release(id)
+	}
+	e.log.Warn("worker lost", "instance", id, "type", in.typ, "why", why, "in_flight_dropped", len(ids))
+	e.rebuildScheduler()
+	e.trigger("worker-lost", "worker "+id+" lost: "+why)
+}
+
+// WorkerTypes is the set of worker types in the deployed apps' profiles:
+// the types a registering worker may have.
+func (e *Engine) WorkerTypes() map[profile.WorkerTypeID]bool {
+	out := map[profile.WorkerTypeID]bool{}
+	e.call(func() {
+		for _, s := range e.sessions {
+			for _, w := range s.cat.Workers() {
+				out[w.Type] = true
+			}
+		}
+	})
+	return out
+}

@@ -1,0 +1,125 @@
+package coordinator
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/mdag/mdag/gpu"
+	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/profile"
+	"github.com/mdag/mdag/worker"
+)
+
+// Instance is the coordinator's handle on one worker instance: in-process
+// (a *Worker) or remote (a gRPC stream to `mdag worker`). Results come back
+// through Engine.Result.
+type Instance interface {
+	Load(specs []worker.ModuleSpec) error
+	Submit(t worker.Task)
+	Close()
+}
+
+// Provisioner supplies instances (Scrooge's provisioning step). Start is
+// asked for a new instance of a type under the ID the placement chose;
+// Release gives one back.
+type Provisioner interface {
+	// Limits is the most instances per type; a type absent has none.
+	Limits() map[profile.WorkerTypeID]int
+	Start(id string, typ profile.WorkerTypeID) (Instance, error)
+	Release(id string)
+}
+
+// Local provisions in-process workers with emulated GPUs, up to a per-type
+// limit: the embedded default's provisioner.
+type Local struct {
+	Clock  clock.Clock
+	Limit  map[profile.WorkerTypeID]int
+	Engine *Engine
+	Ops    *modules.Registry // the CPU ops workers build
+
+	mu      sync.Mutex
+	workers map[string]*worker.Worker
+	emu     map[string]*gpu.Emulated
+}
+
+// Limits implements Provisioner.
+func (l *Local) Limits() map[profile.WorkerTypeID]int { return l.Limit }
+
+// Start implements Provisioner.
+func (l *Local) Start(id string, typ profile.WorkerTypeID) (Instance, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.workers == nil {
+		l.workers, l.emu = map[string]*worker.Worker{}, map[string]*gpu.Emulated{}
+	}
+	if _, ok := l.workers[id]; ok {
+		return nil, fmt.Errorf("instance %s already running", id)
+	}
+	n := 0
+	for _, w := range l.workers {
+		if w.Type == string(typ) {
+			n++
+		}
+	}
+	if n >= l.Limit[typ] {
+		return nil, fmt.Errorf("local provisioner: %s limit %d reached", typ, l.Limit[typ])
+	}
+	e := l.Engine
+	w := worker.NewWorker(id, string(typ), l.Clock, nil, l.Ops, func(r worker.Result) { e.Result(id, r) })
+	em := gpu.NewEmulated(l.Clock, w.Latency)
+	w.SetExecutor(em)
+	l.workers[id], l.emu[id] = w, em
+	return w, nil
+}
+
+// Release implements Provisioner.
+func (l *Local) Release(id string) {
+	l.mu.Lock()
+	w := l.workers[id]
+	delete(l.workers, id)
+	delete(l.emu, id)
+	l.mu.Unlock()
+	if w != nil {
+		w.Close()
+	}
+}
+
+// Emulated returns the emulated executor of an in-process instance, for
+// tests and `--slowdown` (ballooning injection).
+func (l *Local) Emulated(id string) *gpu.Emulated {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.emu[id]
+}
+
+// Each calls f for every running in-process worker.
+func (l *Local) Each(f func(id string, w *worker.Worker, em *gpu.Emulated)) {
+	l.mu.Lock()
+	ids := make([]string, 0, len(l.workers))
+	for id := range l.workers {
+		ids = append(ids, id)
+	}
+	l.mu.Unlock()
+	for _, id := range ids {
+		l.mu.Lock()
+		w, em := l.workers[id], l.emu[id]
+		l.mu.Unlock()
+		if w != nil {
+			f(id, w, em)
+		}
+	}
+}
+
+// Close releases every worker.
+func (l *Local) Close() {
+	l.mu.Lock()
+	ids := make([]string, 0, len(l.workers))
+	for id := range l.workers {
+		ids = append(ids, id)
+	}
+	l.mu.Unlock()
+	for _, id := range ids {
+		l.Release(id)
+	}
+}

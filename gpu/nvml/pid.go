@@ -1,0 +1,5 @@
+package nvml
+
+import "os"
+
+func currentPID() int { return os.Getpid() }

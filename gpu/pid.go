@@ -1,5 +1,0 @@
-package gpu
-
-import "os"
-
-func currentPID() int { return os.Getpid() }

@@ -1,0 +1,122 @@
+// Package media holds what flows through an application: a Frame (BGR
+// pixels in Go memory), a Box (a detection or a ground-truth object) and an
+// Item (a frame or something derived from one, with its stream, sequence
+// number, capture time and deadline). It is the floor of the building: pure
+// Go, it imports nothing of mdag's, so planners, the worker, the wire codec
+// and ingest can share items without OpenCV.
+package media
+
+import (
+	"fmt"
+	"image"
+	"time"
+)
+
+// Frame is an 8-bit BGR image kept in Go memory, so items can be shared
+// between goroutines, copied and sent over the wire without OpenCV lifetimes.
+type Frame struct {
+	W, H int
+	Pix  []byte // len W*H*3, row-major BGR
+}
+
+// NewFrame allocates a black frame.
+func NewFrame(w, h int) *Frame { return &Frame{W: w, H: h, Pix: make([]byte, w*h*3)} }
+
+// Valid reports whether the pixel buffer matches the size.
+func (f *Frame) Valid() error {
+	if f == nil {
+		return fmt.Errorf("no frame")
+	}
+	if f.W <= 0 || f.H <= 0 || len(f.Pix) != f.W*f.H*3 {
+		return fmt.Errorf("frame %dx%d has %d bytes, want %d", f.W, f.H, len(f.Pix), max(0, f.W*f.H*3))
+	}
+	return nil
+}
+
+// Box is a detection or ground-truth object in frame coordinates.
+type Box struct {
+	X, Y, W, H int
+	Class      string
+	Score      float32
+}
+
+// Rect is the box as an image rectangle.
+func (b Box) Rect() image.Rectangle { return image.Rect(b.X, b.Y, b.X+b.W, b.Y+b.H) }
+
+// Item is what flows between modules: a frame, or something derived from
+// one (a crop, detections, labels), with the identity and timing of the
+// frame it came from.
+type Item struct {
+	Stream   string
+	Seq      uint64    // frame sequence number within the stream
+	Capture  time.Time // when the source captured the frame
+	Deadline time.Time // capture + the app's SLO
+	Frame    *Frame    // the frame or the crop
+	Region   *Box      // for crops: the box the crop was cut from
+	Boxes    []Box     // detections
+	Truth    []Box     // objects a synthetic source drew (emulated detectors report them)
+	Labels   []string
+	Counts   map[string]int
+}
+
+// Derive returns a new item of the same frame, carrying identity, timing
+// and ground truth but no payload.
+func (it *Item) Derive() *Item {
+	return &Item{Stream: it.Stream, Seq: it.Seq, Capture: it.Capture, Deadline: it.Deadline, Truth: it.Truth}
+}
+
+// Crop copies the part of f inside r (which must lie within f).
+func (f *Frame) Crop(r image.Rectangle) *Frame {
+	o := NewFrame(r.Dx(), r.Dy())
+	for y := 0; y < r.Dy(); y++ {
+		src := ((r.Min.Y+y)*f.W + r.Min.X) * 3
+		copy(o.Pix[y*o.W*3:(y+1)*o.W*3], f.Pix[src:src+o.W*3])
+	}
+	return o
+}
+
+// ScaleBoxes returns in with coordinates multiplied by sx, sy (nil stays nil).
+func ScaleBoxes(in []Box, sx, sy float64) []Box {
+	if in == nil {
+		return nil
+	}
+	out := make([]Box, len(in))
+	for i, b := range in {
+		out[i] = Box{X: int(float64(b.X) * sx), Y: int(float64(b.Y) * sy), W: int(float64(b.W) * sx), H: int(float64(b.H) * sy), Class: b.Class, Score: b.Score}
+	}
+	return out
+}
+
+// Scaler returns a copy of f scaled to w x h. ScaleArea is the pure-Go
+// one; the full binary injects OpenCV's (modules/cv.ResizeArea), faster.
+type Scaler func(f *Frame, w, h int) (*Frame, error)
+
+// ScaleArea scales f to w x h by averaging the source pixels each output
+// pixel covers (nearest pixel when enlarging).
+func ScaleArea(f *Frame, w, h int) (*Frame, error) {
+	if err := f.Valid(); err != nil {
+		return nil, err
+	}
+	if w <= 0 || h <= 0 {
+		return nil, fmt.Errorf("scale to %dx%d: want a positive size", w, h)
+	}
+	o := NewFrame(w, h)
+	for y := range h {
+		y0 := y * f.H / h
+		y1 := max(y0+1, (y+1)*f.H/h)
+		for x := range w {
+			x0 := x * f.W / w
+			x1 := max(x0+1, (x+1)*f.W/w)
+			var b, g, r, n int
+			for yy := y0; yy < y1; yy++ {
+				row := (yy*f.W + x0) * 3
+				for i := row; i < row+(x1-x0)*3; i += 3 {
+					b, g, r, n = b+int(f.Pix[i]), g+int(f.Pix[i+1]), r+int(f.Pix[i+2]), n+1
+				}
+			}
+			i := (y*w + x) * 3
+			o.Pix[i], o.Pix[i+1], o.Pix[i+2] = uint8(b/n), uint8(g/n), uint8(r/n)
+		}
+	}
+	return o, nil
+}

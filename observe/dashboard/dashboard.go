@@ -1,0 +1,397 @@
+// Package dashboard is the operator's view served by `mdag serve` and
+// `mdag coordinator` at /: per app the finish rate of every one-second
+// window, latency, cost, instances by type, streams with live thumbnails,
+// per-module rate, execution time, batch size, scaling and ballooning
+// factors, and the timeline of re-plans with their trigger and what they
+// changed.
+//
+// A Recorder samples the engine's status once a second (on the injected
+// clock) and keeps the history; GET /v1/dashboard returns it whole and
+// GET /v1/dashboard/events streams each new sample as a Server-Sent Event.
+// The page (static/, embedded; plain SVG, no third-party code) draws from
+// those two and needs nothing from the network.
+package dashboard
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mdag/mdag/coordinator"
+	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/internal/clock"
+)
+
+//go:embed static
+var static embed.FS
+
+// Config configures a Recorder.
+type Config struct {
+	Clock    clock.Clock
+	Interval time.Duration // sampling period; default 1 s
+	Keep     int           // samples and windows kept per app; default 900 (15 min)
+	Log      *slog.Logger
+	Thumbs   Encoder // thumbnail encoder; default JPEG (pure Go)
+}
+
+// Point is one sample of an app.
+type Point struct {
+	T             int64          `json:"t"` // Unix ms
+	Streams       int            `json:"streams"`
+	CostWhole     float64        `json:"cost_whole"`
+	CostAllocated float64        `json:"cost_allocated"`
+	Instances     map[string]int `json:"instances"` // instances serving the app, by worker type
+	Modules       []ModulePoint  `json:"modules"`
+}
+
+// ModulePoint is one module in a sample.
+type ModulePoint struct {
+	Module  string  `json:"module"`
+	RateIn  float64 `json:"rate_in"`
+	ExecMS  float64 `json:"exec_ms"`
+	LatMS   float64 `json:"latency_ms"`
+	Batch   float64 `json:"batch"`
+	Scale   float64 `json:"scale"`
+	Balloon float64 `json:"balloon"`
+}
+
+// Window is one second of capture times: how its frames ended.
+type Window struct {
+	T          int64             `json:"t"` // Unix ms of the second's start
+	Sent       uint64            `json:"sent"`
+	Finished   uint64            `json:"finished"`
+	Late       uint64            `json:"late"`
+	Dropped    uint64            `json:"dropped"`
+	FinishRate float64           `json:"finish_rate"`
+	P50MS      float64           `json:"p50_ms"`
+	P99MS      float64           `json:"p99_ms"`
+	Drops      map[string]uint64 `json:"drops,omitempty"`
+}
+
+// App is an app's history and its latest state.
+type App struct {
+	App     string                     `json:"app"`
+	SLOMS   float64                    `json:"slo_ms"`
+	FPS     float64                    `json:"fps"`
+	Points  []Point                    `json:"points"`
+	Windows []Window                   `json:"windows"`
+	Latest  *coordinator.SessionStatus `json:"latest,omitempty"`
+	Thumbs  []string                   `json:"thumbs"` // streams with a thumbnail (GET /v1/thumbs/{stream})
+}
+
+// Snapshot is what the page draws: the whole history (GET /v1/dashboard)
+// or what is new since the last sample (each SSE event).
+type Snapshot struct {
+	Now       int64                        `json:"now"`
+	Policy    string                       `json:"policy"`
+	Interval  float64                      `json:"interval_s"`
+	Apps      []App                        `json:"apps"`
+	Replans   []coordinator.Replan         `json:"replans"`
+	Instances []coordinator.InstanceStatus `json:"instances"`
+	// Ingest is the WebRTC ingest's admission state (refused, pending,
+	// shed streams, the decoding load); nil without WHIP ingest.
+	Ingest *ingest.Admission `json:"ingest,omitempty"`
+}
+
+// Recorder samples a status source and keeps its history.
+type Recorder struct {
+	cfg    Config
+	status func() coordinator.Status
+	thumbs *Thumbs
+	ingest func() ingest.Admission // guarded by mu
+
+	mu       sync.Mutex
+	apps     map[string]*App
+	lastWin  map[string]int64
+	replans  []coordinator.Replan
+	lastPlan int
+	latest   Snapshot
+	subs     map[chan Snapshot]struct{}
+	tm       clock.Timer
+	closed   bool
+}
+
+// New returns a recorder of status (coordinator.Status); Start begins sampling.
+func New(cfg Config, status func() coordinator.Status) *Recorder {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Keep <= 0 {
+		cfg.Keep = 900
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Recorder{cfg: cfg, status: status, thumbs: NewThumbs(cfg.Clock, cfg.Thumbs), apps: map[string]*App{}, lastWin: map[string]int64{},
+		subs: map[chan Snapshot]struct{}{}}
+}
+
+// Thumbs is the recorder's thumbnail store (offer frames to it).
+func (r *Recorder) Thumbs() *Thumbs { return r.thumbs }
+
+// SetIngest adds the WHIP server's admission state (whip.Server.Admission)
+// to each sample.
+func (r *Recorder) SetIngest(f func() ingest.Admission) {
+	r.mu.Lock()
+	r.ingest = f
+	r.mu.Unlock()
+}
+
+// Start samples now and then every Interval until Close.
+func (r *Recorder) Start() {
+	r.Sample()
+	r.arm()
+}
+
+func (r *Recorder) arm() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	r.tm = r.cfg.Clock.AfterFunc(r.cfg.Interval, func() {
+		r.Sample()
+		r.arm()
+	})
+}
+
+// Close stops sampling and ends the event streams.
+func (r *Recorder) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	if r.tm != nil {
+		r.tm.Stop()
+	}
+	for ch := range r.subs {
+		close(ch)
+		delete(r.subs, ch)
+	}
+}
+
+// Sample takes one sample, adds it to the history and sends what is new
+// to the subscribers.
+func (r *Recorder) Sample() {
+	st := r.status()
+	r.mu.Lock()
+	admission := r.ingest
+	r.mu.Unlock()
+	var adm *ingest.Admission
+	if admission != nil {
+		a := admission()
+		adm = &a
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	now := r.cfg.Clock.Now()
+	delta := Snapshot{Now: now.UnixMilli(), Policy: st.Policy, Interval: r.cfg.Interval.Seconds(), Instances: st.Instances, Ingest: adm}
+	byApp := instancesByApp(st.Instances)
+	for i := range st.Sessions {
+		s := st.Sessions[i]
+		id := string(s.App)
+		a := r.apps[id]
+		if a == nil {
+			a = &App{App: id}
+			r.apps[id] = a
+		}
+		a.SLOMS, a.FPS = s.SLOMS, s.FPS
+		p := Point{T: now.UnixMilli(), Streams: s.Streams, CostWhole: s.CostWhole, CostAllocated: s.CostFractional,
+			Instances: byApp[id]}
+		if p.Instances == nil {
+			p.Instances = map[string]int{}
+		}
+		for _, m := range s.Modules {
+			p.Modules = append(p.Modules, ModulePoint{Module: string(m.Module), RateIn: m.RateIn, ExecMS: m.ExecMS, LatMS: m.LatencyMS, Batch: m.MeanBatch, Scale: m.Scale, Balloon: m.Balloon})
+		}
+		a.Points = keepLast(append(a.Points, p), r.cfg.Keep)
+		d := App{App: id, SLOMS: s.SLOMS, FPS: s.FPS, Points: []Point{p}, Windows: []Window{}, Latest: &s, Thumbs: r.thumbs.Have(s.StreamIDs)}
+		for _, w := range s.Windows {
+			t := w.Start.UnixMilli()
+			if t <= r.lastWin[id] {
+				continue
+			}
+			r.lastWin[id] = t
+			win := Window{T: t, Sent: w.Sent, Finished: w.Finished, Late: w.Late, Dropped: w.Dropped, FinishRate: w.FinishRate,
+				P50MS: w.P50MS, P99MS: w.P99MS, Drops: w.Drops}
+			a.Windows = keepLast(append(a.Windows, win), r.cfg.Keep)
+			d.Windows = append(d.Windows, win)
+		}
+		a.Latest, a.Thumbs = &s, d.Thumbs
+		delta.Apps = append(delta.Apps, d)
+	}
+	for _, rp := range st.Replans {
+		if rp.N > r.lastPlan {
+			r.lastPlan = rp.N
+			r.replans = keepLast(append(r.replans, rp), 200)
+			delta.Replans = append(delta.Replans, rp)
+		}
+	}
+	r.latest = delta
+	for ch := range r.subs {
+		select {
+		case ch <- delta:
+		default: // a slow page misses a sample; it re-reads the history on reconnect
+		}
+	}
+}
+
+func keepLast[T any](s []T, n int) []T {
+	if len(s) > n {
+		return slices.Clone(s[len(s)-n:])
+	}
+	return s
+}
+
+// instancesByApp counts, per app, the live instances hosting one of its
+// modules, by worker type.
+func instancesByApp(ins []coordinator.InstanceStatus) map[string]map[string]int {
+	out := map[string]map[string]int{}
+	for _, in := range ins {
+		if in.State == "warm" {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, m := range in.Modules {
+			app, _, _ := strings.Cut(m, "/")
+			if seen[app] {
+				continue
+			}
+			seen[app] = true
+			if out[app] == nil {
+				out[app] = map[string]int{}
+			}
+			out[app][in.Type]++
+		}
+	}
+	return out
+}
+
+// History is the whole record.
+func (r *Recorder) History() Snapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := Snapshot{Now: r.latest.Now, Policy: r.latest.Policy, Interval: r.cfg.Interval.Seconds(), Instances: r.latest.Instances,
+		Replans: slices.Clone(r.replans), Ingest: r.latest.Ingest}
+	ids := make([]string, 0, len(r.apps))
+	for id := range r.apps {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		a := *r.apps[id]
+		a.Points, a.Windows = slices.Clone(a.Points), slices.Clone(a.Windows)
+		out.Apps = append(out.Apps, a)
+	}
+	if out.Replans == nil {
+		out.Replans = []coordinator.Replan{}
+	}
+	return out
+}
+
+func (r *Recorder) subscribe() (chan Snapshot, func()) {
+	ch := make(chan Snapshot, 8)
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		close(ch)
+		return ch, func() {}
+	}
+	r.subs[ch] = struct{}{}
+	r.mu.Unlock()
+	return ch, func() {
+		r.mu.Lock()
+		if _, ok := r.subs[ch]; ok {
+			delete(r.subs, ch)
+			close(ch)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// Handler serves the page (GET / and /dashboard/...), the history and the
+// event stream, and the stream thumbnails.
+func (r *Recorder) Handler() http.Handler {
+	mux := http.NewServeMux()
+	sub, _ := fs.Sub(static, "static")
+	files := http.FileServerFS(sub)
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Cache-Control", "no-cache")
+		http.ServeFileFS(w, req, sub, "index.html")
+	})
+	mux.Handle("GET /dashboard/", http.StripPrefix("/dashboard/", files))
+	mux.HandleFunc("GET /v1/dashboard", func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(r.History())
+	})
+	mux.HandleFunc("GET /v1/dashboard/events", r.serveEvents)
+	mux.HandleFunc("GET /v1/thumbs/{stream}", r.thumbs.serve)
+	return mux
+}
+
+func (r *Recorder) serveEvents(w http.ResponseWriter, req *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	ch, cancel := r.subscribe()
+	defer cancel()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, "retry: 2000\n\n")
+	fl.Flush()
+	for {
+		select {
+		case <-req.Context().Done():
+			return
+		case s, ok := <-ch:
+			if !ok {
+				fmt.Fprint(w, "event: end\ndata: {}\n\n")
+				fl.Flush()
+				return
+			}
+			b, err := json.Marshal(s)
+			if err != nil {
+				r.cfg.Log.Error("dashboard event", "err", err)
+				return
+			}
+			fmt.Fprintf(w, "event: sample\ndata: %s\n\n", b)
+			fl.Flush()
+		}
+	}
+}
+
+// MeanCost is the mean cost per hour over the samples (whole instances,
+// allocated), summed over the apps.
+func (s Snapshot) MeanCost() (whole, allocated float64) {
+	for _, a := range s.Apps {
+		if len(a.Points) == 0 {
+			continue
+		}
+		var w, al float64
+		for _, p := range a.Points {
+			w += p.CostWhole
+			al += p.CostAllocated
+		}
+		whole += w / float64(len(a.Points))
+		allocated += al / float64(len(a.Points))
+	}
+	return whole, allocated
+}

@@ -1,0 +1,287 @@
+package dashboard
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mdag/mdag/coordinator"
+	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/media"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Unix(1_800_000_000, 0)
+
+// fakeEngine is a status source whose windows and re-plans the test adds.
+type fakeEngine struct {
+	mu      sync.Mutex
+	windows []coordinator.WindowStatus
+	replans []coordinator.Replan
+	streams []string
+}
+
+func (f *fakeEngine) status() coordinator.Status {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w := f.windows[max(0, len(f.windows)-10):] // the engine shows the last 10
+	return coordinator.Status{Policy: "clockwork", Sessions: []coordinator.SessionStatus{{App: "traffic", Streams: len(f.streams), StreamIDs: f.streams,
+		FPS: 10, SLOMS: 400, CostWhole: 2.9, CostFractional: 1.4, Windows: append([]coordinator.WindowStatus(nil), w...),
+		Modules: []coordinator.ModuleStatus{{Module: "detect", Kind: "gpu", RateIn: 30, MeanBatch: 2, Scale: 1, Balloon: 1}}}},
+		Instances: []coordinator.InstanceStatus{{ID: "P100-0", Type: "P100", State: "active", Modules: []string{"traffic/detect"}},
+			{ID: "V100-0", Type: "V100", State: "warm"}},
+		Replans: append([]coordinator.Replan(nil), f.replans[max(0, len(f.replans)-20):]...)}
+}
+
+func (f *fakeEngine) second(clk *clock.Fake, finished, sent uint64) {
+	f.mu.Lock()
+	f.windows = append(f.windows, coordinator.WindowStatus{Start: clk.Now().Add(-time.Second).UTC(), Counts: coordinator.Counts{Sent: sent, Finished: finished},
+		FinishRate: float64(finished) / float64(sent)})
+	f.mu.Unlock()
+	clk.Advance(time.Second)
+}
+
+// TestHistory: every window is recorded once however many samples see it,
+// re-plans once by number, history is bounded, and the instances count
+// per app leaves warm ones out.
+func TestHistory(t *testing.T) {
+	clk := clock.NewFake(t0)
+	f := &fakeEngine{streams: []string{"s1"}}
+	r := New(Config{Clock: clk, Keep: 30}, f.status)
+	r.Start()
+	defer r.Close()
+	for i := range 50 {
+		f.mu.Lock()
+		if i%7 == 0 {
+			f.replans = append(f.replans, coordinator.Replan{N: len(f.replans) + 1, Trigger: "join"})
+		}
+		f.mu.Unlock()
+		f.second(clk, uint64(i%10), 10)
+	}
+	h := r.History()
+	if len(h.Apps) != 1 {
+		t.Fatalf("apps %+v", h.Apps)
+	}
+	a := h.Apps[0]
+	if len(a.Points) != 30 || len(a.Windows) != 30 {
+		t.Errorf("kept %d points, %d windows; want 30 each", len(a.Points), len(a.Windows))
+	}
+	for i := 1; i < len(a.Windows); i++ {
+		if a.Windows[i].T-a.Windows[i-1].T != 1000 {
+			t.Fatalf("windows %d and %d are %d ms apart: duplicated or lost", i-1, i, a.Windows[i].T-a.Windows[i-1].T)
+		}
+	}
+	if last := a.Windows[len(a.Windows)-1]; last.FinishRate != 0.9 || last.Finished != 9 {
+		t.Errorf("last window %+v", last)
+	}
+	if len(h.Replans) != 8 || h.Replans[7].N != 8 {
+		t.Errorf("replans %d (want 8, each once)", len(h.Replans))
+	}
+	if p := a.Points[len(a.Points)-1]; p.Instances["P100"] != 1 || p.Instances["V100"] != 0 || p.CostWhole != 2.9 {
+		t.Errorf("last point %+v", p)
+	}
+	if w, al := h.MeanCost(); math.Abs(w-2.9) > 1e-9 || math.Abs(al-1.4) > 1e-9 {
+		t.Errorf("mean cost %g, %g", w, al)
+	}
+}
+
+// TestEvents: the SSE stream carries each sample's new windows and ends
+// with an end event when the recorder closes.
+func TestEvents(t *testing.T) {
+	clk := clock.NewFake(t0)
+	f := &fakeEngine{}
+	r := New(Config{Clock: clk}, f.status)
+	r.Start()
+	hs := httptest.NewServer(r.Handler())
+	defer hs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", hs.URL+"/v1/dashboard/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	events := make(chan string, 16)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		var ev string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				ev = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: "):
+				events <- ev + " " + strings.TrimPrefix(line, "data: ")
+			}
+		}
+	}()
+	// The subscription exists once the handler has written its preamble
+	// (the response headers arrived): each second from now is an event.
+	seen := 0
+	for i := range 3 {
+		f.second(clk, 10, 10)
+		select {
+		case e := <-events:
+			kind, data, _ := strings.Cut(e, " ")
+			var s Snapshot
+			if err := json.Unmarshal([]byte(data), &s); err != nil || kind != "sample" {
+				t.Fatalf("event %q: %v", e, err)
+			}
+			seen += len(s.Apps[0].Windows)
+			if i > 0 && len(s.Apps[0].Windows) != 1 {
+				t.Errorf("sample %d carries %d windows, want the 1 new one", i, len(s.Apps[0].Windows))
+			}
+		case <-ctx.Done():
+			t.Fatal("no sample event")
+		}
+	}
+	if seen != 3 {
+		t.Errorf("%d windows over 3 samples", seen)
+	}
+	r.Close()
+	for e := range events {
+		if strings.HasPrefix(e, "end ") {
+			return
+		}
+	}
+	t.Error("no end event after Close")
+}
+
+// TestPages: the page and its assets are served from the binary; the
+// history is JSON; a missing thumbnail is a 404 that says why.
+func TestPages(t *testing.T) {
+	clk := clock.NewFake(t0)
+	f := &fakeEngine{}
+	r := New(Config{Clock: clk}, f.status)
+	r.Start()
+	defer r.Close()
+	hs := httptest.NewServer(r.Handler())
+	defer hs.Close()
+	for _, c := range []struct {
+		path, ctype, body string
+		code              int
+	}{
+		{"/", "text/html", `<script src="/dashboard/app.js">`, 200},
+		{"/dashboard/app.js", "javascript", "EventSource", 200},
+		{"/dashboard/style.css", "text/css", ".chart", 200},
+		{"/v1/dashboard", "application/json", `"apps":[{"app":"traffic"`, 200},
+		{"/v1/thumbs/nope", "text/plain", "no thumbnail for stream nope", 404},
+		{"/dashboard/missing.js", "text/plain", "404", 404},
+	} {
+		resp, err := http.Get(hs.URL + c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || !strings.Contains(resp.Header.Get("Content-Type"), c.ctype) || !strings.Contains(string(b), c.body) {
+			t.Errorf("GET %s: %d %q %.120q", c.path, resp.StatusCode, resp.Header.Get("Content-Type"), b)
+		}
+	}
+}
+
+// TestThumbs: a frame becomes a small JPEG, refreshed at most once a
+// second per stream, forgotten 30 s after its stream stops.
+func TestThumbs(t *testing.T) {
+	clk := clock.NewFake(t0)
+	th := NewThumbs(clk, nil)
+	f := &media.Frame{W: 640, H: 480, Pix: make([]byte, 640*480*3)}
+	th.Offer("s1", f)
+	a := th.Get("s1")
+	if len(a) < 100 || a[0] != 0xFF || a[1] != 0xD8 {
+		t.Fatalf("thumbnail is not a JPEG: % x", a[:min(4, len(a))])
+	}
+	bright := &media.Frame{W: 640, H: 480, Pix: make([]byte, 640*480*3)}
+	for i := range bright.Pix {
+		bright.Pix[i] = 200
+	}
+	th.Offer("s1", bright)
+	if b := th.Get("s1"); string(b) != string(a) {
+		t.Error("refreshed within a second")
+	}
+	clk.Advance(time.Second)
+	th.Offer("s1", bright)
+	if b := th.Get("s1"); string(b) == string(a) {
+		t.Error("not refreshed after a second")
+	}
+	if got := th.Have([]string{"s1", "s2"}); len(got) != 1 || got[0] != "s1" {
+		t.Errorf("Have %v", got)
+	}
+	clk.Advance(31 * time.Second)
+	th.Offer("s2", f)
+	if th.Get("s1") != nil {
+		t.Error("thumbnail of a silent stream kept past 30 s")
+	}
+	th.Offer("bad", &media.Frame{W: 0, H: 0})
+	if th.Get("bad") != nil {
+		t.Error("thumbnail of an empty frame")
+	}
+}
+
+// BenchmarkThumbOffer: a 640x480 frame into a fresh thumbnail (scale and
+// JPEG), and into one refreshed less than a second ago (the common case).
+func BenchmarkThumbOffer(b *testing.B) {
+	f := &media.Frame{W: 640, H: 480, Pix: make([]byte, 640*480*3)}
+	for i := range f.Pix {
+		f.Pix[i] = byte(i * 7)
+	}
+	b.Run("encode", func(b *testing.B) {
+		clk := clock.NewFake(t0)
+		th := NewThumbs(clk, nil)
+		for b.Loop() {
+			clk.Advance(time.Second)
+			th.Offer("s", f)
+		}
+	})
+	b.Run("fresh", func(b *testing.B) {
+		th := NewThumbs(clock.NewFake(t0), nil)
+		th.Offer("s", f)
+		for b.Loop() {
+			th.Offer("s", f)
+		}
+	})
+}
+
+// TestIngestAdmission: with WHIP ingest, each sample and the history carry
+// its admission state (refused, pending, shed streams, the CPU load) for
+// the page's ingest line; without, none.
+func TestIngestAdmission(t *testing.T) {
+	clk := clock.NewFake(t0)
+	f := &fakeEngine{streams: []string{"s1"}}
+	r := New(Config{Clock: clk}, f.status)
+	r.Start()
+	defer r.Close()
+	f.second(clk, 1, 1)
+	if h := r.History(); h.Ingest != nil {
+		t.Fatalf("ingest without a source: %+v", h.Ingest)
+	}
+	n := 0
+	r.SetIngest(func() ingest.Admission {
+		n++
+		return ingest.Admission{Admitted: 3, Pending: n, LoadCores: 1.5, CapacityCores: 1.4, Refused: map[string]uint64{"capacity": 2}}
+	})
+	f.second(clk, 1, 1)
+	f.second(clk, 1, 1)
+	h := r.History()
+	if h.Ingest == nil || h.Ingest.Pending != 2 || h.Ingest.Refused["capacity"] != 2 || h.Ingest.LoadCores != 1.5 {
+		t.Errorf("history's ingest %+v, want the latest sample's", h.Ingest)
+	}
+}

@@ -1,0 +1,148 @@
+package metrics
+
+import (
+	"github.com/mdag/mdag/ingest"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// GPUSnapshot is the machine's GPU telemetry (NVML) at scrape time.
+type GPUSnapshot struct {
+	Available bool
+	Devices   []GPUDevice
+}
+
+// GPUDevice is one GPU.
+type GPUDevice struct {
+	Index       string
+	Name        string
+	UtilRatio   float64 // share of the last sample period a kernel ran
+	MemUsed     uint64  // bytes
+	MemTotal    uint64  // bytes
+	Processes   int
+	CurrentUsed uint64 // bytes this process holds
+}
+
+// SetIngest registers the source of the ingest counters (the WHIP server).
+func (m *Metrics) SetIngest(f func() []ingest.Totals) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.ingest = f
+	m.mu.Unlock()
+}
+
+// SetIngestLoad registers the source of the CPU load WHIP admission
+// measures, as a share of the capacity it fills (the WHIP server).
+func (m *Metrics) SetIngestLoad(f func() float64) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.load = f
+	m.mu.Unlock()
+}
+
+// SetGPU registers the source of GPU telemetry.
+func (m *Metrics) SetGPU(f func() GPUSnapshot) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.gpu = f
+	m.mu.Unlock()
+}
+
+func desc(sub, name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName("mdag", sub, name), help, labels, nil)
+}
+
+var (
+	ingestStreams  = desc("ingest", "streams", "Live WebRTC (WHIP) ingest connections.", "app")
+	ingestPackets  = desc("ingest", "packets_total", "RTP packets received.", "app")
+	ingestFrames   = desc("ingest", "frames_total", "VP8 frames assembled from RTP packets.", "app")
+	ingestIngested = desc("ingest", "frames_ingested_total", "Frames decoded and handed to the app's session (after fps sampling).", "app")
+	ingestLost     = desc("ingest", "frames_lost_total", "Frames lost in transport (incomplete or missing packets).", "app")
+	ingestDecode   = desc("ingest", "decode_errors_total", "Frames libvpx failed to decode.", "app")
+	ingestPLIs     = desc("ingest", "plis_total", "Picture loss indications sent to senders (asking for a key frame).", "app")
+	ingestDiscard  = desc("ingest", "packets_discarded_total", "RTP packets discarded: not VP8, duplicates, late packets of frames already released or given up.", "app")
+	ingestRestarts = desc("ingest", "timeline_restarts_total", "Times a sender's RTP timestamps jumped back (a new timeline; capture clock re-anchored).", "app")
+	ingestPending  = desc("ingest", "pending_streams", "Ingest connections not yet admitted: no frame decoded yet (they are not in the app's session).", "app")
+	ingestRefused  = desc("ingest", "streams_refused_total", "WHIP offers refused, by reason (stream-limit, pending-limit, capacity, session, shutdown: 503; recvonly: 400).", "app", "reason")
+	ingestEnded    = desc("ingest", "streams_ended_total", "Ingest streams that ended, by kind (client, idle, connect-timeout, ice-failed, join-failed, stream-limit, capacity, overload, error, setup-failed, shutdown).", "app", "kind")
+	ingestLoad     = desc("ingest", "cpu_load_ratio", "The process's CPU load as a share of the capacity WHIP admission fills (cores x ceiling); new streams that would push it above 1 get 503, and above 1 for long the newest stream is shed.")
+
+	gpuAvailable = desc("gpu", "telemetry_available", "1 when NVML reports this machine's NVIDIA GPUs; 0 without a driver (emulated GPUs only).")
+	gpuUtil      = desc("gpu", "utilization_ratio", "Share of the last NVML sample period a kernel ran on the GPU.", "gpu", "name")
+	gpuMemUsed   = desc("gpu", "memory_used_bytes", "GPU memory in use (all processes).", "gpu", "name")
+	gpuMemTotal  = desc("gpu", "memory_total_bytes", "GPU memory installed.", "gpu", "name")
+	gpuMemSelf   = desc("gpu", "process_memory_used_bytes", "GPU memory this process holds.", "gpu", "name")
+	gpuProcs     = desc("gpu", "processes", "Compute processes on the GPU.", "gpu", "name")
+)
+
+type ingestCollector struct{ m *Metrics }
+
+func (ingestCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{ingestStreams, ingestPackets, ingestFrames, ingestIngested, ingestLost, ingestDecode, ingestPLIs,
+		ingestDiscard, ingestRestarts, ingestPending, ingestRefused, ingestEnded, ingestLoad} {
+		ch <- d
+	}
+}
+
+func (c ingestCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	f, load := c.m.ingest, c.m.load
+	c.m.mu.Unlock()
+	if load != nil {
+		ch <- prometheus.MustNewConstMetric(ingestLoad, prometheus.GaugeValue, load())
+	}
+	if f == nil {
+		return
+	}
+	for _, t := range f() {
+		ch <- prometheus.MustNewConstMetric(ingestStreams, prometheus.GaugeValue, float64(t.Streams), t.App)
+		ch <- prometheus.MustNewConstMetric(ingestPending, prometheus.GaugeValue, float64(t.Pending), t.App)
+		for r, n := range t.Refused {
+			ch <- prometheus.MustNewConstMetric(ingestRefused, prometheus.CounterValue, float64(n), t.App, r)
+		}
+		for k, n := range t.Ended {
+			ch <- prometheus.MustNewConstMetric(ingestEnded, prometheus.CounterValue, float64(n), t.App, k)
+		}
+		for _, v := range []struct {
+			d *prometheus.Desc
+			n uint64
+		}{{ingestPackets, t.Packets}, {ingestFrames, t.Frames}, {ingestIngested, t.Ingested}, {ingestLost, t.Lost}, {ingestDecode, t.DecodeErrors}, {ingestPLIs, t.PLIs}, {ingestDiscard, t.Discarded}, {ingestRestarts, t.Restarts}} {
+			ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(v.n), t.App)
+		}
+	}
+}
+
+type gpuCollector struct{ m *Metrics }
+
+func (gpuCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{gpuAvailable, gpuUtil, gpuMemUsed, gpuMemTotal, gpuMemSelf, gpuProcs} {
+		ch <- d
+	}
+}
+
+func (c gpuCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	f := c.m.gpu
+	c.m.mu.Unlock()
+	if f == nil {
+		return
+	}
+	s := f()
+	avail := 0.0
+	if s.Available {
+		avail = 1
+	}
+	ch <- prometheus.MustNewConstMetric(gpuAvailable, prometheus.GaugeValue, avail)
+	for _, d := range s.Devices {
+		ch <- prometheus.MustNewConstMetric(gpuUtil, prometheus.GaugeValue, d.UtilRatio, d.Index, d.Name)
+		ch <- prometheus.MustNewConstMetric(gpuMemUsed, prometheus.GaugeValue, float64(d.MemUsed), d.Index, d.Name)
+		ch <- prometheus.MustNewConstMetric(gpuMemTotal, prometheus.GaugeValue, float64(d.MemTotal), d.Index, d.Name)
+		ch <- prometheus.MustNewConstMetric(gpuMemSelf, prometheus.GaugeValue, float64(d.CurrentUsed), d.Index, d.Name)
+		ch <- prometheus.MustNewConstMetric(gpuProcs, prometheus.GaugeValue, float64(d.Processes), d.Index, d.Name)
+	}
+}

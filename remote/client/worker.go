@@ -1,0 +1,204 @@
+// Package client is the worker side of mdag's gRPC transport: RunWorker
+// connects a worker.Worker to a coordinator and serves its tasks; Stream
+// sends a synthetic camera into an app. It imports worker, media, gpu and
+// remote/wire, never the coordinator or the planners, so `mdag worker`
+// carries no planner code on its path.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sort"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/mdag/mdag/api"
+	"github.com/mdag/mdag/gpu"
+	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/modules"
+	"github.com/mdag/mdag/remote/wire"
+	"github.com/mdag/mdag/worker"
+)
+
+// Dial connects to a coordinator with mdag's message limits. Traffic is
+// plaintext: run it on a trusted network (TLS is future work, noted in
+// docs/ARCHITECTURE.md).
+func Dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessage), grpc.MaxCallSendMsgSize(wire.MaxMessage)))
+}
+
+// WorkerConfig configures RunWorker.
+type WorkerConfig struct {
+	ID   string
+	Type string
+	// Exec runs GPU batches; nil means the emulated executor (profiled
+	// times from the loaded modules' specs).
+	Exec  gpu.Executor
+	Clock clock.Clock
+	Log   *slog.Logger
+	// Slowdown multiplies the emulated executor's times (ballooning
+	// injection); 0 or 1 = none.
+	Slowdown float64
+	// Ops builds the CPU modules the coordinator loads (the binary's
+	// registry); nil: the pure-Go ops (modules.Builtin).
+	Ops *modules.Registry
+	// GPU describes the machine's GPUs for the coordinator's log (NVML's
+	// summary, from the binary); empty: "unknown".
+	GPU string
+	// OnEmulated, when set, receives the emulated executor once made (tests
+	// use it to slow the worker down live).
+	OnEmulated func(*gpu.Emulated)
+}
+
+// RunWorker connects a worker to the coordinator at cc and serves until ctx
+// ends or the stream breaks; it returns why. Callers reconnect (with
+// backoff) by calling it again: the coordinator counts the old connection
+// lost and the new one registers afresh.
+func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Ops == nil {
+		cfg.Ops = modules.Builtin()
+	}
+	if cfg.GPU == "" {
+		cfg.GPU = "unknown"
+	}
+	kind := "emulated"
+	if cfg.Exec != nil {
+		kind = cfg.Exec.Kind()
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stream, err := api.NewCoordinatorClient(cc).Connect(ctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	reg := &api.Register{Id: cfg.ID, Type: cfg.Type, Executor: kind, Cpus: int32(runtime.NumCPU()), Gpu: cfg.GPU}
+	if err := stream.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: reg}}); err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	m, err := stream.Recv()
+	if err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	ack := m.GetRegistered()
+	if ack == nil {
+		return errors.New("register: the coordinator did not acknowledge")
+	}
+	beat := time.Duration(ack.HeartbeatIntervalNs)
+	if beat <= 0 {
+		beat = wire.DefaultHeartbeat
+	}
+	out := make(chan *api.WorkerMessage, wire.DefaultSendQueue)
+	send := func(m *api.WorkerMessage) {
+		select {
+		case out <- m:
+		case <-ctx.Done():
+		}
+	}
+	w := worker.NewWorker(cfg.ID, cfg.Type, cfg.Clock, nil, cfg.Ops, func(r worker.Result) {
+		send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: wire.ResultToPB(r)}})
+	})
+	defer w.Close()
+	if cfg.Exec != nil {
+		w.SetExecutor(cfg.Exec)
+	} else {
+		em := gpu.NewEmulated(cfg.Clock, w.Latency)
+		if cfg.Slowdown > 0 {
+			em.SetSlowdown(cfg.Slowdown)
+		}
+		if cfg.OnEmulated != nil {
+			cfg.OnEmulated(em)
+		}
+		w.SetExecutor(em)
+	}
+	cfg.Log.Info("registered", "coordinator", cc.Target(), "id", cfg.ID, "type", cfg.Type, "executor", kind, "heartbeat", beat)
+
+	// Sender and heartbeats: the only goroutine that writes the stream.
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		tick := cfg.Clock.After(beat)
+		for {
+			select {
+			case m := <-out:
+				if err := stream.Send(m); err != nil {
+					cancel(fmt.Errorf("send: %w", err))
+					return
+				}
+			case <-tick:
+				st := w.Stats()
+				hb := &api.Heartbeat{Tasks: st.Tasks, Rejected: st.Rejected, Failed: st.Failed, QueueFull: st.Full, Modules: int32(st.Modules)}
+				if err := stream.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Heartbeat{Heartbeat: hb}}); err != nil {
+					cancel(fmt.Errorf("send: %w", err))
+					return
+				}
+				tick = cfg.Clock.After(beat)
+			case <-ctx.Done():
+				_ = stream.CloseSend()
+				return
+			}
+		}
+	}()
+	defer func() { <-sent }()
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			if c := context.Cause(ctx); c != nil {
+				return c
+			}
+			return fmt.Errorf("receive: %w", err)
+		}
+		switch m := m.Msg.(type) {
+		case *api.CoordinatorMessage_Load:
+			reply := &api.LoadReply{Generation: m.Load.Generation}
+			if err := load(w, m.Load); err != nil {
+				reply.Error = err.Error()
+				cfg.Log.Error("load", "err", err)
+			} else {
+				cfg.Log.Info("modules loaded", "generation", m.Load.Generation, "modules", moduleNames(m.Load))
+			}
+			send(&api.WorkerMessage{Msg: &api.WorkerMessage_LoadReply{LoadReply: reply}})
+		case *api.CoordinatorMessage_Task:
+			t, err := wire.TaskFromPB(m.Task)
+			if err != nil {
+				send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: &api.Result{Task: m.Task.Id, Error: "bad-task: " + err.Error()}}})
+				continue
+			}
+			w.Submit(t)
+		default:
+			cfg.Log.Warn("unexpected message from the coordinator", "type", fmt.Sprintf("%T", m))
+		}
+	}
+}
+
+func load(w *worker.Worker, l *api.Load) error {
+	specs := make([]worker.ModuleSpec, 0, len(l.Modules))
+	for _, p := range l.Modules {
+		s, err := wire.SpecFromPB(p)
+		if err != nil {
+			return err
+		}
+		specs = append(specs, s)
+	}
+	return w.Load(specs)
+}
+
+func moduleNames(l *api.Load) []string {
+	out := make([]string, 0, len(l.Modules))
+	for _, m := range l.Modules {
+		out = append(out, m.App+"/"+m.Module)
+	}
+	sort.Strings(out)
+	return out
+}

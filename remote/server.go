@@ -1,0 +1,343 @@
+// Package remote puts gRPC between mdag's coordinator and its workers and
+// sources (api/mdag.proto): `mdag coordinator` serves the Coordinator
+// service around an coordinator.Engine; `mdag worker` runs an worker.Worker that
+// dials it; `mdag source` streams synthetic frames into it.
+//
+// A worker holds one bidirectional stream: module loads and tasks flow
+// down in order (a task never overtakes the load that hosts its module),
+// results and heartbeats flow up. The coordinator counts a worker lost when
+// its stream breaks or its heartbeats stop; the engine then drops the
+// worker's in-flight frames with reason worker-lost and re-plans.
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/mdag/mdag/api"
+	"github.com/mdag/mdag/coordinator"
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/profile"
+	"github.com/mdag/mdag/remote/wire"
+	"github.com/mdag/mdag/worker"
+)
+
+// Server is the Coordinator service around an coordinator.
+type Server struct {
+	api.UnimplementedCoordinatorServer
+
+	Engine *coordinator.Engine
+	Clock  clock.Clock
+	Log    *slog.Logger
+	// Heartbeat is the interval workers are told to beat at; a worker
+	// silent for 4 intervals is lost. Default wire.DefaultHeartbeat.
+	Heartbeat time.Duration
+
+	mu      sync.Mutex
+	workers map[string]*conn
+}
+
+// NewGRPC returns a gRPC server with mdag's message limits and s registered.
+func NewGRPC(s *Server) *grpc.Server {
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(wire.MaxMessage), grpc.MaxSendMsgSize(wire.MaxMessage))
+	api.RegisterCoordinatorServer(g, s)
+	return g
+}
+
+func (s *Server) defaults() {
+	if s.Clock == nil {
+		s.Clock = clock.Real{}
+	}
+	if s.Log == nil {
+		s.Log = slog.New(slog.DiscardHandler)
+	}
+	if s.Heartbeat <= 0 {
+		s.Heartbeat = wire.DefaultHeartbeat
+	}
+}
+
+// Workers lists the IDs of connected workers.
+func (s *Server) Workers() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.workers))
+	for id := range s.workers {
+		out = append(out, id)
+	}
+	return out
+}
+
+// conn is the coordinator's coordinator.Instance for one connected worker.
+type conn struct {
+	id     string
+	out    chan *api.CoordinatorMessage
+	cancel context.CancelCauseFunc
+	engine *coordinator.Engine
+	gen    atomic.Uint64
+	beat   atomic.Int64 // unix ns of the last message from the worker
+	closed atomic.Bool
+}
+
+// Load implements coordinator.Instance. It is asynchronous: the worker answers
+// with a LoadReply, and an error there is logged (tasks for a module that
+// did not load come back as module-not-loaded drops).
+func (c *conn) Load(specs []worker.ModuleSpec) error {
+	msg := &api.Load{Generation: c.gen.Add(1)}
+	for _, sp := range specs {
+		p, err := wire.SpecToPB(sp)
+		if err != nil {
+			return err
+		}
+		msg.Modules = append(msg.Modules, p)
+	}
+	if !c.send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_Load{Load: msg}}) {
+		return fmt.Errorf("worker %s: send queue full or stream closed", c.id)
+	}
+	return nil
+}
+
+// Submit implements coordinator.Instance; it never blocks. A task that cannot be
+// queued for the stream comes back at once as queue-full.
+func (c *conn) Submit(t worker.Task) {
+	if !c.send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_Task{Task: wire.TaskToPB(t)}}) {
+		// Result posts to the engine loop, which is calling us: not inline.
+		go c.engine.Result(c.id, worker.Result{Task: t.ID, Full: true, Err: "queue-full: the stream to worker " + c.id + " is backed up or closed"})
+	}
+}
+
+// Close implements coordinator.Instance: the stream ends.
+func (c *conn) Close() {
+	if c.closed.CompareAndSwap(false, true) {
+		c.cancel(errors.New("closed by the coordinator"))
+	}
+}
+
+func (c *conn) send(m *api.CoordinatorMessage) bool {
+	if c.closed.Load() {
+		return false
+	}
+	select {
+	case c.out <- m:
+		return true
+	default:
+		return false
+	}
+}
+
+// Connect implements api.CoordinatorServer.
+func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.CoordinatorMessage]) error {
+	s.defaults()
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	reg := first.GetRegister()
+	if reg == nil {
+		return status.Error(codes.InvalidArgument, "the first message on Connect must be register")
+	}
+	if reg.Id == "" || reg.Type == "" {
+		return status.Errorf(codes.InvalidArgument, "register: id and type are required (got id %q, type %q)", reg.Id, reg.Type)
+	}
+	typ := profile.WorkerTypeID(reg.Type)
+	if known := s.Engine.WorkerTypes(); !known[typ] {
+		return status.Errorf(codes.InvalidArgument, "register %s: worker type %q is in no deployed app's profiles (known: %s)", reg.Id, reg.Type, joinTypes(known))
+	}
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	c := &conn{id: reg.Id, out: make(chan *api.CoordinatorMessage, wire.DefaultSendQueue), cancel: cancel, engine: s.Engine}
+	c.beat.Store(s.Clock.Now().UnixNano())
+	s.mu.Lock()
+	if s.workers == nil {
+		s.workers = map[string]*conn{}
+	}
+	if _, dup := s.workers[reg.Id]; dup {
+		s.mu.Unlock()
+		return status.Errorf(codes.AlreadyExists, "register: a worker with id %q is already connected", reg.Id)
+	}
+	s.workers[reg.Id] = c
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.workers, reg.Id)
+		s.mu.Unlock()
+	}()
+	if err := stream.Send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_Registered{Registered: &api.Registered{Id: reg.Id, HeartbeatIntervalNs: int64(s.Heartbeat)}}}); err != nil {
+		return err
+	}
+	s.Log.Info("worker connected", "instance", reg.Id, "type", reg.Type, "executor", reg.Executor, "cpus", reg.Cpus, "gpu", reg.Gpu)
+	s.Engine.AddInstance(reg.Id, typ, c)
+
+	// Sender: the only goroutine that writes the stream.
+	sendErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case m := <-c.out:
+				if err := stream.Send(m); err != nil {
+					sendErr <- err
+					cancel(fmt.Errorf("send: %w", err))
+					return
+				}
+			case <-ctx.Done():
+				sendErr <- nil
+				return
+			}
+		}
+	}()
+	// Watchdog: 4 missed heartbeats end the stream.
+	var watch func()
+	var tm clock.Timer
+	var tmMu sync.Mutex
+	watch = func() {
+		if ctx.Err() != nil {
+			return
+		}
+		if silent := s.Clock.Now().Sub(time.Unix(0, c.beat.Load())); silent > 4*s.Heartbeat {
+			cancel(fmt.Errorf("missed heartbeats: silent for %v", silent.Round(time.Millisecond)))
+			return
+		}
+		tmMu.Lock()
+		tm = s.Clock.AfterFunc(s.Heartbeat, watch)
+		tmMu.Unlock()
+	}
+	watch()
+	defer func() {
+		tmMu.Lock()
+		if tm != nil {
+			tm.Stop()
+		}
+		tmMu.Unlock()
+	}()
+	// Receiver: on its own goroutine so a stuck Recv cannot outlive ctx.
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				cancel(fmt.Errorf("receive: %w", err))
+				return
+			}
+			c.beat.Store(s.Clock.Now().UnixNano())
+			switch m := m.Msg.(type) {
+			case *api.WorkerMessage_Result:
+				s.Engine.Result(reg.Id, wire.ResultFromPB(m.Result))
+			case *api.WorkerMessage_LoadReply:
+				if m.LoadReply.Error != "" {
+					s.Log.Error("worker could not load its modules", "instance", reg.Id, "generation", m.LoadReply.Generation, "err", m.LoadReply.Error)
+				}
+			case *api.WorkerMessage_Heartbeat:
+			default:
+				s.Log.Warn("unexpected message from worker", "instance", reg.Id, "type", fmt.Sprintf("%T", m))
+			}
+		}
+	}()
+	<-ctx.Done()
+	why := context.Cause(ctx)
+	switch {
+	case c.closed.Load():
+		why = errors.New("released by the coordinator")
+	case errors.Is(why, context.Canceled):
+		why = errors.New("stream ended")
+	}
+	c.closed.Store(true)
+	s.Log.Warn("worker disconnected", "instance", reg.Id, "why", why)
+	s.Engine.LostInstance(reg.Id, why.Error())
+	<-sendErr
+	// The handler returning ends the stream, which ends Recv.
+	go func() { <-recvErr }()
+	if errors.Is(why, io.EOF) {
+		return nil
+	}
+	return status.Error(codes.Unavailable, why.Error())
+}
+
+func joinTypes(m map[profile.WorkerTypeID]bool) string {
+	if len(m) == 0 {
+		return "none: deploy an app first"
+	}
+	out := ""
+	for _, t := range sortedTypes(m) {
+		if out != "" {
+			out += ", "
+		}
+		out += string(t)
+	}
+	return out
+}
+
+// Ingest implements api.CoordinatorServer: one camera stream.
+func (s *Server) Ingest(stream grpc.ClientStreamingServer[api.IngestMessage, api.IngestReply]) error {
+	s.defaults()
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	j := first.GetJoin()
+	if j == nil || j.App == "" || j.Stream == "" {
+		return status.Error(codes.InvalidArgument, "ingest: the first message must carry join with app and stream")
+	}
+	if err := s.Engine.Join(dag.AppID(j.App), j.Stream); err != nil {
+		return status.Error(engineCode(err), "ingest: "+err.Error())
+	}
+	defer func() {
+		if err := s.Engine.Leave(j.Stream); err != nil {
+			s.Log.Warn("leave", "stream", j.Stream, "err", err)
+		}
+	}()
+	s.Log.Info("camera joined", "app", j.App, "stream", j.Stream)
+	reply := &api.IngestReply{}
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return stream.SendAndClose(reply)
+		}
+		if err != nil {
+			return err
+		}
+		f, err := wire.FrameFromPB(m.Frame)
+		if err == nil && f == nil {
+			err = errors.New("no frame")
+		}
+		if err == nil {
+			err = s.Engine.Ingest(j.Stream, m.Seq, wire.FromNS(m.CaptureUnixNs), f, wire.BoxesFromPB(m.Truth))
+		}
+		if err != nil {
+			reply.Rejected++
+			reply.LastError = fmt.Sprintf("frame %d: %v", m.Seq, err)
+			continue
+		}
+		reply.Accepted++
+	}
+}
+
+func engineCode(err error) codes.Code {
+	switch {
+	case errors.Is(err, coordinator.ErrUnknownApp), errors.Is(err, coordinator.ErrUnknownStream):
+		return codes.NotFound
+	case errors.Is(err, coordinator.ErrDuplicate):
+		return codes.AlreadyExists
+	}
+	return codes.Internal
+}
+
+func sortedTypes(m map[profile.WorkerTypeID]bool) []profile.WorkerTypeID {
+	out := make([]profile.WorkerTypeID, 0, len(m))
+	for t := range m {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
