@@ -60,49 +60,6 @@ type AdaptConfig struct {
 	MaxHeadroom   float64
 }
 
-func (c AdaptConfig) withDefaults() AdaptConfig {
-	if c.Window <= 0 {
-		c.Window = 250 * time.Millisecond
-	}
-	if c.Threshold <= 0 {
-		c.Threshold = 0.25
-	}
-	if c.Windows <= 0 {
-		c.Windows = 2
-	}
-	if c.MinInterval <= 0 {
-		c.MinInterval = time.Second
-	}
-	if c.MinItems <= 0 {
-		c.MinItems = 4
-	}
-	if c.MaxScale <= 0 {
-		c.MaxScale = 64
-	}
-	if c.MaxBalloon < 1 {
-		c.MaxBalloon = 4
-	}
-	if c.MinExcess <= 0 {
-		c.MinExcess = 500 * time.Microsecond
-	}
-	if c.StaleWindows <= 0 {
-		c.StaleWindows = 8
-	}
-	if c.FinishTarget <= 0 || c.FinishTarget > 1 {
-		c.FinishTarget = 0.95
-	}
-	if c.FinishWindows <= 0 {
-		c.FinishWindows = 3
-	}
-	if c.HeadroomStep <= 1 {
-		c.HeadroomStep = 1.25
-	}
-	if c.MaxHeadroom < 1 {
-		c.MaxHeadroom = 2
-	}
-	return c
-}
-
 // MinScale is the smallest observed scaling factor a re-plan assumes.
 const MinScale = 0.25
 

@@ -16,7 +16,7 @@ func startChain(b *testing.B, n int, onFrame func(FrameResult), mx *metrics.Metr
 	if err != nil {
 		b.Fatal(err)
 	}
-	e, _ := NewEmbedded(Config{OnFrame: onFrame, Observer: Observe(mx)}, map[profile.WorkerTypeID]int{"CPU": 1})
+	e, _ := MustEmbedded(Config{OnFrame: onFrame, Observer: Observe(mx)}, map[profile.WorkerTypeID]int{"CPU": 1})
 	e.Start()
 	if err := e.Deploy(app, prof); err != nil {
 		b.Fatal(err)

@@ -22,7 +22,7 @@ import (
 func TestCappedPoolDegradesLoudly(t *testing.T) {
 	app, prof := loadExample(t, "traffic")
 	mx := metrics.New(false)
-	e, _ := NewEmbedded(Config{Observer: Observe(mx)}, map[profile.WorkerTypeID]int{"P100": 1, "V100": 1, "CPU": 1})
+	e, _ := MustEmbedded(Config{Observer: Observe(mx)}, map[profile.WorkerTypeID]int{"P100": 1, "V100": 1, "CPU": 1})
 	e.Start()
 	defer e.Close()
 	if err := e.Deploy(app, prof); err != nil {

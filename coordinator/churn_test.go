@@ -40,7 +40,7 @@ func TestStreamsJoinAndLeave(t *testing.T) {
 // number of re-plans.
 func runJoinAndLeave(tb testing.TB) (SessionStatus, int) {
 	app, prof := loadExample(tb, "traffic")
-	e, _ := NewEmbedded(Config{}, everyType)
+	e, _ := MustEmbedded(Config{}, everyType)
 	e.Start()
 	defer e.Close()
 	if err := e.Deploy(app, prof); err != nil {

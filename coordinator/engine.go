@@ -140,47 +140,25 @@ type Engine struct {
 	lastEpoch   time.Time
 }
 
-// New returns an engine; call Start before use and Close after.
-func New(cfg Config) *Engine {
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real{}
+// New returns an engine; call Start before use and Close after. Zero
+// fields of cfg take their defaults; a field out of range is an error
+// naming it.
+func New(cfg Config) (*Engine, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Policy == "" {
-		cfg.Policy = DefaultPolicy
-	}
-	if cfg.Ops == nil {
-		cfg.Ops = modules.Builtin()
-	}
-	if cfg.Observer == nil {
-		cfg.Observer = nop{}
-	}
-	if cfg.Epoch <= 0 {
-		cfg.Epoch = 30 * time.Second
-	}
-	if cfg.Headroom < 1 {
-		cfg.Headroom = 1.25
-	}
-	if cfg.DispatchDelay <= 0 {
-		cfg.DispatchDelay = 10 * time.Millisecond
-	}
-	if cfg.LostAfter <= 0 {
-		cfg.LostAfter = 5 * time.Second
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	cfg.Adapt = cfg.Adapt.withDefaults()
 	e := &Engine{cfg: cfg, clk: cfg.Clock, log: cfg.Log, epoch0: cfg.Clock.Now(),
 		events: make(chan func(), 1<<16), done: make(chan struct{}),
 		sessions: map[dag.AppID]*session{}, streams: map[string]*stream{}, insts: map[string]*instState{},
 		tasks: map[uint64]*taskState{}, reqs: map[uint64]*work{}, gpuIDs: map[string]scheduler.GPUID{},
 		gpuInst: map[scheduler.GPUID]string{}}
-	return e
+	return e, nil
 }
 
 // NewEmbedded returns an engine with the local provisioner: in-process
 // workers with emulated GPUs, at most limit instances per worker type.
-func NewEmbedded(cfg Config, limit map[profile.WorkerTypeID]int) (*Engine, *Local) {
+func NewEmbedded(cfg Config, limit map[profile.WorkerTypeID]int) (*Engine, *Local, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
@@ -189,9 +167,12 @@ func NewEmbedded(cfg Config, limit map[profile.WorkerTypeID]int) (*Engine, *Loca
 	}
 	l := &Local{Clock: cfg.Clock, Limit: limit, Ops: cfg.Ops}
 	cfg.Provisioner = l
-	e := New(cfg)
+	e, err := New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
 	l.Engine = e
-	return e, l
+	return e, l, nil
 }
 
 // Start runs the loop.

@@ -145,7 +145,7 @@ func TestEveryFrameAccounted(t *testing.T) {
 // frame to end; it returns the session's status.
 func runEveryFrame(tb testing.TB, mx *metrics.Metrics) SessionStatus {
 	app, prof := loadExample(tb, "traffic")
-	e, _ := NewEmbedded(Config{Observer: Observe(mx)}, everyType)
+	e, _ := MustEmbedded(Config{Observer: Observe(mx)}, everyType)
 	e.Start()
 	tb.Cleanup(e.Close) // the caller reads mx while the engine runs
 	if err := e.Deploy(app, prof); err != nil {

@@ -15,7 +15,7 @@ func startTraffic(t *testing.T, cfg Config) (*Engine, *clock.Fake, *dag.App) {
 	app, prof := loadExample(t, "traffic")
 	clk := clock.NewFake(time.Unix(1e9, 0))
 	cfg.Clock = clk
-	e, _ := NewEmbedded(cfg, everyType)
+	e, _ := MustEmbedded(cfg, everyType)
 	e.Start()
 	t.Cleanup(e.Close)
 	if err := e.Deploy(app, prof); err != nil {

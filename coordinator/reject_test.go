@@ -53,7 +53,7 @@ func TestRejectedBatchesRequeue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := New(Config{})
+	e := MustNew(Config{})
 	e.Start()
 	defer e.Close()
 	if err := e.Deploy(app, prof); err != nil {

@@ -49,9 +49,9 @@ func startChain(b *testing.B, mode string, n int, onFrame func(coordinator.Frame
 	}
 	var e *coordinator.Engine
 	if mode == "embedded" {
-		e, _ = coordinator.NewEmbedded(coordinator.Config{OnFrame: onFrame}, map[profile.WorkerTypeID]int{"CPU": 1})
+		e, _ = coordinator.MustEmbedded(coordinator.Config{OnFrame: onFrame}, map[profile.WorkerTypeID]int{"CPU": 1})
 	} else {
-		e = coordinator.New(coordinator.Config{OnFrame: onFrame})
+		e = coordinator.MustNew(coordinator.Config{OnFrame: onFrame})
 	}
 	e.Start()
 	b.Cleanup(e.Close)

@@ -45,7 +45,7 @@ type loopback struct {
 
 func startCoordinator(t testing.TB, app *dag.App, prof *profile.File, hb time.Duration) *loopback {
 	t.Helper()
-	e := coordinator.New(coordinator.Config{})
+	e := coordinator.MustNew(coordinator.Config{})
 	e.Start()
 	if err := e.Deploy(app, prof); err != nil {
 		t.Fatal(err)

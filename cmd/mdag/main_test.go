@@ -31,6 +31,7 @@ var validateCases = []cliCase{
 	{"traffic-one-stream", "validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml"},
 	{"cyclic", "validate -f cmd/mdag/testdata/cyclic.yaml"},
 	{"broken", "validate -f cmd/mdag/testdata/broken.yaml"},
+	{"bad-params", "validate -f cmd/mdag/testdata/bad-params.yaml"},
 	{"bad-profiles", "validate -f examples/traffic/app.yaml --profiles cmd/mdag/testdata/bad-profiles.yaml"},
 	{"missing-file", "validate -f nowhere.yaml"},
 	{"no-flags", "validate"},

@@ -62,10 +62,14 @@ type observed struct {
 func startObserved(cfg coordinator.Config, limits map[profile.WorkerTypeID]int, app *dag.App, prof *profile.File) (*observed, error) {
 	o := &observed{mx: newMetrics(), results: &frameSink{}}
 	cfg.OnFrame, cfg.Observer, cfg.Ops = o.results.onFrame, coordinator.Observe(o.mx), ops()
+	var err error
 	if limits != nil {
-		o.e, _ = coordinator.NewEmbedded(cfg, limits)
+		o.e, _, err = coordinator.NewEmbedded(cfg, limits)
 	} else {
-		o.e = coordinator.New(cfg)
+		o.e, err = coordinator.New(cfg)
+	}
+	if err != nil {
+		return nil, err
 	}
 	o.e.Start()
 	if err := o.e.Deploy(app, prof); err != nil {

@@ -29,7 +29,7 @@ func TestGPUMetrics(t *testing.T) {
 // TestTapSinkAdmit: tapSink forwards Admit to the engine (an app it does
 // not serve is refused with the engine's reason).
 func TestTapSinkAdmit(t *testing.T) {
-	e := coordinator.New(coordinator.Config{})
+	e := coordinator.MustNew(coordinator.Config{})
 	e.Start()
 	defer e.Close()
 	var s whip.Sink = tapSink{e: e}

@@ -35,7 +35,7 @@ func TestServeSynthetic(t *testing.T) {
 }
 
 func TestStatusCommand(t *testing.T) {
-	e := coordinator.New(coordinator.Config{})
+	e := coordinator.MustNew(coordinator.Config{})
 	e.Start()
 	defer e.Close()
 	srv := httptest.NewServer(statusHandler(e))
@@ -64,7 +64,7 @@ func TestStatusCommand(t *testing.T) {
 // TestStatusIngest: `mdag status` adds the WHIP admission state when the
 // server has one (GET /v1/ingest), and goes without it when not.
 func TestStatusIngest(t *testing.T) {
-	e := coordinator.New(coordinator.Config{})
+	e := coordinator.MustNew(coordinator.Config{})
 	e.Start()
 	defer e.Close()
 	cases := []struct {

@@ -46,7 +46,7 @@ func engineServer(t *testing.T) (*Server, *httptest.Server, *atomic.Int64) {
 	}
 	var srv atomic.Pointer[Server]
 	var finished atomic.Int64
-	e, _ := coordinator.NewEmbedded(coordinator.Config{OnFrame: func(r coordinator.FrameResult) {
+	e, _ := coordinator.MustEmbedded(coordinator.Config{OnFrame: func(r coordinator.FrameResult) {
 		if r.Outcome == coordinator.Finished {
 			finished.Add(1)
 		}

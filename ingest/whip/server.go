@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"net/http"
 	"runtime"
 	"slices"
@@ -123,62 +124,77 @@ type Objects interface {
 	Close()
 }
 
-func (c Config) withDefaults() Config {
-	if c.MaxStreams <= 0 {
-		c.MaxStreams = 64
+// withDefaults fills the zero fields of c with their defaults and refuses
+// the ones out of range, naming each: a negative limit is a mistake to
+// report, not a value to replace.
+func (c Config) withDefaults() (Config, error) {
+	var errs []error
+	bad := func(field string, v any, want string) {
+		errs = append(errs, fmt.Errorf("whip.Config.%s = %v: %s", field, v, want))
 	}
-	if c.MaxPending <= 0 {
-		c.MaxPending = c.MaxStreams
+	count := func(field string, n *int, def int) {
+		switch {
+		case *n < 0:
+			bad(field, *n, fmt.Sprintf("must be >= 0 (0: the default %d)", def))
+		case *n == 0:
+			*n = def
+		}
 	}
-	if c.ConnectTimeout <= 0 {
-		c.ConnectTimeout = 10 * time.Second
+	dur := func(field string, d *time.Duration, def time.Duration) {
+		switch {
+		case *d < 0:
+			bad(field, *d, "must be >= 0 (0: the default "+def.String()+")")
+		case *d == 0:
+			*d = def
+		}
 	}
-	if c.CPUCores <= 0 {
-		c.CPUCores = float64(runtime.GOMAXPROCS(0))
+	num := func(field string, f *float64, def, hi float64) {
+		switch {
+		case *f < 0 || math.IsNaN(*f) || (hi > 0 && *f > hi):
+			want := "must be >= 0"
+			if hi > 0 {
+				want = fmt.Sprintf("must be between 0 and %g", hi)
+			}
+			bad(field, *f, fmt.Sprintf("%s (0: the default %g)", want, def))
+		case *f == 0:
+			*f = def
+		}
 	}
-	if c.CPUCeiling <= 0 {
-		c.CPUCeiling = 0.7
-	}
-	if c.StreamCost <= 0 {
-		c.StreamCost = 0.15
-	}
+	count("MaxStreams", &c.MaxStreams, 64)
+	count("MaxPending", &c.MaxPending, c.MaxStreams)
+	dur("ConnectTimeout", &c.ConnectTimeout, 10*time.Second)
+	num("CPUCores", &c.CPUCores, float64(runtime.GOMAXPROCS(0)), 0)
+	num("CPUCeiling", &c.CPUCeiling, 0.7, 1)
+	num("StreamCost", &c.StreamCost, 0.15, 0)
 	if c.CPUTime == nil {
 		c.CPUTime = ProcessCPUTime
 		if c.MachineCPU == nil && c.MachineWide {
 			c.MachineCPU = machineCPU(c.CPUCores)
 		}
 	}
-	if c.LoadInterval <= 0 {
-		c.LoadInterval = time.Second
-	}
-	if c.ShedAfter == 0 {
+	dur("LoadInterval", &c.LoadInterval, time.Second)
+	if c.ShedAfter == 0 { // negative: never shed
 		c.ShedAfter = 3 * time.Second
 	}
-	if c.RetryAfter <= 0 {
-		c.RetryAfter = 5 * time.Second
-	}
+	dur("RetryAfter", &c.RetryAfter, 5*time.Second)
 	if c.Scale == nil {
 		c.Scale = media.ScaleArea
 	}
-	if c.MaxWidth <= 0 {
-		c.MaxWidth = 1920
-	}
-	if c.MaxHeight <= 0 {
-		c.MaxHeight = 1080
-	}
+	count("MaxWidth", &c.MaxWidth, 1920)
+	count("MaxHeight", &c.MaxHeight, 1080)
 	if c.Oversize == "" {
 		c.Oversize = Downscale
+	} else if c.Oversize != Downscale && c.Oversize != Reject {
+		bad("Oversize", c.Oversize, "want downscale or reject")
 	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = 10 * time.Second
-	}
+	dur("IdleTimeout", &c.IdleTimeout, 10*time.Second)
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
-	return c
+	return c, errors.Join(errs...)
 }
 
 // Server is the WHIP endpoint, the results endpoints and the browser page.
@@ -213,9 +229,9 @@ type Server struct {
 
 // New returns a server feeding sink.
 func New(cfg Config, sink Sink) (*Server, error) {
-	cfg = cfg.withDefaults()
-	if cfg.Oversize != Downscale && cfg.Oversize != Reject {
-		return nil, fmt.Errorf("whip: oversize %q: want downscale or reject", cfg.Oversize)
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("whip: %w", err)
 	}
 	origins := map[string]bool{}
 	for _, o := range cfg.AllowOrigins {
