@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/ingest/whip"
@@ -62,6 +63,9 @@ type observed struct {
 func startObserved(cfg engine.Config, limits map[profile.WorkerTypeID]int, app *dag.App, prof *profile.File) (*observed, error) {
 	o := &observed{mx: newMetrics(), results: &frameSink{}}
 	cfg.OnFrame, cfg.Metrics = o.results.onFrame, o.mx
+	if cfg.MILPSolver == nil {
+		cfg.MILPSolver = milp.Solver{} // the engine plans with the MILP (lp_solve), handed in here
+	}
 	if limits != nil {
 		o.e, _ = engine.NewEmbedded(cfg, limits)
 	} else {

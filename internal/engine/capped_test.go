@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/internal/metrics"
 	"github.com/mdag/mdag/modules"
@@ -22,7 +23,7 @@ import (
 func TestCappedPoolDegradesLoudly(t *testing.T) {
 	app, prof := loadExample(t, "traffic")
 	mx := metrics.New(false)
-	e, _ := NewEmbedded(Config{Metrics: mx}, map[profile.WorkerTypeID]int{"P100": 1, "V100": 1, "CPU": 1})
+	e, _ := NewEmbedded(Config{Metrics: mx, MILPSolver: milp.Solver{}}, map[profile.WorkerTypeID]int{"P100": 1, "V100": 1, "CPU": 1})
 	e.Start()
 	defer e.Close()
 	if err := e.Deploy(app, prof); err != nil {
