@@ -58,7 +58,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz FuzzParseApp -fuzztime $${FUZZTIME:-30s} ./dag
 	$(GO) test -run '^$$' -fuzz FuzzParseProfiles -fuzztime $${FUZZTIME:-30s} ./profile
 	for f in FuzzParseSessions FuzzParseCluster FuzzParseModels; do \
-		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./placement || exit 1; done
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./placement/spec || exit 1; done
 	$(GO) test -run '^$$' -fuzz FuzzParseWorkload -fuzztime $${FUZZTIME:-30s} ./scheduler/sim
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./ingest/vpx
 	for f in FuzzRTP FuzzOffer; do \

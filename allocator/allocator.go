@@ -38,6 +38,15 @@
 //   - even: the SLO split evenly across the stages of the longest path
 //     through each module, then the cheapest option per module (Nexus's
 //     baseline).
+//
+// # Imports
+//
+// The package is pure Go: it imports dag, profile and the standard library,
+// never lp_solve. The MILP solver lives in allocator/milp, which imports
+// this package and golp; the caller hands it in (Request.MILPSolver, usually
+// milp.Solver{}), and a milp request without one fails with
+// ErrNoMILPSolver. Other solvers can implement Solver with Problem's
+// exported fields and methods.
 package allocator
 
 import (
@@ -68,7 +77,8 @@ const (
 // Methods lists every method, the default first.
 var Methods = []Method{MILP, BruteForce, Greedy, NexusDP, Even}
 
-// Solver picks one option per module of a Problem.
+// Solver picks one option per module of a Problem. The baselines are built
+// in; the MILP (allocator/milp) is handed in through Request.MILPSolver.
 type Solver interface {
 	// Solve returns the chosen option index per module (in Problem order),
 	// or ok false with a reason when it finds no allocation within the SLO.
@@ -107,6 +117,10 @@ type Request struct {
 	// placement cannot carry out. The MILP honours them exactly; the other
 	// methods' answers are checked and reported infeasible when over.
 	Limits map[profile.WorkerTypeID]float64
+	// MILPSolver solves method milp (the default). This package links no
+	// MILP solver: callers hand one in, normally milp.Solver{} from
+	// allocator/milp. A milp request without one fails with ErrNoMILPSolver.
+	MILPSolver Solver
 }
 
 // Problem is a Request prepared for the solvers: the modules in topological
@@ -219,6 +233,14 @@ func NewProblem(req Request) (*Problem, error) {
 	return p, nil
 }
 
+// Preds returns the indices (in Problem order) of the modules feeding module
+// i; the source is not one. Do not modify the slice.
+func (p *Problem) Preds(i int) []int { return p.preds[i] }
+
+// Sinks returns the indices of the modules with no outputs, where every
+// source-to-sink path ends. Do not modify the slice.
+func (p *Problem) Sinks() []int { return p.sinks }
+
 // Infeasible returns why no allocation can meet the SLO, or "" when the
 // fastest configurations of every module fit it. It is computed on demand:
 // the planners never need it when an allocation exists.
@@ -235,7 +257,7 @@ func (p *Problem) Infeasible() string {
 	if len(unusable) > 0 {
 		return fmt.Sprintf("no configuration left can carry the rate of %s (after exclusions and zero worker limits)", strings.Join(unusable, ", "))
 	}
-	if crit, path := p.critical(lat); crit > p.SLO+slack {
+	if crit, path := p.critical(lat); crit > p.SLO+Slack {
 		return fmt.Sprintf("the fastest configurations give %s ms on %s, above the %s ms SLO (by %s ms)",
 			fmtMS(crit), path, fmtMS(p.SLO), fmtMS(crit-p.SLO))
 	}
@@ -296,9 +318,9 @@ func limitedFront(cfgs []profile.Config, rate float64, maxLatency time.Duration,
 	return out
 }
 
-// uses is how much of worker type w's instances an option takes: its whole
-// instances and its partial's share.
-func uses(ch profile.Choice, w profile.WorkerTypeID) float64 {
+// Uses is how much of worker type w's instances an option takes: its whole
+// instances and its partial's share (what Request.Limits caps).
+func Uses(ch profile.Choice, w profile.WorkerTypeID) float64 {
 	var n float64
 	if ch.N > 0 && ch.Full.Worker == w {
 		n += float64(ch.N)
@@ -309,14 +331,14 @@ func uses(ch profile.Choice, w profile.WorkerTypeID) float64 {
 	return n
 }
 
-// overLimits names the worker types a choice uses beyond the request's
-// limits, or "" when it fits them.
-func (p *Problem) overLimits(choice []int) string {
+// OverLimits names the worker types a choice (one option index per module)
+// uses beyond the request's limits, or "" when it fits them.
+func (p *Problem) OverLimits(choice []int) string {
 	var over []string
-	for _, w := range sortedTypes(p.Limits) {
+	for _, w := range p.CappedTypes() {
 		var n float64
 		for i, o := range choice {
-			n += uses(p.Fronts[i][o], w)
+			n += Uses(p.Fronts[i][o], w)
 		}
 		if n > p.Limits[w]+1e-6 {
 			over = append(over, fmt.Sprintf("%s: %.3g of %.3g", w, n, p.Limits[w]))
@@ -324,6 +346,9 @@ func (p *Problem) overLimits(choice []int) string {
 	}
 	return strings.Join(over, ", ")
 }
+
+// CappedTypes returns the worker types the request limits, sorted.
+func (p *Problem) CappedTypes() []profile.WorkerTypeID { return sortedTypes(p.Limits) }
 
 func sortedTypes(m map[profile.WorkerTypeID]float64) []profile.WorkerTypeID {
 	return slices.Sorted(maps.Keys(m))
@@ -360,8 +385,8 @@ func (p *Problem) latencies(choice []int) []time.Duration {
 	return lat
 }
 
-// cost returns the cost per hour of a choice of options.
-func (p *Problem) cost(choice []int) float64 {
+// Cost returns the cost per hour of a choice of options.
+func (p *Problem) Cost(choice []int) float64 {
 	var c float64
 	for i, o := range choice {
 		c += p.Fronts[i][o].Cost
@@ -369,15 +394,15 @@ func (p *Problem) cost(choice []int) float64 {
 	return c
 }
 
-// slack is how far a computed latency may exceed the SLO and still count as
+// Slack is how far a computed latency may exceed the SLO and still count as
 // within it: float rounding in the solver, never a real violation.
-const slack = time.Microsecond
+const Slack = time.Microsecond
 
-// fits reports whether a choice meets the SLO on every path.
-func (p *Problem) fits(choice []int) bool {
+// Fits reports whether a choice meets the SLO on every path.
+func (p *Problem) Fits(choice []int) bool {
 	fin := p.finish(p.latencies(choice))
 	for _, s := range p.sinks {
-		if fin[s] > p.SLO+slack {
+		if fin[s] > p.SLO+Slack {
 			return false
 		}
 	}
@@ -398,10 +423,13 @@ func (p *Problem) cheapestWithin(i int, budget time.Duration) int {
 	return best
 }
 
-func solverFor(m Method) (Solver, error) {
-	switch m {
+func solverFor(req Request) (Solver, error) {
+	switch req.Method {
 	case MILP, "":
-		return milpSolver{}, nil
+		if req.MILPSolver == nil {
+			return nil, ErrNoMILPSolver
+		}
+		return req.MILPSolver, nil
 	case BruteForce:
 		return bruteForce{}, nil
 	case Greedy:
@@ -415,15 +443,15 @@ func solverFor(m Method) (Solver, error) {
 	for i, m := range Methods {
 		names[i] = string(m)
 	}
-	return nil, fmt.Errorf("%w: unknown method %q (known: %s)", ErrBadRequest, m, strings.Join(names, ", "))
+	return nil, fmt.Errorf("%w: unknown method %q (known: %s)", ErrBadRequest, req.Method, strings.Join(names, ", "))
 }
 
 // Allocate answers a request with the requested method. An allocation that
 // cannot meet the SLO is a result (Feasible false, with the reason), not an
-// error; errors are bad requests, refusals (bruteforce on a large input) and
-// solver failures.
+// error; errors are bad requests, refusals (bruteforce on a large input),
+// solver failures and a milp request with no MILP solver handed in.
 func Allocate(ctx context.Context, req Request) (*Allocation, error) {
-	solver, err := solverFor(req.Method)
+	solver, err := solverFor(req)
 	if err != nil {
 		return nil, err
 	}
@@ -448,7 +476,7 @@ func Allocate(ctx context.Context, req Request) (*Allocation, error) {
 		}
 	}
 	if choice != nil {
-		if over := p.overLimits(choice); over != "" {
+		if over := p.OverLimits(choice); over != "" {
 			choice, stats.Reason = nil, fmt.Sprintf("%s's allocation needs more instances than the limits allow (%s)", method, over)
 		}
 	}

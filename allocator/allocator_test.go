@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/allocator"
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/profile"
@@ -49,7 +50,7 @@ func describe(m allocator.ModuleAllocation) string {
 func TestScroogeWorkedExample(t *testing.T) {
 	g, cat := loadExample(t, "scrooge-example")
 	for _, m := range []allocator.Method{allocator.MILP, allocator.BruteForce} {
-		a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 80, Method: m})
+		a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 80, Method: m, MILPSolver: milp.Solver{}})
 		want := 2 + 3*20.0/81 + 3 + 3*0.6
 		if !a.Feasible || math.Abs(a.Cost-want) > 1e-9 || a.CostPerHour != 7.5407 {
 			t.Fatalf("%s: cost %v (feasible %v), want %v", m, a.Cost, a.Feasible, want)
@@ -116,7 +117,7 @@ func TestNexusLatencySplit(t *testing.T) {
 		// R/T_X + gamma*R/T_Y exactly as in Nexus's analysis.
 		const rate = 60000
 		for _, m := range []allocator.Method{allocator.NexusDP, allocator.MILP} {
-			a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: rate, Method: m})
+			a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: rate, Method: m, MILPSolver: milp.Solver{}})
 			if !a.Feasible {
 				t.Fatalf("gamma %g %s: infeasible: %s", tt.gamma, m, a.Reason)
 			}
@@ -140,12 +141,12 @@ func TestMonotone(t *testing.T) {
 		if name == "scrooge-example" {
 			rate = 80
 		}
-		base := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: rate})
+		base := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: rate, MILPSolver: milp.Solver{}})
 		if !base.Feasible {
 			t.Fatalf("%s: base infeasible: %s", name, base.Reason)
 		}
 		for _, w := range cat.Workers() {
-			a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: rate, Exclude: []profile.WorkerTypeID{w.Type}})
+			a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: rate, Exclude: []profile.WorkerTypeID{w.Type}, MILPSolver: milp.Solver{}})
 			if a.Feasible && a.Cost < base.Cost*(1-1e-9) {
 				t.Errorf("%s without %s: cost %v below %v", name, w.Type, a.Cost, base.Cost)
 			}
@@ -156,7 +157,7 @@ func TestMonotone(t *testing.T) {
 			for _, m := range g.Order() {
 				balloon[m] = f
 			}
-			a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: rate, Balloon: balloon})
+			a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: rate, Balloon: balloon, MILPSolver: milp.Solver{}})
 			if !a.Feasible {
 				break // so are all larger factors
 			}
@@ -173,9 +174,9 @@ func TestMonotone(t *testing.T) {
 // changes nothing.
 func TestBudget(t *testing.T) {
 	g, cat := loadExample(t, "traffic")
-	full := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 120})
-	tight := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 120, Budget: 300 * time.Millisecond})
-	loose := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 120, Budget: time.Hour})
+	full := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 120, MILPSolver: milp.Solver{}})
+	tight := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 120, Budget: 300 * time.Millisecond, MILPSolver: milp.Solver{}})
+	loose := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 120, Budget: time.Hour, MILPSolver: milp.Solver{}})
 	if !full.Feasible || !tight.Feasible {
 		t.Fatalf("feasible: full %v (%s), tight %v (%s)", full.Feasible, full.Reason, tight.Feasible, tight.Reason)
 	}
@@ -185,7 +186,7 @@ func TestBudget(t *testing.T) {
 	if loose.Cost != full.Cost || loose.SLOMS != 400 {
 		t.Errorf("budget above the SLO: cost %.4f vs %.4f, SLO %.0f", loose.Cost, full.Cost, loose.SLOMS)
 	}
-	if a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 120, Budget: 50 * time.Millisecond}); a.Feasible ||
+	if a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 120, Budget: 50 * time.Millisecond, MILPSolver: milp.Solver{}}); a.Feasible ||
 		!strings.Contains(a.Reason, "above the 50 ms SLO") {
 		t.Errorf("50 ms budget: feasible %v, reason %q", a.Feasible, a.Reason)
 	}
@@ -193,21 +194,21 @@ func TestBudget(t *testing.T) {
 
 func TestInfeasibleAndBadRequests(t *testing.T) {
 	g, cat := loadExample(t, "traffic")
-	a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 5})
+	a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 5, MILPSolver: milp.Solver{}})
 	if a.Feasible || !strings.Contains(a.Reason, "the fastest configurations give 629.73 ms on source->detect->crop-people->face, above the 400 ms SLO") {
 		t.Errorf("infeasible reason = %q", a.Reason)
 	}
-	a = allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 100, Exclude: []profile.WorkerTypeID{"P100", "V100"}})
+	a = allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 100, Exclude: []profile.WorkerTypeID{"P100", "V100"}, MILPSolver: milp.Solver{}})
 	if a.Feasible || !strings.Contains(a.Reason, "no configuration left can carry the rate of detect, classify, face") {
 		t.Errorf("all GPUs excluded: reason = %q", a.Reason)
 	}
 	for _, req := range []allocator.Request{
-		{Graph: g, Catalog: cat, Rate: 0},
-		{Graph: g, Catalog: cat, Rate: 10, Scale: map[dag.ModuleID]float64{"nope": 2}},
-		{Graph: g, Catalog: cat, Rate: 10, Balloon: map[dag.ModuleID]float64{"detect": 0}},
-		{Graph: g, Catalog: cat, Rate: 10, Exclude: []profile.WorkerTypeID{"TPU"}},
-		{Graph: g, Catalog: cat, Rate: 10, Method: "simplex"},
-		{Graph: g, Catalog: cat, Rate: 10, Budget: -time.Millisecond},
+		{Graph: g, Catalog: cat, Rate: 0, MILPSolver: milp.Solver{}},
+		{Graph: g, Catalog: cat, Rate: 10, Scale: map[dag.ModuleID]float64{"nope": 2}, MILPSolver: milp.Solver{}},
+		{Graph: g, Catalog: cat, Rate: 10, Balloon: map[dag.ModuleID]float64{"detect": 0}, MILPSolver: milp.Solver{}},
+		{Graph: g, Catalog: cat, Rate: 10, Exclude: []profile.WorkerTypeID{"TPU"}, MILPSolver: milp.Solver{}},
+		{Graph: g, Catalog: cat, Rate: 10, Method: "simplex", MILPSolver: milp.Solver{}},
+		{Graph: g, Catalog: cat, Rate: 10, Budget: -time.Millisecond, MILPSolver: milp.Solver{}},
 	} {
 		if _, err := allocator.Allocate(context.Background(), req); !errors.Is(err, allocator.ErrBadRequest) {
 			t.Errorf("request %+v: error %v, want ErrBadRequest", req, err)
@@ -249,7 +250,7 @@ func TestInfeasibleAndBadRequests(t *testing.T) {
 	if !errors.Is(err, allocator.ErrTooLarge) {
 		t.Errorf("bruteforce on 8 modules: %v, want ErrTooLarge", err)
 	}
-	if a := allocate(t, allocator.Request{Graph: bigG, Catalog: bigCat, Rate: 900}); !a.Feasible {
+	if a := allocate(t, allocator.Request{Graph: bigG, Catalog: bigCat, Rate: 900, MILPSolver: milp.Solver{}}); !a.Feasible {
 		t.Errorf("milp on 8 modules: infeasible: %s", a.Reason)
 	}
 }
@@ -265,7 +266,7 @@ func TestExamples(t *testing.T) {
 			if name == "scrooge-example" {
 				rate = 80
 			}
-			opt := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: rate})
+			opt := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: rate, MILPSolver: milp.Solver{}})
 			if !opt.Feasible {
 				t.Fatalf("milp infeasible: %s", opt.Reason)
 			}
@@ -314,7 +315,7 @@ func usedBy(a *allocator.Allocation, w profile.WorkerTypeID) float64 {
 // reason naming the limits; never one that uses more than the pool has.
 func TestLimits(t *testing.T) {
 	g, cat := loadExample(t, "traffic")
-	free := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 80})
+	free := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 80, MILPSolver: milp.Solver{}})
 	if !free.Feasible {
 		t.Fatalf("unlimited: %s", free.Reason)
 	}
@@ -330,7 +331,7 @@ func TestLimits(t *testing.T) {
 	} {
 		for _, method := range []allocator.Method{allocator.MILP, allocator.Greedy} {
 			t.Run(tc.name+"/"+string(method), func(t *testing.T) {
-				a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 80, Limits: tc.limits, Method: method})
+				a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 80, Limits: tc.limits, Method: method, MILPSolver: milp.Solver{}})
 				if method == allocator.MILP && a.Feasible != tc.feasible {
 					t.Fatalf("feasible = %v, want %v (%s)", a.Feasible, tc.feasible, a.Reason)
 				}
@@ -359,7 +360,7 @@ func TestLimits(t *testing.T) {
 		}
 	}
 	if _, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: cat, Rate: 80,
-		Limits: map[profile.WorkerTypeID]float64{"P100": -1}}); !errors.Is(err, allocator.ErrBadRequest) {
+		Limits: map[profile.WorkerTypeID]float64{"P100": -1}, MILPSolver: milp.Solver{}}); !errors.Is(err, allocator.ErrBadRequest) {
 		t.Errorf("negative limit: err = %v, want ErrBadRequest", err)
 	}
 }
@@ -368,7 +369,7 @@ func TestLimits(t *testing.T) {
 // a pool with no GPU carries nothing.
 func TestLargestShare(t *testing.T) {
 	g, cat := loadExample(t, "traffic")
-	req := allocator.Request{Graph: g, Catalog: cat, Rate: 120, Limits: map[profile.WorkerTypeID]float64{"P100": 1, "V100": 1, "CPU": 1}}
+	req := allocator.Request{Graph: g, Catalog: cat, Rate: 120, Limits: map[profile.WorkerTypeID]float64{"P100": 1, "V100": 1, "CPU": 1}, MILPSolver: milp.Solver{}}
 	if a := allocate(t, req); a.Feasible {
 		t.Fatal("120 frames/s fits one of each: pick a harder case")
 	}
@@ -385,5 +386,29 @@ func TestLargestShare(t *testing.T) {
 	none.Limits = map[profile.WorkerTypeID]float64{"P100": 0, "V100": 0}
 	if f, a, err := allocator.LargestShare(context.Background(), none, 12); err != nil || f != 0 || a != nil {
 		t.Errorf("no GPU: share %v, allocation %v, err %v", f, a, err)
+	}
+}
+
+// TestNoMILPSolver: the allocator links no MILP solver; a milp request
+// without one handed in is an error naming the fix, never a panic, and the
+// other methods need none.
+func TestNoMILPSolver(t *testing.T) {
+	g, cat := loadExample(t, "traffic")
+	for _, m := range []allocator.Method{"", allocator.MILP} {
+		a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: cat, Rate: 80, Method: m})
+		if !errors.Is(err, allocator.ErrNoMILPSolver) || a != nil {
+			t.Fatalf("method %q without a MILP solver: %v, %v; want ErrNoMILPSolver", m, a, err)
+		}
+		if !strings.Contains(err.Error(), "milp.Solver{}") {
+			t.Errorf("the error does not name the fix: %v", err)
+		}
+	}
+	if _, _, err := allocator.LargestShare(context.Background(), allocator.Request{Graph: g, Catalog: cat, Rate: 80}, 4); !errors.Is(err, allocator.ErrNoMILPSolver) {
+		t.Errorf("LargestShare without a MILP solver: %v", err)
+	}
+	for _, m := range allocator.Methods[1:] {
+		if _, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: cat, Rate: 80, Method: m}); err != nil {
+			t.Errorf("%s without a MILP solver: %v", m, err)
+		}
 	}
 }

@@ -60,7 +60,7 @@ func (bruteForce) Solve(ctx context.Context, p *Problem) ([]int, Stats, error) {
 			start = max(start, fin[u])
 		}
 		for o, ch := range fronts[i] {
-			if start+ch.Latency > p.SLO+slack {
+			if start+ch.Latency > p.SLO+Slack {
 				break // the front is sorted by latency: the rest are slower
 			}
 			if cost+ch.Cost > bestCost*(1+1e-12) {

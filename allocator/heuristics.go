@@ -16,7 +16,7 @@ type greedy struct{}
 
 func (greedy) Solve(ctx context.Context, p *Problem) ([]int, Stats, error) {
 	choice := make([]int, len(p.Modules))
-	if !p.fits(choice) {
+	if !p.Fits(choice) {
 		return nil, Stats{Reason: "even the fastest options miss the SLO"}, nil
 	}
 	var stats Stats
@@ -30,10 +30,10 @@ func (greedy) Solve(ctx context.Context, p *Problem) ([]int, Stats, error) {
 			for o := choice[i] + 1; o < len(front); o++ {
 				stats.Candidates++
 				saved := cur.Cost - front[o].Cost
-				added := msf(front[o].Latency-cur.Latency) + 1e-6 // no division by zero
+				added := Millis(front[o].Latency-cur.Latency) + 1e-6 // no division by zero
 				old := choice[i]
 				choice[i] = o
-				ok := p.fits(choice)
+				ok := p.Fits(choice)
 				choice[i] = old
 				if ok && saved/added > bestScore {
 					bi, bo, bestScore = i, o, saved/added

@@ -81,7 +81,7 @@ func (p *Problem) result(method Method, choice []int, stats Stats, took time.Dur
 	crit, cpath := p.critical(lat)
 	a.Critical, a.CriticalPath = crit, cpath.String()
 	a.CriticalLatencyMS = ms(crit)
-	a.Cost = p.cost(choice)
+	a.Cost = p.Cost(choice)
 	a.CostPerHour = round(a.Cost, 4)
 	for i, m := range p.Modules {
 		ch := p.Fronts[i][choice[i]]
@@ -141,18 +141,22 @@ func (p *Problem) why(method Method, choice []int, i int) string {
 	alt := append([]int(nil), choice...)
 	alt[i] = nx
 	saving := front[o].Cost - next.Cost
-	if !p.fits(alt) {
+	if !p.Fits(alt) {
 		crit, path := p.critical(p.latencies(alt))
 		return fmt.Sprintf("the next cheaper option (%s, $%.4f/h less) would make %s take %s ms, over the %s ms SLO",
 			next, saving, path, fmtMS(crit), fmtMS(p.SLO))
 	}
-	if over := p.overLimits(alt); over != "" {
+	if over := p.OverLimits(alt); over != "" {
 		return fmt.Sprintf("the next cheaper option (%s, $%.4f/h less) would need more instances than the worker limits allow (%s)", next, saving, over)
 	}
 	return fmt.Sprintf("%s did not take the cheaper %s ($%.4f/h less), which fits the SLO", method, next, saving)
 }
 
-func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 2) }
+func ms(d time.Duration) float64 { return round(Millis(d), 2) }
+
+// Millis is d in milliseconds, unrounded: the unit of the MILP's latency
+// terms and of greedy's ratios.
+func Millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func fmtMS(d time.Duration) string { return fmt.Sprint(ms(d)) }
 

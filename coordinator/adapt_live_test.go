@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/clock"
@@ -92,7 +93,7 @@ func (a adaptation) finishRate() float64 {
 // second after it.
 func runAdaptation(tb testing.TB, tc adaptCase, log *slog.Logger) adaptation {
 	app, prof := loadExample(tb, "traffic")
-	e, local := MustEmbedded(Config{Log: log}, everyType)
+	e, local := MustEmbedded(Config{MILPSolver: milp.Solver{}, Log: log}, everyType)
 	e.Start()
 	defer e.Close()
 	if err := e.Deploy(app, prof); err != nil {
@@ -244,7 +245,7 @@ func runFactorsLeave(tb testing.TB, log *slog.Logger) factorsLeave {
 	app, prof := loadExample(tb, "traffic")
 	var mu sync.Mutex
 	next := factorsLeave{drops: map[string]uint64{}}
-	e, _ := MustEmbedded(Config{Log: log, OnFrame: func(r FrameResult) {
+	e, _ := MustEmbedded(Config{MILPSolver: milp.Solver{}, Log: log, OnFrame: func(r FrameResult) {
 		if r.Stream != "cam-b" {
 			return
 		}
@@ -324,7 +325,7 @@ func runFactorsLeave(tb testing.TB, log *slog.Logger) factorsLeave {
 func TestFinishRateAddsCapacity(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1e9, 0))
 	app, prof := loadExample(t, "traffic")
-	e, _ := MustEmbedded(Config{Clock: clk, Log: testLog(t)}, everyType)
+	e, _ := MustEmbedded(Config{MILPSolver: milp.Solver{}, Clock: clk, Log: testLog(t)}, everyType)
 	e.Start()
 	defer e.Close()
 	if err := e.Deploy(app, prof); err != nil {

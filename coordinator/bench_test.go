@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/observe/metrics"
 	"github.com/mdag/mdag/profile"
@@ -16,7 +17,7 @@ func startChain(b *testing.B, n int, onFrame func(FrameResult), mx *metrics.Metr
 	if err != nil {
 		b.Fatal(err)
 	}
-	e, _ := MustEmbedded(Config{OnFrame: onFrame, Observer: Observe(mx)}, map[profile.WorkerTypeID]int{"CPU": 1})
+	e, _ := MustEmbedded(Config{MILPSolver: milp.Solver{}, OnFrame: onFrame, Observer: Observe(mx)}, map[profile.WorkerTypeID]int{"CPU": 1})
 	e.Start()
 	if err := e.Deploy(app, prof); err != nil {
 		b.Fatal(err)

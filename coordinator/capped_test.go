@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/observe/metrics"
@@ -22,7 +23,7 @@ import (
 func TestCappedPoolDegradesLoudly(t *testing.T) {
 	app, prof := loadExample(t, "traffic")
 	mx := metrics.New(false)
-	e, _ := MustEmbedded(Config{Observer: Observe(mx)}, map[profile.WorkerTypeID]int{"P100": 1, "V100": 1, "CPU": 1})
+	e, _ := MustEmbedded(Config{MILPSolver: milp.Solver{}, Observer: Observe(mx)}, map[profile.WorkerTypeID]int{"P100": 1, "V100": 1, "CPU": 1})
 	e.Start()
 	defer e.Close()
 	if err := e.Deploy(app, prof); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/clock"
 )
@@ -40,7 +41,7 @@ func TestStreamsJoinAndLeave(t *testing.T) {
 // number of re-plans.
 func runJoinAndLeave(tb testing.TB) (SessionStatus, int) {
 	app, prof := loadExample(tb, "traffic")
-	e, _ := MustEmbedded(Config{}, everyType)
+	e, _ := MustEmbedded(Config{MILPSolver: milp.Solver{}}, everyType)
 	e.Start()
 	defer e.Close()
 	if err := e.Deploy(app, prof); err != nil {

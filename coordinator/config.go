@@ -64,6 +64,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Method != "" && !slices.Contains(allocator.Methods, cfg.Method) {
 		bad("Method", cfg.Method, fmt.Sprintf("unknown (known: %v)", allocator.Methods))
 	}
+	if cfg.MILPSolver == nil && (cfg.Method == "" || cfg.Method == allocator.MILP) {
+		bad("MILPSolver", "nil", "the milp method (the default) needs a solver: hand in allocator/milp.Solver{} (or choose another Method)")
+	}
 	if cfg.Ops == nil {
 		cfg.Ops = modules.Builtin()
 	}

@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mdag/mdag/allocator"
+	"github.com/mdag/mdag/allocator/milp"
 )
 
 // TestConfigOutOfRange: zero fields take defaults, fields out of range are
@@ -14,7 +17,9 @@ func TestConfigOutOfRange(t *testing.T) {
 		cfg  Config
 		want []string // substrings of the error; none: valid
 	}{
-		{"zero is every default", Config{}, nil},
+		{"zero is every default, the solver handed in", Config{MILPSolver: milp.Solver{}}, nil},
+		{"no MILP solver", Config{}, []string{"coordinator.Config.MILPSolver = nil: the milp method (the default) needs a solver"}},
+		{"no solver needed by greedy", Config{Method: allocator.Greedy}, nil},
 		{"headroom below 1", Config{Headroom: 0.8}, []string{"coordinator.Config.Headroom = 0.8: must be >= 1 (0: the default 1.25)"}},
 		{"negative epoch and lost-after", Config{Epoch: -time.Second, LostAfter: -1}, []string{"Config.Epoch = -1s: must be >= 0", "Config.LostAfter = -1ns"}},
 		{"unknown policy and method", Config{Policy: "fifo", Method: "magic"}, []string{"Config.Policy = fifo: unknown", "Config.Method = magic: unknown"}},
@@ -24,7 +29,11 @@ func TestConfigOutOfRange(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e, err := New(tc.cfg)
+			cfg := tc.cfg
+			if cfg.MILPSolver == nil && len(tc.want) > 0 && !strings.Contains(tc.want[0], "MILPSolver") {
+				cfg.MILPSolver = milp.Solver{}
+			}
+			e, err := New(cfg)
 			if len(tc.want) == 0 {
 				if err != nil || e == nil {
 					t.Fatalf("New: %v", err)

@@ -37,6 +37,7 @@ type Config struct {
 	Provisioner Provisioner // set by NewEmbedded for the local one
 	Policy      scheduler.Policy
 	Method      allocator.Method
+	MILPSolver  allocator.Solver // for Method milp (the default); the caller hands it in (allocator/milp)
 	Adapt       AdaptConfig
 	Epoch       time.Duration // periodic re-plan; default 30 s
 	LostAfter   time.Duration // a frame still open this long past its deadline is counted lost; default 5 s

@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/ingest/synth"
@@ -145,7 +146,7 @@ func TestEveryFrameAccounted(t *testing.T) {
 // frame to end; it returns the session's status.
 func runEveryFrame(tb testing.TB, mx *metrics.Metrics) SessionStatus {
 	app, prof := loadExample(tb, "traffic")
-	e, _ := MustEmbedded(Config{Observer: Observe(mx)}, everyType)
+	e, _ := MustEmbedded(Config{MILPSolver: milp.Solver{}, Observer: Observe(mx)}, everyType)
 	e.Start()
 	tb.Cleanup(e.Close) // the caller reads mx while the engine runs
 	if err := e.Deploy(app, prof); err != nil {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/internal/clock"
 )
@@ -14,7 +15,7 @@ func startTraffic(t *testing.T, cfg Config) (*Engine, *clock.Fake, *dag.App) {
 	t.Helper()
 	app, prof := loadExample(t, "traffic")
 	clk := clock.NewFake(time.Unix(1e9, 0))
-	cfg.Clock = clk
+	cfg.Clock, cfg.MILPSolver = clk, milp.Solver{}
 	e, _ := MustEmbedded(cfg, everyType)
 	e.Start()
 	t.Cleanup(e.Close)

@@ -126,7 +126,7 @@ func (e *Engine) replan(trigger string) {
 			snap.Prices[w.Type] = w.Price
 		}
 	}
-	method, headroom, mx := e.cfg.Method, e.cfg.Headroom, e.cfg.Observer
+	method, milpSolver, headroom, mx := e.cfg.Method, e.cfg.MILPSolver, e.cfg.Headroom, e.cfg.Observer
 	slices.Sort(e.dueKinds)
 	kinds := slices.Compact(e.dueKinds)
 	e.dueKinds = nil
@@ -139,7 +139,7 @@ func (e *Engine) replan(trigger string) {
 	go func() {
 		start := time.Now()
 		out := planOutput{trigger: trigger, kinds: kinds, snapIDs: ids, inputs: inputs}
-		planRound(&out, snap, limits, prev, method, headroom, mx)
+		planRound(&out, snap, limits, prev, method, milpSolver, headroom, mx)
 		out.took = time.Since(start)
 		e.post(func() { e.apply(out) })
 	}()
@@ -153,7 +153,7 @@ func (e *Engine) replan(trigger string) {
 // keeps its previous allocation, re-placed on what exists. Placement
 // shortages (partials that do not pack) lower the type's limit and re-run.
 func planRound(out *planOutput, snap placement.Snapshot, limits map[profile.WorkerTypeID]int, prev map[dag.AppID]*allocator.Allocation,
-	method allocator.Method, headroom float64, mx Observer) {
+	method allocator.Method, milpSolver allocator.Solver, headroom float64, mx Observer) {
 	capF := map[profile.WorkerTypeID]float64{}
 	for _, in := range out.inputs {
 		for _, w := range in.cat.Workers() {
@@ -180,7 +180,7 @@ func planRound(out *planOutput, snap placement.Snapshot, limits map[profile.Work
 			if in.rate <= 0 {
 				continue
 			}
-			a, share, err := allocateWithin(in, left, method, headroom)
+			a, share, err := allocateWithin(in, left, method, milpSolver, headroom)
 			switch {
 			case err != nil:
 				problem(id, "%v", err)
@@ -242,9 +242,9 @@ type share struct {
 // The planning headroom stays: measured with 8 traffic streams on one
 // worker of each type, planning the full rate without it (detect at 99% of
 // a P100) finished 70% of frames, shedding 10% with it 80%.
-func allocateWithin(in planInput, left map[profile.WorkerTypeID]float64, method allocator.Method, headroom float64) (*allocator.Allocation, share, error) {
+func allocateWithin(in planInput, left map[profile.WorkerTypeID]float64, method allocator.Method, milpSolver allocator.Solver, headroom float64) (*allocator.Allocation, share, error) {
 	req := allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate * headroom * max(1, in.extra), Scale: in.scale, Balloon: in.balloon,
-		Method: method, Timeout: 2 * time.Second, Budget: in.app.SLO - in.reserve, Limits: left}
+		Method: method, MILPSolver: milpSolver, Timeout: 2 * time.Second, Budget: in.app.SLO - in.reserve, Limits: left}
 	a, err := allocator.Allocate(context.Background(), req)
 	if err != nil || a.Feasible {
 		return a, share{f: 1}, err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/allocator"
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/placement"
@@ -43,7 +44,7 @@ func TestDispatchModelFeasibleAtLowRate(t *testing.T) {
 				c = cat.Dispatching()
 			}
 			a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: c, Rate: 2 * 10 * 1.25,
-				Scale: scale, Budget: 400*time.Millisecond - 40*time.Millisecond})
+				Scale: scale, Budget: 400*time.Millisecond - 40*time.Millisecond, MILPSolver: milp.Solver{}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,7 +91,7 @@ func TestPlanRoundCappedPool(t *testing.T) {
 			for _, w := range in.cat.Workers() {
 				snap.Prices[w.Type] = w.Price
 			}
-			planRound(&out, snap, tc.limits, nil, allocator.MILP, 1.25, nop{})
+			planRound(&out, snap, tc.limits, nil, allocator.MILP, milp.Solver{}, 1.25, nop{})
 			if len(out.plan.Shortages) > 0 {
 				t.Fatalf("shortages %+v; problems %q", out.plan.Shortages, out.problems)
 			}
@@ -124,7 +125,7 @@ func TestPlanRoundCappedPool(t *testing.T) {
 			}
 			// The share is the largest that fits: a little more does not.
 			more, err := allocator.Allocate(context.Background(), allocator.Request{Graph: in.g, Catalog: in.cat, Rate: in.rate * 1.25 * (f + 0.02),
-				Limits: map[profile.WorkerTypeID]float64{"P100": 1, "V100": 1, "CPU": 1}})
+				Limits: map[profile.WorkerTypeID]float64{"P100": 1, "V100": 1, "CPU": 1}, MILPSolver: milp.Solver{}})
 			if err != nil || more.Feasible {
 				t.Errorf("%.0f%% + 2%% is feasible too (err %v): the search stopped short", f*100, err)
 			}
@@ -139,14 +140,14 @@ func TestPlanRoundKeepsPreviousWhenInfeasible(t *testing.T) {
 	in := trafficInput(t, 2)
 	snap := placement.Snapshot{Now: time.Unix(0, 0), Limits: map[profile.WorkerTypeID]int{"P100": 2, "V100": 2, "CPU": 2}, Prices: map[profile.WorkerTypeID]float64{}}
 	out := planOutput{inputs: map[dag.AppID]planInput{in.app.Name: in}}
-	planRound(&out, snap, snap.Limits, nil, allocator.MILP, 1.25, nop{})
+	planRound(&out, snap, snap.Limits, nil, allocator.MILP, milp.Solver{}, 1.25, nop{})
 	prev := out.allocs[in.app.Name]
 	if prev == nil {
 		t.Fatalf("no first plan: %q", out.problems)
 	}
 	in.reserve = in.app.SLO - time.Millisecond // nothing fits in 1 ms
 	out = planOutput{inputs: map[dag.AppID]planInput{in.app.Name: in}}
-	planRound(&out, snap, snap.Limits, map[dag.AppID]*allocator.Allocation{in.app.Name: prev}, allocator.MILP, 1.25, nop{})
+	planRound(&out, snap, snap.Limits, map[dag.AppID]*allocator.Allocation{in.app.Name: prev}, allocator.MILP, milp.Solver{}, 1.25, nop{})
 	if out.allocs[in.app.Name] != prev || len(out.kept) != 1 {
 		t.Fatalf("previous allocation not kept: kept %v, problems %q", out.kept, out.problems)
 	}

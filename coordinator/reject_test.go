@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/internal/clock"
@@ -53,7 +54,7 @@ func TestRejectedBatchesRequeue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := MustNew(Config{})
+	e := MustNew(Config{MILPSolver: milp.Solver{}})
 	e.Start()
 	defer e.Close()
 	if err := e.Deploy(app, prof); err != nil {

@@ -1,19 +1,18 @@
-// Package placement turns allocations into instances. All three planners
-// here are pure functions over a snapshot that return a plan with
-// diagnostics; the caller applies the plan.
+// Package placement turns allocations into instances (Scrooge Section
+// 3.4). Place is a pure function over a snapshot that returns a plan with
+// diagnostics; the caller applies the plan. Full allocations take whole
+// instances; partial allocations are packed best-fit by input-rate
+// proportionality across modules and apps; instances that already have a
+// module loaded are preferred; unused instances wait warm for a turn-off
+// delay before release; a plan moves as little as possible from the
+// previous one; a worker type that runs out is reported so allocation can
+// be re-run without it.
 //
-//   - Place (Scrooge Section 3.4): full allocations take whole instances;
-//     partial allocations are packed best-fit by input-rate proportionality
-//     across modules and apps; instances that already have a module loaded
-//     are preferred; unused instances wait warm for a turn-off delay before
-//     release; a plan moves as little as possible from the previous one;
-//     a worker type that runs out is reported so allocation can be re-run
-//     without it.
-//   - Pack and Repack (Nexus Section 6.1, Algorithm 1): squishy bin
-//     packing of model sessions onto GPUs with duty cycles.
-//   - Partition (Symphony Appendix A): models to sub-clusters by MILP,
-//     balancing request rate and static memory under limits, with a bound
-//     on re-partitioning cost; a random-search baseline.
+// The package is pure Go: it imports allocator (for Demands), dag, modules,
+// profile and the standard library, never lp_solve. Its neighbours:
+// placement/squishy (Nexus's squishy bin packing, pure),
+// placement/partition (Symphony's sub-cluster partitioning, the one that
+// links lp_solve) and placement/spec (the CLI's YAML inputs).
 package placement
 
 import (
@@ -158,8 +157,9 @@ func (it item) key() string {
 	return fmt.Sprintf("%s/%s/%s", it.app, it.module, kind)
 }
 
-// capacityEps absorbs float noise when fractions add up to exactly 1.
-const capacityEps = 1e-9
+// CapacityEps absorbs float noise when fractions add up to exactly 1: an
+// instance's loads may sum to 1 + CapacityEps.
+const CapacityEps = 1e-9
 
 // Place places demands on the snapshot's instances. Loads of apps not among
 // the demands (nor Idle) are left as they are. It is deterministic: the same inputs give
@@ -233,7 +233,7 @@ func Place(snap Snapshot, demands []Demand) Plan {
 		bins := virtual[it.typ]
 		best := -1
 		for b, used := range bins {
-			if !it.load.Full && used < 1 && used+it.load.Fraction <= 1+capacityEps && (best < 0 || used > bins[best]) {
+			if !it.load.Full && used < 1 && used+it.load.Fraction <= 1+CapacityEps && (best < 0 || used > bins[best]) {
 				best = b
 			}
 		}
@@ -299,7 +299,7 @@ func numericSuffix(id, typ string) (int, bool) {
 	return n, rest != ""
 }
 
-func fits(in *Instance, f float64) bool { return in.Used()+f <= 1+capacityEps }
+func fits(in *Instance, f float64) bool { return in.Used()+f <= 1+CapacityEps }
 
 func serving(in *Instance) bool { return in.State == Active || in.State == Starting }
 
@@ -350,7 +350,7 @@ func (p *placer) bestFit(it item) *Instance {
 			continue
 		}
 		left := 1 - in.Used() - it.load.Fraction
-		if left < bestLeft-capacityEps || math.Abs(left-bestLeft) <= capacityEps && p.hadModule(in, it) && !p.hadModule(best, it) {
+		if left < bestLeft-CapacityEps || math.Abs(left-bestLeft) <= CapacityEps && p.hadModule(in, it) && !p.hadModule(best, it) {
 			best, bestLeft = in, left
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/mdag/mdag/allocator"
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/placement"
@@ -25,7 +26,7 @@ func demandsFor(t testing.TB, name string, rate float64, exclude ...profile.Work
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: cat, Rate: rate, Exclude: exclude})
+	a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: cat, Rate: rate, Exclude: exclude, MILPSolver: milp.Solver{}})
 	if err != nil || !a.Feasible {
 		t.Fatalf("allocate %s: %v %v", name, err, a)
 	}
@@ -266,5 +267,41 @@ func TestPlaceIdleApp(t *testing.T) {
 	}
 	if p.CostWhole != 1 {
 		t.Errorf("cost %v, want 1 (only the kept instance)", p.CostWhole)
+	}
+}
+
+// TestPlacementCostRatio prints Scrooge placement's whole-instance cost over
+// the allocator's fractional cost for every example at 12 streams:
+//
+//	go test ./placement -run TestPlacementCostRatio -v
+func TestPlacementCostRatio(t *testing.T) {
+	for _, name := range examples.Names() {
+		g, cat, err := examples.Load(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rate := 12 * g.App().FPS
+		if name == "scrooge-example" {
+			rate = g.App().FPS
+		}
+		a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: cat, Rate: rate, MILPSolver: milp.Solver{}})
+		if err != nil || !a.Feasible {
+			t.Fatalf("%s: %v %v", name, err, a)
+		}
+		prices := map[profile.WorkerTypeID]float64{}
+		for _, w := range cat.Workers() {
+			prices[w.Type] = w.Price
+		}
+		plan := placement.Place(placement.Snapshot{Now: time.Unix(0, 0), Prices: prices}, placement.Demands(g.App(), a))
+		active := 0
+		for _, in := range plan.Instances {
+			if in.State != placement.Warm {
+				active++
+			}
+		}
+		if plan.CostWhole < plan.CostFractional-1e-9 {
+			t.Errorf("%s: whole-instance cost %v below the fractional %v", name, plan.CostWhole, plan.CostFractional)
+		}
+		t.Logf("| %s | %d | %.4f | %.4f | %.3f |", name, active, plan.CostFractional, plan.CostWhole, plan.CostWhole/plan.CostFractional)
 	}
 }

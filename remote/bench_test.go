@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/profile"
@@ -49,9 +50,9 @@ func startChain(b *testing.B, mode string, n int, onFrame func(coordinator.Frame
 	}
 	var e *coordinator.Engine
 	if mode == "embedded" {
-		e, _ = coordinator.MustEmbedded(coordinator.Config{OnFrame: onFrame}, map[profile.WorkerTypeID]int{"CPU": 1})
+		e, _ = coordinator.MustEmbedded(coordinator.Config{MILPSolver: milp.Solver{}, OnFrame: onFrame}, map[profile.WorkerTypeID]int{"CPU": 1})
 	} else {
-		e = coordinator.MustNew(coordinator.Config{OnFrame: onFrame})
+		e = coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}, OnFrame: onFrame})
 	}
 	e.Start()
 	b.Cleanup(e.Close)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
@@ -45,7 +46,7 @@ type loopback struct {
 
 func startCoordinator(t testing.TB, app *dag.App, prof *profile.File, hb time.Duration) *loopback {
 	t.Helper()
-	e := coordinator.MustNew(coordinator.Config{})
+	e := coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}})
 	e.Start()
 	if err := e.Deploy(app, prof); err != nil {
 		t.Fatal(err)

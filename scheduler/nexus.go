@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/mdag/mdag/placement"
+	"github.com/mdag/mdag/placement/squishy"
 )
 
 // nexus is Nexus's data plane (Sections 6.1 and 6.3): models are assigned
@@ -45,20 +45,20 @@ type nexusSlot struct {
 func newNexus(cfg Config) (*nexus, error) {
 	s := &nexus{net: cfg.Network, est: newEstimator(cfg.Models), byGPU: map[GPUID]*nexusGPU{},
 		routes: map[ModelID][]*nexusSlot{}, models: map[ModelID]Model{}}
-	var sessions []placement.Session
+	var sessions []squishy.Session
 	for _, m := range cfg.Models {
 		s.models[m.ID] = m
 		if m.Rate <= 0 {
 			return nil, fmt.Errorf("scheduler: nexus needs each model's expected rate (model %s)", m.ID)
 		}
-		p := placement.BatchProfile{}
+		p := squishy.BatchProfile{}
 		for b, l := range m.Latency {
 			p.Batches = append(p.Batches, b+1)
 			p.Latency = append(p.Latency, l)
 		}
-		sessions = append(sessions, placement.Session{ID: string(m.ID), Model: string(m.ID), SLO: m.SLO, Rate: m.Rate, Profile: p})
+		sessions = append(sessions, squishy.Session{ID: string(m.ID), Model: string(m.ID), SLO: m.SLO, Rate: m.Rate, Profile: p})
 	}
-	packed := placement.Pack(sessions, placement.PackOptions{})
+	packed := squishy.Pack(sessions, squishy.PackOptions{})
 	if len(packed.Unschedulable) > 0 {
 		u := packed.Unschedulable[0]
 		return nil, fmt.Errorf("scheduler: nexus cannot schedule %s: %s", u.Session, u.Reason)

@@ -18,6 +18,9 @@
 // work-conserving, drops only at dispatch), and nexus (static model-to-GPU
 // assignment from squishy bin packing, per-GPU round-robin duty cycles,
 // early drop with a sliding window).
+//
+// The package is pure Go: besides the standard library it imports only
+// placement/squishy (the Nexus packing), never lp_solve, OpenCV or WebRTC.
 package scheduler
 
 import (

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/mdag/mdag/allocator"
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/profile"
 )
@@ -76,7 +77,7 @@ func runAllocate(args []string, stdout, stderr io.Writer) int {
 	}
 	r, _ := SessionRate(g.App(), *rate, *streams)
 	req := allocator.Request{Graph: g, Catalog: cat, Rate: r, Scale: scale, Balloon: balloon,
-		Method: allocator.Method(*method), Segment: *segment}
+		Method: allocator.Method(*method), Segment: *segment, MILPSolver: milp.Solver{}}
 	for _, w := range exclude {
 		req.Exclude = append(req.Exclude, profile.WorkerTypeID(w))
 	}

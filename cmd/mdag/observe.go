@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/gpu/nvml"
@@ -62,6 +63,9 @@ type observed struct {
 func startObserved(cfg coordinator.Config, limits map[profile.WorkerTypeID]int, app *dag.App, prof *profile.File) (*observed, error) {
 	o := &observed{mx: newMetrics(), results: &frameSink{}}
 	cfg.OnFrame, cfg.Observer, cfg.Ops = o.results.onFrame, coordinator.Observe(o.mx), ops()
+	if cfg.MILPSolver == nil {
+		cfg.MILPSolver = milp.Solver{} // the engine plans with the MILP (lp_solve), handed in here
+	}
 	var err error
 	if limits != nil {
 		o.e, _, err = coordinator.NewEmbedded(cfg, limits)

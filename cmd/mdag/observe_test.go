@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/gpu/nvml"
 	"github.com/mdag/mdag/ingest/whip"
@@ -29,7 +30,7 @@ func TestGPUMetrics(t *testing.T) {
 // TestTapSinkAdmit: tapSink forwards Admit to the engine (an app it does
 // not serve is refused with the engine's reason).
 func TestTapSinkAdmit(t *testing.T) {
-	e := coordinator.MustNew(coordinator.Config{})
+	e := coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}})
 	e.Start()
 	defer e.Close()
 	var s whip.Sink = tapSink{e: e}

@@ -6,7 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/mdag/mdag/placement"
+	"github.com/mdag/mdag/placement/spec"
+	"github.com/mdag/mdag/placement/squishy"
 )
 
 func runPack(args []string, stdout, stderr io.Writer) int {
@@ -21,12 +22,12 @@ func runPack(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitInvalid
 	}
-	sessions, opt, err := placement.LoadSessions(*file)
+	sessions, opt, err := spec.LoadSessions(*file)
 	if err != nil {
 		printErrors(stderr, err)
 		return exitInvalid
 	}
-	res := placement.Pack(sessions, opt)
+	res := squishy.Pack(sessions, opt)
 	if *out == "json" {
 		writeJSON(stdout, res, false)
 	} else {

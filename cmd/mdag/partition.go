@@ -6,7 +6,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/mdag/mdag/placement"
+	"github.com/mdag/mdag/placement/partition"
+	"github.com/mdag/mdag/placement/spec"
 )
 
 func runPartition(args []string, stdout, stderr io.Writer) int {
@@ -25,20 +26,20 @@ func runPartition(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitInvalid
 	}
-	req, err := placement.LoadModels(*file)
+	req, err := spec.LoadModels(*file)
 	if err != nil {
 		printErrors(stderr, err)
 		return exitInvalid
 	}
 	req.SubClusters, req.TimeLimit, req.Seed = *k, *limit, *seed
-	var p placement.Partition
+	var p partition.Result
 	switch *method {
 	case "milp":
-		p, err = placement.PartitionMILP(req)
+		p, err = partition.MILP(req)
 	case "greedy":
-		p, err = placement.PartitionGreedy(req)
+		p, err = partition.Greedy(req)
 	default:
-		p, err = placement.PartitionRandom(req, 1<<30)
+		p, err = partition.Random(req, 1<<30)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "mdag partition:", err)

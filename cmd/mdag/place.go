@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/allocator"
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/placement"
+	"github.com/mdag/mdag/placement/spec"
 	"github.com/mdag/mdag/profile"
 )
 
@@ -52,7 +54,7 @@ func runPlace(args []string, stdout, stderr io.Writer) int {
 	snap := placement.Snapshot{Now: time.Now(), TurnOffDelay: placement.DefaultTurnOff}
 	if *cluster != "" {
 		var err error
-		if snap, err = placement.LoadCluster(*cluster, time.Now(), cat.Workers()); err != nil {
+		if snap, err = spec.LoadCluster(*cluster, time.Now(), cat.Workers()); err != nil {
 			printErrors(stderr, err)
 			return exitInvalid
 		}
@@ -62,7 +64,7 @@ func runPlace(args []string, stdout, stderr io.Writer) int {
 		snap.Prices[w.Type] = w.Price
 	}
 	r, _ := SessionRate(g.App(), *rate, *streams)
-	req := allocator.Request{Graph: g, Catalog: cat, Rate: r}
+	req := allocator.Request{Graph: g, Catalog: cat, Rate: r, MILPSolver: milp.Solver{}}
 	for _, w := range exclude {
 		req.Exclude = append(req.Exclude, profile.WorkerTypeID(w))
 	}

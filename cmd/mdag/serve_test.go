@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/ingest"
 )
@@ -35,7 +36,7 @@ func TestServeSynthetic(t *testing.T) {
 }
 
 func TestStatusCommand(t *testing.T) {
-	e := coordinator.MustNew(coordinator.Config{})
+	e := coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}})
 	e.Start()
 	defer e.Close()
 	srv := httptest.NewServer(statusHandler(e))
@@ -64,7 +65,7 @@ func TestStatusCommand(t *testing.T) {
 // TestStatusIngest: `mdag status` adds the WHIP admission state when the
 // server has one (GET /v1/ingest), and goes without it when not.
 func TestStatusIngest(t *testing.T) {
-	e := coordinator.MustNew(coordinator.Config{})
+	e := coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}})
 	e.Start()
 	defer e.Close()
 	cases := []struct {

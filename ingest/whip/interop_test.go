@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
@@ -46,7 +47,7 @@ func engineServer(t *testing.T) (*Server, *httptest.Server, *atomic.Int64) {
 	}
 	var srv atomic.Pointer[Server]
 	var finished atomic.Int64
-	e, _ := coordinator.MustEmbedded(coordinator.Config{OnFrame: func(r coordinator.FrameResult) {
+	e, _ := coordinator.MustEmbedded(coordinator.Config{MILPSolver: milp.Solver{}, OnFrame: func(r coordinator.FrameResult) {
 		if r.Outcome == coordinator.Finished {
 			finished.Add(1)
 		}

@@ -9,6 +9,9 @@
 // branching finds it under every rule tried. golp v0.0.0-20250721104811
 // keeps the C model in an unexported field, so FloorFirst reads it with
 // reflect and unsafe: the pinned version's layout, checked by a test.
+//
+// It imports golp and lp_solve's C library (cgo); allocator/milp is its only
+// user, so the pure planners never link it.
 package lpsolve
 
 /*

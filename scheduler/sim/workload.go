@@ -4,6 +4,9 @@
 // arrival processes (uniform, Poisson, Gamma bursts, per-minute traces),
 // Zipf popularity across models and fixed network delays. It is seeded and
 // reproducible: the same workload and seed give the same numbers.
+//
+// The package is pure Go: it imports scheduler, profile, internal/yamlx and
+// the standard library, never lp_solve, OpenCV or WebRTC.
 package sim
 
 import (

@@ -1,4 +1,4 @@
-package placement_test
+package partition_test
 
 import (
 	"flag"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mdag/mdag/placement"
+	"github.com/mdag/mdag/placement/partition"
 	"github.com/mdag/mdag/profile"
 )
 
@@ -22,17 +22,17 @@ var symphonyTable1 = []struct {
 }
 
 // zooModels makes n models cycling through Table 1 with rates 100, 200, ...
-func zooModels(n int) []placement.Model {
-	var out []placement.Model
+func zooModels(n int) []partition.Model {
+	var out []partition.Model
 	for i := 0; i < n; i++ {
 		z := symphonyTable1[i%len(symphonyTable1)]
-		out = append(out, placement.Model{Name: fmt.Sprintf("%s-%d", z.name, i/len(symphonyTable1)),
+		out = append(out, partition.Model{Name: fmt.Sprintf("%s-%d", z.name, i/len(symphonyTable1)),
 			Rate: float64(100 * (1 + i%7)), Static: profile.Bytes(z.static << 20), Dynamic: profile.Bytes(z.dynamic << 20), Current: -1})
 	}
 	return out
 }
 
-func checkLimits(t *testing.T, req placement.PartitionRequest, p placement.Partition) {
+func checkLimits(t *testing.T, req partition.Request, p partition.Result) {
 	t.Helper()
 	if len(p.Assign) != len(req.Models) {
 		t.Fatalf("%s: %d assignments for %d models", p.Method, len(p.Assign), len(req.Models))
@@ -57,13 +57,13 @@ func checkLimits(t *testing.T, req placement.PartitionRequest, p placement.Parti
 }
 
 func TestPartitionMILPBeatsRandom(t *testing.T) {
-	req := placement.PartitionRequest{Models: zooModels(18), SubClusters: 3, MaxRate: 2500, MaxMemory: 16 << 30,
+	req := partition.Request{Models: zooModels(18), SubClusters: 3, MaxRate: 2500, MaxMemory: 16 << 30,
 		MaxMoveCost: -1, TimeLimit: 5 * time.Second, Seed: 1}
-	milp, err := placement.PartitionMILP(req)
+	milp, err := partition.MILP(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rnd, err := placement.PartitionRandom(req, 20000)
+	rnd, err := partition.Random(req, 20000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestPartitionMILPBeatsRandom(t *testing.T) {
 	}
 	checkLimits(t, req, milp)
 	checkLimits(t, req, rnd)
-	greedy, _ := placement.PartitionGreedy(req)
+	greedy, _ := partition.Greedy(req)
 	checkLimits(t, req, greedy)
 	if milp.Objective > rnd.Objective+1e-6 || milp.Objective > greedy.Objective+1e-6 {
 		t.Errorf("milp objective %v worse than random %v or greedy %v", milp.Objective, rnd.Objective, greedy.Objective)
@@ -88,8 +88,8 @@ func TestPartitionMoveBound(t *testing.T) {
 	for i := range models {
 		models[i].Current = 0 // all on sub-cluster 0: badly balanced
 	}
-	req := placement.PartitionRequest{Models: models, SubClusters: 3, MaxMoveCost: 0, TimeLimit: 5 * time.Second}
-	p, err := placement.PartitionMILP(req)
+	req := partition.Request{Models: models, SubClusters: 3, MaxMoveCost: 0, TimeLimit: 5 * time.Second}
+	p, err := partition.MILP(req)
 	if err != nil || !p.Feasible {
 		t.Fatalf("%v %+v", err, p)
 	}
@@ -99,7 +99,7 @@ func TestPartitionMoveBound(t *testing.T) {
 		}
 	}
 	req.MaxMoveCost = 2 // one unload + one load
-	p, _ = placement.PartitionMILP(req)
+	p, _ = partition.MILP(req)
 	moved := 0
 	for _, j := range p.Assign {
 		if j != 0 {
@@ -112,20 +112,20 @@ func TestPartitionMoveBound(t *testing.T) {
 }
 
 func TestPartitionInfeasibleAndBadRequests(t *testing.T) {
-	req := placement.PartitionRequest{Models: zooModels(6), SubClusters: 2, MaxRate: 100, MaxMoveCost: -1, TimeLimit: time.Second}
-	p, err := placement.PartitionMILP(req)
+	req := partition.Request{Models: zooModels(6), SubClusters: 2, MaxRate: 100, MaxMoveCost: -1, TimeLimit: time.Second}
+	p, err := partition.MILP(req)
 	if err != nil || p.Feasible {
 		t.Errorf("rate limit 100 for 2100 r/s over 2 sub-clusters: %v %+v", err, p)
 	}
-	if r, _ := placement.PartitionRandom(req, 1000); r.Feasible || r.Status != "NO_FEASIBLE_FOUND" {
+	if r, _ := partition.Random(req, 1000); r.Feasible || r.Status != "NO_FEASIBLE_FOUND" {
 		t.Errorf("random: %+v", r)
 	}
-	for _, bad := range []placement.PartitionRequest{
+	for _, bad := range []partition.Request{
 		{Models: zooModels(3), SubClusters: 0},
 		{SubClusters: 2},
-		{Models: []placement.Model{{Name: "m", Rate: 1, Current: 5}}, SubClusters: 2},
+		{Models: []partition.Model{{Name: "m", Rate: 1, Current: 5}}, SubClusters: 2},
 	} {
-		if _, err := placement.PartitionMILP(bad); err == nil {
+		if _, err := partition.MILP(bad); err == nil {
 			t.Errorf("request %+v accepted", bad)
 		}
 	}
@@ -137,7 +137,7 @@ var report = flag.Bool("report", false, "print the partition quality report (Tes
 // time limit on Symphony-style instances (Appendix A.2): variants of the
 // Table 1 models with exponentially distributed rates.
 //
-//	go test ./placement -run TestPartitionReport -report -v
+//	go test ./placement/partition -run TestPartitionReport -report -v
 func TestPartitionReport(t *testing.T) {
 	if !*report {
 		t.Skip("run with -report")
@@ -147,27 +147,27 @@ func TestPartitionReport(t *testing.T) {
 		models, k int
 		mem       profile.Bytes
 	}{{40, 4, 11 << 30}, {200, 8, 16 << 30}} {
-		var models []placement.Model
+		var models []partition.Model
 		var total float64
 		for i := 0; i < size.models; i++ {
 			z := symphonyTable1[i%len(symphonyTable1)]
 			r := math.Round(rng.ExpFloat64() * 200)
 			total += r
-			models = append(models, placement.Model{Name: fmt.Sprintf("%s-%d", z.name, i), Rate: r,
+			models = append(models, partition.Model{Name: fmt.Sprintf("%s-%d", z.name, i), Rate: r,
 				Static: profile.Bytes(z.static << 20), Dynamic: profile.Bytes(z.dynamic << 20), Current: -1})
 		}
-		req := placement.PartitionRequest{Models: models, SubClusters: size.k, MaxRate: 1.3 * total / float64(size.k),
+		req := partition.Request{Models: models, SubClusters: size.k, MaxRate: 1.3 * total / float64(size.k),
 			MaxMemory: size.mem, MaxMoveCost: -1, TimeLimit: 10 * time.Second, Seed: 3}
-		milp, err := placement.PartitionMILP(req)
+		milp, err := partition.MILP(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rnd, err := placement.PartitionRandom(req, math.MaxInt)
+		rnd, err := partition.Random(req, math.MaxInt)
 		if err != nil {
 			t.Fatal(err)
 		}
-		greedy, _ := placement.PartitionGreedy(req)
-		for _, p := range []placement.Partition{milp, greedy, rnd} {
+		greedy, _ := partition.Greedy(req)
+		for _, p := range []partition.Result{milp, greedy, rnd} {
 			t.Logf("| %d models / %d | %s | %s | %.2f | %.3f | %.3f | %.0f |", size.models, size.k, p.Method, p.Status,
 				p.Objective, p.RateImbal, p.MemImbal, p.SolveMS)
 		}

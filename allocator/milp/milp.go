@@ -1,17 +1,25 @@
-package allocator
+// Package milp is the allocator's exact solver: one mixed-integer linear
+// program over the modules' option fronts, solved with lp_solve through
+// golp. It is the only allocator package that links lp_solve; it imports
+// allocator, internal/lpsolve and golp, and callers hand it to the pure
+// allocator:
+//
+//	a, err := allocator.Allocate(ctx, allocator.Request{..., MILPSolver: milp.Solver{}})
+package milp
 
 import (
 	"context"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/draffensperger/golp"
 
+	"github.com/mdag/mdag/allocator"
 	"github.com/mdag/mdag/internal/lpsolve"
 )
 
-// milpSolver picks one option per module with lp_solve.
+// Solver picks one option per module with lp_solve; it implements
+// allocator.Solver for method milp.
 //
 // Columns: y[i][o] in {0,1} for each option o of module i; s[i] >= 0, the
 // time module i may start (all its inputs done), in ms; lmax, the critical
@@ -20,14 +28,17 @@ import (
 //	sum_o y[i][o] = 1                                  for every module i
 //	s[v] - s[u] - sum_o L[u][o] y[u][o] >= 0           for every edge u -> v
 //	lmax - s[v] - sum_o L[v][o] y[v][o] >= 0           for every sink v
-//	lmax <= SLO + 1 µs                                 (a bound; float slack as in fits)
+//	lmax <= SLO + 1 µs                                 (a bound; float slack as in Problem.Fits)
 //	sum uses_w(o) y[i][o] <= limit_w                  for every capped worker type w
 //
 // Pass 1 minimises sum C[i][o] y[i][o]. Pass 2 adds cost <= optimum and
 // minimises lmax, so ties in cost go to the lower critical latency.
-type milpSolver struct{}
+type Solver struct{}
 
-func (milpSolver) Solve(ctx context.Context, p *Problem) ([]int, Stats, error) {
+var _ allocator.Solver = Solver{}
+
+// Solve implements allocator.Solver.
+func (Solver) Solve(ctx context.Context, p *allocator.Problem) ([]int, allocator.Stats, error) {
 	var cols int
 	yCol := make([][]int, len(p.Modules))
 	for i, front := range p.Fronts {
@@ -56,38 +67,38 @@ func (milpSolver) Solve(ctx context.Context, p *Problem) ([]int, Stats, error) {
 			lp.SetBinary(c, true)
 		}
 		if err := lp.AddConstraintSparse(row, golp.EQ, 1); err != nil {
-			return nil, Stats{}, fmt.Errorf("%w: %v", ErrSolver, err)
+			return nil, allocator.Stats{}, fmt.Errorf("%w: %v", allocator.ErrSolver, err)
 		}
 	}
 	latencyTerms := func(i int, sign float64) []golp.Entry {
 		var row []golp.Entry
 		for o, c := range yCol[i] {
-			if l := msf(p.Fronts[i][o].Latency); l != 0 {
+			if l := allocator.Millis(p.Fronts[i][o].Latency); l != 0 {
 				row = append(row, golp.Entry{Col: c, Val: sign * l})
 			}
 		}
 		return row
 	}
 	for v := range p.Modules {
-		for _, u := range p.preds[v] {
+		for _, u := range p.Preds(v) {
 			row := append([]golp.Entry{{Col: sCol[v], Val: 1}, {Col: sCol[u], Val: -1}}, latencyTerms(u, -1)...)
 			if err := lp.AddConstraintSparse(row, golp.GE, 0); err != nil {
-				return nil, Stats{}, fmt.Errorf("%w: %v", ErrSolver, err)
+				return nil, allocator.Stats{}, fmt.Errorf("%w: %v", allocator.ErrSolver, err)
 			}
 		}
 	}
-	for _, v := range p.sinks {
+	for _, v := range p.Sinks() {
 		row := append([]golp.Entry{{Col: lmax, Val: 1}, {Col: sCol[v], Val: -1}}, latencyTerms(v, -1)...)
 		if err := lp.AddConstraintSparse(row, golp.GE, 0); err != nil {
-			return nil, Stats{}, fmt.Errorf("%w: %v", ErrSolver, err)
+			return nil, allocator.Stats{}, fmt.Errorf("%w: %v", allocator.ErrSolver, err)
 		}
 	}
-	for _, w := range sortedTypes(p.Limits) {
+	for _, w := range p.CappedTypes() {
 		// Instances of a capped worker type: whole ones and partial shares.
 		var row []golp.Entry
 		for i, front := range p.Fronts {
 			for o, ch := range front {
-				if u := uses(ch, w); u > 0 {
+				if u := allocator.Uses(ch, w); u > 0 {
 					row = append(row, golp.Entry{Col: yCol[i][o], Val: u})
 				}
 			}
@@ -96,10 +107,10 @@ func (milpSolver) Solve(ctx context.Context, p *Problem) ([]int, Stats, error) {
 			continue
 		}
 		if err := lp.AddConstraintSparse(row, golp.LE, p.Limits[w]); err != nil {
-			return nil, Stats{}, fmt.Errorf("%w: %v", ErrSolver, err)
+			return nil, allocator.Stats{}, fmt.Errorf("%w: %v", allocator.ErrSolver, err)
 		}
 	}
-	lp.SetBounds(lmax, 0, msf(p.SLO+slack)) // the same float slack as fits()
+	lp.SetBounds(lmax, 0, allocator.Millis(p.SLO+allocator.Slack)) // the same float slack as Problem.Fits
 	obj := make([]float64, cols)
 	for i, front := range p.Fronts {
 		for o, ch := range front {
@@ -107,7 +118,7 @@ func (milpSolver) Solve(ctx context.Context, p *Problem) ([]int, Stats, error) {
 		}
 	}
 	lp.SetObjFn(obj)
-	stats := Stats{Variables: cols, Rows: lp.NumRows()}
+	stats := allocator.Stats{Variables: cols, Rows: lp.NumRows()}
 
 	if err := ctx.Err(); err != nil {
 		return nil, stats, err
@@ -123,7 +134,7 @@ func (milpSolver) Solve(ctx context.Context, p *Problem) ([]int, Stats, error) {
 		}
 		return nil, stats, nil
 	default:
-		return nil, stats, fmt.Errorf("%w: lp_solve returned %s", ErrSolver, status)
+		return nil, stats, fmt.Errorf("%w: lp_solve returned %s", allocator.ErrSolver, status)
 	}
 	best := lp.Objective()
 
@@ -144,13 +155,13 @@ func (milpSolver) Solve(ctx context.Context, p *Problem) ([]int, Stats, error) {
 		obj2[lmax] = 1
 		lp.SetObjFn(obj2)
 		if st := lp.Solve(); st == golp.OPTIMAL || st == golp.SUBOPTIMAL {
-			if c2 := pick(lp.Variables(), yCol); p.fits(c2) && p.overLimits(c2) == "" && p.cost(c2) <= p.cost(choice)+1e-9*math.Max(1, best) {
+			if c2 := pick(lp.Variables(), yCol); p.Fits(c2) && p.OverLimits(c2) == "" && p.Cost(c2) <= p.Cost(choice)+1e-9*math.Max(1, best) {
 				choice = c2
 			}
 		}
 	}
-	if !p.fits(choice) {
-		return nil, stats, fmt.Errorf("%w: the solution breaks the SLO when checked (numerical trouble)", ErrSolver)
+	if !p.Fits(choice) {
+		return nil, stats, fmt.Errorf("%w: the solution breaks the SLO when checked (numerical trouble)", allocator.ErrSolver)
 	}
 	return choice, stats, nil
 }
@@ -169,6 +180,3 @@ func pick(vars []float64, yCol [][]int) []int {
 	}
 	return choice
 }
-
-// msf is a duration in milliseconds, unrounded.
-func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,4 +1,11 @@
-package placement
+// Package spec reads the planning CLI's strict YAML inputs: cluster
+// snapshots for `mdag place` (LoadCluster), model sessions for `mdag pack`
+// (LoadSessions) and models for `mdag partition` (LoadModels). Unknown
+// fields, wrong types and bad values are all reported, each with its
+// file:line and field path (internal/yamlx). It imports placement,
+// placement/squishy and placement/partition (so it links lp_solve; the
+// planners themselves never import it), dag, profile and internal/yamlx.
+package spec
 
 import (
 	"fmt"
@@ -7,6 +14,9 @@ import (
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/internal/yamlx"
+	"github.com/mdag/mdag/placement"
+	"github.com/mdag/mdag/placement/partition"
+	"github.com/mdag/mdag/placement/squishy"
 	"github.com/mdag/mdag/profile"
 )
 
@@ -18,29 +28,29 @@ type ClusterFile struct {
 }
 
 type clusterInstance struct {
-	ID      InstanceID           `yaml:"id"`
+	ID      placement.InstanceID `yaml:"id"`
 	Type    profile.WorkerTypeID `yaml:"type"`
-	State   State                `yaml:"state"`
+	State   placement.State      `yaml:"state"`
 	WarmFor time.Duration        `yaml:"warmFor"`
-	Modules []Load               `yaml:"modules"`
+	Modules []placement.Load     `yaml:"modules"`
 	Loaded  []dag.ModuleID       `yaml:"loaded"`
 }
 
-func (c *clusterInstance) SetDefaults() { c.State = Active }
+func (c *clusterInstance) SetDefaults() { c.State = placement.Active }
 
 // LoadCluster reads a cluster snapshot file; every problem is reported with
 // its line. Warm instances are released warmFor after now (the turn-off
 // delay when unset).
-func LoadCluster(path string, now time.Time, workers []profile.WorkerType) (Snapshot, error) {
+func LoadCluster(path string, now time.Time, workers []profile.WorkerType) (placement.Snapshot, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return Snapshot{}, err
+		return placement.Snapshot{}, err
 	}
 	return ParseCluster(path, data, now, workers)
 }
 
 // ParseCluster is LoadCluster on a document in memory.
-func ParseCluster(path string, data []byte, now time.Time, workers []profile.WorkerType) (Snapshot, error) {
+func ParseCluster(path string, data []byte, now time.Time, workers []profile.WorkerType) (placement.Snapshot, error) {
 	var f ClusterFile
 	pos, errs := yamlx.Decode(path, data, &f)
 	add := func(p, format string, args ...any) { errs = append(errs, pos.Errorf(p, format, args...)) }
@@ -59,11 +69,11 @@ func ParseCluster(path string, data []byte, now time.Time, workers []profile.Wor
 			add("limits."+string(t), "must be >= 0, got %d", n)
 		}
 	}
-	snap := Snapshot{Now: now, Limits: f.Limits, TurnOffDelay: f.TurnOffDelay}
+	snap := placement.Snapshot{Now: now, Limits: f.Limits, TurnOffDelay: f.TurnOffDelay}
 	if snap.TurnOffDelay == 0 {
-		snap.TurnOffDelay = DefaultTurnOff
+		snap.TurnOffDelay = placement.DefaultTurnOff
 	}
-	ids := map[InstanceID]bool{}
+	ids := map[placement.InstanceID]bool{}
 	for i, in := range f.Instances {
 		at := fmt.Sprintf("instances[%d]", i)
 		switch {
@@ -76,10 +86,10 @@ func ParseCluster(path string, data []byte, now time.Time, workers []profile.Wor
 		if !known[in.Type] {
 			add(at+".type", "unknown worker type %q", in.Type)
 		}
-		if in.State != Active && in.State != Starting && in.State != Warm {
+		if in.State != placement.Active && in.State != placement.Starting && in.State != placement.Warm {
 			add(at+".state", "must be active, starting or warm, got %q", in.State)
 		}
-		if in.State == Warm && len(in.Modules) > 0 {
+		if in.State == placement.Warm && len(in.Modules) > 0 {
 			add(at+".modules", "a warm instance serves nothing; list its models under loaded:")
 		}
 		var used float64
@@ -97,11 +107,11 @@ func ParseCluster(path string, data []byte, now time.Time, workers []profile.Wor
 			}
 			used += l.Fraction
 		}
-		if used > 1+capacityEps {
+		if used > 1+placement.CapacityEps {
 			add(at+".modules", "loads add up to %.4g of the instance's capacity, over 1", used)
 		}
-		inst := Instance{ID: in.ID, Type: in.Type, State: in.State, Loads: in.Modules, Loaded: in.Loaded}
-		if in.State == Warm {
+		inst := placement.Instance{ID: in.ID, Type: in.Type, State: in.State, Loads: in.Modules, Loaded: in.Loaded}
+		if in.State == placement.Warm {
 			wait := in.WarmFor
 			if wait == 0 {
 				wait = snap.TurnOffDelay
@@ -111,7 +121,7 @@ func ParseCluster(path string, data []byte, now time.Time, workers []profile.Wor
 		snap.Instances = append(snap.Instances, inst)
 	}
 	if err := errs.Err(); err != nil {
-		return Snapshot{}, err
+		return placement.Snapshot{}, err
 	}
 	return snap, nil
 }
@@ -137,16 +147,16 @@ type sessionYAML struct {
 // LoadSessions reads a sessions file: each session gives either batch
 // profile points or alpha and beta (l(b) = alpha*b + beta for b up to
 // maxBatch, default 64).
-func LoadSessions(path string) ([]Session, PackOptions, error) {
+func LoadSessions(path string) ([]squishy.Session, squishy.PackOptions, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, PackOptions{}, err
+		return nil, squishy.PackOptions{}, err
 	}
 	return ParseSessions(path, data)
 }
 
 // ParseSessions is LoadSessions on a document in memory.
-func ParseSessions(path string, data []byte) ([]Session, PackOptions, error) {
+func ParseSessions(path string, data []byte) ([]squishy.Session, squishy.PackOptions, error) {
 	var f SessionsFile
 	pos, errs := yamlx.Decode(path, data, &f)
 	add := func(p, format string, args ...any) { errs = append(errs, pos.Errorf(p, format, args...)) }
@@ -159,7 +169,7 @@ func ParseSessions(path string, data []byte) ([]Session, PackOptions, error) {
 	if len(f.Sessions) == 0 {
 		add("sessions", "required: at least one session")
 	}
-	var out []Session
+	var out []squishy.Session
 	names := map[string]bool{}
 	for i, s := range f.Sessions {
 		at := fmt.Sprintf("sessions[%d]", i)
@@ -180,7 +190,7 @@ func ParseSessions(path string, data []byte) ([]Session, PackOptions, error) {
 			add(at, "duplicate session %q (give it a name:)", id)
 		}
 		names[id] = true
-		var bp BatchProfile
+		var bp squishy.BatchProfile
 		switch {
 		case len(s.Profile) > 0 && (s.Alpha != 0 || s.Beta != 0):
 			add(at, "give either profile points or alpha and beta, not both")
@@ -198,16 +208,16 @@ func ParseSessions(path string, data []byte) ([]Session, PackOptions, error) {
 				bp.Latency = append(bp.Latency, pt.Latency)
 			}
 		case s.Alpha > 0 && s.Beta >= 0:
-			bp = LinearProfile(s.Alpha, s.Beta, f.MaxBatch)
+			bp = squishy.LinearProfile(s.Alpha, s.Beta, f.MaxBatch)
 		default:
 			add(at, "needs a batch profile: profile points, or alpha > 0 and beta >= 0")
 		}
-		out = append(out, Session{ID: id, Model: s.Model, SLO: s.SLO, Rate: s.Rate, Profile: bp, Memory: s.Memory})
+		out = append(out, squishy.Session{ID: id, Model: s.Model, SLO: s.SLO, Rate: s.Rate, Profile: bp, Memory: s.Memory})
 	}
 	if err := errs.Err(); err != nil {
-		return nil, PackOptions{}, err
+		return nil, squishy.PackOptions{}, err
 	}
-	return out, PackOptions{GPUMemory: f.GPUMemory}, nil
+	return out, squishy.PackOptions{GPUMemory: f.GPUMemory}, nil
 }
 
 // ModelsFile is the input of `mdag partition`.
@@ -230,20 +240,20 @@ type modelYAML struct {
 
 // LoadModels reads a models file into a partition request (without the
 // number of sub-clusters, which the caller sets).
-func LoadModels(path string) (PartitionRequest, error) {
+func LoadModels(path string) (partition.Request, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return PartitionRequest{}, err
+		return partition.Request{}, err
 	}
 	return ParseModels(path, data)
 }
 
 // ParseModels is LoadModels on a document in memory.
-func ParseModels(path string, data []byte) (PartitionRequest, error) {
+func ParseModels(path string, data []byte) (partition.Request, error) {
 	var f ModelsFile
 	pos, errs := yamlx.Decode(path, data, &f)
 	add := func(p, format string, args ...any) { errs = append(errs, pos.Errorf(p, format, args...)) }
-	req := PartitionRequest{MaxRate: f.MaxRate, MaxMemory: f.MaxMemory, W: f.W, MaxMoveCost: -1}
+	req := partition.Request{MaxRate: f.MaxRate, MaxMemory: f.MaxMemory, W: f.W, MaxMoveCost: -1}
 	if f.MaxMoveCost != nil {
 		req.MaxMoveCost = *f.MaxMoveCost
 		if req.MaxMoveCost < 0 {
@@ -278,10 +288,10 @@ func ParseModels(path string, data []byte) (PartitionRequest, error) {
 				add(at+".current", "must be a sub-cluster index >= 0, got %d", cur)
 			}
 		}
-		req.Models = append(req.Models, Model{Name: m.Name, Rate: m.Rate, Static: m.Static, Dynamic: m.Dynamic, Current: cur, MoveCost: m.MoveCost})
+		req.Models = append(req.Models, partition.Model{Name: m.Name, Rate: m.Rate, Static: m.Static, Dynamic: m.Dynamic, Current: cur, MoveCost: m.MoveCost})
 	}
 	if err := errs.Err(); err != nil {
-		return PartitionRequest{}, err
+		return partition.Request{}, err
 	}
 	return req, nil
 }

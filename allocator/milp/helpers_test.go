@@ -1,4 +1,4 @@
-package allocator_test
+package milp_test
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package allocator_test
+package milp_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/mdag/mdag/allocator"
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/examples"
 )
 
@@ -28,14 +29,17 @@ func planningRate(name string, fps float64) float64 {
 // BenchmarkSolve times milp (problem setup included) for every example at
 // 2, 10 and 30 worker types and reports the median and p99 per solve.
 //
-//	go test ./allocator -run '^$' -bench BenchmarkSolve -benchtime 200x
+//	go test ./allocator/milp -run '^$' -bench BenchmarkSolve -benchtime 200x
 func BenchmarkSolve(b *testing.B) {
 	for _, name := range examples.Names() {
 		for _, k := range []int{2, 10, 30} {
 			b.Run(fmt.Sprintf("%s/types=%d", name, k), func(b *testing.B) {
-				g, cat := loadExample(b, name)
+				g, cat, err := examples.Load(name)
+				if err != nil {
+					b.Fatal(err)
+				}
 				wide := widen(b, g, cat, k)
-				req := allocator.Request{Graph: g, Catalog: wide, Rate: planningRate(name, g.App().FPS)}
+				req := allocator.Request{Graph: g, Catalog: wide, Rate: planningRate(name, g.App().FPS), MILPSolver: milp.Solver{}}
 				var took []time.Duration
 				for b.Loop() {
 					start := time.Now()
@@ -60,7 +64,7 @@ var gaps = flag.Bool("gaps", false, "print the cost gap of every method against 
 // TestGapReport prints, for every example at 2, 10 and 30 worker types, each
 // method's cost relative to milp's. Run with:
 //
-//	go test ./allocator -run TestGapReport -gaps -v
+//	go test ./allocator/milp -run TestGapReport -gaps -v
 func TestGapReport(t *testing.T) {
 	if !*gaps {
 		t.Skip("run with -gaps to print the report")
@@ -69,13 +73,16 @@ func TestGapReport(t *testing.T) {
 	t.Log("|---|---|---|---|---|---|---|")
 	for _, name := range examples.Names() {
 		for _, k := range []int{2, 10, 30} {
-			g, cat := loadExample(t, name)
+			g, cat, err := examples.Load(name)
+			if err != nil {
+				t.Fatal(err)
+			}
 			wide := widen(t, g, cat, k)
 			row := fmt.Sprintf("| %s | %d |", name, k)
 			var opt float64
 			for _, m := range allocator.Methods {
 				a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: wide,
-					Rate: planningRate(name, g.App().FPS), Method: m})
+					Rate: planningRate(name, g.App().FPS), Method: m, MILPSolver: milp.Solver{}})
 				switch {
 				case errors.Is(err, allocator.ErrTooLarge):
 					row += " refused |"
@@ -107,7 +114,7 @@ func gapPercent(cost, opt float64) float64 {
 // TestGapReportRandom prints the same gaps over the property test's random
 // chains and fork-joins (2-4 modules, 2-3 worker types, 2-5 configurations):
 //
-//	go test ./allocator -run TestGapReportRandom -gaps -v -rapid.checks 2000
+//	go test ./allocator/milp -run TestGapReportRandom -gaps -v -rapid.checks 2000
 func TestGapReportRandom(t *testing.T) {
 	if !*gaps {
 		t.Skip("run with -gaps to print the report")
@@ -124,7 +131,7 @@ func TestGapReportRandom(t *testing.T) {
 	problems := 0
 	rapid.Check(t, func(rt *rapid.T) {
 		g, cat, rate := genProblem(rt)
-		opt, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: cat, Rate: rate})
+		opt, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: cat, Rate: rate, MILPSolver: milp.Solver{}})
 		if err != nil {
 			rt.Fatal(err)
 		}

@@ -1,15 +1,10 @@
-package placement_test
+package squishy_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
-	"time"
 
-	"github.com/mdag/mdag/allocator"
-	"github.com/mdag/mdag/examples"
-	"github.com/mdag/mdag/placement"
-	"github.com/mdag/mdag/profile"
+	"github.com/mdag/mdag/placement/squishy"
 )
 
 // symphonyTable5 is Symphony Table 5 (1080Ti): alpha ms, beta ms, SLO ms.
@@ -33,13 +28,13 @@ var symphonyTable5 = []struct {
 
 // uniformWorkload is n sessions over the Table 5 models (cycling), all at
 // one rate chosen so that the lower bound is gpus GPUs.
-func uniformWorkload(n int, gpus float64) []placement.Session {
-	var sessions []placement.Session
+func uniformWorkload(n int, gpus float64) []squishy.Session {
+	var sessions []squishy.Session
 	var inv float64 // sum of 1/T_i
 	for i := 0; i < n; i++ {
 		z := symphonyTable5[i%len(symphonyTable5)]
-		p := placement.LinearProfile(ms(z.alpha), ms(z.beta), 128)
-		s := placement.Session{ID: fmt.Sprintf("%s-%d", z.name, i), Model: z.name, SLO: ms(z.slo), Profile: p}
+		p := squishy.LinearProfile(ms(z.alpha), ms(z.beta), 128)
+		s := squishy.Session{ID: fmt.Sprintf("%s-%d", z.name, i), Model: z.name, SLO: ms(z.slo), Profile: p}
 		best := 0
 		for j := range p.Batches {
 			if 2*p.Latency[j] <= s.SLO {
@@ -59,15 +54,15 @@ func uniformWorkload(n int, gpus float64) []placement.Session {
 // workload sizes (the lower bound in GPUs) and reports the packing
 // efficiency: lower bound / GPUs used (Nexus: 84% on its workload).
 //
-//	go test ./placement -run '^$' -bench BenchmarkPack -benchtime 5x
+//	go test ./placement/squishy -run '^$' -bench BenchmarkPack -benchtime 5x
 func BenchmarkPack(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
 		for _, gpus := range []float64{1, 10, 100, 500} {
 			b.Run(fmt.Sprintf("sessions=%d/bound=%g", n, gpus), func(b *testing.B) {
 				sessions := uniformWorkload(n, gpus)
-				var res placement.PackResult
+				var res squishy.PackResult
 				for b.Loop() {
-					res = placement.Pack(sessions, placement.PackOptions{})
+					res = squishy.Pack(sessions, squishy.PackOptions{})
 				}
 				if len(res.Unschedulable) > 0 {
 					b.Fatalf("unschedulable: %+v", res.Unschedulable[0])
@@ -77,41 +72,5 @@ func BenchmarkPack(b *testing.B) {
 				b.ReportMetric(float64(len(res.GPUs)), "GPUs")
 			})
 		}
-	}
-}
-
-// TestPlacementCostRatio prints Scrooge placement's whole-instance cost over
-// the allocator's fractional cost for every example at 12 streams:
-//
-//	go test ./placement -run TestPlacementCostRatio -v
-func TestPlacementCostRatio(t *testing.T) {
-	for _, name := range examples.Names() {
-		g, cat, err := examples.Load(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rate := 12 * g.App().FPS
-		if name == "scrooge-example" {
-			rate = g.App().FPS
-		}
-		a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: cat, Rate: rate})
-		if err != nil || !a.Feasible {
-			t.Fatalf("%s: %v %v", name, err, a)
-		}
-		prices := map[profile.WorkerTypeID]float64{}
-		for _, w := range cat.Workers() {
-			prices[w.Type] = w.Price
-		}
-		plan := placement.Place(placement.Snapshot{Now: time.Unix(0, 0), Prices: prices}, placement.Demands(g.App(), a))
-		active := 0
-		for _, in := range plan.Instances {
-			if in.State != placement.Warm {
-				active++
-			}
-		}
-		if plan.CostWhole < plan.CostFractional-1e-9 {
-			t.Errorf("%s: whole-instance cost %v below the fractional %v", name, plan.CostWhole, plan.CostFractional)
-		}
-		t.Logf("| %s | %d | %.4f | %.4f | %.3f |", name, active, plan.CostFractional, plan.CostWhole, plan.CostWhole/plan.CostFractional)
 	}
 }

@@ -1,4 +1,4 @@
-package placement
+package partition
 
 import (
 	"cmp"
@@ -9,7 +9,7 @@ import (
 // partState tracks an assignment's per-sub-cluster sums so that a move or a
 // swap is scored in O(sub-clusters).
 type partState struct {
-	r      *PartitionRequest
+	r      *Request
 	assign []int
 	rate   []float64
 	mem    []float64 // static MiB
@@ -18,7 +18,7 @@ type partState struct {
 	meanS  float64
 }
 
-func newPartState(r *PartitionRequest, assign []int) *partState {
+func newPartState(r *Request, assign []int) *partState {
 	st := &partState{r: r, assign: assign, rate: make([]float64, r.SubClusters), mem: make([]float64, r.SubClusters)}
 	for i, m := range r.Models {
 		st.rate[assign[i]] += m.Rate
@@ -90,7 +90,7 @@ func (st *partState) move(i, j int) {
 // sub-cluster and a tight move budget stay where they are), then single
 // moves and pairwise swaps are applied while they lower the objective.
 // Deterministic. ok is false when no feasible assignment was found.
-func (r *PartitionRequest) heuristicPartition() (Partition, bool) {
+func (r *Request) heuristicPartition() (Result, bool) {
 	m, k := len(r.Models), r.SubClusters
 	order := make([]int, m)
 	for i := range order {
@@ -147,7 +147,7 @@ func (r *PartitionRequest) heuristicPartition() (Partition, bool) {
 			st.mem[j] -= mib(r.Models[i].Static)
 		}
 		if best < 0 {
-			return Partition{}, false
+			return Result{}, false
 		}
 		assign[i] = best
 		st.rate[best] += r.Models[i].Rate
@@ -158,7 +158,7 @@ func (r *PartitionRequest) heuristicPartition() (Partition, bool) {
 		st.moves += st.moveCost(i, assign[i])
 	}
 	if !st.movesOK() {
-		return Partition{}, false
+		return Result{}, false
 	}
 	cur := st.objective()
 	for pass := 0; pass < 50; pass++ {

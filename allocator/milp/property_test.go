@@ -1,4 +1,4 @@
-package allocator_test
+package milp_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/mdag/mdag/allocator"
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/profile"
 )
@@ -89,7 +90,7 @@ func TestPropertyMILPMatchesBruteForce(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		g, cat, rate := genProblem(t)
 		run := func(m allocator.Method) *allocator.Allocation {
-			a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: cat, Rate: rate, Method: m})
+			a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: cat, Rate: rate, Method: m, MILPSolver: milp.Solver{}})
 			if errors.Is(err, allocator.ErrTooLarge) {
 				return nil
 			}

@@ -1,4 +1,11 @@
-package placement
+// Package partition splits models over sub-clusters (Symphony Appendix A),
+// balancing request rate and static memory under per-sub-cluster rate and
+// memory limits, with a bound on re-partitioning cost: MILP (lp_solve via
+// golp, started from the heuristic's objective), Greedy (largest first,
+// then improving moves and swaps) and Random (Symphony's baseline); each
+// depends on its request alone. It imports profile and golp (the only
+// placement package that links lp_solve: placing and packing never need it).
+package partition
 
 import (
 	"fmt"
@@ -24,8 +31,8 @@ type Model struct {
 	MoveCost float64 `json:"move_cost"`
 }
 
-// PartitionRequest asks to split models over sub-clusters.
-type PartitionRequest struct {
+// Request asks to split models over sub-clusters.
+type Request struct {
 	Models      []Model
 	SubClusters int
 	MaxRate     float64       // per sub-cluster dispatcher capacity, requests/s (0: no limit)
@@ -37,8 +44,8 @@ type PartitionRequest struct {
 	Now         func() time.Time
 }
 
-// Partition is an assignment of models to sub-clusters with its quality.
-type Partition struct {
+// Result is an assignment of models to sub-clusters with its quality.
+type Result struct {
 	Method     string    `json:"method"`
 	Status     string    `json:"status"`
 	Feasible   bool      `json:"feasible"`
@@ -57,7 +64,7 @@ type Partition struct {
 
 func mib(b profile.Bytes) float64 { return float64(b) / (1 << 20) }
 
-func (r *PartitionRequest) defaults() error {
+func (r *Request) defaults() error {
 	if r.SubClusters < 1 {
 		return fmt.Errorf("sub-clusters must be >= 1, got %d", r.SubClusters)
 	}
@@ -93,9 +100,9 @@ func (r *PartitionRequest) defaults() error {
 }
 
 // evaluate scores an assignment and checks the limits.
-func (r *PartitionRequest) evaluate(method string, assign []int) Partition {
+func (r *Request) evaluate(method string, assign []int) Result {
 	k := r.SubClusters
-	p := Partition{Method: method, Assign: assign, Rates: make([]float64, k), StaticMiB: make([]float64, k), Feasible: true}
+	p := Result{Method: method, Assign: assign, Rates: make([]float64, k), StaticMiB: make([]float64, k), Feasible: true}
 	dyn := make([]float64, k)
 	for i, m := range r.Models {
 		j := assign[i]
@@ -145,7 +152,7 @@ func imbalance(xs []float64) float64 {
 // never to trade balance for it, enough to break ties toward fewer moves.
 const moveTieBreak = 1e-6
 
-// PartitionMILP solves Symphony's Appendix A model with lp_solve:
+// MILP solves Symphony's Appendix A model with lp_solve:
 //
 //	min  dR + w dS
 //	s.t. sum_i r_i x_ij <= Rmax                          (5)
@@ -156,9 +163,9 @@ const moveTieBreak = 1e-6
 //	     sum c_ij y_ij <= Cmax, y_ij >= |x_ij - x'_ij|    (11)
 //
 // within the time limit, returning the best solution found.
-func PartitionMILP(req PartitionRequest) (Partition, error) {
+func MILP(req Request) (Result, error) {
 	if err := req.defaults(); err != nil {
-		return Partition{}, err
+		return Result{}, err
 	}
 	start := req.Now()
 	m, k := len(req.Models), req.SubClusters
@@ -250,7 +257,7 @@ func PartitionMILP(req PartitionRequest) (Partition, error) {
 	lp.SetObjFn(obj)
 	lp.SetTimeout(max(1, int(math.Ceil(req.TimeLimit.Seconds()))))
 	status := lp.Solve()
-	var p Partition
+	var p Result
 	switch status {
 	case golp.OPTIMAL, golp.SUBOPTIMAL:
 		vars := lp.Variables()
@@ -277,33 +284,33 @@ func PartitionMILP(req PartitionRequest) (Partition, error) {
 			// Nothing beats the heuristic: it is optimal.
 			p, p.Status = heur, "OPTIMAL (heuristic start proved optimal)"
 		} else {
-			p = Partition{Feasible: false, Status: status.String()}
+			p = Result{Feasible: false, Status: status.String()}
 		}
 	case golp.TIMEOUT:
 		if haveHeur {
 			p, p.Status = heur, "TIME_LIMIT (nothing better than the heuristic start found)"
 		} else {
-			p = Partition{Feasible: false, Status: "TIME_LIMIT (no feasible partition found)"}
+			p = Result{Feasible: false, Status: "TIME_LIMIT (no feasible partition found)"}
 		}
 	default:
-		return Partition{}, fmt.Errorf("partition MILP: lp_solve returned %s", status)
+		return Result{}, fmt.Errorf("partition MILP: lp_solve returned %s", status)
 	}
 	p.Method = "milp"
 	p.SolveMS = float64(req.Now().Sub(start)) / float64(time.Millisecond)
 	return p, nil
 }
 
-// PartitionRandom is Symphony's baseline: random assignments, each checked
+// Random is Symphony's baseline: random assignments, each checked
 // against the limits and scored by the same objective, the best feasible one
 // kept, until the time limit or maxIter assignments.
-func PartitionRandom(req PartitionRequest, maxIter int) (Partition, error) {
+func Random(req Request, maxIter int) (Result, error) {
 	if err := req.defaults(); err != nil {
-		return Partition{}, err
+		return Result{}, err
 	}
 	start := req.Now()
 	rng := rand.New(rand.NewPCG(req.Seed, 0x5eed))
 	m, k := len(req.Models), req.SubClusters
-	best := Partition{Method: "random", Feasible: false, Objective: math.Inf(1)}
+	best := Result{Method: "random", Feasible: false, Objective: math.Inf(1)}
 	iter := 0
 	for ; iter < maxIter; iter++ {
 		if iter%256 == 0 && req.Now().Sub(start) >= req.TimeLimit {
@@ -328,16 +335,16 @@ func PartitionRandom(req PartitionRequest, maxIter int) (Partition, error) {
 	return best, nil
 }
 
-// PartitionGreedy is the heuristic alone: largest models first to the
+// Greedy is the heuristic alone: largest models first to the
 // sub-cluster that keeps the objective lowest, then improving moves and swaps.
-func PartitionGreedy(req PartitionRequest) (Partition, error) {
+func Greedy(req Request) (Result, error) {
 	if err := req.defaults(); err != nil {
-		return Partition{}, err
+		return Result{}, err
 	}
 	start := req.Now()
 	p, ok := req.heuristicPartition()
 	if !ok {
-		p = Partition{Method: "greedy", Feasible: false}
+		p = Result{Method: "greedy", Feasible: false}
 	}
 	p.Status = "LOCAL_OPTIMUM"
 	p.SolveMS = float64(req.Now().Sub(start)) / float64(time.Millisecond)

@@ -1,4 +1,11 @@
-package placement
+// Package squishy is Nexus's squishy bin packing (Nexus Section 6.1,
+// Algorithm 1): model sessions, each a batch profile under a latency SLO at
+// a request rate, onto GPUs with duty cycles. Pack plans from nothing;
+// Repack keeps sessions where they still fit and counts the moves. Both
+// are pure functions of their inputs that return a plan with diagnostics.
+// The package is pure Go and imports only profile and the standard
+// library, so the Nexus scheduler (scheduler) uses it without lp_solve.
+package squishy
 
 import (
 	"cmp"

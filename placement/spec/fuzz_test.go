@@ -1,4 +1,4 @@
-package placement_test
+package spec_test
 
 import (
 	"os"
@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mdag/mdag/placement"
+	"github.com/mdag/mdag/placement/spec"
+	"github.com/mdag/mdag/placement/squishy"
 	"github.com/mdag/mdag/profile"
 )
 
 func seed(f *testing.F, files ...string) {
 	for _, name := range files {
-		data, err := os.ReadFile(filepath.Join("..", "examples", "placement", name))
+		data, err := os.ReadFile(filepath.Join("..", "..", "examples", "placement", name))
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -25,7 +26,7 @@ func seed(f *testing.F, files ...string) {
 func FuzzParseSessions(f *testing.F) {
 	seed(f, "nexus-table2.yaml", "symphony-zoo.yaml")
 	f.Fuzz(func(t *testing.T, data []byte) {
-		sessions, opt, err := placement.ParseSessions("fuzz.yaml", data)
+		sessions, opt, err := spec.ParseSessions("fuzz.yaml", data)
 		if err != nil || len(sessions) > 50 {
 			return
 		}
@@ -34,7 +35,7 @@ func FuzzParseSessions(f *testing.F) {
 				return
 			}
 		}
-		res := placement.Pack(sessions, opt)
+		res := squishy.Pack(sessions, opt)
 		for _, g := range res.GPUs {
 			var sum time.Duration
 			for _, a := range g.Sessions {
@@ -53,7 +54,7 @@ func FuzzParseCluster(f *testing.F) {
 	seed(f, "cluster.yaml", "cluster-short.yaml")
 	workers := []profile.WorkerType{{Type: "X", Price: 2}, {Type: "Y", Price: 3}}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		snap, err := placement.ParseCluster("fuzz.yaml", data, time.Unix(0, 0), workers)
+		snap, err := spec.ParseCluster("fuzz.yaml", data, time.Unix(0, 0), workers)
 		if err != nil {
 			return
 		}
@@ -69,7 +70,7 @@ func FuzzParseCluster(f *testing.F) {
 func FuzzParseModels(f *testing.F) {
 	seed(f, "symphony-models.yaml")
 	f.Fuzz(func(t *testing.T, data []byte) {
-		req, err := placement.ParseModels("fuzz.yaml", data)
+		req, err := spec.ParseModels("fuzz.yaml", data)
 		if err != nil {
 			return
 		}

@@ -1,9 +1,11 @@
-package allocator_test
+package milp_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/mdag/mdag/allocator"
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/profile"
 )
@@ -38,7 +40,10 @@ profiles:
 	}
 	g, _ := dag.NewGraph(app)
 	for _, m := range []allocator.Method{allocator.MILP, allocator.BruteForce} {
-		a := allocate(t, allocator.Request{Graph: g, Catalog: cat, Rate: 200, Method: m})
+		a, err := allocator.Allocate(context.Background(), allocator.Request{Graph: g, Catalog: cat, Rate: 200, Method: m, MILPSolver: milp.Solver{}})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if a.CostPerHour != 1.5 || a.CriticalLatencyMS != 25 {
 			t.Errorf("%s: $%v/h at %v ms, want $1.5/h at 25 ms (the faster of the two cheapest)", m, a.CostPerHour, a.CriticalLatencyMS)
 		}
