@@ -11,12 +11,11 @@
 package api
 
 import (
+	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
+	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
-
-	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
-	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 )
 
 const (
@@ -25,6 +24,78 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// Outcome is how a task ended (worker.Outcome). A receiver decodes a value
+// it does not know, or OUTCOME_UNSPECIFIED, as OUTCOME_BAD_RESULT.
+type Outcome int32
+
+const (
+	Outcome_OUTCOME_UNSPECIFIED       Outcome = 0 // never sent on purpose
+	Outcome_OUTCOME_OK                Outcome = 1 // ran; outputs has one list per input item
+	Outcome_OUTCOME_REJECTED          Outcome = 2 // a GPU task could not start inside its window
+	Outcome_OUTCOME_QUEUE_FULL        Outcome = 3 // the module's queue (or the stream to the worker) was full
+	Outcome_OUTCOME_MODULE_NOT_LOADED Outcome = 4 // the task's module is not loaded on the worker
+	Outcome_OUTCOME_UNLOADED          Outcome = 5 // the module was unloaded before the task ran
+	Outcome_OUTCOME_MODULE_ERROR      Outcome = 6 // a CPU op failed
+	Outcome_OUTCOME_EXECUTOR          Outcome = 7 // the GPU executor failed
+	Outcome_OUTCOME_BAD_RESULT        Outcome = 8 // the result could not be used
+	Outcome_OUTCOME_BAD_TASK          Outcome = 9 // the worker could not decode the task
+)
+
+// Enum value maps for Outcome.
+var (
+	Outcome_name = map[int32]string{
+		0: "OUTCOME_UNSPECIFIED",
+		1: "OUTCOME_OK",
+		2: "OUTCOME_REJECTED",
+		3: "OUTCOME_QUEUE_FULL",
+		4: "OUTCOME_MODULE_NOT_LOADED",
+		5: "OUTCOME_UNLOADED",
+		6: "OUTCOME_MODULE_ERROR",
+		7: "OUTCOME_EXECUTOR",
+		8: "OUTCOME_BAD_RESULT",
+		9: "OUTCOME_BAD_TASK",
+	}
+	Outcome_value = map[string]int32{
+		"OUTCOME_UNSPECIFIED":       0,
+		"OUTCOME_OK":                1,
+		"OUTCOME_REJECTED":          2,
+		"OUTCOME_QUEUE_FULL":        3,
+		"OUTCOME_MODULE_NOT_LOADED": 4,
+		"OUTCOME_UNLOADED":          5,
+		"OUTCOME_MODULE_ERROR":      6,
+		"OUTCOME_EXECUTOR":          7,
+		"OUTCOME_BAD_RESULT":        8,
+		"OUTCOME_BAD_TASK":          9,
+	}
+)
+
+func (x Outcome) Enum() *Outcome {
+	p := new(Outcome)
+	*p = x
+	return p
+}
+
+func (x Outcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Outcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_mdag_proto_enumTypes[0].Descriptor()
+}
+
+func (Outcome) Type() protoreflect.EnumType {
+	return &file_api_mdag_proto_enumTypes[0]
+}
+
+func (x Outcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Outcome.Descriptor instead.
+func (Outcome) EnumDescriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{0}
+}
 
 type WorkerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -735,11 +806,10 @@ func (x *Task) GetLatestUnixNs() int64 {
 type Result struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Task          uint64                 `protobuf:"varint,1,opt,name=task,proto3" json:"task,omitempty"`
-	Outputs       []*ItemList            `protobuf:"bytes,2,rep,name=outputs,proto3" json:"outputs,omitempty"` // one list per input item
-	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
-	Rejected      bool                   `protobuf:"varint,4,opt,name=rejected,proto3" json:"rejected,omitempty"`
-	Full          bool                   `protobuf:"varint,5,opt,name=full,proto3" json:"full,omitempty"`
+	Outputs       []*ItemList            `protobuf:"bytes,2,rep,name=outputs,proto3" json:"outputs,omitempty"` // OUTCOME_OK: one list per input item
 	MeasuredNs    int64                  `protobuf:"varint,6,opt,name=measured_ns,json=measuredNs,proto3" json:"measured_ns,omitempty"`
+	Outcome       Outcome                `protobuf:"varint,7,opt,name=outcome,proto3,enum=mdag.v1.Outcome" json:"outcome,omitempty"`
+	Detail        string                 `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"` // why it failed, for logs
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -788,32 +858,25 @@ func (x *Result) GetOutputs() []*ItemList {
 	return nil
 }
 
-func (x *Result) GetError() string {
-	if x != nil {
-		return x.Error
-	}
-	return ""
-}
-
-func (x *Result) GetRejected() bool {
-	if x != nil {
-		return x.Rejected
-	}
-	return false
-}
-
-func (x *Result) GetFull() bool {
-	if x != nil {
-		return x.Full
-	}
-	return false
-}
-
 func (x *Result) GetMeasuredNs() int64 {
 	if x != nil {
 		return x.MeasuredNs
 	}
 	return 0
+}
+
+func (x *Result) GetOutcome() Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return Outcome_OUTCOME_UNSPECIFIED
+}
+
+func (x *Result) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
 }
 
 type ItemList struct {
@@ -860,7 +923,7 @@ func (x *ItemList) GetItems() []*Item {
 	return nil
 }
 
-// Item is what flows between modules (media.Item).
+// Item is what flows between modules (modules.Item).
 type Item struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Stream         string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
@@ -1374,15 +1437,14 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x06module\x18\x03 \x01(\tR\x06module\x12#\n" +
 	"\x05items\x18\x04 \x03(\v2\r.mdag.v1.ItemR\x05items\x12(\n" +
 	"\x10earliest_unix_ns\x18\x05 \x01(\x03R\x0eearliestUnixNs\x12$\n" +
-	"\x0elatest_unix_ns\x18\x06 \x01(\x03R\flatestUnixNs\"\xb0\x01\n" +
+	"\x0elatest_unix_ns\x18\x06 \x01(\x03R\flatestUnixNs\"\xd7\x01\n" +
 	"\x06Result\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\x04R\x04task\x12+\n" +
-	"\aoutputs\x18\x02 \x03(\v2\x11.mdag.v1.ItemListR\aoutputs\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1a\n" +
-	"\brejected\x18\x04 \x01(\bR\brejected\x12\x12\n" +
-	"\x04full\x18\x05 \x01(\bR\x04full\x12\x1f\n" +
+	"\aoutputs\x18\x02 \x03(\v2\x11.mdag.v1.ItemListR\aoutputs\x12\x1f\n" +
 	"\vmeasured_ns\x18\x06 \x01(\x03R\n" +
-	"measuredNs\"/\n" +
+	"measuredNs\x12*\n" +
+	"\aoutcome\x18\a \x01(\x0e2\x10.mdag.v1.OutcomeR\aoutcome\x12\x16\n" +
+	"\x06detail\x18\b \x01(\tR\x06detailJ\x04\b\x03\x10\x04J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06R\x05errorR\brejectedR\x04full\"/\n" +
 	"\bItemList\x12#\n" +
 	"\x05items\x18\x01 \x03(\v2\r.mdag.v1.ItemR\x05items\"\x9c\x03\n" +
 	"\x04Item\x12\x16\n" +
@@ -1424,7 +1486,19 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\baccepted\x18\x01 \x01(\x04R\baccepted\x12\x1a\n" +
 	"\brejected\x18\x02 \x01(\x04R\brejected\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x03 \x01(\tR\tlastError2\x8b\x01\n" +
+	"last_error\x18\x03 \x01(\tR\tlastError*\xf3\x01\n" +
+	"\aOutcome\x12\x17\n" +
+	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"OUTCOME_OK\x10\x01\x12\x14\n" +
+	"\x10OUTCOME_REJECTED\x10\x02\x12\x16\n" +
+	"\x12OUTCOME_QUEUE_FULL\x10\x03\x12\x1d\n" +
+	"\x19OUTCOME_MODULE_NOT_LOADED\x10\x04\x12\x14\n" +
+	"\x10OUTCOME_UNLOADED\x10\x05\x12\x18\n" +
+	"\x14OUTCOME_MODULE_ERROR\x10\x06\x12\x14\n" +
+	"\x10OUTCOME_EXECUTOR\x10\a\x12\x16\n" +
+	"\x12OUTCOME_BAD_RESULT\x10\b\x12\x14\n" +
+	"\x10OUTCOME_BAD_TASK\x10\t2\x8b\x01\n" +
 	"\vCoordinator\x12B\n" +
 	"\aConnect\x12\x16.mdag.v1.WorkerMessage\x1a\x1b.mdag.v1.CoordinatorMessage(\x010\x01\x128\n" +
 	"\x06Ingest\x12\x16.mdag.v1.IngestMessage\x1a\x14.mdag.v1.IngestReply(\x01B\x1eZ\x1cgithub.com/mdag/mdag/api;apib\x06proto3"
@@ -1441,56 +1515,59 @@ func file_api_mdag_proto_rawDescGZIP() []byte {
 	return file_api_mdag_proto_rawDescData
 }
 
+var file_api_mdag_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_api_mdag_proto_goTypes = []any{
-	(*WorkerMessage)(nil),      // 0: mdag.v1.WorkerMessage
-	(*CoordinatorMessage)(nil), // 1: mdag.v1.CoordinatorMessage
-	(*Register)(nil),           // 2: mdag.v1.Register
-	(*Registered)(nil),         // 3: mdag.v1.Registered
-	(*Heartbeat)(nil),          // 4: mdag.v1.Heartbeat
-	(*Load)(nil),               // 5: mdag.v1.Load
-	(*LoadReply)(nil),          // 6: mdag.v1.LoadReply
-	(*ModuleSpec)(nil),         // 7: mdag.v1.ModuleSpec
-	(*Task)(nil),               // 8: mdag.v1.Task
-	(*Result)(nil),             // 9: mdag.v1.Result
-	(*ItemList)(nil),           // 10: mdag.v1.ItemList
-	(*Item)(nil),               // 11: mdag.v1.Item
-	(*Frame)(nil),              // 12: mdag.v1.Frame
-	(*Box)(nil),                // 13: mdag.v1.Box
-	(*IngestMessage)(nil),      // 14: mdag.v1.IngestMessage
-	(*Join)(nil),               // 15: mdag.v1.Join
-	(*IngestReply)(nil),        // 16: mdag.v1.IngestReply
-	nil,                        // 17: mdag.v1.Item.CountsEntry
+	(Outcome)(0),               // 0: mdag.v1.Outcome
+	(*WorkerMessage)(nil),      // 1: mdag.v1.WorkerMessage
+	(*CoordinatorMessage)(nil), // 2: mdag.v1.CoordinatorMessage
+	(*Register)(nil),           // 3: mdag.v1.Register
+	(*Registered)(nil),         // 4: mdag.v1.Registered
+	(*Heartbeat)(nil),          // 5: mdag.v1.Heartbeat
+	(*Load)(nil),               // 6: mdag.v1.Load
+	(*LoadReply)(nil),          // 7: mdag.v1.LoadReply
+	(*ModuleSpec)(nil),         // 8: mdag.v1.ModuleSpec
+	(*Task)(nil),               // 9: mdag.v1.Task
+	(*Result)(nil),             // 10: mdag.v1.Result
+	(*ItemList)(nil),           // 11: mdag.v1.ItemList
+	(*Item)(nil),               // 12: mdag.v1.Item
+	(*Frame)(nil),              // 13: mdag.v1.Frame
+	(*Box)(nil),                // 14: mdag.v1.Box
+	(*IngestMessage)(nil),      // 15: mdag.v1.IngestMessage
+	(*Join)(nil),               // 16: mdag.v1.Join
+	(*IngestReply)(nil),        // 17: mdag.v1.IngestReply
+	nil,                        // 18: mdag.v1.Item.CountsEntry
 }
 var file_api_mdag_proto_depIdxs = []int32{
-	2,  // 0: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
-	9,  // 1: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
-	4,  // 2: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
-	6,  // 3: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
-	3,  // 4: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
-	5,  // 5: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
-	8,  // 6: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
-	7,  // 7: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
-	11, // 8: mdag.v1.Task.items:type_name -> mdag.v1.Item
-	10, // 9: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
-	11, // 10: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
-	12, // 11: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
-	13, // 12: mdag.v1.Item.region:type_name -> mdag.v1.Box
-	13, // 13: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
-	13, // 14: mdag.v1.Item.truth:type_name -> mdag.v1.Box
-	17, // 15: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
-	15, // 16: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
-	12, // 17: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
-	13, // 18: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
-	0,  // 19: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
-	14, // 20: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
-	1,  // 21: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
-	16, // 22: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
-	21, // [21:23] is the sub-list for method output_type
-	19, // [19:21] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	3,  // 0: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
+	10, // 1: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
+	5,  // 2: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
+	7,  // 3: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
+	4,  // 4: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
+	6,  // 5: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
+	9,  // 6: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
+	8,  // 7: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
+	12, // 8: mdag.v1.Task.items:type_name -> mdag.v1.Item
+	11, // 9: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
+	0,  // 10: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
+	12, // 11: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
+	13, // 12: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
+	14, // 13: mdag.v1.Item.region:type_name -> mdag.v1.Box
+	14, // 14: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
+	14, // 15: mdag.v1.Item.truth:type_name -> mdag.v1.Box
+	18, // 16: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
+	16, // 17: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
+	13, // 18: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
+	14, // 19: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
+	1,  // 20: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
+	15, // 21: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
+	2,  // 22: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
+	17, // 23: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
+	22, // [22:24] is the sub-list for method output_type
+	20, // [20:22] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_api_mdag_proto_init() }
@@ -1514,13 +1591,14 @@ func file_api_mdag_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_mdag_proto_rawDesc), len(file_api_mdag_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_api_mdag_proto_goTypes,
 		DependencyIndexes: file_api_mdag_proto_depIdxs,
+		EnumInfos:         file_api_mdag_proto_enumTypes,
 		MessageInfos:      file_api_mdag_proto_msgTypes,
 	}.Build()
 	File_api_mdag_proto = out.File

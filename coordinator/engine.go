@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -630,7 +629,7 @@ func (e *Engine) onResult(instance string, r worker.Result) {
 	now := e.now()
 	s := t.works[0].s
 	ms := s.mods[t.works[0].m]
-	if r.Rejected && t.action != nil {
+	if r.Outcome == worker.Rejected && t.action != nil {
 		ms.obs.rejected++
 		ms.mx.Rejected()
 		if t.gen == e.schedGen {
@@ -653,14 +652,24 @@ func (e *Engine) onResult(instance string, r worker.Result) {
 		e.sched.Finished(e.schedTime(now), t.action, r.Measured)
 		defer e.pump()
 	}
-	if r.Err != "" || len(r.Outputs) != len(t.works) {
-		reason := r.Err
-		if reason == "" {
-			reason = fmt.Sprintf("bad-result: %d outputs for %d items", len(r.Outputs), len(t.works))
+	// Anything but a usable Done drops the task's items, with the outcome's
+	// code as the reason.
+	reason, detail := r.Outcome, r.Detail
+	switch r.Outcome {
+	case worker.Done:
+		if len(r.Outputs) != len(t.works) {
+			reason, detail = worker.BadResult, fmt.Sprintf("%d outputs for %d items", len(r.Outputs), len(t.works))
 		}
-		code, detail, _ := strings.Cut(reason, ": ")
+	case worker.Rejected: // only a GPU task has a window to miss
+		reason, detail = worker.BadResult, "rejected a task that had no action window"
+	default:
+		if !r.Outcome.Valid() {
+			reason, detail = worker.BadResult, fmt.Sprintf("unknown outcome %d (detail: %q)", uint8(r.Outcome), r.Detail)
+		}
+	}
+	if reason != worker.Done {
 		for _, w := range t.works {
-			e.drop(w, code, detail)
+			e.drop(w, reason.String(), detail)
 		}
 		return
 	}

@@ -32,8 +32,10 @@ func (g *rejectingGPU) Submit(t worker.Task) {
 	g.seen++
 	refuse := g.seen <= g.refuse
 	g.mu.Unlock()
-	r := worker.Result{Task: t.ID, Rejected: refuse, Measured: time.Millisecond}
-	if !refuse {
+	r := worker.Result{Task: t.ID, Measured: time.Millisecond}
+	if refuse {
+		r.Outcome = worker.Rejected
+	} else {
 		for _, it := range t.Items {
 			r.Outputs = append(r.Outputs, []*media.Item{it.Derive()})
 		}
@@ -116,8 +118,8 @@ func TestUnloadFinishesGPUBatches(t *testing.T) {
 			}
 			break
 		}
-		if r.Err != "" || len(r.Outputs) != 1 {
-			t.Errorf("task %d after unload: err %q, %d outputs", r.Task, r.Err, len(r.Outputs))
+		if r.Outcome != worker.Done || len(r.Outputs) != 1 {
+			t.Errorf("task %d after unload: %s %q, %d outputs", r.Task, r.Outcome, r.Detail, len(r.Outputs))
 		}
 	}
 }

@@ -113,7 +113,7 @@ func (c *conn) Load(specs []worker.ModuleSpec) error {
 func (c *conn) Submit(t worker.Task) {
 	if !c.send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_Task{Task: wire.TaskToPB(t)}}) {
 		// Result posts to the engine loop, which is calling us: not inline.
-		go c.engine.Result(c.id, worker.Result{Task: t.ID, Full: true, Err: "queue-full: the stream to worker " + c.id + " is backed up or closed"})
+		go c.engine.Result(c.id, worker.Result{Task: t.ID, Outcome: worker.QueueFull, Detail: "the stream to worker " + c.id + " is backed up or closed"})
 	}
 }
 

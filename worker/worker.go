@@ -48,15 +48,60 @@ type Task struct {
 	Latest   time.Time // GPU tasks: reject if it cannot start by then
 }
 
-// Result is a task's outcome.
+// Result is what came of a task. Anything but Done is a failure: the
+// coordinator puts a Rejected GPU batch back in line and drops the items of
+// any other, recording Outcome.String() as the drop reason and Detail as its
+// detail.
 type Result struct {
 	Task     uint64
-	Outputs  [][]*media.Item // one list per input item
-	Err      string          // the task failed (counted as a drop with this reason)
-	Rejected bool            // a GPU task could not start inside its window
-	Full     bool            // the module's queue was full (back-pressure)
-	Measured time.Duration   // execution time, queueing excluded
+	Outputs  [][]*media.Item // Done: one list per input item
+	Outcome  Outcome
+	Detail   string        // why it failed, for logs (empty when Done)
+	Measured time.Duration // execution time, queueing excluded
 }
+
+// Outcome is how a task ended. The zero value is Done. Its String is the
+// drop reason code the coordinator records (metrics labels, status JSON), so
+// those strings must not change.
+type Outcome uint8
+
+// The outcomes a worker (or the transport standing in for it) reports.
+const (
+	Done          Outcome = iota // ran; Outputs has one list per input item
+	Rejected                     // a GPU task could not start inside its window
+	QueueFull                    // the module's queue was full (back-pressure)
+	NotLoaded                    // the task's module is not loaded on this worker
+	Unloaded                     // the module was unloaded (or the worker closed) before the task ran
+	ModuleError                  // a CPU op failed on an item
+	ExecutorError                // the GPU executor failed on the batch
+	BadResult                    // the result could not be used (undecodable, wrong output count, unknown outcome)
+	BadTask                      // the worker could not decode the task
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{
+	Done:          "ok",
+	Rejected:      "rejected",
+	QueueFull:     "queue-full",
+	NotLoaded:     "module-not-loaded",
+	Unloaded:      "unloaded",
+	ModuleError:   "module-error",
+	ExecutorError: "executor",
+	BadResult:     "bad-result",
+	BadTask:       "bad-task",
+}
+
+// String is the outcome's reason code ("outcome(N)" for a value that is
+// not one of the constants).
+func (o Outcome) String() string {
+	if o.Valid() {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// Valid says whether o is one of the declared outcomes.
+func (o Outcome) Valid() bool { return o < numOutcomes }
 
 // Worker hosts modules and runs tasks: CPU ops on bounded goroutine pools,
 // GPU batches on a device loop that honours action windows. The same Worker
@@ -104,7 +149,7 @@ func NewWorker(id, typ string, clk clock.Clock, exec gpu.Executor, ops *modules.
 }
 
 // Load makes the worker host exactly specs: new modules start, removed ones
-// stop (their queued tasks fail with "unloaded"), changed ones restart.
+// stop (their queued tasks fail with Unloaded), changed ones restart.
 func (w *Worker) Load(specs []ModuleSpec) error {
 	want := map[string]ModuleSpec{}
 	for _, s := range specs {
@@ -215,7 +260,7 @@ func (w *Worker) pool(n int, loop, done func()) {
 }
 
 // Submit queues a task. It never blocks: a full CPU queue answers at once
-// with Full (back-pressure the coordinator counts as a drop).
+// with QueueFull (back-pressure the coordinator counts as a drop).
 func (w *Worker) Submit(t Task) {
 	w.mu.Lock()
 	h := w.mods[string(t.App)+"/"+string(t.Module)]
@@ -223,7 +268,7 @@ func (w *Worker) Submit(t Task) {
 	if h == nil {
 		w.stats.Failed++
 		w.mu.Unlock()
-		w.emit(Result{Task: t.ID, Err: "module-not-loaded"})
+		w.emit(Result{Task: t.ID, Outcome: NotLoaded})
 		return
 	}
 	select {
@@ -232,7 +277,7 @@ func (w *Worker) Submit(t Task) {
 	default:
 		w.stats.Full++
 		w.mu.Unlock()
-		w.emit(Result{Task: t.ID, Full: true, Err: "queue-full"})
+		w.emit(Result{Task: t.ID, Outcome: QueueFull})
 	}
 }
 
@@ -299,7 +344,7 @@ func (w *Worker) cpuLoop(ctx context.Context, h *hosted) {
 		for i, it := range t.Items {
 			out, err := h.proc.Process(it)
 			if err != nil {
-				r.Err = "module-error: " + err.Error()
+				r.Outputs, r.Outcome, r.Detail = nil, ModuleError, err.Error()
 				w.count(func(s *WorkerStats) { s.Failed++ })
 				break
 			}
@@ -323,7 +368,7 @@ func (w *Worker) gpuLoop(ctx context.Context, h *hosted) {
 			case <-done:
 			case <-ctx.Done():
 				tm.Stop()
-				w.emit(Result{Task: t.ID, Err: "unloaded"})
+				w.emit(Result{Task: t.ID, Outcome: Unloaded})
 				w.drain(h)
 				return
 			}
@@ -331,13 +376,13 @@ func (w *Worker) gpuLoop(ctx context.Context, h *hosted) {
 		start := w.clk.Now()
 		if !t.Latest.IsZero() && start.After(t.Latest) {
 			w.count(func(s *WorkerStats) { s.Rejected++ })
-			w.emit(Result{Task: t.ID, Rejected: true})
+			w.emit(Result{Task: t.ID, Outcome: Rejected})
 			continue
 		}
 		out, err := w.exec.Run(ctx, h.spec.Model, t.Items)
 		r := Result{Task: t.ID, Outputs: out, Measured: w.clk.Now().Sub(start)}
 		if err != nil {
-			r.Outputs, r.Err = nil, "executor: "+err.Error()
+			r.Outputs, r.Outcome, r.Detail = nil, ExecutorError, err.Error()
 			w.count(func(s *WorkerStats) { s.Failed++ })
 		}
 		w.emit(r)
@@ -352,7 +397,7 @@ func (w *Worker) drain(h *hosted) {
 			if !ok {
 				return
 			}
-			w.emit(Result{Task: t.ID, Err: "unloaded"})
+			w.emit(Result{Task: t.ID, Outcome: Unloaded})
 		default:
 			return
 		}
@@ -360,7 +405,7 @@ func (w *Worker) drain(h *hosted) {
 }
 
 // Close stops every module and waits for the worker's goroutines; queued
-// tasks fail with "unloaded".
+// tasks fail with Unloaded.
 func (w *Worker) Close() {
 	w.stop()
 	w.wg.Wait()

@@ -172,7 +172,7 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 		case *api.CoordinatorMessage_Task:
 			t, err := wire.TaskFromPB(m.Task)
 			if err != nil {
-				send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: &api.Result{Task: m.Task.Id, Error: "bad-task: " + err.Error()}}})
+				send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: wire.ResultToPB(worker.Result{Task: m.Task.Id, Outcome: worker.BadTask, Detail: err.Error()})}})
 				continue
 			}
 			w.Submit(t)

@@ -165,8 +165,42 @@ func TaskFromPB(p *api.Task) (worker.Task, error) {
 	return t, nil
 }
 
+// outcomeToPB maps every worker.Outcome to its wire value; outcomeFromPB
+// is its inverse.
+var (
+	outcomeToPB = map[worker.Outcome]api.Outcome{
+		worker.Done:          api.Outcome_OUTCOME_OK,
+		worker.Rejected:      api.Outcome_OUTCOME_REJECTED,
+		worker.QueueFull:     api.Outcome_OUTCOME_QUEUE_FULL,
+		worker.NotLoaded:     api.Outcome_OUTCOME_MODULE_NOT_LOADED,
+		worker.Unloaded:      api.Outcome_OUTCOME_UNLOADED,
+		worker.ModuleError:   api.Outcome_OUTCOME_MODULE_ERROR,
+		worker.ExecutorError: api.Outcome_OUTCOME_EXECUTOR,
+		worker.BadResult:     api.Outcome_OUTCOME_BAD_RESULT,
+		worker.BadTask:       api.Outcome_OUTCOME_BAD_TASK,
+	}
+	outcomeFromPB = func() map[api.Outcome]worker.Outcome {
+		m := make(map[api.Outcome]worker.Outcome, len(outcomeToPB))
+		for o, p := range outcomeToPB {
+			m[p] = o
+		}
+		return m
+	}()
+)
+
+// ResultToPB encodes r; outputs travel only with a Done result. An Outcome
+// that is not one of worker's constants goes out as OUTCOME_BAD_RESULT
+// with a detail naming it.
 func ResultToPB(r worker.Result) *api.Result {
-	out := &api.Result{Task: r.Task, Error: r.Err, Rejected: r.Rejected, Full: r.Full, MeasuredNs: int64(r.Measured)}
+	out := &api.Result{Task: r.Task, Detail: r.Detail, MeasuredNs: int64(r.Measured)}
+	po, ok := outcomeToPB[r.Outcome]
+	if !ok {
+		po, out.Detail = api.Outcome_OUTCOME_BAD_RESULT, withDetail(fmt.Sprintf("task %d: the worker produced unknown outcome %d", r.Task, uint8(r.Outcome)), r.Detail)
+	}
+	out.Outcome = po
+	if r.Outcome != worker.Done {
+		return out
+	}
 	out.Outputs = make([]*api.ItemList, len(r.Outputs))
 	for i, l := range r.Outputs {
 		pl := &api.ItemList{Items: make([]*api.Item, len(l))}
@@ -178,11 +212,22 @@ func ResultToPB(r worker.Result) *api.Result {
 	return out
 }
 
-// ResultFromPB never fails: an output the coordinator cannot decode turns
-// the result into an error result, so its frames are still accounted.
+// ResultFromPB never fails: an outcome this side does not know (a newer
+// peer's, or none at all) or an output it cannot decode turns the result
+// into BadResult, so its frames are still accounted.
 func ResultFromPB(p *api.Result) worker.Result {
-	r := worker.Result{Task: p.Task, Err: p.Error, Rejected: p.Rejected, Full: p.Full, Measured: time.Duration(p.MeasuredNs)}
-	if r.Err != "" || r.Rejected {
+	r := worker.Result{Task: p.Task, Detail: p.Detail, Measured: time.Duration(p.MeasuredNs)}
+	o, ok := outcomeFromPB[p.Outcome]
+	if !ok {
+		what := fmt.Sprintf("task %d: unknown outcome %d on the wire", p.Task, int32(p.Outcome))
+		if p.Outcome == api.Outcome_OUTCOME_UNSPECIFIED {
+			what = fmt.Sprintf("task %d: no outcome on the wire (OUTCOME_UNSPECIFIED)", p.Task)
+		}
+		r.Outcome, r.Detail = worker.BadResult, withDetail(what, p.Detail)
+		return r
+	}
+	r.Outcome = o
+	if o != worker.Done {
 		return r
 	}
 	r.Outputs = make([][]*media.Item, len(p.Outputs))
@@ -190,12 +235,20 @@ func ResultFromPB(p *api.Result) worker.Result {
 		for _, pi := range l.GetItems() {
 			it, err := ItemFromPB(pi)
 			if err != nil {
-				return worker.Result{Task: p.Task, Err: "bad-result: " + err.Error(), Measured: r.Measured}
+				return worker.Result{Task: p.Task, Outcome: worker.BadResult, Detail: fmt.Sprintf("output %d: %v", i, err), Measured: r.Measured}
 			}
 			r.Outputs[i] = append(r.Outputs[i], it)
 		}
 	}
 	return r
+}
+
+// withDetail appends the peer's own detail, if any, to what went wrong.
+func withDetail(what, detail string) string {
+	if detail == "" {
+		return what
+	}
+	return what + " (detail: " + detail + ")"
 }
 
 // MaxMessage is the largest gRPC message either side accepts: a batch of
