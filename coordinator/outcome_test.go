@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/worker"
 )
@@ -69,7 +70,7 @@ func TestResultOutcomes(t *testing.T) {
 				t.Fatal(err)
 			}
 			frames := make(chan FrameResult, 1)
-			e := New(Config{OnFrame: func(r FrameResult) { frames <- r }})
+			e := MustNew(Config{MILPSolver: milp.Solver{}, OnFrame: func(r FrameResult) { frames <- r }})
 			e.Start()
 			defer e.Close()
 			if err := e.Deploy(app, prof); err != nil {
