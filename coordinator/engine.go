@@ -1,7 +1,11 @@
-// Package engine is mdag's runtime: the coordinator (sessions, planning,
-// routing, the central GPU batch scheduler, accounting, adaptation) and the
-// worker that executes modules. `mdag serve` runs both in one process; the
-// remote package puts gRPC between them (`mdag coordinator`, `mdag worker`).
+// Package coordinator is mdag's control plane: the Engine holds sessions,
+// plans (allocator, with the MILP solver handed in as Config.MILPSolver, and
+// placement), routes frames, runs the central GPU batch scheduler, accounts
+// for every frame and adapts to scaling and ballooning. Workers (package
+// worker) execute the modules; `mdag serve` runs them in process through the
+// Local provisioner, and package remote puts gRPC between them (`mdag
+// coordinator`, `mdag worker`). Observers (observe/metrics) see it through
+// the Observer interface; it imports no native code and no observer.
 //
 // Concurrency: the coordinator's state is owned by one loop goroutine; every
 // outside call (a frame arriving, a worker's result, a timer) is posted to

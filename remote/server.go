@@ -1,7 +1,8 @@
-// Package remote puts gRPC between mdag's coordinator and its workers and
-// sources (api/mdag.proto): `mdag coordinator` serves the Coordinator
-// service around an coordinator.Engine; `mdag worker` runs an worker.Worker that
-// dials it; `mdag source` streams synthetic frames into it.
+// Package remote is the coordinator's side of mdag's gRPC transport
+// (api/mdag.proto): `mdag coordinator` serves the Coordinator service around
+// a coordinator.Engine. The other side is remote/client (`mdag worker` runs a
+// worker.Worker that dials it; `mdag source` streams synthetic frames into
+// it); both convert messages with remote/wire.
 //
 // A worker holds one bidirectional stream: module loads and tasks flow
 // down in order (a task never overtakes the load that hosts its module),
