@@ -10,6 +10,11 @@ type Observer interface {
 	// called once each when an app is deployed.
 	App(app string) AppObserver
 	Module(app, module, model string, gpu bool) ModuleObserver
+	StateObserver
+}
+
+// StateObserver receives the coordinator's state and planning events.
+type StateObserver interface {
 	// Session sets an app's state: live streams, the last complete
 	// window's finish rate (haveRate false: no window yet) and its cost.
 	Session(app string, streams int, finishRate float64, haveRate bool, costAllocated, costWhole float64)
@@ -51,13 +56,7 @@ type ModuleObserver interface {
 type Recorder[A AppObserver, M ModuleObserver] interface {
 	App(app string) A
 	Module(app, module, model string, gpu bool) M
-	Session(app string, streams int, finishRate float64, haveRate bool, costAllocated, costWhole float64)
-	ModuleFactors(app, module string, scale, balloon float64)
-	Instances(counts map[[2]string]int)
-	Cost(whole, allocated float64)
-	Solve(stage string, d time.Duration)
-	Trigger(kind string)
-	Replanned()
+	StateObserver
 }
 
 // Observe adapts r to an Observer, so that the package implementing it
