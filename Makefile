@@ -10,8 +10,14 @@ DEB_PACKAGES := libopencv-dev opencv-data liblpsolve55-dev libvpx-dev python3-ai
 DURATION ?=
 DEMO_FLAGS ?=
 BIN := bin/mdag
+# The lean build (-tags lean, cmd/mdag/edges_lean.go): no OpenCV, no WebRTC/VP8. lp_solve is static
+# already (Debian ships only liblpsolve55.a); colamd and SuiteSparse_config, which it needs, are linked
+# statically too, so ldd lists only the C runtime (tools/lean-check.sh checks). It needs only
+# liblpsolve55-dev (which pulls libsuitesparse-dev).
+LEAN_BIN := bin/mdag-lean
+LEAN_LDFLAGS := -l:libcolamd.a -l:libsuitesparseconfig.a -lm
 
-.PHONY: help deps build test vet demo tour bench fuzz soak proto clean
+.PHONY: help deps build lean test vet demo tour bench fuzz soak proto clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -26,11 +32,19 @@ deps: ## install missing Debian packages (idempotent; does nothing when all are 
 build: deps ## build bin/mdag
 	$(GO) build -o $(BIN) ./cmd/mdag
 
-vet: ## gofmt check and go vet every package
+lean: ## build bin/mdag-lean: no OpenCV ops or executor, no WebRTC/VP8 (client, demo); ldd: only the C runtime
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES=liblpsolve55-dev
+	CGO_LDFLAGS="$(LEAN_LDFLAGS)" $(GO) build -tags lean -o $(LEAN_BIN) ./cmd/mdag
+
+vet: ## gofmt check and go vet every package, in the full and the lean build
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) build -tags lean ./...
+	$(GO) vet -tags lean ./...
 
-test: deps build vet ## deps, build, vet, then every test with -race
+test: deps build lean vet ## deps, build, lean (checked by tools/lean-check.sh), vet, then every test with -race (and the lean build's)
+	tools/lean-check.sh $(LEAN_BIN)
+	$(GO) test -race -count=1 -tags lean -run Lean ./cmd/mdag
 	MDAG_REQUIRE_INTEROP=1 $(GO) test -race -count=1 -timeout 15m ./...
 
 demo: build ## the whole system live: the traffic app, WHIP clients joining and leaving, the dashboard (DURATION=30s stops it; DEMO_FLAGS="--listen 127.0.0.1:0" and more)

@@ -1,10 +1,10 @@
+//go:build !lean
+
 package main
 
 import (
 	"bytes"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -143,21 +143,6 @@ func checkRouted(t *testing.T, where string, drops map[string]uint64) {
 			t.Errorf("%s: %d frames dropped %q: a routing drop, not a deadline one", where, n, k)
 		}
 	}
-}
-
-// get fetches url and checks the status; it returns the body.
-func get(t *testing.T, url string, code int) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != code {
-		t.Errorf("GET %s: %s, want %d: %.200s", url, resp.Status, code, b)
-	}
-	return string(b)
 }
 
 // TestServeEmulateObjects: a bad --emulate-objects is refused with the

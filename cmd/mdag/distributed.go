@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -92,13 +93,12 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	}
 	defer obs.Close()
 	e := obs.e
-	ws, err := wf.server("coordinator", *listen, app, obs.sink(), log)
+	closeWhip, err := wf.attach("coordinator", *listen, app, obs, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid
 	}
-	defer ws.Close()
-	obs.setWhip(ws)
+	defer closeWhip()
 	gl, err := net.Listen("tcp", *grpcAddr)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag coordinator: listen %s: %v\n", *grpcAddr, err)
@@ -114,9 +114,12 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	go func() { _ = g.Serve(gl) }()
 	hs := &http.Server{Handler: obs.handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(hl) }()
-	log.Info("coordinating", "app", app.Name, "grpc", gl.Addr().String(), "status", "http://"+hl.Addr().String()+"/v1/status",
-		"whip", "http://"+hl.Addr().String()+"/whip/"+string(app.Name), "policy", *policy,
-		"dashboard", "http://"+hl.Addr().String()+"/", "metrics", "http://"+hl.Addr().String()+"/metrics")
+	base := "http://" + hl.Addr().String()
+	where := []any{"app", app.Name, "grpc", gl.Addr().String(), "status", base + "/v1/status"}
+	if obs.ws != nil {
+		where = append(where, "whip", base+"/whip/"+string(app.Name))
+	}
+	log.Info("coordinating", append(where, "policy", *policy, "dashboard", base+"/", "metrics", base+"/metrics")...)
 	ctx, cancel := runContext(*duration)
 	defer cancel()
 	<-ctx.Done()
@@ -140,9 +143,13 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	typ := fs.String("type", "", "this worker's type, one of the deployed profiles' worker types (required)")
 	host, _ := os.Hostname()
 	id := fs.String("id", fmt.Sprintf("%s-%d", host, os.Getpid()), "instance ID, unique among connected workers")
-	executor := fs.String("executor", "emulated", "GPU executor: emulated (profiled times, no GPU needed) or opencv (real ONNX models, OpenCV DNN on the CPU)")
+	executor := fs.String("executor", "emulated", executorHelp)
+	decs := strings.Join(decoders(), ", ")
+	if decs == "" {
+		decs = "none in the " + buildName + " build"
+	}
 	var models []gpu.ModelFile
-	fs.Func("model", "with --executor opencv: a model as NAME=DECODER:PATH (repeatable), NAME being the app's `model:`; decoders: "+strings.Join(decoders(), ", "), func(s string) error {
+	fs.Func("model", "with --executor opencv: a model as NAME=DECODER:PATH (repeatable), NAME being the app's `model:`; decoders: "+decs, func(s string) error {
 		m, err := gpu.ParseModelFile(s)
 		if err == nil {
 			models = append(models, m)
@@ -160,15 +167,15 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	var exec gpu.Executor
-	switch *executor {
-	case "emulated":
+	switch {
+	case *executor == "emulated":
 		if len(models) > 0 {
 			fmt.Fprintln(stderr, "mdag worker: --model needs --executor opencv")
 			return exitInvalid
 		}
-	case "opencv":
+	case slices.Contains(executors, *executor):
 		if len(models) == 0 {
-			fmt.Fprintln(stderr, "mdag worker: --executor opencv needs at least one --model NAME=DECODER:PATH")
+			fmt.Fprintf(stderr, "mdag worker: --executor %s needs at least one --model NAME=DECODER:PATH\n", *executor)
 			return exitInvalid
 		}
 		x, closeX, err := newExecutor(*executor, models, 2)
@@ -178,8 +185,12 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		}
 		defer closeX()
 		exec = x
+	case len(executors) == 0:
+		fmt.Fprintf(stderr, "mdag worker: --executor %q: the %s build has no real executor, only emulated; "+
+			"the OpenCV DNN executor (--executor opencv) is in the full build: bin/mdag (make build)\n", *executor, buildName)
+		return exitInvalid
 	default:
-		fmt.Fprintf(stderr, "mdag worker: --executor %q: want emulated or opencv\n", *executor)
+		fmt.Fprintf(stderr, "mdag worker: --executor %q: want %s\n", *executor, strings.Join(append([]string{"emulated"}, executors...), " or "))
 		return exitInvalid
 	}
 	if *slowdown <= 0 {

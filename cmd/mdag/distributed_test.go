@@ -108,6 +108,21 @@ func getStatus(t *testing.T, url string) coordinator.Status {
 	return st
 }
 
+// get fetches url and checks the status; it returns the body.
+func get(t *testing.T, url string, code int) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != code {
+		t.Errorf("GET %s: %s, want %d: %.200s", url, resp.Status, code, b)
+	}
+	return string(b)
+}
+
 // TestMultiProcessWorkerLoss is issue 6's distributed acceptance test: a
 // coordinator, three workers and a synthetic source, each its own process,
 // on loopback. One worker that hosts modules is killed (SIGKILL); the

@@ -15,8 +15,22 @@ import (
 // the OpenCV DNN executor, and (in whip.go, client.go, demo.go) WebRTC
 // ingest with VP8. `make lean` builds without them (edges_lean.go).
 
-// build names this binary's edges (mdag version).
-const build = "full (OpenCV ops and executor, WHIP/VP8)"
+// buildName and build name this binary's edges (mdag version).
+const (
+	buildName = "full"
+	build     = "OpenCV ops and DNN executor, WebRTC (WHIP) ingest with VP8"
+)
+
+// edgeCommands are the commands that need WebRTC and VP8.
+func edgeCommands() []command {
+	return []command{
+		{"demo", "the whole system on this machine: the traffic app, WHIP clients joining and leaving, the dashboard", runDemo},
+		{"client", "stream a test pattern, a video file or a camera into an app over WebRTC (WHIP); print its results", runClient},
+	}
+}
+
+// executorHelp is `mdag worker --executor`'s help.
+const executorHelp = "GPU executor: emulated (profiled times, no GPU needed) or opencv (real ONNX models, OpenCV DNN on the CPU)"
 
 // ops is the registry of the CPU ops this binary runs.
 func ops() *modules.Registry {

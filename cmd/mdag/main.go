@@ -29,9 +29,10 @@ type command struct {
 	run     func(args []string, stdout, stderr io.Writer) int
 }
 
+// commands are every build's commands and this build's edge commands
+// (edgeCommands: demo and client, which need WebRTC and VP8).
 func commands() []command {
-	return []command{
-		{"demo", "the whole system on this machine: the traffic app, WHIP clients joining and leaving, the dashboard", runDemo},
+	return append([]command{
 		{"validate", "check an app (and its profiles) and summarise its graph and feasibility", runValidate},
 		{"allocate", "choose worker types, configurations and capacity per module at least cost (Scrooge MILP)", runAllocate},
 		{"place", "allocate, then place onto instances: full and partial, best fit, warm reuse, fewest moves", runPlace},
@@ -41,11 +42,10 @@ func commands() []command {
 		{"coordinator", "run the coordinator alone: workers (mdag worker) and sources (mdag source) connect over gRPC", runCoordinator},
 		{"worker", "run a worker that connects to a coordinator and executes the modules it is given", runWorker},
 		{"source", "stream synthetic cameras (moving shapes) into a coordinator over gRPC", runSource},
-		{"client", "stream a test pattern, a video file or a camera into an app over WebRTC (WHIP); print its results", runClient},
 		{"status", "show a running server's sessions, finish rate, modules, instances and re-plans", runStatus},
 		{"sim", "simulate the batch scheduler on emulated GPUs: goodput, bad rate, latency, batches", runSim},
-		{"version", "print the version", runVersion},
-	}
+		{"version", "print the version and the build (full or lean)", runVersion},
+	}, edgeCommands()...)
 }
 
 var version = "dev"
@@ -85,7 +85,7 @@ func usage(w io.Writer) {
 }
 
 func runVersion(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stdout, "mdag", version)
+	fmt.Fprintf(stdout, "mdag %s (%s build: %s)\n", version, buildName, build)
 	return exitOK
 }
 
@@ -96,9 +96,39 @@ func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: mdag %s %s\n\nFlags:\n", name, synopsis)
-		fs.PrintDefaults()
+		printDefaults(fs)
 	}
 	return fs
+}
+
+// notInBuild is a flag value that refuses every value because its feature
+// is not in this build (the lean build's WHIP flags); it says which.
+type notInBuild interface{ notInBuild() string }
+
+// printDefaults is fs.PrintDefaults, except that flags this build refuses
+// (notInBuild) are named on one line after the others.
+func printDefaults(fs *flag.FlagSet) {
+	var refused []string
+	var why string
+	fs.VisitAll(func(f *flag.Flag) {
+		if n, ok := f.Value.(notInBuild); ok {
+			refused, why = append(refused, "-"+f.Name), n.notInBuild()
+		}
+	})
+	if len(refused) == 0 {
+		fs.PrintDefaults()
+		return
+	}
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	shown.SetOutput(fs.Output())
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, ok := f.Value.(notInBuild); !ok {
+			shown.Var(f.Value, f.Name, f.Usage)
+			shown.Lookup(f.Name).DefValue = f.DefValue
+		}
+	})
+	shown.PrintDefaults()
+	fmt.Fprintf(fs.Output(), "\n%s: %s\n", why, strings.Join(refused, " "))
 }
 
 // parseFlags parses args; it returns an exit code and false when the caller

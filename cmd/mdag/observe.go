@@ -5,13 +5,14 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/gpu/nvml"
-	"github.com/mdag/mdag/ingest/whip"
+	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/observe/dashboard"
 	"github.com/mdag/mdag/observe/metrics"
@@ -52,8 +53,38 @@ type observed struct {
 	e       *coordinator.Engine
 	mx      *metrics.Metrics
 	rec     *dashboard.Recorder
-	ws      *whip.Server
+	ws      webIngest  // nil: no WHIP ingest (the lean build has none)
 	results *frameSink // the engine's OnFrame: results to the WHIP server
+}
+
+// webIngest is WebRTC (WHIP) ingest as the HTTP face and the summaries
+// see it: a *whip.Server (whip.go, set by setWhip) in the full build.
+type webIngest interface {
+	Handler() http.Handler
+	RequireToken(h http.Handler) http.Handler
+	Admission() ingest.Admission
+}
+
+// whipFlagNames are the flags addWhipFlags gives serve and coordinator,
+// and whipBoolFlags those of them that take no value. The lean build
+// refuses each by name (whip_lean.go); TestWhipFlagNames checks the lists
+// against the full build's flags.
+var (
+	whipFlagNames = []string{"allow-origin", "token-file", "open", "max-streams", "max-pending", "connect-timeout", "cpu-cores",
+		"cpu-ceiling", "stream-cost", "cpu-machine", "shed-after", "max-resolution", "oversize", "udp-ports", "public-ip", "emulate-objects"}
+	whipBoolFlags = []string{"open", "cpu-machine"}
+)
+
+// frameSink is an engine OnFrame that forwards results to the WHIP
+// server's clients, once one is set.
+type frameSink struct {
+	publish atomic.Pointer[func(coordinator.FrameResult)]
+}
+
+func (f *frameSink) onFrame(r coordinator.FrameResult) {
+	if p := f.publish.Load(); p != nil {
+		(*p)(r)
+	}
 }
 
 // startObserved starts an engine with metrics and its results wired
@@ -85,16 +116,6 @@ func startObserved(cfg coordinator.Config, limits map[profile.WorkerTypeID]int, 
 	return o, nil
 }
 
-// setWhip adds the WHIP server: its routes, its ingest counters, and the
-// engine's results.
-func (o *observed) setWhip(ws *whip.Server) {
-	o.ws = ws
-	o.mx.SetIngest(ws.IngestTotals)
-	o.mx.SetIngestLoad(ws.CPULoad)
-	o.rec.SetIngest(ws.Admission)
-	o.results.srv.Store(ws)
-}
-
 // settle waits (at most the SLO and 2 s) for the frames in flight to end,
 // so a summary accounts for all of them.
 func (o *observed) settle(slo time.Duration) {
@@ -117,7 +138,7 @@ func (o *observed) serveHTTP(addr string) (string, *http.Server, error) {
 }
 
 // sink is the engine as a WHIP sink whose frames also feed the thumbnails.
-func (o *observed) sink() whip.Sink { return tapSink{o.e, o.rec.Thumbs()} }
+func (o *observed) sink() tapSink { return tapSink{o.e, o.rec.Thumbs()} }
 
 // ingest is e.Ingest feeding the thumbnails (for in-process sources).
 func (o *observed) ingest(stream string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error {
@@ -154,9 +175,12 @@ func (o *observed) handler() http.Handler {
 	st := statusHandler(o.e)
 	mux.Handle("GET /v1/status", st)
 	mux.Handle("GET /healthz", st)
+	try := "/ for the dashboard, /metrics, /v1/status"
+	if o.ws != nil {
+		try += ", /v1/streams, /whip/{app}"
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, fmt.Sprintf("no such endpoint: %s %s (try / for the dashboard, /metrics, /v1/status, /v1/streams, /whip/{app})", r.Method, r.URL.Path),
-			http.StatusNotFound)
+		http.Error(w, fmt.Sprintf("no such endpoint: %s %s (try %s)", r.Method, r.URL.Path, try), http.StatusNotFound)
 	})
 	return mux
 }

@@ -78,22 +78,24 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	defer obs.Close()
 	e := obs.e
-	ws, err := wf.server("serve", *listen, app, obs.sink(), log)
+	closeWhip, err := wf.attach("serve", *listen, app, obs, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid
 	}
-	defer ws.Close()
-	obs.setWhip(ws)
+	defer closeWhip()
 	base, srv, err := obs.serveHTTP(*listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
 		return exitFailure
 	}
 	defer srv.Close()
-	log.Info("serving", "app", app.Name, "dashboard", base+"/", "status", base+"/v1/status", "metrics", base+"/metrics", "whip", base+"/whip/"+string(app.Name),
-		"page", base+"/stream/"+string(app.Name), "policy", *policy,
-		"note", "embedded mode: coordinator, GPU scheduler and in-process workers with emulated GPUs in one process")
+	where := []any{"app", app.Name, "dashboard", base + "/", "status", base + "/v1/status", "metrics", base + "/metrics"}
+	if obs.ws != nil {
+		where = append(where, "whip", base+"/whip/"+string(app.Name), "page", base+"/stream/"+string(app.Name))
+	}
+	log.Info("serving", append(where, "policy", *policy,
+		"note", "embedded mode: coordinator, GPU scheduler and in-process workers with emulated GPUs in one process")...)
 
 	ctx, cancel := runContext(*duration)
 	defer cancel()
@@ -132,7 +134,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	wg.Wait()
 	obs.settle(app.SLO)
 	writeStatusTable(stdout, e.Status())
-	writeIngestLine(stdout, ws.Admission())
+	if obs.ws != nil {
+		writeIngestLine(stdout, obs.ws.Admission())
+	}
 	writeReplanSummary(stdout, e.Status(), e.Replans())
 	return exitOK
 }

@@ -1,3 +1,5 @@
+//go:build !lean
+
 package main
 
 import (
@@ -10,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/mdag/mdag/coordinator"
@@ -205,16 +206,26 @@ func loopback(listen string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// frameSink is an engine OnFrame that forwards results to a WHIP server
-// set after the engine is built.
-type frameSink struct{ srv atomic.Pointer[whip.Server] }
-
-func (f *frameSink) onFrame(r coordinator.FrameResult) {
-	s := f.srv.Load()
-	if s == nil {
-		return
+// attach builds the WHIP server from the flags (server) and adds it to
+// obs (setWhip); the func it returns closes the server.
+func (wf *whipFlags) attach(cmd, listen string, app *dag.App, obs *observed, log *slog.Logger) (func(), error) {
+	ws, err := wf.server(cmd, listen, app, obs.sink(), log)
+	if err != nil {
+		return nil, err
 	}
-	s.Publish(clientResult(r))
+	obs.setWhip(ws)
+	return ws.Close, nil
+}
+
+// setWhip adds the WHIP server: its routes, its ingest counters, and the
+// engine's results.
+func (o *observed) setWhip(ws *whip.Server) {
+	o.ws = ws
+	o.mx.SetIngest(ws.IngestTotals)
+	o.mx.SetIngestLoad(ws.CPULoad)
+	o.rec.SetIngest(ws.Admission)
+	publish := func(r coordinator.FrameResult) { ws.Publish(clientResult(r)) }
+	o.results.publish.Store(&publish)
 }
 
 // motionObjects is a stream's motion estimator as WHIP's Objects.

@@ -1,0 +1,40 @@
+//go:build lean
+
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestLeanRefusals: what the lean build lacks is refused by name, saying
+// where it is (make test runs these: go test -tags lean -run Lean).
+func TestLeanRefusals(t *testing.T) {
+	t.Chdir("../..")
+	for _, tc := range []struct {
+		args string
+		code int
+		want string
+	}{
+		{"version", exitOK, "(lean build: "},
+		{"client --app traffic", exitInvalid, "mdag client: the WebRTC (WHIP) client is not in the lean build; the full build has it: bin/mdag (make build)"},
+		{"demo --duration 1s", exitInvalid, "mdag demo: the live demo (WebRTC clients) is not in the lean build; the full build has it"},
+		{"help", exitOK, "demo       the live demo (WHIP clients): not in the lean build, the full build has it"},
+		{"serve --example traffic --token-file t", exitInvalid, `invalid value "t" for flag -token-file: WHIP ingest is not in the lean build`},
+		{"coordinator --example traffic --open", exitInvalid, "invalid boolean flag open: WHIP ingest is not in the lean build"},
+		{"serve -h", exitOK, "\nWHIP ingest is not in the lean build (the full build has it: bin/mdag (make build)); refused flags: -allow-origin -connect-timeout"},
+		{"worker --type V100 --executor opencv", exitInvalid, `mdag worker: --executor "opencv": the lean build has no real executor, only emulated`},
+		{"worker -h", exitOK, "decoders: none in the lean build"},
+		{"validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml", exitOK, "app traffic: valid"},
+		{"serve --example tracker --listen 127.0.0.1:0", exitInvalid, "op track: op has no implementation in this binary (implemented: count, crop, sink)"},
+	} {
+		t.Run(tc.args, func(t *testing.T) {
+			var out bytes.Buffer
+			code := run(strings.Fields(tc.args), &out, &out)
+			if code != tc.code || !strings.Contains(out.String(), tc.want) {
+				t.Errorf("mdag %s: exit %d, want %d and %q in\n%s", tc.args, code, tc.code, tc.want, out.String())
+			}
+		})
+	}
+}
