@@ -1,7 +1,9 @@
-// Package engine is mdag's runtime: the coordinator (sessions, planning,
-// routing, the central GPU batch scheduler, accounting, adaptation) and the
-// worker that executes modules. `mdag serve` runs both in one process; the
-// remote package puts gRPC between them (`mdag coordinator`, `mdag worker`).
+// Package coordinator is mdag's control plane at run time: the Engine holds
+// the sessions, planning, routing, the central GPU batch scheduler,
+// accounting and adaptation, and drives workers (package worker) through
+// the Instance interface. `mdag serve` runs it with in-process workers
+// (Local); package remote puts gRPC between it and `mdag worker`. Observers
+// (observe/metrics through Observe) receive its events as an Observer.
 //
 // Concurrency: the coordinator's state is owned by one loop goroutine; every
 // outside call (a frame arriving, a worker's result, a timer) is posted to

@@ -1,7 +1,8 @@
 // Package remote puts gRPC between mdag's coordinator and its workers and
 // sources (api/mdag.proto): `mdag coordinator` serves the Coordinator
-// service around an coordinator.Engine; `mdag worker` runs an worker.Worker that
-// dials it; `mdag source` streams synthetic frames into it.
+// service around a coordinator.Engine; `mdag worker` runs a worker.Worker
+// that dials it (package remote/client); `mdag source` streams synthetic
+// frames into it.
 //
 // A worker holds one bidirectional stream: module loads and tasks flow
 // down in order (a task never overtakes the load that hosts its module),
@@ -34,7 +35,7 @@ import (
 	"github.com/mdag/mdag/worker"
 )
 
-// Server is the Coordinator service around an coordinator.
+// Server is the Coordinator service around a coordinator.Engine.
 type Server struct {
 	api.UnimplementedCoordinatorServer
 
