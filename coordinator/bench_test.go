@@ -96,7 +96,7 @@ func workerThroughput(b *testing.B, mx *metrics.Metrics) {
 // one run of the test's workload on the real clock (seconds of live
 // streams). Run one on demand, e.g.
 //
-//	go test -run '^$' -bench BenchmarkStreamsJoinAndLeave -benchtime 1x -count 5 ./internal/engine
+//	go test -run '^$' -bench BenchmarkStreamsJoinAndLeave -benchtime 1x -count 5 ./coordinator
 
 // BenchmarkEveryFrame is TestEveryFrameAccounted's figure: the finish rate
 // of three pattern streams of 30 frames at 10 fps on emulated GPUs.

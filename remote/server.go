@@ -35,7 +35,7 @@ import (
 	"github.com/mdag/mdag/worker"
 )
 
-// Server is the Coordinator service around an coordinator.
+// Server is the Coordinator service around a coordinator.Engine.
 type Server struct {
 	api.UnimplementedCoordinatorServer
 

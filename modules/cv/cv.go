@@ -1,9 +1,10 @@
 // Package cv holds the CPU ops and frame helpers that need OpenCV (gocv):
 // the resize and haar-face ops (Register adds them to a modules.Registry),
-// Resize, ToMat/FromMat and Draw for callers that scale or paint frames, and
-// Motion, the background-subtraction detector of the live sources. It is an
-// edge package: only the full binary (cmd/mdag without the lean tag), the
-// WHIP client and the dashboard's thumbnail encoder import it.
+// Resize and ResizeArea (the full binary's media.Scaler), ToMat/FromMat,
+// Thumbnail (the dashboard's JPEG encoder) and Motion, the
+// background-subtraction detector of the live sources. It is an edge
+// package: the full binary (cmd/mdag without the lean tag) and gpu/opencv
+// import it; the pure packages are handed what they need.
 package cv
 
 import (

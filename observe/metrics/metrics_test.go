@@ -98,10 +98,10 @@ func TestExpositionGolden(t *testing.T) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test ./internal/metrics -update)", err)
+		t.Fatalf("%v (run go test ./observe/metrics -update)", err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("exposition differs from %s (go test ./internal/metrics -update, then review the diff):\n%s", path, diffLines(string(want), string(got)))
+		t.Errorf("exposition differs from %s (go test ./observe/metrics -update, then review the diff):\n%s", path, diffLines(string(want), string(got)))
 	}
 }
 
