@@ -92,7 +92,7 @@ coord=$!
 pids+=("$coord")
 started() {
 	kill -0 "$coord" 2>/dev/null || fail "the coordinator exited"
-	grep -q 'msg=coordinating' "$tmp/coordinator.log"
+	grep -qs 'msg=coordinating' "$tmp/coordinator.log"
 }
 poll "the coordinator to listen" 30 started
 grpc=$(sed -nE 's/.*msg=coordinating .* grpc=([^ ]+) .*/\1/p' "$tmp/coordinator.log")
@@ -121,7 +121,7 @@ finished() {
 poll "finished frames in the coordinator's status" 30 finished
 echo "lean-check: ok: source: $accepted frames accepted; coordinator: $(grep -m1 -E '^ *frames sent' "$tmp/status.txt" | sed -E 's/^ *//; s/;.*//')"
 kill -TERM "$coord"
-summary() { grep -q 'frames sent' "$tmp/coordinator.out"; }
+summary() { grep -qs 'frames sent' "$tmp/coordinator.out"; }
 poll "the coordinator's summary after SIGTERM" 15 summary
 wait "$coord" || fail "the coordinator exited $? after SIGTERM"
 echo "lean-check: PASS"
