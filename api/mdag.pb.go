@@ -923,7 +923,7 @@ func (x *ItemList) GetItems() []*Item {
 	return nil
 }
 
-// Item is what flows between modules (modules.Item).
+// Item is what flows between modules (media.Item).
 type Item struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Stream         string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
