@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // ErrUnstable is returned (wrapped) when the arrival rate reaches the
@@ -127,6 +128,9 @@ func Predict(mu []float64, lambda float64) (Prediction, error) {
 		h += q[k]
 	}
 	h += q[c] / (1 - rho)
+	if math.IsInf(h, 0) || math.IsNaN(h) {
+		return pr, fmt.Errorf("serf: lambda %g requests/s with c=%d: the chain's terms overflow float64 (service rates %g..%g too far apart)", lambda, c, slices.Min(mu), slices.Max(mu))
+	}
 	p0 := 1 / h
 	pr.P0 = p0
 	// P(N >= c) = sum_{n>=c} p_n = p0 q_c / (1-rho) (geometric tail of Eq. 2).
@@ -135,7 +139,9 @@ func Predict(mu []float64, lambda float64) (Prediction, error) {
 	pr.WaitMM = p0 * q[c] * rho / ((1 - rho) * (1 - rho)) / lambda
 	// Eq. 8-11: W_q^{M/D_interf/c} = 1/2 (1 + f(s) g(rho)) W_q^{M/M_interf/c},
 	// f(s) from Eq. 9, g(rho) = (1-rho)/rho from Eq. 10.
-	pr.Wait = 0.5 * (1 + cosmetatosF(c)*(1-rho)/rho) * pr.WaitMM
+	if pr.WaitMM > 0 { // else rho underflowed to 0 and g(rho) is Inf: no wait
+		pr.Wait = 0.5 * (1 + cosmetatosF(c)*(1-rho)/rho) * pr.WaitMM
+	}
 	// Eq. 12, first line: an arrival that finds n < c requests in the system
 	// (probability p_n by PASTA) starts at once as the (n+1)-th and is served
 	// at mu_{n+1}; one that finds n >= c waits and starts with c in service,
@@ -152,5 +158,9 @@ func Predict(mu []float64, lambda float64) (Prediction, error) {
 	pr.Service = s
 	// Eq. 13: W = S + W_q.
 	pr.Latency = pr.Service + pr.Wait
+	if math.IsInf(pr.Latency, 0) || math.IsNaN(pr.Latency) {
+		return pr, fmt.Errorf("serf: lambda %g requests/s with c=%d: latency overflows float64 (service rates %g..%g)", lambda, c, slices.Min(mu), slices.Max(mu))
+	}
 	return pr, nil
 }
+
