@@ -79,40 +79,59 @@ func TestNewTableErrors(t *testing.T) {
 	}
 }
 
-// TestTableShape: a CPU model whose single request barely speeds up past 2
-// threads and whose concurrent requests interfere little is best served
-// with many threads at low load and many requests at once at high load
-// (SERF's CIFAR-10 finding, Fig. 12 top); above every capacity there is
-// no best.
+// TestTableShape reproduces the two shapes of SERF's Fig. 12 (the paper
+// publishes no profiled rates with predicted latencies, so there are no
+// worked numbers to check): with little interference (CIFAR-10, top) the
+// best configuration moves from intra-op threads at low load to service
+// parallelism at high load; with a cache cliff past two concurrent
+// requests (ImageNet-22K, bottom) service parallelism stays at 2 even at
+// high load. Above every capacity there is no best.
 func TestTableShape(t *testing.T) {
-	cfgs, err := Configs([]Rates{
-		{Threads: 1, Mu: []float64{10, 9.8, 9.6, 9.4}},
-		{Threads: 2, Mu: []float64{18, 17}},
-		{Threads: 4, Mu: []float64{24}},
-	}, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tab, err := NewTable(cfgs, []float64{1, 20, 36, 40})
-	if err != nil {
-		t.Fatal(err)
-	}
-	best := func(i int) string {
-		if tab.Rows[i].Best < 0 {
-			return "none"
-		}
-		return tab.Configs[tab.Rows[i].Best].String()
-	}
-	for i, want := range []string{"c=1,t=4", "c=2,t=2", "c=4,t=1", "none"} {
-		if got := best(i); got != want {
-			t.Errorf("load %g: best %s, want %s", tab.Rows[i].Lambda, got, want)
-		}
-	}
-	if r, ok := tab.Lookup(19); !ok || r.Lambda != 20 {
-		t.Errorf("Lookup(19) = %v, %v: want the row at 20", r.Lambda, ok)
-	}
-	if _, ok := tab.Lookup(41); ok {
-		t.Error("Lookup above the top level found a row")
+	for _, tc := range []struct {
+		name  string
+		rates []Rates
+		cores int
+		loads []float64
+		want  []string
+	}{
+		{"little interference", []Rates{
+			{Threads: 1, Mu: []float64{10, 9.8, 9.6, 9.4}},
+			{Threads: 2, Mu: []float64{18, 17}},
+			{Threads: 4, Mu: []float64{24}},
+		}, 4, []float64{1, 20, 36, 40}, []string{"c=1,t=4", "c=2,t=2", "c=4,t=1", "none"}},
+		{"cache cliff", []Rates{
+			{Threads: 1, Mu: []float64{1, 0.98, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25}},
+			{Threads: 2, Mu: []float64{1.9, 1.85, 0.9, 0.8}},
+			{Threads: 4, Mu: []float64{3.2, 3.0}},
+			{Threads: 8, Mu: []float64{4}},
+		}, 8, []float64{0.5, 3, 5, 5.8, 7}, []string{"c=1,t=8", "c=2,t=4", "c=2,t=4", "c=2,t=4", "none"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfgs, err := Configs(tc.rates, tc.cores)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tab, err := NewTable(cfgs, tc.loads)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range tc.want {
+				got := "none"
+				if b := tab.Rows[i].Best; b >= 0 {
+					got = tab.Configs[b].String()
+				}
+				if got != want {
+					t.Errorf("load %g: best %s, want %s", tab.Rows[i].Lambda, got, want)
+				}
+			}
+			top := tc.loads[len(tc.loads)-1]
+			if r, ok := tab.Lookup(tc.loads[1] - 0.01); !ok || r.Lambda != tc.loads[1] {
+				t.Errorf("Lookup just below level 1 = %v, %v: want the row at %g", r.Lambda, ok, tc.loads[1])
+			}
+			if _, ok := tab.Lookup(top + 1); ok {
+				t.Error("Lookup above the top level found a row")
+			}
+		})
 	}
 }
 
