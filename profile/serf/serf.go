@@ -163,4 +163,3 @@ func Predict(mu []float64, lambda float64) (Prediction, error) {
 	}
 	return pr, nil
 }
-

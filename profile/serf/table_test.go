@@ -394,3 +394,36 @@ func TestEvenLoads(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkNewTable: a 16-core worker profiled at t = 1, 2, 4, 8, 16 (31
+// configurations) over SERF's 10 load levels.
+func BenchmarkNewTable(b *testing.B) {
+	var rates []Rates
+	for th := 1; th <= 16; th *= 2 {
+		mu := make([]float64, 16/th)
+		for i := range mu {
+			mu[i] = 10 * float64(th) / (1 + 0.05*float64(i*th))
+		}
+		rates = append(rates, Rates{Threads: th, Mu: mu})
+	}
+	cfgs, err := Configs(rates, 16)
+	if err != nil {
+		b.Fatal(err)
+	}
+	loads, _ := EvenLoads(10, MaxCapacity(cfgs))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := NewTable(cfgs, loads); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPredict(b *testing.B) {
+	mu := []float64{10, 9.8, 9.5, 9, 8.5, 8, 7.5, 7}
+	for b.Loop() {
+		if _, err := Predict(mu, 40); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
