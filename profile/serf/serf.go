@@ -21,6 +21,7 @@
 package serf
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -51,6 +52,21 @@ type Prediction struct {
 	Service float64 `json:"service"`
 	// Latency is Wait + Service (Eq. 13), the mean response time.
 	Latency float64 `json:"latency"`
+}
+
+// MarshalJSON writes an unstable prediction (rho >= 1, unbounded times)
+// with its times left out, since JSON has no infinity.
+func (p Prediction) MarshalJSON() ([]byte, error) {
+	type plain Prediction
+	if p.Rho < 1 {
+		return json.Marshal(plain(p))
+	}
+	return json.Marshal(struct {
+		Lambda   float64 `json:"lambda"`
+		C        int     `json:"c"`
+		Rho      float64 `json:"rho"`
+		Unstable bool    `json:"unstable"`
+	}{p.Lambda, p.C, p.Rho, true})
 }
 
 // Capacity is c*mu_c, the highest arrival rate the configuration sustains

@@ -84,7 +84,7 @@ func Configs(rates []Rates, cores int) ([]Config, error) {
 			continue
 		}
 		for c := 1; c <= len(r.Mu) && c*r.Threads <= cores; c++ {
-			out = append(out, Config{C: c, T: r.Threads, Mu: r.Mu[:c:c]})
+			out = append(out, Config{C: c, T: r.Threads, Mu: append([]float64(nil), r.Mu[:c]...)})
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -110,7 +110,8 @@ type Row struct {
 	// predicted latency at Lambda (ties: fewer cores, then smaller c, then
 	// smaller t); -1 when no configuration is stable at Lambda.
 	Best int `json:"best"`
-	// Latency is the best configuration's predicted mean latency (s).
+	// Latency is the best configuration's predicted mean latency (s), 0
+	// when there is none.
 	Latency float64 `json:"latency"`
 	// Predictions holds every configuration's prediction, in Configs order;
 	// unstable ones have infinite Latency.
@@ -169,6 +170,9 @@ func NewTable(cfgs []Config, loads []float64) (*Table, error) {
 			if row.Best < 0 || better(p.Latency, cfg, row.Latency, t.Configs[row.Best]) {
 				row.Best, row.Latency = i, p.Latency
 			}
+		}
+		if row.Best < 0 {
+			row.Latency = 0
 		}
 		t.Rows = append(t.Rows, row)
 	}

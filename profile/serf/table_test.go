@@ -1,6 +1,7 @@
 package serf
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"strings"
@@ -123,6 +124,9 @@ func TestTableShape(t *testing.T) {
 				if got != want {
 					t.Errorf("load %g: best %s, want %s", tab.Rows[i].Lambda, got, want)
 				}
+			}
+			if _, err := json.Marshal(tab); err != nil {
+				t.Errorf("table with unstable configurations does not marshal: %v", err)
 			}
 			top := tc.loads[len(tc.loads)-1]
 			if r, ok := tab.Lookup(tc.loads[1] - 0.01); !ok || r.Lambda != tc.loads[1] {
