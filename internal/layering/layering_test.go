@@ -21,6 +21,7 @@ var pure = []string{
 	"scheduler", "scheduler/sim", "gpu", "worker", "coordinator",
 	// beyond the list: what the lean worker and the observers need
 	"ingest", "ingest/synth", "remote/wire", "remote/client", "observe/metrics",
+	"profile/serf",
 }
 
 // native are the import paths (prefixes) that link native code at the edges.
@@ -41,6 +42,7 @@ var allowed = map[string][]string{
 	"modules":               {"media"},
 	"dag":                   {"modules", "internal/yamlx"},
 	"profile":               {"dag", "internal/yamlx"},
+	"profile/serf":          {"profile"},
 	"examples":              {"dag", "profile"},
 	"examples/internal/zoo": {"dag", "modules"},
 	"allocator":             {"dag", "profile"},
