@@ -37,6 +37,22 @@ def shape(v):
     return [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
 
 
+def gmacs(m):
+    """Multiply-accumulates of the Conv and Gemm nodes for one item (the cost that dominates), in 1e9."""
+    m = onnx.shape_inference.infer_shapes(m)
+    shapes = {v.name: shape(v) for v in list(m.graph.value_info) + list(m.graph.output) + list(m.graph.input)}
+    shapes.update({t.name: list(t.dims) for t in m.graph.initializer})
+    total = 0
+    for n in m.graph.node:
+        if n.op_type == "Conv":
+            out, w = shapes[n.output[0]], shapes[n.input[1]]
+            total += out[1] * out[2] * out[3] * w[1] * w[2] * w[3]
+        elif n.op_type == "Gemm":
+            w = shapes[n.input[1]]
+            total += w[0] * w[1]
+    return total / 1e9
+
+
 def check_graph(path):
     errs = []
     m = onnx.load(path)
@@ -52,8 +68,9 @@ def check_graph(path):
                 errs.append(f"{kind} {v.name} {s}: leading dimension is not the symbolic batch N")
             elif any(not isinstance(d, int) or d <= 0 for d in s[1:]):
                 errs.append(f"{kind} {v.name} {s}: a dimension other than the batch is not fixed")
+    info = f"{gmacs(m):.2f} GMAC/item, "
     io = "; ".join(f"{v.name} {shape(v)}" for v in list(m.graph.input) + list(m.graph.output))
-    return errs, f"opset {opset}, IR {m.ir_version}, {os.path.getsize(path) / 1e6:.1f} MB: {io}"
+    return errs, info + f"opset {opset}, IR {m.ir_version}, {os.path.getsize(path) / 1e6:.1f} MB: {io}"
 
 
 def main():
