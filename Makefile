@@ -48,10 +48,10 @@ vet: ## gofmt check and go vet every package, in the full and the lean build
 	$(GO) build -tags lean ./...
 	$(GO) vet -tags lean ./...
 
-test: deps build lean vet ## deps, build, lean (checked by tools/lean-check.sh), vet, then every test with -race (and the lean build's)
+test: deps build lean vet models-check ## deps, build, lean (checked by tools/lean-check.sh), vet, the models (built and checked), then every test with -race (and the lean build's)
 	tools/lean-check.sh $(LEAN_BIN)
 	$(GO) test -race -count=1 -tags lean -run Lean ./cmd/mdag
-	MDAG_REQUIRE_INTEROP=1 $(GO) test -race -count=1 -timeout 15m ./...
+	MDAG_REQUIRE_INTEROP=1 MDAG_REQUIRE_MODELS=1 $(GO) test -race -count=1 -timeout 15m ./...
 
 demo: build ## the whole system live: the traffic app, WHIP clients joining and leaving, the dashboard (DURATION=30s stops it; DEMO_FLAGS="--listen 127.0.0.1:0" and more)
 	./$(BIN) demo $(if $(DURATION),--duration $(DURATION)) $(DEMO_FLAGS)
@@ -91,7 +91,8 @@ proto: ## regenerate api/*.pb.go from api/mdag.proto (protoc from Debian; Go gen
 
 models: $(BLAZEFACE_MODELS) $(RANDOM_MODELS) ## build/models: BlazeFace (real weights) made batch-capable; ResNet-50, MobileNetV2, SSD with random weights (cost, not accuracy)
 
-models-check: models ## onnx.checker, symbolic batch, opset, byte reproducibility (built again) and the sha256s pinned in tools/models/SHA256SUMS
+models-check: models ## the BlazeFace rewrite's tests; onnx.checker, symbolic batch, opset, byte reproducibility (built again), the sha256s pinned in tools/models/SHA256SUMS
+	$(MODELS_PYTHON) tools/models/test_blazeface_batch.py
 	$(MODELS_PYTHON) tools/models/check_models.py $(MODELS_DIR)
 
 models-deps:
