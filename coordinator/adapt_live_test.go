@@ -1,47 +1,35 @@
 package coordinator
 
 import (
-	"context"
 	"log/slog"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
-	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/ingest/synth"
-	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/worker"
 )
 
-// runStreams streams n pattern streams into the traffic app until ctx ends.
-func runStreams(t testing.TB, ctx context.Context, e *Engine, n int, fps float64, pat *synth.Pattern) *sync.WaitGroup {
-	t.Helper()
-	var wg sync.WaitGroup
-	for i := range n {
-		id := "cam-" + string(rune('a'+i))
-		if err := e.Join("traffic", id); err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := pat.Generate(ctx, clock.Real{}, i, id, fps, 0, e.Ingest); err != nil {
-				t.Error(err)
-			}
-		}()
+// lastReplan is the number of the last re-plan recorded (0: none).
+func lastReplan(e *Engine) int {
+	rs := e.Replans()
+	if len(rs) == 0 {
+		return 0
 	}
-	return &wg
+	return rs[len(rs)-1].N
 }
 
-// replanAfter returns the first re-plan at or after t whose trigger
-// contains what.
-func replanAfter(e *Engine, t time.Time, what string) (Replan, bool) {
+// replanAfter returns the first re-plan recorded after re-plan n whose
+// trigger contains what. (By number, not time: on the fake clock a
+// re-plan and what the test did before it can share an instant.)
+func replanAfter(e *Engine, n int, what string) (Replan, bool) {
 	for _, r := range e.Replans() {
-		if !r.At.Before(t) && strings.Contains(r.Trigger, what) {
+		if r.N > n && strings.Contains(r.Trigger, what) {
 			return r, true
 		}
 	}
@@ -91,11 +79,11 @@ func (a adaptation) finishRate() float64 {
 // emulated GPUs, injects tc's jump once two windows are complete, waits for
 // the re-plan it causes and then for three complete windows starting a
 // second after it.
-func runAdaptation(tb testing.TB, tc adaptCase, log *slog.Logger) adaptation {
+func runAdaptation(tb testing.TB, start starter, tc adaptCase, log *slog.Logger) adaptation {
 	app, prof := loadExample(tb, "traffic")
-	e, local := MustEmbedded(Config{MILPSolver: milp.Solver{}, Log: log}, everyType)
-	e.Start()
-	defer e.Close()
+	w := start(Config{Log: log}, everyType)
+	defer w.close()
+	e := w.engine()
 	if err := e.Deploy(app, prof); err != nil {
 		tb.Fatal(err)
 	}
@@ -104,19 +92,19 @@ func runAdaptation(tb testing.TB, tc adaptCase, log *slog.Logger) adaptation {
 		objects = 0
 	}
 	pat, _ := synth.NewPattern(320, 240, objects)
-	ctx, cancel := context.WithCancel(context.Background())
-	wg := runStreams(tb, ctx, e, 4, 10, pat)
-	defer func() { cancel(); wg.Wait() }()
-	waitFor(tb, "two complete windows", 20*time.Second, func() bool { return len(e.Status().Sessions[0].Windows) >= 2 })
-	jump := time.Now()
-	tc.inject(pat, local)
+	for i := range 4 {
+		w.stream(app.Name, "cam-"+string(rune('a'+i)), i, pat, 10, 0)
+	}
+	w.until("two complete windows", 20*time.Second, func() bool { return len(e.Status().Sessions[0].Windows) >= 2 })
+	jump, before := w.now(), lastReplan(e)
+	tc.inject(pat, w.provisioner())
 	// The first re-plan of the kind after the jump may be another
 	// module's (a factor decaying, say) with the jump seen in one window
 	// only: wait for the one that plans with the jump's factor.
 	var r Replan
-	waitFor(tb, "a re-plan for "+tc.expect+" with the jump's factor", 10*time.Second, func() bool {
+	w.until("a re-plan for "+tc.expect+" with the jump's factor", 10*time.Second, func() bool {
 		for _, x := range e.Replans() {
-			if !x.At.Before(jump) && strings.Contains(x.Trigger, tc.expect) && len(x.Sessions) > 0 && tc.factor(x.Sessions[0]) {
+			if x.N > before && strings.Contains(x.Trigger, tc.expect) && len(x.Sessions) > 0 && tc.factor(x.Sessions[0]) {
 				r = x
 				return true
 			}
@@ -125,7 +113,7 @@ func runAdaptation(tb testing.TB, tc adaptCase, log *slog.Logger) adaptation {
 	})
 	a := adaptation{replan: r, delay: r.At.Sub(jump)}
 	settled := func(w WindowStatus) bool { return w.Start.After(r.At.Add(time.Second)) }
-	waitFor(tb, "three complete windows a second after the re-plan", 20*time.Second, func() bool {
+	w.until("three complete windows a second after the re-plan", 20*time.Second, func() bool {
 		n := 0
 		for _, w := range e.Status().Sessions[0].Windows {
 			if settled(w) {
@@ -156,40 +144,45 @@ func runAdaptation(tb testing.TB, tc adaptCase, log *slog.Logger) adaptation {
 	return a
 }
 
-// TestAdaptation: four live streams; objects per frame jump 0 -> 8
-// (scaling) or the emulated GPUs turn 1.5x slower (ballooning). It checks
-// behaviour, not speed: the jump causes a re-plan of its kind that plans
-// with the new factor, and from a second after it every window finishes
-// frames, none lacks a route (deadline drops only) and most complete. How
-// soon the re-plan comes (~0.5 s, <= 2 s on an idle machine) and the
-// finish rate after it (>= 95% idle) are BenchmarkAdaptation's figures.
+// TestAdaptation: four streams on the fake clock; objects per frame jump
+// 0 -> 8 (scaling) or the emulated GPUs turn 1.5x slower (ballooning). It
+// checks behaviour, not speed: the jump causes a re-plan of its kind that
+// plans with the new factor, and from a second after it every window
+// finishes frames, none lacks a route (deadline drops only) and most
+// complete. How soon the re-plan comes on the real clock (~0.5 s, <= 2 s
+// on an idle machine) and the finish rate after it (>= 95% idle) are
+// BenchmarkAdaptation's figures.
 func TestAdaptation(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs ~10 s of live streams")
-	}
 	for _, tc := range adaptCases {
-		t.Run(tc.name, func(t *testing.T) {
-			a := runAdaptation(t, tc, testLog(t))
-			r := a.replan
-			t.Logf("re-plan %v after the jump: %s; moves %s; cost %.2f/h", a.delay.Round(time.Millisecond), r.Trigger, summarizeMoves(r.Moves), r.CostWhole)
-			if len(r.Sessions) == 0 || !tc.factor(r.Sessions[0]) {
-				t.Errorf("re-plan %q does not plan with the jump's factor: %+v", r.Trigger, r.Sessions)
-			}
-			var c Counts
-			for _, w := range a.after {
-				if w.Finished == 0 {
-					t.Errorf("window %s after the re-plan finished nothing: %+v %v", w.Start.Format("05"), w.Counts, w.Drops)
-				}
-				checkRouted(t, "window "+w.Start.Format("05")+" after the re-plan", w.Drops)
-				c.Sent += w.Sent
-				c.Finished += w.Finished
-				c.Late += w.Late
-				c.Dropped += w.Dropped
-			}
-			checkMostComplete(t, "windows after the re-plan", c)
-			t.Logf("finish rate after the re-plan %.3f over %d frames", a.finishRate(), c.Sent)
-		})
+		t.Run(tc.name, func(t *testing.T) { synctest.Test(t, func(t *testing.T) { adaptationCase(t, tc) }) })
 	}
+}
+
+func adaptationCase(t *testing.T, tc adaptCase) {
+	a := runAdaptation(t, onFakeClock(t), tc, testLog(t))
+	r := a.replan
+	t.Logf("re-plan %v after the jump: %s; moves %s; cost %.2f/h", a.delay.Round(time.Millisecond), r.Trigger, summarizeMoves(r.Moves), r.CostWhole)
+	if len(r.Sessions) == 0 || !tc.factor(r.Sessions[0]) {
+		t.Errorf("re-plan %q does not plan with the jump's factor: %+v", r.Trigger, r.Sessions)
+	}
+	// On the fake clock the delay is the detector's alone: two windows
+	// that see the jump (three when it lands mid-window).
+	if win := (AdaptConfig{}).withDefaults().Window; a.delay > 3*win {
+		t.Errorf("re-plan %v after the jump, want at most three %v windows", a.delay, win)
+	}
+	var c Counts
+	for _, w := range a.after {
+		if w.Finished == 0 {
+			t.Errorf("window %s after the re-plan finished nothing: %+v %v", w.Start.Format("05"), w.Counts, w.Drops)
+		}
+		checkRouted(t, "window "+w.Start.Format("05")+" after the re-plan", w.Drops)
+		c.Sent += w.Sent
+		c.Finished += w.Finished
+		c.Late += w.Late
+		c.Dropped += w.Dropped
+	}
+	checkMostComplete(t, "windows after the re-plan", c)
+	t.Logf("finish rate after the re-plan %.3f over %d frames", a.finishRate(), c.Sent)
 }
 
 // testLog logs the engine's debug events to the test log when
@@ -208,12 +201,14 @@ func testLog(t *testing.T) *slog.Logger {
 // routed and complete: all 30 end, none dropped for want of a route
 // (deadline drops only), most complete. It checks behaviour, not speed:
 // the next stream's finish rate (>= 27 of 30 on an idle machine) is
-// BenchmarkFactorsLeaveWithStreams's figure.
+// BenchmarkFactorsLeaveWithStreams's figure on the real clock; this test
+// runs on the fake clock.
 func TestFactorsLeaveWithStreams(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs ~5 s of live streams")
-	}
-	f := runFactorsLeave(t, testLog(t))
+	synctest.Test(t, factorsLeaveWithStreams)
+}
+
+func factorsLeaveWithStreams(t *testing.T) {
+	f := runFactorsLeave(t, onFakeClock(t), testLog(t))
 	for _, r := range f.after {
 		for _, ps := range r.Sessions {
 			if ps.Scale["crop-vehicles"] > 10 || ps.Balloon["classify"] > 2 || ps.Headroom > 1 {
@@ -241,11 +236,11 @@ type factorsLeave struct {
 // slowdown and headroom 2, lets cam-a leave (checking the factors are
 // forgotten), then streams 30 frames of cam-b at 10 fps and waits for all
 // of them to end.
-func runFactorsLeave(tb testing.TB, log *slog.Logger) factorsLeave {
+func runFactorsLeave(tb testing.TB, start starter, log *slog.Logger) factorsLeave {
 	app, prof := loadExample(tb, "traffic")
 	var mu sync.Mutex
 	next := factorsLeave{drops: map[string]uint64{}}
-	e, _ := MustEmbedded(Config{MILPSolver: milp.Solver{}, Log: log, OnFrame: func(r FrameResult) {
+	w := start(Config{Log: log, OnFrame: func(r FrameResult) {
 		if r.Stream != "cam-b" {
 			return
 		}
@@ -262,26 +257,24 @@ func runFactorsLeave(tb testing.TB, log *slog.Logger) factorsLeave {
 			next.drops[string(r.Module)+": "+r.Reason]++
 		}
 	}}, everyType)
-	e.Start()
-	defer e.Close()
+	defer w.close()
+	e := w.engine()
 	if err := e.Deploy(app, prof); err != nil {
 		tb.Fatal(err)
 	}
 	pat, _ := synth.NewPattern(320, 240, 3)
-	ctx, cancel := context.WithCancel(context.Background())
-	wg := runStreams(tb, ctx, e, 1, 10, pat) // cam-a
+	w.stream(app.Name, "cam-a", 0, pat, 10, 0)
 	// What a 50x fan-out stream would have taught (observed, the plan
 	// would be far off what a normal stream needs).
-	taught := time.Now()
+	taught := lastReplan(e)
 	e.call(func() {
 		s := e.sessions["traffic"]
 		s.scale["crop-vehicles"], s.balloon["classify"], s.headroom = 50, 5, 2
 		e.trigger(KindScaling, "test: a stream with 50 vehicles a frame")
 	})
-	waitFor(tb, "the taught plan", 10*time.Second, func() bool { _, ok := replanAfter(e, taught, "50 vehicles"); return ok })
-	cancel()
-	wg.Wait()
-	left := time.Now()
+	w.until("the taught plan", 10*time.Second, func() bool { _, ok := replanAfter(e, taught, "50 vehicles"); return ok })
+	w.stop("cam-a")
+	left := lastReplan(e)
 	if err := e.Leave("cam-a"); err != nil {
 		tb.Fatal(err)
 	}
@@ -291,24 +284,17 @@ func runFactorsLeave(tb testing.TB, log *slog.Logger) factorsLeave {
 			tb.Errorf("after the last stream left: scale %v balloon %v headroom %v, want the app's", s.scale, s.balloon, s.headroom)
 		}
 	})
-	waitFor(tb, "the leave re-plan", 10*time.Second, func() bool { _, ok := replanAfter(e, left, "cam-a left"); return ok })
-	joined := time.Now()
-	ctx, cancel = context.WithCancel(context.Background())
-	defer cancel()
+	w.until("the leave re-plan", 10*time.Second, func() bool { _, ok := replanAfter(e, left, "cam-a left"); return ok })
+	joined := lastReplan(e)
 	pat2, _ := synth.NewPattern(320, 240, 3)
-	if err := e.Join("traffic", "cam-b"); err != nil {
-		tb.Fatal(err)
-	}
-	if err := pat2.Generate(ctx, clock.Real{}, 1, "cam-b", 10, 30, e.Ingest); err != nil {
-		tb.Error(err)
-	}
-	waitFor(tb, "cam-b's frames to end", 20*time.Second, func() bool {
+	w.stream(app.Name, "cam-b", 1, pat2, 10, 30)
+	w.until("cam-b's frames to end", 20*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return next.next.Sent == 30
 	})
 	for _, r := range e.Replans() {
-		if !r.At.Before(joined) {
+		if r.N > joined {
 			next.after = append(next.after, r)
 		}
 	}
@@ -323,11 +309,13 @@ func runFactorsLeave(tb testing.TB, log *slog.Logger) factorsLeave {
 // finish-rate re-plan with more headroom, saying why; more ticks over the
 // same windows give none; bad windows of the new plan give the next step.
 func TestFinishRateAddsCapacity(t *testing.T) {
-	clk := clock.NewFake(time.Unix(1e9, 0))
+	synctest.Test(t, finishRateAddsCapacity)
+}
+
+func finishRateAddsCapacity(t *testing.T) {
 	app, prof := loadExample(t, "traffic")
-	e, _ := MustEmbedded(Config{MILPSolver: milp.Solver{}, Clock: clk, Log: testLog(t)}, everyType)
-	e.Start()
-	defer e.Close()
+	f := startFake(t, Config{Log: testLog(t)}, everyType)
+	e := f.e
 	if err := e.Deploy(app, prof); err != nil {
 		t.Fatal(err)
 	}
@@ -359,15 +347,13 @@ func TestFinishRateAddsCapacity(t *testing.T) {
 		}
 		return out
 	}
-	tick := func() {
-		clk.Advance(time.Second)
-		e.call(e.tick)
+	// Four seconds of adaptation ticks, each re-plan planned and applied.
+	ticks := func(n int) { f.advance(time.Duration(n) * time.Second) }
+	bad(f.clk.Now())
+	ticks(4)
+	if len(finishRate()) != 1 {
+		t.Fatalf("%d finish-rate re-plans after three bad seconds, want 1", len(finishRate()))
 	}
-	bad(clk.Now())
-	for range 4 {
-		tick()
-	}
-	waitFor(t, "a finish-rate re-plan", 5*time.Second, func() bool { return len(finishRate()) > 0 })
 	r := finishRate()[0]
 	if h := r.Sessions[0].Headroom; h != 1.25 || !strings.Contains(r.Trigger, "finish rate 80.0%") || !strings.Contains(r.Trigger, "face: cannot-finish 6") {
 		t.Errorf("re-plan %q headroom %v: want x1.25, saying why", r.Trigger, h)
@@ -375,17 +361,15 @@ func TestFinishRateAddsCapacity(t *testing.T) {
 	if rs := e.Replans(); rs[0].Sessions[0].Cost >= r.Sessions[0].Cost {
 		t.Errorf("finish-rate plan costs $%.3f/h, the join's $%.3f/h: want more capacity", r.Sessions[0].Cost, rs[0].Sessions[0].Cost)
 	}
-	for range 6 {
-		tick()
-	}
+	ticks(6)
 	if n := len(finishRate()); n != 1 {
 		t.Fatalf("%d finish-rate re-plans over the same windows, want 1", n)
 	}
 	bad(r.At.Truncate(time.Second).Add(time.Second))
-	for range 4 {
-		tick()
+	ticks(4)
+	if n := len(finishRate()); n != 2 {
+		t.Fatalf("%d finish-rate re-plans after three bad seconds of the new plan, want 2", n)
 	}
-	waitFor(t, "a second finish-rate re-plan", 5*time.Second, func() bool { return len(finishRate()) > 1 })
 	if h := finishRate()[1].Sessions[0].Headroom; h != 1.5625 {
 		t.Errorf("second step headroom %v, want x1.5625", h)
 	}

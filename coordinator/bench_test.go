@@ -91,9 +91,9 @@ func workerThroughput(b *testing.B, mx *metrics.Metrics) {
 	b.ReportMetric(float64(st.Dropped)/float64(st.Sent), "drop-fraction") // back-pressure: full queues
 }
 
-// The live tests check behaviour with bounds that hold under -race on a
-// busy machine; their speed figures are these benchmarks, each iteration
-// one run of the test's workload on the real clock (seconds of live
+// The workload tests run on the fake clock and check behaviour; their
+// speed figures are these benchmarks, each iteration one run of the test's
+// workload live (a workload from live: the real clock, seconds of live
 // streams). Run one on demand, e.g.
 //
 //	go test -run '^$' -bench BenchmarkStreamsJoinAndLeave -benchtime 1x -count 5 ./coordinator
@@ -102,7 +102,7 @@ func workerThroughput(b *testing.B, mx *metrics.Metrics) {
 // of three pattern streams of 30 frames at 10 fps on emulated GPUs.
 func BenchmarkEveryFrame(b *testing.B) {
 	for range b.N {
-		st := runEveryFrame(b, nil)
+		st := runEveryFrame(b, live(b), nil)
 		b.ReportMetric(st.Total.FinishRate()*100, "finish-%")
 		b.ReportMetric(st.P99MS, "p99-ms")
 	}
@@ -113,7 +113,7 @@ func BenchmarkEveryFrame(b *testing.B) {
 // shape; >= 97% on an idle machine).
 func BenchmarkStreamsJoinAndLeave(b *testing.B) {
 	for range b.N {
-		st, _ := runJoinAndLeave(b)
+		st, _ := runJoinAndLeave(b, live(b))
 		b.ReportMetric(st.Total.FinishRate()*100, "finish-%")
 		b.ReportMetric(st.P99MS, "p99-ms")
 	}
@@ -126,7 +126,7 @@ func BenchmarkAdaptation(b *testing.B) {
 	for _, tc := range adaptCases {
 		b.Run(tc.expect, func(b *testing.B) {
 			for range b.N {
-				a := runAdaptation(b, tc, nil)
+				a := runAdaptation(b, live(b), tc, nil)
 				b.ReportMetric(float64(a.delay.Milliseconds()), "replan-ms")
 				b.ReportMetric(a.finishRate()*100, "finish-%")
 			}
@@ -139,7 +139,7 @@ func BenchmarkAdaptation(b *testing.B) {
 // the one that taught stale factors left (>= 90% expected).
 func BenchmarkFactorsLeaveWithStreams(b *testing.B) {
 	for range b.N {
-		f := runFactorsLeave(b, nil)
+		f := runFactorsLeave(b, live(b), nil)
 		b.ReportMetric(f.next.FinishRate()*100, "finish-%")
 	}
 }

@@ -1,13 +1,13 @@
 package coordinator
 
 import (
-	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
-	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/observe/metrics"
@@ -21,11 +21,14 @@ import (
 // finish, and the degraded state is in the status, the metrics, the
 // re-plan's problems and the answer to a new stream.
 func TestCappedPoolDegradesLoudly(t *testing.T) {
+	synctest.Test(t, cappedPool)
+}
+
+func cappedPool(t *testing.T) {
 	app, prof := loadExample(t, "traffic")
 	mx := metrics.New(false)
-	e, _ := MustEmbedded(Config{MILPSolver: milp.Solver{}, Observer: Observe(mx)}, map[profile.WorkerTypeID]int{"P100": 1, "V100": 1, "CPU": 1})
-	e.Start()
-	defer e.Close()
+	f := startFake(t, Config{Observer: Observe(mx)}, map[profile.WorkerTypeID]int{"P100": 1, "V100": 1, "CPU": 1})
+	e := f.e
 	if err := e.Deploy(app, prof); err != nil {
 		t.Fatal(err)
 	}
@@ -33,10 +36,10 @@ func TestCappedPoolDegradesLoudly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	feed(t, ctx, e, app.Name, 8, 10, 20, pat)
-	waitFor(t, "every frame to end", 15*time.Second, func() bool {
+	for i := range 8 {
+		f.stream(app.Name, fmt.Sprintf("traffic-%c", 'a'+i), i, pat, 10, 20)
+	}
+	f.until("end of every frame", 10*time.Second, func() bool {
 		st := e.Status().Sessions[0]
 		return st.Total.Sent == 160 && st.Open == 0
 	})
@@ -86,41 +89,43 @@ func TestCappedPoolDegradesLoudly(t *testing.T) {
 // log, and new streams are refused until it recovers (issue 18 item 5: 0%
 // finished for 44 s with no warning and no admission control).
 func TestIngestSaturatedRefuses(t *testing.T) {
-	e, clk, app := startTraffic(t, Config{})
-	if err := e.Join(app.Name, "a"); err != nil {
-		t.Fatal(err)
-	}
-	f := media.NewFrame(32, 24)
-	var seq uint64
-	ingest := func(n int, late time.Duration) {
-		for range n {
-			seq++
-			if err := e.Ingest("a", seq, clk.Now().Add(-late), f, nil); err != nil {
-				t.Fatal(err)
-			}
+	synctest.Test(t, func(t *testing.T) {
+		f, app := startTraffic(t, Config{})
+		e := f.e
+		if err := e.Join(app.Name, "a"); err != nil {
+			t.Fatal(err)
 		}
-		clk.Advance(e.cfg.Adapt.Window)
-		e.call(func() {})
-	}
-	ingest(30, 10*time.Millisecond)
-	if err := e.Admit(app.Name); err != nil {
-		t.Fatalf("healthy ingest: Admit %v", err)
-	}
-	ingest(600, app.SLO*3/4)
-	if err := e.Admit(app.Name); !errors.Is(err, ErrOverloaded) || !strings.Contains(err.Error(), "ingest saturated") {
-		t.Fatalf("saturated ingest: Admit %v, want ErrOverloaded naming the ingest", err)
-	}
-	if d := e.Status().Sessions[0].Degraded; !strings.Contains(d, "ingest saturated") {
-		t.Errorf("status degraded %q does not say the ingest is saturated", d)
-	}
-	if !e.Saturated(app.Name) {
-		t.Error("Saturated = false while frames arrive after half the SLO")
-	}
-	ingest(600, 10*time.Millisecond)
-	if err := e.Admit(app.Name); err != nil {
-		t.Errorf("recovered ingest: Admit %v", err)
-	}
-	if e.Saturated(app.Name) {
-		t.Error("Saturated = true after the ingest recovered")
-	}
+		fr := media.NewFrame(32, 24)
+		var seq uint64
+		ingest := func(n int, late time.Duration) {
+			for range n {
+				seq++
+				if err := e.Ingest("a", seq, f.clk.Now().Add(-late), fr, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.advance(e.cfg.Adapt.Window)
+		}
+		ingest(30, 10*time.Millisecond)
+		if err := e.Admit(app.Name); err != nil {
+			t.Fatalf("healthy ingest: Admit %v", err)
+		}
+		ingest(600, app.SLO*3/4)
+		if err := e.Admit(app.Name); !errors.Is(err, ErrOverloaded) || !strings.Contains(err.Error(), "ingest saturated") {
+			t.Fatalf("saturated ingest: Admit %v, want ErrOverloaded naming the ingest", err)
+		}
+		if d := e.Status().Sessions[0].Degraded; !strings.Contains(d, "ingest saturated") {
+			t.Errorf("status degraded %q does not say the ingest is saturated", d)
+		}
+		if !e.Saturated(app.Name) {
+			t.Error("Saturated = false while frames arrive after half the SLO")
+		}
+		ingest(600, 10*time.Millisecond)
+		if err := e.Admit(app.Name); err != nil {
+			t.Errorf("recovered ingest: Admit %v", err)
+		}
+		if e.Saturated(app.Name) {
+			t.Error("Saturated = true after the ingest recovered")
+		}
+	})
 }

@@ -38,6 +38,12 @@ type Local struct {
 	Engine *Engine
 	Ops    *modules.Registry // the CPU ops workers build
 
+	// deliver, when set, takes the workers' results instead of
+	// Engine.Result: the fake-clock tests hold the results of workers
+	// running at once and hand them over in task order, so which of two
+	// concurrent results reaches the loop first is not left to chance.
+	deliver func(id string, r worker.Result)
+
 	mu      sync.Mutex
 	workers map[string]*worker.Worker
 	emu     map[string]*gpu.Emulated
@@ -65,8 +71,12 @@ func (l *Local) Start(id string, typ profile.WorkerTypeID) (Instance, error) {
 	if n >= l.Limit[typ] {
 		return nil, fmt.Errorf("local provisioner: %s limit %d reached", typ, l.Limit[typ])
 	}
-	e := l.Engine
-	w := worker.NewWorker(id, string(typ), l.Clock, nil, l.Ops, func(r worker.Result) { e.Result(id, r) })
+	e, deliver := l.Engine, l.deliver
+	emit := func(r worker.Result) { e.Result(id, r) }
+	if deliver != nil {
+		emit = func(r worker.Result) { deliver(id, r) }
+	}
+	w := worker.NewWorker(id, string(typ), l.Clock, nil, l.Ops, emit)
 	em := gpu.NewEmulated(l.Clock, w.Latency)
 	w.SetExecutor(em)
 	l.workers[id], l.emu[id] = w, em

@@ -95,37 +95,64 @@ func (c *Fake) Advance(d time.Duration) { c.Set(c.Now().Add(d)) }
 
 // Set moves the clock to t (never backwards), running due timers in order.
 func (c *Fake) Set(t time.Time) {
-	for {
-		c.mu.Lock()
-		live := c.timers[:0]
-		for _, x := range c.timers {
-			if !x.done {
-				live = append(live, x)
-			}
-		}
-		c.timers = live
-		sort.Slice(c.timers, func(i, j int) bool {
-			a, b := c.timers[i], c.timers[j]
-			if !a.at.Equal(b.at) {
-				return a.at.Before(b.at)
-			}
-			return a.seq < b.seq
-		})
-		if len(c.timers) == 0 || c.timers[0].at.After(t) {
-			if t.After(c.now) {
-				c.now = t
-			}
-			c.mu.Unlock()
-			return
-		}
-		next := c.timers[0]
-		next.done = true
-		if next.at.After(c.now) {
-			c.now = next.at
-		}
-		c.mu.Unlock()
-		next.f()
+	for c.Step(t) {
 	}
+	c.mu.Lock()
+	if t.After(c.now) {
+		c.now = t
+	}
+	c.mu.Unlock()
+}
+
+// Step runs the earliest pending timer due at or before limit (the first
+// set among those due at the same instant), moving the clock to its time
+// (never backwards), and reports whether one ran. A test that must see
+// each timer's effects before the next one fires (a timer that wakes
+// another goroutine, which then sets timers of its own) steps one timer
+// at a time with a barrier between steps, then Sets the clock to limit.
+func (c *Fake) Step(limit time.Time) bool {
+	c.mu.Lock()
+	live := c.timers[:0]
+	for _, x := range c.timers {
+		if !x.done {
+			live = append(live, x)
+		}
+	}
+	clear(c.timers[len(live):])
+	c.timers = live
+	sort.Slice(c.timers, func(i, j int) bool {
+		a, b := c.timers[i], c.timers[j]
+		if !a.at.Equal(b.at) {
+			return a.at.Before(b.at)
+		}
+		return a.seq < b.seq
+	})
+	if len(c.timers) == 0 || c.timers[0].at.After(limit) {
+		c.mu.Unlock()
+		return false
+	}
+	next := c.timers[0]
+	next.done = true
+	if next.at.After(c.now) {
+		c.now = next.at
+	}
+	c.mu.Unlock()
+	next.f()
+	return true
+}
+
+// Next is the time of the earliest pending timer; false if none is.
+func (c *Fake) Next() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var next time.Time
+	found := false
+	for _, x := range c.timers {
+		if !x.done && (!found || x.at.Before(next)) {
+			next, found = x.at, true
+		}
+	}
+	return next, found
 }
 
 // Pending is the number of timers not yet run or stopped.
