@@ -114,6 +114,20 @@ func startFake(t *testing.T, cfg Config, limits map[profile.WorkerTypeID]int) *f
 // blocked.
 func (f *fakeRun) wait() { synctest.Wait() }
 
+// bubbleUntil waits inside a synctest bubble for cond, for engines on the
+// bubble's (fake) time: each round lets every goroutine settle, then lets
+// a millisecond of bubble time pass. limit is bubble time, not wall time.
+func bubbleUntil(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for synctest.Wait(); !cond(); synctest.Wait() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %v of bubble time", what, limit)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // settle waits, hands the held results to the engine in task order and
 // waits again, until no result is held (see fakeRun).
 func (f *fakeRun) settle() {

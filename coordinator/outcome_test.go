@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mdag/mdag/allocator/milp"
@@ -65,38 +66,40 @@ func TestResultOutcomes(t *testing.T) {
 		}, "bad-result"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			app, prof, err := NoopChain(1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			frames := make(chan FrameResult, 1)
-			e := MustNew(Config{MILPSolver: milp.Solver{}, OnFrame: func(r FrameResult) { frames <- r }})
-			e.Start()
-			defer e.Close()
-			if err := e.Deploy(app, prof); err != nil {
-				t.Fatal(err)
-			}
-			e.AddInstance("c0", "CPU", &answering{e: e, id: "c0", answer: tc.answer})
-			if err := e.Join("chain", "s"); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "a plan", 10*time.Second, func() bool { return e.Status().Sessions[0].Planned })
-			if err := e.Ingest("s", 0, time.Now(), media.NewFrame(8, 8), nil); err != nil {
-				t.Fatal(err)
-			}
-			var r FrameResult
-			select {
-			case r = <-frames:
-			case <-time.After(10 * time.Second):
-				t.Fatal("timed out waiting for the frame to end")
-			}
-			want := Finished
-			if tc.reason != "" {
-				want = Dropped
-			}
-			if r.Outcome != want || r.Reason != tc.reason || tc.reason != "" && r.Module != "m0" {
-				t.Errorf("frame %s at %q with reason %q; want %s, reason %q", r.Outcome, r.Module, r.Reason, want, tc.reason)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				app, prof, err := NoopChain(1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				frames := make(chan FrameResult, 1)
+				e := MustNew(Config{MILPSolver: milp.Solver{}, OnFrame: func(r FrameResult) { frames <- r }})
+				e.Start()
+				defer e.Close()
+				if err := e.Deploy(app, prof); err != nil {
+					t.Fatal(err)
+				}
+				e.AddInstance("c0", "CPU", &answering{e: e, id: "c0", answer: tc.answer})
+				if err := e.Join("chain", "s"); err != nil {
+					t.Fatal(err)
+				}
+				bubbleUntil(t, "a plan", 10*time.Second, func() bool { return e.Status().Sessions[0].Planned })
+				if err := e.Ingest("s", 0, time.Now(), media.NewFrame(8, 8), nil); err != nil {
+					t.Fatal(err)
+				}
+				var r FrameResult
+				select {
+				case r = <-frames:
+				case <-time.After(10 * time.Second):
+					t.Fatal("timed out waiting for the frame to end")
+				}
+				want := Finished
+				if tc.reason != "" {
+					want = Dropped
+				}
+				if r.Outcome != want || r.Reason != tc.reason || tc.reason != "" && r.Module != "m0" {
+					t.Errorf("frame %s at %q with reason %q; want %s, reason %q", r.Outcome, r.Module, r.Reason, want, tc.reason)
+				}
+			})
 		})
 	}
 }

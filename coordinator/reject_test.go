@@ -3,6 +3,7 @@ package coordinator
 import (
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mdag/mdag/allocator/milp"
@@ -46,7 +47,9 @@ func (g *rejectingGPU) Submit(t worker.Task) {
 // TestRejectedBatchesRequeue: requests of a batch the GPU refused go back to
 // the scheduler and are dispatched again (or dropped with a reason): every
 // frame ends, none is left for the lost-frame sweep.
-func TestRejectedBatchesRequeue(t *testing.T) {
+func TestRejectedBatchesRequeue(t *testing.T) { synctest.Test(t, rejectedBatchesRequeue) }
+
+func rejectedBatchesRequeue(t *testing.T) {
 	app, err := dag.Parse("g.yaml", []byte("app: g\nslo: 500ms\nfps: 20\nmodules:\n  - {name: det, kind: gpu, model: m, inputs: [source]}\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -67,14 +70,14 @@ func TestRejectedBatchesRequeue(t *testing.T) {
 	if err := e.Join("g", "s"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a plan", 10*time.Second, func() bool { return e.Status().Sessions[0].Planned })
+	bubbleUntil(t, "a plan", 10*time.Second, func() bool { return e.Status().Sessions[0].Planned })
 	f := media.NewFrame(8, 8)
 	for i := range 10 {
 		if err := e.Ingest("s", uint64(i), time.Now(), f, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "every frame to end", 5*time.Second, func() bool { return e.Status().Sessions[0].Open == 0 })
+	bubbleUntil(t, "every frame to end", 5*time.Second, func() bool { return e.Status().Sessions[0].Open == 0 })
 	st := e.Status().Sessions[0]
 	if st.Total.Sent != 10 || st.Total.Finished != 10 {
 		t.Errorf("totals %+v, drops %v: want all 10 finished after 3 refused batches", st.Total, st.Drops)
@@ -89,7 +92,9 @@ func TestRejectedBatchesRequeue(t *testing.T) {
 // TestUnloadFinishesGPUBatches: a GPU module unloaded while batches are
 // queued or running finishes them on the emulated GPU (its profile still
 // times them) instead of failing them.
-func TestUnloadFinishesGPUBatches(t *testing.T) {
+func TestUnloadFinishesGPUBatches(t *testing.T) { synctest.Test(t, unloadFinishesGPUBatches) }
+
+func unloadFinishesGPUBatches(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1e9, 0))
 	results := make(chan worker.Result, 4)
 	w := worker.NewWorker("w", "G", clk, nil, nil, func(r worker.Result) { results <- r })
@@ -103,20 +108,23 @@ func TestUnloadFinishesGPUBatches(t *testing.T) {
 	for id := range uint64(2) {
 		w.Submit(worker.Task{ID: id + 1, App: "g", Module: "det", Items: []*media.Item{{Stream: "s", Seq: id, Frame: f}}})
 	}
-	waitFor(t, "the first batch to start", 5*time.Second, func() bool { return clk.Pending() > 0 })
+	synctest.Wait() // the device loop has taken the first batch
+	if clk.Pending() == 0 {
+		t.Fatal("the first batch did not start")
+	}
 	if err := w.Load(nil); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
 		var r worker.Result
-		for {
+		for got := false; !got; {
 			clk.Advance(10 * time.Millisecond)
+			synctest.Wait()
 			select {
 			case r = <-results:
-			case <-time.After(10 * time.Millisecond):
-				continue
+				got = true
+			default:
 			}
-			break
 		}
 		if r.Outcome != worker.Done || len(r.Outputs) != 1 {
 			t.Errorf("task %d after unload: %s %q, %d outputs", r.Task, r.Outcome, r.Detail, len(r.Outputs))
