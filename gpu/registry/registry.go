@@ -105,7 +105,7 @@ func Parse(file string, data []byte) (*Registry, error) {
 	var d doc
 	pos, errs := yamlx.Decode(file, data, &d)
 	r := &Registry{File: file, Models: map[string]*Model{}, pos: pos}
-	if d.Models == nil && len(errs) == 0 {
+	if len(d.Models) == 0 && len(errs) == 0 {
 		errs = append(errs, pos.Errorf("models", "no models (want models: {NAME: {format: onnx, file: ...}})"))
 	}
 	var sem yamlx.ErrorList
