@@ -138,7 +138,9 @@ func TestRunDecodes(t *testing.T) {
 // ortRejects is an ONNX model the graph reader accepts (an input and an
 // output) that ONNX Runtime refuses to load: no node produces the output.
 func ortRejects() []byte {
-	dim := func(v int64) []byte { return protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), uint64(v)) }
+	dim := func(v int64) []byte {
+		return protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), uint64(v))
+	}
 	var shape []byte
 	for _, d := range []int64{1, 3, 64, 64} {
 		shape = protowire.AppendBytes(protowire.AppendTag(shape, 1, protowire.BytesType), dim(d))
