@@ -98,6 +98,7 @@ type Executor struct {
 type model struct {
 	m        *registry.Model
 	outs     []string
+	outInfo  []registry.Tensor // the graph's view of each output
 	decode   decode.Func
 	sessions chan *session
 	all      []*session
@@ -106,12 +107,14 @@ type model struct {
 // session is one ONNX Runtime session with its reused batch buffer: the
 // input tensors for each batch size seen wrap the same memory.
 type session struct {
-	s      *ort.DynamicAdvancedSession
-	item   int // values per item
-	f32    []float32
-	u8     []uint8
-	f16    []byte
-	inputs map[int]ort.Value // batch size -> tensor over the buffer
+	s       *ort.DynamicAdvancedSession
+	item    int // values per item
+	f32     []float32
+	u8      []uint8
+	f16     []byte
+	scratch []float32           // one item, for uint8 and float16 inputs
+	inputs  map[int]ort.Value   // batch size -> tensor over the buffer
+	outputs map[int][]ort.Value // batch size -> the output tensors allocated here (nil: by ORT)
 }
 
 // New loads every onnx model of the registry (kserve entries are skipped:
@@ -176,6 +179,16 @@ func (x *Executor) load(m *registry.Model) (*model, error) {
 		return nil, fmt.Errorf("model %s: decoder %q unknown (known: %s)", m.Name, m.Decoder.Name, strings.Join(decode.Names(), ", "))
 	}
 	lm := &model{m: m, outs: m.OutputNames(g), decode: dec, sessions: make(chan *session, x.cfg.Sessions)}
+	for _, n := range lm.outs {
+		o, _ := g.Output(n)
+		if o.DType == "float16" && !fixedTail(o) {
+			// onnxruntime_go v1.27.0 cannot hand back a float16 output it
+			// allocated (it sizes the copy by elements, not bytes), so
+			// float16 outputs are allocated here, which needs their shape
+			return nil, fmt.Errorf("model %s: output '%s' is %s in %s: a float16 output needs fixed dimensions after the batch", m.Name, n, o, filepath.Base(m.Path))
+		}
+		lm.outInfo = append(lm.outInfo, o)
+	}
 	for range x.cfg.Sessions {
 		s, err := x.newSession(m, lm.outs)
 		if err != nil {
@@ -215,14 +228,14 @@ func (x *Executor) newSession(m *registry.Model, outs []string) (*session, error
 		return nil, err
 	}
 	n := m.Input.Width * m.Input.Height * 3
-	ss := &session{s: s, item: n, inputs: map[int]ort.Value{}}
+	ss := &session{s: s, item: n, inputs: map[int]ort.Value{}, outputs: map[int][]ort.Value{}}
 	switch m.Input.DType {
 	case "float32":
 		ss.f32 = make([]float32, n*m.MaxBatch)
 	case "uint8":
-		ss.u8 = make([]uint8, n*m.MaxBatch)
+		ss.u8, ss.scratch = make([]uint8, n*m.MaxBatch), make([]float32, n)
 	case "float16":
-		ss.f16 = make([]byte, 2*n*m.MaxBatch)
+		ss.f16, ss.scratch = make([]byte, 2*n*m.MaxBatch), make([]float32, n)
 	}
 	return ss, nil
 }
@@ -250,9 +263,62 @@ func (s *session) input(m *registry.Model, b int) (ort.Value, error) {
 	return t, nil
 }
 
+// fixedTail reports whether every dimension after the batch is fixed.
+func fixedTail(t registry.Tensor) bool {
+	for _, d := range t.Dims[1:] {
+		if !d.Fixed {
+			return false
+		}
+	}
+	return len(t.Dims) > 0
+}
+
+// outputs are the output tensors for a batch of b: those whose shape the
+// graph fixes (after the batch) are allocated once per batch size and
+// reused; the rest are left to ORT (nil).
+func (s *session) output(m *model, b int) ([]ort.Value, error) {
+	if o, ok := s.outputs[b]; ok {
+		return o, nil
+	}
+	out := make([]ort.Value, len(m.outInfo))
+	for i, t := range m.outInfo {
+		if !fixedTail(t) {
+			continue
+		}
+		dims := []int64{int64(b)}
+		for _, d := range t.Dims[1:] {
+			dims = append(dims, d.Value)
+		}
+		shape := ort.NewShape(dims...)
+		var err error
+		if t.DType == "float16" {
+			out[i], err = ort.NewCustomDataTensor(shape, make([]byte, 2*shape.FlattenedSize()), ort.TensorElementDataTypeFloat16)
+		} else {
+			out[i], err = ort.NewEmptyTensor[float32](shape)
+		}
+		if err != nil {
+			for _, o := range out[:i] {
+				if o != nil {
+					o.Destroy()
+				}
+			}
+			return nil, err
+		}
+	}
+	s.outputs[b] = out
+	return out, nil
+}
+
 func (s *session) close() {
 	for _, t := range s.inputs {
 		t.Destroy()
+	}
+	for _, outs := range s.outputs {
+		for _, o := range outs {
+			if o != nil {
+				o.Destroy()
+			}
+		}
 	}
 	s.s.Destroy()
 }
@@ -360,14 +426,17 @@ func (x *Executor) forward(m *model, s *session, frames []*media.Frame) ([][]dec
 	for i, f := range frames {
 		switch {
 		case s.f32 != nil:
-			fill(s.f32[i*s.item:(i+1)*s.item], f, in, func(v float64) float32 { return float32(v) })
+			fill(s.f32[i*s.item:(i+1)*s.item], f, in)
 		case s.u8 != nil:
-			fill(s.u8[i*s.item:(i+1)*s.item], f, in, func(v float64) uint8 { return uint8(v) })
+			fill(s.scratch, f, in)
+			for j, v := range s.scratch {
+				s.u8[i*s.item+j] = uint8(min(max(v, 0), 255))
+			}
 		default:
-			h := make([]uint16, s.item)
-			fill(h, f, in, toHalf)
-			for j, v := range h {
-				s.f16[2*(i*s.item+j)], s.f16[2*(i*s.item+j)+1] = byte(v), byte(v>>8)
+			fill(s.scratch, f, in)
+			for j, v := range s.scratch {
+				h := toHalf(float64(v))
+				s.f16[2*(i*s.item+j)], s.f16[2*(i*s.item+j)+1] = byte(h), byte(h>>8)
 			}
 		}
 	}
@@ -375,13 +444,17 @@ func (x *Executor) forward(m *model, s *session, frames []*media.Frame) ([][]dec
 	if err != nil {
 		return nil, err
 	}
-	outs := make([]ort.Value, len(m.outs))
+	kept, err := s.output(m, len(frames))
+	if err != nil {
+		return nil, err
+	}
+	outs := slices.Clone(kept)
 	if err := s.s.Run([]ort.Value{t}, outs); err != nil {
 		return nil, err
 	}
-	defer func() {
-		for _, o := range outs {
-			if o != nil {
+	defer func() { // what ORT allocated
+		for i, o := range outs {
+			if o != nil && kept[i] == nil {
 				o.Destroy()
 			}
 		}

@@ -313,21 +313,68 @@ func TestConcurrentBatches(t *testing.T) {
 }
 
 // BenchmarkBatch: items per second at batch 1, 8 and 32 on one session
-// with 1 intra-op thread (ORT CPU).
+// (ORT CPU), with 1 intra-op thread and with ORT's default (the cores);
+// preprocessing (resize and normalise into the batch tensor) included.
 func BenchmarkBatch(b *testing.B) {
-	x := newTiny(b, 1, 32)
-	for _, n := range []int{1, 8, 32} {
-		frames := make([]*media.Frame, n)
-		for i := range frames {
-			frames[i] = frame(i, 64, 64)
+	requireLib(b)
+	for _, threads := range []int{1, 0} {
+		x, err := New(writeRegistry(b, tinyEntry(b, "tiny", 32)), Config{IntraThreads: threads})
+		if err != nil {
+			b.Fatal(err)
 		}
-		b.Run(fmt.Sprintf("b=%d", n), func(b *testing.B) {
-			for b.Loop() {
-				if _, err := x.RunRaw("tiny", frames); err != nil {
-					b.Fatal(err)
-				}
+		for _, n := range []int{1, 8, 32} {
+			frames := make([]*media.Frame, n)
+			for i := range frames {
+				frames[i] = frame(i, 64, 64)
 			}
-			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "items/s")
-		})
+			b.Run(fmt.Sprintf("threads=%d/b=%d", threads, n), func(b *testing.B) {
+				for b.Loop() {
+					if _, err := x.RunRaw("tiny", frames); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "items/s")
+			})
+		}
+		x.Close()
+	}
+}
+
+// BenchmarkPreprocess: one 320x240 frame into a 64x64 NCHW float32 slot.
+func BenchmarkPreprocess(b *testing.B) {
+	r := writeRegistry(b, tinyEntry(b, "tiny", 1))
+	in := &r.Models["tiny"].Input
+	f := frame(1, 320, 240)
+	dst := make([]float32, 64*64*3)
+	for b.Loop() {
+		fill(dst, f, in)
+	}
+}
+
+// The float16 model (same weights, float16 input and output) agrees with
+// the float32 one within float16's precision, at batch 4.
+func TestFloat16(t *testing.T) {
+	requireLib(t)
+	half := strings.Replace(fmt.Sprintf(entry, "half", testdata(t, "tiny-half.onnx"), "NCHW", 64, 64, "", 4), "dtype: float32", "dtype: float16", 1)
+	x, err := New(writeRegistry(t, tinyEntry(t, "tiny", 4), half), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	frames := []*media.Frame{frame(1, 64, 64), frame(2, 80, 64), frame(3, 64, 90), frame(4, 33, 33)}
+	a, err := x.RunRaw("tiny", frames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := x.RunRaw("half", frames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range frames {
+		for j := range a[i][0].Data {
+			if d := math.Abs(float64(a[i][0].Data[j] - b[i][0].Data[j])); d > 2e-3 {
+				t.Fatalf("item %d class %d: float32 %g, float16 %g", i, j, a[i][0].Data[j], b[i][0].Data[j])
+			}
+		}
 	}
 }

@@ -9,8 +9,9 @@ import (
 
 // fill writes frame f, resized (bilinear; stretched or letterboxed) and
 // normalised as the registry entry says, into one item's slot of the batch
-// buffer, in its layout and colour order. Letterbox padding is 0.
-func fill[T any](dst []T, f *media.Frame, in *registry.Input, conv func(float64) T) {
+// buffer, in its layout and colour order. Letterbox padding is 0. uint8
+// and float16 inputs are filled through a float32 slot and converted.
+func fill(dst []float32, f *media.Frame, in *registry.Input) {
 	W, H := in.Width, in.Height
 	sx, sy := float64(f.W)/float64(W), float64(f.H)/float64(H)
 	x0, y0, w, h := 0, 0, W, H
@@ -19,54 +20,55 @@ func fill[T any](dst []T, f *media.Frame, in *registry.Input, conv func(float64)
 		sx, sy = s, s
 		w, h = min(W, int(math.Round(float64(f.W)/s))), min(H, int(math.Round(float64(f.H)/s)))
 		x0, y0 = (W-w)/2, (H-h)/2
-		var zero T
-		for i := range dst {
-			dst[i] = zero
-		}
+		clear(dst)
 	}
 	// channel c of the model takes frame channel src[c] (frames are BGR)
 	src := [3]int{2, 1, 0}
 	if in.Colour == "bgr" {
 		src = [3]int{0, 1, 2}
 	}
-	var a, b [3]float64 // x = v*a + b
+	var a, b [3]float32 // x = v*a + b
 	for c := range 3 {
-		a[c] = in.Scale / in.Std[c]
-		b[c] = -in.Mean[c] / in.Std[c]
+		a[c] = float32(in.Scale / in.Std[c])
+		b[c] = float32(-in.Mean[c] / in.Std[c])
 	}
-	if in.DType == "uint8" {
-		a, b = [3]float64{1, 1, 1}, [3]float64{}
+	u8 := in.DType == "uint8"
+	if u8 {
+		a, b = [3]float32{1, 1, 1}, [3]float32{}
+	}
+	// the source columns and weights of every output column
+	xs0, xs1, wx := make([]int, w), make([]int, w), make([]float32, w)
+	for x := range w {
+		fx := min(max((float64(x)+0.5)*sx-0.5, 0), float64(f.W-1))
+		ix := int(fx)
+		xs0[x], xs1[x], wx[x] = ix*3, min(ix+1, f.W-1)*3, float32(fx-float64(ix))
 	}
 	nhwc := in.Layout == "NHWC"
 	plane := W * H
 	stride := f.W * 3
+	pix := f.Pix
 	for y := range h {
-		fy := (float64(y)+0.5)*sy - 0.5
-		fy = min(max(fy, 0), float64(f.H-1))
+		fy := min(max((float64(y)+0.5)*sy-0.5, 0), float64(f.H-1))
 		iy := int(fy)
-		iy1 := min(iy+1, f.H-1)
-		dy := fy - float64(iy)
+		r0, r1 := pix[iy*stride:(iy+1)*stride], pix[min(iy+1, f.H-1)*stride:]
+		dy := float32(fy - float64(iy))
+		oy := y + y0
 		for x := range w {
-			fx := (float64(x)+0.5)*sx - 0.5
-			fx = min(max(fx, 0), float64(f.W-1))
-			ix := int(fx)
-			ix1 := min(ix+1, f.W-1)
-			dx := fx - float64(ix)
-			p00, p01 := iy*stride+ix*3, iy*stride+ix1*3
-			p10, p11 := iy1*stride+ix*3, iy1*stride+ix1*3
-			oy, ox := y+y0, x+x0
+			p0, p1, dx := xs0[x], xs1[x], wx[x]
+			o := oy*W + x + x0
 			for c := range 3 {
 				k := src[c]
-				v := (float64(f.Pix[p00+k])*(1-dx)+float64(f.Pix[p01+k])*dx)*(1-dy) +
-					(float64(f.Pix[p10+k])*(1-dx)+float64(f.Pix[p11+k])*dx)*dy
-				if in.DType == "uint8" {
-					v = math.Round(v)
+				top := float32(r0[p0+k]) + (float32(r0[p1+k])-float32(r0[p0+k]))*dx
+				bot := float32(r1[p0+k]) + (float32(r1[p1+k])-float32(r1[p0+k]))*dx
+				v := top + (bot-top)*dy
+				if u8 {
+					v = float32(math.Round(float64(v)))
 				}
 				v = v*a[c] + b[c]
 				if nhwc {
-					dst[(oy*W+ox)*3+c] = conv(v)
+					dst[o*3+c] = v
 				} else {
-					dst[c*plane+oy*W+ox] = conv(v)
+					dst[c*plane+o] = v
 				}
 			}
 		}

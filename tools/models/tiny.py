@@ -7,6 +7,7 @@ Conv 3->16 3x3 stride 2, Relu, Conv 16->32 3x3 stride 2, Relu, GlobalAveragePool
 Gemm 32->10, Softmax; output "probs" float32[N,10].
 tiny-fixed.onnx: the same graph with the batch dimension fixed at 1 (the executor refuses it for
 max_batch > 1).
+tiny-half.onnx: the same weights with float16 input and output (Cast at both ends).
 Needs python3-onnx (Debian) and numpy; run by `make testmodels`.
 """
 import sys
@@ -16,7 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def build(batch):
+def build(batch, half=False):
     rng = np.random.default_rng(20)
 
     def w(name, *shape):
@@ -35,10 +36,17 @@ def build(batch):
         helper.make_node("Gemm", ["flat", "fcw", "fcb"], ["logits"], transB=1),
         helper.make_node("Softmax", ["logits"], ["probs"], axis=1),
     ]
+    io = TensorProto.FLOAT
+    if half:  # float16 at the edges, float32 inside
+        io = TensorProto.FLOAT16
+        nodes[0].input[0] = "input32"
+        nodes[-1].output[0] = "probs32"
+        nodes = ([helper.make_node("Cast", ["input"], ["input32"], to=TensorProto.FLOAT)] + nodes +
+                 [helper.make_node("Cast", ["probs32"], ["probs"], to=TensorProto.FLOAT16)])
     graph = helper.make_graph(
         nodes, "tiny",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, 64, 64])],
-        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [batch, 10])],
+        [helper.make_tensor_value_info("input", io, [batch, 3, 64, 64])],
+        [helper.make_tensor_value_info("probs", io, [batch, 10])],
         initializer=inits)
     m = helper.make_model(graph, producer_name="mdag tools/models/tiny.py",
                           opset_imports=[helper.make_opsetid("", 13)])
@@ -51,6 +59,7 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "gpu/onnx/testdata"
     onnx.save(build("batch"), f"{out}/tiny-classifier.onnx")
     onnx.save(build(1), f"{out}/tiny-fixed.onnx")
+    onnx.save(build("batch", half=True), f"{out}/tiny-half.onnx")
 
 
 if __name__ == "__main__":
