@@ -108,3 +108,33 @@ func TestONNXRefusals(t *testing.T) {
 		t.Fatalf("validate with the registry: exit %d: %s", code, errb.String())
 	}
 }
+
+// A model that fails inside ONNX Runtime on every batch (its Reshape
+// cannot take the registry's 20x20): serve keeps running and counts every
+// frame of the module dropped, reason executor.
+func TestServeONNXRunErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 2 s of live streams")
+	}
+	requireORT(t)
+	abs, err := filepath.Abs("../../gpu/onnx/testdata/tiny-reshape.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	models := filepath.Join(t.TempDir(), "models.yaml")
+	reg := "models:\n  tiny:\n    format: onnx\n    file: " + abs + "\n    input: {name: input, dtype: float32, layout: NCHW, width: 20, height: 20}\n" +
+		"    max_batch: 8\n    decoder: {name: classify}\n"
+	if err := os.WriteFile(models, []byte(reg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(strings.Fields("serve -f testdata/onnx/app.yaml -p testdata/onnx/profiles.yaml --executor onnx --models "+models+
+		" --synthetic 2 --duration 2s --listen 127.0.0.1:0"), &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	s := out.String()
+	if !strings.Contains(s, "finished 0,") || !strings.Contains(s, "drops: classify: executor=") || !strings.Contains(s, "open 0;") {
+		t.Fatalf("want every frame dropped by the executor:\n%s", s)
+	}
+}

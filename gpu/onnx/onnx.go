@@ -81,7 +81,9 @@ func Init(lib string) (version string, err error) {
 		return env.version, nil
 	}
 	ort.SetSharedLibraryPath(lib)
-	if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {
+	// errors come back as values (each batch's error); ORT's own log would
+	// print them a second time
+	if err := ort.InitializeEnvironment(ort.WithLogLevelFatal()); err != nil {
 		return "", fmt.Errorf("ONNX Runtime library %s: %w (the binding, onnxruntime_go v1.27.0, needs API version 24: ONNX Runtime >= 1.24)", lib, err)
 	}
 	env.lib, env.version = lib, ort.GetVersion()

@@ -378,3 +378,37 @@ func TestFloat16(t *testing.T) {
 		}
 	}
 }
+
+// A graph whose height and width are symbolic loads whatever size the
+// registry says; sizes its Reshape cannot take fail inside ONNX Runtime at
+// run time: that batch's error, and the executor goes on.
+func TestRunTimeErrors(t *testing.T) {
+	requireLib(t)
+	model := testdata(t, "tiny-reshape.onnx")
+	x, err := New(writeRegistry(t,
+		fmt.Sprintf(entry, "bad", model, "NCHW", 20, 20, "", 4),
+		fmt.Sprintf(entry, "notbatch", model, "NCHW", 64, 64, "", 4),
+		fmt.Sprintf(entry, "good", model, "NCHW", 16, 16, "", 4)), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	items := []*media.Item{{Frame: frame(1, 64, 48)}, {Frame: frame(2, 64, 48)}, {Frame: frame(3, 64, 48)}}
+	for _, tc := range []struct{ model, want string }{
+		{"bad", "onnx: model bad, batch of 3: Error running network"},
+		// the output is allocated here at [3,10]: ORT refuses the [48,10] it computes
+		{"notbatch", "computed output shape for this run is {48,10}"},
+	} {
+		if _, err := x.Run(context.Background(), tc.model, items); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.model, err, tc.want)
+		} else {
+			t.Logf("%s: %v", tc.model, err)
+		}
+	}
+	for _, m := range []string{"good", "bad", "good"} {
+		_, err := x.Run(context.Background(), m, items)
+		if (err == nil) != (m == "good") {
+			t.Fatalf("%s after the errors: %v", m, err)
+		}
+	}
+}

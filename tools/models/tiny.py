@@ -8,6 +8,7 @@ Gemm 32->10, Softmax; output "probs" float32[N,10].
 tiny-fixed.onnx: the same graph with the batch dimension fixed at 1 (the executor refuses it for
 max_batch > 1).
 tiny-half.onnx: the same weights with float16 input and output (Cast at both ends).
+tiny-reshape.onnx: symbolic height and width that only 16x16 satisfies (reshape_model).
 Needs python3-onnx (Debian) and numpy; run by `make testmodels`.
 """
 import sys
@@ -55,11 +56,33 @@ def build(batch, half=False):
     return m
 
 
+def reshape_model():
+    """tiny-reshape.onnx: input float32[batch,3,h,w] with h and w symbolic, flattened by a Reshape
+    to [-1, 768] and a MatMul to [*, 10]: only 16x16 inputs give the batch back, other sizes fail
+    inside ONNX Runtime's Reshape at run time (the executor's run-time error test)."""
+    rng = np.random.default_rng(21)
+    w = numpy_helper.from_array((rng.standard_normal((768, 10)) * 0.03).astype(np.float32), "w")
+    shape = numpy_helper.from_array(np.array([-1, 768], dtype=np.int64), "shape")
+    nodes = [helper.make_node("Reshape", ["input", "shape"], ["flat"]),
+             helper.make_node("MatMul", ["flat", "w"], ["probs"])]
+    graph = helper.make_graph(
+        nodes, "tiny-reshape",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, "h", "w"])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 10])],
+        initializer=[w, shape])
+    m = helper.make_model(graph, producer_name="mdag tools/models/tiny.py",
+                          opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "gpu/onnx/testdata"
     onnx.save(build("batch"), f"{out}/tiny-classifier.onnx")
     onnx.save(build(1), f"{out}/tiny-fixed.onnx")
     onnx.save(build("batch", half=True), f"{out}/tiny-half.onnx")
+    onnx.save(reshape_model(), f"{out}/tiny-reshape.onnx")
 
 
 if __name__ == "__main__":
