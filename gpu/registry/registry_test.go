@@ -194,3 +194,32 @@ func FuzzParseGraph(f *testing.F) {
 		}
 	})
 }
+
+// examples/models.yaml parses; its files come from `make models`, so the
+// graphs are checked only where they have been generated.
+func TestExampleRegistry(t *testing.T) {
+	r, err := Load("../../examples/models.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(r.Names(), ","); got != "blazeface,mobilenetv2,resnet50,resnet50-remote,ssd" {
+		t.Fatalf("models %s", got)
+	}
+	for _, n := range r.Names() {
+		m := r.Models[n]
+		if m.Format != "onnx" {
+			continue
+		}
+		if _, err := os.Stat(m.Path); err != nil {
+			t.Logf("%s: %v (make models)", n, err)
+			continue
+		}
+		g, err := ReadGraph(m.Path)
+		if err == nil {
+			err = m.Check(g)
+		}
+		if err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+}
