@@ -178,7 +178,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "mdag worker: --model is the opencv executor's; --executor onnx reads --models models.yaml")
 			return exitInvalid
 		}
-		x, err := ox.executor()
+		x, _, err := ox.executor()
 		if err != nil {
 			printErrors(stderr, fmt.Errorf("mdag worker: %w", err))
 			return exitInvalid

@@ -44,15 +44,16 @@ func (o *onnxFlags) set(fs *flag.FlagSet) []string {
 }
 
 // executor loads the registry (graphs checked) and the models on ORT.
-func (o *onnxFlags) executor() (*onnx.Executor, error) {
+func (o *onnxFlags) executor() (*onnx.Executor, *registry.Registry, error) {
 	if *o.models == "" {
-		return nil, fmt.Errorf("--executor onnx needs --models models.yaml")
+		return nil, nil, fmt.Errorf("--executor onnx needs --models models.yaml")
 	}
 	reg, err := registry.Load(*o.models)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return onnx.New(reg, onnx.Config{Lib: *o.lib, Device: *o.device, IntraThreads: *o.intra, Sessions: *o.sessions})
+	x, err := onnx.New(reg, onnx.Config{Lib: *o.lib, Device: *o.device, IntraThreads: *o.intra, Sessions: *o.sessions})
+	return x, reg, err
 }
 
 // checkAppModels lists the app's GPU modules whose model is not in the

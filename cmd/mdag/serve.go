@@ -16,7 +16,6 @@ import (
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/gpu"
-	"github.com/mdag/mdag/gpu/registry"
 	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/profile"
@@ -53,9 +52,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	note := "embedded mode: coordinator, GPU scheduler and in-process workers with emulated GPUs in one process"
 	switch given := ox.set(fs); {
 	case *executor == "onnx":
-		x, err := ox.executor()
+		x, reg, err := ox.executor()
 		if err == nil {
-			reg, _ := registry.Load(*ox.models)
 			err = checkAppModels(app, reg)
 			if err != nil {
 				x.Close()

@@ -412,3 +412,25 @@ func TestRunTimeErrors(t *testing.T) {
 		}
 	}
 }
+
+// The binding (onnxruntime_go v1.27.0, C API version 24) runs on the
+// library make deps installs (ONNX Runtime 1.30.0, which serves API
+// versions up to 30).
+func TestLibraryVersion(t *testing.T) {
+	requireLib(t)
+	v, err := Init(DefaultLib())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv(LibEnv) == "" && v != "1.30.0" {
+		t.Fatalf("ONNX Runtime %s at %s, want 1.30.0 (tools/ort-fetch.sh)", v, DefaultLib())
+	}
+	t.Logf("ONNX Runtime %s", v)
+	other := filepath.Join(t.TempDir(), "libonnxruntime.so.1")
+	if err := os.WriteFile(other, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Init(other); err == nil || !strings.Contains(err.Error(), "one library per process") {
+		t.Fatalf("a second library: %v", err)
+	}
+}
