@@ -28,7 +28,7 @@ const blazeEntry = `
     decoder: {name: blazeface}
 `
 
-func jpegFrame(t *testing.T, path string) *media.Frame {
+func jpegFrame(t testing.TB, path string) *media.Frame {
 	fh, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -89,5 +89,31 @@ func TestBlazeFace(t *testing.T) {
 			t.Fatalf("face.jpg: %v, want one face overlapping the OpenCV executor's %v by IoU >= 0.9", got, image.Rect(243, 198, 243+229, 198+172))
 		}
 		t.Logf("face.jpg: onnx %+v, IoU with opencv's box %.3f", got[0], decode.IoU(got[0], cvBox))
+	}
+}
+
+// BenchmarkBlazeFace is one face image through the real model on ORT
+// (the batch-1 graph), preprocessing and decoding included: compare
+// gpu/opencv's BenchmarkOpenCVBlazeFace.
+func BenchmarkBlazeFace(b *testing.B) {
+	requireLib(b)
+	model, err := filepath.Abs("../opencv/testdata/blazeface/blazeface-front-128.onnx")
+	if err != nil {
+		b.Fatal(err)
+	}
+	x, err := New(writeRegistry(b, fmt.Sprintf(blazeEntry, model, 1)), Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer x.Close()
+	dir, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "gocv.io/x/gocv").Output()
+	if err != nil {
+		b.Skip(err)
+	}
+	items := []*media.Item{{Frame: jpegFrame(b, filepath.Join(strings.TrimSpace(string(dir)), "images", "face.jpg"))}}
+	for b.Loop() {
+		if _, err := x.Run(context.Background(), "face", items); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
