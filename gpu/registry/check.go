@@ -77,7 +77,67 @@ func (m *Model) Check(g *Graph) error {
 			errs = append(errs, fmt.Errorf("model %s: output '%s' is %s in %s: its leading dimension is fixed at %d, not the batch (max_batch %d)", m.Name, o.Name, o, file, d.Value, m.MaxBatch))
 		}
 	}
+	if err := m.checkDecoder(outs, file); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// checkDecoder checks the outputs the decoder reads against what it needs:
+// how many, and (where the graph fixes them) their shapes after the batch.
+func (m *Model) checkDecoder(outs []Tensor, file string) error {
+	var want int
+	switch m.Decoder.Name {
+	case "classify":
+		want = 1
+	case "blazeface":
+		want = 4
+	case "boxes":
+		want = map[string]int{"ssd": 2, "yolo": 1}[m.Decoder.Format]
+	default:
+		return nil
+	}
+	if want > 0 && len(outs) != want {
+		return fmt.Errorf("model %s: the %s decoder reads %d outputs, %s gives %d (%s)%s", m.Name, m.Decoder.Name, want, file, len(outs), list(outs),
+			map[bool]string{true: "; name them in outputs:", false: ""}[len(outs) > want])
+	}
+	switch m.Decoder.Name {
+	case "classify":
+		if n := classes(outs[0]); n > 0 && len(m.Labels) > 0 && n != int64(len(m.Labels)) {
+			return fmt.Errorf("model %s: output '%s' is %s in %s: %d classes, the labels file has %d", m.Name, outs[0].Name, outs[0], file, n, len(m.Labels))
+		}
+	case "blazeface":
+		have := map[string]bool{}
+		for _, o := range outs {
+			have[tail(o)] = true
+		}
+		for _, w := range []string{"[512,1]", "[384,1]", "[512,16]", "[384,16]"} {
+			if !have[w] && !have["?"] {
+				return fmt.Errorf("model %s: the blazeface decoder needs outputs shaped [512,1], [384,1], [512,16], [384,16] after the batch; %s gives %s", m.Name, file, list(outs))
+			}
+		}
+	}
+	return nil
+}
+
+// tail is the shape after the batch as "[a,b]", or "?" when not all fixed.
+func tail(t Tensor) string {
+	s := make([]string, 0, len(t.Dims))
+	for _, d := range t.Dims[min(1, len(t.Dims)):] {
+		if !d.Fixed {
+			return "?"
+		}
+		s = append(s, d.String())
+	}
+	return "[" + strings.Join(s, ",") + "]"
+}
+
+// classes is the size of the last dimension when fixed (0 otherwise).
+func classes(t Tensor) int64 {
+	if len(t.Dims) < 2 || !t.Dims[len(t.Dims)-1].Fixed {
+		return 0
+	}
+	return t.Dims[len(t.Dims)-1].Value
 }
 
 // OutputNames are the outputs the decoder reads: the entry's, or all.

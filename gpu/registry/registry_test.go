@@ -134,7 +134,7 @@ func TestCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk := func(f func(*Model)) *Model {
-		m := &Model{Name: "face", Path: "x/tiny-classifier.onnx", MaxBatch: 8,
+		m := &Model{Name: "face", Path: "x/tiny-classifier.onnx", MaxBatch: 8, Decoder: Decoder{Name: "classify"},
 			Input: Input{Name: "input", DType: "float32", Layout: "NCHW", Width: 64, Height: 64}}
 		f(m)
 		return m
@@ -153,6 +153,10 @@ func TestCheck(t *testing.T) {
 		{"name", mk(func(m *Model) { m.Input.Name = "data" }), g, "model face: no input 'data' in tiny-classifier.onnx (its inputs: 'input' float32[batch,3,64,64])"},
 		{"fixed batch", mk(func(*Model) {}), fixed, "its batch dimension is fixed at 1, so it cannot run batches of up to max_batch 8"},
 		{"output", mk(func(m *Model) { m.Outputs = []string{"scores"} }), g, "no output 'scores' in tiny-classifier.onnx (its outputs: 'probs' float32[batch,10])"},
+		{"labels", mk(func(m *Model) { m.Labels = []string{"a", "b"} }), g, "model face: output 'probs' is float32[batch,10] in tiny-classifier.onnx: 10 classes, the labels file has 2"},
+		{"blazeface outputs", mk(func(m *Model) { m.Decoder.Name = "blazeface" }), g, "the blazeface decoder reads 4 outputs, tiny-classifier.onnx gives 1"},
+		{"ssd outputs", mk(func(m *Model) { m.Decoder = Decoder{Name: "boxes", Format: "ssd"} }), g, "the boxes decoder reads 2 outputs"},
+		{"yolo outputs", mk(func(m *Model) { m.Decoder = Decoder{Name: "boxes", Format: "yolo"} }), g, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.m.Check(tc.g)
