@@ -22,6 +22,7 @@ import (
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/gpu/nvml"
+	"github.com/mdag/mdag/gpu/onnx"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/remote"
 	"github.com/mdag/mdag/remote/client"
@@ -215,6 +216,9 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	log := newLogger(stderr, *verbose).With("worker", *id)
+	if x, ok := exec.(*onnx.Executor); ok {
+		log.Info("onnx executor", "runs", x.Describe())
+	}
 	cc, err := client.Dial(*coord)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag worker: %v\n", err)

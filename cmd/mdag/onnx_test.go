@@ -50,7 +50,7 @@ func TestServeONNX(t *testing.T) {
 	if _, err := fmt.Sscanf(s[strings.Index(s, "finish rate ")+len("finish rate "):], "%g%%", &rate); err != nil || rate < 90 {
 		t.Errorf("finish rate %g%% (%v), want >= 90%%:\n%s", rate, err, s)
 	}
-	if !strings.Contains(errb.String(), "on ONNX Runtime (cpu)") {
+	if !strings.Contains(errb.String(), "GPU modules run on ONNX Runtime 1.") {
 		t.Errorf("the log does not say the workers run ONNX Runtime:\n%s", errb.String())
 	}
 }

@@ -67,7 +67,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		// one executor for every in-process worker: its sessions per model
 		// are the concurrency; the scheduler decides the batches
 		cfg.Executor = func(string, profile.WorkerTypeID) (gpu.Executor, error) { return x, nil }
-		note = "embedded mode: coordinator, GPU scheduler and in-process workers running GPU modules on ONNX Runtime (" + *ox.device + ") in one process"
+		note = "embedded mode: coordinator, GPU scheduler and in-process workers in one process; GPU modules run on " + x.Describe()
 	case *executor != "emulated":
 		fmt.Fprintf(stderr, "mdag serve: --executor %q: want emulated or onnx\n", *executor)
 		return exitInvalid

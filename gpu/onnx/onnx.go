@@ -335,6 +335,16 @@ func (m *model) close() {
 // Kind implements gpu.Executor.
 func (x *Executor) Kind() string { return "onnx" }
 
+// Describe says what runs where, for logs: "ONNX Runtime 1.30.0 (/path),
+// cpu, 2 sessions per model, intra-op threads 0: face, resnet50".
+func (x *Executor) Describe() string {
+	env.Lock()
+	v, lib := env.version, env.lib
+	env.Unlock()
+	return fmt.Sprintf("ONNX Runtime %s (%s), %s, %d sessions per model, intra-op threads %d: %s",
+		v, lib, x.cfg.Device, x.cfg.Sessions, x.cfg.IntraThreads, strings.Join(x.names, ", "))
+}
+
 // Models lists the loaded models.
 func (x *Executor) Models() []string { return slices.Clone(x.names) }
 
