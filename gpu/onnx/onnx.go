@@ -452,11 +452,17 @@ func (x *Executor) forward(m *model, s *session, frames []*media.Frame) ([][]dec
 			}
 		}
 	}
-	t, err := s.input(m.m, len(frames))
+	return x.infer(m, s, len(frames))
+}
+
+// infer runs the session once on the first n items of its buffer and
+// splits each output along its leading (batch) dimension.
+func (x *Executor) infer(m *model, s *session, n int) ([][]decode.Output, error) {
+	t, err := s.input(m.m, n)
 	if err != nil {
 		return nil, err
 	}
-	kept, err := s.output(m, len(frames))
+	kept, err := s.output(m, n)
 	if err != nil {
 		return nil, err
 	}
@@ -471,18 +477,18 @@ func (x *Executor) forward(m *model, s *session, frames []*media.Frame) ([][]dec
 			}
 		}
 	}()
-	res := make([][]decode.Output, len(frames))
+	res := make([][]decode.Output, n)
 	for oi, o := range outs {
 		data, err := floats(o)
 		if err != nil {
 			return nil, fmt.Errorf("output %s: %w", m.outs[oi], err)
 		}
 		shape := o.GetShape()
-		if len(shape) == 0 || shape[0] != int64(len(frames)) {
-			return nil, fmt.Errorf("output %s has shape %v: its leading dimension is not the batch of %d", m.outs[oi], shape, len(frames))
+		if len(shape) == 0 || shape[0] != int64(n) {
+			return nil, fmt.Errorf("output %s has shape %v: its leading dimension is not the batch of %d", m.outs[oi], shape, n)
 		}
-		per := len(data) / len(frames)
-		for i := range frames {
+		per := len(data) / n
+		for i := range n {
 			res[i] = append(res[i], decode.Output{Name: m.outs[oi], Shape: slices.Clone(shape[1:]), Data: slices.Clone(data[i*per : (i+1)*per])})
 		}
 	}

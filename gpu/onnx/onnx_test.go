@@ -340,6 +340,30 @@ func BenchmarkBatch(b *testing.B) {
 	}
 }
 
+// BenchmarkInfer: the session Run alone (the batch buffer filled once),
+// 1 intra-op thread: the model call's own batching gain.
+func BenchmarkInfer(b *testing.B) {
+	x := newTiny(b, 1, 32)
+	m := x.models["tiny"]
+	s := <-m.sessions
+	defer func() { m.sessions <- s }()
+	frames := make([]*media.Frame, 32)
+	for i := range frames {
+		frames[i] = frame(i, 64, 64)
+		fill(s.f32[i*s.item:(i+1)*s.item], frames[i], &m.m.Input)
+	}
+	for _, n := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("b=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := x.infer(m, s, n); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "items/s")
+		})
+	}
+}
+
 // BenchmarkPreprocess: one 320x240 frame into a 64x64 NCHW float32 slot.
 func BenchmarkPreprocess(b *testing.B) {
 	r := writeRegistry(b, tinyEntry(b, "tiny", 1))
