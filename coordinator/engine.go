@@ -25,6 +25,7 @@ import (
 
 	"github.com/mdag/mdag/allocator"
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/modules"
@@ -64,7 +65,15 @@ type Config struct {
 	// lacks, and the embedded workers build from it. Default: the pure-Go
 	// ops (modules.Builtin); the full binary adds the OpenCV ones.
 	Ops *modules.Registry
+	// Executor, when set, gives each in-process worker (NewEmbedded) its
+	// GPU executor, e.g. ONNX Runtime (gpu/onnx, built by cmd/mdag); nil:
+	// emulated GPUs. It may hand every worker the same executor.
+	Executor ExecutorFactory
 }
+
+// ExecutorFactory returns the GPU executor for in-process worker id of
+// type typ.
+type ExecutorFactory func(id string, typ profile.WorkerTypeID) (gpu.Executor, error)
 
 // FrameResult is one frame's outcome and its module outputs.
 type FrameResult struct {
@@ -161,7 +170,8 @@ func New(cfg Config) (*Engine, error) {
 }
 
 // NewEmbedded returns an engine with the local provisioner: in-process
-// workers with emulated GPUs, at most limit instances per worker type.
+// workers with emulated GPUs (or cfg.Executor's), at most limit instances
+// per worker type.
 func NewEmbedded(cfg Config, limit map[profile.WorkerTypeID]int) (*Engine, *Local, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -169,7 +179,7 @@ func NewEmbedded(cfg Config, limit map[profile.WorkerTypeID]int) (*Engine, *Loca
 	if cfg.Ops == nil {
 		cfg.Ops = modules.Builtin()
 	}
-	l := &Local{Clock: cfg.Clock, Limit: limit, Ops: cfg.Ops}
+	l := &Local{Clock: cfg.Clock, Limit: limit, Ops: cfg.Ops, Executor: cfg.Executor}
 	cfg.Provisioner = l
 	e, err := New(cfg)
 	if err != nil {

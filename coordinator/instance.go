@@ -30,13 +30,14 @@ type Provisioner interface {
 	Release(id string)
 }
 
-// Local provisions in-process workers with emulated GPUs, up to a per-type
-// limit: the embedded default's provisioner.
+// Local provisions in-process workers with emulated GPUs (or Executor's),
+// up to a per-type limit: the embedded default's provisioner.
 type Local struct {
-	Clock  clock.Clock
-	Limit  map[profile.WorkerTypeID]int
-	Engine *Engine
-	Ops    *modules.Registry // the CPU ops workers build
+	Clock    clock.Clock
+	Limit    map[profile.WorkerTypeID]int
+	Engine   *Engine
+	Ops      *modules.Registry // the CPU ops workers build
+	Executor ExecutorFactory   // nil: emulated GPUs
 
 	// deliver, when set, takes the workers' results instead of
 	// Engine.Result: the fake-clock tests hold the results of workers
@@ -77,8 +78,18 @@ func (l *Local) Start(id string, typ profile.WorkerTypeID) (Instance, error) {
 		emit = func(r worker.Result) { deliver(id, r) }
 	}
 	w := worker.NewWorker(id, string(typ), l.Clock, nil, l.Ops, emit)
-	em := gpu.NewEmulated(l.Clock, w.Latency)
-	w.SetExecutor(em)
+	var em *gpu.Emulated
+	if l.Executor != nil {
+		x, err := l.Executor(id, typ)
+		if err != nil {
+			w.Close()
+			return nil, fmt.Errorf("instance %s: executor: %w", id, err)
+		}
+		w.SetExecutor(x)
+	} else {
+		em = gpu.NewEmulated(l.Clock, w.Latency)
+		w.SetExecutor(em)
+	}
 	l.workers[id], l.emu[id] = w, em
 	return w, nil
 }
@@ -96,14 +107,16 @@ func (l *Local) Release(id string) {
 }
 
 // Emulated returns the emulated executor of an in-process instance, for
-// tests and `--slowdown` (ballooning injection).
+// tests and `--slowdown` (ballooning injection); nil when the instance runs
+// another executor (Config.Executor).
 func (l *Local) Emulated(id string) *gpu.Emulated {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.emu[id]
 }
 
-// Each calls f for every running in-process worker.
+// Each calls f for every running in-process worker (em is nil for one
+// that runs another executor than the emulated one).
 func (l *Local) Each(f func(id string, w *worker.Worker, em *gpu.Emulated)) {
 	l.mu.Lock()
 	ids := make([]string, 0, len(l.workers))

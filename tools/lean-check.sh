@@ -3,7 +3,7 @@
 #   1. ldd lists only the C runtime (no OpenCV, libvpx, lp_solve, colamd, C++ runtime, OpenMP, ...).
 #   2. The CLI: version says lean; validate works; an app naming an OpenCV op is refused, naming the
 #      op; client, demo, WHIP flags and --executor opencv are refused, naming the full build.
-#   3. serve --synthetic finishes frames.
+#   3. serve --synthetic finishes frames, on the emulated executor and on onnx (ONNX Runtime, dlopened).
 #   4. Loopback smoke test: coordinator + one worker per worker type the traffic app uses (emulated
 #      executor) + source streaming synthetic frames; passes when the source's frames are accepted
 #      and the coordinator's status shows them finished.
@@ -76,7 +76,7 @@ expect 2 "serving an app with an OpenCV op is refused" "op resize: op has no imp
 expect 2 "client is refused" "not in the lean build" -- client --app traffic
 expect 2 "demo is refused" "not in the lean build" -- demo --duration 1s
 expect 2 "WHIP flags are refused" "WHIP ingest is not in the lean build" -- serve --example traffic --token-file /dev/null --listen 127.0.0.1:0
-expect 2 "--executor opencv is refused" "the lean build has no real executor" -- worker --type V100 --executor opencv
+expect 2 "--executor opencv is refused" "the lean build has emulated and onnx" -- worker --type V100 --executor opencv
 
 # 3. serve with synthetic streams (embedded mode).
 expect 0 "serve --synthetic finishes frames" "frames sent" -- serve --example traffic --synthetic 2 --duration 2s --listen 127.0.0.1:0
@@ -84,6 +84,13 @@ finished=$(sed -nE 's/^ *frames sent [0-9]+, finished ([0-9]+),.*/\1/p' "$tmp/ou
 [ "${finished:-0}" -gt 0 ] || fail "serve --synthetic finished no frame:
 $(cat "$tmp/out.txt")"
 echo "lean-check: ok: serve --synthetic finished $finished frames"
+# 3b. The onnx executor: ONNX Runtime opened at run time (make deps installs the library), real batches.
+expect 0 "serve --executor onnx finishes frames" "frames sent" -- serve -f cmd/mdag/testdata/onnx/app.yaml -p cmd/mdag/testdata/onnx/profiles.yaml \
+	--executor onnx --models cmd/mdag/testdata/onnx/models.yaml --synthetic 2 --duration 2s --listen 127.0.0.1:0
+finished=$(sed -nE 's/^ *frames sent [0-9]+, finished ([0-9]+),.*/\1/p' "$tmp/out.txt" | head -n 1)
+[ "${finished:-0}" -gt 0 ] && ! grep -q 'executor=' "$tmp/out.txt" || fail "serve --executor onnx finished no frame or dropped frames in the executor:
+$(cat "$tmp/out.txt")"
+echo "lean-check: ok: serve --executor onnx finished $finished frames on ONNX Runtime"
 
 # 4. Loopback: coordinator, workers, source. --duration bounds each process should the trap not run.
 "$bin" coordinator --example traffic --grpc 127.0.0.1:0 --listen 127.0.0.1:0 --heartbeat 200ms --duration 120s \

@@ -22,6 +22,7 @@ import (
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/gpu/nvml"
+	"github.com/mdag/mdag/gpu/onnx"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/remote"
 	"github.com/mdag/mdag/remote/client"
@@ -156,6 +157,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		}
 		return err
 	})
+	ox := addONNXFlags(fs)
 	slowdown := fs.Float64("slowdown", 1, "multiply the emulated executor's times (inject ballooning)")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events")
@@ -166,8 +168,24 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mdag worker: --type is required")
 		return exitInvalid
 	}
+	if given := ox.set(fs); len(given) > 0 && *executor != "onnx" {
+		fmt.Fprintf(stderr, "mdag worker: %s need --executor onnx\n", strings.Join(given, ", "))
+		return exitInvalid
+	}
 	var exec gpu.Executor
 	switch {
+	case *executor == "onnx":
+		if len(models) > 0 {
+			fmt.Fprintln(stderr, "mdag worker: --model is the opencv executor's; --executor onnx reads --models models.yaml")
+			return exitInvalid
+		}
+		x, _, err := ox.executor()
+		if err != nil {
+			printErrors(stderr, fmt.Errorf("mdag worker: %w", err))
+			return exitInvalid
+		}
+		defer x.Close()
+		exec = x
 	case *executor == "emulated":
 		if len(models) > 0 {
 			fmt.Fprintln(stderr, "mdag worker: --model needs --executor opencv")
@@ -186,11 +204,11 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		defer closeX()
 		exec = x
 	case len(executors) == 0:
-		fmt.Fprintf(stderr, "mdag worker: --executor %q: the %s build has no real executor, only emulated; "+
+		fmt.Fprintf(stderr, "mdag worker: --executor %q: the %s build has emulated and onnx; "+
 			"the OpenCV DNN executor (--executor opencv) is in the full build: bin/mdag (make build)\n", *executor, buildName)
 		return exitInvalid
 	default:
-		fmt.Fprintf(stderr, "mdag worker: --executor %q: want %s\n", *executor, strings.Join(append([]string{"emulated"}, executors...), " or "))
+		fmt.Fprintf(stderr, "mdag worker: --executor %q: want %s\n", *executor, strings.Join(append([]string{"emulated", "onnx"}, executors...), " or "))
 		return exitInvalid
 	}
 	if *slowdown <= 0 {
@@ -198,6 +216,9 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	log := newLogger(stderr, *verbose).With("worker", *id)
+	if x, ok := exec.(*onnx.Executor); ok {
+		log.Info("onnx executor", "runs", x.Describe())
+	}
 	cc, err := client.Dial(*coord)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag worker: %v\n", err)

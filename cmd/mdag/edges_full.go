@@ -18,7 +18,7 @@ import (
 // buildName and build name this binary's edges (mdag version).
 const (
 	buildName = "full"
-	build     = "OpenCV ops and DNN executor, WebRTC (WHIP) ingest with VP8"
+	build     = "OpenCV ops and DNN executor, onnx executor (ONNX Runtime), WebRTC (WHIP) ingest with VP8"
 )
 
 // edgeCommands are the commands that need WebRTC and VP8.
@@ -30,7 +30,7 @@ func edgeCommands() []command {
 }
 
 // executorHelp is `mdag worker --executor`'s help.
-const executorHelp = "GPU executor: emulated (profiled times, no GPU needed) or opencv (real ONNX models, OpenCV DNN on the CPU)"
+const executorHelp = "GPU executor: emulated (profiled times, no GPU needed), onnx (registry models on ONNX Runtime, true batches; --models) or opencv (real ONNX models, OpenCV DNN on the CPU, item by item; --model)"
 
 // ops is the registry of the CPU ops this binary runs.
 func ops() *modules.Registry {

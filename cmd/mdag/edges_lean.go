@@ -14,7 +14,8 @@ import (
 
 // The lean binary's edges (`make lean`, bin/mdag-lean): pure-Go ops, the
 // area-average scaler and JPEG thumbnails of the standard library, the
-// emulated executor only, no WebRTC (whip_lean.go). It links no OpenCV,
+// emulated and onnx executors (onnx.go: ONNX Runtime is opened with dlopen
+// at run time, like NVML), no WebRTC (whip_lean.go). It links no OpenCV,
 // libvpx or C++ runtime, and `make lean` links lp_solve's colamd
 // statically (lp_solve is static already), so it runs on a machine with
 // only the C runtime (tools/lean-check.sh checks with ldd). NVML stays:
@@ -24,7 +25,7 @@ import (
 // buildName and build name this binary's edges (mdag version).
 const (
 	buildName = "lean"
-	build     = "pure-Go ops, emulated executor; no OpenCV, no WebRTC (WHIP)/VP8"
+	build     = "pure-Go ops, emulated and onnx (ONNX Runtime, loaded at run time) executors; no OpenCV, no WebRTC (WHIP)/VP8"
 )
 
 // fullBuild is where what the lean build lacks is.
@@ -39,19 +40,21 @@ var scaler media.Scaler = media.ScaleArea
 // thumbEncoder makes the dashboard's thumbnails.
 var thumbEncoder dashboard.Encoder = dashboard.JPEG
 
-// executors lists the real GPU executors (`mdag worker --executor`): none.
+// executors lists the build-specific GPU executors (`mdag worker
+// --executor`): none (emulated and onnx are in both builds).
 var executors []string
 
 // decoders lists the model output decoders of the real executors: none.
 func decoders() []string { return nil }
 
-// newExecutor fails: the lean build has no real executor.
+// newExecutor fails: the lean build has no OpenCV executor (onnx is
+// wired in onnx.go, in both builds).
 func newExecutor(name string, _ []gpu.ModelFile, _ int) (gpu.Executor, func(), error) {
-	return nil, nil, fmt.Errorf("executor %q: the lean build has no real executor, only emulated; %s", name, fullBuild)
+	return nil, nil, fmt.Errorf("executor %q: the lean build has emulated and onnx, not opencv; %s", name, fullBuild)
 }
 
 // executorHelp is `mdag worker --executor`'s help.
-const executorHelp = "GPU executor: emulated (profiled times, no GPU needed), the lean build's only one (the full build adds opencv: bin/mdag, make build)"
+const executorHelp = "GPU executor: emulated (profiled times, no GPU needed) or onnx (registry models on ONNX Runtime, loaded at run time; --models); the full build adds opencv: bin/mdag, make build"
 
 // edgeCommands are the full build's commands that need WebRTC and VP8:
 // here they say so.

@@ -24,7 +24,7 @@ func TestLeanRefusals(t *testing.T) {
 		{"serve --example traffic --token-file t", exitInvalid, `invalid value "t" for flag -token-file: WHIP ingest is not in the lean build`},
 		{"coordinator --example traffic --open", exitInvalid, "invalid boolean flag open: WHIP ingest is not in the lean build"},
 		{"serve -h", exitOK, "\nWHIP ingest is not in the lean build (the full build has it: bin/mdag (make build)); refused flags: -allow-origin -connect-timeout"},
-		{"worker --type V100 --executor opencv", exitInvalid, `mdag worker: --executor "opencv": the lean build has no real executor, only emulated`},
+		{"worker --type V100 --executor opencv", exitInvalid, `mdag worker: --executor "opencv": the lean build has emulated and onnx`},
 		{"worker -h", exitOK, "decoders: none in the lean build"},
 		{"validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml", exitOK, "app traffic: valid"},
 		{"serve --example tracker --listen 127.0.0.1:0", exitInvalid, "op track: op has no implementation in this binary (implemented: count, crop, sink)"},

@@ -15,6 +15,7 @@ import (
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
+	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/profile"
@@ -36,6 +37,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	size := fs.String("size", "320x240", "synthetic frame size WxH")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
+	executor := fs.String("executor", "emulated", "GPU executor of the in-process workers: emulated (profiled times) or onnx (registry models on ONNX Runtime; --models)")
+	ox := addONNXFlags(fs)
 	wf := addWhipFlags(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -43,6 +46,33 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	app, prof, err := serveInputs("serve", *file, *profiles, *example)
 	if err != nil {
 		printErrors(stderr, err)
+		return exitInvalid
+	}
+	cfg := coordinator.Config{Policy: scheduler.Policy(*policy)}
+	note := "embedded mode: coordinator, GPU scheduler and in-process workers with emulated GPUs in one process"
+	switch given := ox.set(fs); {
+	case *executor == "onnx":
+		x, reg, err := ox.executor()
+		if err == nil {
+			err = checkAppModels(app, reg)
+			if err != nil {
+				x.Close()
+			}
+		}
+		if err != nil {
+			printErrors(stderr, fmt.Errorf("mdag serve: %w", err))
+			return exitInvalid
+		}
+		defer x.Close()
+		// one executor for every in-process worker: its sessions per model
+		// are the concurrency; the scheduler decides the batches
+		cfg.Executor = func(string, profile.WorkerTypeID) (gpu.Executor, error) { return x, nil }
+		note = "embedded mode: coordinator, GPU scheduler and in-process workers in one process; GPU modules run on " + x.Describe()
+	case *executor != "emulated":
+		fmt.Fprintf(stderr, "mdag serve: --executor %q: want emulated or onnx\n", *executor)
+		return exitInvalid
+	case len(given) > 0:
+		fmt.Fprintf(stderr, "mdag serve: %s need --executor onnx\n", strings.Join(given, ", "))
 		return exitInvalid
 	}
 	limits, err := parseLimits(*workers, prof)
@@ -71,7 +101,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		*fps = app.FPS
 	}
 	log := newLogger(stderr, *verbose)
-	obs, err := startObserved(coordinator.Config{Policy: scheduler.Policy(*policy), Log: log}, limits, app, prof)
+	cfg.Log = log
+	obs, err := startObserved(cfg, limits, app, prof)
 	if err != nil {
 		printErrors(stderr, err)
 		return exitInvalid
@@ -95,7 +126,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		where = append(where, "whip", base+"/whip/"+string(app.Name), "page", base+"/stream/"+string(app.Name))
 	}
 	log.Info("serving", append(where, "policy", *policy,
-		"note", "embedded mode: coordinator, GPU scheduler and in-process workers with emulated GPUs in one process")...)
+		"note", note)...)
 
 	ctx, cancel := runContext(*duration)
 	defer cancel()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/gpu/registry"
 	"github.com/mdag/mdag/profile"
 )
 
@@ -64,17 +65,40 @@ func SessionRate(app *dag.App, rate float64, streams int) (float64, string) {
 }
 
 func runValidate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("validate", "-f app.yaml [--profiles profiles.yaml] [--streams N | --rate R] [-o text|json]", stderr)
+	fs := newFlags("validate", "-f app.yaml [--profiles profiles.yaml] [--models models.yaml] [--streams N | --rate R] [-o text|json] | --models models.yaml", stderr)
 	file := fs.String("f", "", "application YAML `file` (required)")
 	profiles := fs.String("profiles", "", "profiles and worker types YAML `file`; adds the feasibility check")
 	rate := fs.Float64("rate", 0, "ingress `rate` in frames per second for the whole session (default: --streams x the app's fps)")
 	streams := fs.Int("streams", 1, "`number` of streams in the session, each at the app's fps (30 when the app sets none); ignored with --rate")
 	out := fs.String("o", "text", "output `format`: text or json")
+	models := fs.String("models", "", "model registry YAML `file`: checks each ONNX entry against its file's graph and, with -f, that every GPU module's model is in it")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
+	if *models != "" {
+		reg, err := registry.Load(*models)
+		if err == nil {
+			err = reg.CheckFiles()
+		}
+		if err == nil && *file != "" {
+			app, lerr := dag.Load(*file)
+			if lerr != nil {
+				printErrors(stderr, lerr)
+				return exitInvalid
+			}
+			err = checkAppModels(app, reg)
+		}
+		if err != nil {
+			printErrors(stderr, err)
+			return exitInvalid
+		}
+		if *file == "" {
+			fmt.Fprintf(stdout, "%s: %d models valid (%s)\n", *models, len(reg.Models), strings.Join(reg.Names(), ", "))
+			return exitOK
+		}
+	}
 	if *file == "" {
-		fmt.Fprintln(stderr, "mdag validate: -f app.yaml is required")
+		fmt.Fprintln(stderr, "mdag validate: -f app.yaml or --models models.yaml is required")
 		fs.Usage()
 		return exitInvalid
 	}

@@ -11,6 +11,7 @@ import (
 	"gocv.io/x/gocv"
 
 	"github.com/mdag/mdag/gpu"
+	"github.com/mdag/mdag/gpu/decode"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/modules/cv"
 )
@@ -147,7 +148,7 @@ func TestBatchBlazeFaceExecutor(t *testing.T) {
 	if len(got[0]) != 1 || len(got[1]) != len(got[0]) {
 		t.Fatalf("faces: original %v, rewritten %v; want the same single face", got[0], got[1])
 	}
-	if iou := overlap(got[0][0], got[1][0]); iou < 0.99 {
+	if iou := decode.IoU(got[0][0], got[1][0]); iou < 0.99 {
 		t.Errorf("face: original %+v, rewritten %+v, IoU %.3f, want >= 0.99", got[0][0], got[1][0], iou)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"image"
-	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"gocv.io/x/gocv"
 
 	"github.com/mdag/mdag/gpu"
+	"github.com/mdag/mdag/gpu/decode"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/modules/cv"
 )
@@ -143,10 +143,8 @@ func (x *OpenCV) Run(ctx context.Context, model string, items []*media.Item) ([]
 }
 
 // BlazeFace (front, 128x128): input NHWC [1,128,128,3] RGB in [-1,1];
-// outputs per anchor a score logit and 16 regressors (box centre offset
-// and size in input pixels, then six key points), for 16x16 cells x 2
-// anchors and 8x8 cells x 6 anchors.
-const bfSize = 128
+// outputs decoded by decode.BlazeFace.
+const bfSize = decode.BlazeFaceSize
 
 var bfOutputs = []string{"Identity:0", "Identity_1:0", "Identity_2:0", "Identity_3:0"}
 
@@ -155,10 +153,11 @@ type bfHead struct{ cells, anchors int }
 var bfHeads = []bfHead{{16, 2}, {8, 6}}
 
 // BlazeFaceThreshold is the score a detection needs; BlazeFaceNMS the IoU
-// above which the weaker of two detections is suppressed.
+// above which the weaker of two detections is suppressed. The anchor and
+// suppression math is gpu/decode's, which the onnx executor shares.
 const (
-	BlazeFaceThreshold = 0.6
-	BlazeFaceNMS       = 0.3
+	BlazeFaceThreshold = decode.BlazeFaceThreshold
+	BlazeFaceNMS       = decode.BlazeFaceNMS
 )
 
 // checkBlazeFace checks the output layers by name (asking Forward for a
@@ -243,69 +242,20 @@ func blazeFace(net *gocv.Net, f *media.Frame) ([]media.Box, error) {
 		return nil, err
 	}
 	defer closeAll(outs)
-	var cands []media.Box
-	for hi, h := range bfHeads {
-		scores, err1 := outs[hi].DataPtrFloat32()
-		regs, err2 := outs[hi+2].DataPtrFloat32()
-		if err := errors.Join(err1, err2); err != nil {
+	dec := make([]decode.Output, len(outs))
+	for i, o := range outs {
+		data, err := o.DataPtrFloat32()
+		if err != nil {
 			return nil, err
 		}
-		for cy := range h.cells {
-			for cx := range h.cells {
-				for a := range h.anchors {
-					idx := (cy*h.cells+cx)*h.anchors + a
-					score := 1 / (1 + math.Exp(-float64(scores[idx])))
-					if score < BlazeFaceThreshold {
-						continue
-					}
-					r := regs[idx*16 : idx*16+4]
-					ax, ay := (float64(cx)+0.5)/float64(h.cells), (float64(cy)+0.5)/float64(h.cells)
-					xc, yc := ax+float64(r[0])/bfSize, ay+float64(r[1])/bfSize
-					w, hh := float64(r[2])/bfSize, float64(r[3])/bfSize
-					b := media.Box{X: int((xc - w/2) * float64(f.W)), Y: int((yc - hh/2) * float64(f.H)),
-						W: int(w * float64(f.W)), H: int(hh * float64(f.H)), Class: "face", Score: float32(score)}
-					cands = append(cands, clip(b, f.W, f.H))
-				}
-			}
+		sz := o.Size()
+		shape := make([]int64, 0, len(sz))
+		for _, d := range sz[1:] { // drop the batch dimension
+			shape = append(shape, int64(d))
 		}
+		dec[i] = decode.Output{Name: bfOutputs[i], Shape: shape, Data: data}
 	}
-	return nms(cands, BlazeFaceNMS), nil
-}
-
-func clip(b media.Box, w, h int) media.Box {
-	r := b.Rect().Intersect(image.Rect(0, 0, w, h))
-	b.X, b.Y, b.W, b.H = r.Min.X, r.Min.Y, r.Dx(), r.Dy()
-	return b
-}
-
-// nms keeps the best-scoring boxes, dropping any that overlaps a kept one
-// by more than iou.
-func nms(bs []media.Box, iou float64) []media.Box {
-	sort.SliceStable(bs, func(i, j int) bool { return bs[i].Score > bs[j].Score })
-	var keep []media.Box
-	for _, b := range bs {
-		if b.W <= 0 || b.H <= 0 {
-			continue
-		}
-		ok := true
-		for _, k := range keep {
-			if overlap(b, k) > iou {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			keep = append(keep, b)
-		}
-	}
-	return keep
-}
-
-func overlap(a, b media.Box) float64 {
-	in := a.Rect().Intersect(b.Rect())
-	if in.Empty() {
-		return 0
-	}
-	i := float64(in.Dx() * in.Dy())
-	return i / (float64(a.W*a.H+b.W*b.H) - i)
+	r, err := decode.BlazeFace(dec, decode.Geometry{InW: bfSize, InH: bfSize, FrameW: f.W, FrameH: f.H},
+		decode.Params{Threshold: BlazeFaceThreshold, NMS: BlazeFaceNMS})
+	return r.Boxes, err
 }

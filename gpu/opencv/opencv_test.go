@@ -10,6 +10,7 @@ import (
 	"gocv.io/x/gocv"
 
 	"github.com/mdag/mdag/gpu"
+	"github.com/mdag/mdag/gpu/decode"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/modules"
 	"github.com/mdag/mdag/modules/cv"
@@ -70,7 +71,7 @@ func TestOpenCVBlazeFace(t *testing.T) {
 	}
 	best := 0.0
 	for _, h := range hr[0].Boxes {
-		best = max(best, overlap(got[0], h))
+		best = max(best, decode.IoU(got[0], h))
 	}
 	if best < 0.4 {
 		t.Errorf("blazeface box %+v overlaps the cascade's %v by IoU %.2f, want >= 0.4", got[0], hr[0].Boxes, best)

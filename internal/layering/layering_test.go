@@ -18,14 +18,17 @@ const module = "github.com/mdag/mdag/"
 // pure packages reach none of the native edges, through any path.
 var pure = []string{
 	"media", "modules", "dag", "profile", "allocator", "placement", "placement/squishy",
-	"scheduler", "scheduler/sim", "gpu", "worker", "coordinator",
+	"scheduler", "scheduler/sim", "gpu", "gpu/decode", "gpu/registry", "worker", "coordinator",
 	// beyond the list: what the lean worker and the observers need
 	"ingest", "ingest/synth", "remote/wire", "remote/client", "observe/metrics",
 	"profile/serf",
 }
 
 // native are the import paths (prefixes) that link native code at the edges.
-var native = []string{"gocv.io/x/gocv", "github.com/draffensperger/golp", "github.com/pion/", module + "ingest/vpx", module + "internal/lpsolve"}
+// (onnxruntime_go links no library, it dlopens ONNX Runtime, but it is cgo
+// and an edge all the same: only gpu/onnx and the binary reach it.)
+var native = []string{"gocv.io/x/gocv", "github.com/draffensperger/golp", "github.com/pion/", module + "ingest/vpx", module + "internal/lpsolve",
+	"github.com/yalue/onnxruntime_go", module + "gpu/onnx"}
 
 // allowed lists, per package, the mdag packages it may import (tests
 // excluded). The floor (media, internal/clock, internal/yamlx) imports
@@ -54,6 +57,8 @@ var allowed = map[string][]string{
 	"scheduler":             {"placement/squishy"},
 	"scheduler/sim":         {"internal/yamlx", "profile", "scheduler"},
 	"gpu":                   {"internal/clock", "media"},
+	"gpu/decode":            {"media"},
+	"gpu/registry":          {"gpu/decode", "internal/yamlx"},
 	"worker":                {"dag", "gpu", "internal/clock", "media", "modules"},
 	"coordinator":           {"allocator", "dag", "gpu", "internal/clock", "media", "modules", "placement", "profile", "scheduler", "worker"},
 	"remote/wire":           {"api", "dag", "media", "worker"},
@@ -64,7 +69,8 @@ var allowed = map[string][]string{
 	"observe/dashboard":     {"coordinator", "ingest", "internal/clock", "media"},
 	// the native edges
 	"modules/cv":  {"media", "modules"},
-	"gpu/opencv":  {"gpu", "media", "modules/cv"},
+	"gpu/opencv":  {"gpu", "gpu/decode", "media", "modules/cv"},
+	"gpu/onnx":    {"gpu/decode", "gpu/registry", "media"},
 	"gpu/nvml":    {},
 	"ingest/vpx":  {"media"},
 	"ingest/whip": {"dag", "ingest", "ingest/vpx", "internal/clock", "media"},

@@ -1,0 +1,210 @@
+// Package decode holds the model output decoders: pure Go functions,
+// registered by name, that turn one item's output tensors into detections
+// or labels. The model registry (gpu/registry) names a decoder per model
+// and every executor (gpu/onnx, gpu/opencv) calls the same function, so a
+// model decodes the same way whichever runtime ran it.
+//
+// Built in: classify (top-k labels), blazeface (MediaPipe BlazeFace front,
+// 128x128: anchors, score threshold, NMS) and boxes (SSD- or YOLO-style
+// box outputs with NMS).
+package decode
+
+import (
+	"fmt"
+	"image"
+	"math"
+	"sort"
+	"sync"
+
+	"github.com/mdag/mdag/media"
+)
+
+// Output is one output tensor of one item: the batch dimension removed.
+type Output struct {
+	Name  string
+	Shape []int64 // without the batch dimension
+	Data  []float32
+}
+
+// Geometry maps model-input pixels back to the frame the item carried.
+type Geometry struct {
+	InW, InH       int  // the model's input size
+	FrameW, FrameH int  // the frame's size
+	Letterbox      bool // the frame was scaled keeping its aspect and centred (else stretched)
+}
+
+// Fit is how the frame lies in the input: scale factors and padding.
+func (g Geometry) Fit() (sx, sy, padX, padY float64) {
+	sx, sy = float64(g.InW)/float64(g.FrameW), float64(g.InH)/float64(g.FrameH)
+	if g.Letterbox {
+		s := min(sx, sy)
+		return s, s, (float64(g.InW) - float64(g.FrameW)*s) / 2, (float64(g.InH) - float64(g.FrameH)*s) / 2
+	}
+	return sx, sy, 0, 0
+}
+
+// Box maps a box given in input pixels (corners) to a frame box, clipped.
+func (g Geometry) Box(x1, y1, x2, y2 float64, class string, score float64) media.Box {
+	sx, sy, px, py := g.Fit()
+	fx1, fy1 := (x1-px)/sx, (y1-py)/sy
+	fx2, fy2 := (x2-px)/sx, (y2-py)/sy
+	b := media.Box{X: int(math.Floor(fx1)), Y: int(math.Floor(fy1)), W: int(math.Round(fx2 - fx1)), H: int(math.Round(fy2 - fy1)),
+		Class: class, Score: float32(score)}
+	r := b.Rect().Intersect(image.Rect(0, 0, g.FrameW, g.FrameH))
+	b.X, b.Y, b.W, b.H = r.Min.X, r.Min.Y, r.Dx(), r.Dy()
+	return b
+}
+
+// Params are a decoder's settings from the registry.
+type Params struct {
+	Threshold float64  // the score a detection needs
+	NMS       float64  // IoU above which the weaker of two detections goes
+	TopK      int      // classify: labels kept
+	Softmax   bool     // classify: the output is logits
+	Labels    []string // class names by index
+	Format    string   // boxes: "ssd" or "yolo"
+}
+
+// Result is what a decoder found in one item.
+type Result struct {
+	Boxes  []media.Box
+	Labels []string
+}
+
+// Func decodes one item's outputs.
+type Func func(outs []Output, g Geometry, p Params) (Result, error)
+
+// funcs holds the decoders by name: the built-in ones from the start (a
+// literal, no init side effects), others added with Register.
+var (
+	mu    sync.RWMutex
+	funcs = map[string]Func{"classify": Classify, "blazeface": BlazeFace, "boxes": Boxes}
+)
+
+// Register adds a decoder under name; a name given twice is an error.
+func Register(name string, f Func) error {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := funcs[name]; dup {
+		return fmt.Errorf("decoder %q registered twice", name)
+	}
+	funcs[name] = f
+	return nil
+}
+
+// Lookup returns the decoder registered as name.
+func Lookup(name string) (Func, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	f, ok := funcs[name]
+	return f, ok
+}
+
+// Names lists the registered decoders, sorted.
+func Names() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]string, 0, len(funcs))
+	for n := range funcs {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func size(shape []int64) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+func label(labels []string, i int) string {
+	if i >= 0 && i < len(labels) && labels[i] != "" {
+		return labels[i]
+	}
+	return fmt.Sprintf("class%d", i)
+}
+
+// Classify keeps the top-k classes of a single output of class scores
+// (probabilities, or logits with Softmax) whose score reaches Threshold.
+func Classify(outs []Output, _ Geometry, p Params) (Result, error) {
+	if len(outs) != 1 {
+		return Result{}, fmt.Errorf("classify: want 1 output of class scores, have %d", len(outs))
+	}
+	o := outs[0]
+	if int64(len(o.Data)) != size(o.Shape) || len(o.Data) == 0 {
+		return Result{}, fmt.Errorf("classify: output %s has %d values for shape %v", o.Name, len(o.Data), o.Shape)
+	}
+	if len(p.Labels) > 0 && len(p.Labels) != len(o.Data) {
+		return Result{}, fmt.Errorf("classify: output %s has %d classes, the labels file %d", o.Name, len(o.Data), len(p.Labels))
+	}
+	s := make([]float64, len(o.Data))
+	for i, v := range o.Data {
+		s[i] = float64(v)
+	}
+	if p.Softmax {
+		m := math.Inf(-1)
+		for _, v := range s {
+			m = max(m, v)
+		}
+		sum := 0.0
+		for i, v := range s {
+			s[i] = math.Exp(v - m)
+			sum += s[i]
+		}
+		for i := range s {
+			s[i] /= sum
+		}
+	}
+	idx := make([]int, len(s))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return s[idx[a]] > s[idx[b]] })
+	k := max(1, p.TopK)
+	var r Result
+	for _, i := range idx[:min(k, len(idx))] {
+		if s[i] < p.Threshold {
+			break
+		}
+		r.Labels = append(r.Labels, label(p.Labels, i))
+	}
+	return r, nil
+}
+
+// NMS keeps the best-scoring boxes, dropping any that overlaps a kept one
+// of the same class by more than iou, and boxes with no area.
+func NMS(bs []media.Box, iou float64) []media.Box {
+	sort.SliceStable(bs, func(i, j int) bool { return bs[i].Score > bs[j].Score })
+	var keep []media.Box
+	for _, b := range bs {
+		if b.W <= 0 || b.H <= 0 {
+			continue
+		}
+		ok := true
+		for _, k := range keep {
+			if k.Class == b.Class && IoU(b, k) > iou {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			keep = append(keep, b)
+		}
+	}
+	return keep
+}
+
+// IoU is the intersection over union of two boxes.
+func IoU(a, b media.Box) float64 {
+	in := a.Rect().Intersect(b.Rect())
+	if in.Empty() {
+		return 0
+	}
+	i := float64(in.Dx() * in.Dy())
+	return i / (float64(a.W*a.H+b.W*b.H) - i)
+}
+
+func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }

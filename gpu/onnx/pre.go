@@ -1,0 +1,130 @@
+package onnx
+
+import (
+	"math"
+
+	"github.com/mdag/mdag/gpu/registry"
+	"github.com/mdag/mdag/media"
+)
+
+// fill writes frame f, resized (bilinear; stretched or letterboxed) and
+// normalised as the registry entry says, into one item's slot of the batch
+// buffer, in its layout and colour order. Letterbox padding is 0. uint8
+// and float16 inputs are filled through a float32 slot and converted.
+func fill(dst []float32, f *media.Frame, in *registry.Input) {
+	W, H := in.Width, in.Height
+	sx, sy := float64(f.W)/float64(W), float64(f.H)/float64(H)
+	x0, y0, w, h := 0, 0, W, H
+	if in.Resize == "letterbox" {
+		s := max(sx, sy)
+		sx, sy = s, s
+		w, h = min(W, int(math.Round(float64(f.W)/s))), min(H, int(math.Round(float64(f.H)/s)))
+		x0, y0 = (W-w)/2, (H-h)/2
+		clear(dst)
+	}
+	// channel c of the model takes frame channel src[c] (frames are BGR)
+	src := [3]int{2, 1, 0}
+	if in.Colour == "bgr" {
+		src = [3]int{0, 1, 2}
+	}
+	var a, b [3]float32 // x = v*a + b
+	for c := range 3 {
+		a[c] = float32(in.Scale / in.Std[c])
+		b[c] = float32(-in.Mean[c] / in.Std[c])
+	}
+	u8 := in.DType == "uint8"
+	if u8 {
+		a, b = [3]float32{1, 1, 1}, [3]float32{}
+	}
+	// the source columns and weights of every output column
+	xs0, xs1, wx := make([]int, w), make([]int, w), make([]float32, w)
+	for x := range w {
+		fx := min(max((float64(x)+0.5)*sx-0.5, 0), float64(f.W-1))
+		ix := int(fx)
+		xs0[x], xs1[x], wx[x] = ix*3, min(ix+1, f.W-1)*3, float32(fx-float64(ix))
+	}
+	nhwc := in.Layout == "NHWC"
+	plane := W * H
+	stride := f.W * 3
+	pix := f.Pix
+	for y := range h {
+		fy := min(max((float64(y)+0.5)*sy-0.5, 0), float64(f.H-1))
+		iy := int(fy)
+		r0, r1 := pix[iy*stride:(iy+1)*stride], pix[min(iy+1, f.H-1)*stride:]
+		dy := float32(fy - float64(iy))
+		oy := y + y0
+		for x := range w {
+			p0, p1, dx := xs0[x], xs1[x], wx[x]
+			o := oy*W + x + x0
+			for c := range 3 {
+				k := src[c]
+				top := float32(r0[p0+k]) + (float32(r0[p1+k])-float32(r0[p0+k]))*dx
+				bot := float32(r1[p0+k]) + (float32(r1[p1+k])-float32(r1[p0+k]))*dx
+				v := top + (bot-top)*dy
+				if u8 {
+					v = float32(math.Round(float64(v)))
+				}
+				v = v*a[c] + b[c]
+				if nhwc {
+					dst[o*3+c] = v
+				} else {
+					dst[c*plane+o] = v
+				}
+			}
+		}
+	}
+}
+
+// toHalf converts to IEEE 754 binary16 (round to nearest even).
+func toHalf(v float64) uint16 {
+	f := math.Float32bits(float32(v))
+	sign := uint16(f>>16) & 0x8000
+	exp := int((f>>23)&0xff) - 127 + 15
+	man := f & 0x7fffff
+	switch {
+	case (f>>23)&0xff == 0xff: // inf, nan
+		if man != 0 {
+			return sign | 0x7e00
+		}
+		return sign | 0x7c00
+	case exp >= 0x1f:
+		return sign | 0x7c00
+	case exp <= 0:
+		if exp < -10 {
+			return sign
+		}
+		man |= 0x800000
+		shift := uint(14 - exp)
+		h := man >> shift
+		if rem := man & (1<<shift - 1); rem > 1<<(shift-1) || (rem == 1<<(shift-1) && h&1 == 1) {
+			h++
+		}
+		return sign | uint16(h)
+	}
+	h := uint32(exp)<<10 | man>>13
+	if rem := man & 0x1fff; rem > 0x1000 || (rem == 0x1000 && h&1 == 1) {
+		h++
+	}
+	return sign | uint16(h)
+}
+
+// fromHalf converts IEEE 754 binary16 to float32.
+func fromHalf(h uint16) float32 {
+	sign := uint32(h&0x8000) << 16
+	exp := uint32(h>>10) & 0x1f
+	man := uint32(h & 0x3ff)
+	switch {
+	case exp == 0:
+		return math.Float32frombits(sign) + float32(man)*float32(math.Ldexp(1, -24))*sgn(sign)
+	case exp == 0x1f:
+		return math.Float32frombits(sign | 0x7f800000 | man<<13)
+	}
+	return math.Float32frombits(sign | (exp-15+127)<<23 | man<<13)
+}
+
+func sgn(sign uint32) float32 {
+	if sign != 0 {
+		return -1
+	}
+	return 1
+}
