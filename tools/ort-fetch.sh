@@ -31,7 +31,13 @@ if [ -f "$lib" ] && [ "$(sum "$lib")" = "$LIB_SHA256" ]; then
 fi
 mkdir -p "$dir"
 if ! [ -f "$tgz" ] || [ "$(sum "$tgz")" != "$TGZ_SHA256" ]; then
-	command -v npm >/dev/null || { echo "ort: npm is needed to fetch onnxruntime-node@$VERSION (apt-get install npm)" >&2; exit 1; }
+	if ! command -v npm >/dev/null; then
+		# Debian's npm (make deps installs what the build needs; this is the one package it needs first)
+		sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
+		echo "ort: installing npm (Debian) to fetch onnxruntime-node@$VERSION"
+		$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends npm >/dev/null ||
+			{ echo "ort: npm is needed to fetch onnxruntime-node@$VERSION and could not be installed (apt-get install npm)" >&2; exit 1; }
+	fi
 	echo "ort: npm pack onnxruntime-node@$VERSION (113 MB) into $dir"
 	rm -f "$tgz"
 	(cd "$dir" && npm pack --silent "onnxruntime-node@$VERSION" >/dev/null)
