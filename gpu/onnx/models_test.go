@@ -225,3 +225,54 @@ func BenchmarkModels(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBlazeFaceProfile measures the batch latency examples/face-live's
+// profile for worker type ORT-CPU lists: conc batches of b face frames
+// (face.jpg, 512x512) at once, each on its own session with 1 intra-op
+// thread (mdag serve --executor onnx --intra-threads 1 --sessions 2),
+// preprocessing and decoding included. ms/batch is one round's wall time:
+//
+//	go test -run '^$' -bench BlazeFaceProfile -benchtime 2s ./gpu/onnx
+func BenchmarkBlazeFaceProfile(b *testing.B) {
+	requireLib(b)
+	reg, err := registry.Load(exampleModels)
+	if err != nil {
+		b.Fatal(err)
+	}
+	x := loadExampleModels(b, 32, 1, "blazeface")
+	x.Close()
+	face := faceJPEG(b)
+	for _, conc := range []int{1, 2} {
+		reg.Models = map[string]*registry.Model{"blazeface": x.models["blazeface"].m}
+		y, err := New(reg, Config{IntraThreads: 1, Sessions: conc})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, n := range []int{1, 2, 4, 8, 16} {
+			items := make([]*media.Item, n)
+			for i := range items {
+				items[i] = &media.Item{Frame: shifted(face, 8*i)}
+			}
+			b.Run(fmt.Sprintf("c=%d/b=%d", conc, n), func(b *testing.B) {
+				errs := make(chan error, conc)
+				for b.Loop() {
+					for range conc {
+						go func() {
+							_, err := y.Run(context.Background(), "blazeface", items)
+							errs <- err
+						}()
+					}
+					for range conc {
+						if err := <-errs; err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				sec := b.Elapsed().Seconds()
+				b.ReportMetric(1000*sec/float64(b.N), "ms/batch")
+				b.ReportMetric(float64(b.N*n*conc)/sec, "items/s")
+			})
+		}
+		y.Close()
+	}
+}
