@@ -24,7 +24,7 @@ import (
 const megamind = "/usr/share/doc/opencv-doc/examples/data/Megamind.avi"
 
 // megamindFaces are frames of Megamind.avi (0-based, as VideoCapture reads
-// them; 720x528) where Megamind looks at the camera: BlazeFace (threshold
+// them; 720x528) where a character looks at the camera: BlazeFace (threshold
 // 0.6) finds exactly one face there with a score >= 0.85. Found once by
 // running the blazeface entry of examples/models.yaml at batch 1 over all
 // 270 frames (it finds a face on 269; on 21 a second, weaker one).
