@@ -3,8 +3,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"image/jpeg"
 	"os"
 	"sync"
 	"testing"
@@ -78,7 +80,8 @@ func loadMegamind(t *testing.T, want []int) []*media.Frame {
 // demo run them) with BlazeFace on the onnx executor, and streams Megamind
 // frames into it: two streams at the app's fps. At least 95% of the frames
 // finish within the SLO, and each finished frame's result carries the face
-// BlazeFace finds on that frame alone (IoU >= 0.9) and its count.
+// BlazeFace finds on that frame alone (IoU >= 0.9) and its count, and the
+// dashboard's thumbnails show the face's outline.
 func TestServeFaceLive(t *testing.T) {
 	if testing.Short() {
 		t.Skip("streams 4 s of video")
@@ -182,6 +185,28 @@ func TestServeFaceLive(t *testing.T) {
 	t.Logf("%d frames: %d finished within the %v SLO (%.1f%%), %d with the face", total, finished, app.SLO, 100*rate, faces)
 	if rate < 0.95 {
 		t.Errorf("finish rate %.1f%%, want >= 95%%", 100*rate)
+	}
+	// the dashboard's thumbnail of a stream shows the latest face (green
+	// outlines: dashboard.Thumbs draws the boxes of the latest result)
+	for s := range streams {
+		id := fmt.Sprintf("megamind-%d", s)
+		img, err := jpeg.Decode(bytes.NewReader(obs.rec.Thumbs().Get(id)))
+		if err != nil {
+			t.Fatalf("%s's thumbnail: %v", id, err)
+		}
+		green := 0
+		for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y; y++ {
+			for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x++ {
+				r, g, b, _ := img.At(x, y).RGBA()
+				if g>>8 > 200 && r>>8 < 100 && b>>8 < 100 {
+					green++
+				}
+			}
+		}
+		t.Logf("%s thumbnail: %d green pixels", id, green)
+		if green < 60 {
+			t.Errorf("%s's thumbnail has %d green pixels: no face outline drawn", id, green)
+		}
 	}
 	if st := obs.e.Status(); len(st.Sessions) > 0 {
 		t.Logf("p50 %.1f ms, p99 %.1f ms", st.Sessions[0].P50MS, st.Sessions[0].P99MS)

@@ -90,7 +90,7 @@ func (t *Thumbs) SetBoxes(stream string, boxes []media.Box) {
 // to stay visible at ThumbWidth.
 func withBoxes(f *media.Frame, boxes []media.Box) *media.Frame {
 	g := &media.Frame{W: f.W, H: f.H, Pix: append([]byte(nil), f.Pix...)}
-	th := max(2, f.W/ThumbWidth*2)
+	th := max(2, f.W*3/ThumbWidth)
 	fill := func(x0, y0, x1, y1 int) {
 		x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, f.W), min(y1, f.H)
 		for y := y0; y < y1; y++ {
