@@ -58,8 +58,8 @@ func TestZooFilesUpToDate(t *testing.T) {
 // profiles and checks the fastest configurations meet its SLO at its fps.
 func TestExamplesLoadAndAreFeasible(t *testing.T) {
 	names := examples.Names()
-	if len(names) != len(zoo.Examples)+1 {
-		t.Fatalf("examples %v: want the %d zoo examples and scrooge-example", names, len(zoo.Examples))
+	if len(names) != len(zoo.Examples)+2 {
+		t.Fatalf("examples %v: want the %d zoo examples, scrooge-example and face-live", names, len(zoo.Examples))
 	}
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {

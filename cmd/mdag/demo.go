@@ -15,6 +15,9 @@ import (
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
+	"github.com/mdag/mdag/gpu"
+	"github.com/mdag/mdag/gpu/onnx"
+	"github.com/mdag/mdag/gpu/registry"
 	"github.com/mdag/mdag/ingest/whip"
 	"github.com/mdag/mdag/observe/dashboard"
 	"github.com/mdag/mdag/profile"
@@ -23,16 +26,97 @@ import (
 // vtest is the sample video Debian's opencv-doc installs (people walking).
 const vtest = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
 
+// megamindVideo is the other sample video of opencv-doc (a face looking
+// at the camera most of the time): face-live's source.
+const megamindVideo = "/usr/share/doc/opencv-doc/examples/data/Megamind.avi"
+
 // demoSchedule is how many WHIP clients stream at each step: they join and
 // leave, and every change re-plans.
 var demoSchedule = []int{3, 5, 4, 6, 3}
 
+// faceLiveSchedule is face-live's: every client's frames go through one
+// ONNX Runtime worker on this machine's CPU.
+var faceLiveSchedule = []int{1, 2, 3, 2}
+
+// demoApp is what the demo runs: the app, its worker limits, the executor
+// (nil: emulated), the default video, the client schedule and the intro.
+type demoApp struct {
+	app      *dag.App
+	prof     *profile.File
+	limits   map[profile.WorkerTypeID]int
+	exec     coordinator.ExecutorFactory
+	close    func()
+	video    string
+	schedule []int
+	intro    string
+	look     string // the dashboard's module rates, in words
+}
+
+// loadDemoApp prepares --app: traffic on emulated GPUs, or face-live with
+// BlazeFace on the onnx executor (the registry models, 1 intra-op thread,
+// 2 sessions).
+func loadDemoApp(name, models string) (*demoApp, error) {
+	app, prof, err := examples.Parse(name)
+	if err != nil {
+		return nil, err
+	}
+	d := &demoApp{app: app, prof: prof, close: func() {}}
+	switch name {
+	case "traffic":
+		// Few of the cheaper GPU type, so the allocator's mix changes with the load.
+		d.limits = map[profile.WorkerTypeID]int{"P100": 2, "V100": 4, "CPU": 2}
+		d.video, d.schedule = vtest, demoSchedule
+		d.intro = fmt.Sprintf(`the traffic app (detect -> crop -> classify / face -> count, SLO %v at %g fps per camera)
+  on emulated GPU workers (at most 2 P100s, the cheaper type, and 4 V100s: busy moments need both) and
+  real OpenCV CPU modules, in this one process.`, app.SLO, app.FPS)
+		d.look = `the emulated detector reports the moving
+    regions of the video (background subtraction; tall ones are people); as people walk in and out the
+    crop and face rates change, and 'scaling' re-plans resize the downstream modules`
+	case "face-live":
+		reg, err := registry.Load(models)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkAppModels(app, reg); err != nil {
+			return nil, err
+		}
+		// load only the app's models (the registry has larger ones)
+		keep := map[string]*registry.Model{}
+		for _, m := range app.Modules {
+			if m.Kind == dag.GPU {
+				keep[m.Model] = reg.Models[m.Model]
+			}
+		}
+		reg.Models = keep
+		x, err := onnx.New(reg, onnx.Config{IntraThreads: 1, Sessions: 2})
+		if err != nil {
+			return nil, fmt.Errorf("%w (make models builds the model files)", err)
+		}
+		d.exec = func(string, profile.WorkerTypeID) (gpu.Executor, error) { return x, nil }
+		d.close = x.Close
+		d.limits = map[profile.WorkerTypeID]int{"ORT-CPU": 1}
+		d.video, d.schedule = megamindVideo, faceLiveSchedule
+		d.intro = fmt.Sprintf(`the face-live app (detect -> faces / boxes, SLO %v at %g fps per camera): BlazeFace with its
+  real weights on %s,
+  batched across the streams, then CPU ops counting the faces and returning the boxes, in this one process.
+  The boxes come back to each client on its DataChannel; the stream page draws them over the video and
+  the dashboard draws the latest ones on each stream's thumbnail.`, app.SLO, app.FPS, x.Describe())
+		d.look = `detect's batch size grows with the streams
+    (one model call for the frames of every stream that are waiting); its latency is ONNX Runtime's, measured`
+	default:
+		return nil, fmt.Errorf("--app %q: want traffic or face-live", name)
+	}
+	return d, nil
+}
+
 func runDemo(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("demo", "[--duration D] [flags]", stderr)
+	fs := newFlags("demo", "[--app traffic|face-live] [--duration D] [flags]", stderr)
+	appName := fs.String("app", "traffic", "the app: traffic (emulated GPUs, vtest.avi) or face-live (BlazeFace on ONNX Runtime, Megamind.avi; needs make models)")
+	models := fs.String("models", "examples/models.yaml", "with --app face-live: the model registry")
 	duration := fs.Duration("duration", 0, "run this long, then print the summary (0: until Ctrl-C)")
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address of the dashboard, /metrics and WHIP (loopback only)")
-	source := fs.String("source", "", "video FILE the clients stream, or pattern (default: "+vtest+" when installed, else the pattern)")
-	step := fs.Duration("step", 8*time.Second, "clients join or leave every step (schedule "+fmt.Sprint(demoSchedule)+", repeating)")
+	source := fs.String("source", "", "video FILE the clients stream, or pattern (default: "+vtest+", or with --app face-live "+megamindVideo+", when installed, else the pattern)")
+	step := fs.Duration("step", 8*time.Second, "clients join or leave every step (schedule "+fmt.Sprint(demoSchedule)+", face-live "+fmt.Sprint(faceLiveSchedule)+", repeating)")
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -45,11 +129,22 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag demo: --step %v: want > 0\n", *step)
 		return exitInvalid
 	}
+	if *appName != "traffic" && *appName != "face-live" {
+		fmt.Fprintf(stderr, "mdag demo: --app %q: want traffic or face-live\n", *appName)
+		return exitInvalid
+	}
+	d, err := loadDemoApp(*appName, *models)
+	if err != nil {
+		printErrors(stderr, fmt.Errorf("mdag demo: %w", err))
+		return exitFailure
+	}
+	defer d.close()
+	app, prof := d.app, d.prof
 	src := *source
 	if src == "" {
 		src = "pattern"
-		if _, err := os.Stat(vtest); err == nil {
-			src = vtest
+		if _, err := os.Stat(d.video); err == nil {
+			src = d.video
 		}
 	}
 	open, err := sourceOpener(src, "640x480", 3, true)
@@ -57,15 +152,8 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag demo: --source: %v\n", err)
 		return exitInvalid
 	}
-	app, prof, err := examples.Parse("traffic")
-	if err != nil {
-		printErrors(stderr, err)
-		return exitFailure
-	}
 	log := newLogger(stderr, *verbose)
-	// Few of the cheaper GPU type, so the allocator's mix changes with the load.
-	limits := map[profile.WorkerTypeID]int{"P100": 2, "V100": 4, "CPU": 2}
-	obs, err := startObserved(coordinator.Config{Log: log}, limits, app, prof)
+	obs, err := startObserved(coordinator.Config{Log: log, Executor: d.exec}, d.limits, app, prof)
 	if err != nil {
 		printErrors(stderr, err)
 		return exitFailure
@@ -89,15 +177,13 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	defer hs.Close()
 	srcName := src
 	if src == "pattern" {
-		srcName = "the generated moving-shapes pattern (" + vtest + " is not installed)"
+		srcName = "the generated moving-shapes pattern (" + d.video + " is not installed)"
 	}
 	stop := "Ctrl-C stops it and prints the summary"
 	if *duration > 0 {
 		stop = fmt.Sprintf("it stops after %v and prints the summary", *duration)
 	}
-	fmt.Fprintf(stdout, `mdag demo: the traffic app (detect -> crop -> classify / face -> count, SLO %v at %g fps per camera)
-  on emulated GPU workers (at most 2 P100s, the cheaper type, and 4 V100s: busy moments need both) and
-  real OpenCV CPU modules, in this one process.
+	fmt.Fprintf(stdout, `mdag demo: %s
   WHIP clients stream %s (at most 384 pixels wide) over WebRTC,
   joining and leaving every %v (%v clients); %s.
 
@@ -105,18 +191,16 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
   metrics     %s/metrics
   status      %s/v1/status   (or: bin/mdag status --server %s)
   streams     %s/v1/streams
-  your camera %s/stream/traffic   (a browser can join too)
+  your camera %s/stream/%s   (a browser can join too)
 
 What to look at on the dashboard:
   - finish rate per 1 s window: frames finished within the SLO / frames sent; it should sit near 100%%
   - the purple marks and the re-plan timeline: each join or leave re-plans; the timeline says what moved and the cost
   - cost and instances by type: the allocator's cheapest mix for the current streams (whole instances vs allocated share)
-  - module rates, batch sizes, scaling and ballooning factors: the emulated detector reports the moving
-    regions of the video (background subtraction; tall ones are people); as people walk in and out the
-    crop and face rates change, and 'scaling' re-plans resize the downstream modules
+  - module rates, batch sizes, scaling and ballooning factors: %s
   - the module table: each module's allocation and, under "why this allocation", the allocator's reasons
 
-`, app.SLO, app.FPS, srcName, *step, demoSchedule, stop, base, base, base, base, base, base)
+`, d.intro, srcName, *step, d.schedule, stop, base, base, base, base, base, base, app.Name, d.look)
 	log.Info("demo serving", "dashboard", base+"/", "source", src)
 
 	ctx, cancel := runContext(*duration)
@@ -126,7 +210,7 @@ What to look at on the dashboard:
 	c := &demoClients{open: open, o: clientOpts{server: base, app: string(app.Name), fps: app.FPS, bitrate: 600, maxWidth: 384}}
 	start := time.Now()
 	for i := 0; ; i++ {
-		c.resize(ctx, demoSchedule[i%len(demoSchedule)])
+		c.resize(ctx, d.schedule[i%len(d.schedule)])
 		select {
 		case <-ctx.Done():
 		case <-time.After(*step):

@@ -81,6 +81,13 @@ func init() {
 		validateCases = append(validateCases, cliCase{"example-" + ex,
 			fmt.Sprintf("validate -f examples/%s/app.yaml --profiles examples/%s/profiles.yaml --streams 12", ex, ex)})
 	}
+	// The real models' registry checks the files `make models` builds: with
+	// them (or in make test, which builds them first) only.
+	if _, err := os.Stat("../../build/models/blazeface-front-128.onnx"); err == nil || os.Getenv("MDAG_REQUIRE_MODELS") != "" {
+		validateCases = append(validateCases,
+			cliCase{"models-examples", "validate --models examples/models.yaml"},
+			cliCase{"example-face-live", "validate -f examples/face-live/app.yaml --profiles examples/face-live/profiles.yaml --models examples/models.yaml --streams 12"})
+	}
 }
 
 // TestCLIGolden runs each command line in-process from the repository root

@@ -76,12 +76,17 @@ var (
 )
 
 // frameSink is an engine OnFrame that forwards results to the WHIP
-// server's clients, once one is set.
+// server's clients, once one is set, and the boxes of each result that is
+// not a drop to the stream's dashboard thumbnail.
 type frameSink struct {
 	publish atomic.Pointer[func(coordinator.FrameResult)]
+	thumbs  atomic.Pointer[dashboard.Thumbs]
 }
 
 func (f *frameSink) onFrame(r coordinator.FrameResult) {
+	if th := f.thumbs.Load(); th != nil && r.Outcome != coordinator.Dropped {
+		th.SetBoxes(r.Stream, r.Boxes)
+	}
 	if p := f.publish.Load(); p != nil {
 		(*p)(r)
 	}
@@ -112,6 +117,7 @@ func startObserved(cfg coordinator.Config, limits map[profile.WorkerTypeID]int, 
 		return nil, err
 	}
 	o.rec = dashboard.New(dashboard.Config{Log: cfg.Log, Thumbs: thumbEncoder}, o.e.Status)
+	o.results.thumbs.Store(o.rec.Thumbs())
 	o.rec.Start()
 	return o, nil
 }

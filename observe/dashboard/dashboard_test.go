@@ -236,6 +236,55 @@ func TestThumbs(t *testing.T) {
 	}
 }
 
+// TestThumbBoxes: the boxes of a stream's latest result are drawn on its
+// next thumbnail (green outlines, inside the frame however far a box
+// reaches), and the frame offered is left as it was.
+func TestThumbBoxes(t *testing.T) {
+	clk := clock.NewFake(t0)
+	var drawn *media.Frame
+	th := NewThumbs(clk, func(f *media.Frame, w int) ([]byte, error) { drawn = f; return []byte{1}, nil })
+	f := &media.Frame{W: 640, H: 480, Pix: make([]byte, 640*480*3)}
+	green := func(g *media.Frame, x, y int) bool {
+		p := g.Pix[(y*g.W+x)*3:]
+		return p[0] == 0 && p[1] == 255 && p[2] == 0
+	}
+	cases := []struct {
+		name    string
+		boxes   []media.Box
+		on, off [][2]int // pixels on an outline, pixels not
+	}{
+		{"none", nil, nil, [][2]int{{100, 100}, {0, 0}}},
+		{"one face", []media.Box{{X: 100, Y: 50, W: 200, H: 150, Class: "face"}},
+			[][2]int{{100, 50}, {299, 199}, {200, 51}, {101, 120}}, [][2]int{{200, 120}, {99, 50}, {300, 200}}},
+		{"past the edge", []media.Box{{X: 600, Y: -20, W: 100, H: 100}}, [][2]int{{600, 0}, {639, 79}}, [][2]int{{620, 40}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			th.SetBoxes("s", c.boxes)
+			clk.Advance(time.Second)
+			th.Offer("s", f)
+			if drawn == nil {
+				t.Fatal("nothing encoded")
+			}
+			for _, p := range c.on {
+				if !green(drawn, p[0], p[1]) {
+					t.Errorf("(%d,%d) is not on an outline", p[0], p[1])
+				}
+			}
+			for _, p := range c.off {
+				if green(drawn, p[0], p[1]) {
+					t.Errorf("(%d,%d) is drawn", p[0], p[1])
+				}
+			}
+			for _, b := range f.Pix {
+				if b != 0 {
+					t.Fatal("the offered frame was drawn on")
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkThumbOffer: a 640x480 frame into a fresh thumbnail (scale and
 // JPEG), and into one refreshed less than a second ago (the common case).
 func BenchmarkThumbOffer(b *testing.B) {

@@ -52,12 +52,14 @@ func JPEG(f *media.Frame, width int) ([]byte, error) {
 // Thumbs keeps a small JPEG of each stream's latest frame. Offer is cheap
 // when the stream's thumbnail is fresh (a map lookup); otherwise it scales
 // the frame down and encodes it with its Encoder (BenchmarkThumbOffer), at
-// most once a second per stream.
+// most once a second per stream. The boxes of the stream's latest result
+// (SetBoxes) are drawn on it.
 type Thumbs struct {
-	clk clock.Clock
-	enc Encoder
-	mu  sync.Mutex
-	m   map[string]*thumb
+	clk   clock.Clock
+	enc   Encoder
+	mu    sync.Mutex
+	m     map[string]*thumb
+	boxes map[string][]media.Box
 }
 
 type thumb struct {
@@ -65,12 +67,54 @@ type thumb struct {
 	at   time.Time
 }
 
+// boxColour is the boxes' colour on a thumbnail (BGR: green).
+var boxColour = [3]byte{0, 255, 0}
+
+// SetBoxes records the boxes of a stream's latest result (frame
+// coordinates, those of the frames offered): the next thumbnail of the
+// stream draws them. No boxes clears them.
+func (t *Thumbs) SetBoxes(stream string, boxes []media.Box) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(boxes) == 0 {
+		delete(t.boxes, stream)
+		return
+	}
+	t.boxes[stream] = append([]media.Box(nil), boxes...)
+}
+
+// withBoxes is a copy of f with the boxes' outlines drawn, thick enough
+// to stay visible at ThumbWidth.
+func withBoxes(f *media.Frame, boxes []media.Box) *media.Frame {
+	g := &media.Frame{W: f.W, H: f.H, Pix: append([]byte(nil), f.Pix...)}
+	th := max(2, f.W*3/ThumbWidth)
+	fill := func(x0, y0, x1, y1 int) {
+		x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, f.W), min(y1, f.H)
+		for y := y0; y < y1; y++ {
+			for x := x0; x < x1; x++ {
+				copy(g.Pix[(y*f.W+x)*3:], boxColour[:])
+			}
+		}
+	}
+	for _, b := range boxes {
+		x1, y1 := b.X+b.W, b.Y+b.H
+		fill(b.X, b.Y, x1, b.Y+th)
+		fill(b.X, y1-th, x1, y1)
+		fill(b.X, b.Y, b.X+th, y1)
+		fill(x1-th, b.Y, x1, y1)
+	}
+	return g
+}
+
 // NewThumbs returns an empty store encoding with enc (nil: JPEG).
 func NewThumbs(clk clock.Clock, enc Encoder) *Thumbs {
 	if enc == nil {
 		enc = JPEG
 	}
-	return &Thumbs{clk: clk, enc: enc, m: map[string]*thumb{}}
+	return &Thumbs{clk: clk, enc: enc, m: map[string]*thumb{}, boxes: map[string][]media.Box{}}
 }
 
 // Offer proposes a frame of stream for its thumbnail.
@@ -93,9 +137,14 @@ func (t *Thumbs) Offer(stream string, f *media.Frame) {
 	for id, th := range t.m {
 		if now.Sub(th.at) > thumbTTL {
 			delete(t.m, id)
+			delete(t.boxes, id)
 		}
 	}
+	boxes := t.boxes[stream]
 	t.mu.Unlock()
+	if len(boxes) > 0 {
+		f = withBoxes(f, boxes)
+	}
 	jpeg, err := t.enc(f, ThumbWidth)
 	if err != nil {
 		return
