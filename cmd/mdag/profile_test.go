@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mdag/mdag/profile"
+)
+
+// mdag profile: the emulated sweep's document is accepted by validate and
+// allocate as is; the onnx executor on the tiny test model; the refusals.
+
+func TestProfileEmulatedValidateAllocate(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(strings.Fields("profile --executor emulated --model tiny --emulated-latency 2ms,3ms --worker-type ORT --gpu CPU-ORT --price 0.5 --cpus 2 "+
+		"--batches 1,2,4 --concurrency 1 --iterations 3 --warmup 1"), &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	doc := out.Bytes()
+	f, err := profile.Parse("out.yaml", doc)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, doc)
+	}
+	if len(f.Profiles) != 1 || len(f.Profiles[0].Points) != 3 || f.Workers[0].GPUs != 1 {
+		t.Fatalf("parsed %+v", f)
+	}
+	if !strings.Contains(string(doc), "concurrency 1: l(b) = ") {
+		t.Errorf("no fit in the comments:\n%s", doc)
+	}
+	p := filepath.Join(t.TempDir(), "profiles.yaml")
+	if err := os.WriteFile(p, doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{
+		"validate -f testdata/profile/app.yaml --profiles " + p,
+		"allocate -f testdata/profile/app.yaml --profiles " + p + " --streams 4",
+	} {
+		var o, e bytes.Buffer
+		if code := run(strings.Fields(cmd), &o, &e); code != exitOK {
+			t.Errorf("%s: exit %d\n%s%s", cmd, code, o.String(), e.String())
+		}
+	}
+}
+
+func TestProfileONNXTiny(t *testing.T) {
+	requireORT(t)
+	var out, errb bytes.Buffer
+	code := run(strings.Fields("profile --models testdata/onnx/models.yaml --model tiny --worker-type ORT --gpu CPU-ORT --price 1 "+
+		"--batches 1,4,16 --concurrency 1,2 --iterations 3 -o json"), &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var res struct {
+		Sweep struct {
+			Executor string
+			Points   []struct {
+				Batch, Concurrency int
+				P50                int64 `json:"p50_ns"`
+				Throughput         float64
+			}
+			Fits []struct{ R2 float64 }
+		}
+		Profiles profile.File
+		YAML     string
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	// max_batch 8 drops the 16
+	if res.Sweep.Executor != "onnx" || len(res.Sweep.Points) != 4 || len(res.Sweep.Fits) != 2 {
+		t.Fatalf("sweep %+v", res.Sweep)
+	}
+	for _, p := range res.Sweep.Points {
+		if p.P50 <= 0 || p.Throughput <= 0 {
+			t.Errorf("point %+v", p)
+		}
+	}
+	if _, err := profile.Parse("json.yaml", []byte(res.YAML)); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestProfileSerfONNXTiny: --serf on the tiny model writes one point per
+// c with its thread count.
+func TestProfileSerfONNXTiny(t *testing.T) {
+	requireORT(t)
+	var out, errb bytes.Buffer
+	code := run(strings.Fields("profile --models testdata/onnx/models.yaml --model tiny --worker-type CPU2 --price 0.1 --cpus 2 --serf --iterations 5"), &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	f, err := profile.Parse("serf.yaml", out.Bytes())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if n := len(f.Profiles[0].Points); n < 1 || n > 2 {
+		t.Errorf("%d points, want one per c (1..2):\n%s", n, out.String())
+	}
+	for _, want := range []string{"t=1: mu_1..mu_2 = ", "t=2: mu_1..mu_1 = ", "intra-op threads, rho 0.85"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in\n%s", want, out.String())
+		}
+	}
+}
+
+func TestProfileRefusals(t *testing.T) {
+	cases := []struct {
+		name, args string
+		code       int
+		want       string
+	}{
+		{"no model", "profile --worker-type T --price 1", exitInvalid, "--model is required"},
+		{"no worker type", "profile --model tiny --price 1", exitInvalid, "--worker-type is required"},
+		{"no price", "profile --model tiny --worker-type T", exitInvalid, "--price must be > 0"},
+		{"bad batches", "profile --model tiny --worker-type T --price 1 --batches 1,x", exitInvalid, "want positive integers"},
+		{"bad executor", "profile --model tiny --worker-type T --price 1 --executor tpu", exitInvalid, `--executor "tpu"`},
+		{"no registry", "profile --model tiny --worker-type T --price 1", exitInvalid, "needs --models"},
+		{"unknown model", "profile --models testdata/onnx/models.yaml --model tinny --worker-type T --price 1", exitInvalid, `model "tinny" is not in the registry testdata/onnx/models.yaml (it has: tiny)`},
+		{"batches above max", "profile --models testdata/onnx/models.yaml --model tiny --worker-type T --price 1 --batches 16,32", exitInvalid, "max_batch 8"},
+		{"missing library", "profile --models testdata/onnx/models.yaml --model tiny --worker-type T --price 1 --ort-lib /nonexistent/libonnxruntime.so.1", exitFailure, "ONNX Runtime library not found at /nonexistent/libonnxruntime.so.1"},
+		{"check without serf", "profile --executor emulated --model m --worker-type T --price 1 --check", exitInvalid, "needs --serf"},
+		{"serf on emulated", "profile --executor emulated --model m --worker-type T --price 1 --serf", exitInvalid, "emulated executor has none"},
+		{"bad emulated latency", "profile --executor emulated --model m --worker-type T --price 1 --emulated-latency 2ms", exitInvalid, "want ALPHA,BETA"},
+		{"bad output", "profile --executor emulated --model m --worker-type T --price 1 -o xml", exitInvalid, `-o "xml"`},
+		{"bad frame", "profile --executor emulated --model m --worker-type T --price 1 --frame 640", exitInvalid, "want WxH"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(strings.Fields(tc.args), &out, &errb)
+			if code != tc.code || !strings.Contains(errb.String(), tc.want) {
+				t.Fatalf("exit %d (want %d), stderr %q, want it to contain %q", code, tc.code, errb.String(), tc.want)
+			}
+		})
+	}
+}
