@@ -65,6 +65,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	executor := fs.String("executor", "onnx", "the executor that runs it: onnx (ONNX Runtime), opencv (OpenCV DNN, full build) or emulated (l(b) from --emulated-latency)")
 	device := fs.String("device", "cpu", "with --executor onnx: cpu or cuda")
 	lib := fs.String("ort-lib", onnx.DefaultLib(), "with --executor onnx: the ONNX Runtime shared library (env "+onnx.LibEnv+"; make deps installs it)")
+	spin := fs.Bool("spin", true, "with --executor onnx: let ONNX Runtime's intra-op threads spin while waiting for work (its default); --spin=false frees idle cores")
 	intra := fs.Int("intra-threads", 1, "with --executor onnx: intra-op threads per session for the sweep (0: ONNX Runtime's default, the cores); --serf measures several")
 	batches, conc := intsFlag{1, 2, 4, 8}, intsFlag{1, 2}
 	fs.Var(&batches, "batches", "batch sizes to measure, comma-separated (capped at the model's max_batch)")
@@ -86,6 +87,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	check := fs.Bool("check", false, "with --serf: also offer each (c, t) Poisson load at rho 0.3, 0.5, 0.7, 0.85 and compare the measured mean latency with SERF's (stderr table; -o json has it)")
 	checkDur := fs.Duration("check-duration", 8*time.Second, "with --check: the length of each load level")
 	seed := fs.Uint64("seed", 1, "with --check: the Poisson arrivals' seed")
+	remeasure := fs.Int("remeasure", 0, "with --check: measure each (c, t)'s mu_1..mu_c again (this many requests per slot) just before its load levels and predict with those (0: use the profiled rates)")
 	out := fs.String("o", "yaml", "output `format`: yaml (a profiles document for validate and allocate) or json")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -174,7 +176,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 		if *executor == "onnx" {
 			one := &registry.Registry{File: reg.File, Models: map[string]*registry.Model{*model: m}}
 			factory = func(t, n int) (gpu.Executor, func(), error) {
-				x, err := onnx.New(one, onnx.Config{Lib: *lib, Device: *device, IntraThreads: t, Sessions: n})
+				x, err := onnx.New(one, onnx.Config{Lib: *lib, Device: *device, IntraThreads: t, Sessions: n, NoSpin: !*spin})
 				if err != nil {
 					return nil, nil, err
 				}
@@ -293,7 +295,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 			entry.Comments = append(entry.Comments, fmt.Sprintf("t=%d intra-op threads, rho %.2f", op.Config.T, op.Prediction.Rho))
 		}
 		if *check {
-			rows, err := measure.Check(ctx, factory, cfgs, measure.CheckOptions{Model: *model, Duration: *checkDur, Seed: *seed, Items: items,
+			rows, err := measure.Check(ctx, factory, cfgs, measure.CheckOptions{Model: *model, Duration: *checkDur, Seed: *seed, Items: items, Remeasure: *remeasure,
 				Progress: func(r measure.CheckRow) {
 					if tty {
 						fmt.Fprintf(stderr, "check %s rho %.2f: measured %s predicted %s (%+.1f%%)\n", r.Config, r.Rho, msStr(r.Observed.Mean), msStr(r.Predicted), 100*r.Error)
@@ -331,15 +333,15 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 // writeCheckTable writes SERF's prediction against the measurement as a
 // markdown table with the median and worst |error|.
 func writeCheckTable(w io.Writer, rows []measure.CheckRow) {
-	fmt.Fprintln(w, "| config | mu_1..mu_c (1/s) | rho | lambda (1/s) | requests | measured W (ms) | predicted W (ms) | error |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| config | mu_1..mu_c (1/s) | rho | lambda (1/s) | requests | service under load (ms) | measured W (ms) | predicted W (ms) | error |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		mus := make([]string, len(r.Config.Mu))
 		for i, mu := range r.Config.Mu {
 			mus[i] = strconv.FormatFloat(mu, 'f', 1, 64)
 		}
-		fmt.Fprintf(w, "| %s | %s | %.2f | %.2f | %d | %.2f +- %.2f | %.2f | %+.1f%% |\n", r.Config, strings.Join(mus, " "), r.Rho, r.Observed.Lambda,
-			r.Observed.Requests, ms(r.Observed.Mean), ms(r.Observed.HalfWidth), ms(r.Predicted), 100*r.Error)
+		fmt.Fprintf(w, "| %s | %s | %.2f | %.2f | %d | %.2f | %.2f +- %.2f | %.2f | %+.1f%% |\n", r.Config, strings.Join(mus, " "), r.Rho, r.Observed.Lambda,
+			r.Observed.Requests, ms(r.Observed.Service), ms(r.Observed.Mean), ms(r.Observed.HalfWidth), ms(r.Predicted), 100*r.Error)
 	}
 	med, worst := measure.ErrorSummary(rows)
 	fmt.Fprintf(w, "\nmedian |error| %.1f%%, worst %.1f%% over %d load levels\n", 100*med, 100*worst, len(rows))

@@ -245,6 +245,9 @@ func TestPoissonMD1(t *testing.T) {
 		if e := math.Abs(ob.Mean.Seconds()-pred.Latency) / pred.Latency; e > 0.03 || math.Abs(pred.Latency-0.015) > 1e-12 {
 			t.Errorf("measured %v ± %v, predicted %gs: error %.2f%%", ob.Mean, ob.HalfWidth, pred.Latency, 100*e)
 		}
+		if ob.Service != 10*time.Millisecond {
+			t.Errorf("service %v, want 10ms", ob.Service)
+		}
 		if ob.Requests != 19000 {
 			t.Errorf("%d requests measured, want 19000", ob.Requests)
 		}

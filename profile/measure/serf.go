@@ -100,12 +100,16 @@ type Observed struct {
 	Mean     time.Duration `json:"mean_ns"`  // mean latency, arrival to completion
 	// HalfWidth is the 95% half-width of Mean by 10 batch means.
 	HalfWidth time.Duration `json:"half_width_ns"`
+	// Service is the mean time in the executor alone (queueing excluded):
+	// against the profiled 1/mu_i it shows how much the cores' speed
+	// changed under this load.
+	Service time.Duration `json:"service_ns"`
 }
 
 // Poisson offers x Poisson arrivals of batch-1 requests at rate lambda
 // (seeded), served FCFS by c slots (at most c requests in service), and
-// returns the mean latency from each request's scheduled arrival to its
-// completion over requests warm..n-1.
+// returns the mean latency from each request's arrival (when it is queued)
+// to its completion over requests warm..n-1.
 func Poisson(ctx context.Context, x gpu.Executor, model string, c int, lambda float64, n, warm int, seed uint64, items func(int) []*media.Item) (Observed, error) {
 	if c < 1 || !(lambda > 0) || n <= warm || warm < 0 {
 		return Observed{}, fmt.Errorf("measure: poisson: want c >= 1, lambda > 0, n > warm >= 0; got %d, %g, %d, %d", c, lambda, n, warm)
@@ -120,7 +124,7 @@ func Poisson(ctx context.Context, x gpu.Executor, model string, c int, lambda fl
 		at time.Time
 	}
 	queue := make(chan req, n)
-	lat := make([]time.Duration, n)
+	lat, svc := make([]time.Duration, n), make([]time.Duration, n)
 	errs := make([]error, c)
 	var wg sync.WaitGroup
 	for g := range c {
@@ -130,12 +134,13 @@ func Poisson(ctx context.Context, x gpu.Executor, model string, c int, lambda fl
 				if errs[g] != nil {
 					continue
 				}
+				s := time.Now()
 				if _, err := x.Run(ctx, model, in); err != nil {
 					errs[g] = err
 					cancel()
 					continue
 				}
-				lat[r.k] = time.Since(r.at)
+				lat[r.k], svc[r.k] = time.Since(r.at), time.Since(s)
 			}
 		})
 	}
@@ -155,7 +160,9 @@ func Poisson(ctx context.Context, x gpu.Executor, model string, c int, lambda fl
 		if ctx.Err() != nil {
 			break
 		}
-		queue <- req{k, next}
+		// the request arrives when it is handed over: a late timer delays
+		// the arrival, it does not count as the system's latency
+		queue <- req{k, time.Now()}
 	}
 	close(queue)
 	wg.Wait()
@@ -166,9 +173,10 @@ func Poisson(ctx context.Context, x gpu.Executor, model string, c int, lambda fl
 		return Observed{}, err
 	}
 	m := lat[warm:]
-	var sum float64
-	for _, l := range m {
+	var sum, ssum float64
+	for k, l := range m {
 		sum += l.Seconds()
+		ssum += svc[warm+k].Seconds()
 	}
 	mean := sum / float64(len(m))
 	// batch means for a confidence interval
@@ -190,7 +198,7 @@ func Poisson(ctx context.Context, x gpu.Executor, model string, c int, lambda fl
 		}
 		hw = 2.262 * math.Sqrt(v/float64(nb-1)/nb) // t(0.975, 9)
 	}
-	return Observed{Lambda: lambda, Requests: len(m), Mean: secs(mean), HalfWidth: secs(hw)}, nil
+	return Observed{Lambda: lambda, Requests: len(m), Mean: secs(mean), HalfWidth: secs(hw), Service: secs(ssum / float64(len(m)))}, nil
 }
 
 func secs(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
@@ -213,8 +221,13 @@ type CheckOptions struct {
 	// 200 and 8s), of which the first tenth is warm-up.
 	MinRequests int
 	Seed        uint64
-	Items       func(n int) []*media.Item
-	Progress    func(row CheckRow)
+	// Remeasure, when > 0, measures each configuration's mu_1..mu_c again
+	// on the executor the check runs on (Remeasure requests per slot, as
+	// Rates does) just before offering it load, and predicts with those:
+	// on shared cores the rates drift between profiling and the check.
+	Remeasure int
+	Items     func(n int) []*media.Item
+	Progress  func(row CheckRow)
 }
 
 // Check measures every configuration at each load level under Poisson
@@ -231,9 +244,25 @@ func Check(ctx context.Context, f Factory, cfgs []serf.Config, o CheckOptions) (
 	}
 	var rows []CheckRow
 	for ci, cfg := range cfgs {
+		cfg.Mu = slices.Clone(cfg.Mu)
 		x, release, err := f(cfg.T, cfg.C)
 		if err != nil {
 			return nil, fmt.Errorf("measure: serf check: %s: %w", cfg, err)
+		}
+		if o.Remeasure > 0 {
+			for i := 1; i <= cfg.C; i++ {
+				po := Options{Model: o.Model, Batches: []int{1}, Concurrency: []int{i}, Iterations: o.Remeasure, Items: o.Items}
+				if err := po.defaults(); err != nil {
+					release()
+					return nil, err
+				}
+				pt, err := measurePoint(ctx, x, po, 1, i)
+				if err != nil {
+					release()
+					return nil, fmt.Errorf("measure: serf check: %s, i=%d: %w", cfg, i, err)
+				}
+				cfg.Mu[i-1] = 1 / pt.Mean.Seconds()
+			}
 		}
 		for ri, rho := range o.Rhos {
 			lambda := rho * cfg.Capacity()
