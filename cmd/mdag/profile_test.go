@@ -192,3 +192,50 @@ func TestSerfCheckONNX(t *testing.T) {
 		t.Errorf("median |error| %.1f%% (goal 10%%), worst %.1f%% (goal 25%%)", 100*med, 100*worst)
 	}
 }
+
+func TestIntsFlag(t *testing.T) {
+	cases := []struct {
+		in   string
+		want string
+		ok   bool
+	}{
+		{"1,2,4,8", "1,2,4,8", true},
+		{" 3 , 5", "3,5", true},
+		{"16", "16", true},
+		{"0", "", false},
+		{"1,,2", "", false},
+		{"-1", "", false},
+		{"a", "", false},
+		{"", "", false},
+	}
+	for _, tc := range cases {
+		var l intsFlag
+		err := l.Set(tc.in)
+		if (err == nil) != tc.ok || tc.ok && l.String() != tc.want {
+			t.Errorf("Set(%q) = %v, %v; want %q ok=%v", tc.in, l.String(), err, tc.want, tc.ok)
+		}
+	}
+}
+
+// FuzzIntsFlag: --batches and --concurrency take outside input: no panic,
+// and what is accepted is positive and prints back to an equal list.
+func FuzzIntsFlag(f *testing.F) {
+	for _, s := range []string{"1,2,4,8", "1", "0", ",", "1,-2", "99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var l intsFlag
+		if l.Set(s) != nil {
+			return
+		}
+		var again intsFlag
+		if err := again.Set(l.String()); err != nil || again.String() != l.String() {
+			t.Fatalf("%q -> %q -> %v %q", s, l.String(), err, again.String())
+		}
+		for _, v := range l {
+			if v < 1 {
+				t.Fatalf("%q accepted %d", s, v)
+			}
+		}
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/internal/clock"
@@ -147,7 +148,7 @@ func TestYAMLGolden(t *testing.T) {
 }
 
 func TestQuote(t *testing.T) {
-	for in, want := range map[string]string{"cpu-2": "cpu-2", "a b": `"a b"`, "yes": `"yes"`, "12": `"12"`, "": `""`, "m:1": `"m:1"`} {
+	for in, want := range map[string]string{"cpu-2": "cpu-2", "a b": `"a b"`, "yes": `"yes"`, "12": `"12"`, "": `""`, "m:1": `"m:1"`, "-": `"-"`, "1x": `"1x"`, ".inf": `".inf"`, "a.b-1": "a.b-1"} {
 		if got := quote(in); got != want {
 			t.Errorf("quote(%q) = %s, want %s", in, got, want)
 		}
@@ -260,4 +261,30 @@ func TestErrorSummary(t *testing.T) {
 	if math.Abs(med-0.065) > 1e-12 || worst != 0.2 {
 		t.Errorf("median %g worst %g, want 0.065 0.2", med, worst)
 	}
+}
+
+// FuzzYAML: names and comments come from flags; whatever they are, the
+// document parses and keeps the target and worker names (valid UTF-8).
+func FuzzYAML(f *testing.F) {
+	for _, s := range []string{"m", "cpu-2", "a b", "yes", "12", "x: y", "#c", "\"q\"", "line\nbreak", "cr\rx", "\u2028"} {
+		f.Add(s, s)
+	}
+	f.Fuzz(func(t *testing.T, name, note string) {
+		if name == "" || !utf8.ValidString(name) {
+			return
+		}
+		w := profile.WorkerType{Type: profile.WorkerTypeID(name), Price: 1}
+		doc := YAML([]string{note}, w, []Entry{{
+			Profile:  profile.Profile{Target: name, Worker: w.Type, Points: []profile.Point{{Batch: 1, Concurrency: 1, Latency: time.Millisecond}}},
+			Header:   []string{note},
+			Comments: []string{note},
+		}})
+		pf, err := profile.Parse("fuzz.yaml", doc)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, doc)
+		}
+		if string(pf.Workers[0].Type) != name || pf.Profiles[0].Target != name {
+			t.Fatalf("names %q/%q, want %q\n%s", pf.Workers[0].Type, pf.Profiles[0].Target, name, doc)
+		}
+	})
 }

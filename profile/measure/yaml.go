@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mdag/mdag/profile"
 )
@@ -60,21 +61,41 @@ func YAML(header []string, w profile.WorkerType, entries []Entry) []byte {
 }
 
 func comment(b *bytes.Buffer, indent, s string) {
-	for _, l := range strings.Split(s, "\n") {
+	for _, l := range strings.Split(printable(strings.ReplaceAll(s, "\r", "\n")), "\n") {
 		b.WriteString(strings.TrimRight(indent+"# "+l, " ") + "\n")
 	}
 }
 
-func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+func oneLine(s string) string {
+	return printable(strings.NewReplacer("\n", " ", "\r", " ").Replace(s))
+}
+
+// printable replaces what YAML does not allow in a comment (invalid UTF-8,
+// control characters other than tab and newline, BOM, non-characters) with
+// '?'.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\t' || r == '\n':
+			return r
+		case r == utf8.RuneError, r < 0x20, r >= 0x7f && r <= 0x9f, r == 0xfeff, r == 0xfffe, r == 0xffff:
+			return '?'
+		}
+		return r
+	}, s)
+}
 
 func num(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // quote leaves plain names bare and double-quotes anything YAML could read
 // otherwise.
 func quote(s string) string {
+	// plain: a letter or _ first, then letters, digits, _ - . (no
+	// indicator first, no number)
 	plain := s != ""
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+	for i, r := range s {
+		letter := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '_'
+		if !(letter || i > 0 && (r >= '0' && r <= '9' || r == '-' || r == '.')) {
 			plain = false
 		}
 	}
