@@ -222,7 +222,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 			return exitFailure
 		}
 		o := measure.Options{Model: *model, Batches: batches, Concurrency: conc, Iterations: *iters, Duration: *dur,
-			Warmup: max(*warmup, -1), Items: items}
+			Warmup: *warmup, Items: items}
 		if *warmup == 0 {
 			o.Warmup = -1
 		}
@@ -259,6 +259,9 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 		}
 	} else {
 		so := measure.SerfOptions{Model: *model, Cores: *cpus, Threads: threads, Iterations: *iters, Warmup: *warmup, Items: items}
+		if *warmup == 0 {
+			so.Warmup = -1 // none (0 is the default, 2)
+		}
 		if tty {
 			so.Progress = func(t, i int, mu float64) {
 				fmt.Fprintf(stderr, "serf: t=%d i=%d mu=%.2f/s\n", t, i, mu)
@@ -333,18 +336,30 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 // writeCheckTable writes SERF's prediction against the measurement as a
 // markdown table with the median and worst |error|.
 func writeCheckTable(w io.Writer, rows []measure.CheckRow) {
-	fmt.Fprintln(w, "| config | mu_1..mu_c (1/s) | rho | lambda (1/s) | requests | service under load (ms) | measured W (ms) | predicted W (ms) | error |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| config | mu_1..mu_c (1/s) | rho | lambda (1/s) | requests | service under load (ms) | measured W (ms) | predicted W (ms) | error | W at load's service (ms) | its error |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		mus := make([]string, len(r.Config.Mu))
 		for i, mu := range r.Config.Mu {
 			mus[i] = strconv.FormatFloat(mu, 'f', 1, 64)
 		}
-		fmt.Fprintf(w, "| %s | %s | %.2f | %.2f | %d | %.2f | %.2f +- %.2f | %.2f | %+.1f%% |\n", r.Config, strings.Join(mus, " "), r.Rho, r.Observed.Lambda,
-			r.Observed.Requests, ms(r.Observed.Service), ms(r.Observed.Mean), ms(r.Observed.HalfWidth), ms(r.Predicted), 100*r.Error)
+		al, ae := "unstable", ""
+		if r.AtLoad > 0 {
+			al, ae = strconv.FormatFloat(ms(r.AtLoad), 'f', 2, 64), fmt.Sprintf("%+.1f%%", 100*r.AtLoadError)
+		}
+		fmt.Fprintf(w, "| %s | %s | %.2f | %.2f | %d | %.2f | %.2f +- %.2f | %.2f | %+.1f%% | %s | %s |\n", r.Config, strings.Join(mus, " "), r.Rho, r.Observed.Lambda,
+			r.Observed.Requests, ms(r.Observed.Service), ms(r.Observed.Mean), ms(r.Observed.HalfWidth), ms(r.Predicted), 100*r.Error, al, ae)
 	}
 	med, worst := measure.ErrorSummary(rows)
 	fmt.Fprintf(w, "\nmedian |error| %.1f%%, worst %.1f%% over %d load levels\n", 100*med, 100*worst, len(rows))
+	var at []measure.CheckRow
+	for _, r := range rows {
+		if r.AtLoad > 0 {
+			at = append(at, measure.CheckRow{Error: r.AtLoadError})
+		}
+	}
+	med, worst = measure.ErrorSummary(at)
+	fmt.Fprintf(w, "diagnostic, rates scaled to the service time measured under load: median |error| %.1f%%, worst %.1f%% over %d\n", 100*med, 100*worst, len(at))
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

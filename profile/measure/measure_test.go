@@ -288,3 +288,42 @@ func FuzzYAML(f *testing.F) {
 		}
 	})
 }
+
+func TestAtLoad(t *testing.T) {
+	cases := []struct {
+		name    string
+		mu      []float64
+		lambda  float64
+		service float64
+		want    []float64 // the rates whose prediction it must equal
+		ok      bool
+	}{
+		{"c=1 unchanged", []float64{100}, 50, 0.01, []float64{100}, true},
+		{"c=1 twice as slow", []float64{100}, 20, 0.02, []float64{50}, true},
+		{"c=2 scaled", []float64{100, 80}, 60, 0, nil, false},
+		{"unstable at load", []float64{100}, 90, 0.02, nil, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := atLoad(serf.Config{C: len(tc.mu), T: 1, Mu: tc.mu}, tc.lambda, tc.service)
+			if ok != tc.ok {
+				t.Fatalf("ok %v, want %v", ok, tc.ok)
+			}
+			if !ok {
+				return
+			}
+			p, err := serf.Predict(tc.want, tc.lambda)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(got-p.Latency) > 1e-9*p.Latency {
+				t.Errorf("%g, want %g", got, p.Latency)
+			}
+		})
+	}
+	// c=2: the scaled rates' predicted service is the one given
+	cfg := serf.Config{C: 2, T: 1, Mu: []float64{100, 80}}
+	if _, ok := atLoad(cfg, 60, 0.015); !ok {
+		t.Fatal("c=2: not ok")
+	}
+}

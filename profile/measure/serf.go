@@ -210,6 +210,12 @@ type CheckRow struct {
 	Observed  Observed      `json:"observed"`
 	Predicted time.Duration `json:"predicted_ns"`
 	Error     float64       `json:"error"` // (predicted - measured) / measured
+	// AtLoad is a diagnostic, not a prediction: SERF's mean latency with
+	// every mu_i scaled so that its mean service time (Eq. 12) equals the
+	// one measured during the run. It separates the queueing model's error
+	// from the rates' drift between profiling and load (shared cores).
+	AtLoad      time.Duration `json:"at_load_ns"`
+	AtLoadError float64       `json:"at_load_error"`
 }
 
 // CheckOptions is a SERF check run.
@@ -279,6 +285,9 @@ func Check(ctx context.Context, f Factory, cfgs []serf.Config, o CheckOptions) (
 			}
 			row := CheckRow{Config: cfg, Rho: rho, Observed: ob, Predicted: secs(pr.Latency),
 				Error: (pr.Latency - ob.Mean.Seconds()) / ob.Mean.Seconds()}
+			if al, ok := atLoad(cfg, lambda, ob.Service.Seconds()); ok {
+				row.AtLoad, row.AtLoadError = secs(al), (al-ob.Mean.Seconds())/ob.Mean.Seconds()
+			}
 			rows = append(rows, row)
 			if o.Progress != nil {
 				o.Progress(row)
@@ -305,4 +314,30 @@ func ErrorSummary(rows []CheckRow) (median, worst float64) {
 		median = (abs[n/2-1] + abs[n/2]) / 2
 	}
 	return median, abs[len(abs)-1]
+}
+
+// atLoad scales cfg's rates until the predicted mean service time equals
+// service (a few fixed-point steps: the service's mix of concurrency
+// levels depends on the rates) and returns the predicted latency; ok is
+// false when the scaled configuration is unstable at lambda.
+func atLoad(cfg serf.Config, lambda, service float64) (float64, bool) {
+	if !(service > 0) {
+		return 0, false
+	}
+	mu := slices.Clone(cfg.Mu)
+	var p serf.Prediction
+	for range 20 {
+		var err error
+		if p, err = serf.Predict(mu, lambda); err != nil {
+			return 0, false // unstable at the rates the load showed
+		}
+		k := p.Service / service
+		if math.Abs(k-1) < 1e-9 {
+			break
+		}
+		for i := range mu {
+			mu[i] *= k
+		}
+	}
+	return p.Latency, true
 }
