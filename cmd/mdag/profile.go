@@ -87,6 +87,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 	check := fs.Bool("check", false, "with --serf: also offer each (c, t) Poisson load at rho 0.3, 0.5, 0.7, 0.85 and compare the measured mean latency with SERF's (stderr table; -o json has it)")
 	checkDur := fs.Duration("check-duration", 8*time.Second, "with --check: the length of each load level")
 	seed := fs.Uint64("seed", 1, "with --check: the Poisson arrivals' seed")
+	gap := fs.Duration("gap", 0, "with --serf: an idle pause after each profiling request, so that mu_i is measured on cores left idle as under open-loop load (0: back to back, as SERF profiles)")
 	remeasure := fs.Int("remeasure", 0, "with --check: measure each (c, t)'s mu_1..mu_c again (this many requests per slot) just before its load levels and predict with those (0: use the profiled rates)")
 	out := fs.String("o", "yaml", "output `format`: yaml (a profiles document for validate and allocate) or json")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -258,7 +259,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 			entry.Comments = append(entry.Comments, fmt.Sprintf("p99 %s", msStr(p.P99)))
 		}
 	} else {
-		so := measure.SerfOptions{Model: *model, Cores: *cpus, Threads: threads, Iterations: *iters, Warmup: *warmup, Items: items}
+		so := measure.SerfOptions{Model: *model, Cores: *cpus, Threads: threads, Iterations: *iters, Warmup: *warmup, Gap: *gap, Items: items}
 		if *warmup == 0 {
 			so.Warmup = -1 // none (0 is the default, 2)
 		}
@@ -298,7 +299,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 			entry.Comments = append(entry.Comments, fmt.Sprintf("t=%d intra-op threads, rho %.2f", op.Config.T, op.Prediction.Rho))
 		}
 		if *check {
-			rows, err := measure.Check(ctx, factory, cfgs, measure.CheckOptions{Model: *model, Duration: *checkDur, Seed: *seed, Items: items, Remeasure: *remeasure,
+			rows, err := measure.Check(ctx, factory, cfgs, measure.CheckOptions{Model: *model, Duration: *checkDur, Seed: *seed, Items: items, Remeasure: *remeasure, Gap: *gap,
 				Progress: func(r measure.CheckRow) {
 					if tty {
 						fmt.Fprintf(stderr, "check %s rho %.2f: measured %s predicted %s (%+.1f%%)\n", r.Config, r.Rho, msStr(r.Observed.Mean), msStr(r.Predicted), 100*r.Error)

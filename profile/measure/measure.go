@@ -39,6 +39,10 @@ type Options struct {
 	// Warmup is the number of batches each goroutine runs at a point before
 	// the measurement starts (default 2; negative: none).
 	Warmup int
+	// Gap, when > 0, is an idle pause each slot takes after every batch
+	// (not counted in its latency): requests then start on cores and
+	// caches that were left idle, as they do under open-loop load.
+	Gap time.Duration
 	// Items makes a batch of n input items (default: Frames(n, 640, 480)).
 	Items func(n int) []*media.Item
 	// Progress, when set, is called after each point.
@@ -192,6 +196,9 @@ func measurePoint(ctx context.Context, x gpu.Executor, o Options, b, c int) (Poi
 					return
 				}
 				lats[g] = append(lats[g], time.Since(s))
+				if o.Gap > 0 {
+					time.Sleep(o.Gap) // the idle pause itself, not a wait for logic
+				}
 			}
 		})
 	}

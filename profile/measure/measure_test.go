@@ -327,3 +327,19 @@ func TestAtLoad(t *testing.T) {
 		t.Fatal("c=2: not ok")
 	}
 }
+
+// TestSweepGap: the idle pause is not in the latency, only in the
+// throughput.
+func TestSweepGap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		x := gpu.NewEmulated(clock.Real{}, linear(0, 10*time.Millisecond))
+		res, err := Sweep(context.Background(), x, Options{Model: "m", Batches: []int{1}, Concurrency: []int{1}, Iterations: 4, Gap: 30 * time.Millisecond, Items: tinyItems})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := res.Points[0]
+		if p.P50 != 10*time.Millisecond || math.Abs(p.Throughput-25) > 1e-9 {
+			t.Errorf("p50 %v throughput %g, want 10ms and 25/s (4 in 160 ms)", p.P50, p.Throughput)
+		}
+	})
+}

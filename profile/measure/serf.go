@@ -32,7 +32,10 @@ type SerfOptions struct {
 	// (default 30); Warmup the requests per slot before (default 2).
 	Iterations int
 	Warmup     int
-	Items      func(n int) []*media.Item
+	// Gap is Options.Gap: an idle pause after each request (0: back to
+	// back, as SERF profiles).
+	Gap   time.Duration
+	Items func(n int) []*media.Item
 	// Progress, when set, is called after each (t, i) with mu_i.
 	Progress func(t, i int, mu float64)
 }
@@ -71,7 +74,7 @@ func Rates(ctx context.Context, f Factory, o SerfOptions) ([]serf.Rates, error) 
 		}
 		r := serf.Rates{Threads: t}
 		for i := 1; i <= n; i++ {
-			po := Options{Model: o.Model, Batches: []int{1}, Concurrency: []int{i}, Iterations: o.Iterations, Warmup: o.Warmup, Items: o.Items}
+			po := Options{Model: o.Model, Batches: []int{1}, Concurrency: []int{i}, Iterations: o.Iterations, Warmup: o.Warmup, Gap: o.Gap, Items: o.Items}
 			if err := po.defaults(); err != nil {
 				release()
 				return nil, err
@@ -232,6 +235,7 @@ type CheckOptions struct {
 	// Rates does) just before offering it load, and predicts with those:
 	// on shared cores the rates drift between profiling and the check.
 	Remeasure int
+	Gap       time.Duration // Options.Gap for the re-measurement
 	Items     func(n int) []*media.Item
 	Progress  func(row CheckRow)
 }
@@ -257,7 +261,7 @@ func Check(ctx context.Context, f Factory, cfgs []serf.Config, o CheckOptions) (
 		}
 		if o.Remeasure > 0 {
 			for i := 1; i <= cfg.C; i++ {
-				po := Options{Model: o.Model, Batches: []int{1}, Concurrency: []int{i}, Iterations: o.Remeasure, Items: o.Items}
+				po := Options{Model: o.Model, Batches: []int{1}, Concurrency: []int{i}, Iterations: o.Remeasure, Gap: o.Gap, Items: o.Items}
 				if err := po.defaults(); err != nil {
 					release()
 					return nil, err
