@@ -55,6 +55,11 @@ type Config struct {
 	Device       string // cpu (default) or cuda
 	IntraThreads int    // intra-op threads per session (0: ONNX Runtime's default, the cores)
 	Sessions     int    // sessions per model (default 1): batches of one model that run at once
+	// NoSpin stops the intra-op threads spinning while they wait for
+	// work (session.intra_op.allow_spinning = 0): a little slower per
+	// request, but idle sessions leave the cores to others (SERF's c
+	// sessions on shared cores; mdag profile --spin=false).
+	NoSpin bool
 }
 
 var env struct {
@@ -211,6 +216,11 @@ func (x *Executor) newSession(m *registry.Model, outs []string) (*session, error
 	defer opts.Destroy()
 	if x.cfg.IntraThreads > 0 {
 		if err := opts.SetIntraOpNumThreads(x.cfg.IntraThreads); err != nil {
+			return nil, err
+		}
+	}
+	if x.cfg.NoSpin {
+		if err := opts.AddSessionConfigEntry("session.intra_op.allow_spinning", "0"); err != nil {
 			return nil, err
 		}
 	}

@@ -21,7 +21,7 @@ var pure = []string{
 	"scheduler", "scheduler/sim", "gpu", "gpu/decode", "gpu/registry", "worker", "coordinator",
 	// beyond the list: what the lean worker and the observers need
 	"ingest", "ingest/synth", "remote/wire", "remote/client", "observe/metrics",
-	"profile/serf",
+	"profile/serf", "profile/measure",
 }
 
 // native are the import paths (prefixes) that link native code at the edges.
@@ -46,6 +46,7 @@ var allowed = map[string][]string{
 	"dag":                   {"modules", "internal/yamlx"},
 	"profile":               {"dag", "internal/yamlx"},
 	"profile/serf":          {"profile"},
+	"profile/measure":       {"gpu", "media", "profile", "profile/serf"},
 	"examples":              {"dag", "profile"},
 	"examples/internal/zoo": {"dag", "modules"},
 	"allocator":             {"dag", "profile"},
