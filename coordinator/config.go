@@ -1,15 +1,14 @@
 package coordinator
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"time"
 
 	"github.com/mdag/mdag/allocator"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/defaults"
 	"github.com/mdag/mdag/modules"
 	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/scheduler"
@@ -19,40 +18,8 @@ import (
 // refuses the ones out of range, naming each (a negative epoch or a
 // headroom below 1 is a mistake to report, not a value to replace).
 func (cfg Config) withDefaults() (Config, error) {
-	var errs []error
-	bad := func(field string, v any, want string) {
-		errs = append(errs, fmt.Errorf("coordinator.Config.%s = %v: %s", field, v, want))
-	}
-	dur := func(field string, d *time.Duration, def time.Duration) {
-		switch {
-		case *d < 0:
-			bad(field, *d, "must be >= 0 (0: the default "+def.String()+")")
-		case *d == 0:
-			*d = def
-		}
-	}
-	// atLeast checks a factor: 0 takes the default, a value below lo (or
-	// NaN) is refused.
-	atLeast := func(field string, f *float64, lo, def float64, strict bool) {
-		switch {
-		case *f == 0:
-			*f = def
-		case math.IsNaN(*f) || math.IsInf(*f, 0) || *f < lo || (strict && *f == lo):
-			op := ">="
-			if strict {
-				op = ">"
-			}
-			bad(field, *f, fmt.Sprintf("must be %s %g (0: the default %g)", op, lo, def))
-		}
-	}
-	count := func(field string, n *int, def int) {
-		switch {
-		case *n < 0:
-			bad(field, *n, fmt.Sprintf("must be >= 0 (0: the default %d)", def))
-		case *n == 0:
-			*n = def
-		}
-	}
+	c := defaults.Fields{Prefix: "coordinator.Config"}
+	bad := c.Bad
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
@@ -76,40 +43,45 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	dur("Epoch", &cfg.Epoch, 30*time.Second)
-	dur("DispatchDelay", &cfg.DispatchDelay, 10*time.Millisecond)
-	dur("LostAfter", &cfg.LostAfter, 5*time.Second)
+	c.Duration("Epoch", &cfg.Epoch, 30*time.Second)
+	c.Duration("DispatchDelay", &cfg.DispatchDelay, 10*time.Millisecond)
+	c.Duration("LostAfter", &cfg.LostAfter, 5*time.Second)
 	if cfg.TurnOff < 0 {
 		bad("TurnOff", cfg.TurnOff, "must be >= 0 (0: placement's default)")
 	}
-	atLeast("Headroom", &cfg.Headroom, 1, 1.25, false)
+	c.AtLeast("Headroom", &cfg.Headroom, 1, 1.25, false)
 
-	a := &cfg.Adapt
-	dur("Adapt.Window", &a.Window, 250*time.Millisecond)
-	atLeast("Adapt.Threshold", &a.Threshold, 0, 0.25, true)
-	count("Adapt.Windows", &a.Windows, 2)
-	dur("Adapt.MinInterval", &a.MinInterval, time.Second)
-	count("Adapt.MinItems", &a.MinItems, 4)
-	atLeast("Adapt.MaxScale", &a.MaxScale, MinScale, 64, false)
-	atLeast("Adapt.MaxBalloon", &a.MaxBalloon, 1, 4, false)
-	dur("Adapt.MinExcess", &a.MinExcess, 500*time.Microsecond)
-	count("Adapt.StaleWindows", &a.StaleWindows, 8)
+	cfg.Adapt.check(&c)
+	return cfg, c.Err()
+}
+
+// check fills a's zero fields with their defaults and records the ones
+// out of range in c.
+func (a *AdaptConfig) check(c *defaults.Fields) {
+	c.Duration("Adapt.Window", &a.Window, 250*time.Millisecond)
+	c.AtLeast("Adapt.Threshold", &a.Threshold, 0, 0.25, true)
+	c.Count("Adapt.Windows", &a.Windows, 2)
+	c.Duration("Adapt.MinInterval", &a.MinInterval, time.Second)
+	c.Count("Adapt.MinItems", &a.MinItems, 4)
+	c.AtLeast("Adapt.MaxScale", &a.MaxScale, MinScale, 64, false)
+	c.AtLeast("Adapt.MaxBalloon", &a.MaxBalloon, 1, 4, false)
+	c.Duration("Adapt.MinExcess", &a.MinExcess, 500*time.Microsecond)
+	c.Count("Adapt.StaleWindows", &a.StaleWindows, 8)
 	if a.FinishTarget > 1 {
-		bad("Adapt.FinishTarget", a.FinishTarget, "must be at most 1 (a share of frames)")
+		c.Bad("Adapt.FinishTarget", a.FinishTarget, "must be at most 1 (a share of frames)")
 	} else {
-		atLeast("Adapt.FinishTarget", &a.FinishTarget, 0, 0.95, true)
+		c.AtLeast("Adapt.FinishTarget", &a.FinishTarget, 0, 0.95, true)
 	}
-	count("Adapt.FinishWindows", &a.FinishWindows, 3)
-	atLeast("Adapt.HeadroomStep", &a.HeadroomStep, 1, 1.25, true)
-	atLeast("Adapt.MaxHeadroom", &a.MaxHeadroom, 1, 2, false)
-	return cfg, errors.Join(errs...)
+	c.Count("Adapt.FinishWindows", &a.FinishWindows, 3)
+	c.AtLeast("Adapt.HeadroomStep", &a.HeadroomStep, 1, 1.25, true)
+	c.AtLeast("Adapt.MaxHeadroom", &a.MaxHeadroom, 1, 2, false)
 }
 
 // withDefaults fills the zero fields of an AdaptConfig (NewDetector's;
 // the engine's own was checked by New, which reports values out of range).
-func (c AdaptConfig) withDefaults() AdaptConfig {
-	full, _ := Config{Adapt: c}.withDefaults()
-	return full.Adapt
+func (a AdaptConfig) withDefaults() AdaptConfig {
+	a.check(&defaults.Fields{Prefix: "coordinator.AdaptConfig"})
+	return a
 }
 
 // MustNew is New for configs known to be valid (tests, fixed wiring): an

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"math"
 	"net/http"
 	"runtime"
 	"slices"
@@ -24,6 +23,7 @@ import (
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/defaults"
 	"github.com/mdag/mdag/media"
 )
 
@@ -128,38 +128,8 @@ type Objects interface {
 // the ones out of range, naming each: a negative limit is a mistake to
 // report, not a value to replace.
 func (c Config) withDefaults() (Config, error) {
-	var errs []error
-	bad := func(field string, v any, want string) {
-		errs = append(errs, fmt.Errorf("whip.Config.%s = %v: %s", field, v, want))
-	}
-	count := func(field string, n *int, def int) {
-		switch {
-		case *n < 0:
-			bad(field, *n, fmt.Sprintf("must be >= 0 (0: the default %d)", def))
-		case *n == 0:
-			*n = def
-		}
-	}
-	dur := func(field string, d *time.Duration, def time.Duration) {
-		switch {
-		case *d < 0:
-			bad(field, *d, "must be >= 0 (0: the default "+def.String()+")")
-		case *d == 0:
-			*d = def
-		}
-	}
-	num := func(field string, f *float64, def, hi float64) {
-		switch {
-		case *f < 0 || math.IsNaN(*f) || (hi > 0 && *f > hi):
-			want := "must be >= 0"
-			if hi > 0 {
-				want = fmt.Sprintf("must be between 0 and %g", hi)
-			}
-			bad(field, *f, fmt.Sprintf("%s (0: the default %g)", want, def))
-		case *f == 0:
-			*f = def
-		}
-	}
+	f := defaults.Fields{Prefix: "whip.Config"}
+	count, dur, num := f.Count, f.Duration, f.Between
 	count("MaxStreams", &c.MaxStreams, 64)
 	count("MaxPending", &c.MaxPending, c.MaxStreams)
 	dur("ConnectTimeout", &c.ConnectTimeout, 10*time.Second)
@@ -185,7 +155,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Oversize == "" {
 		c.Oversize = Downscale
 	} else if c.Oversize != Downscale && c.Oversize != Reject {
-		bad("Oversize", c.Oversize, "want downscale or reject")
+		f.Bad("Oversize", c.Oversize, "want downscale or reject")
 	}
 	dur("IdleTimeout", &c.IdleTimeout, 10*time.Second)
 	if c.Clock == nil {
@@ -194,7 +164,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
-	return c, errors.Join(errs...)
+	return c, f.Err()
 }
 
 // Server is the WHIP endpoint, the results endpoints and the browser page.

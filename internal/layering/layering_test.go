@@ -38,6 +38,7 @@ var allowed = map[string][]string{
 	"media":                 {},
 	"internal/clock":        {},
 	"internal/yamlx":        {},
+	"internal/defaults":     {},
 	"internal/lpsolve":      {},
 	"internal/browsertest":  {},
 	"internal/layering":     {},
@@ -61,7 +62,7 @@ var allowed = map[string][]string{
 	"gpu/decode":            {"media"},
 	"gpu/registry":          {"gpu/decode", "internal/yamlx"},
 	"worker":                {"dag", "gpu", "internal/clock", "media", "modules"},
-	"coordinator":           {"allocator", "dag", "gpu", "internal/clock", "media", "modules", "placement", "profile", "scheduler", "worker"},
+	"coordinator":           {"allocator", "dag", "gpu", "internal/defaults", "internal/clock", "media", "modules", "placement", "profile", "scheduler", "worker"},
 	"remote/wire":           {"api", "dag", "media", "worker"},
 	"remote":                {"api", "coordinator", "dag", "internal/clock", "profile", "remote/wire", "worker"},
 	"remote/client":         {"api", "gpu", "ingest/synth", "internal/clock", "media", "modules", "remote/wire", "worker"},
@@ -74,7 +75,7 @@ var allowed = map[string][]string{
 	"gpu/onnx":    {"gpu/decode", "gpu/registry", "media"},
 	"gpu/nvml":    {},
 	"ingest/vpx":  {"media"},
-	"ingest/whip": {"dag", "ingest", "ingest/vpx", "internal/clock", "media"},
+	"ingest/whip": {"dag", "ingest", "ingest/vpx", "internal/clock", "internal/defaults", "media"},
 	// the binary wires everything
 	"cmd/mdag": nil,
 }
