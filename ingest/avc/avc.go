@@ -468,10 +468,22 @@ func callErr(prefix string, code C.int, r *C.mdag_result) error {
 
 // Decoder decodes one H.264 or H.265 stream.
 //
-// It runs libavcodec with one thread: the ingest accounts CPU per stream
-// (admission by load), and frame threads would add a frame of delay per
-// thread; slice threads help only streams coded with many slices. Low
-// delay is on: pictures are handed out as soon as they are decoded.
+// It runs libavcodec with one thread: the ingest admits streams by CPU
+// load and accounts CPU per stream, which a private thread pool per
+// decoder would hide and oversubscribe (N streams x T threads on the same
+// cores); frame threads would also add a frame of delay per thread, and
+// slice threads help only streams coded with many slices. Many streams
+// use the cores in parallel instead. Low delay is on: pictures are handed
+// out as soon as they are decoded (streams with B-frames still come out
+// in display order when their SPS declares the reordering, as x264's and
+// x265's do).
+//
+// Damage: an H.264 picture that libavcodec concealed errors in is
+// returned as an error; H.265 (whose decoder conceals nothing and flags
+// nothing) runs with AV_EF_EXPLODE, so a damaged slice fails the access
+// unit. Pictures that only reference a damaged one decode without error:
+// after an error the caller drops access units until IsKeyFrame (as
+// ingest/whip does for VP8) and asks the sender for a key frame.
 type Decoder struct {
 	c      *C.mdag_dec
 	codec  Codec
