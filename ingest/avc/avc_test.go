@@ -580,7 +580,13 @@ func FuzzDecode(f *testing.F) {
 // so the ratio holds on a noisy machine, VP8 (ingest/vpx) and H.265. VP8
 // spends far fewer bits on this clip than its 2 Mb/s target, so H264-vp8size
 // is H.264 at the bitrate VP8 actually produced.
-func BenchmarkDecode(b *testing.B) {
+func BenchmarkDecode(b *testing.B) { benchDecode(b, false) }
+
+// BenchmarkSkip is BenchmarkDecode without the conversion to BGR (Skip):
+// the decoders alone.
+func BenchmarkSkip(b *testing.B) { benchDecode(b, true) }
+
+func benchDecode(b *testing.B, skip bool) {
 	for _, sz := range [][2]int{{640, 480}, {1280, 720}} {
 		clip := make([]*media.Frame, 60)
 		for i := range clip {
@@ -631,6 +637,9 @@ func BenchmarkDecode(b *testing.B) {
 					}
 					defer dec.Close()
 					decode = func(d []byte) error { _, err := dec.Decode(d); return err }
+					if skip {
+						decode = dec.Skip
+					}
 				} else {
 					dec, err := NewDecoder(v.codec)
 					if err != nil {
@@ -638,6 +647,9 @@ func BenchmarkDecode(b *testing.B) {
 					}
 					defer dec.Close()
 					decode = func(d []byte) error { _, err := dec.Decode(d); return err }
+					if skip {
+						decode = dec.Skip
+					}
 				}
 				total := 0
 				for _, d := range v.data {
