@@ -21,7 +21,7 @@
 package avc
 
 /*
-#cgo pkg-config: libavcodec libavutil libswscale
+#cgo LDFLAGS: -lavcodec -lavutil -lswscale
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

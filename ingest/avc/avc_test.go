@@ -126,6 +126,7 @@ func TestRoundTrip(t *testing.T) {
 	}{
 		{"H264/640x480", H264, h264Setup, 640, 480, 35, 0},
 		{"H264/1280x720", H264, h264Setup, 1280, 720, 35, 0},
+		{"H264/322x242 (cropped, rows not 16-byte aligned)", H264, h264Setup, 322, 242, 35, 0},
 		{"H264/full-range", H264, with(h264Setup, func(s *encoderSetup) { s.full = true }), 320, 240, 35, 0},
 		{"H264/B-frames", H264, encoderSetup{codec: H264, pixFmt: pixYUV420P, bframes: 2, opts: []string{"preset=veryfast", "profile=main"}}, 320, 240, 35, 4},
 		{"H264/BT709", H264, with(h264Setup, func(s *encoderSetup) { s.bt709 = true }), 320, 240, 35, 0},
