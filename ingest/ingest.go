@@ -56,3 +56,61 @@ type Admission struct {
 	Refused map[string]uint64 `json:"refused"`
 	Ended   map[string]uint64 `json:"ended"`
 }
+
+// A Feed is a live stream that is not a WebRTC peer: an RTSP camera
+// (ingest/rtsp) hands the ingest server (ingest/whip's Server implements
+// Feeds) coded frames, and the server runs the same path as for a WHIP
+// stream: decoding, the capture clock, sampling to the app's fps, the
+// resolution limit, admission, the session, results, counters in status,
+// metrics and on the dashboard. A Feed lives as long as its camera is
+// configured: a camera that goes away and comes back is one stream with a
+// gap (Disconnected, then frames again), not two. Methods are safe to call
+// from one goroutine (the camera's); Done may be read from any.
+type Feed interface {
+	// ID is the stream's ID in status and results (the camera's name).
+	ID() string
+	// Frame hands over one access unit: Annex-B (start codes before each
+	// NAL unit, parameter sets in band) for H.264/H.265, with its RTP
+	// timestamp (90 kHz) and whether it is a key frame (IDR/IRAP).
+	Frame(au []byte, rtpTS uint32, key bool)
+	// SenderReport is an RTCP sender report of the camera: its wall clock
+	// (64-bit NTP) at RTP time rtpTS; capture times follow it once it
+	// agrees with arrivals (as for WHIP).
+	SenderReport(ntp uint64, rtpTS uint32)
+	// Lost counts frames the camera sent that never arrived whole (the
+	// depacketizer gave them up); decoding waits for the next key frame.
+	Lost(frames int)
+	// Disconnected says the camera went away (why, with no password in
+	// it): a camera-lost event; the stream stays, waiting, until frames
+	// come again (a new timeline: decoder and capture clock start afresh)
+	// or End.
+	Disconnected(why string)
+	// End ends the stream (kind: one of the server's end kinds, e.g.
+	// "client" when the camera is removed, "error" for a camera that
+	// cannot be served); the first End wins.
+	End(kind, why string)
+	// Done is closed when the stream has ended, by End or by the server
+	// (shutdown, shed for overload, refused at its first frame): the
+	// camera stops reading.
+	Done() <-chan struct{}
+}
+
+// FeedConfig describes a Feed to open.
+type FeedConfig struct {
+	App   string // the deployed app the stream joins
+	Name  string // the stream's ID: unique among live streams
+	Codec string // "h264" or "h265"
+	// Source is what status shows as the stream's origin, e.g.
+	// "rtsp://cam1.local:554/stream" (never with a password).
+	Source string
+	// FPS is the rate frames are sampled at (0: the app's).
+	FPS float64
+}
+
+// Feeds opens Feeds: the ingest server. OpenFeed refuses (an error that
+// says why: unknown app, name in use, stream or pending limit, no CPU
+// capacity, shutting down) or returns a pending stream, admitted at its
+// first decoded frame like a WHIP stream.
+type Feeds interface {
+	OpenFeed(cfg FeedConfig) (Feed, error)
+}
