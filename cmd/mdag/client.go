@@ -36,7 +36,8 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 	clients := fs.Int("clients", 1, "streams to run at once (load tests)")
 	duration := fs.Duration("duration", 10*time.Second, "stop after this long (0: until interrupted or the file ends)")
 	loop := fs.Bool("loop", false, "restart a FILE source at its end")
-	bitrate := fs.Int("bitrate", 1000, "VP8 target bitrate, kbit/s")
+	bitrate := fs.Int("bitrate", 1000, "video target bitrate, kbit/s")
+	codec := fs.String("codec", whip.CodecVP8, "video codec to send: vp8 (libvpx) or h264 (x264, constrained baseline)")
 	verbose := fs.Bool("v", false, "print every result")
 	out := fs.String("o", "table", "summary: table or json")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -54,6 +55,9 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	case *out != "table" && *out != "json":
 		fmt.Fprintf(stderr, "mdag client: -o %q: want table or json\n", *out)
+		return exitInvalid
+	case *codec != whip.CodecVP8 && *codec != whip.CodecH264:
+		fmt.Fprintf(stderr, "mdag client: --codec %q: want vp8 or h264\n", *codec)
 		return exitInvalid
 	}
 	if *token == "" {
@@ -73,7 +77,7 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sums[i] = runOneClient(ctx, i, open, clientOpts{server: *server, app: *app, token: *token, fps: *fps, bitrate: *bitrate},
+			sums[i] = runOneClient(ctx, i, open, clientOpts{server: *server, app: *app, token: *token, fps: *fps, bitrate: *bitrate, codec: *codec},
 				func(r whip.Result) {
 					if *verbose {
 						printMu.Lock()
@@ -115,6 +119,7 @@ type clientOpts struct {
 	server, app, token string
 	fps                float64
 	bitrate            int
+	codec              string
 	maxWidth           int // frames wider are scaled down (aspect kept) before encoding; 0: as they come
 }
 
@@ -178,7 +183,7 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	p, err := whip.Publish(cctx, whip.ClientConfig{Server: o.server, App: o.app, Token: o.token, Width: first.W, Height: first.H,
-		FPS: int(o.fps + 0.5), BitrateKbps: o.bitrate, OnResult: onResult})
+		FPS: int(o.fps + 0.5), BitrateKbps: o.bitrate, Codec: o.codec, OnResult: onResult})
 	cancel()
 	if err != nil {
 		return fail(err)
