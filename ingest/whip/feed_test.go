@@ -84,6 +84,13 @@ func TestFeed(t *testing.T) {
 	if info := srv.Streams()[0]; info.CameraLost != 1 || !strings.Contains(info.Waiting, "camera lost: connection reset") {
 		t.Errorf("while lost: %+v", info)
 	}
+	if adm := srv.Admission(); len(adm.Streams) != 1 || adm.Streams[0].ID != "door" || adm.Streams[0].Codec != "h264" ||
+		adm.Streams[0].CameraLost != 1 || adm.Streams[0].Waiting == "" || adm.Streams[0].Source != "rtsp://cam.local/door" {
+		t.Errorf("the dashboard's view while lost: %+v", adm.Streams)
+	}
+	if tot := srv.IngestTotals(); tot[0].CameraLost != 1 || tot[0].Codecs["h264"] != 1 {
+		t.Errorf("metrics' view while lost: %+v", tot)
+	}
 	clk.Advance(3 * time.Second)
 	send(15, 30, 1)
 	info := srv.Streams()[0]

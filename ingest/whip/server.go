@@ -671,6 +671,12 @@ func (s *Server) IngestTotals() []ingest.Totals {
 		if info.State == StatePending {
 			t.Pending++
 		}
+		if info.Codec != "" {
+			if t.Codecs == nil {
+				t.Codecs = map[string]int{}
+			}
+			t.Codecs[info.Codec]++
+		}
 	}
 	out := make([]ingest.Totals, 0, len(by))
 	for _, t := range by {
@@ -689,6 +695,7 @@ func addInfo(t *ingest.Totals, i StreamInfo) {
 	t.PLIs += i.PLIs
 	t.Discarded += i.Discarded
 	t.Restarts += i.Restarts
+	t.CameraLost += i.CameraLost
 }
 
 // CPULoad is the measured CPU load as a share of the capacity admission
