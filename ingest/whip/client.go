@@ -474,6 +474,37 @@ func newEncoder(cfg ClientConfig) (encoder, error) {
 	return nil, fmt.Errorf("client codec %q: want vp8 or h264", cfg.Codec)
 }
 
+// EncodeClip encodes frames (all of cfg's Width x Height) once in cfg's
+// codec with a key frame every keyEvery frames, for WriteEncoded: the
+// frames loop back to a key frame when sent in a loop if len(frames) is a
+// multiple of keyEvery.
+func EncodeClip(cfg ClientConfig, frames []*media.Frame, keyEvery int) ([][]byte, error) {
+	if cfg.Codec == "" {
+		cfg.Codec = CodecVP8
+	}
+	if cfg.FPS <= 0 {
+		cfg.FPS = 30
+	}
+	enc, err := newEncoder(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer enc.Close()
+	var out [][]byte
+	for i, f := range frames {
+		es, err := enc.Encode(f, int64(i), keyEvery <= 0 || i%keyEvery == 0)
+		if err != nil {
+			return nil, fmt.Errorf("encoding frame %d: %w", i, err)
+		}
+		var data []byte
+		for _, e := range es {
+			data = append(data, e.Data...)
+		}
+		out = append(out, data)
+	}
+	return out, nil
+}
+
 // HTTPError is a WHIP request the server refused.
 type HTTPError struct {
 	Status     int
@@ -502,21 +533,55 @@ func (p *Publisher) WriteFrame(f *media.Frame, capture time.Time) error {
 	if p.t0.IsZero() {
 		p.t0 = capture
 	}
-	ts := p.ts0 + uint32(capture.Sub(p.t0)*videoClockRate/time.Second)
 	pkts, err := p.enc.Encode(f, p.pts, p.keyReq.Swap(false) || p.pts == 0)
 	p.pts++
 	if err != nil {
 		return err
 	}
 	for _, e := range pkts {
-		for _, pkt := range p.pack.Packetize(e.Data, 0) {
-			pkt.Timestamp = ts
-			if err := p.track.WriteRTP(pkt); err != nil {
-				return err
-			}
+		if err := p.sendLocked(e.Data, capture); err != nil {
+			return err
 		}
 	}
 	p.sent.Add(1)
+	return nil
+}
+
+// WriteEncoded sends one frame encoded beforehand in the Publisher's codec
+// (a VP8 frame, an H.264 access unit in Annex-B), captured at capture: for
+// load tests that encode a clip once and send it on many streams. Key
+// frame requests (PLI) are not answered: the clip's own key frames come
+// at its interval.
+func (p *Publisher) WriteEncoded(data []byte, capture time.Time) error {
+	if p.closed.Load() {
+		return errors.New("publisher closed")
+	}
+	if err := p.Err(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.t0.IsZero() {
+		p.t0 = capture
+	}
+	p.keyReq.Store(false)
+	if err := p.sendLocked(data, capture); err != nil {
+		return err
+	}
+	p.sent.Add(1)
+	return nil
+}
+
+// sendLocked packetizes one encoded frame with the capture time's RTP
+// timestamp and sends it (p.mu held).
+func (p *Publisher) sendLocked(data []byte, capture time.Time) error {
+	ts := p.ts0 + uint32(capture.Sub(p.t0)*videoClockRate/time.Second)
+	for _, pkt := range p.pack.Packetize(data, 0) {
+		pkt.Timestamp = ts
+		if err := p.track.WriteRTP(pkt); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
