@@ -110,8 +110,9 @@ func TestClientServe(t *testing.T) {
 	get(t, url+"/v1/thumbs/"+sum.Clients[0].Stream, 401)
 	get(t, url+"/v1/thumbs/"+sum.Clients[0].Stream+"?access_token=t0ken-1", 200)
 
-	// H.264 (x264 in the client, libavcodec in the server) the same way.
-	out, _, code = client([]string{"MDAG_TOKEN=t0ken-1"}, "--app", "traffic", "--codec", "h264", "--fps", "10", "--size", "320x240", "--duration", "3s", "-o", "json")
+	// H.264 (x264 in the client, libavcodec in the server) the same way, a
+	// clip encoded once (--encode-once, for load tests).
+	out, _, code = client([]string{"MDAG_TOKEN=t0ken-1"}, "--app", "traffic", "--codec", "h264", "--encode-once", "10", "--fps", "10", "--size", "320x240", "--duration", "3s", "-o", "json")
 	var h264 struct {
 		Total clientSummary `json:"total"`
 	}
