@@ -22,6 +22,11 @@ type Totals struct {
 	PLIs         uint64
 	Discarded    uint64 // RTP packets discarded (not VP8, duplicates, late)
 	Restarts     uint64 // senders' RTP timelines that jumped back
+	// CameraLost counts the times a camera's connection was lost (its
+	// stream waits and the camera is reconnected); Codecs the live
+	// streams by codec (vp8, h264, h265).
+	CameraLost uint64
+	Codecs     map[string]int
 	// Refused counts POSTs refused, by reason (stream-limit,
 	// pending-limit, capacity, session, recvonly, shutdown); Ended
 	// streams that ended, by kind (client, idle, connect-timeout,
@@ -55,4 +60,82 @@ type Admission struct {
 	// kind, since the server started (all apps).
 	Refused map[string]uint64 `json:"refused"`
 	Ended   map[string]uint64 `json:"ended"`
+	// Streams are the live streams, WHIP and cameras, oldest first.
+	Streams []Stream `json:"streams,omitempty"`
+}
+
+// Stream is a live ingest stream as the dashboard lists it.
+type Stream struct {
+	ID     string `json:"id"`
+	App    string `json:"app"`
+	State  string `json:"state"`            // pending, admitted
+	Codec  string `json:"codec,omitempty"`  // vp8, h264, h265
+	Source string `json:"source,omitempty"` // whip, or a camera's URL without its password
+	Width  int    `json:"width,omitempty"`
+	Height int    `json:"height,omitempty"`
+	// Layer is the simulcast layer received (its rid), if the sender
+	// offered layers.
+	Layer string `json:"layer,omitempty"`
+	// Waiting says why a camera's stream has no frames now (camera lost,
+	// reconnecting); CameraLost counts the times its camera went away.
+	Waiting    string `json:"waiting,omitempty"`
+	CameraLost uint64 `json:"camera_lost,omitempty"`
+}
+
+// A Feed is a live stream that is not a WebRTC peer: an RTSP camera
+// (ingest/rtsp) hands the ingest server (ingest/whip's Server implements
+// Feeds) coded frames, and the server runs the same path as for a WHIP
+// stream: decoding, the capture clock, sampling to the app's fps, the
+// resolution limit, admission, the session, results, counters in status,
+// metrics and on the dashboard. A Feed lives as long as its camera is
+// configured: a camera that goes away and comes back is one stream with a
+// gap (Disconnected, then frames again), not two. Methods are safe to call
+// from one goroutine (the camera's); Done may be read from any.
+type Feed interface {
+	// ID is the stream's ID in status and results (the camera's name).
+	ID() string
+	// Frame hands over one access unit: Annex-B (start codes before each
+	// NAL unit, parameter sets in band) for H.264/H.265, with its RTP
+	// timestamp (90 kHz) and whether it is a key frame (IDR/IRAP).
+	Frame(au []byte, rtpTS uint32, key bool)
+	// SenderReport is an RTCP sender report of the camera: its wall clock
+	// (64-bit NTP) at RTP time rtpTS; capture times follow it once it
+	// agrees with arrivals (as for WHIP).
+	SenderReport(ntp uint64, rtpTS uint32)
+	// Lost counts frames the camera sent that never arrived whole (the
+	// depacketizer gave them up); decoding waits for the next key frame.
+	Lost(frames int)
+	// Disconnected says the camera went away (why, with no password in
+	// it): a camera-lost event; the stream stays, waiting, until frames
+	// come again (a new timeline: decoder and capture clock start afresh)
+	// or End.
+	Disconnected(why string)
+	// End ends the stream (kind: one of the server's end kinds, e.g.
+	// "client" when the camera is removed, "error" for a camera that
+	// cannot be served); the first End wins.
+	End(kind, why string)
+	// Done is closed when the stream has ended, by End or by the server
+	// (shutdown, shed for overload, refused at its first frame): the
+	// camera stops reading.
+	Done() <-chan struct{}
+}
+
+// FeedConfig describes a Feed to open.
+type FeedConfig struct {
+	App   string // the deployed app the stream joins
+	Name  string // the stream's ID: unique among live streams
+	Codec string // "h264" or "h265"
+	// Source is what status shows as the stream's origin, e.g.
+	// "rtsp://cam1.local:554/stream" (never with a password).
+	Source string
+	// FPS is the rate frames are sampled at (0: the app's).
+	FPS float64
+}
+
+// Feeds opens Feeds: the ingest server. OpenFeed refuses (an error that
+// says why: unknown app, name in use, stream or pending limit, no CPU
+// capacity, shutting down) or returns a pending stream, admitted at its
+// first decoded frame like a WHIP stream.
+type Feeds interface {
+	OpenFeed(cfg FeedConfig) (Feed, error)
 }

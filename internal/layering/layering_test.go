@@ -76,7 +76,7 @@ var allowed = map[string][]string{
 	"gpu/nvml":    {},
 	"ingest/vpx":  {"media"},
 	"ingest/avc":  {"media"},
-	"ingest/whip": {"dag", "ingest", "ingest/vpx", "internal/clock", "internal/defaults", "media"},
+	"ingest/whip": {"dag", "ingest", "ingest/avc", "ingest/vpx", "internal/clock", "internal/defaults", "media"},
 	// the binary wires everything
 	"cmd/mdag": nil,
 }
