@@ -9,9 +9,9 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/pion/ice/v2 v2.3.38
 	github.com/pion/interceptor v0.1.29
-	github.com/pion/rtcp v1.2.14
-	github.com/pion/rtp v1.8.7
-	github.com/pion/sdp/v3 v3.0.9
+	github.com/pion/rtcp v1.2.15
+	github.com/pion/rtp v1.8.11
+	github.com/pion/sdp/v3 v3.0.10
 	github.com/pion/webrtc/v3 v3.3.6
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
@@ -27,6 +27,8 @@ require (
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/bluenviron/gortsplib/v4 v4.12.3 // indirect
+	github.com/bluenviron/mediacommon v1.14.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
