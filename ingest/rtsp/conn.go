@@ -137,7 +137,6 @@ func (c *camera) connect(ctx context.Context) result {
 			firstFrame = now
 			c.firstFrame(now)
 		}
-		feed.Frame(au.data, au.ts, au.key)
 		c.m.mu.Lock()
 		c.st.Frames++
 		if au.key {
@@ -145,6 +144,7 @@ func (c *camera) connect(ctx context.Context) result {
 		}
 		c.lastFrame = now
 		c.m.mu.Unlock()
+		feed.Frame(au.data, au.ts, au.key)
 	})
 	cl.OnPacketRTCP(medi, func(p rtcp.Packet) {
 		sr, ok := p.(*rtcp.SenderReport)

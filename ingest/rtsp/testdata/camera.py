@@ -3,7 +3,7 @@
 (GstRtspServer through python3-gi) serving a moving test pattern encoded
 live with x264enc or x265enc.
 
-    camera.py --port 0 --path /x --codec h264 [--user U --password P --auth basic|digest]
+    camera.py --port 0 --path /x --codec h264|h265|mjpeg [--audio] [--user U --password P --auth basic|digest]
 
 Prints "ready PORT" on stdout once it listens (PORT: the bound port, so
 --port 0 picks a free one), then serves until SIGTERM or SIGINT. The
@@ -19,8 +19,9 @@ import sys
 import gi
 
 gi.require_version("Gst", "1.0")
+gi.require_version("GstRtsp", "1.0")
 gi.require_version("GstRtspServer", "1.0")
-from gi.repository import GLib, Gst, GstRtspServer  # noqa: E402
+from gi.repository import GLib, Gst, GstRtsp, GstRtspServer  # noqa: E402
 
 
 def pipeline(a):
@@ -34,27 +35,36 @@ def pipeline(a):
             f"video/x-h264,profile=constrained-baseline ! "
             f"rtph264pay name=pay0 pt=96 config-interval={a.config_interval}"
         )
+    elif a.codec == "mjpeg":
+        enc = "video/x-raw,format=I420 ! jpegenc ! rtpjpegpay name=pay0 pt=26"
     else:
         enc = (
             f"x265enc tune=zerolatency speed-preset=ultrafast key-int-max={a.fps} bitrate=500 ! "
             f"rtph265pay name=pay0 pt=96 config-interval={a.config_interval}"
         )
-    return "( " + src + enc + " )"
+    audio = ""
+    if a.audio:
+        audio = " audiotestsrc is-live=true ! audio/x-raw,rate=8000,channels=1 ! alawenc ! rtppcmapay name=pay1"
+    return "( " + src + enc + audio + " )"
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--path", default="/x")
-    p.add_argument("--codec", choices=["h264", "h265"], default="h264")
+    p.add_argument("--codec", choices=["h264", "h265", "mjpeg"], default="h264")
     p.add_argument("--width", type=int, default=320)
     p.add_argument("--height", type=int, default=240)
     p.add_argument("--fps", type=int, default=15)
     p.add_argument("--config-interval", type=int, default=0)
+    p.add_argument("--in-band", action="store_true", help="parameter sets in band with every key frame (--config-interval -1)")
+    p.add_argument("--audio", action="store_true", help="add a G.711 audio track")
     p.add_argument("--user", default="")
     p.add_argument("--password", default="")
     p.add_argument("--auth", choices=["basic", "digest"], default="basic")
     a = p.parse_args()
+    if a.in_band:
+        a.config_interval = -1
 
     Gst.init(None)
     server = GstRtspServer.RTSPServer()
@@ -70,7 +80,7 @@ def main():
         token = GstRtspServer.RTSPToken()
         token.set_string(GstRtspServer.RTSP_TOKEN_MEDIA_FACTORY_ROLE, "camera-user")
         if a.auth == "digest":
-            auth.set_supported_methods(GstRtspServer.RTSPAuthMethod.DIGEST)
+            auth.set_supported_methods(GstRtsp.RTSPAuthMethod.DIGEST)
             auth.add_digest(a.user, a.password, token)
         else:
             auth.add_basic(GstRtspServer.RTSPAuth.make_basic(a.user, a.password), token)
