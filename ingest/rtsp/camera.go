@@ -95,7 +95,6 @@ func ParseURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-
 // Redact is raw without its user information (user:password@): what may be
 // shown. It works on strings that do not parse as URLs too.
 func Redact(raw string) string {

@@ -333,11 +333,13 @@ func TestCameraNotFound(t *testing.T) {
 	}
 }
 
-// TestCameraRestart: the camera killed and started again on the same port:
-// one Disconnected (a camera-lost event in the log, with the camera's
-// name), frames resume through the same feed with a key frame first, and
-// the gap (the last frame before to the first after, on the fake clock:
-// the 1 s backoff) is in status.
+// TestCameraRestart: the camera killed and started again on the same port,
+// three times: each loss is one Disconnected (a camera-lost event in the
+// log, with the camera's name), frames resume through the same feed with a
+// key frame first, and the gap (the last frame before to the first after,
+// on the fake clock: the backoff) is in status. The backoff doubles (1 s,
+// 2 s) and goes back to 1 s after a connection that delivered frames for
+// 10 s.
 func TestCameraRestart(t *testing.T) {
 	requireInterop(t)
 	t.Parallel()
@@ -345,25 +347,42 @@ func TestCameraRestart(t *testing.T) {
 	port := cam.port
 	r := startRig(t, []Camera{{Name: "yard", URL: cam.url("", "/x"), App: "app", Transport: "tcp"}}, Options{})
 	r.feeds.waitFor(t, 20*time.Second, "frames", func() bool { return r.feeds.feed(0).counts().frames >= 10 })
-	cam.stop(syscall.SIGKILL)
-	r.feeds.waitFor(t, 20*time.Second, "Disconnected", func() bool { return len(r.feeds.feed(0).counts().disconnects) == 1 })
-	before := r.feeds.feed(0).counts().frames
-	cam = startCamera(t, "--port", strconv.Itoa(port))
-	r.retry(t, "yard")
-	r.feeds.waitFor(t, 20*time.Second, "frames after the restart", func() bool { return r.feeds.feed(0).counts().afterGap >= 10 })
-	c := r.feeds.feed(0).counts()
-	if len(c.problems) > 0 || len(c.disconnects) != 1 || r.feeds.feed(1) != nil || c.frames < before+10 {
-		t.Fatalf("problems %q, disconnects %q, a second feed %v, frames %d (before %d)", c.problems, c.disconnects, r.feeds.feed(1) != nil, c.frames, before)
+	var gaps time.Duration
+	for i, cycle := range []struct {
+		streamFor time.Duration // the fake clock moves this far while streaming
+		wait      time.Duration // the backoff after the loss
+	}{{0, time.Second}, {0, 2 * time.Second}, {10 * time.Second, time.Second}} {
+		if cycle.streamFor > 0 {
+			r.clk.Advance(cycle.streamFor)
+			n := r.feeds.feed(0).counts().frames
+			r.feeds.waitFor(t, 20*time.Second, "a frame at the new time", func() bool { return r.feeds.feed(0).counts().frames > n })
+		}
+		cam.stop(syscall.SIGKILL)
+		r.feeds.waitFor(t, 20*time.Second, "Disconnected", func() bool { return len(r.feeds.feed(0).counts().disconnects) == i+1 })
+		before := r.feeds.feed(0).counts().frames
+		cam = startCamera(t, "--port", strconv.Itoa(port))
+		r.feeds.waitFor(t, 20*time.Second, "the retry", func() bool { return !r.status("yard").NextRetry.IsZero() })
+		if d := r.status("yard").NextRetry.Sub(r.clk.Now()); d != cycle.wait {
+			t.Fatalf("loss %d: retry in %v, want %v", i+1, d, cycle.wait)
+		}
+		r.retry(t, "yard")
+		r.feeds.waitFor(t, 20*time.Second, "frames after the restart", func() bool { return r.feeds.feed(0).counts().afterGap >= 10 })
+		c := r.feeds.feed(0).counts()
+		if len(c.problems) > 0 || len(c.disconnects) != i+1 || r.feeds.feed(1) != nil || c.frames < before+10 {
+			t.Fatalf("loss %d: problems %q, disconnects %q, a second feed %v, frames %d (before %d)", i+1, c.problems, c.disconnects, r.feeds.feed(1) != nil, c.frames, before)
+		}
+		gaps += cycle.wait
+		s := r.status("yard")
+		if s.State != Streaming || s.CameraLost != uint64(i+1) || s.Connects != uint64(i+2) || s.Reconnects != uint64(i+1) ||
+			s.LastGap != cycle.wait || s.GapTotal != gaps || s.Down != 0 {
+			t.Fatalf("loss %d: status %+v", i+1, s)
+		}
+		if !strings.Contains(c.disconnects[i], "camera yard: ") {
+			t.Fatalf("Disconnected(%q) does not name the camera", c.disconnects[i])
+		}
 	}
-	s := r.status("yard")
-	if s.State != Streaming || s.CameraLost != 1 || s.Connects != 2 || s.Reconnects != 1 || s.LastGap != time.Second || s.GapTotal != time.Second || s.Down != 0 {
-		t.Fatalf("status %+v", s)
-	}
-	if !strings.Contains(c.disconnects[0], "camera yard: ") {
-		t.Fatalf("Disconnected(%q) does not name the camera", c.disconnects[0])
-	}
-	if log := r.log.String(); strings.Count(log, "msg=camera-lost") != 1 || !strings.Contains(log, "level=WARN msg=camera-lost camera=yard") {
-		t.Fatalf("want one camera-lost WARN naming the camera:\n%s", log)
+	if log := r.log.String(); strings.Count(log, "msg=camera-lost") != 3 || !strings.Contains(log, "level=WARN msg=camera-lost camera=yard") {
+		t.Fatalf("want three camera-lost WARNs naming the camera:\n%s", log)
 	}
 }
 

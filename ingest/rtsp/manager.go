@@ -89,12 +89,12 @@ const (
 // CameraStatus is one camera's state for `mdag status`, the dashboard and
 // metrics. It never holds a password.
 type CameraStatus struct {
-	Name      string `json:"name"`
-	App       string `json:"app"`
-	Source    string `json:"source"`              // the URL without user information
-	Codec     string `json:"codec,omitempty"`     // h264 or h265, once described
-	Transport string `json:"transport,omitempty"` // tcp or udp, once playing
-	State     State  `json:"state"`
+	Name      string    `json:"name"`
+	App       string    `json:"app"`
+	Source    string    `json:"source"`              // the URL without user information
+	Codec     string    `json:"codec,omitempty"`     // h264 or h265, once described
+	Transport string    `json:"transport,omitempty"` // tcp or udp, once playing
+	State     State     `json:"state"`
 	Since     time.Time `json:"since"` // when State was entered
 	// Connects counts connections that reached PLAY; Reconnects the
 	// connection attempts after the first (failed ones included);
