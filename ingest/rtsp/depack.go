@@ -197,6 +197,42 @@ func (d *depacketizer) gap(pkt *rtp.Packet) {
 	d.partial = false
 }
 
+// withParams puts the latest parameter sets (in-band ones are already
+// the latest) in canonical order after the access unit delimiter and before
+// everything else of a key frame, when any is missing from it.
+func (d *depacketizer) withParams(nalus [][]byte, have map[int]bool) [][]byte {
+	missing := false
+	for _, t := range d.paramOrder() {
+		if _, known := d.params[t]; known && !have[t] {
+			missing = true
+		}
+	}
+	if !missing {
+		return nalus
+	}
+	aud := 9
+	if d.codec == H265 {
+		aud = 35
+	}
+	out := make([][]byte, 0, len(nalus)+len(d.params))
+	rest := nalus
+	for len(rest) > 0 && d.nalType(rest[0]) == aud {
+		out = append(out, rest[0])
+		rest = rest[1:]
+	}
+	for _, t := range d.paramOrder() {
+		if p, ok := d.params[t]; ok {
+			out = append(out, p)
+		}
+	}
+	for _, n := range rest {
+		if _, isParam := d.paramType(n); !isParam {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // finish turns a complete access unit into Annex-B.
 func (d *depacketizer) finish(nalus [][]byte, ts uint32) (accessUnit, bool) {
 	key := false
@@ -224,15 +260,7 @@ func (d *depacketizer) finish(nalus [][]byte, ts uint32) (accessUnit, bool) {
 		return accessUnit{}, false // nothing decodes before the first key frame
 	}
 	if key {
-		var front [][]byte
-		for _, t := range d.paramOrder() {
-			if p, ok := d.params[t]; ok && !have[t] {
-				front = append(front, p)
-			}
-		}
-		if len(front) > 0 {
-			kept = append(front, kept...)
-		}
+		kept = d.withParams(kept, have)
 		d.keySeen = true
 	}
 	b, err := h264.AnnexBMarshal(kept) // start codes are the same for H.265
