@@ -90,7 +90,7 @@ func TestDepacketizer(t *testing.T) {
 		{
 			name: "in order: key frame first, params in band", codec: H264, seq0: 100,
 			// a marker-ended AU first: the depacketizer starts after a marker
-			aus: [][][]byte{{p}, {sps, pps, idr}, {p}, {p, p}},
+			aus:  [][][]byte{{p}, {sps, pps, idr}, {p}, {p, p}},
 			want: []got{{1, true, []int{7, 8, 5}}, {2, false, []int{1}}, {3, false, []int{1, 1}}},
 		},
 		{

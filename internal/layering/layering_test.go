@@ -76,6 +76,7 @@ var allowed = map[string][]string{
 	"gpu/nvml":    {},
 	"ingest/vpx":  {"media"},
 	"ingest/whip": {"dag", "ingest", "ingest/vpx", "internal/clock", "internal/defaults", "media"},
+	"ingest/rtsp": {"ingest", "internal/clock", "internal/yamlx"},
 	// the binary wires everything
 	"cmd/mdag": nil,
 }
