@@ -69,6 +69,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
 	wf := addWhipFlags(fs)
+	cf := addCameraFlags(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -121,9 +122,18 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		where = append(where, "whip", base+"/whip/"+string(app.Name))
 	}
 	log.Info("coordinating", append(where, "policy", *policy, "dashboard", base+"/", "metrics", base+"/metrics")...)
+	cams, err := cf.start("coordinator", app, obs, log)
+	if err != nil {
+		hs.Close()
+		g.Stop()
+		printErrors(stderr, err)
+		return exitInvalid
+	}
+	defer cams.Stop() // before the WHIP server closes
 	ctx, cancel := runContext(*duration)
 	defer cancel()
 	<-ctx.Done()
+	cams.Stop()
 	hs.Close()
 	final := e.Status()
 	e.Close() // ends every worker stream, so GracefulStop does not wait on them
@@ -135,6 +145,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		g.Stop()
 	}
 	writeStatusTable(stdout, final)
+	writeCameraTable(stdout, cams.Status())
 	return exitOK
 }
 
