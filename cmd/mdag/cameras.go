@@ -26,15 +26,14 @@ type cameraFlags struct {
 }
 
 // cameraList is --camera: one [NAME=]URL per use. It keeps the values as
-// given (they hold passwords) and shows none of them in help or errors.
+// given (they hold passwords) and shows none of them: Set never fails,
+// because the flag package would quote the value, password and all, in its
+// error; list checks them and says what is wrong without it.
 type cameraList []string
 
-func (c *cameraList) String() string { return fmt.Sprintf("%d cameras", len(*c)) }
+func (c *cameraList) String() string { return "" }
 
 func (c *cameraList) Set(v string) error {
-	if _, err := rtsp.ParseFlag(v, "", 0); err != nil {
-		return err
-	}
 	*c = append(*c, v)
 	return nil
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 
@@ -16,23 +17,35 @@ import (
 
 var errNoCameras = errors.New("RTSP cameras are not in the lean build (they need the WHIP ingest server); " + fullBuild)
 
-type cameraFlags struct{}
+// cameraFlags records whether a camera flag was given; start refuses
+// then (a flag's Set error would make the flag package print the value,
+// which may hold a password).
+type cameraFlags struct{ given *bool }
 
 func addCameraFlags(fs *flag.FlagSet) *cameraFlags {
-	fs.Var(refusedCameraFlag{}, "camera", errNoCameras.Error())
-	fs.Var(refusedCameraFlag{}, "cameras", errNoCameras.Error())
-	return &cameraFlags{}
+	cf := &cameraFlags{given: new(bool)}
+	fs.Var(refusedCameraFlag{cf.given}, "camera", errNoCameras.Error())
+	fs.Var(refusedCameraFlag{cf.given}, "cameras", errNoCameras.Error())
+	return cf
 }
 
-type refusedCameraFlag struct{}
+type refusedCameraFlag struct{ given *bool }
 
-func (refusedCameraFlag) String() string   { return "" }
-func (refusedCameraFlag) Set(string) error { return errNoCameras }
+func (refusedCameraFlag) String() string { return "" }
+func (f refusedCameraFlag) Set(string) error {
+	*f.given = true
+	return nil
+}
 
 // cameraRun is no cameras.
 type cameraRun struct{}
 
-func (*cameraFlags) start(string, *dag.App, *observed, *slog.Logger) (*cameraRun, error) { return nil, nil }
+func (cf *cameraFlags) start(cmd string, _ *dag.App, _ *observed, _ *slog.Logger) (*cameraRun, error) {
+	if *cf.given {
+		return nil, fmt.Errorf("mdag %s: %w", cmd, errNoCameras)
+	}
+	return nil, nil
+}
 
 func (*cameraRun) Stop() {}
 
