@@ -13,9 +13,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/ingest/rtsp"
+	"github.com/mdag/mdag/ingest/whip"
+	"github.com/mdag/mdag/media"
+	"github.com/mdag/mdag/remote/client"
 )
 
 // cameraFlags are serve's and coordinator's RTSP camera flags: --camera
@@ -47,8 +52,8 @@ func addCameraFlags(fs *flag.FlagSet) *cameraFlags {
 }
 
 // list is every camera of the flags, each checked, for app.
-func (cf *cameraFlags) list(app *dag.App) ([]rtsp.Camera, error) {
-	apps := []string{string(app.Name)}
+func (cf *cameraFlags) list(app string) ([]rtsp.Camera, error) {
+	apps := []string{app}
 	var cams []rtsp.Camera
 	if *cf.file != "" {
 		c, err := rtsp.ParseCameras(*cf.file, apps)
@@ -58,7 +63,7 @@ func (cf *cameraFlags) list(app *dag.App) ([]rtsp.Camera, error) {
 		cams = c
 	}
 	for _, v := range *cf.urls {
-		c, err := rtsp.ParseFlag(v, string(app.Name), 0)
+		c, err := rtsp.ParseFlag(v, app, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -80,6 +85,12 @@ type cameraRun struct {
 // server: every camera is a stream of app like a WHIP one). Call it after
 // the server is up; Stop before the server closes.
 func (cf *cameraFlags) start(cmd string, app *dag.App, obs *observed, log *slog.Logger) (*cameraRun, error) {
+	return cf.startOn(cmd, string(app.Name), obs.ws, log)
+}
+
+// startOn reads the flags' cameras into server, which must be an
+// ingest.Feeds.
+func (cf *cameraFlags) startOn(cmd, app string, server any, log *slog.Logger) (*cameraRun, error) {
 	cams, err := cf.list(app)
 	if err != nil {
 		return nil, err // file:line or the camera's name says where
@@ -87,7 +98,7 @@ func (cf *cameraFlags) start(cmd string, app *dag.App, obs *observed, log *slog.
 	if len(cams) == 0 {
 		return nil, nil
 	}
-	feeds, ok := obs.ws.(ingest.Feeds)
+	feeds, ok := server.(ingest.Feeds)
 	if !ok {
 		return nil, fmt.Errorf("mdag %s: --camera: this build's ingest server takes no camera feeds", cmd)
 	}
@@ -99,6 +110,49 @@ func (cf *cameraFlags) start(cmd string, app *dag.App, obs *observed, log *slog.
 		log.Info("camera", "name", c.Name, "source", c.Source(), "app", c.App, "transport", orAuto(c.Transport))
 	}
 	return &cameraRun{m: m}, nil
+}
+
+// runSource is `mdag source --camera/--cameras`, the distributed mode:
+// the cameras are read and decoded here, by a local ingest server without
+// an HTTP listener, sampled to fps, and their frames go to the coordinator
+// over gRPC (client.Forwarder), one Ingest call per camera. It reports
+// false when no camera flag was given.
+func (cf *cameraFlags) runSource(ctx context.Context, app string, fps float64, cc *grpc.ClientConn, stdout, stderr io.Writer) (int, bool) {
+	if len(*cf.urls) == 0 && *cf.file == "" {
+		return 0, false
+	}
+	log := newLogger(stderr, false)
+	fwd := client.NewForwarder(cc)
+	srv, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{dag.AppID(app): fps}, Scale: scaler, Log: log}, forwardSink{fwd})
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag source: %v\n", err)
+		return exitInvalid, true
+	}
+	run, err := cf.startOn("source", app, srv, log)
+	if err != nil {
+		srv.Close()
+		printErrors(stderr, err)
+		return exitInvalid, true
+	}
+	log.Info("reading cameras", "app", app, "fps", fps, "cameras", len(run.Status()))
+	<-ctx.Done()
+	run.Stop()
+	srv.Close()
+	if err := fwd.Close(); err != nil {
+		log.Warn("forwarding ended with errors", "err", err)
+	}
+	writeCameraTable(stdout, run.Status())
+	return exitOK, true
+}
+
+// forwardSink is the local ingest server's Sink in `mdag source`: its
+// streams go to the coordinator.
+type forwardSink struct{ f *client.Forwarder }
+
+func (s forwardSink) Join(app dag.AppID, stream string) error { return s.f.Join(string(app), stream) }
+func (s forwardSink) Leave(stream string) error               { return s.f.Leave(stream) }
+func (s forwardSink) Ingest(stream string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error {
+	return s.f.Ingest(stream, seq, capture, f, truth)
 }
 
 func orAuto(t string) string {

@@ -3,11 +3,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+
+	"google.golang.org/grpc"
 
 	"github.com/mdag/mdag/dag"
 )
@@ -54,3 +57,12 @@ func writeCameraTable(io.Writer, []struct{}) {}
 func (*cameraRun) Status() []struct{} { return nil }
 
 func checkCamerasFile(string, []string) (string, error) { return "", errNoCameras }
+
+// runSource refuses cameras in `mdag source`.
+func (cf *cameraFlags) runSource(_ context.Context, _ string, _ float64, _ *grpc.ClientConn, _, stderr io.Writer) (int, bool) {
+	if !*cf.given {
+		return 0, false
+	}
+	fmt.Fprintf(stderr, "mdag source: %v\n", errNoCameras)
+	return exitInvalid, true
+}

@@ -271,11 +271,12 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 	app := fs.String("app", "", "the deployed app to stream into (required)")
 	streams := fs.Int("streams", 1, "synthetic cameras to run")
 	prefix := fs.String("prefix", "synthetic", "stream IDs are PREFIX-0, PREFIX-1, ...")
-	fps := fs.Float64("fps", 10, "frames per second per camera")
+	fps := fs.Float64("fps", 10, "frames per second per camera (synthetic; with --camera: the rate frames are sampled at)")
 	objects := fs.Int("objects", 3, "objects per frame")
 	size := fs.String("size", "320x240", "frame size WxH")
 	count := fs.Uint64("count", 0, "frames per camera (0: until --duration or interrupted)")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted or --count)")
+	cf := addCameraFlags(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -296,6 +297,9 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 	defer cc.Close()
 	ctx, cancel := runContext(*duration)
 	defer cancel()
+	if code, ok := cf.runSource(ctx, *app, *fps, cc, stdout, stderr); ok {
+		return code // RTSP cameras instead of synthetic streams
+	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	code := exitOK
