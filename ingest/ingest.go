@@ -22,6 +22,11 @@ type Totals struct {
 	PLIs         uint64
 	Discarded    uint64 // RTP packets discarded (not VP8, duplicates, late)
 	Restarts     uint64 // senders' RTP timelines that jumped back
+	// CameraLost counts the times a camera's connection was lost (its
+	// stream waits and the camera is reconnected); Codecs the live
+	// streams by codec (vp8, h264, h265).
+	CameraLost uint64
+	Codecs     map[string]int
 	// Refused counts POSTs refused, by reason (stream-limit,
 	// pending-limit, capacity, session, recvonly, shutdown); Ended
 	// streams that ended, by kind (client, idle, connect-timeout,
@@ -55,6 +60,26 @@ type Admission struct {
 	// kind, since the server started (all apps).
 	Refused map[string]uint64 `json:"refused"`
 	Ended   map[string]uint64 `json:"ended"`
+	// Streams are the live streams, WHIP and cameras, oldest first.
+	Streams []Stream `json:"streams,omitempty"`
+}
+
+// Stream is a live ingest stream as the dashboard lists it.
+type Stream struct {
+	ID     string `json:"id"`
+	App    string `json:"app"`
+	State  string `json:"state"`            // pending, admitted
+	Codec  string `json:"codec,omitempty"`  // vp8, h264, h265
+	Source string `json:"source,omitempty"` // whip, or a camera's URL without its password
+	Width  int    `json:"width,omitempty"`
+	Height int    `json:"height,omitempty"`
+	// Layer is the simulcast layer received (its rid), if the sender
+	// offered layers.
+	Layer string `json:"layer,omitempty"`
+	// Waiting says why a camera's stream has no frames now (camera lost,
+	// reconnecting); CameraLost counts the times its camera went away.
+	Waiting    string `json:"waiting,omitempty"`
+	CameraLost uint64 `json:"camera_lost,omitempty"`
 }
 
 // A Feed is a live stream that is not a WebRTC peer: an RTSP camera

@@ -36,7 +36,9 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 	clients := fs.Int("clients", 1, "streams to run at once (load tests)")
 	duration := fs.Duration("duration", 10*time.Second, "stop after this long (0: until interrupted or the file ends)")
 	loop := fs.Bool("loop", false, "restart a FILE source at its end")
-	bitrate := fs.Int("bitrate", 1000, "VP8 target bitrate, kbit/s")
+	bitrate := fs.Int("bitrate", 1000, "video target bitrate, kbit/s")
+	replay := fs.Int("encode-once", 0, "load tests: encode the source's first N frames once (a key frame every second) and send that clip in a loop on every stream, so encoding does not bound the clients (0: encode each stream's frames)")
+	codec := fs.String("codec", whip.CodecVP8, "video codec to send: vp8 (libvpx) or h264 (x264, constrained baseline)")
 	verbose := fs.Bool("v", false, "print every result")
 	out := fs.String("o", "table", "summary: table or json")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -55,6 +57,9 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 	case *out != "table" && *out != "json":
 		fmt.Fprintf(stderr, "mdag client: -o %q: want table or json\n", *out)
 		return exitInvalid
+	case *codec != whip.CodecVP8 && *codec != whip.CodecH264:
+		fmt.Fprintf(stderr, "mdag client: --codec %q: want vp8 or h264\n", *codec)
+		return exitInvalid
 	}
 	if *token == "" {
 		*token = os.Getenv("MDAG_TOKEN")
@@ -63,6 +68,17 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag client: --source: %v\n", err)
 		return exitInvalid
+	}
+	var clip *encodedClip
+	if *replay < 0 {
+		fmt.Fprintf(stderr, "mdag client: --encode-once %d: want >= 0\n", *replay)
+		return exitInvalid
+	}
+	if *replay > 0 {
+		if clip, err = encodeOnce(open, *replay, whip.ClientConfig{Codec: *codec, FPS: int(*fps + 0.5), BitrateKbps: *bitrate}); err != nil {
+			fmt.Fprintf(stderr, "mdag client: --encode-once: %v\n", err)
+			return exitInvalid
+		}
 	}
 	ctx, cancel := runContext(*duration)
 	defer cancel()
@@ -73,7 +89,7 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sums[i] = runOneClient(ctx, i, open, clientOpts{server: *server, app: *app, token: *token, fps: *fps, bitrate: *bitrate},
+			sums[i] = runOneClient(ctx, i, open, clientOpts{server: *server, app: *app, token: *token, fps: *fps, bitrate: *bitrate, codec: *codec, clip: clip},
 				func(r whip.Result) {
 					if *verbose {
 						printMu.Lock()
@@ -115,7 +131,9 @@ type clientOpts struct {
 	server, app, token string
 	fps                float64
 	bitrate            int
-	maxWidth           int // frames wider are scaled down (aspect kept) before encoding; 0: as they come
+	codec              string
+	clip               *encodedClip // non-nil: send this clip (--encode-once)
+	maxWidth           int          // frames wider are scaled down (aspect kept) before encoding; 0: as they come
 }
 
 // clientSummary is what one stream saw.
@@ -153,6 +171,9 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 	if err != nil {
 		return fail(fmt.Errorf("first frame: %w", err))
 	}
+	if o.clip != nil {
+		first = media.NewFrame(o.clip.w, o.clip.h) // the size the clip was encoded at
+	}
 	if o.maxWidth > 0 && first.W > o.maxWidth {
 		if first, err = cv.Resize(first, o.maxWidth, max(2, first.H*o.maxWidth/first.W)&^1, gocv.InterpolationArea); err != nil {
 			return fail(err)
@@ -178,7 +199,7 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	p, err := whip.Publish(cctx, whip.ClientConfig{Server: o.server, App: o.app, Token: o.token, Width: first.W, Height: first.H,
-		FPS: int(o.fps + 0.5), BitrateKbps: o.bitrate, OnResult: onResult})
+		FPS: int(o.fps + 0.5), BitrateKbps: o.bitrate, Codec: o.codec, OnResult: onResult})
 	cancel()
 	if err != nil {
 		return fail(err)
@@ -196,6 +217,16 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 		}
 		if ctx.Err() != nil || p.Err() != nil {
 			break
+		}
+		if o.clip != nil {
+			if err := p.WriteEncoded(o.clip.frames[seq%uint64(len(o.clip.frames))], time.Now()); err != nil {
+				if p.Err() == nil {
+					sum.Errors++
+					sum.Error = err.Error()
+				}
+				break
+			}
+			continue
 		}
 		if seq > 0 {
 			if f, err = src.Next(idx, seq); err != nil {
@@ -246,6 +277,42 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 	defer mu.Unlock()
 	sum.summarise()
 	return sum
+}
+
+// encodedClip is a clip encoded once for every stream (--encode-once).
+type encodedClip struct {
+	w, h   int
+	frames [][]byte
+}
+
+// encodeOnce encodes the source's first n frames (n rounded up to whole
+// seconds, so the loop restarts at a key frame) with a key frame every
+// second.
+func encodeOnce(open func() (frameSource, error), n int, cfg whip.ClientConfig) (*encodedClip, error) {
+	src, err := open()
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	key := max(1, cfg.FPS)
+	n = (n + key - 1) / key * key
+	var frames []*media.Frame
+	for i := range n {
+		f, err := src.Next(0, uint64(i))
+		if err != nil {
+			return nil, fmt.Errorf("frame %d: %w", i, err)
+		}
+		if len(frames) > 0 && (f.W != frames[0].W || f.H != frames[0].H) {
+			return nil, fmt.Errorf("frame %d is %dx%d, the first %dx%d", i, f.W, f.H, frames[0].W, frames[0].H)
+		}
+		frames = append(frames, f)
+	}
+	cfg.Width, cfg.Height = frames[0].W, frames[0].H
+	enc, err := whip.EncodeClip(cfg, frames, key)
+	if err != nil {
+		return nil, err
+	}
+	return &encodedClip{w: cfg.Width, h: cfg.Height, frames: enc}, nil
 }
 
 func (s *clientSummary) summarise() {

@@ -110,6 +110,19 @@ func TestClientServe(t *testing.T) {
 	get(t, url+"/v1/thumbs/"+sum.Clients[0].Stream, 401)
 	get(t, url+"/v1/thumbs/"+sum.Clients[0].Stream+"?access_token=t0ken-1", 200)
 
+	// H.264 (x264 in the client, libavcodec in the server) the same way, a
+	// clip encoded once (--encode-once, for load tests).
+	out, _, code = client([]string{"MDAG_TOKEN=t0ken-1"}, "--app", "traffic", "--codec", "h264", "--encode-once", "10", "--fps", "10", "--size", "320x240", "--duration", "3s", "-o", "json")
+	var h264 struct {
+		Total clientSummary `json:"total"`
+	}
+	if err := json.Unmarshal([]byte(out), &h264); err != nil || code != 0 || h264.Total.Finished == 0 {
+		t.Errorf("H.264 client exit %d, output %q: %v; want frames finished", code, out, err)
+	}
+	out, _, code = client([]string{"MDAG_TOKEN=t0ken-1"}, "--app", "traffic", "--codec", "vp9", "--duration", "1s")
+	if code != exitInvalid {
+		t.Errorf("--codec vp9: exit %d, want %d\n%s", code, exitInvalid, out)
+	}
 	out, _, code = client([]string{"MDAG_TOKEN=wrong"}, "--app", "traffic", "--duration", "1s")
 	if code != exitFailure || !strings.Contains(out, "401 Unauthorized: the bearer token is not valid") {
 		t.Errorf("wrong token: exit %d\n%s", code, out)

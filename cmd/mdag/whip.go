@@ -37,6 +37,7 @@ type whipFlags struct {
 	udpPorts   *string
 	publicIP   *string
 	objects    *string
+	codecs     *string
 	origins    *originList
 }
 
@@ -79,6 +80,7 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 		oversize:   fs.String("oversize", string(whip.Downscale), "frames above --max-resolution: downscale or reject (ends the stream)"),
 		udpPorts:   fs.String("udp-ports", "", "UDP port range for WebRTC media, MIN-MAX (default: ephemeral)"),
 		publicIP:   fs.String("public-ip", "", "IP to announce in ICE candidates instead of local addresses (1:1 NAT, e.g. a node's external IP)"),
+		codecs:     fs.String("codecs", strings.Join(whip.DefaultCodecs, ","), "video codecs WHIP accepts, in order of preference: a stream is answered with the first its offer has (vp8, h264)"),
 		objects:    fs.String("emulate-objects", "motion", "what emulated GPU detectors report for WebRTC video, which has no ground truth: motion (moving regions, by background subtraction) or none"),
 	}
 }
@@ -90,6 +92,11 @@ func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, lo
 		MaxPending: *wf.maxPending, ConnectTimeout: *wf.connect, CPUCores: *wf.cores, CPUCeiling: *wf.ceiling,
 		StreamCost: *wf.streamCost, ShedAfter: *wf.shedAfter, MachineWide: *wf.cpuMachine, Oversize: whip.Oversize(*wf.oversize),
 		AllowOrigins: *wf.origins, Log: log}
+	codecs, err := whip.ParseCodecs(*wf.codecs)
+	if err != nil {
+		return nil, fmt.Errorf("mdag %s: --codecs: %w", cmd, err)
+	}
+	cfg.Codecs = codecs
 	switch *wf.objects {
 	case "motion":
 		cfg.Objects = motionObjects

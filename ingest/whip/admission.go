@@ -314,7 +314,6 @@ func (s *Server) sampleLoad() {
 // ingest.Admission returns the admission state.
 func (s *Server) Admission() ingest.Admission {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	a := ingest.Admission{MaxStreams: s.cfg.MaxStreams, MaxPending: s.cfg.MaxPending, LoadCores: s.loadMeasured, PredictedCores: s.loadPredicted,
 		CapacityCores: s.cfg.CPUCores * s.cfg.CPUCeiling, StreamCost: s.loadCost, Refused: map[string]uint64{}, Ended: map[string]uint64{}}
 	if a.StreamCost == 0 {
@@ -332,6 +331,17 @@ func (s *Server) Admission() ingest.Admission {
 			a.Refused[k] += n
 		}
 	}
+	live := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		live = append(live, st)
+	}
+	s.mu.Unlock()
+	for _, st := range live { // info takes s.mu
+		i := st.info()
+		a.Streams = append(a.Streams, ingest.Stream{ID: i.ID, App: i.App, State: i.State, Codec: i.Codec, Source: i.Source,
+			Width: i.Width, Height: i.Height, Waiting: i.Waiting, CameraLost: i.CameraLost})
+	}
+	slices.SortFunc(a.Streams, func(x, y ingest.Stream) int { return strings.Compare(x.ID, y.ID) })
 	return a
 }
 

@@ -4,7 +4,6 @@ import (
 	"slices"
 
 	"github.com/pion/rtp"
-	"github.com/pion/rtp/codecs"
 )
 
 // Limits of the frame assembler: what a sender can make the server hold.
@@ -13,20 +12,34 @@ const (
 	maxFramePkts   = 4096    // packets of one frame
 	maxFrameBytes  = 8 << 20 // bytes of one frame
 	maxRTPPacket   = 1500    // bytes of one RTP packet off the wire
-	vp8ClockRate   = 90000
+	videoClockRate = 90000
 	rtpTimeWindowS = 30 // a timestamp further back than this from the last frame's starts a new timeline at once
 	staleRun       = 8  // stale frames in a row (no packet accepted between) that start a new timeline
 )
 
-// vp8Frame is one assembled VP8 frame.
-type vp8Frame struct {
+// codedFrame is one assembled frame: VP8 as the decoder takes it, H.264 as
+// an Annex-B access unit.
+type codedFrame struct {
 	Data []byte
 	TS   uint32 // RTP timestamp
 	Key  bool
 }
 
-// assembler builds VP8 frames from RTP packets (RFC 7741). pion's VP8
-// depacketizer parses each payload descriptor; frames are assembled here,
+// A payloadFormat is what the assembler knows of a codec's RTP payload:
+// vp8Format (RFC 7741), h264Format (RFC 6184).
+type payloadFormat interface {
+	// parse checks one packet's payload: the bytes to keep, whether the
+	// packet can begin a frame, whether it carries a key frame; ok false
+	// for a payload that is not of the codec (discarded).
+	parse(payload []byte) (data []byte, head, key, ok bool)
+	// join builds a frame from its packets' kept bytes in sequence
+	// order; an error for packets that do not make a frame (a fragment
+	// without its start): the frame is lost.
+	join(parts [][]byte) ([]byte, error)
+}
+
+// assembler builds frames from RTP packets; its payloadFormat parses the
+// codec's payload (nil: VP8). Frames are assembled here,
 // not with pion's samplebuilder, because samplebuilder releases a frame only
 // when the first packet of the next frame arrives: one frame interval (33 ms
 // at 30 fps) of latency on every frame. A frame is released as soon as its
@@ -46,6 +59,7 @@ type vp8Frame struct {
 // frames counted lost, and restarts counts it, so the media path can
 // re-anchor its capture clock.
 type assembler struct {
+	format  payloadFormat
 	pending []*partial
 	last    uint32 // timestamp of the last released frame
 	started bool
@@ -63,7 +77,7 @@ type assembler struct {
 
 type partial struct {
 	ts      uint32
-	pkts    map[uint16][]byte // sequence number -> VP8 payload (descriptor stripped)
+	pkts    map[uint16][]byte // sequence number -> the payload bytes the format keeps
 	bytes   int
 	head    uint16
 	hasHead bool
@@ -73,11 +87,13 @@ type partial struct {
 }
 
 // push adds one packet; it returns the frames it completed, oldest first.
-func (a *assembler) push(p *rtp.Packet) []vp8Frame {
-	var d codecs.VP8Packet
-	payload, err := d.Unmarshal(p.Payload)
-	if err != nil || len(payload) == 0 {
-		a.discarded++ // not VP8
+func (a *assembler) push(p *rtp.Packet) []codedFrame {
+	if a.format == nil {
+		a.format = vp8Format{}
+	}
+	payload, head, key, ok := a.format.parse(p.Payload)
+	if !ok {
+		a.discarded++ // not of the codec
 		return nil
 	}
 	if a.started && !newer(p.Timestamp, a.last) && !a.newTimeline(p) {
@@ -118,10 +134,11 @@ func (a *assembler) push(p *rtp.Packet) []vp8Frame {
 	}
 	fr.pkts[p.SequenceNumber] = slices.Clone(payload)
 	fr.bytes += len(payload)
-	if d.S == 1 && d.PID == 0 {
+	if head && (!fr.hasHead || seqNewer(fr.head, p.SequenceNumber)) {
+		// The frame's first packet: the earliest that can begin one.
 		fr.head, fr.hasHead = p.SequenceNumber, true
-		fr.key = payload[0]&1 == 0 // VP8 frame tag: P bit 0 is a key frame
 	}
+	fr.key = fr.key || key
 	if p.Marker {
 		fr.tail, fr.hasTail = p.SequenceNumber, true
 	}
@@ -130,7 +147,7 @@ func (a *assembler) push(p *rtp.Packet) []vp8Frame {
 
 // release hands out the newest complete frame and every complete frame
 // before it; incomplete frames older than it are given up.
-func (a *assembler) release() []vp8Frame {
+func (a *assembler) release() []codedFrame {
 	newest := -1
 	for i, fr := range a.pending {
 		if fr.complete() {
@@ -140,7 +157,7 @@ func (a *assembler) release() []vp8Frame {
 	if newest < 0 {
 		return nil
 	}
-	var out []vp8Frame
+	var out []codedFrame
 	for _, fr := range a.pending[:newest+1] {
 		if !fr.complete() {
 			a.lost++
@@ -153,14 +170,20 @@ func (a *assembler) release() []vp8Frame {
 			a.lost++
 		}
 		a.tail, a.hasTail, a.counted = fr.tail, true, false
-		data := make([]byte, 0, fr.bytes)
+		parts := make([][]byte, 0, len(fr.pkts))
 		for s := fr.head; ; s++ {
-			data = append(data, fr.pkts[s]...)
+			parts = append(parts, fr.pkts[s])
 			if s == fr.tail {
 				break
 			}
 		}
-		out = append(out, vp8Frame{Data: data, TS: fr.ts, Key: fr.key})
+		data, err := a.format.join(parts)
+		if err != nil {
+			a.lost++ // its packets do not make a frame: as good as lost
+			a.counted = true
+			continue
+		}
+		out = append(out, codedFrame{Data: data, TS: fr.ts, Key: fr.key})
 	}
 	a.last, a.started = a.pending[newest].ts, true
 	a.pending = slices.Delete(a.pending, 0, newest+1)
@@ -206,7 +229,7 @@ func (a *assembler) giveUp(fr *partial) {
 // newTimeline reports whether stale packet p starts a new timeline of the
 // sender; if so assembly starts afresh.
 func (a *assembler) newTimeline(p *rtp.Packet) bool {
-	jump := ahead(a.last, p.Timestamp) > rtpTimeWindowS*vp8ClockRate ||
+	jump := ahead(a.last, p.Timestamp) > rtpTimeWindowS*videoClockRate ||
 		a.hasSeq && seqNewer(p.SequenceNumber, a.maxSeq)
 	if !jump {
 		if !slices.Contains(a.stale, p.Timestamp) {

@@ -16,10 +16,15 @@ import (
 // BenchmarkGlassToSession streams b.N frames at 30 fps over loopback
 // WebRTC and reports the time from each frame's capture (before encoding)
 // to its hand-off to the session (after assembly, decode and colour
-// conversion): p50 and p99 in ms. Run with -benchtime 300x (10 s).
+// conversion): p50 and p99 in ms, for VP8 and H.264. Run with
+// -benchtime 300x (10 s).
 func BenchmarkGlassToSession(b *testing.B) {
-	for _, size := range [][2]int{{640, 480}, {1280, 720}} {
-		b.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(b *testing.B) {
+	for _, bc := range []struct {
+		codec string
+		size  [2]int
+	}{{CodecVP8, [2]int{640, 480}}, {CodecVP8, [2]int{1280, 720}}, {CodecH264, [2]int{640, 480}}, {CodecH264, [2]int{1280, 720}}} {
+		size := bc.size
+		b.Run(fmt.Sprintf("%s/%dx%d", bc.codec, size[0], size[1]), func(b *testing.B) {
 			sink := newSink()
 			srv, err := New(Config{Apps: map[dag.AppID]float64{"a": 0}}, sink)
 			if err != nil {
@@ -38,7 +43,7 @@ func BenchmarkGlassToSession(b *testing.B) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			p, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "a", Width: size[0], Height: size[1], FPS: 30, BitrateKbps: 2000})
+			p, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "a", Width: size[0], Height: size[1], FPS: 30, BitrateKbps: 2000, Codec: bc.codec})
 			if err != nil {
 				b.Fatal(err)
 			}

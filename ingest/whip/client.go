@@ -21,6 +21,7 @@ import (
 	"github.com/pion/rtp/codecs"
 	"github.com/pion/webrtc/v3"
 
+	"github.com/mdag/mdag/ingest/avc"
 	"github.com/mdag/mdag/ingest/vpx"
 	"github.com/mdag/mdag/media"
 )
@@ -34,6 +35,9 @@ type ClientConfig struct {
 	Height      int
 	FPS         int // the encoder's time base; default 30
 	BitrateKbps int // default 1000
+	// Codec is what the client offers and sends: CodecVP8 (default, libvpx)
+	// or CodecH264 (constrained baseline, x264 through libavcodec).
+	Codec string
 	// OnResult is called (from one goroutine, in order) with each result
 	// the server sends on the DataChannel.
 	OnResult func(Result)
@@ -41,7 +45,7 @@ type ClientConfig struct {
 }
 
 // Publisher streams frames to an mdag server over WHIP: VP8 encoded with
-// libvpx, RTP timestamps from each frame's capture time (so the server's
+// libvpx or H.264 with x264 (ClientConfig.Codec), RTP timestamps from each frame's capture time (so the server's
 // capture times, taken from RTCP sender reports, are the camera's).
 //
 // It notices a stream the server ended (a DELETE by someone else, the idle
@@ -54,7 +58,7 @@ type Publisher struct {
 	cfg      ClientConfig
 	pc       *webrtc.PeerConnection
 	track    *webrtc.TrackLocalStaticRTP
-	enc      *vpx.Encoder
+	enc      encoder
 	pack     rtp.Packetizer
 	resource string
 	// resourceURL is the stream's WHIP resource (kept after DELETE).
@@ -206,7 +210,10 @@ func Publish(ctx context.Context, cfg ClientConfig) (*Publisher, error) {
 	if cfg.HTTP == nil {
 		cfg.HTTP = &http.Client{Timeout: 15 * time.Second}
 	}
-	enc, err := vpx.NewEncoder(vpx.EncoderConfig{Width: cfg.Width, Height: cfg.Height, FPS: cfg.FPS, BitrateKbps: cfg.BitrateKbps})
+	if cfg.Codec == "" {
+		cfg.Codec = CodecVP8
+	}
+	enc, err := newEncoder(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -231,23 +238,19 @@ const (
 )
 
 // clientAPI is the client's WebRTC stack.
-func clientAPI() (*webrtc.API, error) {
-	return newAPI(func(se *webrtc.SettingEngine) error {
+func clientAPI(codecs []string) (*webrtc.API, error) {
+	return newAPI(codecs, func(se *webrtc.SettingEngine) error {
 		se.SetICETimeouts(iceDisconnected, iceFailed, time.Second)
 		return nil
 	})
 }
 
-// newAPI is the WebRTC stack of both ends: VP8 only, NACK and RTCP
+// newAPI is the WebRTC stack of both ends: the codecs given, NACK and RTCP
 // reports, IPv4 UDP host candidates including loopback, no mDNS; tune
 // adjusts the settings (ports, NAT) and may refuse them.
-func newAPI(tune func(*webrtc.SettingEngine) error) (*webrtc.API, error) {
+func newAPI(codecs []string, tune func(*webrtc.SettingEngine) error) (*webrtc.API, error) {
 	m := &webrtc.MediaEngine{}
-	if err := m.RegisterCodec(webrtc.RTPCodecParameters{
-		RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: vp8ClockRate,
-			RTCPFeedback: []webrtc.RTCPFeedback{{Type: "nack"}, {Type: "nack", Parameter: "pli"}, {Type: "ccm", Parameter: "fir"}}},
-		PayloadType: 96,
-	}, webrtc.RTPCodecTypeVideo); err != nil {
+	if err := registerCodecs(m, codecs); err != nil {
 		return nil, err
 	}
 	ir := &interceptor.Registry{}
@@ -270,7 +273,7 @@ func newAPI(tune func(*webrtc.SettingEngine) error) (*webrtc.API, error) {
 }
 
 func (p *Publisher) connect(ctx context.Context) error {
-	api, err := clientAPI()
+	api, err := clientAPI([]string{p.cfg.Codec})
 	if err != nil {
 		return err
 	}
@@ -279,7 +282,11 @@ func (p *Publisher) connect(ctx context.Context) error {
 		return err
 	}
 	p.pc = pc
-	track, err := webrtc.NewTrackLocalStaticRTP(webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: vp8ClockRate}, "video", "mdag")
+	capability := webrtc.RTPCodecCapability{MimeType: codecMime(p.cfg.Codec), ClockRate: videoClockRate}
+	if p.cfg.Codec == CodecH264 {
+		capability.SDPFmtpLine = "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"
+	}
+	track, err := webrtc.NewTrackLocalStaticRTP(capability, "video", "mdag")
 	if err != nil {
 		return err
 	}
@@ -409,9 +416,93 @@ func (p *Publisher) connect(ctx context.Context) error {
 			return errors.New(w.what + " in 10 s")
 		}
 	}
-	p.pack = rtp.NewPacketizer(1200, 96, 0, &codecs.VP8Payloader{EnablePictureID: true}, rtp.NewRandomSequencer(), vp8ClockRate)
+	var payloader rtp.Payloader = &codecs.VP8Payloader{EnablePictureID: true}
+	if p.cfg.Codec == CodecH264 {
+		payloader = &codecs.H264Payloader{}
+	}
+	// The payload type is rewritten by the track to the negotiated one.
+	p.pack = rtp.NewPacketizer(1200, 96, 0, payloader, rtp.NewRandomSequencer(), videoClockRate)
 	p.ts0 = rand.Uint32()
 	return nil
+}
+
+// encoder is the client's video encoder: vpx (VP8) or avc (H.264).
+type encoder interface {
+	Encode(f *media.Frame, pts int64, key bool) ([]encoded, error)
+	Close()
+}
+
+type encoded struct{ Data []byte }
+
+type vpxEncoder struct{ *vpx.Encoder }
+
+func (e vpxEncoder) Encode(f *media.Frame, pts int64, key bool) ([]encoded, error) {
+	out, err := e.Encoder.Encode(f, pts, key)
+	enc := make([]encoded, len(out))
+	for i, o := range out {
+		enc[i] = encoded{o.Data}
+	}
+	return enc, err
+}
+
+type avcEncoder struct{ *avc.Encoder }
+
+func (e avcEncoder) Encode(f *media.Frame, pts int64, key bool) ([]encoded, error) {
+	out, err := e.Encoder.Encode(f, pts, key)
+	enc := make([]encoded, len(out))
+	for i, o := range out {
+		enc[i] = encoded{o.Data}
+	}
+	return enc, err
+}
+
+func newEncoder(cfg ClientConfig) (encoder, error) {
+	switch cfg.Codec {
+	case CodecVP8:
+		e, err := vpx.NewEncoder(vpx.EncoderConfig{Width: cfg.Width, Height: cfg.Height, FPS: cfg.FPS, BitrateKbps: cfg.BitrateKbps})
+		if err != nil {
+			return nil, err
+		}
+		return vpxEncoder{e}, nil
+	case CodecH264:
+		e, err := avc.NewEncoder(avc.EncoderConfig{Width: cfg.Width, Height: cfg.Height, FPS: cfg.FPS, BitrateKbps: cfg.BitrateKbps})
+		if err != nil {
+			return nil, err
+		}
+		return avcEncoder{e}, nil
+	}
+	return nil, fmt.Errorf("client codec %q: want vp8 or h264", cfg.Codec)
+}
+
+// EncodeClip encodes frames (all of cfg's Width x Height) once in cfg's
+// codec with a key frame every keyEvery frames, for WriteEncoded: the
+// frames loop back to a key frame when sent in a loop if len(frames) is a
+// multiple of keyEvery.
+func EncodeClip(cfg ClientConfig, frames []*media.Frame, keyEvery int) ([][]byte, error) {
+	if cfg.Codec == "" {
+		cfg.Codec = CodecVP8
+	}
+	if cfg.FPS <= 0 {
+		cfg.FPS = 30
+	}
+	enc, err := newEncoder(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer enc.Close()
+	var out [][]byte
+	for i, f := range frames {
+		es, err := enc.Encode(f, int64(i), keyEvery <= 0 || i%keyEvery == 0)
+		if err != nil {
+			return nil, fmt.Errorf("encoding frame %d: %w", i, err)
+		}
+		var data []byte
+		for _, e := range es {
+			data = append(data, e.Data...)
+		}
+		out = append(out, data)
+	}
+	return out, nil
 }
 
 // HTTPError is a WHIP request the server refused.
@@ -442,21 +533,55 @@ func (p *Publisher) WriteFrame(f *media.Frame, capture time.Time) error {
 	if p.t0.IsZero() {
 		p.t0 = capture
 	}
-	ts := p.ts0 + uint32(capture.Sub(p.t0)*vp8ClockRate/time.Second)
 	pkts, err := p.enc.Encode(f, p.pts, p.keyReq.Swap(false) || p.pts == 0)
 	p.pts++
 	if err != nil {
 		return err
 	}
 	for _, e := range pkts {
-		for _, pkt := range p.pack.Packetize(e.Data, 0) {
-			pkt.Timestamp = ts
-			if err := p.track.WriteRTP(pkt); err != nil {
-				return err
-			}
+		if err := p.sendLocked(e.Data, capture); err != nil {
+			return err
 		}
 	}
 	p.sent.Add(1)
+	return nil
+}
+
+// WriteEncoded sends one frame encoded beforehand in the Publisher's codec
+// (a VP8 frame, an H.264 access unit in Annex-B), captured at capture: for
+// load tests that encode a clip once and send it on many streams. Key
+// frame requests (PLI) are not answered: the clip's own key frames come
+// at its interval.
+func (p *Publisher) WriteEncoded(data []byte, capture time.Time) error {
+	if p.closed.Load() {
+		return errors.New("publisher closed")
+	}
+	if err := p.Err(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.t0.IsZero() {
+		p.t0 = capture
+	}
+	p.keyReq.Store(false)
+	if err := p.sendLocked(data, capture); err != nil {
+		return err
+	}
+	p.sent.Add(1)
+	return nil
+}
+
+// sendLocked packetizes one encoded frame with the capture time's RTP
+// timestamp and sends it (p.mu held).
+func (p *Publisher) sendLocked(data []byte, capture time.Time) error {
+	ts := p.ts0 + uint32(capture.Sub(p.t0)*videoClockRate/time.Second)
+	for _, pkt := range p.pack.Packetize(data, 0) {
+		pkt.Timestamp = ts
+		if err := p.track.WriteRTP(pkt); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -30,7 +30,7 @@ func vp8Packets(t testing.TB, n int) []*rtp.Packet {
 		t.Fatal(err)
 	}
 	defer enc.Close()
-	pk := rtp.NewPacketizer(200, 96, 1, &codecs.VP8Payloader{EnablePictureID: true}, rtp.NewFixedSequencer(100), vp8ClockRate)
+	pk := rtp.NewPacketizer(200, 96, 1, &codecs.VP8Payloader{EnablePictureID: true}, rtp.NewFixedSequencer(100), videoClockRate)
 	var out []*rtp.Packet
 	for i := range n {
 		f, _, err := pat.Frame(0, uint64(i))
@@ -51,20 +51,29 @@ func vp8Packets(t testing.TB, n int) []*rtp.Packet {
 	return out
 }
 
-// testPipeline is a stream's media path without a peer connection.
+// testPipeline is a stream's VP8 media path without a peer connection.
 func testPipeline(t testing.TB, sink Sink) (*pipeline, *stream) {
+	t.Helper()
+	return testPipelineCodec(t, sink, CodecVP8)
+}
+
+// testPipelineCodec is a stream's media path for codec without a peer
+// connection.
+func testPipelineCodec(t testing.TB, sink Sink, codec string) (*pipeline, *stream) {
 	t.Helper()
 	srv, err := New(Config{Apps: map[dag.AppID]float64{"a": 0}, Clock: clock.NewFake(time.Unix(1e9, 0))}, sink)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &stream{s: srv, id: "s", app: "a", subs: map[chan Result]struct{}{}, done: make(chan struct{})}
-	dec, err := vpx.NewDecoder()
+	t.Cleanup(srv.Close)
+	st := &stream{s: srv, id: "s", app: "a", codec: codec, subs: map[chan Result]struct{}{}, done: make(chan struct{})}
+	dec, err := newDecoder(codec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(dec.Close)
-	return &pipeline{st: st, dec: dec, sync: &captureClock{}, needKey: true, sendPLI: func() error { return nil }}, st
+	return &pipeline{st: st, dec: dec, sync: &captureClock{}, needKey: true, sendPLI: func() error { return nil },
+		asm: assembler{format: payloadFormatOf(codec)}}, st
 }
 
 // TestAssembler: in order, reordered, duplicated and lossy delivery.

@@ -97,7 +97,7 @@ func TestBundleOffer(t *testing.T) {
 				}
 			}
 			// pion takes it and answers every section in the group.
-			api, err := newAPI(nil)
+			api, err := newAPI(DefaultCodecs, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -49,6 +49,10 @@ type Config struct {
 	// Apps are the deployed apps and the rate each samples frames at (0:
 	// every frame).
 	Apps map[dag.AppID]float64
+	// Codecs are the video codecs accepted (CodecVP8, CodecH264), in
+	// order of preference: a stream is answered with the first of them its
+	// offer has (default DefaultCodecs).
+	Codecs []string
 	// Tokens are the accepted bearer tokens; none: open (the caller decides
 	// whether that is allowed, see OpenOK).
 	Tokens []string
@@ -130,6 +134,11 @@ type Objects interface {
 func (c Config) withDefaults() (Config, error) {
 	f := defaults.Fields{Prefix: "whip.Config"}
 	count, dur, num := f.Count, f.Duration, f.Between
+	if len(c.Codecs) == 0 {
+		c.Codecs = DefaultCodecs
+	} else if err := checkCodecs(c.Codecs); err != nil {
+		f.Bad("Codecs", strings.Join(c.Codecs, ","), err.Error())
+	}
 	count("MaxStreams", &c.MaxStreams, 64)
 	count("MaxPending", &c.MaxPending, c.MaxStreams)
 	dur("ConnectTimeout", &c.ConnectTimeout, 10*time.Second)
@@ -211,7 +220,7 @@ func New(cfg Config, sink Sink) (*Server, error) {
 		}
 		origins[n] = true
 	}
-	api, err := newAPI(func(se *webrtc.SettingEngine) error {
+	api, err := newAPI(cfg.Codecs, func(se *webrtc.SettingEngine) error {
 		if cfg.UDPPortMin > 0 || cfg.UDPPortMax > 0 {
 			if err := se.SetEphemeralUDPPortRange(cfg.UDPPortMin, cfg.UDPPortMax); err != nil {
 				return fmt.Errorf("whip: UDP port range %d-%d: %w", cfg.UDPPortMin, cfg.UDPPortMax, err)
@@ -344,7 +353,8 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("offer: %v (limit %d bytes)", err, maxOffer))
 		return
 	}
-	if code, msg := checkOffer(body); code != 0 {
+	pick, code, msg := checkOffer(body, s.cfg.Codecs)
+	if code != 0 {
 		if code == statusRecvonly {
 			code = http.StatusBadRequest
 			s.countRefused(app, RefusedRecvonly)
@@ -352,7 +362,7 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		httpError(w, code, msg)
 		return
 	}
-	body, code, msg := bundleOffer(body)
+	body, code, msg = bundleOffer(body)
 	if code != 0 {
 		httpError(w, code, msg)
 		return
@@ -373,7 +383,7 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		unavailable(reason, msg)
 		return
 	}
-	st, answer, code, err := s.start(app, fps, string(body))
+	st, answer, code, err := s.start(app, fps, string(body), pick)
 	if err != nil {
 		s.unreserve()
 		httpError(w, code, err.Error())
@@ -402,15 +412,34 @@ func (s *Server) appList() string {
 // video (a 400, counted as a refusal).
 const statusRecvonly = -http.StatusBadRequest
 
-// checkOffer parses the offer before WebRTC sees it: 400 with the reason
-// for malformed SDP, an offer without video, no supported codec, or video
-// the offer does not send (recvonly, inactive: statusRecvonly).
-func checkOffer(body []byte) (int, string) {
+// checkOffer parses the offer before WebRTC sees it: the codec to answer
+// with (the first of codecs, the server's order of preference, that the
+// offer has), or 400 with the reason for malformed SDP, an offer without
+// video, no supported codec, or video the offer does not send (recvonly,
+// inactive: statusRecvonly).
+func checkOffer(body []byte, codecs []string) (offeredCodec, int, string) {
+	code, msg, offer := checkOfferVideo(body)
+	if code != 0 {
+		return offeredCodec{}, code, msg
+	}
+	pick, _, offered, ok := chooseCodec(offer, codecs)
+	if ok {
+		return pick, 0, ""
+	}
+	if len(offered) == 0 {
+		return offeredCodec{}, http.StatusBadRequest, "the offer's video section lists no codecs (a=rtpmap); supported: " + supported(codecs)
+	}
+	return offeredCodec{}, http.StatusBadRequest, fmt.Sprintf("no supported video codec in the offer (offered: %s); supported: %s", strings.Join(offered, ", "), supported(codecs))
+}
+
+// checkOfferVideo checks the offer has a video section that sends, and
+// lists its payload types (every video section's, in order).
+func checkOfferVideo(body []byte) (int, string, []offeredCodec) {
 	var d sdp.SessionDescription
 	if err := d.Unmarshal(body); err != nil {
-		return http.StatusBadRequest, fmt.Sprintf("malformed SDP offer: %v", err)
+		return http.StatusBadRequest, fmt.Sprintf("malformed SDP offer: %v", err), nil
 	}
-	var offered []string
+	var offer []offeredCodec
 	video := false
 	for _, m := range d.MediaDescriptions {
 		if m.MediaName.Media != "video" {
@@ -428,29 +457,14 @@ func checkOffer(body []byte) (int, string) {
 			}
 		}
 		if dir == "recvonly" || dir == "inactive" {
-			return statusRecvonly, fmt.Sprintf("the offer's video section is %s: a WHIP offer must send video (sendonly or sendrecv)", dir)
+			return statusRecvonly, fmt.Sprintf("the offer's video section is %s: a WHIP offer must send video (sendonly or sendrecv)", dir), nil
 		}
-		for _, a := range m.Attributes {
-			if a.Key != "rtpmap" {
-				continue
-			}
-			_, enc, _ := strings.Cut(a.Value, " ")
-			name, _, _ := strings.Cut(enc, "/")
-			if strings.EqualFold(name, "VP8") {
-				return 0, ""
-			}
-			if !slices.Contains(offered, name) {
-				offered = append(offered, name)
-			}
-		}
+		offer = append(offer, videoCodecs(m)...)
 	}
 	if !video {
-		return http.StatusBadRequest, "the offer has no video media section (m=video); mdag ingests video (VP8)"
+		return http.StatusBadRequest, "the offer has no video media section (m=video); mdag ingests video (VP8, H264)", nil
 	}
-	if len(offered) == 0 {
-		return http.StatusBadRequest, "the offer's video section lists no codecs (a=rtpmap); supported: VP8"
-	}
-	return http.StatusBadRequest, fmt.Sprintf("no supported video codec in the offer (offered: %s); supported: VP8", strings.Join(offered, ", "))
+	return 0, "", offer
 }
 
 // reserve takes a pending slot for a POST, or says why not: the stream
@@ -489,7 +503,7 @@ func newID() string {
 // start creates the stream (pending: it joins the app's session when its
 // first frame decodes), answers the offer and waits for ICE gathering (the
 // answer carries every candidate).
-func (s *Server) start(app dag.AppID, fps float64, offer string) (*stream, string, int, error) {
+func (s *Server) start(app dag.AppID, fps float64, offer string, pick offeredCodec) (*stream, string, int, error) {
 	id := newID()
 	pc, err := s.api.NewPeerConnection(webrtc.Configuration{})
 	if err != nil {
@@ -502,6 +516,19 @@ func (s *Server) start(app dag.AppID, fps float64, offer string) (*stream, strin
 	}
 	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: offer}); err != nil {
 		return fail(http.StatusBadRequest, fmt.Errorf("offer rejected: %v", err))
+	}
+	// Answer with the one codec chosen (the server's preference, not the
+	// offer's): the sender then has no other to send.
+	for _, t := range pc.GetTransceivers() {
+		if t.Kind() != webrtc.RTPCodecTypeVideo {
+			continue
+		}
+		if err := t.SetCodecPreferences([]webrtc.RTPCodecParameters{{
+			RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: codecMime(pick.ours()), ClockRate: pick.clock, SDPFmtpLine: pick.fmtp},
+			PayloadType:        webrtc.PayloadType(pick.pt),
+		}}); err != nil {
+			return fail(http.StatusBadRequest, fmt.Errorf("cannot answer with %s: %v", pick.describe(), err))
+		}
 	}
 	ans, err := pc.CreateAnswer(nil)
 	if err != nil {
@@ -644,6 +671,12 @@ func (s *Server) IngestTotals() []ingest.Totals {
 		if info.State == StatePending {
 			t.Pending++
 		}
+		if info.Codec != "" {
+			if t.Codecs == nil {
+				t.Codecs = map[string]int{}
+			}
+			t.Codecs[info.Codec]++
+		}
 	}
 	out := make([]ingest.Totals, 0, len(by))
 	for _, t := range by {
@@ -662,6 +695,7 @@ func addInfo(t *ingest.Totals, i StreamInfo) {
 	t.PLIs += i.PLIs
 	t.Discarded += i.Discarded
 	t.Restarts += i.Restarts
+	t.CameraLost += i.CameraLost
 }
 
 // CPULoad is the measured CPU load as a share of the capacity admission

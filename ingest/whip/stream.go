@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"github.com/pion/webrtc/v3"
 
 	"github.com/mdag/mdag/dag"
-	"github.com/mdag/mdag/ingest/vpx"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/media"
 )
@@ -54,12 +52,22 @@ type StreamInfo struct {
 	// State is pending (no frame decoded yet), admitted (joined the app's
 	// session) or ended; Ended says why and EndKind its kind (EndClient,
 	// EndOverload, ...).
-	State   string  `json:"state"`
-	Ended   string  `json:"ended,omitempty"`
-	EndKind string  `json:"end_kind,omitempty"`
-	Load    float64 `json:"media_load"` // the share of wall time its media goroutine spends on frames (decode, convert, resize, motion), in cores
-	Width   int     `json:"width,omitempty"`
-	Height  int     `json:"height,omitempty"`
+	State   string `json:"state"`
+	Ended   string `json:"ended,omitempty"`
+	EndKind string `json:"end_kind,omitempty"`
+	// Codec is the video codec (vp8, h264, h265); Source where the stream
+	// comes from: "whip", or a camera's URL (without its password).
+	Codec  string `json:"codec,omitempty"`
+	Source string `json:"source,omitempty"`
+	// Waiting says why a camera's stream has no frames now ("camera
+	// lost: ...; reconnecting"); CameraLost counts the times its camera
+	// went away and GapMS the time without frames since (all gaps).
+	Waiting    string  `json:"waiting,omitempty"`
+	CameraLost uint64  `json:"camera_lost,omitempty"`
+	GapMS      float64 `json:"gap_ms,omitempty"`
+	Load       float64 `json:"media_load"` // the share of wall time its media goroutine spends on frames (decode, convert, resize, motion), in cores
+	Width      int     `json:"width,omitempty"`
+	Height     int     `json:"height,omitempty"`
 	// Packets received; frames assembled, decoded, handed to the session;
 	// frames skipped to sample the app's rate; frames lost (incomplete),
 	// frames that failed to decode, frames skipped waiting for a key frame;
@@ -94,8 +102,9 @@ const (
 )
 
 type counters struct {
-	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped, discarded, restarts atomic.Uint64
-	busy                                                                                                                       atomic.Int64 // ns the media goroutine spent on frames (decode, convert, resize, objects)
+	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped, discarded, restarts, cameraLost atomic.Uint64
+	busy                                                                                                                                   atomic.Int64 // ns the media goroutine spent on frames (decode, convert, resize, objects)
+	gap                                                                                                                                    atomic.Int64 // ns a camera's stream went without frames after its camera was lost
 }
 
 // admState is a stream's admission state, guarded by the server's mu.
@@ -118,7 +127,9 @@ type stream struct {
 	id      string
 	app     dag.AppID
 	fps     float64
-	pc      *webrtc.PeerConnection
+	pc      *webrtc.PeerConnection // nil for a Feed (a camera)
+	codec   string                 // negotiated (vp8, h264) or the camera's (h264, h265)
+	source  string                 // "whip" or the camera's URL, redacted
 	started time.Time
 	c       counters
 	adm     admState // guarded by s.mu
@@ -129,20 +140,25 @@ type stream struct {
 	endKind   string
 	inSession bool // joined the sink: leaves it at the end
 	lastErr   string
+	waiting   string // a camera's stream waiting for its camera
 	w, h      int
 	lastMedia time.Time
 	idle      clock.Timer
 	connect   clock.Timer
 	video     bool // a video track is being read (one per stream)
 
-	done chan struct{}
-	once sync.Once
-	dcs  sync.WaitGroup // DataChannel senders; end waits for their goodbyes (bounded)
+	done  chan struct{}
+	once  sync.Once
+	onEnd func()         // a Feed's: frees its decoder
+	dcs   sync.WaitGroup // DataChannel senders; end waits for their goodbyes (bounded)
 }
 
 func newStream(s *Server, id string, app dag.AppID, fps float64, pc *webrtc.PeerConnection) *stream {
-	st := &stream{s: s, id: id, app: app, fps: fps, pc: pc, started: s.clk.Now(), subs: map[chan Result]struct{}{},
+	st := &stream{s: s, id: id, app: app, fps: fps, pc: pc, source: "whip", started: s.clk.Now(), subs: map[chan Result]struct{}{},
 		lastMedia: s.clk.Now(), done: make(chan struct{})}
+	if pc == nil {
+		return st
+	}
 	pc.OnTrack(st.onTrack)
 	pc.OnDataChannel(st.onDataChannel)
 	pc.OnConnectionStateChange(func(cs webrtc.PeerConnectionState) {
@@ -219,7 +235,12 @@ func (st *stream) endAs(kind, why string) {
 				st.s.log.Warn("whip stream leave", "stream", st.id, "err", err)
 			}
 		}
-		_ = st.pc.Close()
+		if st.pc != nil {
+			_ = st.pc.Close()
+		}
+		if st.onEnd != nil {
+			st.onEnd()
+		}
 		st.s.removed(st, st.info())
 		lvl := slog.LevelInfo
 		if kind != EndClient && kind != EndShutdown && kind != EndIdle {
@@ -243,6 +264,7 @@ func (st *stream) info() StreamInfo {
 		state = StateEnded
 	}
 	return StreamInfo{ID: st.id, App: string(st.app), Started: st.started, State: state, Ended: st.ended, EndKind: st.endKind, Load: load,
+		Codec: st.codec, Source: st.source, Waiting: st.waiting, CameraLost: st.c.cameraLost.Load(), GapMS: float64(st.c.gap.Load()) / 1e6,
 		Width: st.w, Height: st.h,
 		Packets: st.c.packets.Load(), Frames: st.c.frames.Load(), Ingested: st.c.ingested.Load(), Sampled: st.c.sampled.Load(),
 		Lost: st.c.lost.Load(), DecodeErrors: st.c.decodeErrors.Load(), WaitingKey: st.c.waitingKey.Load(), PLIs: st.c.plis.Load(),
@@ -377,11 +399,15 @@ func (st *stream) waitGoodbyes() {
 // ---- media ----
 
 func (st *stream) onTrack(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver) {
+	codec := codecOf(track.Codec().MimeType)
 	st.mu.Lock()
-	first := track.Kind() == webrtc.RTPCodecTypeVideo && !st.video
+	first := track.Kind() == webrtc.RTPCodecTypeVideo && !st.video && codec != ""
 	st.video = st.video || first
+	if first {
+		st.codec = codec
+	}
 	st.mu.Unlock()
-	if !first || !strings.EqualFold(track.Codec().MimeType, webrtc.MimeTypeVP8) {
+	if !first {
 		// Audio or a second video track: read and discard, so the
 		// interceptors (RTCP) keep working.
 		go func() {
@@ -414,19 +440,19 @@ func (st *stream) onTrack(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver) {
 	}()
 	go func() {
 		defer st.s.wg.Done()
-		st.readVideo(track, sync)
+		st.readVideo(track, codec, sync)
 	}()
 }
 
-func (st *stream) readVideo(track *webrtc.TrackRemote, sync *captureClock) {
-	dec, err := vpx.NewDecoder()
+func (st *stream) readVideo(track *webrtc.TrackRemote, codec string, sync *captureClock) {
+	dec, err := newDecoder(codec)
 	if err != nil {
 		st.fail(err)
 		st.endAs(EndError, "decoder: "+err.Error())
 		return
 	}
 	defer dec.Close()
-	p := &pipeline{st: st, dec: dec, sync: sync, needKey: true, ssrc: uint32(track.SSRC())}
+	p := &pipeline{st: st, dec: dec, sync: sync, needKey: true, ssrc: uint32(track.SSRC()), asm: assembler{format: payloadFormatOf(codec)}}
 	if st.s.cfg.Objects != nil {
 		p.objects = st.s.cfg.Objects()
 		defer p.objects.Close()
@@ -448,11 +474,11 @@ func (st *stream) readVideo(track *webrtc.TrackRemote, sync *captureClock) {
 	}
 }
 
-// pipeline is a stream's RTP -> VP8 frame -> decode -> sample -> session
-// path; one goroutine drives it.
+// pipeline is a stream's RTP -> frame -> decode -> sample -> session
+// path; one goroutine drives it. A Feed (a camera) enters at frame.
 type pipeline struct {
 	st      *stream
-	dec     *vpx.Decoder
+	dec     decoder
 	sync    *captureClock
 	asm     assembler
 	needKey bool
@@ -502,62 +528,72 @@ func (p *pipeline) packet(pkt *rtp.Packet) bool {
 		p.pli()
 	}
 	for _, fr := range frames {
-		st.c.frames.Add(1)
-		if p.needKey && !fr.Key {
-			st.c.waitingKey.Add(1)
-			p.pli()
-			continue
-		}
-		capture := p.sync.capture(fr.TS, now)
-		take := p.sample(capture)
-		var img *media.Frame
-		var err error
-		work := time.Now() // the decoding load is real CPU time, whatever the injected clock says
-		if take {
-			img, err = p.dec.Decode(fr.Data)
-		} else {
-			err = p.dec.Skip(fr.Data)
-			st.c.sampled.Add(1)
-		}
-		if err != nil {
-			st.c.busy.Add(int64(time.Since(work)))
-			st.c.decodeErrors.Add(1)
-			st.fail(err)
-			p.needKey = true
-			p.pli()
-			continue
-		}
-		p.needKey = false
-		if !take || img == nil {
-			st.c.busy.Add(int64(time.Since(work)))
-			continue
-		}
-		if img, err = st.fit(img); err != nil {
-			st.fail(err)
-			go st.endAs(EndError, err.Error())
+		if !p.frame(fr, now) {
 			return false
 		}
-		var truth []media.Box
-		if p.objects != nil {
-			truth = p.objects.Boxes(img)
-		}
-		st.c.busy.Add(int64(time.Since(work)))
-		if !p.joined {
-			// The first decoded frame: the stream is admitted (or ended)
-			// now, so offers that never send media never reach the session.
-			if kind, why := st.admitFirst(); kind != "" {
-				go st.endAs(kind, why)
-				return false
-			}
-			p.joined = true
-		}
-		p.seq++
-		if err := st.s.sink.Ingest(st.id, p.seq, capture, img, truth); err != nil {
-			st.fail(err) // recorded; the stream goes on
-			continue
-		}
-		st.c.ingested.Add(1)
 	}
+	return true
+}
+
+// frame decodes one assembled frame, samples it to the app's rate and
+// hands it to the session; false ends the stream's reading.
+func (p *pipeline) frame(fr codedFrame, now time.Time) bool {
+	st := p.st
+	st.c.frames.Add(1)
+	if p.needKey && !fr.Key {
+		st.c.waitingKey.Add(1)
+		p.pli()
+		return true
+	}
+	capture := p.sync.capture(fr.TS, now)
+	take := p.sample(capture)
+	var img *media.Frame
+	var err error
+	work := time.Now() // the decoding load is real CPU time, whatever the injected clock says
+	if take {
+		img, err = p.dec.Decode(fr.Data)
+	} else {
+		err = p.dec.Skip(fr.Data)
+		st.c.sampled.Add(1)
+	}
+	if err != nil {
+		st.c.busy.Add(int64(time.Since(work)))
+		st.c.decodeErrors.Add(1)
+		st.fail(err)
+		p.needKey = true
+		p.pli()
+		return true
+	}
+	p.needKey = false
+	if !take || img == nil {
+		st.c.busy.Add(int64(time.Since(work)))
+		return true
+	}
+	if img, err = st.fit(img); err != nil {
+		st.fail(err)
+		go st.endAs(EndError, err.Error())
+		return false
+	}
+	var truth []media.Box
+	if p.objects != nil {
+		truth = p.objects.Boxes(img)
+	}
+	st.c.busy.Add(int64(time.Since(work)))
+	if !p.joined {
+		// The first decoded frame: the stream is admitted (or ended)
+		// now, so offers that never send media never reach the session.
+		if kind, why := st.admitFirst(); kind != "" {
+			go st.endAs(kind, why)
+			return false
+		}
+		p.joined = true
+	}
+	p.seq++
+	if err := st.s.sink.Ingest(st.id, p.seq, capture, img, truth); err != nil {
+		st.fail(err) // recorded; the stream goes on
+		return true
+	}
+	st.c.ingested.Add(1)
 	return true
 }
 
@@ -591,6 +627,9 @@ func (p *pipeline) pli() {
 	}
 	p.lastPLI = now
 	send := p.sendPLI
+	if send == nil && p.st.pc == nil {
+		return // a camera: RTSP has no way to ask for a key frame; the next one comes at the camera's interval
+	}
 	if send == nil {
 		send = func() error {
 			return p.st.pc.WriteRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: p.ssrc}})
@@ -759,7 +798,7 @@ func (c *captureClock) capture(ts uint32, arrival time.Time) time.Time {
 }
 
 func rtpDelta(ts, ref uint32) time.Duration {
-	return time.Duration(int64(int32(ts-ref)) * int64(time.Second) / vp8ClockRate)
+	return time.Duration(int64(int32(ts-ref)) * int64(time.Second) / videoClockRate)
 }
 
 // ntpTime converts a 64-bit NTP timestamp (RFC 3550) to time.

@@ -44,17 +44,17 @@ func timelineCases() []timelineCase {
 	}
 	return []timelineCase{
 		{name: "steady", ts: func(_ int, b uint32) uint32 { return b }, seq: steadySeq, frames: 20, ingested: 20},
-		{name: "back 10 s, sequence goes on", ts: back(10 * vp8ClockRate), seq: steadySeq, frames: 20, restarts: 1, ingested: 20},
-		{name: "back 100 ms", ts: back(vp8ClockRate / 10), seq: steadySeq, frames: 20, restarts: 1, ingested: 20},
+		{name: "back 10 s, sequence goes on", ts: back(10 * videoClockRate), seq: steadySeq, frames: 20, restarts: 1, ingested: 20},
+		{name: "back 100 ms", ts: back(videoClockRate / 10), seq: steadySeq, frames: 20, restarts: 1, ingested: 20},
 		{name: "back one frame (timestamp repeated)", ts: back(tick), seq: steadySeq, frames: 20, restarts: 1, ingested: 20},
-		{name: "back 40 s (beyond the window)", ts: back(40 * vp8ClockRate), seq: steadySeq, frames: 20, restarts: 1, ingested: 20},
+		{name: "back 40 s (beyond the window)", ts: back(40 * videoClockRate), seq: steadySeq, frames: 20, restarts: 1, ingested: 20},
 		{name: "back 13 h (timestamp wraps)", ts: back(1 << 32 / 3), seq: steadySeq, frames: 20, restarts: 1, ingested: 20},
 		{
 			// The sender restarted its sequence numbers too: frames 10-16
 			// look like late packets until the eighth stale frame in a row
 			// starts the new timeline; they are counted lost, and the media
 			// path waits for a key frame (the rest are deltas).
-			name: "back 10 s, sequence restarts", ts: back(10 * vp8ClockRate),
+			name: "back 10 s, sequence restarts", ts: back(10 * videoClockRate),
 			seq: func(i int, s uint16) uint16 {
 				if i >= 10 {
 					return s - 5000

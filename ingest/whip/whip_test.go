@@ -162,6 +162,12 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 // session at the app's rate with capture times, results come back on the
 // DataChannel and as SSE, DELETE leaves the session.
 func TestLoopback(t *testing.T) {
+	for _, codec := range []string{CodecVP8, CodecH264} {
+		t.Run(codec, func(t *testing.T) { testLoopback(t, codec) })
+	}
+}
+
+func testLoopback(t *testing.T, codec string) {
 	srv, sink, hs := newTestServer(t, Config{})
 	pat, err := synth.NewPattern(320, 240, 2)
 	if err != nil {
@@ -171,7 +177,7 @@ func TestLoopback(t *testing.T) {
 	defer cancel()
 	var mu sync.Mutex
 	var results []Result
-	p, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Width: 320, Height: 240, FPS: 30,
+	p, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Width: 320, Height: 240, FPS: 30, Codec: codec,
 		OnResult: func(r Result) { mu.Lock(); results = append(results, r); mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +233,7 @@ func TestLoopback(t *testing.T) {
 	waitFor(t, "SSE results", 5*time.Second, func() bool { return len(sse) >= 18 })
 
 	info := srv.Streams()
-	if len(info) != 1 || info[0].Ingested < 18 || info[0].Sampled < 36 || info[0].DecodeErrors != 0 || info[0].PLIs < 1 {
+	if len(info) != 1 || info[0].Codec != codec || info[0].Ingested < 18 || info[0].Sampled < 36 || info[0].DecodeErrors != 0 || info[0].PLIs < 1 {
 		t.Errorf("stream info %+v", info)
 	}
 	if tot := srv.IngestTotals(); len(tot) != 1 || tot[0].Streams != 1 || tot[0].Ingested < info[0].Ingested || tot[0].Packets < info[0].Packets {
@@ -308,7 +314,7 @@ func TestHTTPErrors(t *testing.T) {
 		{"content type", "POST", "/whip/face", "text/plain", goodOffer, "s3cret", 415, "application/sdp"},
 		{"malformed", "POST", "/whip/face", "application/sdp", "hello", "s3cret", 400, "malformed SDP"},
 		{"no video", "POST", "/whip/face", "application/sdp", audioOnly, "s3cret", 400, "no video"},
-		{"no codec", "POST", "/whip/face", "application/sdp", h264, "s3cret", 400, "offered: H264); supported: VP8"},
+		{"no codec", "POST", "/whip/face", "application/sdp", h264, "s3cret", 400, "offered: H264 (packetization-mode 0)); supported: VP8, H264 (packetization-mode 1"},
 		{"recvonly", "POST", "/whip/face", "application/sdp", recvonly, "s3cret", 400, "video section is recvonly: a WHIP offer must send video"},
 		{"inactive", "POST", "/whip/face", "application/sdp", inactive, "s3cret", 400, "video section is inactive"},
 		{"session recvonly", "POST", "/whip/face", "application/sdp", sessionRecvonly, "s3cret", 400, "video section is recvonly"},
@@ -384,7 +390,7 @@ func TestHTTPErrors(t *testing.T) {
 // offerSDP is a real offer from our client's stack.
 func offerSDP(t testing.TB) string {
 	t.Helper()
-	api, err := clientAPI()
+	api, err := clientAPI([]string{CodecVP8})
 	if err != nil {
 		t.Fatal(err)
 	}

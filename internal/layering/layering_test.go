@@ -27,7 +27,7 @@ var pure = []string{
 // native are the import paths (prefixes) that link native code at the edges.
 // (onnxruntime_go links no library, it dlopens ONNX Runtime, but it is cgo
 // and an edge all the same: only gpu/onnx and the binary reach it.)
-var native = []string{"gocv.io/x/gocv", "github.com/draffensperger/golp", "github.com/pion/", module + "ingest/vpx", module + "internal/lpsolve",
+var native = []string{"gocv.io/x/gocv", "github.com/draffensperger/golp", "github.com/pion/", module + "ingest/vpx", module + "ingest/avc", module + "internal/lpsolve",
 	"github.com/yalue/onnxruntime_go", module + "gpu/onnx"}
 
 // allowed lists, per package, the mdag packages it may import (tests
@@ -75,7 +75,8 @@ var allowed = map[string][]string{
 	"gpu/onnx":    {"gpu/decode", "gpu/registry", "media"},
 	"gpu/nvml":    {},
 	"ingest/vpx":  {"media"},
-	"ingest/whip": {"dag", "ingest", "ingest/vpx", "internal/clock", "internal/defaults", "media"},
+	"ingest/avc":  {"media"},
+	"ingest/whip": {"dag", "ingest", "ingest/avc", "ingest/vpx", "internal/clock", "internal/defaults", "media"},
 	"ingest/rtsp": {"ingest", "internal/clock", "internal/yamlx"},
 	// the binary wires everything
 	"cmd/mdag": nil,
@@ -116,7 +117,7 @@ func list(t *testing.T, args ...string) []pkg {
 }
 
 // TestPureReachNoNative: no pure package reaches gocv, golp, pion,
-// ingest/vpx or internal/lpsolve, in the full build and in the lean one.
+// ingest/vpx, ingest/avc or internal/lpsolve, in the full build and in the lean one.
 func TestPureReachNoNative(t *testing.T) {
 	if testing.Short() {
 		t.Skip("go list over the module")

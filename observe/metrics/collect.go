@@ -60,16 +60,18 @@ func desc(sub, name, help string, labels ...string) *prometheus.Desc {
 var (
 	ingestStreams  = desc("ingest", "streams", "Live WebRTC (WHIP) ingest connections.", "app")
 	ingestPackets  = desc("ingest", "packets_total", "RTP packets received.", "app")
-	ingestFrames   = desc("ingest", "frames_total", "VP8 frames assembled from RTP packets.", "app")
+	ingestFrames   = desc("ingest", "frames_total", "Video frames assembled from RTP packets (cameras: access units received).", "app")
 	ingestIngested = desc("ingest", "frames_ingested_total", "Frames decoded and handed to the app's session (after fps sampling).", "app")
 	ingestLost     = desc("ingest", "frames_lost_total", "Frames lost in transport (incomplete or missing packets).", "app")
-	ingestDecode   = desc("ingest", "decode_errors_total", "Frames libvpx failed to decode.", "app")
+	ingestDecode   = desc("ingest", "decode_errors_total", "Frames the decoder (libvpx, libavcodec) failed to decode.", "app")
 	ingestPLIs     = desc("ingest", "plis_total", "Picture loss indications sent to senders (asking for a key frame).", "app")
-	ingestDiscard  = desc("ingest", "packets_discarded_total", "RTP packets discarded: not VP8, duplicates, late packets of frames already released or given up.", "app")
+	ingestDiscard  = desc("ingest", "packets_discarded_total", "RTP packets discarded: not of the stream's codec, duplicates, late packets of frames already released or given up.", "app")
 	ingestRestarts = desc("ingest", "timeline_restarts_total", "Times a sender's RTP timestamps jumped back (a new timeline; capture clock re-anchored).", "app")
 	ingestPending  = desc("ingest", "pending_streams", "Ingest connections not yet admitted: no frame decoded yet (they are not in the app's session).", "app")
 	ingestRefused  = desc("ingest", "streams_refused_total", "WHIP offers refused, by reason (stream-limit, pending-limit, capacity, session, shutdown: 503; recvonly: 400).", "app", "reason")
 	ingestEnded    = desc("ingest", "streams_ended_total", "Ingest streams that ended, by kind (client, idle, connect-timeout, ice-failed, join-failed, stream-limit, capacity, overload, error, setup-failed, shutdown).", "app", "kind")
+	ingestCodecs   = desc("ingest", "codec_streams", "Live ingest streams by video codec (vp8, h264 over WHIP; h264, h265 from cameras).", "app", "codec")
+	ingestCamLost  = desc("ingest", "camera_lost_total", "Times a camera's connection was lost (its stream waits while the camera is reconnected).", "app")
 	ingestLoad     = desc("ingest", "cpu_load_ratio", "The process's CPU load as a share of the capacity WHIP admission fills (cores x ceiling); new streams that would push it above 1 get 503, and above 1 for long the newest stream is shed.")
 
 	gpuAvailable = desc("gpu", "telemetry_available", "1 when NVML reports this machine's NVIDIA GPUs; 0 without a driver (emulated GPUs only).")
@@ -84,7 +86,7 @@ type ingestCollector struct{ m *Metrics }
 
 func (ingestCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{ingestStreams, ingestPackets, ingestFrames, ingestIngested, ingestLost, ingestDecode, ingestPLIs,
-		ingestDiscard, ingestRestarts, ingestPending, ingestRefused, ingestEnded, ingestLoad} {
+		ingestDiscard, ingestRestarts, ingestPending, ingestRefused, ingestEnded, ingestCodecs, ingestCamLost, ingestLoad} {
 		ch <- d
 	}
 }
@@ -108,10 +110,13 @@ func (c ingestCollector) Collect(ch chan<- prometheus.Metric) {
 		for k, n := range t.Ended {
 			ch <- prometheus.MustNewConstMetric(ingestEnded, prometheus.CounterValue, float64(n), t.App, k)
 		}
+		for c, n := range t.Codecs {
+			ch <- prometheus.MustNewConstMetric(ingestCodecs, prometheus.GaugeValue, float64(n), t.App, c)
+		}
 		for _, v := range []struct {
 			d *prometheus.Desc
 			n uint64
-		}{{ingestPackets, t.Packets}, {ingestFrames, t.Frames}, {ingestIngested, t.Ingested}, {ingestLost, t.Lost}, {ingestDecode, t.DecodeErrors}, {ingestPLIs, t.PLIs}, {ingestDiscard, t.Discarded}, {ingestRestarts, t.Restarts}} {
+		}{{ingestPackets, t.Packets}, {ingestFrames, t.Frames}, {ingestIngested, t.Ingested}, {ingestLost, t.Lost}, {ingestDecode, t.DecodeErrors}, {ingestPLIs, t.PLIs}, {ingestDiscard, t.Discarded}, {ingestRestarts, t.Restarts}, {ingestCamLost, t.CameraLost}} {
 			ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(v.n), t.App)
 		}
 	}

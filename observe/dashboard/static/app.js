@@ -168,6 +168,8 @@ function renderApp(id, a, span) {
   sec.append(k);
   const ing = ingestLine(state.ingest);
   if (ing) sec.append(ing);
+  const sl = streamList(state.ingest, id);
+  if (sl) sec.append(sl);
   if (l.degraded) {
     // Said loudly: the plan carries only part of the frames (the rest are shed at ingest) or none at all.
     sec.append(el("p", { class: "degraded" }, `DEGRADED: the plan carries ${pct(l.admitted || 0)} of the frames. ${l.degraded.replace(/^degraded: /, "")}`));
@@ -251,6 +253,26 @@ function ingestLine(g) {
   if (ended) parts.push("ended by the server: " + ended);
   const bad = g.overloaded_for_ns > 0 || refused || ended;
   return el("div", { class: "drops" + (bad ? " warn" : ""), id: "ingest" }, parts.join(" · "));
+}
+
+// streamList is the app's live ingest streams, WHIP and cameras: codec,
+// size, simulcast layer, where from; a camera that is lost says so loudly.
+function streamList(g, app) {
+  const ss = ((g && g.streams) || []).filter((s) => s.app === app);
+  if (!ss.length) return null;
+  const ul = el("ul", { class: "streams", id: "streams-" + app });
+  for (const s of ss) {
+    const parts = [s.state, s.codec || "", s.width ? `${s.width}x${s.height}` : ""];
+    if (s.layer) parts.push(`layer ${s.layer}`);
+    parts.push(s.source === "whip" ? "WHIP" : s.source || "");
+    if (s.camera_lost) parts.push(`camera lost ${s.camera_lost}×`);
+    const li = el("li", { class: s.waiting ? "warn" : "" }, el("b", {}, s.id + ": "), parts.filter((p) => p).join(" · "));
+    if (s.waiting) li.append(el("span", { class: "warn" }, " — " + s.waiting.toUpperCase()));
+    ul.append(li);
+  }
+  const attrs = { class: "why" };
+  if (ss.some((s) => s.waiting)) attrs.open = ""; // a lost camera is shown, not folded away
+  return el("details", attrs, el("summary", {}, `${ss.length} ingest streams`), ul);
 }
 
 // allocText is a module's allocation: "2 × V100<8,1> + P100<1,1> ×0.35 partial".

@@ -1,0 +1,676 @@
+// Package avc is a small cgo binding to Debian's FFmpeg libraries
+// (libavcodec, libavutil, libswscale) for H.264 and H.265: a Decoder for
+// the ingest (WHIP with H.264, RTSP cameras with H.264 or H.265: access
+// units in Annex-B form -> BGR frames for sessions) and an H.264 Encoder
+// (libx264 through libavcodec) for mdag's own client and tests. Frames
+// cross the boundary as media.Frame (8-bit BGR); the colour conversion is
+// libswscale's.
+//
+// A Decoder or Encoder is not safe for concurrent use; each stream owns
+// one. Decoding outside input is safe: damaged data gives an error (the
+// caller counts it and asks for a key frame), and pictures above MaxPixels
+// are refused with ErrTooLarge before any conversion; libavcodec itself is
+// told to refuse pictures much larger than that before it allocates them.
+//
+// The package replaces libavutil's log callback (process wide) with one
+// that prints nothing and keeps, per thread, the last error-level message
+// of the current call, so that errors carry libavcodec's detail and a
+// corrupt stream does not flood stderr.
+package avc
+
+/*
+#cgo pkg-config: libavcodec libavutil libswscale
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <libavcodec/avcodec.h>
+#include <libavutil/avutil.h>
+#include <libavutil/error.h>
+#include <libavutil/frame.h>
+#include <libavutil/log.h>
+#include <libavutil/mem.h>
+#include <libavutil/opt.h>
+#include <libavutil/pixdesc.h>
+#include <libswscale/swscale.h>
+
+// The last error-level message logged on this thread during the current
+// call into this package, and whether it was libavutil's refusal of a
+// picture above the decoder's max_pixels.
+static __thread char mdag_msg[256];
+static __thread int mdag_toolarge;
+
+static void mdag_log(void *avcl, int level, const char *fmt, va_list vl) {
+	(void)avcl;
+	if (level > AV_LOG_ERROR || fmt == NULL) return;
+	if (strstr(fmt, "max pixel count") != NULL) mdag_toolarge = 1;
+	vsnprintf(mdag_msg, sizeof mdag_msg, fmt, vl);
+	size_t n = strlen(mdag_msg);
+	while (n > 0 && (mdag_msg[n-1] == '\n' || mdag_msg[n-1] == '\r' || mdag_msg[n-1] == ' ')) mdag_msg[--n] = 0;
+}
+
+static void mdag_log_init(void) {
+	av_log_set_level(AV_LOG_ERROR);
+	av_log_set_callback(mdag_log);
+}
+
+static void mdag_call_begin(void) { mdag_msg[0] = 0; mdag_toolarge = 0; }
+
+typedef struct {
+	int got;      // pictures received in this call
+	int damaged;  // of which flagged as damaged (concealed errors, missing references)
+	int toolarge; // libavcodec refused a picture above max_pixels
+	int w, h;     // the last picture's size
+	char msg[256];
+} mdag_result;
+
+static void mdag_call_end(mdag_result *r) {
+	r->toolarge = mdag_toolarge;
+	memcpy(r->msg, mdag_msg, sizeof r->msg);
+	r->msg[sizeof r->msg - 1] = 0;
+}
+
+static void mdag_strerror(int code, char *buf, size_t n) { av_strerror(code, buf, n); }
+
+typedef struct {
+	AVCodecContext *ctx;
+	AVPacket *pkt;
+	AVFrame *frm, *last;
+	uint8_t *buf;
+	int cap;
+	struct SwsContext *sws;
+	int sw, sh, sfmt, scs, srange;
+} mdag_dec;
+
+static void mdag_dec_free(mdag_dec *d) {
+	avcodec_free_context(&d->ctx);
+	av_packet_free(&d->pkt);
+	av_frame_free(&d->frm);
+	av_frame_free(&d->last);
+	av_freep(&d->buf);
+	sws_freeContext(d->sws);
+	d->sws = NULL;
+	free(d);
+}
+
+static int mdag_dec_open(mdag_dec **out, int codec_id, long long max_pixels) {
+	mdag_dec *d = calloc(1, sizeof *d);
+	if (d == NULL) return AVERROR(ENOMEM);
+	const AVCodec *c = avcodec_find_decoder(codec_id);
+	if (c == NULL) { free(d); return AVERROR_DECODER_NOT_FOUND; }
+	d->ctx = avcodec_alloc_context3(c);
+	d->pkt = av_packet_alloc();
+	d->frm = av_frame_alloc();
+	d->last = av_frame_alloc();
+	if (d->ctx == NULL || d->pkt == NULL || d->frm == NULL || d->last == NULL) { mdag_dec_free(d); return AVERROR(ENOMEM); }
+	d->ctx->thread_count = 1;
+	d->ctx->thread_type = 0;
+	d->ctx->flags |= AV_CODEC_FLAG_LOW_DELAY;
+	d->ctx->max_pixels = max_pixels;
+	int err = avcodec_open2(d->ctx, c, NULL);
+	if (err < 0) { mdag_dec_free(d); return err; }
+	*out = d;
+	return 0;
+}
+
+// mdag_dec_buf returns the decoder's input buffer with room for n bytes and
+// the zeroed padding libavcodec reads past the end of its input.
+static uint8_t *mdag_dec_buf(mdag_dec *d, int n) {
+	if (n > d->cap) {
+		av_freep(&d->buf);
+		d->cap = 0;
+		d->buf = av_malloc((size_t)n + AV_INPUT_BUFFER_PADDING_SIZE);
+		if (d->buf == NULL) return NULL;
+		d->cap = n;
+	}
+	memset(d->buf + n, 0, AV_INPUT_BUFFER_PADDING_SIZE);
+	return d->buf;
+}
+
+static int mdag_dec_receive(mdag_dec *d, mdag_result *r) {
+	for (;;) {
+		int err = avcodec_receive_frame(d->ctx, d->frm);
+		if (err == AVERROR(EAGAIN) || err == AVERROR_EOF) return 0;
+		if (err < 0) return err;
+		if (d->frm->decode_error_flags != 0 || (d->frm->flags & AV_FRAME_FLAG_CORRUPT) != 0) r->damaged++;
+		av_frame_unref(d->last);
+		av_frame_move_ref(d->last, d->frm);
+		r->got++;
+		r->w = d->last->width;
+		r->h = d->last->height;
+	}
+}
+
+// mdag_dec_decode sends the n bytes in d->buf as one packet and receives
+// every picture it completes; the last one is kept in d->last.
+static int mdag_dec_decode(mdag_dec *d, int n, mdag_result *r) {
+	mdag_call_begin();
+	av_frame_unref(d->last);
+	d->pkt->data = d->buf;
+	d->pkt->size = n;
+	int err = avcodec_send_packet(d->ctx, d->pkt);
+	if (err == AVERROR(EAGAIN)) { // not expected: every call drains; drain and send again
+		err = mdag_dec_receive(d, r);
+		if (err == 0) err = avcodec_send_packet(d->ctx, d->pkt);
+	}
+	if (err == 0) err = mdag_dec_receive(d, r);
+	d->pkt->data = NULL;
+	d->pkt->size = 0;
+	mdag_call_end(r);
+	if (err < 0) av_frame_unref(d->last);
+	return err;
+}
+
+static int mdag_sws_cs(int spc) {
+	switch (spc) {
+	case AVCOL_SPC_BT709: return SWS_CS_ITU709;
+	case AVCOL_SPC_FCC: return SWS_CS_FCC;
+	case AVCOL_SPC_SMPTE240M: return SWS_CS_SMPTE240M;
+	case AVCOL_SPC_BT2020_NCL:
+	case AVCOL_SPC_BT2020_CL: return SWS_CS_BT2020;
+	default: return SWS_CS_ITU601; // unspecified, BT.601 (BT470BG, SMPTE170M)
+	}
+}
+
+static int mdag_full_range(const AVFrame *f) {
+	switch (f->format) {
+	case AV_PIX_FMT_YUVJ420P:
+	case AV_PIX_FMT_YUVJ422P:
+	case AV_PIX_FMT_YUVJ444P:
+	case AV_PIX_FMT_YUVJ440P:
+	case AV_PIX_FMT_YUVJ411P:
+		return 1;
+	}
+	return f->color_range == AVCOL_RANGE_JPEG;
+}
+
+// mdag_dec_convert writes d->last as packed BGR (stride w*3) to dst, which
+// has room for w*h*3 bytes plus MDAG_DST_PAD (libswscale's vector code may
+// write a few pixels past the end of a row).
+#define MDAG_DST_PAD 256
+static int mdag_dec_convert(mdag_dec *d, uint8_t *dst) {
+	mdag_call_begin();
+	const AVFrame *f = d->last;
+	int w = f->width, h = f->height, cs = mdag_sws_cs(f->colorspace), full = mdag_full_range(f);
+	if (d->sws == NULL || d->sw != w || d->sh != h || d->sfmt != f->format || d->scs != cs || d->srange != full) {
+		sws_freeContext(d->sws);
+		d->sws = sws_getContext(w, h, f->format, w, h, AV_PIX_FMT_BGR24, SWS_BILINEAR, NULL, NULL, NULL);
+		if (d->sws == NULL) return AVERROR(EINVAL);
+		d->sw = w; d->sh = h; d->sfmt = f->format; d->scs = cs; d->srange = full;
+		// BT.601 limited range for ordinary streams, as the VP8 path converts.
+		sws_setColorspaceDetails(d->sws, sws_getCoefficients(cs), full, sws_getCoefficients(SWS_CS_ITU601), 1, 0, 1 << 16, 1 << 16);
+	}
+	uint8_t *dd[4] = {dst, NULL, NULL, NULL};
+	int dl[4] = {w * 3, 0, 0, 0};
+	int got = sws_scale(d->sws, (const uint8_t *const *)f->data, f->linesize, 0, h, dd, dl);
+	av_frame_unref(d->last);
+	return got == h ? 0 : AVERROR(EINVAL);
+}
+
+static const char *mdag_pix_fmt_name(int f) {
+	const char *n = av_get_pix_fmt_name(f);
+	return n ? n : "unknown";
+}
+
+static int mdag_last_format(mdag_dec *d) { return d->last->format; }
+
+typedef struct {
+	AVCodecContext *ctx;
+	AVFrame *frm;
+	AVPacket *pkt;
+	struct SwsContext *sws;
+	uint8_t *in;
+} mdag_enc;
+
+static void mdag_enc_free(mdag_enc *e) {
+	avcodec_free_context(&e->ctx);
+	av_frame_free(&e->frm);
+	av_packet_free(&e->pkt);
+	sws_freeContext(e->sws);
+	av_freep(&e->in);
+	free(e);
+}
+
+// mdag_enc_open opens encoder name (libx264, libx265) for w x h BGR input
+// converted to pix_fmt (BT.601, limited range); opts are "key=value" pairs
+// separated by '\n' set on the encoder's private options.
+static int mdag_enc_open(mdag_enc **out, const char *name, int w, int h, int fps, int kbps, int keyint, int pix_fmt, int bframes, const char *opts) {
+	mdag_call_begin();
+	mdag_enc *e = calloc(1, sizeof *e);
+	if (e == NULL) return AVERROR(ENOMEM);
+	const AVCodec *c = avcodec_find_encoder_by_name(name);
+	if (c == NULL) { free(e); return AVERROR_ENCODER_NOT_FOUND; }
+	e->ctx = avcodec_alloc_context3(c);
+	e->frm = av_frame_alloc();
+	e->pkt = av_packet_alloc();
+	e->in = av_malloc((size_t)w * h * 3 + 64);
+	if (e->ctx == NULL || e->frm == NULL || e->pkt == NULL || e->in == NULL) { mdag_enc_free(e); return AVERROR(ENOMEM); }
+	AVCodecContext *x = e->ctx;
+	x->width = w;
+	x->height = h;
+	x->pix_fmt = pix_fmt;
+	x->time_base = (AVRational){1, fps};
+	x->framerate = (AVRational){fps, 1};
+	x->bit_rate = (int64_t)kbps * 1000;
+	x->rc_max_rate = x->bit_rate;
+	x->rc_buffer_size = (int)(x->bit_rate); // one second of video
+	x->gop_size = keyint;
+	x->max_b_frames = bframes;
+	x->thread_count = 1;
+	x->color_range = AVCOL_RANGE_MPEG;
+	x->colorspace = AVCOL_SPC_SMPTE170M;
+	x->color_primaries = AVCOL_PRI_SMPTE170M;
+	x->color_trc = AVCOL_TRC_SMPTE170M;
+	int err = 0;
+	char *all = strdup(opts), *save = NULL;
+	if (all == NULL) { mdag_enc_free(e); return AVERROR(ENOMEM); }
+	for (char *kv = strtok_r(all, "\n", &save); kv != NULL && err >= 0; kv = strtok_r(NULL, "\n", &save)) {
+		char *eq = strchr(kv, '=');
+		if (eq == NULL) { err = AVERROR(EINVAL); break; }
+		*eq = 0;
+		err = av_opt_set(x->priv_data, kv, eq + 1, 0);
+	}
+	free(all);
+	if (err >= 0) err = avcodec_open2(x, c, NULL);
+	if (err >= 0) {
+		e->frm->format = pix_fmt;
+		e->frm->width = w;
+		e->frm->height = h;
+		err = av_frame_get_buffer(e->frm, 0);
+	}
+	if (err >= 0) {
+		e->sws = sws_getContext(w, h, AV_PIX_FMT_BGR24, w, h, pix_fmt, SWS_BILINEAR, NULL, NULL, NULL);
+		if (e->sws == NULL) err = AVERROR(EINVAL);
+		else sws_setColorspaceDetails(e->sws, sws_getCoefficients(SWS_CS_ITU601), 1, sws_getCoefficients(SWS_CS_ITU601), 0, 0, 1 << 16, 1 << 16);
+	}
+	if (err < 0) { mdag_enc_free(e); return err; }
+	*out = e;
+	return 0;
+}
+
+// mdag_enc_send converts the packed BGR picture at bgr (w*h*3 bytes) and
+// sends it to the encoder.
+static int mdag_enc_send(mdag_enc *e, const uint8_t *bgr, long long pts, int key, mdag_result *r) {
+	mdag_call_begin();
+	AVCodecContext *x = e->ctx;
+	memcpy(e->in, bgr, (size_t)x->width * x->height * 3);
+	int err = av_frame_make_writable(e->frm);
+	if (err >= 0) {
+		const uint8_t *src[4] = {e->in, NULL, NULL, NULL};
+		int sl[4] = {x->width * 3, 0, 0, 0};
+		sws_scale(e->sws, src, sl, 0, x->height, e->frm->data, e->frm->linesize);
+		e->frm->pts = pts;
+		e->frm->pict_type = key ? AV_PICTURE_TYPE_I : AV_PICTURE_TYPE_NONE;
+		err = avcodec_send_frame(x, e->frm);
+	}
+	mdag_call_end(r);
+	return err;
+}
+
+// mdag_enc_receive takes the next packet into e->pkt: 0, AVERROR(EAGAIN)
+// when there is none, or an error.
+static int mdag_enc_receive(mdag_enc *e, mdag_result *r) {
+	mdag_call_begin();
+	av_packet_unref(e->pkt);
+	int err = avcodec_receive_packet(e->ctx, e->pkt);
+	mdag_call_end(r);
+	return err;
+}
+
+static void *mdag_pkt_data(mdag_enc *e) { return e->pkt->data; }
+static int mdag_pkt_size(mdag_enc *e) { return e->pkt->size; }
+static long long mdag_pkt_pts(mdag_enc *e) { return e->pkt->pts; }
+static int mdag_pkt_key(mdag_enc *e) { return (e->pkt->flags & AV_PKT_FLAG_KEY) != 0; }
+
+static int mdag_eagain(void) { return AVERROR(EAGAIN); }
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/mdag/mdag/media"
+)
+
+// Codec names a video compression format.
+type Codec int
+
+// The codecs the Decoder reads.
+const (
+	H264 Codec = iota + 1
+	H265
+)
+
+func (c Codec) String() string {
+	switch c {
+	case H264:
+		return "H264"
+	case H265:
+		return "H265"
+	}
+	return fmt.Sprintf("Codec(%d)", int(c))
+}
+
+// ParseCodec reads a codec name: "h264", "avc" (H264) or "h265", "hevc"
+// (H265), in any case.
+func ParseCodec(s string) (Codec, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "h264", "h.264", "avc":
+		return H264, nil
+	case "h265", "h.265", "hevc":
+		return H265, nil
+	}
+	return 0, fmt.Errorf("avc: codec %q: want h264 (avc) or h265 (hevc)", s)
+}
+
+func (c Codec) id() (C.int, bool) {
+	switch c {
+	case H264:
+		return C.AV_CODEC_ID_H264, true
+	case H265:
+		return C.AV_CODEC_ID_HEVC, true
+	}
+	return 0, false
+}
+
+// MaxPixels is the largest picture a Decoder hands out (4K); larger
+// pictures are refused with ErrTooLarge.
+const MaxPixels = 3840 * 2160
+
+// maxDecodePixels is what libavcodec itself is told to refuse (before it
+// allocates): above MaxPixels, since its check counts the picture's width
+// rounded up for alignment; sizes between the two are decoded and then
+// refused by the exact check.
+const maxDecodePixels = MaxPixels + MaxPixels/8
+
+// maxAU bounds one access unit (a 4K intra picture at very high quality
+// stays well below it).
+const maxAU = 32 << 20
+
+// ErrTooLarge is returned for pictures above MaxPixels.
+var ErrTooLarge = errors.New("avc: picture above the size limit")
+
+var logOnce sync.Once
+
+func quietLogs() { logOnce.Do(func() { C.mdag_log_init() }) }
+
+func avErr(code C.int) string {
+	var buf [128]C.char
+	C.mdag_strerror(code, &buf[0], C.size_t(len(buf)))
+	return C.GoString(&buf[0])
+}
+
+// callErr is libavcodec's error code with the message it logged, if any.
+func callErr(prefix string, code C.int, r *C.mdag_result) error {
+	msg := avErr(code)
+	if r != nil {
+		if detail := C.GoString(&r.msg[0]); detail != "" && detail != msg {
+			msg += " (" + detail + ")"
+		}
+	}
+	return fmt.Errorf("%s: %s", prefix, msg)
+}
+
+// Decoder decodes one H.264 or H.265 stream.
+//
+// It runs libavcodec with one thread: the ingest accounts CPU per stream
+// (admission by load), and frame threads would add a frame of delay per
+// thread; slice threads help only streams coded with many slices. Low
+// delay is on: pictures are handed out as soon as they are decoded.
+type Decoder struct {
+	c      *C.mdag_dec
+	codec  Codec
+	closed bool
+}
+
+// NewDecoder returns a decoder for c.
+func NewDecoder(c Codec) (*Decoder, error) {
+	id, ok := c.id()
+	if !ok {
+		return nil, fmt.Errorf("avc: decoder for %v: want H264 or H265", c)
+	}
+	quietLogs()
+	var d *C.mdag_dec
+	if code := C.mdag_dec_open(&d, id, C.longlong(maxDecodePixels)); code < 0 {
+		return nil, callErr(fmt.Sprintf("avc: %v decoder init", c), code, nil)
+	}
+	return &Decoder{c: d, codec: c}, nil
+}
+
+// Decode decodes one access unit in Annex-B form (a start code before each
+// NAL unit; parameter sets in band as they arrive). It returns nil, nil
+// when the access unit completed no picture (parameter sets only, or the
+// decoder's delay). A damaged picture (concealed errors, a missing
+// reference) is an error: the caller asks for a key frame.
+func (d *Decoder) Decode(au []byte) (*media.Frame, error) {
+	return d.decode(au, true)
+}
+
+// Skip decodes one access unit without converting the picture: for frames
+// a stream does not hand on (sampling to the app's rate) that later frames
+// still reference.
+func (d *Decoder) Skip(au []byte) error {
+	_, err := d.decode(au, false)
+	return err
+}
+
+func (d *Decoder) decode(au []byte, convert bool) (*media.Frame, error) {
+	if d.closed {
+		return nil, fmt.Errorf("avc: %v decoder closed", d.codec)
+	}
+	if len(au) == 0 {
+		return nil, fmt.Errorf("avc: %v: empty access unit", d.codec)
+	}
+	if len(au) > maxAU {
+		return nil, fmt.Errorf("avc: %v: access unit of %d bytes, above the %d-byte limit", d.codec, len(au), maxAU)
+	}
+	if startCode(au) == 0 {
+		return nil, fmt.Errorf("avc: %v: access unit does not begin with an Annex-B start code (00 00 01), begins % x", d.codec, au[:min(len(au), 4)])
+	}
+	buf := C.mdag_dec_buf(d.c, C.int(len(au)))
+	if buf == nil {
+		return nil, fmt.Errorf("avc: %v: cannot allocate %d bytes for an access unit", d.codec, len(au))
+	}
+	C.memcpy(unsafe.Pointer(buf), unsafe.Pointer(&au[0]), C.size_t(len(au)))
+	var r C.mdag_result
+	code := C.mdag_dec_decode(d.c, C.int(len(au)), &r)
+	if r.toolarge != 0 {
+		return nil, fmt.Errorf("%w: %v: %s", ErrTooLarge, d.codec, C.GoString(&r.msg[0]))
+	}
+	if code < 0 {
+		return nil, callErr(fmt.Sprintf("avc: %v: decode", d.codec), code, &r)
+	}
+	if r.got == 0 {
+		return nil, nil
+	}
+	w, h := int(r.w), int(r.h)
+	if w <= 0 || h <= 0 || w*h > MaxPixels {
+		return nil, fmt.Errorf("%w: %v: %dx%d, at most %d pixels", ErrTooLarge, d.codec, w, h, MaxPixels)
+	}
+	if r.damaged != 0 {
+		detail := ""
+		if m := C.GoString(&r.msg[0]); m != "" {
+			detail = ": " + m
+		}
+		return nil, fmt.Errorf("avc: %v: damaged picture (concealed errors or a missing reference)%s", d.codec, detail)
+	}
+	if !convert {
+		return nil, nil
+	}
+	n := w * h * 3
+	pix := make([]byte, n, n+C.MDAG_DST_PAD)
+	if code := C.mdag_dec_convert(d.c, (*C.uint8_t)(unsafe.Pointer(&pix[0]))); code < 0 {
+		return nil, fmt.Errorf("avc: %v: convert %dx%d %s to BGR: %s", d.codec, w, h, C.GoString(C.mdag_pix_fmt_name(C.mdag_last_format(d.c))), avErr(code))
+	}
+	return &media.Frame{W: w, H: h, Pix: pix}, nil
+}
+
+// Close frees the decoder; it may be called more than once.
+func (d *Decoder) Close() {
+	if d.closed {
+		return
+	}
+	d.closed = true
+	C.mdag_dec_free(d.c)
+	d.c = nil
+}
+
+// startCode is the length of the Annex-B start code at the beginning of b
+// (3 or 4), or 0.
+func startCode(b []byte) int {
+	switch {
+	case len(b) >= 4 && b[0] == 0 && b[1] == 0 && b[2] == 0 && b[3] == 1:
+		return 4
+	case len(b) >= 3 && b[0] == 0 && b[1] == 0 && b[2] == 1:
+		return 3
+	}
+	return 0
+}
+
+// IsKeyFrame reports whether the Annex-B access unit au holds a picture
+// that decoding can start from: an IDR slice for H.264 (NAL type 5), an
+// IRAP picture for H.265 (NAL types 16 to 21).
+func IsKeyFrame(c Codec, au []byte) bool {
+	for i := 0; i+3 < len(au); {
+		if au[i] != 0 || au[i+1] != 0 || au[i+2] != 1 {
+			i++
+			continue
+		}
+		hdr := au[i+3]
+		i += 3
+		switch c {
+		case H264:
+			if hdr&0x1f == 5 {
+				return true
+			}
+		case H265:
+			if t := (hdr >> 1) & 0x3f; t >= 16 && t <= 21 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// EncoderConfig configures an Encoder.
+type EncoderConfig struct {
+	Width, Height int // even
+	FPS           int // time base; default 30
+	BitrateKbps   int // target; default 1000
+	KeyEvery      int // at most this many frames between key frames; default 2 s of frames
+}
+
+// Encoded is one compressed access unit.
+type Encoded struct {
+	Data []byte // Annex-B; key frames carry SPS and PPS in band
+	Key  bool
+	PTS  int64
+}
+
+// Encoder encodes frames of one size to H.264 for real-time streaming.
+type Encoder struct {
+	c      *C.mdag_enc
+	codec  Codec
+	w, h   int
+	closed bool
+}
+
+// encoderSetup is what NewEncoder fixes and the tests vary: the codec,
+// the encoder's picture format and B-frames.
+type encoderSetup struct {
+	codec   Codec
+	pixFmt  C.int
+	bframes int
+	opts    []string // libavcodec private options, key=value
+}
+
+// NewEncoder returns an H.264 encoder with the settings of a live camera:
+// libx264, constrained baseline profile, preset veryfast, tune
+// zerolatency (no lookahead, no B-frames: one access unit out per frame
+// in), bitrate capped at the target over a one-second buffer, SPS and PPS
+// repeated on every key frame, a forced key frame an IDR.
+func NewEncoder(cfg EncoderConfig) (*Encoder, error) {
+	return newEncoder(cfg, encoderSetup{codec: H264, pixFmt: C.AV_PIX_FMT_YUV420P,
+		opts: []string{"preset=veryfast", "tune=zerolatency", "profile=baseline", "forced-idr=1"}})
+}
+
+func newEncoder(cfg EncoderConfig, s encoderSetup) (*Encoder, error) {
+	if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width%2 != 0 || cfg.Height%2 != 0 || cfg.Width*cfg.Height > 4*MaxPixels {
+		return nil, fmt.Errorf("avc: encoder size %dx%d: want even sides and 1..%d pixels", cfg.Width, cfg.Height, 4*MaxPixels)
+	}
+	if cfg.FPS <= 0 {
+		cfg.FPS = 30
+	}
+	if cfg.BitrateKbps <= 0 {
+		cfg.BitrateKbps = 1000
+	}
+	if cfg.KeyEvery <= 0 {
+		cfg.KeyEvery = 2 * cfg.FPS
+	}
+	name := map[Codec]string{H264: "libx264", H265: "libx265"}[s.codec]
+	if name == "" {
+		return nil, fmt.Errorf("avc: no encoder for %v", s.codec)
+	}
+	quietLogs()
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	copts := C.CString(strings.Join(s.opts, "\n"))
+	defer C.free(unsafe.Pointer(copts))
+	var e *C.mdag_enc
+	if code := C.mdag_enc_open(&e, cname, C.int(cfg.Width), C.int(cfg.Height), C.int(cfg.FPS), C.int(cfg.BitrateKbps), C.int(cfg.KeyEvery), s.pixFmt, C.int(s.bframes), copts); code < 0 {
+		return nil, callErr(fmt.Sprintf("avc: %s encoder init (%dx%d)", name, cfg.Width, cfg.Height), code, nil)
+	}
+	return &Encoder{c: e, codec: s.codec, w: cfg.Width, h: cfg.Height}, nil
+}
+
+// Encode compresses f (which must be the encoder's size) at pts (in frames
+// of the time base); key forces a key frame (answering a PLI). It returns
+// the access units the encoder completed: one per frame for NewEncoder's.
+func (e *Encoder) Encode(f *media.Frame, pts int64, key bool) ([]Encoded, error) {
+	if e.closed {
+		return nil, fmt.Errorf("avc: %v encoder closed", e.codec)
+	}
+	if err := f.Valid(); err != nil {
+		return nil, fmt.Errorf("avc: encode: %w", err)
+	}
+	if f.W != e.w || f.H != e.h {
+		return nil, fmt.Errorf("avc: encode: frame %dx%d, encoder is %dx%d", f.W, f.H, e.w, e.h)
+	}
+	k := C.int(0)
+	if key {
+		k = 1
+	}
+	var r C.mdag_result
+	if code := C.mdag_enc_send(e.c, (*C.uint8_t)(unsafe.Pointer(&f.Pix[0])), C.longlong(pts), k, &r); code < 0 {
+		return nil, callErr(fmt.Sprintf("avc: %v encode", e.codec), code, &r)
+	}
+	var out []Encoded
+	for {
+		code := C.mdag_enc_receive(e.c, &r)
+		if code == C.mdag_eagain() {
+			return out, nil
+		}
+		if code < 0 {
+			return nil, callErr(fmt.Sprintf("avc: %v encode", e.codec), code, &r)
+		}
+		out = append(out, Encoded{
+			Data: C.GoBytes(C.mdag_pkt_data(e.c), C.mdag_pkt_size(e.c)),
+			Key:  C.mdag_pkt_key(e.c) != 0,
+			PTS:  int64(C.mdag_pkt_pts(e.c)),
+		})
+	}
+}
+
+// Close frees the encoder; it may be called more than once.
+func (e *Encoder) Close() {
+	if e.closed {
+		return
+	}
+	e.closed = true
+	C.mdag_enc_free(e.c)
+	e.c = nil
+}
