@@ -3,11 +3,18 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestCameraFlags: validate --cameras checks the file against the app of
@@ -59,5 +66,93 @@ func TestCameraFlags(t *testing.T) {
 				t.Errorf("the password is in the output:\n%s", out.String())
 			}
 		})
+	}
+}
+
+// startRTSPCamera runs ingest/rtsp's test camera (GStreamer's RTSP server
+// from python3-gi) and returns its port; it skips, or fails under
+// MDAG_REQUIRE_INTEROP=1 (make test), when GStreamer is missing. The
+// test's cleanup stops it. The working directory is the module root.
+func startRTSPCamera(t *testing.T, args ...string) int {
+	t.Helper()
+	if out, err := exec.Command("/usr/bin/python3", "-c", `import gi
+gi.require_version("GstRtspServer", "1.0")
+from gi.repository import Gst, GstRtspServer
+Gst.init(None)
+assert Gst.ElementFactory.find("x264enc")`).CombinedOutput(); err != nil {
+		msg := fmt.Sprintf("GStreamer's RTSP server from python3-gi is missing (%v: %s)", err, bytes.TrimSpace(out))
+		if os.Getenv("MDAG_REQUIRE_INTEROP") == "1" {
+			t.Fatal(msg + "; make deps installs it")
+		}
+		t.Skip(msg + "; run make deps, or make test, which requires it")
+	}
+	cmd := exec.Command("/usr/bin/python3", append([]string{"ingest/rtsp/testdata/camera.py"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	ready := make(chan int, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if p, ok := strings.CutPrefix(sc.Text(), "ready "); ok {
+				n, _ := strconv.Atoi(p)
+				ready <- n
+			}
+		}
+	}()
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	select {
+	case port := <-ready:
+		return port
+	case <-exited:
+		t.Fatalf("camera.py exited: %s", stderr.String())
+	case <-time.After(15 * time.Second):
+		t.Fatal("camera.py: not ready within 15 s")
+	}
+	return 0
+}
+
+// TestServeCamera: mdag serve --camera with GStreamer's RTSP server as
+// the camera (H.264, basic authentication): the camera's frames are
+// decoded and finished by the app, and the camera is in the printed
+// status and the engine's, under its name, with no password anywhere.
+func TestServeCamera(t *testing.T) {
+	t.Chdir("../..")
+	port := startRTSPCamera(t, "--user", "admin", "--password", "Secr3t-pw")
+	var out, errb bytes.Buffer
+	code := run([]string{"serve", "--example", "traffic", "--listen", "127.0.0.1:0", "--duration", "3s",
+		"--camera", fmt.Sprintf("door=rtsp://admin:Secr3t-pw@127.0.0.1:%d/x", port)}, &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d:\n%s\n%s", code, out.String(), errb.String())
+	}
+	m := regexp.MustCompile(`frames sent (\d+), finished (\d+)`).FindStringSubmatch(out.String())
+	if m == nil || m[2] == "0" {
+		t.Fatalf("no frame finished:\n%s\n%s", out.String(), errb.String())
+	}
+	row := regexp.MustCompile(`(?m)^  door +stopped +h264/(udp|tcp) +[1-9]\d* +\d+ +0 +0 +- +rtsp://127\.0\.0\.1:\d+/x`)
+	if !row.MatchString(out.String()) || !strings.Contains(out.String(), "stream door joined traffic") {
+		t.Fatalf("the camera is not in the printed status:\n%s", out.String())
+	}
+	if strings.Contains(out.String()+errb.String(), "Secr3t-pw") {
+		t.Fatalf("the password is in the output:\n%s\n%s", out.String(), errb.String())
 	}
 }
