@@ -31,7 +31,7 @@
 // "camera door: rtsp://10.0.0.5:554/stream1: 404 Not Found: no such stream
 // path". Decisions:
 //   - No H.264 or H.265 video in the description ("offers no H.264 or
-//     H.265 video (it has: video MJPEG, audio G711)"): permanent. The
+//     H.265 video (it has: video M-JPEG, audio G711)"): permanent. The
 //     camera is Failed, its feed (if open) ends with kind "error", and it
 //     is not retried: the camera must be reconfigured, and mdag restarted.
 //   - 401 Unauthorized and 403 Forbidden: retried at the longest backoff
