@@ -6,12 +6,14 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -154,5 +156,78 @@ func TestServeCamera(t *testing.T) {
 	}
 	if strings.Contains(out.String()+errb.String(), "Secr3t-pw") {
 		t.Fatalf("the password is in the output:\n%s\n%s", out.String(), errb.String())
+	}
+}
+
+// TestSourceCamera: distributed mode. mdag source --camera reads the RTSP
+// camera (GStreamer's RTSP server), decodes it locally and forwards the
+// frames to mdag coordinator over gRPC: the coordinator's session gets the
+// camera's stream under its name and its frames; the source's summary
+// lists the camera, with no password.
+func TestSourceCamera(t *testing.T) {
+	t.Chdir("../..")
+	port := startRTSPCamera(t, "--user", "admin", "--password", "Secr3t-src")
+	pr, pw := io.Pipe()
+	addrs := make(chan [2]string, 1)
+	var coordLog bytes.Buffer
+	var logMu sync.Mutex
+	go func() {
+		re := regexp.MustCompile(`grpc=(\S+) status=http://(\S+)/v1/status`)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			logMu.Lock()
+			coordLog.WriteString(sc.Text() + "\n")
+			logMu.Unlock()
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				addrs <- [2]string{m[1], m[2]}
+			}
+		}
+	}()
+	var coordOut bytes.Buffer
+	coordDone := make(chan int, 1)
+	go func() {
+		coordDone <- run([]string{"coordinator", "--example", "traffic", "--grpc", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--duration", "8s"}, &coordOut, pw)
+		pw.Close()
+	}()
+	var grpcAddr, url string
+	select {
+	case a := <-addrs:
+		grpcAddr, url = a[0], "http://"+a[1]
+	case <-time.After(20 * time.Second):
+		t.Fatal("the coordinator did not start")
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"source", "--coordinator", grpcAddr, "--app", "traffic", "--fps", "5", "--duration", "3s",
+		"--camera", fmt.Sprintf("door=rtsp://admin:Secr3t-src@127.0.0.1:%d/x", port)}, &out, &errb)
+	if code != exitOK {
+		t.Fatalf("source: exit %d:\n%s\n%s", code, out.String(), errb.String())
+	}
+	st := getStatus(t, url)
+	sent := uint64(0)
+	for _, s := range st.Sessions {
+		sent += s.Total.Sent
+	}
+	if sent == 0 {
+		t.Fatalf("the coordinator got no frame from the camera: %+v", st.Sessions)
+	}
+	row := regexp.MustCompile(`(?m)^  door +stopped +h264/(udp|tcp) +[1-9]\d* +\d+ +0 +0 +- +rtsp://127\.0\.0\.1:\d+/x`)
+	if !row.MatchString(out.String()) {
+		t.Fatalf("the camera is not in the source's summary:\n%s", out.String())
+	}
+	select {
+	case c := <-coordDone:
+		if c != exitOK {
+			t.Fatalf("coordinator: exit %d:\n%s", c, coordOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the coordinator did not stop")
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if !strings.Contains(coordLog.String(), "stream=door") {
+		t.Errorf("the coordinator never saw the stream door:\n%s", coordLog.String())
+	}
+	if all := out.String() + errb.String() + coordLog.String() + coordOut.String(); strings.Contains(all, "Secr3t-src") {
+		t.Fatalf("the password is in the output:\n%s", all)
 	}
 }
