@@ -299,3 +299,51 @@ func FuzzDepacketizer(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDepacketizer: RTP packets of a 640x480-like H.264 stream (a
+// 30 kB key frame every 15 access units, 6 kB otherwise, 1,400-byte
+// payloads) to Annex-B access units; one op is one access unit.
+func BenchmarkDepacketizer(b *testing.B) {
+	sps, pps := nal264(7, 12), nal264(8, 4)
+	aus := make([][][]byte, 0, 15)
+	aus = append(aus, [][]byte{nal264(1, 6000)}) // the boundary the depacketizer starts after
+	aus = append(aus, [][]byte{nal264(5, 30000)})
+	for range 14 {
+		aus = append(aus, [][]byte{nal264(1, 6000)})
+	}
+	ssrc, seq := uint32(1), uint16(0)
+	enc := &rtph264.Encoder{PayloadType: 96, SSRC: &ssrc, InitialSequenceNumber: &seq, PayloadMaxSize: 1400, PacketizationMode: 1}
+	if err := enc.Init(); err != nil {
+		b.Fatal(err)
+	}
+	var pkts [][]*rtp.Packet
+	for _, au := range aus {
+		p, err := enc.Encode(au)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pkts = append(pkts, p)
+	}
+	d, err := newDepacketizer(H264, sps, pps)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var bytesOut int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	ts := uint32(0)
+	for i := 0; n < b.N; i++ {
+		for _, p := range pkts[i%len(pkts)] {
+			p.SequenceNumber = seq
+			p.Timestamp = ts
+			seq++
+			if au, ok := d.packet(p); ok {
+				bytesOut += int64(len(au.data))
+				n++
+			}
+		}
+		ts += 3000
+	}
+	b.SetBytes(bytesOut / int64(max(n, 1)))
+}
