@@ -461,7 +461,8 @@ func TestCameraFeedRefusedThenServerEnds(t *testing.T) {
 
 // TestCameraNoAnswer: a camera that accepts the connection and never
 // answers fails in bounded time (DialTimeout on the injected clock), with
-// an error naming the camera, and is retried.
+// an error naming the camera, and is retried with the backoff doubling
+// (1 s, 2 s, 4 s). It needs no GStreamer.
 func TestCameraNoAnswer(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -469,7 +470,7 @@ func TestCameraNoAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	accepted := make(chan net.Conn, 4)
+	accepted := make(chan net.Conn, 8)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -481,18 +482,27 @@ func TestCameraNoAnswer(t *testing.T) {
 	}()
 	url := "rtsp://" + ln.Addr().String() + "/live"
 	r := startRig(t, []Camera{{Name: "mute", URL: url, App: "app"}}, Options{})
-	var conn net.Conn
-	select {
-	case conn = <-accepted:
-		defer conn.Close()
-	case <-time.After(20 * time.Second):
-		t.Fatal("no connection")
-	}
-	// The bound's timer is set before the request that dialled.
-	r.clk.Advance(5 * time.Second)
-	r.feeds.waitFor(t, 20*time.Second, "the bounded-time error", func() bool { return !r.status("mute").NextRetry.IsZero() })
 	want := "camera mute: " + url + ": no answer within 5s (DESCRIBE)"
-	if s := r.status("mute"); s.LastError != want || s.State != Connecting && s.State != Reconnecting {
-		t.Fatalf("state %s, last error %q, want %q", s.State, s.LastError, want)
+	for i, wait := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		select {
+		case conn := <-accepted:
+			defer conn.Close()
+		case <-time.After(20 * time.Second):
+			t.Fatalf("attempt %d: no connection", i+1)
+		}
+		// The bound's timer is set before the request that dialled.
+		r.clk.Advance(5 * time.Second)
+		r.feeds.waitFor(t, 20*time.Second, "the bounded-time error", func() bool {
+			s := r.status("mute")
+			return s.Reconnects == uint64(i) && !s.NextRetry.IsZero()
+		})
+		s := r.status("mute")
+		if s.LastError != want || s.State != Reconnecting || s.NextRetry.Sub(r.clk.Now()) != wait {
+			t.Fatalf("attempt %d: state %s, last error %q (want %q), retry in %v (want %v)", i+1, s.State, s.LastError, want, s.NextRetry.Sub(r.clk.Now()), wait)
+		}
+		r.retry(t, "mute")
+	}
+	if n := strings.Count(r.log.String(), "no answer within 5s"); n != 3 {
+		t.Fatalf("%d log lines say so, want one per attempt:\n%s", n, r.log.String())
 	}
 }

@@ -275,9 +275,13 @@ func (c *camera) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if attempts > 0 {
-			c.update(func(st *CameraStatus) { st.Reconnects++ })
-		}
+		retry := attempts > 0
+		c.update(func(st *CameraStatus) {
+			st.NextRetry = time.Time{} // not waiting any more
+			if retry {
+				st.Reconnects++
+			}
+		})
 		attempts++
 		res := c.connect(ctx)
 		if ctx.Err() != nil || res.ended {
