@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -360,6 +361,26 @@ func writeIngestLine(w io.Writer, a ingest.Admission) {
 		fmt.Fprintf(w, "  streams %s:", m.what)
 		for _, k := range keys {
 			fmt.Fprintf(w, " %s=%d", k, m.n[k])
+		}
+		fmt.Fprintln(w)
+	}
+	// The live streams: codec, size, layer, where from; a lost camera
+	// loudly.
+	for _, s := range a.Streams {
+		parts := []string{s.App, s.State, s.Codec}
+		if s.Width > 0 {
+			parts = append(parts, fmt.Sprintf("%dx%d", s.Width, s.Height))
+		}
+		if s.Layer != "" {
+			parts = append(parts, "layer "+s.Layer)
+		}
+		parts = append(parts, s.Source)
+		if s.CameraLost > 0 {
+			parts = append(parts, fmt.Sprintf("camera lost %d times", s.CameraLost))
+		}
+		fmt.Fprintf(w, "  stream %s: %s", s.ID, strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "" }), ", "))
+		if s.Waiting != "" {
+			fmt.Fprintf(w, "; %s", strings.ToUpper(s.Waiting))
 		}
 		fmt.Fprintln(w)
 	}

@@ -74,7 +74,9 @@ func TestStatusIngest(t *testing.T) {
 		want   []string
 	}{
 		{"with ingest", true, []string{"ingest: 3 streams admitted (max 64), 1 pending (max 64); CPU load 1.20 of 1.40 cores admission fills, a new stream ~0.15; OVERLOADED for 4s",
-			"streams refused: capacity=5 recvonly=1", "streams ended: client=2 connect-timeout=7 overload=1"}},
+			"streams refused: capacity=5 recvonly=1", "streams ended: client=2 connect-timeout=7 overload=1",
+			"  stream 3f2a: traffic, admitted, h264, 640x480, whip",
+			"  stream door: traffic, admitted, h265, 1280x720, rtsp://cam.local/door, camera lost 2 times; CAMERA LOST: EOF; RECONNECTING"}},
 		{"without", false, nil},
 	}
 	for _, c := range cases {
@@ -85,7 +87,10 @@ func TestStatusIngest(t *testing.T) {
 				mux.HandleFunc("/v1/ingest", func(w http.ResponseWriter, r *http.Request) {
 					writeJSON(w, ingest.Admission{Admitted: 3, Pending: 1, MaxStreams: 64, MaxPending: 64, LoadCores: 1.2, CapacityCores: 1.4,
 						StreamCost: 0.15, OverloadedFor: 4 * time.Second, Refused: map[string]uint64{"recvonly": 1, "capacity": 5},
-						Ended: map[string]uint64{"overload": 1, "client": 2, "connect-timeout": 7}}, false)
+						Ended: map[string]uint64{"overload": 1, "client": 2, "connect-timeout": 7},
+						Streams: []ingest.Stream{{ID: "3f2a", App: "traffic", State: "admitted", Codec: "h264", Source: "whip", Width: 640, Height: 480},
+							{ID: "door", App: "traffic", State: "admitted", Codec: "h265", Source: "rtsp://cam.local/door", Width: 1280, Height: 720,
+								CameraLost: 2, Waiting: "camera lost: EOF; reconnecting"}}}, false)
 				})
 			}
 			srv := httptest.NewServer(mux)
