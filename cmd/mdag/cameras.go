@@ -20,6 +20,7 @@ import (
 	"github.com/mdag/mdag/ingest/rtsp"
 	"github.com/mdag/mdag/ingest/whip"
 	"github.com/mdag/mdag/media"
+	"github.com/mdag/mdag/observe/metrics"
 	"github.com/mdag/mdag/remote/client"
 )
 
@@ -85,7 +86,18 @@ type cameraRun struct {
 // server: every camera is a stream of app like a WHIP one). Call it after
 // the server is up; Stop before the server closes.
 func (cf *cameraFlags) start(cmd string, app *dag.App, obs *observed, log *slog.Logger) (*cameraRun, error) {
-	return cf.startOn(cmd, string(app.Name), obs.ws, log)
+	run, err := cf.startOn(cmd, string(app.Name), obs.ws, log)
+	if run != nil {
+		obs.mx.SetCameras(func() []metrics.Camera {
+			st := run.Status()
+			out := make([]metrics.Camera, len(st))
+			for i, c := range st {
+				out[i] = metrics.Camera{App: c.App, State: string(c.State), Reconnects: c.Reconnects}
+			}
+			return out
+		})
+	}
+	return run, err
 }
 
 // startOn reads the flags' cameras into server, which must be an

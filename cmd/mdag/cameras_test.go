@@ -141,8 +141,48 @@ func TestServeCamera(t *testing.T) {
 	t.Chdir("../..")
 	port := startRTSPCamera(t, "--user", "admin", "--password", "Secr3t-pw")
 	var out, errb bytes.Buffer
-	code := run([]string{"serve", "--example", "traffic", "--listen", "127.0.0.1:0", "--duration", "3s",
-		"--camera", fmt.Sprintf("door=rtsp://admin:Secr3t-pw@127.0.0.1:%d/x", port)}, &out, &errb)
+	pr, pw := io.Pipe()
+	metricsURL := make(chan string, 1)
+	var logMu sync.Mutex
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		re := regexp.MustCompile(`metrics=(http://\S+/metrics)`)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			logMu.Lock()
+			errb.WriteString(sc.Text() + "\n")
+			logMu.Unlock()
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				metricsURL <- m[1]
+			}
+		}
+	}()
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"serve", "--example", "traffic", "--listen", "127.0.0.1:0", "--duration", "4s",
+			"--camera", fmt.Sprintf("door=rtsp://admin:Secr3t-pw@127.0.0.1:%d/x", port)}, &out, pw)
+		pw.Close()
+	}()
+	var url string
+	select {
+	case url = <-metricsURL:
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not start")
+	}
+	// While it runs, /metrics counts the camera as streaming.
+	waitFor(t, "the camera streaming in /metrics", 15*time.Second, func() bool {
+		return strings.Contains(get(t, url, 200), `mdag_ingest_camera_streams{app="traffic",state="streaming"} 1`)
+	})
+	var code int
+	select {
+	case code = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	<-logged
+	logMu.Lock()
+	defer logMu.Unlock()
 	if code != exitOK {
 		t.Fatalf("exit %d:\n%s\n%s", code, out.String(), errb.String())
 	}
@@ -171,7 +211,9 @@ func TestSourceCamera(t *testing.T) {
 	addrs := make(chan [2]string, 1)
 	var coordLog bytes.Buffer
 	var logMu sync.Mutex
+	logged := make(chan struct{})
 	go func() {
+		defer close(logged)
 		re := regexp.MustCompile(`grpc=(\S+) status=http://(\S+)/v1/status`)
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
@@ -222,6 +264,7 @@ func TestSourceCamera(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the coordinator did not stop")
 	}
+	<-logged
 	logMu.Lock()
 	defer logMu.Unlock()
 	if !strings.Contains(coordLog.String(), "stream=door") {
