@@ -92,6 +92,9 @@ func (c *camera) connect(ctx context.Context) result {
 	var params [][]byte
 	switch f := forma.(type) {
 	case *format.H264:
+		if f.PacketizationMode >= 2 {
+			return result{err: c.errorf("H.264 packetization-mode %d (interleaved) is not supported: set the camera to mode 0 or 1", f.PacketizationMode), permanent: true}
+		}
 		sps, pps := f.SafeParams()
 		params = [][]byte{sps, pps}
 	case *format.H265:
