@@ -34,6 +34,8 @@
 //     H.265 video (it has: video M-JPEG, audio G711)"): permanent. The
 //     camera is Failed, its feed (if open) ends with kind "error", and it
 //     is not retried: the camera must be reconfigured, and mdag restarted.
+//     So is H.264 with packetization-mode 2 (interleaved), which
+//     gortsplib does not depacketize.
 //   - 401 Unauthorized and 403 Forbidden: retried at the longest backoff
 //     (30 s), logged at ERROR each time: a password fixed on the camera
 //     side is picked up, and an operator sees every failure.
