@@ -274,3 +274,23 @@ func TestSourceCamera(t *testing.T) {
 		t.Fatalf("the password is in the output:\n%s", all)
 	}
 }
+
+// TestCoordinatorCamera: mdag coordinator --camera reads the camera
+// itself (its WHIP server is the ingest server): the stream joins the
+// session, and the coordinator's summary lists the camera after it stopped
+// it.
+func TestCoordinatorCamera(t *testing.T) {
+	t.Chdir("../..")
+	port := startRTSPCamera(t, "--codec", "h265")
+	var out, errb bytes.Buffer
+	code := run([]string{"coordinator", "--example", "traffic", "--grpc", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--duration", "3s",
+		"--camera", fmt.Sprintf("rtsp://127.0.0.1:%d/x", port)}, &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d:\n%s\n%s", code, out.String(), errb.String())
+	}
+	// Named after host, port and path.
+	row := regexp.MustCompile(`(?m)^  127-0-0-1-\d+-x +stopped +h265/(udp|tcp) +[1-9]\d* +\d+ +0 +0 +- +rtsp://127\.0\.0\.1:\d+/x`)
+	if !row.MatchString(out.String()) || !strings.Contains(errb.String(), "msg=\"camera: playing\"") {
+		t.Fatalf("the camera is not in the coordinator's summary, or never played:\n%s\n%s", out.String(), errb.String())
+	}
+}
