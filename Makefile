@@ -90,6 +90,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	for f in FuzzParseRegistry FuzzParseGraph; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./gpu/registry || exit 1; done
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./ingest/vpx
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./ingest/avc
 	for f in FuzzRTP FuzzOffer; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./ingest/whip || exit 1; done
 

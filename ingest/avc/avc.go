@@ -12,14 +12,16 @@
 // are refused with ErrTooLarge before any conversion; libavcodec itself is
 // told to refuse pictures much larger than that before it allocates them.
 //
-// The package replaces libavutil's log callback (process wide) with one
-// that prints nothing and keeps, per thread, the last error-level message
-// of the current call, so that errors carry libavcodec's detail and a
-// corrupt stream does not flood stderr.
+// The package replaces libavutil's log callback (process wide, again with
+// every new Decoder or Encoder) with one that prints nothing and keeps, per
+// thread, the first error-level message of the current call, so that
+// errors carry libavcodec's detail (and its refusal of an oversized
+// picture is known as ErrTooLarge) and a corrupt stream does not flood
+// stderr.
 package avc
 
 /*
-#cgo pkg-config: libavcodec libavutil libswscale
+#cgo LDFLAGS: -lavcodec -lavutil -lswscale
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +36,7 @@ package avc
 #include <libavutil/pixdesc.h>
 #include <libswscale/swscale.h>
 
-// The last error-level message logged on this thread during the current
+// The first error-level message logged on this thread during the current
 // call into this package, and whether it was libavutil's refusal of a
 // picture above the decoder's max_pixels.
 static __thread char mdag_msg[256];
@@ -43,7 +45,9 @@ static __thread int mdag_toolarge;
 static void mdag_log(void *avcl, int level, const char *fmt, va_list vl) {
 	(void)avcl;
 	if (level > AV_LOG_ERROR || fmt == NULL) return;
-	if (strstr(fmt, "max pixel count") != NULL) mdag_toolarge = 1;
+	int toolarge = strstr(fmt, "max pixel count") != NULL;
+	if (mdag_msg[0] != 0 && !(toolarge && !mdag_toolarge)) return; // keep the first (the cause), or the size refusal
+	if (toolarge) mdag_toolarge = 1;
 	vsnprintf(mdag_msg, sizeof mdag_msg, fmt, vl);
 	size_t n = strlen(mdag_msg);
 	while (n > 0 && (mdag_msg[n-1] == '\n' || mdag_msg[n-1] == '\r' || mdag_msg[n-1] == ' ')) mdag_msg[--n] = 0;
@@ -107,6 +111,7 @@ static int mdag_dec_open(mdag_dec **out, int codec_id, long long max_pixels) {
 	d->ctx->thread_type = 0;
 	d->ctx->flags |= AV_CODEC_FLAG_LOW_DELAY;
 	d->ctx->max_pixels = max_pixels;
+	if (codec_id == AV_CODEC_ID_HEVC) d->ctx->err_recognition |= AV_EF_EXPLODE;
 	int err = avcodec_open2(d->ctx, c, NULL);
 	if (err < 0) { mdag_dec_free(d); return err; }
 	*out = d;
@@ -194,6 +199,9 @@ static int mdag_dec_convert(mdag_dec *d, uint8_t *dst) {
 	int w = f->width, h = f->height, cs = mdag_sws_cs(f->colorspace), full = mdag_full_range(f);
 	if (d->sws == NULL || d->sw != w || d->sh != h || d->sfmt != f->format || d->scs != cs || d->srange != full) {
 		sws_freeContext(d->sws);
+		// The fast path (libswscale's table/SIMD yuv2rgb for 4:2:0): within
+		// about 2 levels of the exact conversion; SWS_ACCURATE_RND |
+		// SWS_FULL_CHR_H_INT is exact but halves H.264 decode throughput.
 		d->sws = sws_getContext(w, h, f->format, w, h, AV_PIX_FMT_BGR24, SWS_BILINEAR, NULL, NULL, NULL);
 		if (d->sws == NULL) return AVERROR(EINVAL);
 		d->sw = w; d->sh = h; d->sfmt = f->format; d->scs = cs; d->srange = full;
@@ -218,24 +226,73 @@ typedef struct {
 	AVCodecContext *ctx;
 	AVFrame *frm;
 	AVPacket *pkt;
-	struct SwsContext *sws;
-	uint8_t *in;
+	int deep;                 // 10-bit samples (yuv420p10le): 8-bit values shifted up
+	int yr, yg, yb, yoff;     // Y  = (yr R + yg G + yb B + yoff) >> 16
+	int ur, ug, ub, vr, vg, vb; // Cb, Cr = 128 + (.. + 32768) >> 16
 } mdag_enc;
 
 static void mdag_enc_free(mdag_enc *e) {
 	avcodec_free_context(&e->ctx);
 	av_frame_free(&e->frm);
 	av_packet_free(&e->pkt);
-	sws_freeContext(e->sws);
-	av_freep(&e->in);
 	free(e);
 }
 
+static unsigned char mdag_clamp8(int v) { return v < 0 ? 0 : v > 255 ? 255 : (unsigned char)v; }
+
+// mdag_enc_matrix sets the fixed-point RGB -> YCbCr coefficients (16
+// fractional bits) of colour space spc, limited or full range.
+static void mdag_enc_matrix(mdag_enc *e, int spc, int full) {
+	double kr = 0.299, kb = 0.114; // BT.601
+	if (spc == AVCOL_SPC_BT709) { kr = 0.2126; kb = 0.0722; }
+	double kg = 1 - kr - kb;
+	double ys = full ? 1.0 : 219.0 / 255.0, cs = full ? 1.0 : 224.0 / 255.0;
+	double f = 65536;
+	e->yr = (int)(kr * ys * f + 0.5); e->yg = (int)(kg * ys * f + 0.5); e->yb = (int)(kb * ys * f + 0.5);
+	e->yoff = (full ? 0 : 16 << 16) + 32768;
+	double u = cs / (2 * (1 - kb)), v = cs / (2 * (1 - kr));
+	e->ur = (int)(-kr * u * f - 0.5); e->ug = (int)(-kg * u * f - 0.5); e->ub = (int)((1 - kb) * u * f + 0.5);
+	e->vr = (int)((1 - kr) * v * f + 0.5); e->vg = (int)(-kg * v * f - 0.5); e->vb = (int)(-kb * v * f - 0.5);
+}
+
+static void mdag_put(const mdag_enc *e, uint8_t *row, int x, int val) {
+	if (e->deep) ((uint16_t *)row)[x] = (uint16_t)(val << 2);
+	else row[x] = (uint8_t)val;
+}
+
+// mdag_bgr_to_yuv420 converts packed BGR (w*h*3 bytes) into the encoder's
+// picture: luma per pixel, chroma from the mean of each 2x2 block.
+static void mdag_bgr_to_yuv420(const mdag_enc *e, const uint8_t *bgr, AVFrame *p) {
+	int w = p->width, h = p->height;
+	for (int y = 0; y < h; y++) {
+		const uint8_t *in = bgr + (size_t)y * w * 3;
+		uint8_t *row = p->data[0] + (size_t)y * p->linesize[0];
+		for (int x = 0; x < w; x++) {
+			int b = in[3 * x], g = in[3 * x + 1], r = in[3 * x + 2];
+			mdag_put(e, row, x, mdag_clamp8((e->yr * r + e->yg * g + e->yb * b + e->yoff) >> 16));
+		}
+	}
+	for (int y = 0; y < h / 2; y++) {
+		const uint8_t *i0 = bgr + (size_t)(2 * y) * w * 3, *i1 = i0 + (size_t)w * 3;
+		uint8_t *ur = p->data[1] + (size_t)y * p->linesize[1], *vr = p->data[2] + (size_t)y * p->linesize[2];
+		for (int x = 0; x < w / 2; x++) {
+			const uint8_t *a = i0 + 6 * x, *c = i1 + 6 * x;
+			int b = a[0] + a[3] + c[0] + c[3], g = a[1] + a[4] + c[1] + c[4], r = a[2] + a[5] + c[2] + c[5];
+			// sums of four: (coef * sum/4) in 16.16 is (coef * sum) >> 18
+			mdag_put(e, ur, x, mdag_clamp8(128 + ((e->ur * r + e->ug * g + e->ub * b + (1 << 17)) >> 18)));
+			mdag_put(e, vr, x, mdag_clamp8(128 + ((e->vr * r + e->vg * g + e->vb * b + (1 << 17)) >> 18)));
+		}
+	}
+}
+
 // mdag_enc_open opens encoder name (libx264, libx265) for w x h BGR input
-// converted to pix_fmt (BT.601, limited range); opts are "key=value" pairs
-// separated by '\n' set on the encoder's private options.
-static int mdag_enc_open(mdag_enc **out, const char *name, int w, int h, int fps, int kbps, int keyint, int pix_fmt, int bframes, const char *opts) {
+// (even sides) converted to pix_fmt (yuv420p or yuv420p10le) with the
+// matrix of colour space spc (an AVColorSpace: BT.601 or BT.709) in
+// limited or full range, both signalled in the stream; opts are
+// "key=value" pairs separated by '\n' set on the encoder's private options.
+static int mdag_enc_open(mdag_enc **out, const char *name, int w, int h, int fps, int kbps, int keyint, int pix_fmt, int bframes, int spc, int full, const char *opts) {
 	mdag_call_begin();
+	if (pix_fmt != AV_PIX_FMT_YUV420P && pix_fmt != AV_PIX_FMT_YUV420P10LE) return AVERROR(EINVAL);
 	mdag_enc *e = calloc(1, sizeof *e);
 	if (e == NULL) return AVERROR(ENOMEM);
 	const AVCodec *c = avcodec_find_encoder_by_name(name);
@@ -243,8 +300,9 @@ static int mdag_enc_open(mdag_enc **out, const char *name, int w, int h, int fps
 	e->ctx = avcodec_alloc_context3(c);
 	e->frm = av_frame_alloc();
 	e->pkt = av_packet_alloc();
-	e->in = av_malloc((size_t)w * h * 3 + 64);
-	if (e->ctx == NULL || e->frm == NULL || e->pkt == NULL || e->in == NULL) { mdag_enc_free(e); return AVERROR(ENOMEM); }
+	if (e->ctx == NULL || e->frm == NULL || e->pkt == NULL) { mdag_enc_free(e); return AVERROR(ENOMEM); }
+	e->deep = pix_fmt == AV_PIX_FMT_YUV420P10LE;
+	mdag_enc_matrix(e, spc, full);
 	AVCodecContext *x = e->ctx;
 	x->width = w;
 	x->height = h;
@@ -257,10 +315,10 @@ static int mdag_enc_open(mdag_enc **out, const char *name, int w, int h, int fps
 	x->gop_size = keyint;
 	x->max_b_frames = bframes;
 	x->thread_count = 1;
-	x->color_range = AVCOL_RANGE_MPEG;
-	x->colorspace = AVCOL_SPC_SMPTE170M;
-	x->color_primaries = AVCOL_PRI_SMPTE170M;
-	x->color_trc = AVCOL_TRC_SMPTE170M;
+	x->color_range = full ? AVCOL_RANGE_JPEG : AVCOL_RANGE_MPEG;
+	x->colorspace = spc;
+	x->color_primaries = spc == AVCOL_SPC_BT709 ? AVCOL_PRI_BT709 : AVCOL_PRI_SMPTE170M;
+	x->color_trc = spc == AVCOL_SPC_BT709 ? AVCOL_TRC_BT709 : AVCOL_TRC_SMPTE170M;
 	int err = 0;
 	char *all = strdup(opts), *save = NULL;
 	if (all == NULL) { mdag_enc_free(e); return AVERROR(ENOMEM); }
@@ -278,11 +336,6 @@ static int mdag_enc_open(mdag_enc **out, const char *name, int w, int h, int fps
 		e->frm->height = h;
 		err = av_frame_get_buffer(e->frm, 0);
 	}
-	if (err >= 0) {
-		e->sws = sws_getContext(w, h, AV_PIX_FMT_BGR24, w, h, pix_fmt, SWS_BILINEAR, NULL, NULL, NULL);
-		if (e->sws == NULL) err = AVERROR(EINVAL);
-		else sws_setColorspaceDetails(e->sws, sws_getCoefficients(SWS_CS_ITU601), 1, sws_getCoefficients(SWS_CS_ITU601), 0, 0, 1 << 16, 1 << 16);
-	}
 	if (err < 0) { mdag_enc_free(e); return err; }
 	*out = e;
 	return 0;
@@ -292,16 +345,12 @@ static int mdag_enc_open(mdag_enc **out, const char *name, int w, int h, int fps
 // sends it to the encoder.
 static int mdag_enc_send(mdag_enc *e, const uint8_t *bgr, long long pts, int key, mdag_result *r) {
 	mdag_call_begin();
-	AVCodecContext *x = e->ctx;
-	memcpy(e->in, bgr, (size_t)x->width * x->height * 3);
 	int err = av_frame_make_writable(e->frm);
 	if (err >= 0) {
-		const uint8_t *src[4] = {e->in, NULL, NULL, NULL};
-		int sl[4] = {x->width * 3, 0, 0, 0};
-		sws_scale(e->sws, src, sl, 0, x->height, e->frm->data, e->frm->linesize);
+		mdag_bgr_to_yuv420(e, bgr, e->frm);
 		e->frm->pts = pts;
 		e->frm->pict_type = key ? AV_PICTURE_TYPE_I : AV_PICTURE_TYPE_NONE;
-		err = avcodec_send_frame(x, e->frm);
+		err = avcodec_send_frame(e->ctx, e->frm);
 	}
 	mdag_call_end(r);
 	return err;
@@ -327,10 +376,10 @@ static int mdag_eagain(void) { return AVERROR(EAGAIN); }
 import "C"
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"unsafe"
 
 	"github.com/mdag/mdag/media"
@@ -394,9 +443,11 @@ const maxAU = 32 << 20
 // ErrTooLarge is returned for pictures above MaxPixels.
 var ErrTooLarge = errors.New("avc: picture above the size limit")
 
-var logOnce sync.Once
-
-func quietLogs() { logOnce.Do(func() { C.mdag_log_init() }) }
+// quietLogs installs the package's log callback. Every new Decoder and
+// Encoder installs it again: OpenCV's FFmpeg backend (gocv's VideoCapture,
+// used by mdag client) installs its own when it first opens a file, and
+// without ours a refusal by size would read as a plain decode error.
+func quietLogs() { C.mdag_log_init() }
 
 func avErr(code C.int) string {
 	var buf [128]C.char
@@ -417,10 +468,22 @@ func callErr(prefix string, code C.int, r *C.mdag_result) error {
 
 // Decoder decodes one H.264 or H.265 stream.
 //
-// It runs libavcodec with one thread: the ingest accounts CPU per stream
-// (admission by load), and frame threads would add a frame of delay per
-// thread; slice threads help only streams coded with many slices. Low
-// delay is on: pictures are handed out as soon as they are decoded.
+// It runs libavcodec with one thread: the ingest admits streams by CPU
+// load and accounts CPU per stream, which a private thread pool per
+// decoder would hide and oversubscribe (N streams x T threads on the same
+// cores); frame threads would also add a frame of delay per thread, and
+// slice threads help only streams coded with many slices. Many streams
+// use the cores in parallel instead. Low delay is on: pictures are handed
+// out as soon as they are decoded (streams with B-frames still come out
+// in display order when their SPS declares the reordering, as x264's and
+// x265's do).
+//
+// Damage: an H.264 picture that libavcodec concealed errors in is
+// returned as an error; H.265 (whose decoder conceals nothing and flags
+// nothing) runs with AV_EF_EXPLODE, so a damaged slice fails the access
+// unit. Pictures that only reference a damaged one decode without error:
+// after an error the caller drops access units until IsKeyFrame (as
+// ingest/whip does for VP8) and asks the sender for a key frame.
 type Decoder struct {
 	c      *C.mdag_dec
 	codec  Codec
@@ -470,6 +533,9 @@ func (d *Decoder) decode(au []byte, convert bool) (*media.Frame, error) {
 	}
 	if startCode(au) == 0 {
 		return nil, fmt.Errorf("avc: %v: access unit does not begin with an Annex-B start code (00 00 01), begins % x", d.codec, au[:min(len(au), 4)])
+	}
+	if err := checkNALs(d.codec, au); err != nil {
+		return nil, err
 	}
 	buf := C.mdag_dec_buf(d.c, C.int(len(au)))
 	if buf == nil {
@@ -531,29 +597,86 @@ func startCode(b []byte) int {
 	return 0
 }
 
+var startCode3 = []byte{0, 0, 1}
+
+// eachNAL calls f with the offset and the bytes (up to the next start
+// code) of every NAL unit in the Annex-B data b, until f returns false.
+// The bytes may end in the zero bytes before the next four-byte start code.
+func eachNAL(b []byte, f func(off int, nal []byte) bool) {
+	i := bytes.Index(b, startCode3)
+	for i >= 0 {
+		start := i + 3
+		next := bytes.Index(b[start:], startCode3)
+		end := len(b)
+		if next >= 0 {
+			end = start + next
+		}
+		if !f(start, b[start:end]) || next < 0 {
+			return
+		}
+		i = end
+	}
+}
+
 // IsKeyFrame reports whether the Annex-B access unit au holds a picture
 // that decoding can start from: an IDR slice for H.264 (NAL type 5), an
 // IRAP picture for H.265 (NAL types 16 to 21).
 func IsKeyFrame(c Codec, au []byte) bool {
-	for i := 0; i+3 < len(au); {
-		if au[i] != 0 || au[i+1] != 0 || au[i+2] != 1 {
-			i++
-			continue
+	key := false
+	eachNAL(au, func(_ int, nal []byte) bool {
+		if len(nal) == 0 {
+			return true
 		}
-		hdr := au[i+3]
-		i += 3
 		switch c {
 		case H264:
-			if hdr&0x1f == 5 {
-				return true
+			key = nal[0]&0x1f == 5
+		case H265:
+			t := (nal[0] >> 1) & 0x3f
+			key = t >= 16 && t <= 21
+		}
+		return !key
+	})
+	return key
+}
+
+// checkNALs rejects access units that cannot be a stream's: a NAL unit
+// with its forbidden bit set (RFC 6184 and 7798 use it to mark damaged
+// units), an H.265 header with a zero temporal id, or no NAL unit of a
+// type the decoder reads (H.264 1 to 23; H.265 base layer 0 to 40), which
+// libavcodec would pass over silently.
+func checkNALs(c Codec, au []byte) error {
+	var err error
+	known := false
+	eachNAL(au, func(off int, nal []byte) bool {
+		if len(nal) == 0 || (c == H265 && len(nal) < 2) {
+			err = fmt.Errorf("avc: %v: NAL unit at byte %d: header cut short", c, off)
+			return false
+		}
+		if nal[0]&0x80 != 0 {
+			err = fmt.Errorf("avc: %v: NAL unit at byte %d: forbidden_zero_bit set (header %#02x)", c, off, nal[0])
+			return false
+		}
+		switch c {
+		case H264:
+			if t := nal[0] & 0x1f; t >= 1 && t <= 23 {
+				known = true
 			}
 		case H265:
-			if t := (hdr >> 1) & 0x3f; t >= 16 && t <= 21 {
-				return true
+			if nal[1]&7 == 0 {
+				err = fmt.Errorf("avc: %v: NAL unit at byte %d: nuh_temporal_id_plus1 is 0", c, off)
+				return false
+			}
+			layer := (nal[0]&1)<<5 | nal[1]>>3
+			if t := (nal[0] >> 1) & 0x3f; layer == 0 && t <= 40 {
+				known = true
 			}
 		}
+		return true
+	})
+	if err == nil && !known {
+		err = fmt.Errorf("avc: %v: access unit of %d bytes holds no NAL unit the decoder reads", c, len(au))
 	}
-	return false
+	return err
 }
 
 // EncoderConfig configures an Encoder.
@@ -583,10 +706,21 @@ type Encoder struct {
 // the encoder's picture format and B-frames.
 type encoderSetup struct {
 	codec   Codec
-	pixFmt  C.int
+	pixFmt  pixFmt
 	bframes int
+	bt709   bool     // BT.709 matrix (default BT.601)
+	full    bool     // full range (default limited)
 	opts    []string // libavcodec private options, key=value
 }
+
+// pixFmt is a libavutil pixel format (AVPixelFormat).
+type pixFmt C.int
+
+// The encoder picture formats: NewEncoder's, and H.265 Main 10's for tests.
+const (
+	pixYUV420P   pixFmt = C.AV_PIX_FMT_YUV420P
+	pixYUV420P10 pixFmt = C.AV_PIX_FMT_YUV420P10LE
+)
 
 // NewEncoder returns an H.264 encoder with the settings of a live camera:
 // libx264, constrained baseline profile, preset veryfast, tune
@@ -594,7 +728,7 @@ type encoderSetup struct {
 // in), bitrate capped at the target over a one-second buffer, SPS and PPS
 // repeated on every key frame, a forced key frame an IDR.
 func NewEncoder(cfg EncoderConfig) (*Encoder, error) {
-	return newEncoder(cfg, encoderSetup{codec: H264, pixFmt: C.AV_PIX_FMT_YUV420P,
+	return newEncoder(cfg, encoderSetup{codec: H264, pixFmt: pixYUV420P,
 		opts: []string{"preset=veryfast", "tune=zerolatency", "profile=baseline", "forced-idr=1"}})
 }
 
@@ -620,8 +754,15 @@ func newEncoder(cfg EncoderConfig, s encoderSetup) (*Encoder, error) {
 	defer C.free(unsafe.Pointer(cname))
 	copts := C.CString(strings.Join(s.opts, "\n"))
 	defer C.free(unsafe.Pointer(copts))
+	spc, full := C.int(C.AVCOL_SPC_SMPTE170M), C.int(0)
+	if s.bt709 {
+		spc = C.AVCOL_SPC_BT709
+	}
+	if s.full {
+		full = 1
+	}
 	var e *C.mdag_enc
-	if code := C.mdag_enc_open(&e, cname, C.int(cfg.Width), C.int(cfg.Height), C.int(cfg.FPS), C.int(cfg.BitrateKbps), C.int(cfg.KeyEvery), s.pixFmt, C.int(s.bframes), copts); code < 0 {
+	if code := C.mdag_enc_open(&e, cname, C.int(cfg.Width), C.int(cfg.Height), C.int(cfg.FPS), C.int(cfg.BitrateKbps), C.int(cfg.KeyEvery), C.int(s.pixFmt), C.int(s.bframes), spc, full, copts); code < 0 {
 		return nil, callErr(fmt.Sprintf("avc: %s encoder init (%dx%d)", name, cfg.Width, cfg.Height), code, nil)
 	}
 	return &Encoder{c: e, codec: s.codec, w: cfg.Width, h: cfg.Height}, nil
