@@ -4,14 +4,16 @@ go 1.26.0
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.0-1
+	github.com/bluenviron/gortsplib/v4 v4.12.3
+	github.com/bluenviron/mediacommon v1.14.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/draffensperger/golp v0.0.0-20250721104811-2d405f0b4e68
 	github.com/google/go-cmp v0.7.0
 	github.com/pion/ice/v2 v2.3.38
 	github.com/pion/interceptor v0.1.29
-	github.com/pion/rtcp v1.2.14
-	github.com/pion/rtp v1.8.7
-	github.com/pion/sdp/v3 v3.0.9
+	github.com/pion/rtcp v1.2.15
+	github.com/pion/rtp v1.8.11
+	github.com/pion/sdp/v3 v3.0.10
 	github.com/pion/webrtc/v3 v3.3.6
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3

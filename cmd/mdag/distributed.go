@@ -69,6 +69,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
 	wf := addWhipFlags(fs)
+	cf := addCameraFlags(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -121,9 +122,18 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		where = append(where, "whip", base+"/whip/"+string(app.Name))
 	}
 	log.Info("coordinating", append(where, "policy", *policy, "dashboard", base+"/", "metrics", base+"/metrics")...)
+	cams, err := cf.start("coordinator", app, obs, log)
+	if err != nil {
+		hs.Close()
+		g.Stop()
+		printErrors(stderr, err)
+		return exitInvalid
+	}
+	defer cams.Stop() // before the WHIP server closes
 	ctx, cancel := runContext(*duration)
 	defer cancel()
 	<-ctx.Done()
+	cams.Stop()
 	hs.Close()
 	final := e.Status()
 	e.Close() // ends every worker stream, so GracefulStop does not wait on them
@@ -135,6 +145,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		g.Stop()
 	}
 	writeStatusTable(stdout, final)
+	writeCameraTable(stdout, cams.Status())
 	return exitOK
 }
 
@@ -260,11 +271,12 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 	app := fs.String("app", "", "the deployed app to stream into (required)")
 	streams := fs.Int("streams", 1, "synthetic cameras to run")
 	prefix := fs.String("prefix", "synthetic", "stream IDs are PREFIX-0, PREFIX-1, ...")
-	fps := fs.Float64("fps", 10, "frames per second per camera")
+	fps := fs.Float64("fps", 10, "frames per second per camera (synthetic; with --camera: the rate frames are sampled at)")
 	objects := fs.Int("objects", 3, "objects per frame")
 	size := fs.String("size", "320x240", "frame size WxH")
 	count := fs.Uint64("count", 0, "frames per camera (0: until --duration or interrupted)")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted or --count)")
+	cf := addCameraFlags(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -285,6 +297,9 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 	defer cc.Close()
 	ctx, cancel := runContext(*duration)
 	defer cancel()
+	if code, ok := cf.runSource(ctx, *app, *fps, cc, stdout, stderr); ok {
+		return code // RTSP cameras instead of synthetic streams
+	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	code := exitOK

@@ -41,6 +41,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	executor := fs.String("executor", "emulated", "GPU executor of the in-process workers: emulated (profiled times) or onnx (registry models on ONNX Runtime; --models)")
 	ox := addONNXFlags(fs)
 	wf := addWhipFlags(fs)
+	cf := addCameraFlags(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -128,6 +129,12 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("serving", append(where, "policy", *policy,
 		"note", note)...)
+	cams, err := cf.start("serve", app, obs, log)
+	if err != nil {
+		printErrors(stderr, err)
+		return exitInvalid
+	}
+	defer cams.Stop() // before the WHIP server closes
 
 	ctx, cancel := runContext(*duration)
 	defer cancel()
@@ -163,12 +170,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		}()
 	}
 	<-ctx.Done()
+	cams.Stop()
 	wg.Wait()
 	obs.settle(app.SLO)
 	writeStatusTable(stdout, e.Status())
 	if obs.ws != nil {
 		writeIngestLine(stdout, obs.ws.Admission())
 	}
+	writeCameraTable(stdout, cams.Status())
 	writeReplanSummary(stdout, e.Status(), e.Replans())
 	return exitOK
 }

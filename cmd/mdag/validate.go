@@ -65,12 +65,13 @@ func SessionRate(app *dag.App, rate float64, streams int) (float64, string) {
 }
 
 func runValidate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("validate", "-f app.yaml [--profiles profiles.yaml] [--models models.yaml] [--streams N | --rate R] [-o text|json] | --models models.yaml", stderr)
+	fs := newFlags("validate", "-f app.yaml [--profiles profiles.yaml] [--models models.yaml] [--cameras cameras.yaml] [--streams N | --rate R] [-o text|json] | --models models.yaml", stderr)
 	file := fs.String("f", "", "application YAML `file` (required)")
 	profiles := fs.String("profiles", "", "profiles and worker types YAML `file`; adds the feasibility check")
 	rate := fs.Float64("rate", 0, "ingress `rate` in frames per second for the whole session (default: --streams x the app's fps)")
 	streams := fs.Int("streams", 1, "`number` of streams in the session, each at the app's fps (30 when the app sets none); ignored with --rate")
 	out := fs.String("o", "text", "output `format`: text or json")
+	cameras := fs.String("cameras", "", "cameras YAML `file` to check against the app of -f (names, URLs, apps, fps, transports)")
 	models := fs.String("models", "", "model registry YAML `file`: checks each ONNX entry against its file's graph and, with -f, that every GPU module's model is in it")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -96,6 +97,23 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "%s: %d models valid (%s)\n", *models, len(reg.Models), strings.Join(reg.Names(), ", "))
 			return exitOK
 		}
+	}
+	if *cameras != "" {
+		if *file == "" {
+			fmt.Fprintln(stderr, "mdag validate: --cameras needs -f app.yaml: the app the cameras stream into")
+			return exitInvalid
+		}
+		app, err := dag.Load(*file)
+		if err != nil {
+			printErrors(stderr, err)
+			return exitInvalid
+		}
+		msg, err := checkCamerasFile(*cameras, []string{string(app.Name)})
+		if err != nil {
+			printErrors(stderr, err)
+			return exitInvalid
+		}
+		fmt.Fprintln(stdout, msg)
 	}
 	if *file == "" {
 		fmt.Fprintln(stderr, "mdag validate: -f app.yaml or --models models.yaml is required")

@@ -77,6 +77,7 @@ var allowed = map[string][]string{
 	"ingest/vpx":  {"media"},
 	"ingest/avc":  {"media"},
 	"ingest/whip": {"dag", "ingest", "ingest/avc", "ingest/vpx", "internal/clock", "internal/defaults", "media"},
+	"ingest/rtsp": {"ingest", "internal/clock", "internal/yamlx"},
 	// the binary wires everything
 	"cmd/mdag": nil,
 }

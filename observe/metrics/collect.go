@@ -43,6 +43,25 @@ func (m *Metrics) SetIngestLoad(f func() float64) {
 	m.mu.Unlock()
 }
 
+// Camera is one RTSP camera's counters at scrape time (ingest/rtsp's
+// status). The exposition sums them per app (no per-stream labels); the
+// camera-lost events are the ingest server's (mdag_ingest_camera_lost_total).
+type Camera struct {
+	App        string
+	State      string // connecting, streaming, reconnecting, failed, stopped
+	Reconnects uint64 // connection attempts after the first, failed ones included
+}
+
+// SetCameras registers the source of the RTSP cameras' counters.
+func (m *Metrics) SetCameras(f func() []Camera) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.cameras = f
+	m.mu.Unlock()
+}
+
 // SetGPU registers the source of GPU telemetry.
 func (m *Metrics) SetGPU(f func() GPUSnapshot) {
 	if m == nil {
@@ -118,6 +137,51 @@ func (c ingestCollector) Collect(ch chan<- prometheus.Metric) {
 			n uint64
 		}{{ingestPackets, t.Packets}, {ingestFrames, t.Frames}, {ingestIngested, t.Ingested}, {ingestLost, t.Lost}, {ingestDecode, t.DecodeErrors}, {ingestPLIs, t.PLIs}, {ingestDiscard, t.Discarded}, {ingestRestarts, t.Restarts}, {ingestCamLost, t.CameraLost}} {
 			ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(v.n), t.App)
+		}
+	}
+}
+
+var (
+	cameraReconnects = desc("ingest", "camera_reconnects_total", "Connection attempts to RTSP cameras after each one's first, failed ones included.", "app")
+	cameraStreams    = desc("ingest", "camera_streams", "RTSP cameras by state: connecting, streaming, reconnecting (waiting or connecting again), failed (not retried), stopped.", "app", "state")
+)
+
+// cameraStates are the states every app's cameras are reported in (0
+// included), so a camera changing state moves between series.
+var cameraStates = []string{"connecting", "streaming", "reconnecting", "failed", "stopped"}
+
+type cameraCollector struct{ m *Metrics }
+
+func (cameraCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- cameraReconnects
+	ch <- cameraStreams
+}
+
+func (c cameraCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	f := c.m.cameras
+	c.m.mu.Unlock()
+	if f == nil {
+		return
+	}
+	type perApp struct {
+		reconnects uint64
+		states     map[string]int
+	}
+	apps := map[string]*perApp{}
+	for _, cam := range f() {
+		a := apps[cam.App]
+		if a == nil {
+			a = &perApp{states: map[string]int{}}
+			apps[cam.App] = a
+		}
+		a.reconnects += cam.Reconnects
+		a.states[cam.State]++
+	}
+	for app, a := range apps {
+		ch <- prometheus.MustNewConstMetric(cameraReconnects, prometheus.CounterValue, float64(a.reconnects), app)
+		for _, st := range cameraStates {
+			ch <- prometheus.MustNewConstMetric(cameraStreams, prometheus.GaugeValue, float64(a.states[st]), app, st)
 		}
 	}
 }

@@ -60,6 +60,7 @@ type Metrics struct {
 	ingest  func() []ingest.Totals
 	load    func() float64
 	gpu     func() GPUSnapshot
+	cameras func() []Camera
 	instSet map[[2]string]bool // (type, state) series set last time
 }
 
@@ -124,7 +125,7 @@ func New(withRuntime bool) *Metrics {
 			"Events that asked for a re-plan: join, leave, scaling, ballooning, finish-rate (windows below target: more headroom), epoch, worker-registered, worker-lost, ingest, turn-off (a warm instance reached the turn-off delay).", "kind"),
 		replans: f.counter1("planner", "replans_total", "Plans applied (one plan may answer several triggers)."),
 	}
-	reg.MustRegister(ingestCollector{m}, gpuCollector{m})
+	reg.MustRegister(ingestCollector{m}, gpuCollector{m}, cameraCollector{m})
 	if withRuntime {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

@@ -64,6 +64,9 @@ func scripted() *Metrics {
 			Discarded: 4, Restarts: 1, CameraLost: 2, Codecs: map[string]int{"h264": 1, "vp8": 1}, Refused: map[string]uint64{"capacity": 4, "pending-limit": 1}, Ended: map[string]uint64{"client": 3, "overload": 1}}}
 	})
 	m.SetIngestLoad(func() float64 { return 0.85 })
+	m.SetCameras(func() []Camera {
+		return []Camera{{App: "traffic", State: "streaming", Reconnects: 3}, {App: "traffic", State: "reconnecting", Reconnects: 4}, {App: "traffic", State: "streaming"}}
+	})
 	m.SetGPU(func() GPUSnapshot {
 		return GPUSnapshot{Available: true, Devices: []GPUDevice{{Index: "0", Name: "NVIDIA H100", UtilRatio: 0.42,
 			MemUsed: 3 << 30, MemTotal: 80 << 30, Processes: 1, CurrentUsed: 1 << 30}}}
@@ -170,6 +173,7 @@ func TestNil(t *testing.T) {
 	m.SetIngest(nil)
 	m.SetIngestLoad(nil)
 	m.SetGPU(nil)
+	m.SetCameras(nil)
 }
 
 // TestHandler serves the text exposition with the runtime collectors.

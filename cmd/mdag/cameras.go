@@ -1,0 +1,232 @@
+//go:build !lean
+
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/ingest/rtsp"
+	"github.com/mdag/mdag/ingest/whip"
+	"github.com/mdag/mdag/media"
+	"github.com/mdag/mdag/observe/metrics"
+	"github.com/mdag/mdag/remote/client"
+)
+
+// cameraFlags are serve's and coordinator's RTSP camera flags: --camera
+// (repeatable) and --cameras FILE.
+type cameraFlags struct {
+	urls *cameraList
+	file *string
+}
+
+// cameraList is --camera: one [NAME=]URL per use. It keeps the values as
+// given (they hold passwords) and shows none of them: Set never fails,
+// because the flag package would quote the value, password and all, in its
+// error; list checks them and says what is wrong without it.
+type cameraList []string
+
+func (c *cameraList) String() string { return "" }
+
+func (c *cameraList) Set(v string) error {
+	*c = append(*c, v)
+	return nil
+}
+
+func addCameraFlags(fs *flag.FlagSet) *cameraFlags {
+	cf := &cameraFlags{urls: &cameraList{}}
+	fs.Var(cf.urls, "camera", "an RTSP camera to read into the app: rtsp://[user:password@]host[:port]/path or NAME=URL, repeatable "+
+		"(H.264 or H.265; named after host and path unless NAME= is given; reconnects when it goes away)")
+	cf.file = fs.String("cameras", "", "a cameras YAML `file` (cameras: [{name, url, app, fps, transport}]); see the README's Cameras section")
+	return cf
+}
+
+// list is every camera of the flags, each checked, for app.
+func (cf *cameraFlags) list(app string) ([]rtsp.Camera, error) {
+	apps := []string{app}
+	var cams []rtsp.Camera
+	if *cf.file != "" {
+		c, err := rtsp.ParseCameras(*cf.file, apps)
+		if err != nil {
+			return nil, err
+		}
+		cams = c
+	}
+	for _, v := range *cf.urls {
+		c, err := rtsp.ParseFlag(v, app, 0)
+		if err != nil {
+			return nil, err
+		}
+		cams = append(cams, c)
+	}
+	if err := rtsp.Check(cams, apps); err != nil {
+		return nil, err
+	}
+	return cams, nil
+}
+
+// cameraRun is the cameras a command reads; nil when it has none.
+type cameraRun struct {
+	m    *rtsp.Manager
+	once sync.Once
+}
+
+// start reads the flags' cameras into the WHIP server of obs (the ingest
+// server: every camera is a stream of app like a WHIP one). Call it after
+// the server is up; Stop before the server closes.
+func (cf *cameraFlags) start(cmd string, app *dag.App, obs *observed, log *slog.Logger) (*cameraRun, error) {
+	run, err := cf.startOn(cmd, string(app.Name), obs.ws, log)
+	if run != nil {
+		obs.mx.SetCameras(func() []metrics.Camera {
+			st := run.Status()
+			out := make([]metrics.Camera, len(st))
+			for i, c := range st {
+				out[i] = metrics.Camera{App: c.App, State: string(c.State), Reconnects: c.Reconnects}
+			}
+			return out
+		})
+	}
+	return run, err
+}
+
+// startOn reads the flags' cameras into server, which must be an
+// ingest.Feeds.
+func (cf *cameraFlags) startOn(cmd, app string, server any, log *slog.Logger) (*cameraRun, error) {
+	cams, err := cf.list(app)
+	if err != nil {
+		return nil, err // file:line or the camera's name says where
+	}
+	if len(cams) == 0 {
+		return nil, nil
+	}
+	feeds, ok := server.(ingest.Feeds)
+	if !ok {
+		return nil, fmt.Errorf("mdag %s: --camera: this build's ingest server takes no camera feeds", cmd)
+	}
+	m, err := rtsp.Start(context.Background(), cams, feeds, rtsp.Options{Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("mdag %s: %w", cmd, err)
+	}
+	for _, c := range cams {
+		log.Info("camera", "name", c.Name, "source", c.Source(), "app", c.App, "transport", orAuto(c.Transport))
+	}
+	return &cameraRun{m: m}, nil
+}
+
+// runSource is `mdag source --camera/--cameras`, the distributed mode:
+// the cameras are read and decoded here, by a local ingest server without
+// an HTTP listener, sampled to fps, and their frames go to the coordinator
+// over gRPC (client.Forwarder), one Ingest call per camera. It reports
+// false when no camera flag was given.
+func (cf *cameraFlags) runSource(ctx context.Context, app string, fps float64, cc *grpc.ClientConn, stdout, stderr io.Writer) (int, bool) {
+	if len(*cf.urls) == 0 && *cf.file == "" {
+		return 0, false
+	}
+	log := newLogger(stderr, false)
+	fwd := client.NewForwarder(cc)
+	srv, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{dag.AppID(app): fps}, Scale: scaler, Log: log}, forwardSink{fwd})
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag source: %v\n", err)
+		return exitInvalid, true
+	}
+	run, err := cf.startOn("source", app, srv, log)
+	if err != nil {
+		srv.Close()
+		printErrors(stderr, err)
+		return exitInvalid, true
+	}
+	log.Info("reading cameras", "app", app, "fps", fps, "cameras", len(run.Status()))
+	<-ctx.Done()
+	run.Stop()
+	srv.Close()
+	if err := fwd.Close(); err != nil {
+		log.Warn("forwarding ended with errors", "err", err)
+	}
+	writeCameraTable(stdout, run.Status())
+	return exitOK, true
+}
+
+// forwardSink is the local ingest server's Sink in `mdag source`: its
+// streams go to the coordinator.
+type forwardSink struct{ f *client.Forwarder }
+
+func (s forwardSink) Join(app dag.AppID, stream string) error { return s.f.Join(string(app), stream) }
+func (s forwardSink) Leave(stream string) error               { return s.f.Leave(stream) }
+func (s forwardSink) Ingest(stream string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error {
+	return s.f.Ingest(stream, seq, capture, f, truth)
+}
+
+func orAuto(t string) string {
+	if t == "" {
+		return "auto"
+	}
+	return t
+}
+
+// Stop closes every camera (their feeds end with kind shutdown); it is safe
+// on nil and more than once.
+func (r *cameraRun) Stop() {
+	if r == nil {
+		return
+	}
+	r.once.Do(r.m.Close)
+}
+
+// Status is every camera's status (nil: none).
+func (r *cameraRun) Status() []rtsp.CameraStatus {
+	if r == nil {
+		return nil
+	}
+	return r.m.Status()
+}
+
+// writeCameraTable prints the cameras' status: state, frames, losses,
+// reconnects, camera-lost events, the last gap and the last error.
+func writeCameraTable(w io.Writer, cams []rtsp.CameraStatus) {
+	if len(cams) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "cameras:")
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  CAMERA\tSTATE\tCODEC\tFRAMES\tLOST\tRECONNECTS\tCAMERA-LOST\tLAST GAP\tSOURCE\tLAST ERROR")
+	for _, c := range cams {
+		gap := "-"
+		if c.LastGap > 0 {
+			gap = c.LastGap.Round(time.Millisecond).String()
+		}
+		codec := c.Codec
+		if codec == "" {
+			codec = "-"
+		} else if c.Transport != "" {
+			codec += "/" + c.Transport
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", c.Name, c.State, codec, c.Frames, c.Lost, c.Reconnects, c.CameraLost,
+			gap, c.Source, strings.TrimPrefix(c.LastError, "camera "+c.Name+": "+c.Source+": "))
+	}
+	tw.Flush()
+}
+
+// checkCamerasFile is `mdag validate --cameras FILE`: the file against
+// the apps of -f.
+func checkCamerasFile(path string, apps []string) (string, error) {
+	cams, err := rtsp.ParseCameras(path, apps)
+	if err != nil {
+		return "", err
+	}
+	names := make([]string, len(cams))
+	for i, c := range cams {
+		names[i] = c.Name
+	}
+	return fmt.Sprintf("%s: %d cameras valid (%s)", path, len(cams), strings.Join(names, ", ")), nil
+}

@@ -1,0 +1,68 @@
+//go:build lean
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"google.golang.org/grpc"
+
+	"github.com/mdag/mdag/dag"
+)
+
+// The lean build has no RTSP cameras: they feed the WHIP ingest server,
+// which it does not have. --camera and --cameras are refused by name.
+
+var errNoCameras = errors.New("RTSP cameras are not in the lean build (they need the WHIP ingest server); " + fullBuild)
+
+// cameraFlags records whether a camera flag was given; start refuses
+// then (a flag's Set error would make the flag package print the value,
+// which may hold a password).
+type cameraFlags struct{ given *bool }
+
+func addCameraFlags(fs *flag.FlagSet) *cameraFlags {
+	cf := &cameraFlags{given: new(bool)}
+	fs.Var(refusedCameraFlag{cf.given}, "camera", errNoCameras.Error())
+	fs.Var(refusedCameraFlag{cf.given}, "cameras", errNoCameras.Error())
+	return cf
+}
+
+type refusedCameraFlag struct{ given *bool }
+
+func (refusedCameraFlag) String() string { return "" }
+func (f refusedCameraFlag) Set(string) error {
+	*f.given = true
+	return nil
+}
+
+// cameraRun is no cameras.
+type cameraRun struct{}
+
+func (cf *cameraFlags) start(cmd string, _ *dag.App, _ *observed, _ *slog.Logger) (*cameraRun, error) {
+	if *cf.given {
+		return nil, fmt.Errorf("mdag %s: %w", cmd, errNoCameras)
+	}
+	return nil, nil
+}
+
+func (*cameraRun) Stop() {}
+
+func writeCameraTable(io.Writer, []struct{}) {}
+
+func (*cameraRun) Status() []struct{} { return nil }
+
+func checkCamerasFile(string, []string) (string, error) { return "", errNoCameras }
+
+// runSource refuses cameras in `mdag source`.
+func (cf *cameraFlags) runSource(_ context.Context, _ string, _ float64, _ *grpc.ClientConn, _, stderr io.Writer) (int, bool) {
+	if !*cf.given {
+		return 0, false
+	}
+	fmt.Fprintf(stderr, "mdag source: %v\n", errNoCameras)
+	return exitInvalid, true
+}

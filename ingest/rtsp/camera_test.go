@@ -1,0 +1,169 @@
+package rtsp
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseURL(t *testing.T) {
+	cases := []struct {
+		raw     string
+		wantErr string // "" for valid
+	}{
+		{"rtsp://10.0.0.5:554/stream1", ""},
+		{"rtsps://cam.local/live?channel=1", ""},
+		{"RTSP://cam/x", ""},
+		{"rtsp://user:p%40ss@cam:8554/x", ""},
+		{"rtsp://[::1]:554/x", ""},
+		{"", "missing: the camera's URL"},
+		{"http://cam/x", `scheme "http": want rtsp:// or rtsps://`},
+		{"cam.local/x", "no scheme"},
+		{"rtsp:///x", "no host"},
+		{"rtsp:cam", "no host"},
+		{"rtsp://cam:0/x", `port "0": want 1..65535`},
+		{"rtsp://cam:70000/x", `port "70000": want 1..65535`},
+		{"rtsp://cam:x/x", "not a URL"},
+		{"rtsp://cam/x#frag", "no #fragment"},
+		{"rtsp://cam/a b", "no spaces"},
+		{"rtsp://:pw@cam/x", "a password without a user"},
+	}
+	for _, c := range cases {
+		t.Run(c.raw, func(t *testing.T) {
+			_, err := ParseURL(c.raw)
+			switch {
+			case c.wantErr == "" && err != nil:
+				t.Fatalf("ParseURL(%q): %v", c.raw, err)
+			case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+				t.Fatalf("ParseURL(%q) = %v, want an error with %q", c.raw, err, c.wantErr)
+			}
+		})
+	}
+}
+
+// TestParseURLErrorsHideThePassword: url.Parse quotes the whole URL in its
+// errors; ParseURL's never hold the password.
+func TestParseURLErrorsHideThePassword(t *testing.T) {
+	for _, raw := range []string{
+		"rtsp://admin:TopSecret9@cam:x/x",
+		"rtsp://admin:TopSecret9@cam:0/x",
+		"http://admin:TopSecret9@cam/x",
+		"rtsp://admin:TopSecret9@cam/x#f",
+		"rtsp://admin:TopSecret9@cam/a b",
+		"rtsp://admin:TopSecret9@%zz/x",
+	} {
+		_, err := ParseURL(raw)
+		if err == nil {
+			t.Fatalf("ParseURL(%q): no error", raw)
+		}
+		if strings.Contains(err.Error(), "TopSecret9") || strings.Contains(err.Error(), "admin") {
+			t.Fatalf("ParseURL(%q): the error shows the user information: %v", raw, err)
+		}
+	}
+}
+
+func TestRedact(t *testing.T) {
+	cases := []struct{ raw, want string }{
+		{"rtsp://u:p@cam:554/x", "rtsp://cam:554/x"},
+		{"rtsp://cam/x", "rtsp://cam/x"},
+		{"rtsp://u:p@ss@cam/x?a=b@c", "rtsp://cam/x?a=b@c"},
+		{"rtsp://u@cam/x", "rtsp://cam/x"},
+		{"u:p@cam/x", "cam/x"},
+		{"rtsp://cam/x@y", "rtsp://cam/x@y"},
+		{"", ""},
+	}
+	for _, c := range cases {
+		if got := Redact(c.raw); got != c.want {
+			t.Errorf("Redact(%q) = %q, want %q", c.raw, got, c.want)
+		}
+	}
+}
+
+func TestParseFlag(t *testing.T) {
+	cases := []struct {
+		v, name, url, wantErr string
+	}{
+		{v: "rtsp://10.0.0.5/stream1", name: "10-0-0-5-stream1", url: "rtsp://10.0.0.5/stream1"},
+		{v: "rtsp://cam.local:554/Live/Main", name: "cam-local-live-main", url: "rtsp://cam.local:554/Live/Main"},
+		{v: "rtsp://cam:8554/x", name: "cam-8554-x", url: "rtsp://cam:8554/x"},
+		{v: "rtsp://cam", name: "cam", url: "rtsp://cam"},
+		{v: "door=rtsp://u:p@cam/x", name: "door", url: "rtsp://u:p@cam/x"},
+		{v: "rtsp://cam/x?user=a=b", name: "cam-x", url: "rtsp://cam/x?user=a=b"},
+		{v: "Door=rtsp://cam/x", wantErr: "name"},
+		{v: "door=", wantErr: "missing"},
+		{v: "door=http://cam/x", wantErr: "want rtsp://"},
+		{v: "", wantErr: "missing"},
+	}
+	for _, c := range cases {
+		t.Run(c.v, func(t *testing.T) {
+			cam, err := ParseFlag(c.v, "traffic", 5)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("ParseFlag(%q) = %+v, %v; want an error with %q", c.v, cam, err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cam.Name != c.name || cam.URL != c.url || cam.App != "traffic" || cam.FPS != 5 {
+				t.Fatalf("ParseFlag(%q) = %+v, want name %q url %q", c.v, cam, c.name, c.url)
+			}
+			if err := Check([]Camera{cam}, []string{"traffic"}); err != nil {
+				t.Fatalf("Check(ParseFlag(%q)): %v", c.v, err)
+			}
+		})
+	}
+}
+
+func TestCheck(t *testing.T) {
+	ok := Camera{Name: "a", URL: "rtsp://cam/x", App: "traffic"}
+	with := func(f func(c *Camera)) Camera { c := ok; f(&c); return c }
+	cases := []struct {
+		name    string
+		cams    []Camera
+		wantErr string
+	}{
+		{"valid", []Camera{ok, with(func(c *Camera) { c.Name = "b"; c.Transport = "udp" })}, ""},
+		{"duplicate", []Camera{ok, ok}, "camera a: two cameras have this name"},
+		{"bad name", []Camera{with(func(c *Camera) { c.Name = "-a" })}, "camera -a: name"},
+		{"bad url", []Camera{with(func(c *Camera) { c.URL = "rtmp://x:pw@cam" })}, `camera a: rtmp://cam: scheme "rtmp"`},
+		{"no app", []Camera{with(func(c *Camera) { c.App = "" })}, "camera a: no app"},
+		{"unknown app", []Camera{with(func(c *Camera) { c.App = "face" })}, `camera a: app "face" is not deployed (deployed: traffic)`},
+		{"fps", []Camera{with(func(c *Camera) { c.FPS = -1 })}, "camera a: fps -1"},
+		{"transport", []Camera{with(func(c *Camera) { c.Transport = "sctp" })}, `camera a: transport "sctp"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := Check(c.cams, []string{"traffic"})
+			if c.wantErr == "" && err != nil || c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)) {
+				t.Fatalf("Check: %v, want %q", err, c.wantErr)
+			}
+		})
+	}
+}
+
+// FuzzParseFlag: any --camera value is parsed or refused without a panic;
+// an error never shows the password; what parses passes Check and its
+// Source has no user information.
+func FuzzParseFlag(f *testing.F) {
+	for _, s := range []string{"rtsp://cam/x", "door=rtsp://u:p@cam:554/x", "rtsp://u:p@[::1]:8554/a/b?c", "x=", "=rtsp://c", "rtsp://u:p@c:99999/", "rtsps://u:p@c/%zz"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		cam, err := ParseFlag(v, "app", 0)
+		for _, pw := range secrets(strings.TrimPrefix(v, v[:max(0, strings.Index(v, "=")+1)])) {
+			if len(pw) >= 4 && err != nil && strings.Contains(err.Error(), pw) && !strings.Contains(Redact(v), pw) {
+				t.Fatalf("ParseFlag(%q): the error shows the password %q: %v", v, pw, err)
+			}
+		}
+		if err != nil {
+			return
+		}
+		if err := Check([]Camera{cam}, []string{"app"}); err != nil {
+			t.Fatalf("ParseFlag(%q) = %+v, which Check refuses: %v", v, cam, err)
+		}
+		if u, _ := ParseURL(cam.URL); u != nil && u.User != nil && strings.Contains(cam.Source(), "@"+u.Host) {
+			t.Fatalf("Source %q keeps the user information of %q", cam.Source(), cam.URL)
+		}
+	})
+}

@@ -1,0 +1,141 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/mdag/mdag/api"
+	"github.com/mdag/mdag/media"
+	"github.com/mdag/mdag/remote/wire"
+)
+
+// Forwarder sends streams that are ingested on this machine (RTSP cameras
+// read by `mdag source --camera`, through a local ingest server) to the
+// coordinator: each stream is one Ingest call. It has the shape of
+// ingest/whip's Sink (Join, Ingest, Leave), with the app as a plain string.
+// Safe for concurrent use; each stream's calls come in order.
+type Forwarder struct {
+	cc *grpc.ClientConn
+
+	mu      sync.Mutex
+	streams map[string]*forwarded
+	closed  bool
+}
+
+type forwarded struct {
+	mu     sync.Mutex
+	cl     grpc.ClientStreamingClient[api.IngestMessage, api.IngestReply]
+	cancel context.CancelFunc
+	err    error // the first send error, with the coordinator's reason
+}
+
+// NewForwarder forwards to the coordinator behind cc.
+func NewForwarder(cc *grpc.ClientConn) *Forwarder {
+	return &Forwarder{cc: cc, streams: map[string]*forwarded{}}
+}
+
+// Join opens the stream's Ingest call and joins app. The coordinator
+// answers a refused join (unknown app, a name in use) by ending the call:
+// the stream's next Ingest returns its reason.
+func (f *Forwarder) Join(app, stream string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return fmt.Errorf("ingest %s: the forwarder is closed", stream)
+	}
+	if _, ok := f.streams[stream]; ok {
+		return fmt.Errorf("ingest %s: already joined", stream)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cl, err := api.NewCoordinatorClient(f.cc).Ingest(ctx)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("ingest %s: %w", stream, err)
+	}
+	if err := cl.Send(&api.IngestMessage{Join: &api.Join{App: app, Stream: stream}}); err != nil {
+		err = closeErr(cl, err)
+		cancel()
+		return fmt.Errorf("ingest %s: join: %w", stream, err)
+	}
+	f.streams[stream] = &forwarded{cl: cl, cancel: cancel}
+	return nil
+}
+
+func (f *Forwarder) stream(id string) (*forwarded, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.streams[id]
+	if !ok {
+		return nil, fmt.Errorf("ingest %s: not joined", id)
+	}
+	return s, nil
+}
+
+// Ingest sends one frame of the stream.
+func (f *Forwarder) Ingest(stream string, seq uint64, capture time.Time, fr *media.Frame, truth []media.Box) error {
+	s, err := f.stream(stream)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	if err := s.cl.Send(&api.IngestMessage{Seq: seq, CaptureUnixNs: capture.UnixNano(), Frame: wire.FrameToPB(fr), Truth: wire.BoxesToPB(truth)}); err != nil {
+		s.err = fmt.Errorf("ingest %s: %w", stream, closeErr(s.cl, err))
+		return s.err
+	}
+	return nil
+}
+
+// Leave ends the stream's call (the coordinator leaves the session) and
+// returns its count of accepted and rejected frames.
+func (f *Forwarder) Leave(stream string) error {
+	_, err := f.leave(stream)
+	return err
+}
+
+func (f *Forwarder) leave(stream string) (*api.IngestReply, error) {
+	f.mu.Lock()
+	s, ok := f.streams[stream]
+	delete(f.streams, stream)
+	f.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("ingest %s: not joined", stream)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.cancel()
+	if s.err != nil {
+		return nil, s.err
+	}
+	reply, err := s.cl.CloseAndRecv()
+	if err != nil {
+		return nil, fmt.Errorf("ingest %s: %w", stream, err)
+	}
+	return reply, nil
+}
+
+// Close leaves every stream still joined; later Joins are refused.
+func (f *Forwarder) Close() error {
+	f.mu.Lock()
+	f.closed = true
+	ids := make([]string, 0, len(f.streams))
+	for id := range f.streams {
+		ids = append(ids, id)
+	}
+	f.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		if _, err := f.leave(id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
