@@ -71,7 +71,7 @@ type webIngest interface {
 // against the full build's flags.
 var (
 	whipFlagNames = []string{"allow-origin", "token-file", "open", "max-streams", "max-pending", "connect-timeout", "cpu-cores",
-		"cpu-ceiling", "stream-cost", "cpu-machine", "shed-after", "max-resolution", "oversize", "udp-ports", "public-ip", "emulate-objects"}
+		"cpu-ceiling", "stream-cost", "cpu-machine", "shed-after", "max-resolution", "oversize", "udp-ports", "public-ip", "emulate-objects", "codecs"}
 	whipBoolFlags = []string{"open", "cpu-machine"}
 )
 
