@@ -60,8 +60,26 @@ type Admission struct {
 	// kind, since the server started (all apps).
 	Refused map[string]uint64 `json:"refused"`
 	Ended   map[string]uint64 `json:"ended"`
-	// Streams are the live streams, WHIP and cameras, oldest first.
+	// Streams are the live streams, WHIP and cameras, by ID; Cameras the
+	// configured RTSP cameras, connected or not (a camera that cannot be
+	// reached or refuses the password has no stream, only this).
 	Streams []Stream `json:"streams,omitempty"`
+	Cameras []Camera `json:"cameras,omitempty"`
+}
+
+// Camera is a configured camera as status and the dashboard show it.
+type Camera struct {
+	Name   string `json:"name"`
+	App    string `json:"app"`
+	Source string `json:"source"` // its URL without the password
+	Codec  string `json:"codec,omitempty"`
+	// State is connecting, streaming, reconnecting, failed or stopped.
+	State      string `json:"state"`
+	Reconnects uint64 `json:"reconnects"`
+	CameraLost uint64 `json:"camera_lost"`
+	LastError  string `json:"last_error,omitempty"`
+	// Down is how long it has been without frames (0 while streaming).
+	Down time.Duration `json:"down_ns,omitempty"`
 }
 
 // Stream is a live ingest stream as the dashboard lists it.

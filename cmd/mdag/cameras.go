@@ -118,6 +118,9 @@ func (cf *cameraFlags) startOn(cmd, app string, server any, log *slog.Logger) (*
 	if err != nil {
 		return nil, fmt.Errorf("mdag %s: %w", cmd, err)
 	}
+	if ws, ok := server.(*whip.Server); ok {
+		ws.SetCameras(func() []ingest.Camera { return ingestCameras(m.Status()) })
+	}
 	for _, c := range cams {
 		log.Info("camera", "name", c.Name, "source", c.Source(), "app", c.App, "transport", orAuto(c.Transport))
 	}
@@ -165,6 +168,16 @@ func (s forwardSink) Join(app dag.AppID, stream string) error { return s.f.Join(
 func (s forwardSink) Leave(stream string) error               { return s.f.Leave(stream) }
 func (s forwardSink) Ingest(stream string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error {
 	return s.f.Ingest(stream, seq, capture, f, truth)
+}
+
+// ingestCameras is the cameras' status as the ingest server reports it.
+func ingestCameras(st []rtsp.CameraStatus) []ingest.Camera {
+	out := make([]ingest.Camera, len(st))
+	for i, c := range st {
+		out[i] = ingest.Camera{Name: c.Name, App: c.App, Source: c.Source, Codec: c.Codec, State: string(c.State),
+			Reconnects: c.Reconnects, CameraLost: c.CameraLost, LastError: c.LastError, Down: c.Down}
+	}
+	return out
 }
 
 func orAuto(t string) string {

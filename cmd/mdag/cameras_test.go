@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mdag/mdag/ingest"
 )
 
 // TestCameraFlags: validate --cameras checks the file against the app of
@@ -173,6 +176,20 @@ func TestServeCamera(t *testing.T) {
 	// While it runs, /metrics counts the camera as streaming.
 	waitFor(t, "the camera streaming in /metrics", 15*time.Second, func() bool {
 		return strings.Contains(get(t, url, 200), `mdag_ingest_camera_streams{app="traffic",state="streaming"} 1`)
+	})
+	// GET /v1/ingest (status, the dashboard) lists the camera and its
+	// stream, without the password.
+	waitFor(t, "the camera's stream in /v1/ingest", 15*time.Second, func() bool {
+		body := get(t, strings.TrimSuffix(url, "/metrics")+"/v1/ingest", 200)
+		if strings.Contains(body, "Secr3t-pw") {
+			t.Fatalf("the password is in /v1/ingest: %s", body)
+		}
+		var adm ingest.Admission
+		if err := json.Unmarshal([]byte(body), &adm); err != nil {
+			t.Fatal(err)
+		}
+		return len(adm.Cameras) == 1 && adm.Cameras[0].Name == "door" && adm.Cameras[0].State == "streaming" &&
+			len(adm.Streams) == 1 && adm.Streams[0].ID == "door" && adm.Streams[0].Codec == "h264" && adm.Streams[0].State == "admitted"
 	})
 	var code int
 	select {

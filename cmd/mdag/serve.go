@@ -384,6 +384,17 @@ func writeIngestLine(w io.Writer, a ingest.Admission) {
 		}
 		fmt.Fprintln(w)
 	}
+	// The cameras: one that is not streaming says why, loudly.
+	for _, c := range a.Cameras {
+		fmt.Fprintf(w, "  camera %s: %s, %s, %s", c.Name, c.App, c.Source, c.State)
+		if c.Reconnects > 0 || c.CameraLost > 0 {
+			fmt.Fprintf(w, ", %d reconnects, lost %d times", c.Reconnects, c.CameraLost)
+		}
+		if c.State != "streaming" && c.LastError != "" {
+			fmt.Fprintf(w, "; DOWN %v: %s", c.Down.Round(time.Second), c.LastError)
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // writeStatusTable prints sessions, modules, instances and the last re-plans.

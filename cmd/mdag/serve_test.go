@@ -76,7 +76,8 @@ func TestStatusIngest(t *testing.T) {
 		{"with ingest", true, []string{"ingest: 3 streams admitted (max 64), 1 pending (max 64); CPU load 1.20 of 1.40 cores admission fills, a new stream ~0.15; OVERLOADED for 4s",
 			"streams refused: capacity=5 recvonly=1", "streams ended: client=2 connect-timeout=7 overload=1",
 			"  stream 3f2a: traffic, admitted, h264, 640x480, whip",
-			"  stream door: traffic, admitted, h265, 1280x720, rtsp://cam.local/door, camera lost 2 times; CAMERA LOST: EOF; RECONNECTING"}},
+			"  stream door: traffic, admitted, h265, 1280x720, rtsp://cam.local/door, camera lost 2 times; CAMERA LOST: EOF; RECONNECTING",
+			"  camera gate: traffic, rtsp://10.0.0.9/live, reconnecting, 3 reconnects, lost 0 times; DOWN 1m35s: camera gate: rtsp://10.0.0.9/live: 401 Unauthorized"}},
 		{"without", false, nil},
 	}
 	for _, c := range cases {
@@ -90,7 +91,9 @@ func TestStatusIngest(t *testing.T) {
 						Ended: map[string]uint64{"overload": 1, "client": 2, "connect-timeout": 7},
 						Streams: []ingest.Stream{{ID: "3f2a", App: "traffic", State: "admitted", Codec: "h264", Source: "whip", Width: 640, Height: 480},
 							{ID: "door", App: "traffic", State: "admitted", Codec: "h265", Source: "rtsp://cam.local/door", Width: 1280, Height: 720,
-								CameraLost: 2, Waiting: "camera lost: EOF; reconnecting"}}}, false)
+								CameraLost: 2, Waiting: "camera lost: EOF; reconnecting"}},
+						Cameras: []ingest.Camera{{Name: "gate", App: "traffic", Source: "rtsp://10.0.0.9/live", State: "reconnecting", Reconnects: 3,
+							LastError: "camera gate: rtsp://10.0.0.9/live: 401 Unauthorized: wrong user or password in the URL", Down: 95 * time.Second}}}, false)
 				})
 			}
 			srv := httptest.NewServer(mux)

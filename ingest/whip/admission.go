@@ -342,8 +342,17 @@ func (s *Server) Admission() ingest.Admission {
 			Width: i.Width, Height: i.Height, Waiting: i.Waiting, CameraLost: i.CameraLost})
 	}
 	slices.SortFunc(a.Streams, func(x, y ingest.Stream) int { return strings.Compare(x.ID, y.ID) })
+	if f := s.cameras.Load(); f != nil {
+		a.Cameras = (*f)()
+	}
 	return a
 }
+
+// SetCameras adds the configured cameras' states to Admission (so status,
+// GET /v1/ingest and the dashboard show a camera that has no stream: one
+// that cannot be reached, refuses the password, or sends what cannot be
+// decoded).
+func (s *Server) SetCameras(f func() []ingest.Camera) { s.cameras.Store(&f) }
 
 // MachineCPUTime reads the machine's busy and total CPU time over all its
 // cores and their number from /proc/stat (zeros where it cannot).

@@ -153,7 +153,8 @@ func (f *feed) Disconnected(why string) {
 	f.p.needKey = true
 	f.p.sync.restart(now)
 	f.p.next = time.Time{}
-	st.s.log.Warn("camera lost", "app", st.app, "stream", st.id, "source", st.source, "why", why, "lost_times", st.c.cameraLost.Load())
+	// The camera reader logs the camera-lost event at WARN; this is the stream's side.
+	st.s.log.Debug("camera stream waiting", "app", st.app, "stream", st.id, "why", why, "lost_times", st.c.cameraLost.Load())
 }
 
 func (f *feed) End(kind, why string) { f.st.endAs(kind, why) }

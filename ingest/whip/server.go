@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pion/sdp/v3"
@@ -185,6 +186,7 @@ type Server struct {
 	log  *slog.Logger
 
 	origins map[string]bool // normalized AllowOrigins
+	cameras atomic.Pointer[func() []ingest.Camera]
 
 	mu       sync.Mutex
 	streams  map[string]*stream

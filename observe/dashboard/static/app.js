@@ -259,8 +259,21 @@ function ingestLine(g) {
 // size, simulcast layer, where from; a camera that is lost says so loudly.
 function streamList(g, app) {
   const ss = ((g && g.streams) || []).filter((s) => s.app === app);
-  if (!ss.length) return null;
+  const cams = ((g && g.cameras) || []).filter((c) => c.app === app);
+  if (!ss.length && !cams.length) return null;
   const ul = el("ul", { class: "streams", id: "streams-" + app });
+  let down = false;
+  for (const c of cams) {
+    // A camera that is not streaming (unreachable, wrong password, lost) is said loudly.
+    const bad = c.state !== "streaming";
+    down = down || bad;
+    const parts = [c.state, c.codec || "", c.source];
+    if (c.reconnects) parts.push(`${c.reconnects} reconnects`);
+    if (c.camera_lost) parts.push(`lost ${c.camera_lost}×`);
+    const li = el("li", { class: bad ? "warn" : "" }, el("b", {}, "camera " + c.name + ": "), parts.filter((p) => p).join(" · "));
+    if (bad && c.last_error) li.append(el("span", { class: "warn" }, ` — DOWN ${fmt((c.down_ns || 0) / 1e9, 0)} s: ${c.last_error}`));
+    ul.append(li);
+  }
   for (const s of ss) {
     const parts = [s.state, s.codec || "", s.width ? `${s.width}x${s.height}` : ""];
     if (s.layer) parts.push(`layer ${s.layer}`);
@@ -271,8 +284,9 @@ function streamList(g, app) {
     ul.append(li);
   }
   const attrs = { class: "why" };
-  if (ss.some((s) => s.waiting)) attrs.open = ""; // a lost camera is shown, not folded away
-  return el("details", attrs, el("summary", {}, `${ss.length} ingest streams`), ul);
+  if (down || ss.some((s) => s.waiting)) attrs.open = ""; // a lost camera is shown, not folded away
+  const title = `${ss.length} ingest streams` + (cams.length ? `, ${cams.length} cameras` + (down ? " (SOME DOWN)" : "") : "");
+  return el("details", attrs, el("summary", {}, title), ul);
 }
 
 // allocText is a module's allocation: "2 × V100<8,1> + P100<1,1> ×0.35 partial".
