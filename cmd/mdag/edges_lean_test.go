@@ -27,7 +27,7 @@ func TestLeanRefusals(t *testing.T) {
 		{"coordinator --example traffic --grpc 127.0.0.1:0 --listen 127.0.0.1:0 --cameras c.yaml", exitInvalid, "mdag coordinator: RTSP cameras are not in the lean build (they need the WHIP ingest server); the full build has it"},
 		{"validate -f examples/traffic/app.yaml --cameras c.yaml", exitInvalid, "RTSP cameras are not in the lean build"},
 		{"source --app traffic --coordinator 127.0.0.1:1 --camera rtsp://cam/x --duration 1ms", exitInvalid, "mdag source: RTSP cameras are not in the lean build"},
-		{"serve -h", exitOK, "\nWHIP ingest is not in the lean build (the full build has it: bin/mdag (make build)); refused flags: -allow-origin -connect-timeout"},
+		{"serve -h", exitOK, "\nWHIP ingest is not in the lean build (the full build has it: bin/mdag (make build)); refused flags: -allow-origin -codecs -connect-timeout"},
 		{"worker --type V100 --executor opencv", exitInvalid, `mdag worker: --executor "opencv": the lean build has emulated and onnx`},
 		{"worker -h", exitOK, "decoders: none in the lean build"},
 		{"validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml", exitOK, "app traffic: valid"},
