@@ -253,6 +253,11 @@ func newAPI(codecs []string, tune func(*webrtc.SettingEngine) error) (*webrtc.AP
 	if err := registerCodecs(m, codecs); err != nil {
 		return nil, err
 	}
+	// Simulcast: the mid and rid header extensions tell the layers apart
+	// (OnTrack fires once per rid).
+	if err := webrtc.ConfigureSimulcastExtensionHeaders(m); err != nil {
+		return nil, err
+	}
 	ir := &interceptor.Registry{}
 	if err := webrtc.ConfigureNack(m, ir); err != nil {
 		return nil, err

@@ -1,0 +1,334 @@
+package whip
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pion/rtcp"
+	"github.com/pion/rtp"
+	"github.com/pion/rtp/codecs"
+	"github.com/pion/sdp/v3"
+	"github.com/pion/webrtc/v3"
+
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/ingest/synth"
+	"github.com/mdag/mdag/internal/clock"
+)
+
+// simSender is a pion sender with simulcast: one track per rid, sent as
+// encodings of one RTPSender (AddEncoding), each layer encoded at its own
+// size (libvpx or x264), every packet tagged with the mid and rid header
+// extensions (pion v3 does not add them), a key frame on a layer when the
+// server asks for one (PLI on that layer's SSRC).
+type simSender struct {
+	pc       *webrtc.PeerConnection
+	sender   *webrtc.RTPSender
+	rids     []string
+	tracks   []*webrtc.TrackLocalStaticRTP
+	encs     []encoder
+	packs    []rtp.Packetizer
+	pats     []*synth.Pattern
+	keyReq   []atomic.Bool
+	plis     []atomic.Uint64
+	mid      string
+	midID    uint8
+	ridID    uint8
+	resource string
+	Stream   string
+	wg       sync.WaitGroup
+	n        uint64
+}
+
+type simLayer struct {
+	rid  string
+	w, h int
+}
+
+func newSimSender(t *testing.T, base, app, codec string, layers []simLayer) *simSender {
+	t.Helper()
+	api, err := clientAPI([]string{codec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := api.NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &simSender{pc: pc, keyReq: make([]atomic.Bool, len(layers)), plis: make([]atomic.Uint64, len(layers))}
+	t.Cleanup(s.close)
+	capability := webrtc.RTPCodecCapability{MimeType: codecMime(codec), ClockRate: videoClockRate}
+	if codec == CodecH264 {
+		capability.SDPFmtpLine = "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"
+	}
+	for i, l := range layers {
+		tr, err := webrtc.NewTrackLocalStaticRTP(capability, "video", "mdag", webrtc.WithRTPStreamID(l.rid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			s.sender, err = pc.AddTrack(tr)
+		} else {
+			err = s.sender.AddEncoding(tr)
+		}
+		if err != nil {
+			t.Fatalf("layer %s: %v", l.rid, err)
+		}
+		enc, err := newEncoder(ClientConfig{Codec: codec, Width: l.w, Height: l.h, FPS: 30, BitrateKbps: 300})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pat, err := synth.NewPattern(l.w, l.h, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var payloader rtp.Payloader = &codecs.VP8Payloader{EnablePictureID: true}
+		if codec == CodecH264 {
+			payloader = &codecs.H264Payloader{}
+		}
+		s.rids, s.tracks, s.encs, s.pats = append(s.rids, l.rid), append(s.tracks, tr), append(s.encs, enc), append(s.pats, pat)
+		s.packs = append(s.packs, rtp.NewPacketizer(1200, 96, 0, payloader, rtp.NewRandomSequencer(), videoClockRate))
+	}
+	offer, err := pc.CreateOffer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gathered := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(offer); err != nil {
+		t.Fatal(err)
+	}
+	<-gathered
+	resp, err := http.Post(base+"/whip/"+app, "application/sdp", bytes.NewReader([]byte(pc.LocalDescription().SDP)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST: %d %s", resp.StatusCode, body)
+	}
+	loc, _ := url.Parse(base)
+	s.resource = loc.JoinPath(resp.Header.Get("Location")).String()
+	s.Stream = resp.Header.Get("Mdag-Stream")
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: string(body)}); err != nil {
+		t.Fatalf("answer: %v", err)
+	}
+	for _, tr := range pc.GetTransceivers() {
+		if tr.Sender() == s.sender {
+			s.mid = tr.Mid()
+		}
+	}
+	for _, e := range s.sender.GetParameters().HeaderExtensions {
+		switch e.URI {
+		case sdp.SDESMidURI:
+			s.midID = uint8(e.ID)
+		case sdp.SDESRTPStreamIDURI:
+			s.ridID = uint8(e.ID)
+		}
+	}
+	if s.mid == "" || s.midID == 0 || s.ridID == 0 {
+		t.Fatalf("mid %q, header extensions mid %d rid %d: the answer did not accept simulcast", s.mid, s.midID, s.ridID)
+	}
+	for i, rid := range s.rids {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			for {
+				pkts, _, err := s.sender.ReadSimulcastRTCP(rid)
+				if err != nil {
+					return
+				}
+				for _, p := range pkts {
+					if _, ok := p.(*rtcp.PictureLossIndication); ok {
+						s.keyReq[i].Store(true)
+						s.plis[i].Add(1)
+					}
+				}
+			}
+		}()
+	}
+	return s
+}
+
+// send encodes and sends one frame on every layer (a key frame on a
+// layer asked for one, and on every layer each keyEvery frames).
+func (s *simSender) send(t *testing.T, keyEvery uint64) {
+	t.Helper()
+	ts := uint32(s.n * videoClockRate / 30)
+	for i := range s.tracks {
+		f, _, err := s.pats[i].Frame(0, s.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := s.keyReq[i].Swap(false) || s.n%keyEvery == 0
+		out, err := s.encs[i].Encode(f, int64(s.n), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range out {
+			for _, pkt := range s.packs[i].Packetize(e.Data, 0) {
+				pkt.Timestamp = ts + uint32(i)*7777 // each layer its own timeline
+				if err := pkt.Header.SetExtension(s.midID, []byte(s.mid)); err != nil {
+					t.Fatal(err)
+				}
+				if err := pkt.Header.SetExtension(s.ridID, []byte(s.rids[i])); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.tracks[i].WriteRTP(pkt); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	s.n++
+}
+
+func (s *simSender) close() {
+	// RTCP readers first: pion v3.3.6's ReadSimulcast reads the sender's
+	// encodings without its lock, which Close writes.
+	for _, rid := range s.rids {
+		_ = s.sender.SetReadDeadlineSimulcast(time.Now(), rid)
+	}
+	s.wg.Wait()
+	if s.resource != "" {
+		if req, err := http.NewRequest(http.MethodDelete, s.resource, nil); err == nil {
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}
+	_ = s.pc.Close()
+	for _, e := range s.encs {
+		e.Close()
+	}
+}
+
+func layerOf(info StreamInfo, rid string) LayerInfo {
+	for _, l := range info.Layers {
+		if l.RID == rid {
+			return l
+		}
+	}
+	return LayerInfo{}
+}
+
+// TestSimulcast: a pion sender offers three layers (160x120, 320x240,
+// 640x480) for an app whose frames are at most 320x240: the server decodes
+// the 320x240 layer only (the other layers' frames arrive, none is
+// decoded); CPU overload (fed through the CPUTime seam, the fake clock
+// drives the load samples) steps it down to the 160x120 layer at that
+// layer's key frame (asked for with a PLI) without a decode error, before
+// any stream is shed; when the load has stayed low the stream steps back
+// up.
+func TestSimulcast(t *testing.T) {
+	for _, codec := range []string{CodecVP8, CodecH264} {
+		t.Run(codec, func(t *testing.T) {
+			clk := clock.NewFake(time.Now())
+			var cpuNS atomic.Int64
+			srv, sink, hs := newTestServer(t, Config{Apps: map[dag.AppID]float64{"face": 0}, Codecs: []string{codec},
+				MaxWidth: 320, MaxHeight: 240, CPUCores: 1, CPUCeiling: 0.5, StreamCost: 0.01, ShedAfter: 2 * time.Second,
+				IdleTimeout: time.Hour, ConnectTimeout: time.Hour, Clock: clk,
+				CPUTime: func() time.Duration { return time.Duration(cpuNS.Load()) }})
+			s := newSimSender(t, hs.URL, "face", codec, []simLayer{{"q", 160, 120}, {"h", 320, 240}, {"f", 640, 480}})
+			info := func() StreamInfo {
+				for _, i := range srv.Streams() {
+					if i.ID == s.Stream {
+						return i
+					}
+				}
+				t.Fatalf("stream %s is not listed", s.Stream)
+				return StreamInfo{}
+			}
+			pace := time.NewTicker(time.Second / 30) // a real-time source
+			defer pace.Stop()
+			// sendUntil sends frames until cond holds (at most max frames).
+			sendUntil := func(what string, maxFrames int, cond func(StreamInfo) bool) StreamInfo {
+				t.Helper()
+				for range maxFrames {
+					<-pace.C
+					s.send(t, 45)
+					if i := info(); cond(i) {
+						return i
+					}
+				}
+				t.Fatalf("%s: not after %d frames: %+v", what, maxFrames, info())
+				return StreamInfo{}
+			}
+			// The fitting layer, h, once all three are known.
+			st := sendUntil("decoding layer h", 150, func(i StreamInfo) bool {
+				return len(i.Layers) == 3 && i.Layer == "h 320x240" && layerOf(i, "h").Decoded > 0
+			})
+			for range 20 {
+				<-pace.C
+				s.send(t, 45)
+			}
+			after := info()
+			for _, rid := range []string{"q", "f"} {
+				was, now := layerOf(st, rid), layerOf(after, rid)
+				if now.Decoded != was.Decoded || now.Frames < was.Frames+15 {
+					t.Errorf("layer %s while h is decoded: %d frames arrived, %d decoded (want arrivals and no decoding)",
+						rid, now.Frames-was.Frames, now.Decoded-was.Decoded)
+				}
+			}
+			if h := layerOf(after, "h"); h.Decoded < layerOf(st, "h").Decoded+15 || h.Width != 320 {
+				t.Errorf("layer h: %+v", h)
+			}
+			if f := layerOf(after, "f"); f.Width != 640 || f.Height != 480 {
+				t.Errorf("layer f's size %dx%d, want 640x480 (from its key frames)", f.Width, f.Height)
+			}
+			// Overload: 0.9 cores used of a capacity of 0.5.
+			clk.Advance(time.Second) // the first sample: the baseline
+			cpuNS.Add(int64(900 * time.Millisecond))
+			clk.Advance(time.Second)
+			ingestedBefore := sink.count(s.Stream)
+			st = sendUntil("stepping down to q", 150, func(i StreamInfo) bool { return i.Layer == "q 160x120" })
+			if st.LayerDown != 1 || st.DecodeErrors != 0 || st.State != StateAdmitted || srv.Admission().Ended[EndOverload] != 0 {
+				t.Errorf("after the step down: %+v", st)
+			}
+			if q := layerOf(st, "q"); q.Decoded == 0 || s.plis[0].Load() == 0 {
+				t.Errorf("layer q: %+v, %d PLIs on it", q, s.plis[0].Load())
+			}
+			for range 10 {
+				<-pace.C
+				s.send(t, 45)
+			}
+			// The frames handed to the session: numbered without a gap,
+			// 320x240 then 160x120.
+			sink.mu.Lock()
+			frames := sink.frames[s.Stream]
+			sink.mu.Unlock()
+			small := 0
+			for i, f := range frames {
+				if f.seq != uint64(i+1) {
+					t.Fatalf("frame %d has seq %d", i, f.seq)
+				}
+				if i < ingestedBefore {
+					continue
+				}
+				if f.w == 160 {
+					small++
+				} else if small > 0 || f.w != 320 {
+					t.Errorf("frame %d: %dx%d after the switch to 160x120", f.seq, f.w, f.h)
+				}
+			}
+			if small < 5 || len(frames) <= ingestedBefore {
+				t.Errorf("%d frames at 160x120 of %d", small, len(frames))
+			}
+			// Room again: the load stays low for stepUpAfter intervals.
+			for range stepUpAfter + 2 {
+				cpuNS.Add(int64(50 * time.Millisecond))
+				clk.Advance(time.Second)
+			}
+			st = sendUntil("stepping back up to h", 150, func(i StreamInfo) bool { return i.Layer == "h 320x240" })
+			if st.LayerDown != 0 || st.LayerSwitches < 2 || st.DecodeErrors != 0 {
+				t.Errorf("after the step up: %+v", st)
+			}
+			t.Logf("%s: %+v", codec, st)
+		})
+	}
+}
