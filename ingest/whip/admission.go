@@ -430,8 +430,16 @@ func (s *Server) Admission() ingest.Admission {
 	s.mu.Unlock()
 	for _, st := range live { // info takes s.mu
 		i := st.info()
-		a.Streams = append(a.Streams, ingest.Stream{ID: i.ID, App: i.App, State: i.State, Codec: i.Codec, Source: i.Source,
-			Width: i.Width, Height: i.Height, Waiting: i.Waiting, CameraLost: i.CameraLost})
+		is := ingest.Stream{ID: i.ID, App: i.App, State: i.State, Codec: i.Codec, Source: i.Source,
+			Width: i.Width, Height: i.Height, Waiting: i.Waiting, CameraLost: i.CameraLost, Layer: i.Layer, LayerDown: i.LayerDown}
+		for _, l := range i.Layers {
+			if l.Width > 0 {
+				is.Layers = append(is.Layers, fmt.Sprintf("%s %dx%d", l.RID, l.Width, l.Height))
+			} else {
+				is.Layers = append(is.Layers, l.RID)
+			}
+		}
+		a.Streams = append(a.Streams, is)
 	}
 	slices.SortFunc(a.Streams, func(x, y ingest.Stream) int { return strings.Compare(x.ID, y.ID) })
 	if f := s.cameras.Load(); f != nil {

@@ -363,7 +363,10 @@ func vp8KeySize(b []byte) (w, h int, ok bool) {
 		return 0, 0, false
 	}
 	w, h = int(binary.LittleEndian.Uint16(b[6:])&0x3fff), int(binary.LittleEndian.Uint16(b[8:])&0x3fff)
-	return w, h, w > 0 && h > 0
+	if w == 0 || h == 0 {
+		return 0, 0, false
+	}
+	return w, h, true
 }
 
 // switchLocked makes l the decoded layer (at its key frame).
@@ -439,7 +442,7 @@ func (s *simulcast) chooseLocked(now time.Time) {
 // pliTargetLocked asks the target layer for a key frame, at most every
 // 200 ms.
 func (s *simulcast) pliTargetLocked(now time.Time) {
-	if s.target == nil || !s.targetPLI.IsZero() && now.Sub(s.targetPLI) < 200*time.Millisecond {
+	if s.target == nil || s.st.pc == nil || !s.targetPLI.IsZero() && now.Sub(s.targetPLI) < 200*time.Millisecond {
 		return
 	}
 	s.targetPLI = now

@@ -2,9 +2,12 @@ package whip
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -290,6 +293,11 @@ func TestSimulcast(t *testing.T) {
 			if st.LayerDown != 1 || st.DecodeErrors != 0 || st.State != StateAdmitted || srv.Admission().Ended[EndOverload] != 0 {
 				t.Errorf("after the step down: %+v", st)
 			}
+			if a := srv.Admission().Streams; len(a) != 1 || a[0].Layer != "q 160x120" || a[0].LayerDown != 1 || len(a[0].Layers) != 3 {
+				t.Errorf("status's stream view: %+v", a)
+			} else if l := slices.Sorted(slices.Values(a[0].Layers)); !slices.Equal(l, []string{"f 640x480", "h 320x240", "q 160x120"}) {
+				t.Errorf("status's layers: %v", a[0].Layers)
+			}
 			if q := layerOf(st, "q"); q.Decoded == 0 || s.plis[0].Load() == 0 {
 				t.Errorf("layer q: %+v, %d PLIs on it", q, s.plis[0].Load())
 			}
@@ -331,4 +339,127 @@ func TestSimulcast(t *testing.T) {
 			t.Logf("%s: %+v", codec, st)
 		})
 	}
+}
+
+// TestLayerChoice: the layer decoded is the smallest covering the app's
+// frame size, else the largest, less the steps down; a step down stops at
+// the smallest layer, a step up at the fitting one.
+func TestLayerChoice(t *testing.T) {
+	sizes := [][2]int{{640, 360}, {320, 180}, {1280, 720}} // arrival order, not size order
+	cases := []struct {
+		name      string
+		maxW      int
+		maxH      int
+		downs     int // step(-1) calls
+		want      int // index in sizes of the layer chosen
+		stepped   int // step(-1) calls that moved
+		canDown   bool
+		upsToFits int // step(+1) calls that move back to the fitting layer
+	}{
+		{"fits 640x360", 640, 360, 0, 0, 0, true, 0},
+		{"between: the next larger", 400, 200, 0, 0, 0, true, 0},
+		{"smallest", 160, 90, 0, 1, 0, false, 0},
+		{"above all: the largest", 1920, 1080, 0, 2, 0, true, 0},
+		{"one down", 1920, 1080, 1, 0, 1, true, 1},
+		{"two down", 1920, 1080, 2, 1, 2, false, 2},
+		{"not below the smallest", 1920, 1080, 5, 1, 2, false, 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			srv := &Server{cfg: Config{MaxWidth: c.maxW, MaxHeight: c.maxH}, clk: clock.NewFake(time.Now()), log: slog.New(slog.DiscardHandler)}
+			st := &stream{s: srv, id: "s"} // no peer: no PLIs
+			sim := &simulcast{st: st, codec: CodecVP8, dec: &pipeline{st: st}}
+			for i, sz := range sizes {
+				sim.layers = append(sim.layers, &layer{rid: fmt.Sprint(i), w: sz[0], h: sz[1], p: &pipeline{st: st}})
+			}
+			chosen := func() *layer {
+				sim.mu.Lock()
+				defer sim.mu.Unlock()
+				if sim.target != nil {
+					return sim.target
+				}
+				return sim.active
+			}
+			sim.mu.Lock()
+			sim.active = sim.layers[0]
+			sim.chooseLocked(srv.clk.Now())
+			sim.mu.Unlock()
+			moved := 0
+			for range c.downs {
+				if sim.step(-1, "test") {
+					moved++
+				}
+			}
+			if got := chosen(); got != sim.layers[c.want] || moved != c.stepped {
+				t.Errorf("chose %dx%d after %d of %d steps down, want %dx%d after %d", got.w, got.h, moved, c.downs,
+					sizes[c.want][0], sizes[c.want][1], c.stepped)
+			}
+			if sim.canDown.Load() != c.canDown || int(sim.stepped.Load()) != c.stepped {
+				t.Errorf("can step down %v, stepped %d; want %v, %d", sim.canDown.Load(), sim.stepped.Load(), c.canDown, c.stepped)
+			}
+			ups := 0
+			for sim.step(+1, "test") {
+				ups++
+			}
+			if ups != c.upsToFits || sim.stepped.Load() != 0 {
+				t.Errorf("%d steps up, want %d", ups, c.upsToFits)
+			}
+		})
+	}
+}
+
+// TestKeyFrameSize reads VP8 key frames' sizes and refuses what is not
+// one; H.264 key frames are switch points only with their parameter sets.
+func TestKeyFrameSize(t *testing.T) {
+	key := []byte{0x10, 0x02, 0x00, 0x9d, 0x01, 0x2a, 0x80, 0x02, 0xe0, 0x01, 0x00}
+	for _, c := range []struct {
+		name string
+		b    []byte
+		w, h int
+		ok   bool
+	}{
+		{"640x480", key, 640, 480, true},
+		{"scale bits ignored", []byte{0x10, 0x02, 0x00, 0x9d, 0x01, 0x2a, 0x80, 0x42, 0xe0, 0xc1}, 640, 480, true},
+		{"inter frame", append([]byte{0x11}, key[1:]...), 0, 0, false},
+		{"no start code", []byte{0x10, 0x02, 0x00, 0x9d, 0x01, 0x2b, 0x80, 0x02, 0xe0, 0x01}, 0, 0, false},
+		{"short", key[:9], 0, 0, false},
+		{"zero size", []byte{0x10, 0x02, 0x00, 0x9d, 0x01, 0x2a, 0, 0, 0xe0, 0x01}, 0, 0, false},
+	} {
+		w, h, ok := vp8KeySize(c.b)
+		if w != c.w || h != c.h || ok != c.ok {
+			t.Errorf("%s: %dx%d %v, want %dx%d %v", c.name, w, h, ok, c.w, c.h, c.ok)
+		}
+	}
+	sps, pps, idr, p := []byte{0, 0, 0, 1, 0x67, 1}, []byte{0, 0, 1, 0x68, 1}, []byte{0, 0, 1, 0x65, 1}, []byte{0, 0, 1, 0x41, 1}
+	cat := func(b ...[]byte) []byte { return bytes.Join(b, nil) }
+	for _, c := range []struct {
+		name string
+		fr   codedFrame
+		want bool
+	}{
+		{"idr with sps and pps", codedFrame{Key: true, Data: cat(sps, pps, idr)}, true},
+		{"idr alone (parameter sets lost)", codedFrame{Key: true, Data: idr}, false},
+		{"sps without pps", codedFrame{Key: true, Data: cat(sps, idr)}, false},
+		{"not a key frame", codedFrame{Data: cat(sps, pps, p)}, false},
+	} {
+		if got := switchable(CodecH264, c.fr); got != c.want {
+			t.Errorf("h264 %s: %v, want %v", c.name, got, c.want)
+		}
+	}
+	if !switchable(CodecVP8, codedFrame{Key: true, Data: key}) || switchable(CodecVP8, codedFrame{Data: key}) {
+		t.Error("vp8: a key frame is a switch point, an inter frame is not")
+	}
+}
+
+// FuzzVP8KeySize: any bytes, never a crash, a size only within 14 bits.
+func FuzzVP8KeySize(f *testing.F) {
+	f.Add([]byte{0x10, 0x02, 0x00, 0x9d, 0x01, 0x2a, 0x80, 0x02, 0xe0, 0x01})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		w, h, ok := vp8KeySize(b)
+		if ok && (w <= 0 || h <= 0 || w > 0x3fff || h > 0x3fff) {
+			t.Fatalf("%dx%d", w, h)
+		}
+		_ = switchable(CodecH264, codedFrame{Key: true, Data: b})
+	})
 }
