@@ -265,6 +265,13 @@ func newAPI(codecs []string, tune func(*webrtc.SettingEngine) error) (*webrtc.AP
 	if err := webrtc.ConfigureRTCPReports(ir); err != nil {
 		return nil, err
 	}
+	// Transport-wide congestion control feedback: a browser's bandwidth
+	// estimate grows with it, and with it the simulcast layers it sends
+	// (without feedback Chromium stays near its start rate and leaves the
+	// top layer off).
+	if err := webrtc.ConfigureTWCCSender(m, ir); err != nil {
+		return nil, err
+	}
 	se := webrtc.SettingEngine{}
 	se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
 	se.SetIncludeLoopbackCandidate(true)

@@ -45,6 +45,10 @@ import (
 // decoded to learn its size (H.264).
 const probeEvery = time.Second
 
+// sizePLIEvery is how often a layer whose size is not known yet is asked
+// for a key frame.
+const sizePLIEvery = 500 * time.Millisecond
+
 // layer is one simulcast layer (one rid) of a stream.
 type layer struct {
 	rid  string
@@ -278,14 +282,17 @@ func (s *simulcast) frame(l *layer, fr codedFrame, now time.Time) bool {
 		}
 		l.lastProbe = now
 	}
+	if !start && l.w == 0 && (l.startPLI.IsZero() || now.Sub(l.startPLI) >= sizePLIEvery) {
+		// A layer whose size is unknown (its first key frame lost, or
+		// swallowed by pion's probe) is asked for a key frame: the choice
+		// needs its size, the start a key frame.
+		l.startPLI = now
+		if s.st.pc.WriteRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: l.ssrc}}) == nil {
+			s.st.c.plis.Add(1)
+		}
+	}
 	if s.active == nil {
 		if !start {
-			if l.startPLI.IsZero() || now.Sub(l.startPLI) >= 200*time.Millisecond {
-				l.startPLI = now
-				if s.st.pc.WriteRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: l.ssrc}}) == nil {
-					s.st.c.plis.Add(1)
-				}
-			}
 			return true
 		}
 		s.switchLocked(l) // the first layer with a key frame starts the stream
@@ -306,6 +313,7 @@ func (s *simulcast) frame(l *layer, fr codedFrame, now time.Time) bool {
 		l.p.needKey = false
 	}
 	l.decoded.Add(1)
+	s.dec.decW, s.dec.decH = 0, 0 // set when this frame is decoded to a picture (not when skipped)
 	ok := s.dec.frame(fr, now)
 	if s.dec.decW > 0 && (s.dec.decW != l.w || s.dec.decH != l.h) {
 		l.w, l.h = s.dec.decW, s.dec.decH // the sender changed the layer's size

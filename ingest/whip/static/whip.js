@@ -157,7 +157,10 @@ function mdagStreamPage({app}) {
     $("start").disabled = true; stats.error = "";
     try {
       stats.state = "opening camera"; show();
-      camera = await navigator.mediaDevices.getUserMedia({video: {width: 640, height: 480}, audio: false});
+      // Simulcast needs a large enough picture: browsers send fewer
+      // layers below 960x540 (Chromium: one at 320x180, two at 640x360).
+      const size = $("simulcast").checked ? {width: 1280, height: 720} : {width: 640, height: 480};
+      camera = await navigator.mediaDevices.getUserMedia({video: size, audio: false});
       video.srcObject = camera;
       stats.state = "connecting"; show();
       stats.simulcast = $("simulcast").checked;
