@@ -20,6 +20,7 @@ import (
 	"github.com/pion/webrtc/v3"
 
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/clock"
 )
@@ -233,7 +234,7 @@ func TestSimulcast(t *testing.T) {
 		t.Run(codec, func(t *testing.T) {
 			clk := clock.NewFake(time.Now())
 			var cpuNS atomic.Int64
-			srv, sink, hs := newTestServer(t, Config{Apps: map[dag.AppID]float64{"face": 0}, Codecs: []string{codec},
+			srv, sink, hs := newTestServer(t, Config{Apps: map[dag.AppID]float64{"face": 0},
 				MaxWidth: 320, MaxHeight: 240, CPUCores: 1, CPUCeiling: 0.5, StreamCost: 0.01, ShedAfter: 2 * time.Second,
 				IdleTimeout: time.Hour, ConnectTimeout: time.Hour, Clock: clk,
 				CPUTime: func() time.Duration { return time.Duration(cpuNS.Load()) }})
@@ -284,19 +285,29 @@ func TestSimulcast(t *testing.T) {
 			if f := layerOf(after, "f"); f.Width != 640 || f.Height != 480 {
 				t.Errorf("layer f's size %dx%d, want 640x480 (from its key frames)", f.Width, f.Height)
 			}
-			// Overload: 0.9 cores used of a capacity of 0.5.
+			// Two newer streams without simulcast (offers that send no
+			// media, admitted): those shedding would end.
+			clk.Advance(time.Millisecond) // admitted after the simulcast stream
+			plain := admitStreams(t, srv, hs.URL, clk, 2)
+			// Overload: 0.9 cores used of a capacity of 0.5. The simulcast
+			// stream steps down; nothing is shed.
 			clk.Advance(time.Second) // the first sample: the baseline
 			cpuNS.Add(int64(900 * time.Millisecond))
 			clk.Advance(time.Second)
+			if a := srv.Admission(); a.Admitted != 3 || a.Ended[EndOverload] != 0 || a.OverloadedFor == 0 {
+				t.Fatalf("at the first overloaded sample: %+v (want the simulcast stream stepped down, none shed)", a)
+			}
 			ingestedBefore := sink.count(s.Stream)
 			st = sendUntil("stepping down to q", 150, func(i StreamInfo) bool { return i.Layer == "q 160x120" })
 			if st.LayerDown != 1 || st.DecodeErrors != 0 || st.State != StateAdmitted || srv.Admission().Ended[EndOverload] != 0 {
 				t.Errorf("after the step down: %+v", st)
 			}
-			if a := srv.Admission().Streams; len(a) != 1 || a[0].Layer != "q 160x120" || a[0].LayerDown != 1 || len(a[0].Layers) != 3 {
+			a := srv.Admission().Streams
+			i := slices.IndexFunc(a, func(x ingest.Stream) bool { return x.ID == s.Stream })
+			if i < 0 || a[i].Layer != "q 160x120" || a[i].LayerDown != 1 || len(a[i].Layers) != 3 {
 				t.Errorf("status's stream view: %+v", a)
-			} else if l := slices.Sorted(slices.Values(a[0].Layers)); !slices.Equal(l, []string{"f 640x480", "h 320x240", "q 160x120"}) {
-				t.Errorf("status's layers: %v", a[0].Layers)
+			} else if l := slices.Sorted(slices.Values(a[i].Layers)); !slices.Equal(l, []string{"f 640x480", "h 320x240", "q 160x120"}) {
+				t.Errorf("status's layers: %v", a[i].Layers)
 			}
 			if q := layerOf(st, "q"); q.Decoded == 0 || s.plis[0].Load() == 0 {
 				t.Errorf("layer q: %+v, %d PLIs on it", q, s.plis[0].Load())
@@ -326,6 +337,19 @@ func TestSimulcast(t *testing.T) {
 			}
 			if small < 5 || len(frames) <= ingestedBefore {
 				t.Errorf("%d frames at 160x120 of %d", small, len(frames))
+			}
+			// Still overloaded, and no layer below: after ShedAfter the
+			// newest streams are shed, the simulcast stream (the oldest)
+			// stays.
+			for range 3 {
+				cpuNS.Add(int64(900 * time.Millisecond))
+				clk.Advance(time.Second)
+			}
+			waitFor(t, "the plain streams shed", 10*time.Second, func() bool {
+				return srv.lookup(plain[0].id) == nil && srv.lookup(plain[1].id) == nil
+			})
+			if a := srv.Admission(); a.Admitted != 1 || a.Ended[EndOverload] != 2 || info().Layer != "q 160x120" {
+				t.Errorf("after shedding: %+v, layer %q", a, info().Layer)
 			}
 			// Room again: the load stays low for stepUpAfter intervals.
 			for range stepUpAfter + 2 {
@@ -462,4 +486,81 @@ func FuzzVP8KeySize(f *testing.F) {
 		}
 		_ = switchable(CodecH264, codedFrame{Key: true, Data: b})
 	})
+}
+
+// TestSimulcastSteps: which simulcast streams step down or up at a load
+// sample: a stream whose decoding is behind steps down by itself; over
+// capacity the newest step down first, as many as shedding would end (the
+// saturated app's only when the CPU fits); with room for stepUpAfter
+// intervals the oldest stepped-down stream steps up, if its decoding can
+// take four times the pixels; each waits two intervals after the last.
+func TestSimulcastSteps(t *testing.T) {
+	t0 := time.Now()
+	now := t0.Add(time.Hour)
+	type sim struct {
+		app      dag.AppID
+		load     float64
+		canDown  bool
+		stepped  int32
+		lastStep time.Duration // before now; 0: never
+	}
+	cases := []struct {
+		name      string
+		sims      []sim // oldest first
+		last      float64
+		cost      float64
+		saturated []dag.AppID
+		lastShed  time.Duration // before now; 0: never
+		roomFor   time.Duration // how long the load has been low; 0: not yet
+		down, up  []int         // indices in sims
+	}{
+		{"behind", []sim{{"a", 0.9, true, 0, 0}}, 0.1, 0.1, nil, 0, 0, []int{0}, nil},
+		{"behind at the smallest layer", []sim{{"a", 0.9, false, 1, 0}}, 0.1, 0.1, nil, 0, 0, nil, nil},
+		{"behind, stepped a second ago", []sim{{"a", 0.9, true, 0, time.Second}}, 0.1, 0.1, nil, 0, 0, nil, nil},
+		{"over: the newest, as many as the excess", []sim{{"a", 0.1, true, 0, 0}, {"a", 0.1, true, 0, 0}, {"a", 0.1, true, 0, 0}}, 0.9, 0.2, nil, 0, 0, []int{2, 1}, nil},
+		{"over: those that can", []sim{{"a", 0.1, true, 0, 0}, {"a", 0.1, false, 1, 0}}, 0.6, 0.2, nil, 0, 0, []int{0}, nil},
+		{"over, a step a second ago", []sim{{"a", 0.1, true, 0, 0}}, 0.9, 0.2, nil, time.Second, 0, nil, nil},
+		{"saturated app only", []sim{{"a", 0.1, true, 0, 0}, {"b", 0.1, true, 0, 0}, {"a", 0.1, true, 0, 0}}, 0.1, 0.2, []dag.AppID{"a"}, 0, 0, []int{2}, nil},
+		{"room: the oldest stepped up", []sim{{"a", 0.1, true, 0, 0}, {"a", 0.1, true, 1, 0}, {"a", 0.1, true, 1, 0}}, 0.1, 0.2, nil, 0, stepUpAfter * time.Second, nil, []int{1}},
+		{"room, not long enough", []sim{{"a", 0.1, true, 1, 0}}, 0.1, 0.2, nil, 0, 2 * time.Second, nil, nil},
+		{"room, its decoding too busy for the next layer", []sim{{"a", 0.3, true, 1, 0}}, 0.1, 0.2, nil, 0, stepUpAfter * time.Second, nil, nil},
+		{"load above half the capacity: no step up", []sim{{"a", 0.1, true, 1, 0}}, 0.3, 0.2, nil, 0, stepUpAfter * time.Second, nil, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &Server{cfg: Config{LoadInterval: time.Second}, streams: map[string]*stream{}}
+			if c.lastShed > 0 {
+				s.lastShed = now.Add(-c.lastShed)
+			}
+			if c.roomFor > 0 {
+				s.roomSince = now.Add(-c.roomFor)
+			}
+			var sts []*stream
+			for i, x := range c.sims {
+				st := &stream{s: s, id: fmt.Sprint(i), app: x.app}
+				st.adm = admState{admitted: true, admittedAt: t0.Add(time.Duration(i) * time.Second), load: x.load, samples: 2}
+				if x.lastStep > 0 {
+					st.adm.lastStep = now.Add(-x.lastStep)
+				}
+				sm := &simulcast{st: st}
+				sm.canDown.Store(x.canDown)
+				sm.stepped.Store(x.stepped)
+				st.sim.Store(sm)
+				s.streams[st.id] = st
+				sts = append(sts, st)
+			}
+			v := loadView{capacity: 0.5, cost: c.cost}
+			downs, ups := s.simulcastStepsLocked(now, c.last, v, c.saturated)
+			var gotDown, gotUp []int
+			for _, d := range downs {
+				gotDown = append(gotDown, slices.Index(sts, d.st))
+			}
+			for _, st := range ups {
+				gotUp = append(gotUp, slices.Index(sts, st))
+			}
+			if !slices.Equal(gotDown, c.down) || !slices.Equal(gotUp, c.up) {
+				t.Errorf("down %v, up %v; want %v, %v", gotDown, gotUp, c.down, c.up)
+			}
+		})
+	}
 }
