@@ -93,7 +93,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./ingest/avc
 	# One worker: with two, the whip targets' workers stall (0 execs/s, the
 	# time in the kernel) on this 2-core VM after a few seconds.
-	for f in FuzzRTP FuzzH264 FuzzOffer; do \
+	for f in FuzzRTP FuzzH264 FuzzOffer FuzzVP8KeySize; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} -parallel 1 ./ingest/whip || exit 1; done
 
 proto: ## regenerate api/*.pb.go from api/mdag.proto (protoc from Debian; Go generators pinned in go.mod's tool directive)

@@ -91,9 +91,14 @@ type Stream struct {
 	Source string `json:"source,omitempty"` // whip, or a camera's URL without its password
 	Width  int    `json:"width,omitempty"`
 	Height int    `json:"height,omitempty"`
-	// Layer is the simulcast layer received (its rid), if the sender
-	// offered layers.
-	Layer string `json:"layer,omitempty"`
+	// Layer is the simulcast layer decoded, its rid and size ("h
+	// 640x360"), if the sender offered layers; Layers every layer offered
+	// the same way (the rid alone until its size is known); LayerDown the
+	// layers stepped below the one that fits the app (decoding fell
+	// behind, the server overloaded).
+	Layer     string   `json:"layer,omitempty"`
+	Layers    []string `json:"layers,omitempty"`
+	LayerDown int      `json:"layer_down,omitempty"`
 	// Waiting says why a camera's stream has no frames now (camera lost,
 	// reconnecting); CameraLost counts the times its camera went away.
 	Waiting    string `json:"waiting,omitempty"`

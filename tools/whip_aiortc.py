@@ -1,6 +1,9 @@
 #!/usr/bin/python3
 """A third-party WHIP client for mdag's interop test: aiortc (Debian's
-python3-aiortc) streams a VP8 test pattern to a WHIP endpoint, opens a
+python3-aiortc) streams a test pattern, or a real clip (--clip FILE, played
+in real time and looped by aiortc's MediaPlayer, scaled to at most
+--max-width pixels wide), in VP8 or H.264 (--codec; the offer carries only
+that codec: setCodecPreferences) to a WHIP endpoint, opens a
 DataChannel and counts the per-frame results the server sends on it, and
 reads the stream's results as Server-Sent Events too, as clients without a
 DataChannel do (OBS, GStreamer), and records the server's goodbye on the
@@ -11,9 +14,10 @@ when results came.
 
 Run with Debian's interpreter:
     /usr/bin/python3 tools/whip_aiortc.py URL [SECONDS] [--no-datachannel]
+        [--codec vp8|h264] [--clip FILE] [--max-width N]
 """
+import argparse
 import asyncio
-import fractions
 import json
 import sys
 import threading
@@ -23,7 +27,8 @@ import urllib.request
 
 import numpy
 from av import VideoFrame
-from aiortc import RTCPeerConnection, RTCRtpSender, RTCSessionDescription, VideoStreamTrack
+from aiortc import MediaStreamTrack, RTCPeerConnection, RTCRtpSender, RTCSessionDescription, VideoStreamTrack
+from aiortc.contrib.media import MediaPlayer
 
 
 class Pattern(VideoStreamTrack):
@@ -44,6 +49,28 @@ class Pattern(VideoStreamTrack):
         return frame
 
 
+class Scaled(MediaStreamTrack):
+    """A video track's frames scaled down to at most max_width pixels wide
+    (aspect kept, even sizes), timestamps unchanged."""
+
+    kind = "video"
+
+    def __init__(self, track, max_width):
+        super().__init__()
+        self.track = track
+        self.max_width = max_width
+
+    async def recv(self):
+        frame = await self.track.recv()
+        if frame.width <= self.max_width:
+            return frame
+        w = self.max_width & ~1
+        h = (frame.height * w // frame.width) & ~1
+        out = frame.reformat(width=w, height=h)
+        out.pts, out.time_base = frame.pts, frame.time_base
+        return out
+
+
 def read_sse(url, out, stop):
     """Count result events until the stream ends or stop is set."""
     try:
@@ -62,16 +89,33 @@ def read_sse(url, out, stop):
                     r = json.loads(line[6:])
                     out["results"] += 1
                     out["outcomes"][r["outcome"]] = out["outcomes"].get(r["outcome"], 0) + 1
+                    if r["outcome"] != "finished":  # why: the module and its reason
+                        why = f'{r["outcome"]} at {r.get("module", "")}: {r.get("reason", "")}'
+                        out["why"][why] = out["why"].get(why, 0) + 1
     except Exception as e:  # reported in the summary
         out["sse_error"] = str(e)
 
 
-async def main(url, seconds, datachannel):
+async def main(url, seconds, datachannel, codec, clip, max_width):
     pc = RTCPeerConnection()
-    tr = pc.addTransceiver(Pattern(), direction="sendonly")
-    vp8 = [c for c in RTCRtpSender.getCapabilities("video").codecs if c.mimeType.lower() == "video/vp8"]
-    tr.setCodecPreferences(vp8)
-    summary = {"results": 0, "outcomes": {}, "dc_results": 0, "dc_outcomes": {}, "dc_opened": False, "dc_errors": 0}
+    player = None
+    if clip:
+        player = MediaPlayer(clip, loop=True)
+        if player.video is None:
+            raise SystemExit(f"{clip}: no video stream")
+        track = Scaled(player.video, max_width)
+    else:
+        track = Pattern()
+    tr = pc.addTransceiver(track, direction="sendonly")
+    # Only the codec asked for: the offer carries nothing else (H.264:
+    # both of aiortc's profile-level-ids, 42001f and 42e01f).
+    mime = "video/" + codec
+    prefs = [c for c in RTCRtpSender.getCapabilities("video").codecs if c.mimeType.lower() == mime]
+    if not prefs:
+        raise SystemExit(f"aiortc has no {codec} encoder")
+    tr.setCodecPreferences(prefs)
+    summary = {"results": 0, "outcomes": {}, "why": {}, "dc_results": 0, "dc_outcomes": {}, "dc_opened": False, "dc_errors": 0,
+               "codec": codec, "clip": clip or "pattern"}
     if datachannel:
         dc = pc.createDataChannel("results")
 
@@ -91,6 +135,8 @@ async def main(url, seconds, datachannel):
             except Exception:
                 summary["dc_errors"] += 1
     await pc.setLocalDescription(await pc.createOffer())  # aiortc gathers before returning
+    summary["offered"] = sorted({line.split(" ", 1)[1].split("/")[0] for line in pc.localDescription.sdp.splitlines()
+                                 if line.startswith("a=rtpmap:")})
     req = urllib.request.Request(url, data=pc.localDescription.sdp.encode(), method="POST",
                                  headers={"Content-Type": "application/sdp"})
     with urllib.request.urlopen(req, timeout=10) as resp:
@@ -100,6 +146,8 @@ async def main(url, seconds, datachannel):
         results = urllib.parse.urljoin(url, resp.headers["Mdag-Results"])
         answer = resp.read().decode()
     await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+    summary["answered"] = sorted({line.split(" ", 1)[1].split("/")[0] for line in answer.splitlines()
+                                  if line.startswith("a=rtpmap:")})
     summary["location"] = location
     stop = threading.Event()
     t = threading.Thread(target=read_sse, args=(results, summary, stop), daemon=True)
@@ -109,11 +157,20 @@ async def main(url, seconds, datachannel):
     t.join(5)
     stop.set()
     await pc.close()
+    if player is not None and player.video is not None:
+        player.video.stop()
     print(json.dumps(summary), flush=True)
     ok = summary["results"] > 0 and (not datachannel or summary["dc_results"] > 0)
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--no-datachannel"]
-    sys.exit(asyncio.run(main(args[0], float(args[1]) if len(args) > 1 else 20, "--no-datachannel" not in sys.argv)))
+    ap = argparse.ArgumentParser(description="aiortc WHIP client for mdag's interop tests")
+    ap.add_argument("url")
+    ap.add_argument("seconds", nargs="?", type=float, default=20)
+    ap.add_argument("--no-datachannel", action="store_true")
+    ap.add_argument("--codec", choices=["vp8", "h264"], default="vp8")
+    ap.add_argument("--clip", help="a video file to stream (looped) instead of the pattern")
+    ap.add_argument("--max-width", type=int, default=384, help="scale the clip down to at most this wide")
+    a = ap.parse_args()
+    sys.exit(asyncio.run(main(a.url, a.seconds, not a.no_datachannel, a.codec, a.clip, a.max_width)))

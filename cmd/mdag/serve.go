@@ -372,7 +372,11 @@ func writeIngestLine(w io.Writer, a ingest.Admission) {
 			parts = append(parts, fmt.Sprintf("%dx%d", s.Width, s.Height))
 		}
 		if s.Layer != "" {
-			parts = append(parts, "layer "+s.Layer)
+			l := "layer " + s.Layer + " of " + strings.Join(s.Layers, ", ")
+			if s.LayerDown > 0 {
+				l += fmt.Sprintf(" (%d down: decoding behind or overloaded)", s.LayerDown)
+			}
+			parts = append(parts, l)
 		}
 		parts = append(parts, s.Source)
 		if s.CameraLost > 0 {

@@ -263,6 +263,7 @@ func (s *Server) sampleLoad() {
 	// shed by a few intervals).
 	last := s.cpuRate
 	var shed []*stream
+	downs, ups := s.simulcastStepsLocked(now, last, v, saturated)
 	if last > v.capacity || len(saturated) > 0 {
 		if s.overSince.IsZero() {
 			s.overSince = now
@@ -299,6 +300,12 @@ func (s *Server) sampleLoad() {
 	}
 	over := now.Sub(s.overSince)
 	s.mu.Unlock()
+	for _, d := range downs {
+		d.st.sim.Load().step(-1, d.why)
+	}
+	for _, st := range ups {
+		st.sim.Load().step(+1, fmt.Sprintf("room: CPU load %.2f cores of a capacity of %.2f for %v", last, v.capacity, stepUpAfter*s.cfg.LoadInterval))
+	}
 	for _, st := range shed {
 		why := fmt.Sprintf("overload: CPU load %.2f cores above the capacity of %.2f for %v; the newest %d streams are ended to protect the others",
 			last, v.capacity, over.Round(time.Second), len(shed))
@@ -309,6 +316,91 @@ func (s *Server) sampleLoad() {
 		s.log.Warn("whip stream shed", "app", st.app, "stream", st.id, "load_cores", last, "capacity_cores", v.capacity, "shed", len(shed))
 		go st.endAs(EndOverload, why)
 	}
+}
+
+// Simulcast steps (simulcast.go): a stream whose decoding path is busy
+// behindLoad of the wall time steps down a layer; so do simulcast streams,
+// newest first, as many as shedding would end, while the load is above
+// capacity or the app saturated, before any stream is shed (a step and a
+// shed each wait two intervals after the last: the load is measured at the
+// new layer). One stream steps back up (oldest first) after the load has
+// stayed below stepUpShare of capacity for stepUpAfter intervals, if its
+// own decoding would not fall behind at four times its pixels.
+const (
+	behindLoad  = 0.85
+	stepUpShare = 0.5
+	stepUpAfter = 5
+)
+
+type stepDown struct {
+	st  *stream
+	why string
+}
+
+// simulcastStepsLocked decides the simulcast streams to step down and up
+// (s.mu held; the steps are taken after it is released: a stream's
+// simulcast lock comes before the server's).
+func (s *Server) simulcastStepsLocked(now time.Time, last float64, v loadView, saturated []dag.AppID) (downs []stepDown, ups []*stream) {
+	var sims []*stream
+	for _, st := range s.streams {
+		if sim := st.sim.Load(); sim != nil && st.adm.admitted && !st.adm.shed {
+			sims = append(sims, st)
+		}
+	}
+	if len(sims) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(sims, func(a, b *stream) int { return b.adm.admittedAt.Compare(a.adm.admittedAt) }) // newest first
+	every := 2 * s.cfg.LoadInterval
+	for _, st := range sims {
+		a := &st.adm
+		if a.samples >= 1 && a.load >= behindLoad && st.sim.Load().canDown.Load() && now.Sub(a.lastStep) >= every {
+			a.lastStep = now
+			downs = append(downs, stepDown{st, fmt.Sprintf("behind: its decoding takes %.0f%% of the wall time", 100*a.load)})
+		}
+	}
+	over := last > v.capacity || len(saturated) > 0
+	if over && now.Sub(s.lastShed) >= every {
+		k := 1
+		if last > v.capacity {
+			k = max(1, int(math.Ceil((last-v.capacity)/v.cost)))
+		}
+		for _, st := range sims {
+			if k == 0 {
+				break
+			}
+			if !st.sim.Load().canDown.Load() || !(last > v.capacity || slices.Contains(saturated, st.app)) ||
+				slices.ContainsFunc(downs, func(d stepDown) bool { return d.st == st }) {
+				continue
+			}
+			why := fmt.Sprintf("overload: CPU load %.2f cores above the capacity of %.2f", last, v.capacity)
+			if last <= v.capacity {
+				why = "overload: the app's frames reach it later than half its SLO"
+			}
+			downs = append(downs, stepDown{st, why})
+			k--
+			s.lastShed = now // shedding waits: the load is measured at the new layers first
+		}
+	}
+	if over || last > stepUpShare*v.capacity {
+		s.roomSince = time.Time{}
+		return downs, nil
+	}
+	if s.roomSince.IsZero() {
+		s.roomSince = now
+	}
+	wait := stepUpAfter * s.cfg.LoadInterval
+	if now.Sub(s.roomSince) < wait || now.Sub(s.lastShed) < wait {
+		return downs, nil
+	}
+	for i := len(sims) - 1; i >= 0; i-- { // oldest first
+		st := sims[i]
+		if st.sim.Load().stepped.Load() > 0 && st.adm.load*4 < behindLoad {
+			s.roomSince = now // the next one waits again
+			return downs, []*stream{st}
+		}
+	}
+	return downs, nil
 }
 
 // ingest.Admission returns the admission state.
@@ -338,8 +430,16 @@ func (s *Server) Admission() ingest.Admission {
 	s.mu.Unlock()
 	for _, st := range live { // info takes s.mu
 		i := st.info()
-		a.Streams = append(a.Streams, ingest.Stream{ID: i.ID, App: i.App, State: i.State, Codec: i.Codec, Source: i.Source,
-			Width: i.Width, Height: i.Height, Waiting: i.Waiting, CameraLost: i.CameraLost})
+		is := ingest.Stream{ID: i.ID, App: i.App, State: i.State, Codec: i.Codec, Source: i.Source,
+			Width: i.Width, Height: i.Height, Waiting: i.Waiting, CameraLost: i.CameraLost, Layer: i.Layer, LayerDown: i.LayerDown}
+		for _, l := range i.Layers {
+			if l.Width > 0 {
+				is.Layers = append(is.Layers, fmt.Sprintf("%s %dx%d", l.RID, l.Width, l.Height))
+			} else {
+				is.Layers = append(is.Layers, l.RID)
+			}
+		}
+		a.Streams = append(a.Streams, is)
 	}
 	slices.SortFunc(a.Streams, func(x, y ingest.Stream) int { return strings.Compare(x.ID, y.ID) })
 	if f := s.cameras.Load(); f != nil {

@@ -253,11 +253,23 @@ func newAPI(codecs []string, tune func(*webrtc.SettingEngine) error) (*webrtc.AP
 	if err := registerCodecs(m, codecs); err != nil {
 		return nil, err
 	}
+	// Simulcast: the mid and rid header extensions tell the layers apart
+	// (OnTrack fires once per rid).
+	if err := webrtc.ConfigureSimulcastExtensionHeaders(m); err != nil {
+		return nil, err
+	}
 	ir := &interceptor.Registry{}
 	if err := webrtc.ConfigureNack(m, ir); err != nil {
 		return nil, err
 	}
 	if err := webrtc.ConfigureRTCPReports(ir); err != nil {
+		return nil, err
+	}
+	// Transport-wide congestion control feedback: a browser's bandwidth
+	// estimate grows with it, and with it the simulcast layers it sends
+	// (without feedback Chromium stays near its start rate and leaves the
+	// top layer off).
+	if err := webrtc.ConfigureTWCCSender(m, ir); err != nil {
 		return nil, err
 	}
 	se := webrtc.SettingEngine{}

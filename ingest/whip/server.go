@@ -205,7 +205,8 @@ type Server struct {
 	cpuSamples                                          int
 	loadMeasured, loadPredicted, loadCost, loadCapacity float64
 	overSince                                           time.Time // since when the measured load is above capacity
-	lastShed                                            time.Time
+	lastShed                                            time.Time // the last shed or simulcast step down
+	roomSince                                           time.Time // since when the load is well below capacity (simulcast steps up)
 }
 
 // New returns a server feeding sink.

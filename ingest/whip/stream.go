@@ -92,6 +92,16 @@ type StreamInfo struct {
 	Discarded       uint64 `json:"discarded_packets"`
 	Restarts        uint64 `json:"timeline_restarts"`
 	LastError       string `json:"last_error,omitempty"`
+	// Simulcast (simulcast.go): the layer decoded ("h 640x360": its rid
+	// and size), the layers offered, the times the decoded layer changed,
+	// and the steps taken below the layer that fits the app because
+	// decoding fell behind or the server was overloaded. Packets count
+	// every layer's; frames, waiting_key and decode errors the decoded
+	// layer's (each layer's own counts are in layers).
+	Layer         string      `json:"layer,omitempty"`
+	Layers        []LayerInfo `json:"layers,omitempty"`
+	LayerSwitches uint64      `json:"layer_switches,omitempty"`
+	LayerDown     int         `json:"layer_down,omitempty"`
 }
 
 // Stream states (StreamInfo.State).
@@ -120,6 +130,7 @@ type admState struct {
 	samples   int
 	lastBusy  int64
 	sampledAt time.Time
+	lastStep  time.Time // its simulcast layer last stepped down for its own decoding
 }
 
 type stream struct {
@@ -145,7 +156,8 @@ type stream struct {
 	lastMedia time.Time
 	idle      clock.Timer
 	connect   clock.Timer
-	video     bool // a video track is being read (one per stream)
+	video     bool                      // a video track is being read (one per stream)
+	sim       atomic.Pointer[simulcast] // a simulcast offer's layers (nil: one video track); set under mu
 
 	done  chan struct{}
 	once  sync.Once
@@ -258,12 +270,17 @@ func (st *stream) info() StreamInfo {
 		state = StateAdmitted
 	}
 	st.s.mu.Unlock()
+	var layers StreamInfo
+	if sim := st.sim.Load(); sim != nil {
+		sim.info(&layers)
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.ended != "" {
 		state = StateEnded
 	}
-	return StreamInfo{ID: st.id, App: string(st.app), Started: st.started, State: state, Ended: st.ended, EndKind: st.endKind, Load: load,
+	return StreamInfo{Layer: layers.Layer, Layers: layers.Layers, LayerSwitches: layers.LayerSwitches, LayerDown: layers.LayerDown,
+		ID: st.id, App: string(st.app), Started: st.started, State: state, Ended: st.ended, EndKind: st.endKind, Load: load,
 		Codec: st.codec, Source: st.source, Waiting: st.waiting, CameraLost: st.c.cameraLost.Load(), GapMS: float64(st.c.gap.Load()) / 1e6,
 		Width: st.w, Height: st.h,
 		Packets: st.c.packets.Load(), Frames: st.c.frames.Load(), Ingested: st.c.ingested.Load(), Sampled: st.c.sampled.Load(),
@@ -400,6 +417,10 @@ func (st *stream) waitGoodbyes() {
 
 func (st *stream) onTrack(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver) {
 	codec := codecOf(track.Codec().MimeType)
+	if track.Kind() == webrtc.RTPCodecTypeVideo && codec != "" && track.RID() != "" {
+		st.onLayer(track, recv, codec) // a simulcast layer
+		return
+	}
 	st.mu.Lock()
 	first := track.Kind() == webrtc.RTPCodecTypeVideo && !st.video && codec != ""
 	st.video = st.video || first
@@ -492,6 +513,12 @@ type pipeline struct {
 	sendPLI func() error // nil: RTCP to the peer
 	objects Objects      // nil: frames go without ground truth
 	joined  bool         // the first frame decoded and the stream was admitted
+	// onFrame, when set, takes the assembled frames instead of frame (a
+	// simulcast layer: simulcast.frame decides whether it is decoded).
+	onFrame func(codedFrame, time.Time) bool
+	// decW and decH are the size of the last decoded frame (before the
+	// resolution limit).
+	decW, decH int
 }
 
 // packet handles one RTP packet; false ends the stream's reading.
@@ -528,7 +555,11 @@ func (p *pipeline) packet(pkt *rtp.Packet) bool {
 		p.pli()
 	}
 	for _, fr := range frames {
-		if !p.frame(fr, now) {
+		take := p.frame
+		if p.onFrame != nil {
+			take = p.onFrame
+		}
+		if !take(fr, now) {
 			return false
 		}
 	}
@@ -569,6 +600,7 @@ func (p *pipeline) frame(fr codedFrame, now time.Time) bool {
 		st.c.busy.Add(int64(time.Since(work)))
 		return true
 	}
+	p.decW, p.decH = img.W, img.H
 	if img, err = st.fit(img); err != nil {
 		st.fail(err)
 		go st.endAs(EndError, err.Error())

@@ -3,15 +3,59 @@
 // exchange is one POST (offer -> answer, Location) and one DELETE.
 "use strict";
 
-// whipPublish offers stream to url and returns {pc, dc, resource}.
-async function whipPublish(url, stream, token, onResult) {
+// codecSupport says whether this browser can choose the codec it offers:
+// {choose: false} without RTCRtpTransceiver.setCodecPreferences (the offer
+// then carries the browser's defaults and the server picks), and which of
+// mdag's codecs it can send.
+function codecSupport() {
+  const choose = typeof RTCRtpTransceiver !== "undefined" &&
+                 typeof RTCRtpTransceiver.prototype.setCodecPreferences === "function";
+  let caps = [];
+  try { caps = RTCRtpSender.getCapabilities("video").codecs.map(c => c.mimeType.toLowerCase()); } catch (e) { /* unknown */ }
+  return {choose, vp8: caps.includes("video/vp8"), h264: caps.includes("video/h264")};
+}
+
+// codecsOf lists the video codecs of an SDP's first video section in
+// its order ("VP8", "H264", "rtx", ...; each name once).
+function codecsOf(sdp) {
+  const out = [];
+  let video = false;
+  for (const line of sdp.split(/\r?\n/)) {
+    if (line.startsWith("m=")) video = line.startsWith("m=video");
+    const m = video && /^a=rtpmap:\d+ ([^/]+)\//.exec(line);
+    if (m && !out.includes(m[1])) out.push(m[1]);
+  }
+  return out;
+}
+
+// whipPublish offers stream to url and returns {pc, dc, resource, offered,
+// codec}. opts.codec "vp8" or "h264" offers only that codec (with rtx):
+// setCodecPreferences; "auto" (default) offers the browser's codecs and
+// the server picks by its order (--codecs). opts.simulcast sends three
+// layers (rid q: a quarter of the size, h: half, f: full); the server
+// decodes the one that fits its app.
+async function whipPublish(url, stream, token, onResult, opts = {}) {
+  const codec = opts.codec || "auto";
   const pc = new RTCPeerConnection();
   for (const track of stream.getVideoTracks()) {
-    const tr = pc.addTransceiver(track, {direction: "sendonly"});
-    try { // mdag decodes VP8: offer it first (or only)
-      const vp8 = RTCRtpSender.getCapabilities("video").codecs.filter(c => /vp8|rtx/i.test(c.mimeType));
-      if (vp8.length) tr.setCodecPreferences(vp8);
-    } catch (e) { /* older browsers: VP8 is in every default offer */ }
+    const init = {direction: "sendonly"};
+    if (opts.simulcast) {
+      init.sendEncodings = [{rid: "q", scaleResolutionDownBy: 4}, {rid: "h", scaleResolutionDownBy: 2}, {rid: "f"}];
+    }
+    const tr = pc.addTransceiver(track, init);
+    if (codec !== "auto") {
+      if (!codecSupport().choose) {
+        pc.close();
+        throw new Error("this browser cannot choose the codec it sends (no RTCRtpTransceiver.setCodecPreferences): pick auto");
+      }
+      const re = codec === "h264" ? /h264|rtx/i : /vp8|rtx/i;
+      const prefs = RTCRtpSender.getCapabilities("video").codecs.filter(c => re.test(c.mimeType));
+      if (!prefs.some(c => !/rtx/i.test(c.mimeType))) {
+        pc.close();
+        throw new Error(`this browser has no ${codec.toUpperCase()} encoder`);
+      }
+      tr.setCodecPreferences(prefs);
+    }
   }
   const dc = pc.createDataChannel("results");
   dc.onmessage = (ev) => onResult(JSON.parse(ev.data));
@@ -32,8 +76,11 @@ async function whipPublish(url, stream, token, onResult) {
     throw new Error("WHIP " + resp.status + ": " + (await resp.text()).trim());
   }
   const resource = new URL(resp.headers.get("Location"), new URL(url, location.href)).toString();
-  await pc.setRemoteDescription({type: "answer", sdp: await resp.text()});
-  return {pc, dc, resource};
+  const answer = await resp.text();
+  await pc.setRemoteDescription({type: "answer", sdp: answer});
+  // The server answers exactly one codec: the first of the answer's.
+  const answered = codecsOf(answer).filter(c => !/^(rtx|red|ulpfec)$/i.test(c));
+  return {pc, dc, resource, offered: codecsOf(pc.localDescription.sdp), codec: answered[0] || ""};
 }
 
 async function whipStop(session, token) {
@@ -48,7 +95,24 @@ function mdagStreamPage({app}) {
   const video = $("video"), canvas = $("overlay"), status = $("status");
   const token = new URLSearchParams(location.hash.slice(1)).get("token") ||
                 new URLSearchParams(location.search).get("token") || "";
-  const stats = window.mdagStats = {state: "idle", results: 0, finished: 0, late: 0, dropped: 0, error: "", last: null};
+  const query = new URLSearchParams(location.search);
+  const stats = window.mdagStats = {state: "idle", results: 0, finished: 0, late: 0, dropped: 0, error: "", last: null,
+                                    codec: "", offered: [], simulcast: false};
+  const picker = $("codec"), support = codecSupport();
+  if (["auto", "vp8", "h264"].includes((query.get("codec") || "").toLowerCase())) picker.value = query.get("codec").toLowerCase();
+  if (query.has("simulcast")) $("simulcast").checked = true;
+  const notes = [];
+  if (!support.choose) {
+    notes.push("This browser cannot choose the codec it sends (no RTCRtpTransceiver.setCodecPreferences): it offers its defaults and the server picks.");
+    picker.value = "auto"; picker.disabled = true;
+  }
+  for (const c of ["vp8", "h264"]) {
+    if (!support[c]) {
+      notes.push(`This browser has no ${c.toUpperCase()} encoder.`);
+      picker.querySelector(`option[value=${c}]`).disabled = true;
+    }
+  }
+  $("codecnote").textContent = notes.join(" ");
   let session = null, camera = null;
 
   function show() {
@@ -56,7 +120,7 @@ function mdagStreamPage({app}) {
     const last = stats.last;
     status.className = stats.error ? "err" : "";
     status.textContent = stats.error ? stats.error :
-      `${stats.state}: ${stats.results} results, finished within SLO ${rate}` +
+      `${stats.state}` + (stats.codec ? ` (${stats.codec}${stats.simulcast ? ", simulcast" : ""})` : "") + `: ${stats.results} results, finished within SLO ${rate}` +
       (last ? `; last frame ${last.frame} ${last.outcome} in ${last.latency_ms.toFixed(1)} ms` +
               (last.reason ? ` (${last.module}: ${last.reason})` : "") +
               (last.counts ? " " + JSON.stringify(last.counts) : "") : "");
@@ -93,10 +157,16 @@ function mdagStreamPage({app}) {
     $("start").disabled = true; stats.error = "";
     try {
       stats.state = "opening camera"; show();
-      camera = await navigator.mediaDevices.getUserMedia({video: {width: 640, height: 480}, audio: false});
+      // Simulcast needs a large enough picture: browsers send fewer
+      // layers below 960x540 (Chromium: one at 320x180, two at 640x360).
+      const size = $("simulcast").checked ? {width: 1280, height: 720} : {width: 640, height: 480};
+      camera = await navigator.mediaDevices.getUserMedia({video: size, audio: false});
       video.srcObject = camera;
       stats.state = "connecting"; show();
-      session = await whipPublish("/whip/" + encodeURIComponent(app), camera, token, draw);
+      stats.simulcast = $("simulcast").checked;
+      session = await whipPublish("/whip/" + encodeURIComponent(app), camera, token, draw,
+                                  {codec: picker.value, simulcast: stats.simulcast});
+      stats.codec = session.codec; stats.offered = session.offered;
       session.pc.addEventListener("connectionstatechange", () => { stats.state = session.pc.connectionState; show(); });
       stats.state = "streaming"; show();
       $("stop").disabled = false;
@@ -119,6 +189,6 @@ function mdagStreamPage({app}) {
   $("stop").onclick = stop;
   window.mdagStart = start;
   window.mdagStop = stop;
-  if (new URLSearchParams(location.search).has("autostart")) start();
+  if (query.has("autostart")) start();
   show();
 }

@@ -276,7 +276,7 @@ function streamList(g, app) {
   }
   for (const s of ss) {
     const parts = [s.state, s.codec || "", s.width ? `${s.width}x${s.height}` : ""];
-    if (s.layer) parts.push(`layer ${s.layer}`);
+    if (s.layer) parts.push(`layer ${s.layer} of ${(s.layers || []).join(", ")}` + (s.layer_down ? ` (${s.layer_down} down)` : ""));
     parts.push(s.source === "whip" ? "WHIP" : s.source || "");
     if (s.camera_lost) parts.push(`camera lost ${s.camera_lost}×`);
     const li = el("li", { class: s.waiting ? "warn" : "" }, el("b", {}, s.id + ": "), parts.filter((p) => p).join(" · "));

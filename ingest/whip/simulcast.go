@@ -1,0 +1,509 @@
+package whip
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pion/rtcp"
+	"github.com/pion/rtp"
+	"github.com/pion/sdp/v3"
+	"github.com/pion/webrtc/v3"
+)
+
+// Simulcast.
+//
+// A sender may offer its video in several layers (RFC 8853 a=simulcast,
+// RFC 8851 a=rid): the same pictures at different sizes, each layer its
+// own RTP stream (own SSRC) told apart by the rtp-stream-id header
+// extension. pion fires OnTrack once per rid. Every layer's RTP is read
+// (the interceptors need it: NACKs, receiver reports) and assembled into
+// frames, so each layer's key frames and size are known; only one layer,
+// the active one, is decoded. Its size comes from its decoded frames; the
+// other layers' from their key frames (VP8: the key frame's header; H.264:
+// one key frame decoded by a throwaway decoder, at most once per
+// probeEvery per layer).
+//
+// The active layer is the smallest whose size covers what the app needs
+// (the server's MaxWidth x MaxHeight, --max-resolution), else the largest,
+// less the steps down taken because decoding fell behind. A change of
+// layer asks the new layer for a key frame (PLI) and happens at that key
+// frame: the decoder goes on from it, the capture clock and PLIs switch to
+// the new layer's SSRC, frame numbers and the sampling grid go on.
+//
+// Stepping down and up is admission's (admission.go): when the process's
+// CPU load is above capacity, or the app is saturated, or a stream's
+// decoding path is busy most of the wall time, simulcast streams step a
+// layer down before any stream is shed; when the load has stayed well
+// below capacity for stepUpAfter, one stream steps back up (hysteresis).
+
+// probeEvery bounds how often a layer that is not decoded has a key frame
+// decoded to learn its size (H.264).
+const probeEvery = time.Second
+
+// sizePLIEvery is how often a layer whose size is not known yet is asked
+// for a key frame.
+const sizePLIEvery = 500 * time.Millisecond
+
+// layer is one simulcast layer (one rid) of a stream.
+type layer struct {
+	rid  string
+	ssrc uint32
+	p    *pipeline // its packet side: assembler, capture clock, loss
+	// wanted: active or target (its losses ask for key frames).
+	wanted atomic.Bool
+	// Guarded by simulcast.mu.
+	w, h      int
+	lastProbe time.Time
+	startPLI  time.Time // a PLI asking for a first key frame to start from
+	// Counters: packets, frames assembled, key frames among them, frames
+	// handed to the decoder (decoded or skipped to sample the app's rate),
+	// key frames decoded only to learn the layer's size.
+	packets, frames, keys, decoded, probes atomic.Uint64
+}
+
+// LayerInfo is one simulcast layer as StreamInfo lists it.
+type LayerInfo struct {
+	RID    string `json:"rid"`
+	Width  int    `json:"width,omitempty"` // 0: not known yet (no key frame)
+	Height int    `json:"height,omitempty"`
+	Active bool   `json:"active,omitempty"` // the layer decoded now
+	Target bool   `json:"target,omitempty"` // the layer switched to at its next key frame
+	// Packets and frames received, key frames among them, frames handed
+	// to the decoder (only the active layer's), key frames decoded to
+	// learn its size.
+	Packets   uint64 `json:"packets"`
+	Frames    uint64 `json:"frames"`
+	KeyFrames uint64 `json:"key_frames"`
+	Decoded   uint64 `json:"decoded"`
+	Probes    uint64 `json:"probes,omitempty"`
+}
+
+// simulcast is a simulcast stream's layers and its one decode path.
+type simulcast struct {
+	st    *stream
+	codec string
+
+	mu     sync.Mutex // the decode path (dec) and the choice
+	dec    *pipeline  // decode, sample, session: driven by the active layer's goroutine
+	layers []*layer   // in arrival order
+	active *layer     // decoded now (nil until a layer's first key frame)
+	target *layer     // switched to at its next key frame (nil: none)
+	down   int        // steps below the fitting layer (decoding fell behind)
+	closed bool
+	// The target's last PLI (sim-wide: the target changes rarely).
+	targetPLI time.Time
+
+	switches atomic.Uint64
+	// canDown and stepped mirror the choice for admission, which must
+	// not take mu (mu is taken before the server's: a first frame
+	// admits the stream under it).
+	canDown atomic.Bool
+	stepped atomic.Int32
+}
+
+// onLayer takes a track of a simulcast offer (one rid). The first creates
+// the stream's simulcast state and its decoder.
+func (st *stream) onLayer(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver, codec string) {
+	st.mu.Lock()
+	sim := st.sim.Load()
+	if sim == nil && st.video {
+		// A plain video track came first: this one is not read as media.
+		st.mu.Unlock()
+		discardTrack(st, track)
+		return
+	}
+	created := sim == nil
+	if created {
+		sim = &simulcast{st: st, codec: codec}
+		st.sim.Store(sim)
+		st.video, st.codec = true, codec
+	}
+	st.mu.Unlock()
+	if created {
+		dec, err := newDecoder(codec)
+		if err != nil {
+			st.fail(err)
+			go st.endAs(EndError, "decoder: "+err.Error())
+			discardTrack(st, track)
+			return
+		}
+		sim.dec = &pipeline{st: st, dec: dec, needKey: true, sync: &captureClock{}}
+		if st.s.cfg.Objects != nil {
+			sim.dec.objects = st.s.cfg.Objects()
+		}
+		st.s.mu.Lock()
+		st.adm.media = true
+		st.s.mu.Unlock()
+		st.s.wg.Add(1)
+		go func() { // the decoder goes with the stream
+			defer st.s.wg.Done()
+			<-st.done
+			sim.mu.Lock()
+			defer sim.mu.Unlock()
+			sim.closed = true
+			sim.dec.dec.Close()
+			if sim.dec.objects != nil {
+				sim.dec.objects.Close()
+			}
+		}()
+	}
+	if codecOf(track.Codec().MimeType) != sim.codec {
+		discardTrack(st, track) // a layer in another codec: not ours to switch to
+		return
+	}
+	l := &layer{rid: track.RID(), ssrc: uint32(track.SSRC())}
+	l.p = &pipeline{st: st, sync: &captureClock{}, ssrc: l.ssrc, asm: assembler{format: payloadFormatOf(codec)}}
+	l.p.onFrame = func(fr codedFrame, now time.Time) bool { return sim.frame(l, fr, now) }
+	l.p.sendPLI = func() error {
+		if !l.wanted.Load() {
+			return errNotWanted // a layer not decoded needs no key frame
+		}
+		return st.pc.WriteRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: l.ssrc}})
+	}
+	sim.mu.Lock()
+	sim.layers = append(sim.layers, l)
+	all := len(sim.layers) == offeredRIDs(st.pc)
+	layers := slices.Clone(sim.layers)
+	sim.mu.Unlock()
+	st.s.log.Info("whip simulcast layer", "app", st.app, "stream", st.id, "rid", l.rid, "ssrc", l.ssrc, "codec", codec)
+	if all {
+		// Each layer's RTCP (its sender reports: its capture clock) is
+		// read once every layer has arrived: pion's ReadSimulcast reads
+		// the receiver's layers without its lock while the arrival of
+		// another layer writes them (a data race in pion v3.3.6). A layer
+		// that never arrives leaves the others' capture times to their
+		// arrival times.
+		for _, l := range layers {
+			st.s.wg.Add(1)
+			go func() {
+				defer st.s.wg.Done()
+				for {
+					pkts, _, err := recv.ReadSimulcastRTCP(l.rid)
+					if err != nil {
+						return
+					}
+					for _, p := range pkts {
+						if sr, ok := p.(*rtcp.SenderReport); ok {
+							l.p.sync.senderReport(sr.NTPTime, sr.RTPTime, st.s.clk.Now())
+						}
+					}
+				}
+			}()
+		}
+	}
+	st.s.wg.Add(1)
+	go func() {
+		defer st.s.wg.Done()
+		buf := make([]byte, maxRTPPacket)
+		for {
+			n, _, err := track.Read(buf)
+			if err != nil {
+				return
+			}
+			var pkt rtp.Packet
+			if err := pkt.Unmarshal(buf[:n]); err != nil {
+				continue
+			}
+			l.packets.Add(1)
+			if !l.p.packet(&pkt) {
+				return
+			}
+		}
+	}()
+}
+
+var errNotWanted = fmt.Errorf("layer not decoded")
+
+// offeredRIDs counts the layers the offer's video section sends (a=rid
+// ... send).
+func offeredRIDs(pc *webrtc.PeerConnection) int {
+	rd := pc.RemoteDescription()
+	if rd == nil {
+		return 0
+	}
+	var d sdp.SessionDescription
+	if d.Unmarshal([]byte(rd.SDP)) != nil {
+		return 0
+	}
+	n := 0
+	for _, m := range d.MediaDescriptions {
+		if m.MediaName.Media != "video" {
+			continue
+		}
+		for _, a := range m.Attributes {
+			if f := strings.Fields(a.Value); a.Key == "rid" && len(f) >= 2 && f[1] == "send" {
+				n++
+			}
+		}
+		return n
+	}
+	return n
+}
+
+// discardTrack reads a track and drops its packets, so the interceptors
+// (RTCP) keep working.
+func discardTrack(st *stream, track *webrtc.TrackRemote) {
+	st.s.wg.Add(1)
+	go func() {
+		defer st.s.wg.Done()
+		for {
+			if _, _, err := track.ReadRTP(); err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// frame takes one assembled frame of layer l (from l's goroutine); false
+// ends l's reading.
+func (s *simulcast) frame(l *layer, fr codedFrame, now time.Time) bool {
+	l.frames.Add(1)
+	if fr.Key {
+		l.keys.Add(1)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	// A key frame a decoder can start from (H.264: with its parameter
+	// sets; pion's simulcast probe swallows a layer's first packets, often
+	// the SPS and PPS before its first IDR).
+	start := switchable(s.codec, fr)
+	if start && l != s.active && (l.w == 0 || now.Sub(l.lastProbe) >= probeEvery) {
+		if w, h, ok := s.size(l, fr.Data); ok && (w != l.w || h != l.h) {
+			l.w, l.h = w, h
+			s.chooseLocked(now)
+		}
+		l.lastProbe = now
+	}
+	if !start && l.w == 0 && (l.startPLI.IsZero() || now.Sub(l.startPLI) >= sizePLIEvery) {
+		// A layer whose size is unknown (its first key frame lost, or
+		// swallowed by pion's probe) is asked for a key frame: the choice
+		// needs its size, the start a key frame.
+		l.startPLI = now
+		if s.st.pc.WriteRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: l.ssrc}}) == nil {
+			s.st.c.plis.Add(1)
+		}
+	}
+	if s.active == nil {
+		if !start {
+			return true
+		}
+		s.switchLocked(l) // the first layer with a key frame starts the stream
+		s.chooseLocked(now)
+	}
+	if l == s.target {
+		if !start {
+			s.pliTargetLocked(now)
+			return true
+		}
+		s.switchLocked(l)
+	}
+	if l != s.active {
+		return true
+	}
+	if l.p.needKey { // the layer lost packets: the decoder needs a key frame
+		s.dec.needKey = true
+		l.p.needKey = false
+	}
+	l.decoded.Add(1)
+	s.dec.decW, s.dec.decH = 0, 0 // set when this frame is decoded to a picture (not when skipped)
+	ok := s.dec.frame(fr, now)
+	if s.dec.decW > 0 && (s.dec.decW != l.w || s.dec.decH != l.h) {
+		l.w, l.h = s.dec.decW, s.dec.decH // the sender changed the layer's size
+		s.chooseLocked(now)
+	}
+	return ok
+}
+
+// size is a layer's frame size from a key frame: VP8's header, or the key
+// frame decoded by a throwaway decoder (H.264).
+func (s *simulcast) size(l *layer, key []byte) (w, h int, ok bool) {
+	if s.codec == CodecVP8 {
+		return vp8KeySize(key)
+	}
+	dec, err := newDecoder(s.codec)
+	if err != nil {
+		return 0, 0, false
+	}
+	defer dec.Close()
+	l.probes.Add(1)
+	work := time.Now()
+	img, err := dec.Decode(key)
+	s.st.c.busy.Add(int64(time.Since(work)))
+	if err != nil || img == nil {
+		return 0, 0, false
+	}
+	return img.W, img.H, true
+}
+
+// switchable says whether a decoder can start from fr: a VP8 key frame,
+// an H.264 IDR access unit carrying its SPS and PPS.
+func switchable(codec string, fr codedFrame) bool {
+	if !fr.Key || codec != CodecH264 {
+		return fr.Key
+	}
+	var sps, pps bool
+	for i := 0; i+3 < len(fr.Data); i++ {
+		if fr.Data[i] == 0 && fr.Data[i+1] == 0 && fr.Data[i+2] == 1 {
+			switch fr.Data[i+3] & 0x1f {
+			case 7:
+				sps = true
+			case 8:
+				pps = true
+			}
+			i += 2
+		}
+	}
+	return sps && pps
+}
+
+// vp8KeySize reads a VP8 key frame's size (RFC 6386 9.1: a 3-byte frame
+// tag, the start code 9d 01 2a, then 14-bit width and height).
+func vp8KeySize(b []byte) (w, h int, ok bool) {
+	if len(b) < 10 || b[0]&1 != 0 || b[3] != 0x9d || b[4] != 0x01 || b[5] != 0x2a {
+		return 0, 0, false
+	}
+	w, h = int(binary.LittleEndian.Uint16(b[6:])&0x3fff), int(binary.LittleEndian.Uint16(b[8:])&0x3fff)
+	if w == 0 || h == 0 {
+		return 0, 0, false
+	}
+	return w, h, true
+}
+
+// switchLocked makes l the decoded layer (at its key frame).
+func (s *simulcast) switchLocked(l *layer) {
+	if s.active != nil {
+		s.active.wanted.Store(false)
+		s.switches.Add(1)
+		s.st.s.log.Info("whip simulcast layer switch", "app", s.st.app, "stream", s.st.id, "from", s.active.rid, "to", l.rid,
+			"size", fmt.Sprintf("%dx%d", l.w, l.h), "down", s.down)
+	}
+	s.active, s.target = l, nil
+	l.wanted.Store(true)
+	s.dec.sync, s.dec.ssrc = l.p.sync, l.ssrc
+	s.dec.lastPLI = time.Time{}
+	l.p.needKey = false
+	s.mirrorLocked()
+}
+
+// ranked are the layers whose size is known, smallest first.
+func (s *simulcast) rankedLocked() []*layer {
+	var out []*layer
+	for _, l := range s.layers {
+		if l.w > 0 {
+			out = append(out, l)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *layer) int { return a.w*a.h - b.w*b.h })
+	return out
+}
+
+// fitLocked is the index in ranked of the layer that fits the app: the
+// smallest covering MaxWidth x MaxHeight, else the largest.
+func (s *simulcast) fitLocked(ranked []*layer) int {
+	mw, mh := s.st.s.cfg.MaxWidth, s.st.s.cfg.MaxHeight
+	for i, l := range ranked {
+		if l.w >= mw && l.h >= mh {
+			return i
+		}
+	}
+	return len(ranked) - 1
+}
+
+// chooseLocked picks the layer to decode and, when it is not the active
+// one, makes it the target (PLI: it switches at its next key frame).
+func (s *simulcast) chooseLocked(now time.Time) {
+	defer s.mirrorLocked()
+	ranked := s.rankedLocked()
+	if len(ranked) == 0 || s.active == nil {
+		return
+	}
+	fit := s.fitLocked(ranked)
+	s.down = min(s.down, fit)
+	want := ranked[fit-s.down]
+	if want == s.active {
+		if s.target != nil {
+			s.target.wanted.Store(false)
+			s.target = nil
+		}
+		return
+	}
+	if want == s.target {
+		return
+	}
+	if s.target != nil {
+		s.target.wanted.Store(false)
+	}
+	s.target = want
+	want.wanted.Store(true)
+	s.targetPLI = time.Time{}
+	s.pliTargetLocked(now)
+}
+
+// pliTargetLocked asks the target layer for a key frame, at most every
+// 200 ms.
+func (s *simulcast) pliTargetLocked(now time.Time) {
+	if s.target == nil || s.st.pc == nil || !s.targetPLI.IsZero() && now.Sub(s.targetPLI) < 200*time.Millisecond {
+		return
+	}
+	s.targetPLI = now
+	if s.st.pc.WriteRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: s.target.ssrc}}) == nil {
+		s.st.c.plis.Add(1)
+	}
+}
+
+// mirrorLocked publishes what admission reads without mu.
+func (s *simulcast) mirrorLocked() {
+	ranked := s.rankedLocked()
+	can := false
+	if len(ranked) > 0 && s.active != nil {
+		can = s.fitLocked(ranked)-s.down > 0
+	}
+	s.canDown.Store(can)
+	s.stepped.Store(int32(s.down))
+}
+
+// step moves the choice one layer down (delta -1) or up (+1); false when
+// there is none. The switch itself happens at the new layer's key frame.
+func (s *simulcast) step(delta int, why string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ranked := s.rankedLocked()
+	if len(ranked) == 0 || s.active == nil {
+		return false
+	}
+	fit := s.fitLocked(ranked)
+	switch {
+	case delta < 0 && fit-s.down > 0:
+		s.down++
+	case delta > 0 && s.down > 0:
+		s.down--
+	default:
+		return false
+	}
+	s.st.s.log.Info("whip simulcast step", "app", s.st.app, "stream", s.st.id, "down", s.down, "why", why)
+	s.chooseLocked(s.st.s.clk.Now())
+	return true
+}
+
+// info fills a StreamInfo's layer fields.
+func (s *simulcast) info(i *StreamInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.layers {
+		li := LayerInfo{RID: l.rid, Width: l.w, Height: l.h, Active: l == s.active, Target: l == s.target,
+			Packets: l.packets.Load(), Frames: l.frames.Load(), KeyFrames: l.keys.Load(), Decoded: l.decoded.Load(), Probes: l.probes.Load()}
+		i.Layers = append(i.Layers, li)
+		if li.Active {
+			i.Layer = fmt.Sprintf("%s %dx%d", l.rid, l.w, l.h)
+		}
+	}
+	i.LayerSwitches, i.LayerDown = s.switches.Load(), s.down
+}
