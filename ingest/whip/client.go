@@ -534,29 +534,11 @@ func (e *HTTPError) Error() string {
 
 // WriteFrame encodes f (captured at capture) and sends it.
 func (p *Publisher) WriteFrame(f *media.Frame, capture time.Time) error {
-	if p.closed.Load() {
-		return errors.New("publisher closed")
-	}
-	if err := p.Err(); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.t0.IsZero() {
-		p.t0 = capture
-	}
-	pkts, err := p.enc.Encode(f, p.pts, p.keyReq.Swap(false) || p.pts == 0)
-	p.pts++
-	if err != nil {
-		return err
-	}
-	for _, e := range pkts {
-		if err := p.sendLocked(e.Data, capture); err != nil {
-			return err
-		}
-	}
-	p.sent.Add(1)
-	return nil
+	return p.write(capture, func() ([]encoded, error) {
+		pkts, err := p.enc.Encode(f, p.pts, p.keyReq.Swap(false) || p.pts == 0)
+		p.pts++
+		return pkts, err
+	})
 }
 
 // WriteEncoded sends one frame encoded beforehand in the Publisher's codec
@@ -565,6 +547,14 @@ func (p *Publisher) WriteFrame(f *media.Frame, capture time.Time) error {
 // frame requests (PLI) are not answered: the clip's own key frames come
 // at its interval.
 func (p *Publisher) WriteEncoded(data []byte, capture time.Time) error {
+	return p.write(capture, func() ([]encoded, error) {
+		p.keyReq.Store(false)
+		return []encoded{{data}}, nil
+	})
+}
+
+// write sends the frames frame makes (under p.mu) for one capture.
+func (p *Publisher) write(capture time.Time, frame func() ([]encoded, error)) error {
 	if p.closed.Load() {
 		return errors.New("publisher closed")
 	}
@@ -576,9 +566,14 @@ func (p *Publisher) WriteEncoded(data []byte, capture time.Time) error {
 	if p.t0.IsZero() {
 		p.t0 = capture
 	}
-	p.keyReq.Store(false)
-	if err := p.sendLocked(data, capture); err != nil {
+	out, err := frame()
+	if err != nil {
 		return err
+	}
+	for _, e := range out {
+		if err := p.sendLocked(e.Data, capture); err != nil {
+			return err
+		}
 	}
 	p.sent.Add(1)
 	return nil

@@ -10,7 +10,7 @@ import (
 )
 
 // offerWith is a real offer (pion) listing codecs in that order.
-func offerWith(t *testing.T, codecs []string) string {
+func offerWith(t testing.TB, codecs []string) string {
 	t.Helper()
 	api, err := clientAPI(codecs)
 	if err != nil {

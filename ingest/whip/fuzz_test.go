@@ -14,38 +14,44 @@ import (
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/ingest/synth"
-	"github.com/mdag/mdag/ingest/vpx"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/media"
 )
 
 // vp8Packets encodes n pattern frames and packetizes them as a sender would.
 func vp8Packets(t testing.TB, n int) []*rtp.Packet {
 	t.Helper()
+	return encodedPackets(t, CodecVP8, n, 200)
+}
+
+// encodedPackets encodes n 96x64 pattern frames in codec (a key frame
+// first) and packetizes them with pion's payloader at mtu, 30 fps apart.
+func encodedPackets(t testing.TB, codec string, n, mtu int) []*rtp.Packet {
+	t.Helper()
 	pat, err := synth.NewPattern(96, 64, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	enc, err := vpx.NewEncoder(vpx.EncoderConfig{Width: 96, Height: 64, FPS: 30, BitrateKbps: 300})
+	frames := make([]*media.Frame, n)
+	for i := range frames {
+		if frames[i], _, err = pat.Frame(0, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clip, err := EncodeClip(ClientConfig{Codec: codec, Width: 96, Height: 64, FPS: 30, BitrateKbps: 300}, frames, n+1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer enc.Close()
-	pk := rtp.NewPacketizer(200, 96, 1, &codecs.VP8Payloader{EnablePictureID: true}, rtp.NewFixedSequencer(100), videoClockRate)
+	var payloader rtp.Payloader = &codecs.VP8Payloader{EnablePictureID: true}
+	if codec == CodecH264 {
+		payloader = &codecs.H264Payloader{}
+	}
+	pk := rtp.NewPacketizer(uint16(mtu), 96, 1, payloader, rtp.NewFixedSequencer(100), videoClockRate)
 	var out []*rtp.Packet
-	for i := range n {
-		f, _, err := pat.Frame(0, uint64(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		es, err := enc.Encode(f, int64(i), i == 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range es {
-			for _, p := range pk.Packetize(e.Data, 0) {
-				p.Timestamp = uint32(1000 + i*3000)
-				out = append(out, p)
-			}
+	for i, data := range clip {
+		for _, p := range pk.Packetize(data, 0) {
+			p.Timestamp = uint32(1000 + i*3000)
+			out = append(out, p)
 		}
 	}
 	return out

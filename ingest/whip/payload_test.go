@@ -6,10 +6,8 @@ import (
 	"testing"
 
 	"github.com/pion/rtp"
-	"github.com/pion/rtp/codecs"
 
 	"github.com/mdag/mdag/ingest/avc"
-	"github.com/mdag/mdag/ingest/synth"
 )
 
 // h264Packets encodes n pattern frames with x264 and packetizes them as a
@@ -17,34 +15,7 @@ import (
 // in FU-A fragments).
 func h264Packets(t testing.TB, n, mtu int) []*rtp.Packet {
 	t.Helper()
-	pat, err := synth.NewPattern(96, 64, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enc, err := avc.NewEncoder(avc.EncoderConfig{Width: 96, Height: 64, FPS: 30, BitrateKbps: 300})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer enc.Close()
-	pk := rtp.NewPacketizer(uint16(mtu), 102, 1, &codecs.H264Payloader{}, rtp.NewFixedSequencer(100), videoClockRate)
-	var out []*rtp.Packet
-	for i := range n {
-		f, _, err := pat.Frame(0, uint64(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		es, err := enc.Encode(f, int64(i), i == 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range es {
-			for _, p := range pk.Packetize(e.Data, 0) {
-				p.Timestamp = uint32(1000 + i*3000)
-				out = append(out, p)
-			}
-		}
-	}
-	return out
+	return encodedPackets(t, CodecH264, n, mtu)
 }
 
 // TestH264Assembler: H.264 frames (STAP-A, FU-A, single NAL units) are

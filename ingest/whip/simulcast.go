@@ -199,21 +199,10 @@ func (st *stream) onLayer(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver, c
 	st.s.wg.Add(1)
 	go func() {
 		defer st.s.wg.Done()
-		buf := make([]byte, maxRTPPacket)
-		for {
-			n, _, err := track.Read(buf)
-			if err != nil {
-				return
-			}
-			var pkt rtp.Packet
-			if err := pkt.Unmarshal(buf[:n]); err != nil {
-				continue
-			}
+		readRTP(track, func(pkt *rtp.Packet) bool {
 			l.packets.Add(1)
-			if !l.p.packet(&pkt) {
-				return
-			}
-		}
+			return l.p.packet(pkt)
+		})
 	}()
 }
 

@@ -479,6 +479,12 @@ func (st *stream) readVideo(track *webrtc.TrackRemote, codec string, sync *captu
 		defer p.objects.Close()
 	}
 	p.pli() // at start: a key frame now, not at the sender's next interval
+	readRTP(track, p.packet)
+}
+
+// readRTP hands each RTP packet of track to each until the track ends or
+// each says stop; packets that do not parse are skipped.
+func readRTP(track *webrtc.TrackRemote, each func(*rtp.Packet) bool) {
 	buf := make([]byte, maxRTPPacket)
 	for {
 		n, _, err := track.Read(buf)
@@ -489,7 +495,7 @@ func (st *stream) readVideo(track *webrtc.TrackRemote, codec string, sync *captu
 		if err := pkt.Unmarshal(buf[:n]); err != nil {
 			continue
 		}
-		if !p.packet(&pkt) {
+		if !each(&pkt) {
 			return
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pion/webrtc/v3"
 	"go.uber.org/goleak"
 
 	"github.com/mdag/mdag/dag"
@@ -387,26 +386,10 @@ func TestHTTPErrors(t *testing.T) {
 	}
 }
 
-// offerSDP is a real offer from our client's stack.
+// offerSDP is a real VP8 offer from our client's stack.
 func offerSDP(t testing.TB) string {
 	t.Helper()
-	api, err := clientAPI([]string{CodecVP8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc, err := api.NewPeerConnection(webrtc.Configuration{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	if _, err := pc.AddTransceiverFromKind(webrtc.RTPCodecTypeVideo, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendonly}); err != nil {
-		t.Fatal(err)
-	}
-	o, err := pc.CreateOffer(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o.SDP
+	return offerWith(t, []string{CodecVP8})
 }
 
 // TestIdleTimeout: a stream that connects but sends nothing is ended, and
