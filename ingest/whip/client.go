@@ -446,27 +446,25 @@ type encoder interface {
 
 type encoded struct{ Data []byte }
 
-type vpxEncoder struct{ *vpx.Encoder }
+// codecEncoder adapts ingest/vpx's and ingest/avc's encoders to encoder.
+type codecEncoder[T any] struct {
+	enc interface {
+		Encode(f *media.Frame, pts int64, key bool) ([]T, error)
+		Close()
+	}
+	data func(T) []byte
+}
 
-func (e vpxEncoder) Encode(f *media.Frame, pts int64, key bool) ([]encoded, error) {
-	out, err := e.Encoder.Encode(f, pts, key)
+func (e codecEncoder[T]) Encode(f *media.Frame, pts int64, key bool) ([]encoded, error) {
+	out, err := e.enc.Encode(f, pts, key)
 	enc := make([]encoded, len(out))
 	for i, o := range out {
-		enc[i] = encoded{o.Data}
+		enc[i] = encoded{e.data(o)}
 	}
 	return enc, err
 }
 
-type avcEncoder struct{ *avc.Encoder }
-
-func (e avcEncoder) Encode(f *media.Frame, pts int64, key bool) ([]encoded, error) {
-	out, err := e.Encoder.Encode(f, pts, key)
-	enc := make([]encoded, len(out))
-	for i, o := range out {
-		enc[i] = encoded{o.Data}
-	}
-	return enc, err
-}
+func (e codecEncoder[T]) Close() { e.enc.Close() }
 
 func newEncoder(cfg ClientConfig) (encoder, error) {
 	switch cfg.Codec {
@@ -475,13 +473,13 @@ func newEncoder(cfg ClientConfig) (encoder, error) {
 		if err != nil {
 			return nil, err
 		}
-		return vpxEncoder{e}, nil
+		return codecEncoder[vpx.Encoded]{e, func(x vpx.Encoded) []byte { return x.Data }}, nil
 	case CodecH264:
 		e, err := avc.NewEncoder(avc.EncoderConfig{Width: cfg.Width, Height: cfg.Height, FPS: cfg.FPS, BitrateKbps: cfg.BitrateKbps})
 		if err != nil {
 			return nil, err
 		}
-		return avcEncoder{e}, nil
+		return codecEncoder[avc.Encoded]{e, func(x avc.Encoded) []byte { return x.Data }}, nil
 	}
 	return nil, fmt.Errorf("client codec %q: want vp8 or h264", cfg.Codec)
 }
