@@ -69,6 +69,7 @@ type assembler struct {
 	lost    int  // frames given up (incomplete when a newer one completed, or over a limit)
 
 	discarded int      // packets discarded: not VP8, duplicates, stale (of a frame already released or given up)
+	padding   int      // padding-only packets (bandwidth probes): no payload
 	restarts  int      // times the sender's timeline jumped back and assembly started afresh
 	maxSeq    uint16   // the newest sequence number accepted
 	hasSeq    bool     // maxSeq is set
@@ -90,6 +91,17 @@ type partial struct {
 func (a *assembler) push(p *rtp.Packet) []codedFrame {
 	if a.format == nil {
 		a.format = vp8Format{}
+	}
+	if len(p.Payload) == 0 {
+		// Padding only: a sender probing bandwidth (browsers do, between
+		// frames, on the media's sequence numbers). It carries nothing,
+		// but its sequence number is not a packet missing between two
+		// frames: one right after the last released frame moves the tail.
+		a.padding++
+		if a.hasTail && p.SequenceNumber == a.tail+1 {
+			a.tail++
+		}
+		return nil
 	}
 	payload, head, key, ok := a.format.parse(p.Payload)
 	if !ok {

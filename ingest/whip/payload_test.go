@@ -209,3 +209,44 @@ func FuzzH264(f *testing.F) {
 		}
 	})
 }
+
+// TestPaddingNotLoss: padding-only packets between frames (a browser's
+// bandwidth probes, on the media's sequence numbers) are neither a lost
+// frame nor discarded: before, each made the next frame look preceded by
+// missing packets, which counted a loss, asked for a key frame and skipped
+// frames until it came.
+func TestPaddingNotLoss(t *testing.T) {
+	for _, codec := range []string{CodecVP8, CodecH264} {
+		t.Run(codec, func(t *testing.T) {
+			pkts := encodedPackets(t, codec, 10, 200)
+			// Renumber, with two padding packets after every frame's last.
+			var with []*rtp.Packet
+			seq := uint16(100)
+			add := func(p *rtp.Packet) {
+				q := *p
+				q.SequenceNumber = seq
+				seq++
+				with = append(with, &q)
+			}
+			pads := 0
+			for _, p := range pkts {
+				add(p)
+				if p.Marker {
+					for range 2 {
+						add(&rtp.Packet{Header: rtp.Header{Version: 2, Padding: true, PayloadType: p.PayloadType, Timestamp: p.Timestamp, SSRC: p.SSRC}})
+						pads++
+					}
+				}
+			}
+			sink := newSink()
+			pl, st := testPipelineCodec(t, sink, codec)
+			for _, p := range with {
+				pl.packet(p)
+			}
+			if got := sink.count("s"); got != 10 || st.c.lost.Load() != 0 || st.c.waitingKey.Load() != 0 || st.c.discarded.Load() != 0 || st.c.padding.Load() != uint64(pads) {
+				t.Errorf("ingested %d of 10, lost %d, waiting-key %d, discarded %d, padding %d (want %d)",
+					got, st.c.lost.Load(), st.c.waitingKey.Load(), st.c.discarded.Load(), st.c.padding.Load(), pads)
+			}
+		})
+	}
+}

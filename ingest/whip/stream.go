@@ -90,8 +90,11 @@ type StreamInfo struct {
 	// stream ended (the engine accounts the frames; the client is gone).
 	ResultsAfterEnd uint64 `json:"results_after_end"`
 	Discarded       uint64 `json:"discarded_packets"`
-	Restarts        uint64 `json:"timeline_restarts"`
-	LastError       string `json:"last_error,omitempty"`
+	// Padding counts padding-only packets (a sender's bandwidth probes):
+	// they carry nothing, and are neither discarded nor a loss.
+	Padding   uint64 `json:"padding_packets"`
+	Restarts  uint64 `json:"timeline_restarts"`
+	LastError string `json:"last_error,omitempty"`
 	// Simulcast (simulcast.go): the layer decoded ("h 640x360": its rid
 	// and size), the layers offered, the times the decoded layer changed,
 	// and the steps taken below the layer that fits the app because
@@ -112,9 +115,9 @@ const (
 )
 
 type counters struct {
-	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped, discarded, restarts, cameraLost atomic.Uint64
-	busy                                                                                                                                   atomic.Int64 // ns the media goroutine spent on frames (decode, convert, resize, objects)
-	gap                                                                                                                                    atomic.Int64 // ns a camera's stream went without frames after its camera was lost
+	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped, discarded, restarts, cameraLost, padding atomic.Uint64
+	busy                                                                                                                                            atomic.Int64 // ns the media goroutine spent on frames (decode, convert, resize, objects)
+	gap                                                                                                                                             atomic.Int64 // ns a camera's stream went without frames after its camera was lost
 }
 
 // admState is a stream's admission state, guarded by the server's mu.
@@ -286,7 +289,7 @@ func (st *stream) info() StreamInfo {
 		Packets: st.c.packets.Load(), Frames: st.c.frames.Load(), Ingested: st.c.ingested.Load(), Sampled: st.c.sampled.Load(),
 		Lost: st.c.lost.Load(), DecodeErrors: st.c.decodeErrors.Load(), WaitingKey: st.c.waitingKey.Load(), PLIs: st.c.plis.Load(),
 		ResultsSent: st.c.resultsSent.Load(), ResultsDropped: st.c.resultsDropped.Load(),
-		Discarded: st.c.discarded.Load(), Restarts: st.c.restarts.Load(), LastError: st.lastErr}
+		Discarded: st.c.discarded.Load(), Padding: st.c.padding.Load(), Restarts: st.c.restarts.Load(), LastError: st.lastErr}
 }
 
 // ---- results ----
@@ -512,7 +515,8 @@ type pipeline struct {
 	ssrc    uint32
 	lastPLI time.Time
 	lost    int
-	discard int // the assembler's discarded and restarts counts already added to the stream's
+	discard int // the assembler's discarded, padding and restarts counts already added to the stream's
+	padding int
 	restart int
 	next    time.Time // the next sampling slot
 	seq     uint64
@@ -543,6 +547,10 @@ func (p *pipeline) packet(pkt *rtp.Packet) bool {
 	if p.asm.discarded > p.discard {
 		st.c.discarded.Add(uint64(p.asm.discarded - p.discard))
 		p.discard = p.asm.discarded
+	}
+	if p.asm.padding > p.padding {
+		st.c.padding.Add(uint64(p.asm.padding - p.padding))
+		p.padding = p.asm.padding
 	}
 	if p.asm.restarts > p.restart {
 		// The sender's RTP timestamps jumped back: a new timeline. Capture
