@@ -2,12 +2,17 @@ package whip
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/pion/rtp"
+	"github.com/pion/rtp/codecs"
 
 	"github.com/mdag/mdag/ingest/avc"
+	"github.com/mdag/mdag/ingest/synth"
+	"github.com/mdag/mdag/media"
 )
 
 // h264Packets encodes n pattern frames with x264 and packetizes them as a
@@ -248,5 +253,55 @@ func TestPaddingNotLoss(t *testing.T) {
 					got, st.c.lost.Load(), st.c.waitingKey.Load(), st.c.discarded.Load(), st.c.padding.Load(), pads)
 			}
 		})
+	}
+}
+
+// TestH264ResolutionChange: an H.264 sender that restarts its encoder at
+// another size mid-stream (new SPS and PPS with an IDR, the RTP stream
+// going on) keeps streaming: frames of both sizes reach the session, none
+// is lost or fails to decode.
+func TestH264ResolutionChange(t *testing.T) {
+	var pkts []*rtp.Packet
+	pk := rtp.NewPacketizer(300, 102, 1, &codecs.H264Payloader{}, rtp.NewFixedSequencer(100), videoClockRate)
+	n := 0
+	for _, size := range [][2]int{{96, 64}, {160, 120}, {64, 48}} {
+		pat, err := synth.NewPattern(size[0], size[1], 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames := make([]*media.Frame, 5)
+		for i := range frames {
+			if frames[i], _, err = pat.Frame(0, uint64(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clip, err := EncodeClip(ClientConfig{Codec: CodecH264, Width: size[0], Height: size[1], FPS: 30}, frames, 6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, data := range clip {
+			for _, p := range pk.Packetize(data, 0) {
+				p.Timestamp = uint32(1000 + n*3000)
+				pkts = append(pkts, p)
+			}
+			n++
+		}
+	}
+	sink := newSink()
+	pl, st := testPipelineCodec(t, sink, CodecH264)
+	for _, p := range pkts {
+		pl.packet(p)
+	}
+	sink.mu.Lock()
+	got := sink.frames["s"]
+	sink.mu.Unlock()
+	var sizes []string
+	for _, f := range got {
+		if s := fmt.Sprintf("%dx%d", f.w, f.h); len(sizes) == 0 || sizes[len(sizes)-1] != s {
+			sizes = append(sizes, s)
+		}
+	}
+	if len(got) != 15 || strings.Join(sizes, " ") != "96x64 160x120 64x48" || st.c.decodeErrors.Load() != 0 || st.c.lost.Load() != 0 {
+		t.Errorf("%d of 15 frames at sizes %v, %d decode errors, %d lost", len(got), sizes, st.c.decodeErrors.Load(), st.c.lost.Load())
 	}
 }
