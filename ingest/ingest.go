@@ -138,9 +138,14 @@ type Feed interface {
 	// cannot be served); the first End wins.
 	End(kind, why string)
 	// Done is closed when the stream has ended, by End or by the server
-	// (shutdown, shed for overload, refused at its first frame): the
-	// camera stops reading.
+	// (shutdown, shed for overload, refused at its first frame, no frame
+	// decoded within the connect timeout, frames the session refuses):
+	// the camera stops reading.
 	Done() <-chan struct{}
+	// Ended is the kind of the end (the server's end kinds: "capacity",
+	// "stream-limit", "join-failed", "connect-timeout", "overload",
+	// "error", "shutdown", "client", ...) and why; empty before Done.
+	Ended() (kind, why string)
 }
 
 // FeedConfig describes a Feed to open.

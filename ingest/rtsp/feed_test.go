@@ -244,6 +244,12 @@ func (f *fakeFeed) serverEnd(kind string) {
 
 func (f *fakeFeed) Done() <-chan struct{} { return f.done }
 
+func (f *fakeFeed) Ended() (kind, why string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.endKind, f.endWhy
+}
+
 func (f *fakeFeed) ended() bool {
 	select {
 	case <-f.done:

@@ -87,6 +87,12 @@ type feed struct {
 func (f *feed) ID() string            { return f.st.id }
 func (f *feed) Done() <-chan struct{} { return f.st.done }
 
+func (f *feed) Ended() (kind, why string) {
+	f.st.mu.Lock()
+	defer f.st.mu.Unlock()
+	return f.st.endKind, f.st.ended
+}
+
 func (f *feed) Frame(au []byte, rtpTS uint32, key bool) {
 	st := f.st
 	now := st.s.clk.Now()
