@@ -119,23 +119,26 @@ func (st *stream) onLayer(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver, c
 	}
 	created := sim == nil
 	if created {
-		sim = &simulcast{st: st, codec: codec}
-		st.sim.Store(sim)
-		st.video, st.codec = true, codec
-	}
-	st.mu.Unlock()
-	if created {
+		// Built whole before it is published: pion runs OnTrack handlers
+		// concurrently, and another layer's goroutine may use sim (its
+		// decode path) as soon as it can load it.
 		dec, err := newDecoder(codec)
 		if err != nil {
+			st.mu.Unlock()
 			st.fail(err)
 			go st.endAs(EndError, "decoder: "+err.Error())
 			discardTrack(st, track)
 			return
 		}
-		sim.dec = &pipeline{st: st, dec: dec, needKey: true, sync: &captureClock{}}
+		sim = &simulcast{st: st, codec: codec, dec: &pipeline{st: st, dec: dec, needKey: true, sync: &captureClock{}}}
 		if st.s.cfg.Objects != nil {
 			sim.dec.objects = st.s.cfg.Objects()
 		}
+		st.sim.Store(sim)
+		st.video, st.codec = true, codec
+	}
+	st.mu.Unlock()
+	if created {
 		st.s.mu.Lock()
 		st.adm.media = true
 		st.s.mu.Unlock()
