@@ -27,6 +27,9 @@ type Totals struct {
 	// streams by codec (vp8, h264, h265).
 	CameraLost uint64
 	Codecs     map[string]int
+	// FramesRefused counts frames decoded but refused by the app's
+	// session (a stream not in it, the coordinator unreachable).
+	FramesRefused uint64
 	// Refused counts POSTs refused, by reason (stream-limit,
 	// pending-limit, capacity, session, recvonly, shutdown); Ended
 	// streams that ended, by kind (client, idle, connect-timeout,

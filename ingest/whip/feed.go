@@ -69,6 +69,13 @@ func (s *Server) OpenFeed(cfg ingest.FeedConfig) (ingest.Feed, error) {
 	s.streams[cfg.Name] = st
 	st.adm.media = true // decoding load is coming
 	s.mu.Unlock()
+	// A camera that connects but never decodes a frame (a profile the
+	// decoder cannot take, no parameter sets, pictures above the limit)
+	// must not hold a pending slot and its predicted load for ever: it is
+	// ended (connect-timeout) and the camera opens a new stream later.
+	// Cameras get three connect timeouts: their key frames may be seconds
+	// apart.
+	st.armConnectAfter(3 * s.cfg.ConnectTimeout)
 	s.log.Info("camera stream opened (pending until its first frame decodes)", "app", app, "stream", st.id, "source", cfg.Source, "codec", cfg.Codec, "fps", fps)
 	return f, nil
 }

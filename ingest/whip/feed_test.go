@@ -1,6 +1,7 @@
 package whip
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +145,57 @@ func TestOpenFeedRefused(t *testing.T) {
 	}
 	if _, err := srv2.OpenFeed(ingest.FeedConfig{App: "face", Name: "a", Codec: "h264"}); err == nil || !strings.Contains(err.Error(), `a stream named "a" is live already`) {
 		t.Errorf("duplicate name: %v", err)
+	}
+}
+
+// TestFeedEnds: a camera's stream that never decodes a frame is ended at
+// three connect timeouts (it must not hold a pending slot for ever), and
+// one whose frames the session keeps refusing is ended after 10 in a row,
+// every refused frame counted; the camera reads why from Ended.
+func TestFeedEnds(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	sink := newSink()
+	srv, err := New(Config{Apps: map[dag.AppID]float64{"face": 0}, Clock: clk, CPUTime: func() time.Duration { return 0 }}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	silent, err := srv.OpenFeed(ingest.FeedConfig{App: "face", Name: "silent", Codec: "h264"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(29 * time.Second)
+	if kind, _ := silent.Ended(); kind != "" {
+		t.Fatalf("ended at 29 s: %s", kind)
+	}
+	clk.Advance(time.Second)
+	<-silent.Done()
+	if kind, why := silent.Ended(); kind != EndConnectTimeout || !strings.Contains(why, "no video frame decoded within 30s of the camera's stream opening") {
+		t.Errorf("a silent camera's stream: %s %q", kind, why)
+	}
+
+	refused, err := srv.OpenFeed(ingest.FeedConfig{App: "face", Name: "refused", Codec: "h264"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.mu.Lock()
+	sink.ingestErr = errors.New("coordinator unreachable")
+	sink.mu.Unlock()
+	aus := h264AUs(t, 12, 12)
+	for i, au := range aus {
+		refused.Frame(au, uint32(i)*9000, i == 0)
+		clk.Advance(100 * time.Millisecond)
+	}
+	<-refused.Done()
+	kind, why := refused.Ended()
+	info := srv.Streams()
+	var st StreamInfo
+	for _, s := range info {
+		if s.ID == "refused" {
+			st = s
+		}
+	}
+	if kind != EndError || !strings.Contains(why, "the session refused 10 frames in a row: coordinator unreachable") || st.Refused != 10 || st.Ingested != 0 {
+		t.Errorf("refused frames: end %s %q, refused %d, ingested %d", kind, why, st.Refused, st.Ingested)
 	}
 }

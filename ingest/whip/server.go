@@ -699,6 +699,7 @@ func addInfo(t *ingest.Totals, i StreamInfo) {
 	t.Discarded += i.Discarded
 	t.Restarts += i.Restarts
 	t.CameraLost += i.CameraLost
+	t.FramesRefused += i.Refused
 }
 
 // CPULoad is the measured CPU load as a share of the capacity admission

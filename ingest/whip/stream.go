@@ -92,7 +92,14 @@ type StreamInfo struct {
 	Discarded       uint64 `json:"discarded_packets"`
 	// Padding counts padding-only packets (a sender's bandwidth probes):
 	// they carry nothing, and are neither discarded nor a loss.
-	Padding   uint64 `json:"padding_packets"`
+	Padding uint64 `json:"padding_packets"`
+	// Refused counts frames decoded and handed to the session that it
+	// refused (the stream is not in it, the coordinator is unreachable;
+	// 10 in a row end the stream); NoPicture frames the decoder gave no
+	// picture for yet (a stream with B-frames: the picture comes out with
+	// a later frame).
+	Refused   uint64 `json:"refused_frames,omitempty"`
+	NoPicture uint64 `json:"no_picture,omitempty"`
 	Restarts  uint64 `json:"timeline_restarts"`
 	LastError string `json:"last_error,omitempty"`
 	// Simulcast (simulcast.go): the layer decoded ("h 640x360": its rid
@@ -115,9 +122,9 @@ const (
 )
 
 type counters struct {
-	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped, discarded, restarts, cameraLost, padding atomic.Uint64
-	busy                                                                                                                                            atomic.Int64 // ns the media goroutine spent on frames (decode, convert, resize, objects)
-	gap                                                                                                                                             atomic.Int64 // ns a camera's stream went without frames after its camera was lost
+	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped, discarded, restarts, cameraLost, padding, refused, noPicture atomic.Uint64
+	busy                                                                                                                                                                atomic.Int64 // ns the media goroutine spent on frames (decode, convert, resize, objects)
+	gap                                                                                                                                                                 atomic.Int64 // ns a camera's stream went without frames after its camera was lost
 }
 
 // admState is a stream's admission state, guarded by the server's mu.
@@ -210,18 +217,24 @@ func (st *stream) armIdle() {
 // armConnect ends the stream if its first frame has not decoded
 // ConnectTimeout after the offer (an offer that never connects, or never
 // sends video, must not hold a slot).
-func (st *stream) armConnect() {
+func (st *stream) armConnect() { st.armConnectAfter(st.s.cfg.ConnectTimeout) }
+
+func (st *stream) armConnectAfter(d time.Duration) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.ended != "" {
 		return
 	}
-	st.connect = st.s.clk.AfterFunc(st.s.cfg.ConnectTimeout, func() {
+	st.connect = st.s.clk.AfterFunc(d, func() {
 		st.s.mu.Lock()
 		admitted := st.adm.admitted
 		st.s.mu.Unlock()
 		if !admitted {
-			st.endAs(EndConnectTimeout, fmt.Sprintf("no video frame decoded within %v of the offer (connect timeout)", st.s.cfg.ConnectTimeout))
+			what := "the offer"
+			if st.pc == nil {
+				what = "the camera's stream opening"
+			}
+			st.endAs(EndConnectTimeout, fmt.Sprintf("no video frame decoded within %v of %s (connect timeout)", d, what))
 		}
 	})
 }
@@ -289,7 +302,7 @@ func (st *stream) info() StreamInfo {
 		Packets: st.c.packets.Load(), Frames: st.c.frames.Load(), Ingested: st.c.ingested.Load(), Sampled: st.c.sampled.Load(),
 		Lost: st.c.lost.Load(), DecodeErrors: st.c.decodeErrors.Load(), WaitingKey: st.c.waitingKey.Load(), PLIs: st.c.plis.Load(),
 		ResultsSent: st.c.resultsSent.Load(), ResultsDropped: st.c.resultsDropped.Load(),
-		Discarded: st.c.discarded.Load(), Padding: st.c.padding.Load(), Restarts: st.c.restarts.Load(), LastError: st.lastErr}
+		Discarded: st.c.discarded.Load(), Padding: st.c.padding.Load(), Refused: st.c.refused.Load(), NoPicture: st.c.noPicture.Load(), Restarts: st.c.restarts.Load(), LastError: st.lastErr}
 }
 
 // ---- results ----
@@ -517,12 +530,14 @@ type pipeline struct {
 	lost    int
 	discard int // the assembler's discarded, padding and restarts counts already added to the stream's
 	padding int
-	restart int
-	next    time.Time // the next sampling slot
-	seq     uint64
-	sendPLI func() error // nil: RTCP to the peer
-	objects Objects      // nil: frames go without ground truth
-	joined  bool         // the first frame decoded and the stream was admitted
+	// refusedRun counts the frames in a row the session refused.
+	refusedRun int
+	restart    int
+	next       time.Time // the next sampling slot
+	seq        uint64
+	sendPLI    func() error // nil: RTCP to the peer
+	objects    Objects      // nil: frames go without ground truth
+	joined     bool         // the first frame decoded and the stream was admitted
 	// onFrame, when set, takes the assembled frames instead of frame (a
 	// simulcast layer: simulcast.frame decides whether it is decoded).
 	onFrame func(codedFrame, time.Time) bool
@@ -612,6 +627,12 @@ func (p *pipeline) frame(fr codedFrame, now time.Time) bool {
 	p.needKey = false
 	if !take || img == nil {
 		st.c.busy.Add(int64(time.Since(work)))
+		if take {
+			// The decoder holds the picture back (a stream with B-frames:
+			// pictures come out in display order, one or two frames
+			// later, with a later frame): counted, not lost.
+			st.c.noPicture.Add(1)
+		}
 		return true
 	}
 	p.decW, p.decH = img.W, img.H
@@ -636,12 +657,26 @@ func (p *pipeline) frame(fr codedFrame, now time.Time) bool {
 	}
 	p.seq++
 	if err := st.s.sink.Ingest(st.id, p.seq, capture, img, truth); err != nil {
-		st.fail(err) // recorded; the stream goes on
+		// Refused by the session (the stream is not in it, the
+		// coordinator is unreachable): counted; maxRefusedRun in a row
+		// end the stream, so it is not decoded for nothing (a camera then
+		// opens a new stream).
+		st.c.refused.Add(1)
+		st.fail(err)
+		if p.refusedRun++; p.refusedRun >= maxRefusedRun {
+			go st.endAs(EndError, fmt.Sprintf("the session refused %d frames in a row: %v", p.refusedRun, err))
+			return false
+		}
 		return true
 	}
+	p.refusedRun = 0
 	st.c.ingested.Add(1)
 	return true
 }
+
+// maxRefusedRun is how many frames in a row the session may refuse before
+// the stream is ended.
+const maxRefusedRun = 10
 
 // sample keeps frames at the app's rate: a frame is taken when its capture
 // time reaches the next slot, less a quarter period; slots advance by 1/fps

@@ -39,6 +39,7 @@ type fakeSink struct {
 	frames    map[string][]ingested
 	srv       *Server
 	joinErr   error
+	ingestErr error // Ingest's answer while set
 	saturated bool // Saturation's answer for every app
 }
 
@@ -85,6 +86,10 @@ func (f *fakeSink) Ingest(id string, seq uint64, capture time.Time, fr *media.Fr
 		return err
 	}
 	f.mu.Lock()
+	if f.ingestErr != nil {
+		defer f.mu.Unlock()
+		return f.ingestErr
+	}
 	f.frames[id] = append(f.frames[id], ingested{seq: seq, capture: capture, at: time.Now(), w: fr.W, h: fr.H})
 	srv := f.srv
 	f.mu.Unlock()

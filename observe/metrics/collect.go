@@ -90,6 +90,7 @@ var (
 	ingestRefused  = desc("ingest", "streams_refused_total", "WHIP offers refused, by reason (stream-limit, pending-limit, capacity, session, shutdown: 503; recvonly: 400).", "app", "reason")
 	ingestEnded    = desc("ingest", "streams_ended_total", "Ingest streams that ended, by kind (client, idle, connect-timeout, ice-failed, join-failed, stream-limit, capacity, overload, error, setup-failed, shutdown).", "app", "kind")
 	ingestCodecs   = desc("ingest", "codec_streams", "Live ingest streams by video codec (vp8, h264 over WHIP; h264, h265 from cameras).", "app", "codec")
+	ingestRefusedF = desc("ingest", "frames_refused_total", "Frames decoded but refused by the app's session (the stream is not in it, the coordinator is unreachable); 10 in a row end the stream (kind error).", "app")
 	ingestCamLost  = desc("ingest", "camera_lost_total", "Times a camera's connection was lost (its stream waits while the camera is reconnected).", "app")
 	ingestLoad     = desc("ingest", "cpu_load_ratio", "The process's CPU load as a share of the capacity WHIP admission fills (cores x ceiling); new streams that would push it above 1 get 503, and above 1 for long the newest stream is shed.")
 
@@ -105,7 +106,7 @@ type ingestCollector struct{ m *Metrics }
 
 func (ingestCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{ingestStreams, ingestPackets, ingestFrames, ingestIngested, ingestLost, ingestDecode, ingestPLIs,
-		ingestDiscard, ingestRestarts, ingestPending, ingestRefused, ingestEnded, ingestCodecs, ingestCamLost, ingestLoad} {
+		ingestDiscard, ingestRestarts, ingestPending, ingestRefused, ingestEnded, ingestCodecs, ingestCamLost, ingestRefusedF, ingestLoad} {
 		ch <- d
 	}
 }
@@ -135,7 +136,7 @@ func (c ingestCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, v := range []struct {
 			d *prometheus.Desc
 			n uint64
-		}{{ingestPackets, t.Packets}, {ingestFrames, t.Frames}, {ingestIngested, t.Ingested}, {ingestLost, t.Lost}, {ingestDecode, t.DecodeErrors}, {ingestPLIs, t.PLIs}, {ingestDiscard, t.Discarded}, {ingestRestarts, t.Restarts}, {ingestCamLost, t.CameraLost}} {
+		}{{ingestPackets, t.Packets}, {ingestFrames, t.Frames}, {ingestIngested, t.Ingested}, {ingestLost, t.Lost}, {ingestDecode, t.DecodeErrors}, {ingestPLIs, t.PLIs}, {ingestDiscard, t.Discarded}, {ingestRestarts, t.Restarts}, {ingestCamLost, t.CameraLost}, {ingestRefusedF, t.FramesRefused}} {
 			ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(v.n), t.App)
 		}
 	}

@@ -61,7 +61,7 @@ func scripted() *Metrics {
 	m.Replanned()
 	m.SetIngest(func() []ingest.Totals {
 		return []ingest.Totals{{App: "traffic", Streams: 2, Pending: 1, Packets: 900, Frames: 300, Ingested: 100, Lost: 1, DecodeErrors: 0, PLIs: 3,
-			Discarded: 4, Restarts: 1, CameraLost: 2, Codecs: map[string]int{"h264": 1, "vp8": 1}, Refused: map[string]uint64{"capacity": 4, "pending-limit": 1}, Ended: map[string]uint64{"client": 3, "overload": 1}}}
+			Discarded: 4, Restarts: 1, CameraLost: 2, FramesRefused: 5, Codecs: map[string]int{"h264": 1, "vp8": 1}, Refused: map[string]uint64{"capacity": 4, "pending-limit": 1}, Ended: map[string]uint64{"client": 3, "overload": 1}}}
 	})
 	m.SetIngestLoad(func() float64 { return 0.85 })
 	m.SetCameras(func() []Camera {
