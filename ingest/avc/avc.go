@@ -65,6 +65,7 @@ typedef struct {
 	int damaged;  // of which flagged as damaged (concealed errors, missing references)
 	int toolarge; // libavcodec refused a picture above max_pixels
 	int w, h;     // the last picture's size
+	long long pts; // the last picture's pts: the one given with the access unit it came from
 	char msg[256];
 } mdag_result;
 
@@ -143,16 +144,19 @@ static int mdag_dec_receive(mdag_dec *d, mdag_result *r) {
 		r->got++;
 		r->w = d->last->width;
 		r->h = d->last->height;
+		r->pts = d->last->best_effort_timestamp != AV_NOPTS_VALUE ? d->last->best_effort_timestamp : d->last->pts;
 	}
 }
 
 // mdag_dec_decode sends the n bytes in d->buf as one packet and receives
 // every picture it completes; the last one is kept in d->last.
-static int mdag_dec_decode(mdag_dec *d, int n, mdag_result *r) {
+static int mdag_dec_decode(mdag_dec *d, int n, long long pts, mdag_result *r) {
 	mdag_call_begin();
 	av_frame_unref(d->last);
 	d->pkt->data = d->buf;
 	d->pkt->size = n;
+	d->pkt->pts = pts;
+	d->pkt->dts = AV_NOPTS_VALUE;
 	int err = avcodec_send_packet(d->ctx, d->pkt);
 	if (err == AVERROR(EAGAIN)) { // not expected: every call drains; drain and send again
 		err = mdag_dec_receive(d, r);
@@ -488,6 +492,9 @@ type Decoder struct {
 	c      *C.mdag_dec
 	codec  Codec
 	closed bool
+	// pts stamps Decode's and Skip's access units in order; lastPTS is
+	// the stamp of the last picture libavcodec gave back.
+	pts, lastPTS int64
 }
 
 // NewDecoder returns a decoder for c.
@@ -517,11 +524,42 @@ func (d *Decoder) Decode(au []byte) (*media.Frame, error) {
 // a stream does not hand on (sampling to the app's rate) that later frames
 // still reference.
 func (d *Decoder) Skip(au []byte) error {
-	_, err := d.decode(au, false)
+	_, _, err := d.decodeAt(au, d.nextPTS(), false)
 	return err
 }
 
+// DecodeAt is Decode for streams whose pictures may come out of order (B
+// frames): au is given a presentation stamp pts (any increasing numbers,
+// e.g. the RTP timestamps), and the picture returned, if any, carries the
+// stamp of the access unit it was coded in, which with B-frames is an
+// earlier one.
+func (d *Decoder) DecodeAt(au []byte, pts int64) (*media.Frame, int64, error) {
+	return d.decodeAt(au, pts, true)
+}
+
+// SkipAt is Skip with a presentation stamp (see DecodeAt).
+func (d *Decoder) SkipAt(au []byte, pts int64) error {
+	_, _, err := d.decodeAt(au, pts, false)
+	return err
+}
+
+// nextPTS stamps the access units of Decode and Skip: in order.
+func (d *Decoder) nextPTS() int64 {
+	d.pts++
+	return d.pts
+}
+
 func (d *Decoder) decode(au []byte, convert bool) (*media.Frame, error) {
+	f, _, err := d.decodeAt(au, d.nextPTS(), convert)
+	return f, err
+}
+
+func (d *Decoder) decodeAt(au []byte, pts int64, convert bool) (*media.Frame, int64, error) {
+	f, err := d.decodeStamped(au, pts, convert)
+	return f, d.lastPTS, err
+}
+
+func (d *Decoder) decodeStamped(au []byte, pts int64, convert bool) (*media.Frame, error) {
 	if d.closed {
 		return nil, fmt.Errorf("avc: %v decoder closed", d.codec)
 	}
@@ -543,7 +581,8 @@ func (d *Decoder) decode(au []byte, convert bool) (*media.Frame, error) {
 	}
 	C.memcpy(unsafe.Pointer(buf), unsafe.Pointer(&au[0]), C.size_t(len(au)))
 	var r C.mdag_result
-	code := C.mdag_dec_decode(d.c, C.int(len(au)), &r)
+	code := C.mdag_dec_decode(d.c, C.int(len(au)), C.longlong(pts), &r)
+	d.lastPTS = int64(r.pts)
 	if r.toolarge != 0 {
 		return nil, fmt.Errorf("%w: %v: %s", ErrTooLarge, d.codec, C.GoString(&r.msg[0]))
 	}

@@ -117,3 +117,40 @@ func TestForeignClip(t *testing.T) {
 		t.Errorf("the ball moved in %d of %d pictures and turned %d times (x %.0f)", moved, len(xs)-1, turns, xs)
 	}
 }
+
+// TestDecodeAtStamps: with B-frames pictures come out later and out of
+// decode order; DecodeAt gives each the stamp of the access unit it was
+// coded in, so a caller times it by that unit's capture, not by the unit
+// that happened to release it. Every stamp comes back once.
+func TestDecodeAtStamps(t *testing.T) {
+	stream, err := os.ReadFile("testdata/ball-320x240.h265")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := NewDecoder(H265)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	seen := map[int64]bool{}
+	late := 0
+	for i, au := range splitHEVC(stream) {
+		f, pts, err := dec.DecodeAt(au, int64(1000+i))
+		if err != nil {
+			t.Fatalf("access unit %d: %v", i, err)
+		}
+		if f == nil {
+			continue
+		}
+		if pts < 1000 || pts > int64(1000+i) || seen[pts] {
+			t.Fatalf("access unit %d released a picture stamped %d (seen before: %v)", i, pts, seen[pts])
+		}
+		seen[pts] = true
+		if pts != int64(1000+i) {
+			late++
+		}
+	}
+	if len(seen) < 25 || late == 0 {
+		t.Errorf("%d pictures stamped, %d released by a later access unit: want B-frames' reordering visible", len(seen), late)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/mdag/mdag/ingest/avc"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/media"
 )
 
 // h264AUs encodes n pattern frames as a camera sends them: Annex-B access
@@ -197,5 +198,59 @@ func TestFeedEnds(t *testing.T) {
 	}
 	if kind != EndError || !strings.Contains(why, "the session refused 10 frames in a row: coordinator unreachable") || st.Refused != 10 || st.Ingested != 0 {
 		t.Errorf("refused frames: end %s %q, refused %d, ingested %d", kind, why, st.Refused, st.Ingested)
+	}
+}
+
+// reorderingDecoder releases each picture one access unit late, as a
+// decoder of a stream with B-frames does, stamped with its own unit.
+type reorderingDecoder struct {
+	held  int64
+	has   bool
+	calls int
+}
+
+func (d *reorderingDecoder) DecodeAt(data []byte, stamp int64) (*media.Frame, int64, error) {
+	d.calls++
+	prev, had := d.held, d.has
+	d.held, d.has = stamp, true
+	if !had {
+		return nil, 0, nil
+	}
+	return media.NewFrame(16, 16), prev, nil
+}
+func (d *reorderingDecoder) SkipAt(data []byte, stamp int64) error {
+	_, _, err := d.DecodeAt(data, stamp)
+	return err
+}
+func (d *reorderingDecoder) Decode([]byte) (*media.Frame, error) {
+	panic("Decode on a stamped decoder")
+}
+func (d *reorderingDecoder) Skip([]byte) error { panic("Skip on a stamped decoder") }
+func (d *reorderingDecoder) Close()            {}
+
+// TestReorderedCapture: a picture a decoder releases late (B-frames) goes
+// to the session with its own frame's capture time, not that of the frame
+// that released it; the first frame, which released nothing, is counted
+// (no_picture).
+func TestReorderedCapture(t *testing.T) {
+	sink := newSink()
+	p, st := testPipelineCodec(t, sink, CodecH264)
+	p.dec = &reorderingDecoder{}
+	t0 := time.Unix(1e9, 0)
+	for i := range 5 {
+		p.frame(codedFrame{Data: []byte{0, 0, 0, 1, 0x65}, TS: uint32(i * 9000), Key: true}, t0.Add(time.Duration(i)*100*time.Millisecond))
+	}
+	sink.mu.Lock()
+	got := sink.frames["s"]
+	sink.mu.Unlock()
+	if len(got) != 4 || st.c.noPicture.Load() != 1 {
+		t.Fatalf("%d frames at the session, %d without a picture; want 4 and 1", len(got), st.c.noPicture.Load())
+	}
+	// Frame i arrives at t0 + i x 100 ms with RTP time i x 100 ms: its
+	// capture time is its arrival (the first frame anchors the clock).
+	for i, f := range got {
+		if want := t0.Add(time.Duration(i) * 100 * time.Millisecond); !f.capture.Equal(want) {
+			t.Errorf("picture %d (released by frame %d): capture t0+%v, want t0+%v (its own frame's)", i, i+1, f.capture.Sub(t0), want.Sub(t0))
+		}
 	}
 }

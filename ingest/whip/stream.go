@@ -532,6 +532,10 @@ type pipeline struct {
 	padding int
 	// refusedRun counts the frames in a row the session refused.
 	refusedRun int
+	// The access units' stamps and capture times, for pictures a decoder
+	// releases out of order (stampedDecoder).
+	stampN int64
+	stamps []stampedCapture
 	restart    int
 	next       time.Time // the next sampling slot
 	seq        uint64
@@ -611,9 +615,9 @@ func (p *pipeline) frame(fr codedFrame, now time.Time) bool {
 	var err error
 	work := time.Now() // the decoding load is real CPU time, whatever the injected clock says
 	if take {
-		img, err = p.dec.Decode(fr.Data)
+		img, capture, err = p.decode(fr.Data, capture)
 	} else {
-		err = p.dec.Skip(fr.Data)
+		err = p.skip(fr.Data, capture)
 		st.c.sampled.Add(1)
 	}
 	if err != nil {
@@ -677,6 +681,69 @@ func (p *pipeline) frame(fr codedFrame, now time.Time) bool {
 // maxRefusedRun is how many frames in a row the session may refuse before
 // the stream is ended.
 const maxRefusedRun = 10
+
+// stampedDecoder is a decoder whose pictures may come out of order (H.264
+// and H.265 with B-frames: ingest/avc): each access unit goes in with a
+// stamp and each picture comes out with the stamp of the unit it was coded
+// in.
+type stampedDecoder interface {
+	DecodeAt(data []byte, stamp int64) (*media.Frame, int64, error)
+	SkipAt(data []byte, stamp int64) error
+}
+
+// stampedCapture is the capture time of the access unit stamped n.
+type stampedCapture struct {
+	n       int64
+	capture time.Time
+}
+
+// maxStamps bounds the capture times kept for pictures still in the
+// decoder (H.264 reorders at most 16 frames).
+const maxStamps = 17
+
+// decode decodes one frame captured at capture; it returns the picture
+// with its own capture time: with B-frames the picture is an earlier
+// frame's, released by this one.
+func (p *pipeline) decode(data []byte, capture time.Time) (*media.Frame, time.Time, error) {
+	sd, ok := p.dec.(stampedDecoder)
+	if !ok {
+		img, err := p.dec.Decode(data)
+		return img, capture, err
+	}
+	img, stamp, err := sd.DecodeAt(data, p.stampNext(capture))
+	if img != nil {
+		capture = p.stampedCapture(stamp, capture)
+	}
+	return img, capture, err
+}
+
+func (p *pipeline) skip(data []byte, capture time.Time) error {
+	if sd, ok := p.dec.(stampedDecoder); ok {
+		return sd.SkipAt(data, p.stampNext(capture))
+	}
+	return p.dec.Skip(data)
+}
+
+// stampNext stamps the next access unit and keeps its capture time.
+func (p *pipeline) stampNext(capture time.Time) int64 {
+	p.stampN++
+	p.stamps = append(p.stamps, stampedCapture{p.stampN, capture})
+	if len(p.stamps) > maxStamps {
+		p.stamps = p.stamps[len(p.stamps)-maxStamps:]
+	}
+	return p.stampN
+}
+
+// stampedCapture is the capture time of the unit stamped n (or, if it is
+// no longer kept, def).
+func (p *pipeline) stampedCapture(n int64, def time.Time) time.Time {
+	for _, s := range p.stamps {
+		if s.n == n {
+			return s.capture
+		}
+	}
+	return def
+}
 
 // sample keeps frames at the app's rate: a frame is taken when its capture
 // time reaches the next slot, less a quarter period; slots advance by 1/fps
