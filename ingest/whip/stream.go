@@ -534,14 +534,14 @@ type pipeline struct {
 	refusedRun int
 	// The access units' stamps and capture times, for pictures a decoder
 	// releases out of order (stampedDecoder).
-	stampN int64
-	stamps []stampedCapture
-	restart    int
-	next       time.Time // the next sampling slot
-	seq        uint64
-	sendPLI    func() error // nil: RTCP to the peer
-	objects    Objects      // nil: frames go without ground truth
-	joined     bool         // the first frame decoded and the stream was admitted
+	stampN  int64
+	stamps  []stampedCapture
+	restart int
+	next    time.Time // the next sampling slot
+	seq     uint64
+	sendPLI func() error // nil: RTCP to the peer
+	objects Objects      // nil: frames go without ground truth
+	joined  bool         // the first frame decoded and the stream was admitted
 	// onFrame, when set, takes the assembled frames instead of frame (a
 	// simulcast layer: simulcast.frame decides whether it is decoded).
 	onFrame func(codedFrame, time.Time) bool

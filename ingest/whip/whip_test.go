@@ -40,7 +40,7 @@ type fakeSink struct {
 	srv       *Server
 	joinErr   error
 	ingestErr error // Ingest's answer while set
-	saturated bool // Saturation's answer for every app
+	saturated bool  // Saturation's answer for every app
 }
 
 // Saturated implements Saturation.
