@@ -105,9 +105,11 @@ type StreamInfo struct {
 	// Simulcast (simulcast.go): the layer decoded ("h 640x360": its rid
 	// and size), the layers offered, the times the decoded layer changed,
 	// and the steps taken below the layer that fits the app because
-	// decoding fell behind or the server was overloaded. Packets count
-	// every layer's; frames, waiting_key and decode errors the decoded
-	// layer's (each layer's own counts are in layers).
+	// decoding fell behind or the server was overloaded. Packets, lost,
+	// discarded, padding and timeline restarts count every layer's (a
+	// loss on a layer not decoded is still a loss on the path); frames,
+	// waiting_key and decode errors the decoded layer's (each layer's own
+	// packets and frames are in layers).
 	Layer         string      `json:"layer,omitempty"`
 	Layers        []LayerInfo `json:"layers,omitempty"`
 	LayerSwitches uint64      `json:"layer_switches,omitempty"`
