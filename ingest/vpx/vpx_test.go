@@ -200,7 +200,9 @@ func TestEveryWidth(t *testing.T) {
 
 // TestSizeChange: one decoder across key frames of other sizes (a VP8
 // stream may change size at a key frame) converts each at its own size:
-// the conversion set up for one size is not used for another.
+// the conversion set up for one size is not used for another. 854x480
+// (16:9 480p) is a width whose last 6 columns libswscale's x86 yuv2rgb
+// left unconverted at a stride of w*3.
 func TestSizeChange(t *testing.T) {
 	dec, err := NewDecoder()
 	if err != nil {
@@ -208,7 +210,7 @@ func TestSizeChange(t *testing.T) {
 	}
 	defer dec.Close()
 	for i, tc := range []struct{ w, h int }{
-		{320, 240}, {640, 360}, {161, 121}, {320, 240}, {34, 18}, {320, 240}, {320, 240},
+		{320, 240}, {640, 360}, {161, 121}, {320, 240}, {34, 18}, {854, 480}, {320, 240}, {320, 240},
 	} {
 		src := scene(tc.w, tc.h, i)
 		f, err := dec.Decode(keyFrame(t, src))
