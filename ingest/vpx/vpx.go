@@ -45,7 +45,7 @@ static void mdag_dec_free(mdag_vdec *d) {
 }
 
 // mdag_bgr_stride is the row stride mdag_i420_to_bgr converts into for
-// width w: w*3 when w is a multiple of 16, else w rounded up to one. The
+// width w: 3 bytes a pixel for w rounded up to a multiple of 16. The
 // x86 yuv2rgb of libswscale 6 (FFmpeg 5.1) converts rows in blocks of 8
 // pixels and, where the last block would not fit in the stride, leaves
 // the row's last pixels unconverted (a 34-pixel-wide picture kept 2 black
