@@ -1,8 +1,11 @@
 // Package vpx is a small cgo wrapper around Debian's libvpx (libvpx-dev)
 // for VP8: a Decoder for the WebRTC ingest (RTP -> VP8 frames -> BGR
 // frames for sessions) and an Encoder for mdag's own client and tests.
-// Frames cross the boundary as media.Frame (8-bit BGR); the I420
-// conversion (BT.601, limited range, as WebRTC uses) is done in C.
+// Frames cross the boundary as media.Frame (8-bit BGR), converted from and
+// to I420 with BT.601 at limited range (as WebRTC uses): the decoder's
+// I420 -> BGR by libswscale (its SIMD path, as ingest/avc converts, so
+// VP8 and H.264 pictures of one source come out alike), the encoder's BGR
+// -> I420 by exact fixed-point C here.
 //
 // A Decoder or Encoder is not safe for concurrent use; each stream owns
 // one. Decoding outside input is safe: libvpx rejects corrupt data with an
@@ -11,18 +14,78 @@
 package vpx
 
 /*
-#cgo LDFLAGS: -lvpx
+#cgo LDFLAGS: -lvpx -lswscale -lavutil
 #include <stdlib.h>
 #include <string.h>
 #include <vpx/vpx_decoder.h>
 #include <vpx/vp8dx.h>
 #include <vpx/vpx_encoder.h>
 #include <vpx/vp8cx.h>
+#include <libavutil/pixfmt.h>
+#include <libswscale/swscale.h>
 
-static int mdag_dec_init(vpx_codec_ctx_t *ctx) {
+// A decoder: libvpx's context and the libswscale context for the last
+// picture size (a VP8 stream may change size at a key frame).
+typedef struct {
+	vpx_codec_ctx_t ctx;
+	struct SwsContext *sws;
+	int sw, sh;
+} mdag_vdec;
+
+static int mdag_dec_init(mdag_vdec *d) {
 	vpx_codec_dec_cfg_t cfg = {0};
 	cfg.threads = 1;
-	return vpx_codec_dec_init(ctx, vpx_codec_vp8_dx(), &cfg, 0);
+	return vpx_codec_dec_init(&d->ctx, vpx_codec_vp8_dx(), &cfg, 0);
+}
+
+static void mdag_dec_free(mdag_vdec *d) {
+	vpx_codec_destroy(&d->ctx);
+	sws_freeContext(d->sws);
+	free(d);
+}
+
+// mdag_bgr_stride is the row stride mdag_i420_to_bgr converts into for
+// width w: 3 bytes a pixel for w rounded up to a multiple of 16. The
+// x86 yuv2rgb of libswscale 6 (FFmpeg 5.1) converts rows in blocks of 8
+// pixels and, where the last block would not fit in the stride, leaves
+// the row's last pixels unconverted (a 34-pixel-wide picture kept 2 black
+// columns); with room for whole blocks every pixel is converted.
+static int mdag_bgr_stride(int w) { return ((w + 15) & ~15) * 3; }
+
+// mdag_i420_to_bgr writes img (I420, planes with strides) as packed BGR,
+// rows d_w*3 bytes apart, to dst, which has room for
+// mdag_bgr_stride(d_w)*d_h bytes plus MDAG_DST_PAD (libswscale's vector
+// code may write a few pixels past the end of a row): converted with that
+// stride, then the rows are moved together. BT.601 limited range in, full
+// range BGR out, libswscale's fast path (table/SIMD yuv2rgb), as ingest/avc
+// converts. 0 or -1.
+#define MDAG_DST_PAD 256
+static int mdag_i420_to_bgr(mdag_vdec *d, const vpx_image_t *img, uint8_t *dst) {
+	int w = img->d_w, h = img->d_h;
+	if (d->sws == NULL || d->sw != w || d->sh != h) {
+		sws_freeContext(d->sws);
+		d->sw = 0; d->sh = 0;
+		d->sws = sws_getContext(w, h, AV_PIX_FMT_YUV420P, w, h, AV_PIX_FMT_BGR24, SWS_BILINEAR, NULL, NULL, NULL);
+		if (d->sws == NULL) return -1;
+		const int *bt601 = sws_getCoefficients(SWS_CS_ITU601);
+		if (sws_setColorspaceDetails(d->sws, bt601, 0, bt601, 1, 0, 1 << 16, 1 << 16) < 0) {
+			sws_freeContext(d->sws);
+			d->sws = NULL;
+			return -1;
+		}
+		d->sw = w; d->sh = h;
+	}
+	const uint8_t *src[4] = {img->planes[0], img->planes[1], img->planes[2], NULL};
+	int sl[4] = {img->stride[0], img->stride[1], img->stride[2], 0};
+	int stride = mdag_bgr_stride(w), row = w * 3;
+	uint8_t *dd[4] = {dst, NULL, NULL, NULL};
+	int dl[4] = {stride, 0, 0, 0};
+	if (sws_scale(d->sws, src, sl, 0, h, dd, dl) != h) return -1;
+	if (stride != row) {
+		// Row y moves from y*stride down to y*row: never over a row not yet moved.
+		for (int y = 1; y < h; y++) memmove(dst + (size_t)y * row, dst + (size_t)y * stride, row);
+	}
+	return 0;
 }
 
 static int mdag_enc_init(vpx_codec_ctx_t *ctx, int w, int h, int fps, int kbps, int kf) {
@@ -52,23 +115,6 @@ static long long mdag_pkt_pts(const vpx_codec_cx_pkt_t *p) { return p->data.fram
 static int mdag_pkt_key(const vpx_codec_cx_pkt_t *p) { return (p->data.frame.flags & VPX_FRAME_IS_KEY) != 0; }
 
 static unsigned char clamp8(int v) { return v < 0 ? 0 : v > 255 ? 255 : (unsigned char)v; }
-
-// I420 (planes with strides) -> packed BGR.
-static void mdag_i420_to_bgr(const vpx_image_t *img, unsigned char *bgr) {
-	int w = img->d_w, h = img->d_h;
-	for (int y = 0; y < h; y++) {
-		const unsigned char *yp = img->planes[0] + y * img->stride[0];
-		const unsigned char *up = img->planes[1] + (y / 2) * img->stride[1];
-		const unsigned char *vp = img->planes[2] + (y / 2) * img->stride[2];
-		unsigned char *out = bgr + (size_t)y * w * 3;
-		for (int x = 0; x < w; x++) {
-			int c = 298 * (yp[x] - 16), d = up[x / 2] - 128, e = vp[x / 2] - 128;
-			out[3 * x + 0] = clamp8((c + 516 * d + 128) >> 8);
-			out[3 * x + 1] = clamp8((c - 100 * d - 208 * e + 128) >> 8);
-			out[3 * x + 2] = clamp8((c + 409 * e + 128) >> 8);
-		}
-	}
-}
 
 // packed BGR -> I420 image (allocated by vpx_img_alloc).
 static void mdag_bgr_to_i420(const unsigned char *bgr, vpx_image_t *img) {
@@ -128,18 +174,21 @@ func codecErr(ctx *C.vpx_codec_ctx_t, op string, code C.vpx_codec_err_t) error {
 
 // Decoder decodes a VP8 stream.
 type Decoder struct {
-	ctx    *C.vpx_codec_ctx_t
+	c      *C.mdag_vdec
 	closed bool
 }
 
 // NewDecoder returns a VP8 decoder.
 func NewDecoder() (*Decoder, error) {
-	ctx := (*C.vpx_codec_ctx_t)(C.calloc(1, C.size_t(unsafe.Sizeof(C.vpx_codec_ctx_t{}))))
-	if code := C.mdag_dec_init(ctx); code != 0 {
-		C.free(unsafe.Pointer(ctx))
+	c := (*C.mdag_vdec)(C.calloc(1, C.size_t(unsafe.Sizeof(C.mdag_vdec{}))))
+	if c == nil {
+		return nil, errors.New("vpx: decoder init: cannot allocate the decoder")
+	}
+	if code := C.mdag_dec_init(c); code != 0 {
+		C.free(unsafe.Pointer(c))
 		return nil, codecErr(nil, "decoder init", C.vpx_codec_err_t(code))
 	}
-	return &Decoder{ctx: ctx}, nil
+	return &Decoder{c: c}, nil
 }
 
 // Decode decodes one VP8 frame (a whole frame as the depacketizer
@@ -165,12 +214,13 @@ func (d *Decoder) decode(data []byte, convert bool) (*media.Frame, error) {
 	}
 	buf := C.CBytes(data)
 	defer C.free(buf)
-	if code := C.vpx_codec_decode(d.ctx, (*C.uint8_t)(buf), C.uint(len(data)), nil, 0); code != 0 {
-		return nil, codecErr(d.ctx, "decode", code)
+	ctx := &d.c.ctx
+	if code := C.vpx_codec_decode(ctx, (*C.uint8_t)(buf), C.uint(len(data)), nil, 0); code != 0 {
+		return nil, codecErr(ctx, "decode", code)
 	}
 	var iter C.vpx_codec_iter_t
 	var out *media.Frame
-	for img := C.vpx_codec_get_frame(d.ctx, &iter); img != nil; img = C.vpx_codec_get_frame(d.ctx, &iter) {
+	for img := C.vpx_codec_get_frame(ctx, &iter); img != nil; img = C.vpx_codec_get_frame(ctx, &iter) {
 		if img.fmt != C.VPX_IMG_FMT_I420 {
 			return nil, fmt.Errorf("vpx: decoded image format %d, want I420", int(img.fmt))
 		}
@@ -181,9 +231,11 @@ func (d *Decoder) decode(data []byte, convert bool) (*media.Frame, error) {
 		if !convert {
 			continue
 		}
-		f := media.NewFrame(w, h)
-		C.mdag_i420_to_bgr(img, (*C.uchar)(unsafe.Pointer(&f.Pix[0])))
-		out = f
+		buf := make([]byte, int(C.mdag_bgr_stride(C.int(w)))*h+C.MDAG_DST_PAD)
+		if C.mdag_i420_to_bgr(d.c, img, (*C.uint8_t)(unsafe.Pointer(&buf[0]))) != 0 {
+			return nil, fmt.Errorf("vpx: convert %dx%d I420 to BGR: libswscale refused the conversion", w, h)
+		}
+		out = &media.Frame{W: w, H: h, Pix: buf[:w*h*3]}
 	}
 	return out, nil
 }
@@ -194,8 +246,8 @@ func (d *Decoder) Close() {
 		return
 	}
 	d.closed = true
-	C.vpx_codec_destroy(d.ctx)
-	C.free(unsafe.Pointer(d.ctx))
+	C.mdag_dec_free(d.c)
+	d.c = nil
 }
 
 // Encoder encodes frames of one size to VP8 for real-time streaming.
