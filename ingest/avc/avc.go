@@ -193,9 +193,16 @@ static int mdag_full_range(const AVFrame *f) {
 	return f->color_range == AVCOL_RANGE_JPEG;
 }
 
+// mdag_dec_stride is the row stride mdag_dec_convert converts into:
+// libswscale (FFmpeg 5.1, x86) converts rows in blocks of 8 pixels and
+// leaves the last pixels of a row unconverted (black) where the last block
+// would not fit in the stride (widths like 34 or 854), so it converts at a
+// stride of whole 16-pixel blocks and the rows are moved together after.
+static int mdag_dec_stride(int w) { return ((w + 15) & ~15) * 3; }
+
 // mdag_dec_convert writes d->last as packed BGR (stride w*3) to dst, which
-// has room for w*h*3 bytes plus MDAG_DST_PAD (libswscale's vector code may
-// write a few pixels past the end of a row).
+// has room for mdag_dec_stride(w)*h bytes plus MDAG_DST_PAD (libswscale's
+// vector code may write a few pixels past the end of a row).
 #define MDAG_DST_PAD 256
 static int mdag_dec_convert(mdag_dec *d, uint8_t *dst) {
 	mdag_call_begin();
@@ -212,11 +219,17 @@ static int mdag_dec_convert(mdag_dec *d, uint8_t *dst) {
 		// BT.601 limited range for ordinary streams, as the VP8 path converts.
 		sws_setColorspaceDetails(d->sws, sws_getCoefficients(cs), full, sws_getCoefficients(SWS_CS_ITU601), 1, 0, 1 << 16, 1 << 16);
 	}
+	int stride = mdag_dec_stride(w), row = w * 3;
 	uint8_t *dd[4] = {dst, NULL, NULL, NULL};
-	int dl[4] = {w * 3, 0, 0, 0};
+	int dl[4] = {stride, 0, 0, 0};
 	int got = sws_scale(d->sws, (const uint8_t *const *)f->data, f->linesize, 0, h, dd, dl);
 	av_frame_unref(d->last);
-	return got == h ? 0 : AVERROR(EINVAL);
+	if (got != h) return AVERROR(EINVAL);
+	if (stride != row) {
+		// Row y moves from y*stride down to y*row: never over a row not yet moved.
+		for (int y = 1; y < h; y++) memmove(dst + (size_t)y * row, dst + (size_t)y * stride, row);
+	}
+	return 0;
 }
 
 static const char *mdag_pix_fmt_name(int f) {
@@ -607,11 +620,11 @@ func (d *Decoder) decodeStamped(au []byte, pts int64, convert bool) (*media.Fram
 		return nil, nil
 	}
 	n := w * h * 3
-	pix := make([]byte, n, n+C.MDAG_DST_PAD)
+	pix := make([]byte, int(C.mdag_dec_stride(C.int(w)))*h+C.MDAG_DST_PAD)
 	if code := C.mdag_dec_convert(d.c, (*C.uint8_t)(unsafe.Pointer(&pix[0]))); code < 0 {
 		return nil, fmt.Errorf("avc: %v: convert %dx%d %s to BGR: %s", d.codec, w, h, C.GoString(C.mdag_pix_fmt_name(C.mdag_last_format(d.c))), avErr(code))
 	}
-	return &media.Frame{W: w, H: h, Pix: pix}, nil
+	return &media.Frame{W: w, H: h, Pix: pix[:n:n]}, nil
 }
 
 // Close frees the decoder; it may be called more than once.
