@@ -54,7 +54,12 @@
 // nothing else. Status (CameraStatus.Source), FeedConfig.Source, logs and
 // errors show the URL without user information (Redact), and every error
 // text, library ones included, is scrubbed of the password before it is
-// logged or stored.
+// logged or stored. A password holding '/', '?', '#' or '@' must be
+// percent-encoded (RFC 3986); written raw, the user information is taken
+// to run to the last '@' (when a ':' comes before it) for Redact and the
+// scrubbing, and ParseURL refuses the URL without showing it: a URL that
+// does not parse, or whose host url.Parse and Redact disagree on, is
+// "rtsp:// URL (URL hidden: ...)" with what is wrong.
 //
 // # Configuration
 //
