@@ -21,9 +21,14 @@
 // sprop-parameter-sets, or seen in band) in front. Status shows the gap:
 // the last frame before a camera-lost event to the first one after.
 // A camera whose codec changes between connections gets a new Feed (the
-// old one ends with kind "client"). When the Feed's Done closes (the
-// server ended the stream: shutdown, shed, refused) the camera stops;
-// Close ends the feeds still open with kind "shutdown".
+// old one ends with kind "client"). When the Feed's Done closes, the
+// camera reads Feed.Ended: kind "shutdown" (mdag is stopping) or "client"
+// stops the camera; any other kind (capacity, stream-limit, join-failed,
+// connect-timeout, overload, error: the server or its session would not
+// take the stream now) is the camera's LastError, "the server ended the
+// stream (KIND): WHY", logged at ERROR, and the camera reconnects with
+// backoff and a new Feed: a new stream of the session. Close ends the
+// feeds still open with kind "shutdown".
 //
 // # Errors: what is retried
 //
@@ -45,8 +50,9 @@
 //     SETUP and PLAY together), a refused connection, a network error, a
 //     lost connection, and no packet for Options.ReadTimeout (10 s) while
 //     playing: retried with backoff.
-//   - The server refusing the feed (capacity, stream limit, unknown app):
-//     logged at ERROR, retried with backoff.
+//   - The server refusing the feed (capacity, stream limit, unknown app),
+//     or ending it for any reason but shutdown: logged at ERROR, retried
+//     with backoff.
 //
 // # Passwords
 //

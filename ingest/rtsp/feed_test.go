@@ -232,10 +232,10 @@ func (f *fakeFeed) End(kind, why string) {
 }
 
 // serverEnd ends the feed as the server does (shutdown, shed).
-func (f *fakeFeed) serverEnd(kind string) {
+func (f *fakeFeed) serverEnd(kind, why string) {
 	f.mu.Lock()
 	if f.endKind == "" {
-		f.endKind = kind
+		f.endKind, f.endWhy = kind, why
 	}
 	f.mu.Unlock()
 	f.doneOnce.Do(func() { close(f.done) })
