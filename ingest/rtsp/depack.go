@@ -54,7 +54,6 @@ type depacketizer struct {
 	nextSeq  uint16 // the sequence number expected next
 	partial  bool   // packets of the access unit at curTS were taken
 	curTS    uint32
-	keySeen  bool // a key frame was handed on
 
 	lost     int // access units given up since the last take
 	discards int // packets dropped that no loss explains (malformed)
@@ -256,12 +255,11 @@ func (d *depacketizer) finish(nalus [][]byte, ts uint32) (accessUnit, bool) {
 		d.discards++
 		return accessUnit{}, false
 	}
-	if !key && !d.keySeen {
-		return accessUnit{}, false // nothing decodes before the first key frame
-	}
+	// Access units before the connection's first key frame are handed on
+	// too (key false): the server skips them and counts them as
+	// waiting_key, as it does a WHIP sender's.
 	if key {
 		kept = d.withParams(kept, have)
-		d.keySeen = true
 	}
 	b, err := h264.AnnexBMarshal(kept) // start codes are the same for H.265
 	if err != nil {

@@ -109,14 +109,15 @@ func TestDepacketizer(t *testing.T) {
 			want: []got{{1, true, []int{9, 7, 8, 5}}},
 		},
 		{
-			name: "nothing before the first key frame", codec: H264, sdp: [][]byte{sps, pps},
+			// The server skips them and counts them (waiting_key).
+			name: "access units before the first key frame are handed on, not key", codec: H264, sdp: [][]byte{sps, pps},
 			aus:  [][][]byte{{p}, {p}, {p}, {idr}, {p}},
-			want: []got{{3, true, []int{7, 8, 5}}, {4, false, []int{1}}},
+			want: []got{{1, false, []int{1}}, {2, false, []int{1}}, {3, true, []int{7, 8, 5}}, {4, false, []int{1}}},
 		},
 		{
 			name: "joined mid access unit: from the next boundary", codec: H264, sdp: [][]byte{sps, pps},
 			aus: [][][]byte{{idr}, {p}, {idr}}, drops: []drop{{0, 0}},
-			want: []got{{2, true, []int{7, 8, 5}}},
+			want: []got{{1, false, []int{1}}, {2, true, []int{7, 8, 5}}},
 		},
 		{
 			name: "a packet lost inside an access unit", codec: H264, sdp: [][]byte{sps, pps},

@@ -15,8 +15,10 @@
 // name and counted), then reconnects with backoff: 1 s doubling to 30 s,
 // each wait jittered down by up to a half, back to 1 s after a connection
 // that delivered frames for 10 s; every time is on the injected clock
-// (Options.Clock). Each connection starts at an access-unit boundary and
-// hands on nothing before its first key frame; key frames without their
+// (Options.Clock). Each connection starts at an access-unit boundary;
+// access units before its first key frame are handed on as not key (the
+// server skips them and counts them as waiting_key, as for WHIP, and
+// CameraStatus.Frames counts them); key frames without their
 // parameter sets in band get the latest ones (the SDP's
 // sprop-parameter-sets, or seen in band) in front. Status shows the gap:
 // the last frame before a camera-lost event to the first one after.
