@@ -144,6 +144,14 @@ func TestDepacketizer(t *testing.T) {
 			wantLost: 1,
 		},
 		{
+			// Annex-B cannot carry a NAL unit holding a start code (no
+			// emulation prevention) or ending in 00: the access unit is lost.
+			name: "a NAL unit holding a start code", codec: H264, sdp: [][]byte{sps, pps},
+			aus:      [][][]byte{{p}, {idr}, {{1, 0x30, 0, 0, 1, 0x30}}, {{1, 0x30, 0}}, {{1, 0, 0, 3, 0, 0, 3, 1}}},
+			want:     []got{{1, true, []int{7, 8, 5}}, {4, false, []int{1}}},
+			wantLost: 2,
+		},
+		{
 			name: "sequence numbers wrap", codec: H264, sdp: [][]byte{sps, pps}, seq0: 65530,
 			aus:  [][][]byte{{p}, {idr}, {p}, {p}, {p}},
 			want: []got{{1, true, []int{7, 8, 5}}, {2, false, []int{1}}, {3, false, []int{1}}, {4, false, []int{1}}},
