@@ -44,8 +44,9 @@
 //     So is H.264 with packetization-mode 2 (interleaved), which
 //     gortsplib does not depacketize.
 //   - 401 Unauthorized and 403 Forbidden: retried at the longest backoff
-//     (30 s), logged at ERROR each time: a password fixed on the camera
-//     side is picked up, and an operator sees every failure.
+//     (30 s, jittered down by up to a half like every wait: 15 to 30 s),
+//     logged at ERROR each time: a password fixed on the camera side is
+//     picked up, and an operator sees every failure.
 //   - 404 Not Found: retried with backoff, logged at WARN: cameras that
 //     boot answer 404 until their encoder runs.
 //   - No answer within Options.DialTimeout (5 s, for connect, DESCRIBE,
