@@ -171,6 +171,10 @@ func TestParseFlag(t *testing.T) {
 		{v: "door=", wantErr: "missing"},
 		{v: "door=http://cam/x", wantErr: "want rtsp://"},
 		{v: "", wantErr: "missing"},
+		{v: "door=rtsp://admin:pa/ss123@cam/x", wantErr: "--camera: rtsp:// URL (URL hidden: it may hold the password)"},
+		{v: "rtsp://admin:pa?ss123@cam/x", wantErr: "must be percent-encoded"},
+		{v: "Door=rtsp://admin:pa#ss123@cam/x", wantErr: "--camera Door=rtsp://cam/x: name"},
+		{v: "door=rtsp://admin:pa%2Fss123@cam/x", name: "door", url: "rtsp://admin:pa%2Fss123@cam/x"},
 	}
 	for _, c := range cases {
 		t.Run(c.v, func(t *testing.T) {
@@ -178,6 +182,9 @@ func TestParseFlag(t *testing.T) {
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 					t.Fatalf("ParseFlag(%q) = %+v, %v; want an error with %q", c.v, cam, err, c.wantErr)
+				}
+				if strings.Contains(err.Error(), "ss123") {
+					t.Fatalf("ParseFlag(%q): the error shows the password: %v", c.v, err)
 				}
 				return
 			}
@@ -225,7 +232,8 @@ func TestCheck(t *testing.T) {
 // an error never shows the password; what parses passes Check and its
 // Source has no user information.
 func FuzzParseFlag(f *testing.F) {
-	for _, s := range []string{"rtsp://cam/x", "door=rtsp://u:p@cam:554/x", "rtsp://u:p@[::1]:8554/a/b?c", "x=", "=rtsp://c", "rtsp://u:p@c:99999/", "rtsps://u:p@c/%zz"} {
+	for _, s := range []string{"rtsp://cam/x", "door=rtsp://u:p@cam:554/x", "rtsp://u:p@[::1]:8554/a/b?c", "x=", "=rtsp://c", "rtsp://u:p@c:99999/", "rtsps://u:p@c/%zz",
+		"door=rtsp://admin:pa/ss123@cam/x", "rtsp://admin:pa?ss123@cam/x", "rtsp://admin:pa#ss123@cam/x", "rtsp://admin:12/ss123@cam/x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
