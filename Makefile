@@ -95,6 +95,8 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	# time in the kernel) on this 2-core VM after a few seconds.
 	for f in FuzzRTP FuzzH264 FuzzOffer FuzzVP8KeySize; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} -parallel 1 ./ingest/whip || exit 1; done
+	for f in FuzzDepacketizer FuzzParseCameras FuzzParseFlag FuzzCamerasURLPassword; do \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} -parallel 1 ./ingest/rtsp || exit 1; done
 
 proto: ## regenerate api/*.pb.go from api/mdag.proto (protoc from Debian; Go generators pinned in go.mod's tool directive)
 	@command -v protoc >/dev/null || $(MAKE) deps DEB_PACKAGES=protobuf-compiler

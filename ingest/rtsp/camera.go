@@ -53,7 +53,10 @@ func CheckName(name string) error {
 
 // ParseURL checks a camera URL: rtsp:// or rtsps://, a host, a port in
 // 1..65535 if one is given, no fragment. Its errors never contain the
-// password: they show the URL with the user information removed.
+// password: they show the URL with the user information removed, and a
+// URL that does not parse, or whose user information cannot be told from
+// its host without doubt, is not shown at all ("rtsp:// URL (URL hidden:
+// ...)").
 func ParseURL(raw string) (*url.URL, error) {
 	shown := Redact(raw)
 	if raw == "" {
@@ -64,9 +67,23 @@ func ParseURL(raw string) (*url.URL, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		// url.Parse's error quotes the whole URL, password included: say
-		// what is wrong without it.
-		return nil, fmt.Errorf("%s: not a URL (want rtsp://[user:password@]host[:port]/path)", shown)
+		if !strings.Contains(raw, "@") {
+			// No user information, so no password: show it.
+			return nil, fmt.Errorf("%s: %s (want rtsp://[user:password@]host[:port]/path)", raw, parseProblem(err))
+		}
+		// url.Parse's error quotes the whole URL, password included, and
+		// so may Redact's text: a password holding '/', '?' or '#' ends
+		// the host part early for url.Parse. Show neither.
+		return nil, hiddenErr(raw, parseProblem(err))
+	}
+	if u.Host != "" {
+		// The host url.Parse found must be the one Redact keeps: else
+		// (rtsp://admin:1234/pw@cam/x parses with host "admin:1234")
+		// what Redact shows and what gortsplib dials differ, and one of
+		// them holds the password.
+		if ru, err := url.Parse(shown); err != nil || ru.Host != u.Host {
+			return nil, hiddenErr(raw, "an '@' after the host part")
+		}
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "rtsp", "rtsps":
@@ -95,61 +112,110 @@ func ParseURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// Redact is raw without its user information (user:password@): what may be
-// shown. It works on strings that do not parse as URLs too.
-func Redact(raw string) string {
-	i := strings.Index(raw, "://")
-	if i < 0 {
-		// No scheme: an '@' before the first '/' still marks user info.
-		return cutUserinfo(raw, 0)
+// hiddenErr is the error for a URL with user information that is not
+// shown: its scheme, what is wrong, and that a password with '/', '?', '#'
+// or '@' must be percent-encoded.
+func hiddenErr(raw, problem string) error {
+	scheme := "camera"
+	if i := strings.Index(raw, "://"); i > 0 && schemeRE.MatchString(raw[:i]) {
+		scheme = strings.ToLower(raw[:i]) + "://"
 	}
-	return cutUserinfo(raw, i+3)
+	return fmt.Errorf("%s URL (URL hidden: it may hold the password): %s: a password holding '/', '?', '#' or '@' must be percent-encoded in a URL (RFC 3986: %%2F, %%3F, %%23, %%40)", scheme, problem)
 }
 
-// cutUserinfo removes what lies between from and the last '@' of the
-// authority (the authority ends at the first '/', '?' or '#' after from).
-func cutUserinfo(raw string, from int) string {
-	rest := raw[from:]
+var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]{0,15}$`)
+
+// parseProblem says what url.Parse found wrong without quoting any of the
+// URL (its error does: the port or escape it quotes may be part of the
+// password).
+func parseProblem(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "invalid port"):
+		return "what follows the host's ':' is not a port number"
+	case strings.Contains(msg, "invalid URL escape"):
+		return "a '%' not followed by two hex digits"
+	case strings.Contains(msg, "invalid character") && strings.Contains(msg, "host"):
+		return "a character that a host name cannot hold"
+	case strings.Contains(msg, "control character"):
+		return "a control character"
+	case strings.Contains(msg, "missing ']'"):
+		return "an IPv6 host without its closing ']'"
+	case strings.Contains(msg, "missing protocol scheme"), strings.Contains(msg, "first path segment"):
+		return "no scheme: want rtsp:// or rtsps://"
+	}
+	return "not a URL"
+}
+
+// Redact is raw without its user information (user:password@): what may be
+// shown. It works on strings that do not parse as URLs too (see
+// userinfoEnd for where the user information ends).
+func Redact(raw string) string {
+	from := 0
+	if i := strings.Index(raw, "://"); i >= 0 {
+		from = i + 3
+	}
+	at := userinfoEnd(raw[from:])
+	if at < 0 {
+		return raw
+	}
+	return raw[:from] + raw[from+at+1:]
+}
+
+// userinfoEnd is the index in rest (a URL after "://") of the '@' that ends
+// its user information, or -1. A URL's password may hold '/', '?', '#' and
+// '@' only percent-encoded, but people write them raw: so when a ':' (a
+// password) comes before the last '@', the user information runs to the
+// LAST '@' of the URL, wherever it is; over-redacting a URL with an '@' in
+// its path or query is safe (ParseURL refuses it: it cannot be told from a
+// password), showing part of a password is not. Without a ':' before the
+// last '@' there is no password: the authority ends at the first '/', '?'
+// or '#' and its last '@' ends the user name.
+func userinfoEnd(rest string) int {
+	last := strings.LastIndex(rest, "@")
+	if last < 0 {
+		return -1
+	}
+	if strings.Contains(rest[:last], ":") {
+		return last
+	}
 	end := strings.IndexAny(rest, "/?#")
 	if end < 0 {
 		end = len(rest)
 	}
-	at := strings.LastIndex(rest[:end], "@")
-	if at < 0 {
-		return raw
-	}
-	return raw[:from] + rest[at+1:]
+	return strings.LastIndex(rest[:end], "@")
 }
 
-// secrets is what must never be shown of a URL: its password and its
-// whole user information (a user name alone is not secret, but "user:pass"
-// in any form is).
+// secrets is what must never be shown of a URL: its password, as written,
+// decoded and encoded (a user name alone is not secret). The user
+// information ends where Redact cuts it, whether or not the URL parses.
 func secrets(raw string) []string {
 	var out []string
-	u, err := url.Parse(raw)
-	if err == nil && u.User != nil {
-		if p, ok := u.User.Password(); ok && p != "" {
-			out = append(out, p)
-			if esc := url.QueryEscape(p); esc != p {
-				out = append(out, esc)
+	add := func(p string) {
+		if p == "" {
+			return
+		}
+		for _, v := range []string{p, url.QueryEscape(p), url.PathEscape(p)} {
+			if !contains(out, v) {
+				out = append(out, v)
 			}
-			if esc := url.PathEscape(p); esc != p {
-				out = append(out, esc)
-			}
+		}
+		if dec, err := url.PathUnescape(p); err == nil && dec != "" && !contains(out, dec) {
+			out = append(out, dec)
 		}
 	}
-	// The raw user information, whether or not it parsed.
-	if i := strings.Index(raw, "://"); i >= 0 {
-		rest := raw[i+3:]
-		end := strings.IndexAny(rest, "/?#")
-		if end < 0 {
-			end = len(rest)
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok {
+			add(p)
 		}
-		if at := strings.LastIndex(rest[:end], "@"); at >= 0 {
-			info := rest[:at]
-			if _, pass, ok := strings.Cut(info, ":"); ok && pass != "" {
-				out = append(out, pass)
-			}
+	}
+	from := 0
+	if i := strings.Index(raw, "://"); i >= 0 {
+		from = i + 3
+	}
+	if at := userinfoEnd(raw[from:]); at >= 0 {
+		if _, pass, ok := strings.Cut(raw[from:from+at], ":"); ok {
+			add(pass)
 		}
 	}
 	return out

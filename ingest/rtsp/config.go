@@ -124,7 +124,8 @@ func expand(s string, env func(string) (string, bool)) (string, error) {
 		}
 		name := s[i+2 : i+end]
 		if !envName(name) {
-			return "", fmt.Errorf("${%s}: not a variable name (want letters, digits and _)", name)
+			// Not shown: it may be part of a password holding "${".
+			return "", fmt.Errorf("a ${...} that is not a variable name (want ${NAME}: letters, digits and _); a '$' in a password followed by '{' must be percent-encoded (%%24)")
 		}
 		if env == nil {
 			return "", fmt.Errorf("${%s}: no environment to expand it from", name)

@@ -1,6 +1,7 @@
 package rtsp
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -54,7 +55,6 @@ type depacketizer struct {
 	nextSeq  uint16 // the sequence number expected next
 	partial  bool   // packets of the access unit at curTS were taken
 	curTS    uint32
-	keySeen  bool // a key frame was handed on
 
 	lost     int // access units given up since the last take
 	discards int // packets dropped that no loss explains (malformed)
@@ -79,7 +79,7 @@ func newDepacketizer(codec string, params ...[]byte) (*depacketizer, error) {
 		return nil, fmt.Errorf("codec %q: want %s or %s", codec, H264, H265)
 	}
 	for _, p := range params {
-		if t, ok := d.paramType(p); ok {
+		if t, ok := d.paramType(p); ok && !malformedNAL(p) {
 			d.params[t] = append([]byte(nil), p...)
 		}
 	}
@@ -242,6 +242,11 @@ func (d *depacketizer) finish(nalus [][]byte, ts uint32) (accessUnit, bool) {
 		if len(n) == 0 {
 			continue
 		}
+		if malformedNAL(n) {
+			// Annex-B cannot carry it: its start code would end it early.
+			d.lost++
+			return accessUnit{}, false
+		}
 		kept = append(kept, n)
 		t := d.nalType(n)
 		if d.isKey(t) {
@@ -256,12 +261,11 @@ func (d *depacketizer) finish(nalus [][]byte, ts uint32) (accessUnit, bool) {
 		d.discards++
 		return accessUnit{}, false
 	}
-	if !key && !d.keySeen {
-		return accessUnit{}, false // nothing decodes before the first key frame
-	}
+	// Access units before the connection's first key frame are handed on
+	// too (key false): the server skips them and counts them as
+	// waiting_key, as it does a WHIP sender's.
 	if key {
 		kept = d.withParams(kept, have)
-		d.keySeen = true
 	}
 	b, err := h264.AnnexBMarshal(kept) // start codes are the same for H.265
 	if err != nil {
@@ -270,3 +274,26 @@ func (d *depacketizer) finish(nalus [][]byte, ts uint32) (accessUnit, bool) {
 	}
 	return accessUnit{data: b, ts: ts, key: key}, true
 }
+
+// malformedNAL reports a NAL unit that Annex-B cannot carry: one holding
+// 00 00 00, 00 00 01 or 00 00 02 (a coded NAL unit never does: emulation
+// prevention puts 03 in front of such bytes) or ending in 00 (read as the
+// next start code's).
+func malformedNAL(n []byte) bool {
+	if len(n) == 0 || n[len(n)-1] == 0 {
+		return true
+	}
+	for i := 0; i+2 < len(n); {
+		j := bytes.Index(n[i:], zeroZero)
+		if j < 0 || i+j+2 >= len(n) {
+			return false
+		}
+		if n[i+j+2] <= 2 {
+			return true
+		}
+		i += j + 1
+	}
+	return false
+}
+
+var zeroZero = []byte{0, 0}

@@ -109,14 +109,15 @@ func TestDepacketizer(t *testing.T) {
 			want: []got{{1, true, []int{9, 7, 8, 5}}},
 		},
 		{
-			name: "nothing before the first key frame", codec: H264, sdp: [][]byte{sps, pps},
+			// The server skips them and counts them (waiting_key).
+			name: "access units before the first key frame are handed on, not key", codec: H264, sdp: [][]byte{sps, pps},
 			aus:  [][][]byte{{p}, {p}, {p}, {idr}, {p}},
-			want: []got{{3, true, []int{7, 8, 5}}, {4, false, []int{1}}},
+			want: []got{{1, false, []int{1}}, {2, false, []int{1}}, {3, true, []int{7, 8, 5}}, {4, false, []int{1}}},
 		},
 		{
 			name: "joined mid access unit: from the next boundary", codec: H264, sdp: [][]byte{sps, pps},
 			aus: [][][]byte{{idr}, {p}, {idr}}, drops: []drop{{0, 0}},
-			want: []got{{2, true, []int{7, 8, 5}}},
+			want: []got{{1, false, []int{1}}, {2, true, []int{7, 8, 5}}},
 		},
 		{
 			name: "a packet lost inside an access unit", codec: H264, sdp: [][]byte{sps, pps},
@@ -141,6 +142,14 @@ func TestDepacketizer(t *testing.T) {
 			aus: [][][]byte{{p}, {idr}, {p}, {p}}, corrupt: []drop{{2, 0}},
 			want:     []got{{1, true, []int{7, 8, 5}}, {3, false, []int{1}}},
 			wantLost: 1,
+		},
+		{
+			// Annex-B cannot carry a NAL unit holding a start code (no
+			// emulation prevention) or ending in 00: the access unit is lost.
+			name: "a NAL unit holding a start code", codec: H264, sdp: [][]byte{sps, pps},
+			aus:      [][][]byte{{p}, {idr}, {{1, 0x30, 0, 0, 1, 0x30}}, {{1, 0x30, 0}}, {{1, 0, 0, 3, 0, 0, 3, 1}}},
+			want:     []got{{1, true, []int{7, 8, 5}}, {4, false, []int{1}}},
+			wantLost: 2,
 		},
 		{
 			name: "sequence numbers wrap", codec: H264, sdp: [][]byte{sps, pps}, seq0: 65530,

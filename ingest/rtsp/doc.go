@@ -15,15 +15,22 @@
 // name and counted), then reconnects with backoff: 1 s doubling to 30 s,
 // each wait jittered down by up to a half, back to 1 s after a connection
 // that delivered frames for 10 s; every time is on the injected clock
-// (Options.Clock). Each connection starts at an access-unit boundary and
-// hands on nothing before its first key frame; key frames without their
+// (Options.Clock). Each connection starts at an access-unit boundary;
+// access units before its first key frame are handed on as not key (the
+// server skips them and counts them as waiting_key, as for WHIP, and
+// CameraStatus.Frames counts them); key frames without their
 // parameter sets in band get the latest ones (the SDP's
 // sprop-parameter-sets, or seen in band) in front. Status shows the gap:
 // the last frame before a camera-lost event to the first one after.
 // A camera whose codec changes between connections gets a new Feed (the
-// old one ends with kind "client"). When the Feed's Done closes (the
-// server ended the stream: shutdown, shed, refused) the camera stops;
-// Close ends the feeds still open with kind "shutdown".
+// old one ends with kind "client"). When the Feed's Done closes, the
+// camera reads Feed.Ended: kind "shutdown" (mdag is stopping) or "client"
+// stops the camera; any other kind (capacity, stream-limit, join-failed,
+// connect-timeout, overload, error: the server or its session would not
+// take the stream now) is the camera's LastError, "the server ended the
+// stream (KIND): WHY", logged at ERROR, and the camera reconnects with
+// backoff and a new Feed: a new stream of the session. Close ends the
+// feeds still open with kind "shutdown".
 //
 // # Errors: what is retried
 //
@@ -37,16 +44,18 @@
 //     So is H.264 with packetization-mode 2 (interleaved), which
 //     gortsplib does not depacketize.
 //   - 401 Unauthorized and 403 Forbidden: retried at the longest backoff
-//     (30 s), logged at ERROR each time: a password fixed on the camera
-//     side is picked up, and an operator sees every failure.
+//     (30 s, jittered down by up to a half like every wait: 15 to 30 s),
+//     logged at ERROR each time: a password fixed on the camera side is
+//     picked up, and an operator sees every failure.
 //   - 404 Not Found: retried with backoff, logged at WARN: cameras that
 //     boot answer 404 until their encoder runs.
 //   - No answer within Options.DialTimeout (5 s, for connect, DESCRIBE,
 //     SETUP and PLAY together), a refused connection, a network error, a
 //     lost connection, and no packet for Options.ReadTimeout (10 s) while
 //     playing: retried with backoff.
-//   - The server refusing the feed (capacity, stream limit, unknown app):
-//     logged at ERROR, retried with backoff.
+//   - The server refusing the feed (capacity, stream limit, unknown app),
+//     or ending it for any reason but shutdown: logged at ERROR, retried
+//     with backoff.
 //
 // # Passwords
 //
@@ -54,7 +63,12 @@
 // nothing else. Status (CameraStatus.Source), FeedConfig.Source, logs and
 // errors show the URL without user information (Redact), and every error
 // text, library ones included, is scrubbed of the password before it is
-// logged or stored.
+// logged or stored. A password holding '/', '?', '#' or '@' must be
+// percent-encoded (RFC 3986); written raw, the user information is taken
+// to run to the last '@' (when a ':' comes before it) for Redact and the
+// scrubbing, and ParseURL refuses the URL without showing it: a URL that
+// does not parse, or whose host url.Parse and Redact disagree on, is
+// "rtsp:// URL (URL hidden: ...)" with what is wrong.
 //
 // # Configuration
 //

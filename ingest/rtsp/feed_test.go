@@ -14,9 +14,11 @@ import (
 )
 
 // fakeFeeds is a recording ingest.Feeds: it decodes nothing, but checks
-// what a decoder would need (Annex-B start codes, a key frame first after
-// every open and every Disconnected, parameter sets in every key frame,
-// calls one at a time) and counts everything.
+// what a decoder would need (Annex-B start codes, parameter sets in every
+// key frame, key flags that match the NAL types, calls one at a time),
+// skips frames before the first key frame after every open and every
+// Disconnected as the server does (counting them: waitingKey), and counts
+// everything.
 type fakeFeeds struct {
 	mu      sync.Mutex
 	refuse  error // OpenFeed's answer while set
@@ -104,7 +106,8 @@ type fakeFeed struct {
 	endKind      string
 	endWhy       string
 	problems     []string
-	needKey      bool // the next frame must be a key frame (open, Disconnected)
+	needKey      bool // frames wait for a key frame (open, Disconnected)
+	waitingKey   int  // frames skipped waiting for one
 	afterGap     int  // frames since the last Disconnected
 	lastTS       uint32
 	firstKeyNALs []int
@@ -162,7 +165,10 @@ func (f *fakeFeed) Frame(au []byte, ts uint32, key bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.needKey && !key {
-		f.problems = append(f.problems, fmt.Sprintf("frame %d: not a key frame first (types %v)", f.frames, types))
+		// As the server does: skipped and counted until a key frame.
+		f.waitingKey++
+		f.frames++
+		return
 	}
 	if key {
 		want := []int{7, 8}
@@ -232,10 +238,10 @@ func (f *fakeFeed) End(kind, why string) {
 }
 
 // serverEnd ends the feed as the server does (shutdown, shed).
-func (f *fakeFeed) serverEnd(kind string) {
+func (f *fakeFeed) serverEnd(kind, why string) {
 	f.mu.Lock()
 	if f.endKind == "" {
-		f.endKind = kind
+		f.endKind, f.endWhy = kind, why
 	}
 	f.mu.Unlock()
 	f.doneOnce.Do(func() { close(f.done) })
@@ -262,6 +268,7 @@ func (f *fakeFeed) ended() bool {
 // snapshot is a copy of the counters.
 type feedCounts struct {
 	frames, keys, lost, srs, afterGap int
+	waitingKey                        int
 	disconnects                       []string
 	endKind, endWhy                   string
 	problems                          []string
@@ -273,7 +280,7 @@ func (f *fakeFeed) counts() feedCounts {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return feedCounts{frames: f.frames, keys: f.keys, lost: f.lost, srs: f.srs, afterGap: f.afterGap,
+	return feedCounts{frames: f.frames, keys: f.keys, waitingKey: f.waitingKey, lost: f.lost, srs: f.srs, afterGap: f.afterGap,
 		disconnects: append([]string(nil), f.disconnects...), endKind: f.endKind, endWhy: f.endWhy,
 		problems: append([]string(nil), f.problems...)}
 }

@@ -416,46 +416,109 @@ func TestCameraUnsupportedCodec(t *testing.T) {
 
 // TestCameraFeedRefusedThenServerEnds: the server refusing the feed is
 // logged at ERROR and retried; once it accepts, frames flow; when the
-// server ends the feed (shed), the camera stops without reconnecting.
+// server ends the feed, the camera reads Ended: for shutdown and client
+// it stops without reconnecting; for any other kind (capacity, error:
+// the session refused frames, overload; while streaming or while the
+// camera was away) the last error says so, it is logged at ERROR, and
+// after the backoff a new feed is opened and frames flow into it.
 func TestCameraFeedRefusedThenServerEnds(t *testing.T) {
 	requireInterop(t)
-	t.Parallel()
-	cam := startCamera(t)
-	r := &rig{}
-	r.feeds = newFakeFeeds()
-	r.feeds.setRefuse(errRefused)
-	r.clk = clock.NewFake(t0)
-	r.log = &lockedBuffer{}
-	m, err := Start(context.Background(), []Camera{{Name: "lot", URL: cam.url("", "/x"), App: "app"}}, r.feeds,
-		Options{Clock: r.clk, Log: slog.New(slog.NewTextHandler(r.log, nil)), Jitter: func() float64 { return 0 }})
-	if err != nil {
-		t.Fatal(err)
+	cases := []struct {
+		kind, why string
+		away      bool // the camera is lost (killed) when the server ends the feed
+		stop      bool
+	}{
+		{kind: "capacity", why: errRefused.Error()},
+		{kind: "error", why: "the session refused 30 frames: coordinator gone"},
+		{kind: "overload", why: "shed", away: true},
+		{kind: "shutdown", why: "mdag is stopping", stop: true},
+		{kind: "client", stop: true},
 	}
-	r.m = m
-	t.Cleanup(m.Close)
-	r.feeds.waitFor(t, 20*time.Second, "the refusal", func() bool { return !r.status("lot").NextRetry.IsZero() })
-	if s := r.status("lot"); !strings.Contains(s.LastError, "camera lot: ") || !strings.Contains(s.LastError, "refused the stream: "+errRefused.Error()) {
-		t.Fatalf("last error %q", s.LastError)
-	}
-	if !strings.Contains(r.log.String(), "level=ERROR") {
-		t.Fatalf("a refusal is not logged at ERROR:\n%s", r.log.String())
-	}
-	r.feeds.setRefuse(nil)
-	r.retry(t, "lot")
-	r.feeds.waitFor(t, 20*time.Second, "frames", func() bool { return r.feeds.feed(0).counts().frames >= 5 })
-	r.feeds.feed(0).serverEnd("overload")
-	done := make(chan struct{})
-	go func() {
-		m.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the camera did not stop when the server ended its feed")
-	}
-	if s := r.status("lot"); s.State != Stopped || s.CameraLost != 0 {
-		t.Fatalf("status %+v", s)
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s-away=%v", tc.kind, tc.away), func(t *testing.T) {
+			t.Parallel()
+			cam := startCamera(t)
+			port := cam.port
+			r := &rig{}
+			r.feeds = newFakeFeeds()
+			r.feeds.setRefuse(errRefused)
+			r.clk = clock.NewFake(t0)
+			r.log = &lockedBuffer{}
+			m, err := Start(context.Background(), []Camera{{Name: "lot", URL: cam.url("", "/x"), App: "app", Transport: "tcp"}}, r.feeds,
+				Options{Clock: r.clk, Log: slog.New(slog.NewTextHandler(r.log, nil)), Jitter: func() float64 { return 0 }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.m = m
+			t.Cleanup(m.Close)
+			r.feeds.waitFor(t, 20*time.Second, "the refusal", func() bool { return !r.status("lot").NextRetry.IsZero() })
+			if s := r.status("lot"); !strings.Contains(s.LastError, "camera lot: ") || !strings.Contains(s.LastError, "refused the stream: "+errRefused.Error()) {
+				t.Fatalf("last error %q", s.LastError)
+			}
+			if !strings.Contains(r.log.String(), "level=ERROR") {
+				t.Fatalf("a refusal is not logged at ERROR:\n%s", r.log.String())
+			}
+			r.feeds.setRefuse(nil)
+			r.retry(t, "lot")
+			r.feeds.waitFor(t, 20*time.Second, "frames", func() bool { return r.feeds.feed(0).counts().frames >= 5 })
+			if tc.away {
+				cam.stop(syscall.SIGKILL)
+				r.feeds.waitFor(t, 20*time.Second, "the retry after the loss", func() bool {
+					return len(r.feeds.feed(0).counts().disconnects) == 1 && !r.status("lot").NextRetry.IsZero()
+				})
+			}
+			r.feeds.feed(0).serverEnd(tc.kind, tc.why)
+			if tc.stop {
+				done := make(chan struct{})
+				go func() {
+					m.Wait()
+					close(done)
+				}()
+				select {
+				case <-done:
+				case <-time.After(20 * time.Second):
+					t.Fatalf("the camera did not stop when the server ended its feed (%s)", tc.kind)
+				}
+				if s := r.status("lot"); s.State != Stopped || s.CameraLost != 0 || r.feeds.feed(1) != nil {
+					t.Fatalf("status %+v, a second feed %v", s, r.feeds.feed(1) != nil)
+				}
+				return
+			}
+			want := fmt.Sprintf("camera lot: rtsp://127.0.0.1:%d/x: the server ended the stream (%s): %s", port, tc.kind, tc.why)
+			r.feeds.waitFor(t, 20*time.Second, "the server's end as the last error", func() bool {
+				s := r.status("lot")
+				return s.LastError == want && s.State == Reconnecting && !s.NextRetry.IsZero()
+			})
+			if !strings.Contains(r.log.String(), "level=ERROR") || !strings.Contains(r.log.String(), "the server ended the stream ("+tc.kind+")") {
+				t.Fatalf("the server's end is not logged at ERROR:\n%s", r.log.String())
+			}
+			// The backoff doubled after the refusal (1 s): 2 s after the
+			// end, or after the loss when away (the retry set then
+			// stands); no new feed before it.
+			wait := 2 * time.Second
+			if tc.away {
+				cam = startCamera(t, "--port", strconv.Itoa(port))
+			}
+			if d := r.status("lot").NextRetry.Sub(r.clk.Now()); d != wait {
+				t.Fatalf("retry in %v, want %v", d, wait)
+			}
+			if r.feeds.feed(1) != nil {
+				t.Fatal("a new feed before the backoff")
+			}
+			r.retry(t, "lot")
+			r.feeds.waitFor(t, 20*time.Second, "frames in a new feed", func() bool { return r.feeds.feed(1).counts().frames >= 5 })
+			f := r.feeds.feed(1)
+			if c := f.counts(); len(c.problems) > 0 || c.endKind != "" || f.cfg.Name != "lot" || f.cfg.Codec != H264 {
+				t.Fatalf("the new feed: %+v, config %+v", c, f.cfg)
+			}
+			if s := r.status("lot"); s.State != Streaming || s.Reconnects < 2 || s.LastGap != wait {
+				t.Fatalf("status %+v", s)
+			}
+			r.m.Close()
+			if c := f.counts(); c.endKind != "shutdown" {
+				t.Fatalf("after Close the new feed ended %q, want shutdown", c.endKind)
+			}
+		})
 	}
 }
 

@@ -82,7 +82,8 @@ const (
 	Reconnecting State = "reconnecting"
 	// Failed: a permanent error (no H.264 or H.265 video); not retried.
 	Failed State = "failed"
-	// Stopped: the stream ended (the server ended it, or Close).
+	// Stopped: the stream ended (the server ended it for shutdown, or
+	// Close).
 	Stopped State = "stopped"
 )
 
@@ -111,8 +112,9 @@ type CameraStatus struct {
 	// LastError is the latest error (no password), LastErrorAt its time.
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at,omitempty"`
-	// LastGap is the latest gap in frames across a camera-lost event
-	// (the last frame before it to the first after); GapTotal all gaps;
+	// LastGap is the latest gap in frames across a camera-lost event or
+	// a stream the server ended (the last frame before it to the first
+	// after); GapTotal all gaps;
 	// Down how long the camera has been without frames now (0 while
 	// streaming).
 	LastGap  time.Duration `json:"last_gap_ns"`
@@ -184,7 +186,7 @@ func (m *Manager) Close() {
 }
 
 // Wait blocks until every camera has stopped: failed permanently, ended by
-// the server, or closed.
+// the server for shutdown, or closed.
 func (m *Manager) Wait() { m.wg.Wait() }
 
 // Status is every camera's status, by name.
@@ -216,8 +218,9 @@ type camera struct {
 	downSince time.Time // the last frame before the current outage
 	lastFrame time.Time
 
-	feed  ingest.Feed // the camera's one feed, opened at the first connect
-	codec string
+	feed   ingest.Feed // the camera's feed, opened at the first connect and after the server ended one
+	codec  string
+	endErr error // why the server ended the last feed (serverEnded)
 }
 
 func (c *camera) update(f func(s *CameraStatus)) {
@@ -252,8 +255,8 @@ func (c *camera) feedDone() <-chan struct{} {
 	return c.feed.Done()
 }
 
-// run connects, streams and reconnects until ctx ends, the feed ends or a
-// permanent error.
+// run connects, streams and reconnects until ctx ends, the server ends the
+// feed for shutdown, or a permanent error.
 func (c *camera) run(ctx context.Context) {
 	o := &c.m.opts
 	backoff := o.BackoffMin
@@ -284,8 +287,14 @@ func (c *camera) run(ctx context.Context) {
 		})
 		attempts++
 		res := c.connect(ctx)
-		if ctx.Err() != nil || res.ended {
+		if ctx.Err() != nil {
 			return
+		}
+		if res.ended {
+			if c.serverEnded() {
+				return
+			}
+			res.err, res.refused = c.endErr, true
 		}
 		if res.permanent {
 			c.fail(res.err.Error())
@@ -322,14 +331,56 @@ func (c *camera) run(ctx context.Context) {
 			}
 			c.log.Log(ctx, lvl, "camera: retrying", "err", res.err.Error(), "retry_in", wait.Round(time.Millisecond))
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.feedDone():
-			return
-		case <-timer:
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.feedDone():
+				// The server ended the stream while the camera was away.
+				if c.serverEnded() {
+					return
+				}
+			case <-timer:
+				waiting = false
+			}
 		}
 	}
+}
+
+// serverEnded handles the end of the camera's feed by the server (its Done
+// closed): for "shutdown" (mdag is stopping) and "client" (the camera's own
+// end) it reports true: the camera stops. Any other kind (capacity,
+// stream-limit, join-failed, connect-timeout, overload, error: the server
+// or its session refused the stream for now) is recorded as the last error
+// (endErr), the outage starts, and the feed is dropped: the next
+// connection opens a new one, a new stream of the session.
+func (c *camera) serverEnded() (stop bool) {
+	kind, why := c.feed.Ended()
+	switch kind {
+	case "shutdown", "client":
+		return true
+	}
+	if kind == "" {
+		kind = "unknown"
+	}
+	msg := "the server ended the stream (" + kind + ")"
+	if why != "" {
+		msg += ": " + scrub(why, c.secret)
+	}
+	c.endErr = c.errorf("%s", msg)
+	c.log.Error("camera: the server ended the stream", "err", c.endErr.Error())
+	c.fail(c.endErr.Error())
+	now := c.m.opts.Clock.Now()
+	c.m.mu.Lock()
+	if c.downSince.IsZero() {
+		c.downSince = c.lastFrame
+		if c.downSince.IsZero() {
+			c.downSince = now
+		}
+	}
+	c.m.mu.Unlock()
+	c.feed, c.codec = nil, ""
+	return false
 }
 
 // result is how one connection ended.
@@ -338,7 +389,7 @@ type result struct {
 	permanent bool          // not worth retrying
 	auth      bool          // 401: retried slowly
 	refused   bool          // the server refused the feed
-	ended     bool          // the feed ended (by the server): stop
+	ended     bool          // the feed ended (by the server): serverEnded decides
 	streamed  time.Duration // from the first frame to the end
 }
 

@@ -28,10 +28,11 @@ type Forwarder struct {
 }
 
 type forwarded struct {
-	mu     sync.Mutex
-	cl     grpc.ClientStreamingClient[api.IngestMessage, api.IngestReply]
-	cancel context.CancelFunc
-	err    error // the first send error, with the coordinator's reason
+	mu      sync.Mutex
+	cl      grpc.ClientStreamingClient[api.IngestMessage, api.IngestReply]
+	cancel  context.CancelFunc
+	err     error // the first send error, with the coordinator's reason
+	joining bool  // the name is reserved; the call is being opened (cl nil)
 }
 
 // NewForwarder forwards to the coordinator behind cc.
@@ -41,28 +42,49 @@ func NewForwarder(cc *grpc.ClientConn) *Forwarder {
 
 // Join opens the stream's Ingest call and joins app. The coordinator
 // answers a refused join (unknown app, a name in use) by ending the call:
-// the stream's next Ingest returns its reason.
+// the stream's next Ingest returns its reason. The name is reserved under
+// the lock and the call opened without it: while the connection to the
+// coordinator is still being made (up to its connect timeout) the other
+// streams' calls go on. A stream whose call failed is joined again, on a
+// new call, once it has left (Leave).
 func (f *Forwarder) Join(app, stream string) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	res := &forwarded{cancel: cancel, joining: true}
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.closed {
+		f.mu.Unlock()
+		cancel()
 		return fmt.Errorf("ingest %s: the forwarder is closed", stream)
 	}
 	if _, ok := f.streams[stream]; ok {
+		f.mu.Unlock()
+		cancel()
 		return fmt.Errorf("ingest %s: already joined", stream)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	f.streams[stream] = res
+	f.mu.Unlock()
+
 	cl, err := api.NewCoordinatorClient(f.cc).Ingest(ctx)
+	if err == nil {
+		if serr := cl.Send(&api.IngestMessage{Join: &api.Join{App: app, Stream: stream}}); serr != nil {
+			err = fmt.Errorf("join: %w", closeErr(cl, serr))
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.streams[stream] != res {
+		// Left or closed while joining: the leave cancelled ctx.
+		cancel()
+		return fmt.Errorf("ingest %s: left while joining (the forwarder is closed or the stream left)", stream)
+	}
 	if err != nil {
+		delete(f.streams, stream)
 		cancel()
 		return fmt.Errorf("ingest %s: %w", stream, err)
 	}
-	if err := cl.Send(&api.IngestMessage{Join: &api.Join{App: app, Stream: stream}}); err != nil {
-		err = closeErr(cl, err)
-		cancel()
-		return fmt.Errorf("ingest %s: join: %w", stream, err)
-	}
-	f.streams[stream] = &forwarded{cl: cl, cancel: cancel}
+	res.mu.Lock()
+	res.cl, res.joining = cl, false
+	res.mu.Unlock()
 	return nil
 }
 
@@ -86,6 +108,9 @@ func (f *Forwarder) Ingest(stream string, seq uint64, capture time.Time, fr *med
 	defer s.mu.Unlock()
 	if s.err != nil {
 		return s.err
+	}
+	if s.joining {
+		return fmt.Errorf("ingest %s: still joining", stream)
 	}
 	if err := s.cl.Send(&api.IngestMessage{Seq: seq, CaptureUnixNs: capture.UnixNano(), Frame: wire.FrameToPB(fr), Truth: wire.BoxesToPB(truth)}); err != nil {
 		s.err = fmt.Errorf("ingest %s: %w", stream, closeErr(s.cl, err))
@@ -112,6 +137,9 @@ func (f *Forwarder) leave(stream string) (*api.IngestReply, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.cancel()
+	if s.joining {
+		return nil, nil // its Join, cancelled, reports it
+	}
 	if s.err != nil {
 		return nil, s.err
 	}
