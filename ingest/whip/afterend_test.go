@@ -41,17 +41,37 @@ func TestResultsAfterEnd(t *testing.T) {
 		srv.Publish(Result{Stream: p.Stream, Frame: uint64(1000 + i), Outcome: "late"})
 	}
 	srv.Publish(Result{Stream: "no-such-stream", Outcome: "finished"}) // nothing to count, nothing to break
-	for _, s := range srv.Streams() {
-		if s.ID != p.Stream {
-			continue
+	// The stream's media goroutine may still be between handing its last
+	// frame to the session and counting it: the counters must add up once
+	// it is done (a result never counted would never add up).
+	var last StreamInfo
+	adds := func() bool {
+		for _, s := range srv.Streams() {
+			if s.ID == p.Stream {
+				last = s
+				return s.ResultsSent+s.ResultsDropped+s.ResultsAfterEnd == s.Ingested+late
+			}
 		}
-		if s.ResultsAfterEnd != late {
-			t.Errorf("results after end %d, want %d", s.ResultsAfterEnd, late)
-		}
-		if got := s.ResultsSent + s.ResultsDropped + s.ResultsAfterEnd; got != s.Ingested+late {
-			t.Errorf("results %d sent + %d dropped + %d after end != %d ingested + %d in flight", s.ResultsSent, s.ResultsDropped, s.ResultsAfterEnd, s.Ingested, late)
-		}
-		return
+		return false
 	}
-	t.Fatal("the ended stream is not listed")
+	deadline := time.After(5 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for !adds() {
+		select {
+		case <-deadline:
+			break wait // reported below, with the counters
+		case <-tick.C:
+		}
+	}
+	if last.ID == "" {
+		t.Fatal("the ended stream is not listed")
+	}
+	if last.ResultsAfterEnd != late {
+		t.Errorf("results after end %d, want %d", last.ResultsAfterEnd, late)
+	}
+	if got := last.ResultsSent + last.ResultsDropped + last.ResultsAfterEnd; got != last.Ingested+late {
+		t.Errorf("results %d sent + %d dropped + %d after end != %d ingested + %d in flight", last.ResultsSent, last.ResultsDropped, last.ResultsAfterEnd, last.Ingested, late)
+	}
 }

@@ -71,7 +71,8 @@ type StreamInfo struct {
 	// Packets received; frames assembled, decoded, handed to the session;
 	// frames skipped to sample the app's rate; frames lost (incomplete),
 	// frames that failed to decode, frames skipped waiting for a key frame;
-	// PLIs sent; results delivered and results dropped for a slow client;
+	// PLIs sent; results delivered and results dropped (a slow client, or no client
+	// listening: no DataChannel or SSE reader at the time);
 	// packets discarded (not VP8, duplicates, late packets of frames
 	// already released or given up, a new timeline's first stale frames);
 	// times the sender's RTP timestamps jumped back (a new timeline: the
@@ -335,6 +336,14 @@ func (st *stream) publish(r Result) {
 	if r.Width == 0 {
 		r.Width, r.Height = st.w, st.h
 	}
+	if len(st.subs) == 0 {
+		// No one to deliver it to (a sender without a DataChannel or SSE
+		// reader, or one whose channel just closed while its last frames
+		// were still in the session): counted, so that a stream's results
+		// add up.
+		st.c.resultsDropped.Add(1)
+		return
+	}
 	for ch := range st.subs {
 		select {
 		case ch <- r:
@@ -377,6 +386,7 @@ func (st *stream) onDataChannel(dc *webrtc.DataChannel) {
 			send := func(r Result) bool {
 				b, _ := json.Marshal(r)
 				if err := dc.SendText(string(b)); err != nil {
+					st.c.resultsDropped.Add(1) // the channel closed under it
 					return false
 				}
 				st.c.resultsSent.Add(1)
