@@ -110,17 +110,19 @@ func waitFor(t testing.TB, what string, limit time.Duration, cond func() bool) {
 // keep finishing. It checks behaviour, not speed (the finish rate after the
 // loss is BenchmarkWorkerLoss's figure): from one second after the loss no
 // frame is dropped for want of a route (no-instance, worker-lost, no-plan:
-// issue 18 saw a lost detector never re-placed while a spare idled), every
-// window finishes frames, and every frame is accounted.
+// issue 18 saw a lost detector never re-placed while a spare idled), the
+// windows after the loss finish frames, and every frame is accounted. A
+// single window may finish none on a machine loaded past its cores (every
+// frame cannot-finish for want of CPU, not of a route): the routing check
+// is what tells a lost module from a slow machine.
 func TestLoopbackWorkerLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs ~8 s of live streams")
 	}
 	r := runWorkerLoss(t)
+	var finished uint64
 	for _, w := range r.after {
-		if w.Finished == 0 {
-			t.Errorf("window %s after the loss finished nothing: %+v %v", w.Start.Format("05"), w.Counts, w.Drops)
-		}
+		finished += w.Finished
 		for k, n := range w.Drops {
 			for _, routing := range []string{"no-instance", "worker-lost", "no-plan"} {
 				if strings.HasSuffix(k, ": "+routing) {
@@ -131,6 +133,12 @@ func TestLoopbackWorkerLoss(t *testing.T) {
 	}
 	if len(r.after) < 3 {
 		t.Errorf("%d windows after the loss, want >= 3", len(r.after))
+	}
+	if finished == 0 {
+		for _, w := range r.after {
+			t.Logf("window %s: %+v %v", w.Start.Format("05"), w.Counts, w.Drops)
+		}
+		t.Errorf("the %d windows after the loss finished nothing", len(r.after))
 	}
 	tot := r.total
 	if tot.Sent != r.accepted || tot.Finished+tot.Late+tot.Dropped != tot.Sent {
