@@ -98,10 +98,14 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	for f in FuzzDepacketizer FuzzParseCameras FuzzParseFlag FuzzCamerasURLPassword; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} -parallel 1 ./ingest/rtsp || exit 1; done
 
-proto: ## regenerate api/*.pb.go from api/mdag.proto (protoc from Debian; Go generators pinned in go.mod's tool directive)
+proto: ## regenerate api/*.pb.go and api/kserve/*.pb.go (protoc from Debian; Go generators pinned in go.mod's tool directive) and runners/torch's Python stubs (messages: Debian's protoc 3.21; services: python3-grpc-tools' plugin)
 	@command -v protoc >/dev/null || $(MAKE) deps DEB_PACKAGES=protobuf-compiler
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES=python3-grpc-tools
 	protoc --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) --plugin=protoc-gen-go-grpc=$$($(GO) tool -n protoc-gen-go-grpc) \
-		--go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative api/mdag.proto
+		--go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative api/mdag.proto api/kserve/inference.proto
+	# python3-grpc-tools bundles protoc 3.5, whose message code protobuf >= 3.20 refuses: messages come from Debian's protoc
+	protoc -Iapi/kserve --python_out=runners/torch api/kserve/inference.proto
+	/usr/bin/python3 -m grpc_tools.protoc -Iapi/kserve --grpc_python_out=runners/torch api/kserve/inference.proto
 
 models: $(BLAZEFACE_MODELS) $(RANDOM_MODELS) ## build/models: BlazeFace (real weights) made batch-capable; ResNet-50, MobileNetV2, SSD with random weights (cost, not accuracy)
 
