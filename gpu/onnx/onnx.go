@@ -28,6 +28,7 @@ import (
 	ort "github.com/yalue/onnxruntime_go"
 
 	"github.com/mdag/mdag/gpu/decode"
+	"github.com/mdag/mdag/gpu/prep"
 	"github.com/mdag/mdag/gpu/registry"
 	"github.com/mdag/mdag/media"
 )
@@ -448,16 +449,16 @@ func (x *Executor) forward(m *model, s *session, frames []*media.Frame) ([][]dec
 	for i, f := range frames {
 		switch {
 		case s.f32 != nil:
-			fill(s.f32[i*s.item:(i+1)*s.item], f, in)
+			prep.Fill(s.f32[i*s.item:(i+1)*s.item], f, in)
 		case s.u8 != nil:
-			fill(s.scratch, f, in)
+			prep.Fill(s.scratch, f, in)
 			for j, v := range s.scratch {
 				s.u8[i*s.item+j] = uint8(min(max(v, 0), 255))
 			}
 		default:
-			fill(s.scratch, f, in)
+			prep.Fill(s.scratch, f, in)
 			for j, v := range s.scratch {
-				h := toHalf(float64(v))
+				h := prep.ToHalf(float64(v))
 				s.f16[2*(i*s.item+j)], s.f16[2*(i*s.item+j)+1] = byte(h), byte(h>>8)
 			}
 		}
@@ -514,7 +515,7 @@ func floats(v ort.Value) ([]float32, error) {
 		b := t.GetData()
 		out := make([]float32, len(b)/2)
 		for i := range out {
-			out[i] = fromHalf(uint16(b[2*i]) | uint16(b[2*i+1])<<8)
+			out[i] = prep.FromHalf(uint16(b[2*i]) | uint16(b[2*i+1])<<8)
 		}
 		return out, nil
 	}

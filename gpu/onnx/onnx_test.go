@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/mdag/mdag/gpu/prep"
 	"github.com/mdag/mdag/gpu/registry"
 	"github.com/mdag/mdag/media"
 )
@@ -350,7 +351,7 @@ func BenchmarkInfer(b *testing.B) {
 	frames := make([]*media.Frame, 32)
 	for i := range frames {
 		frames[i] = frame(i, 64, 64)
-		fill(s.f32[i*s.item:(i+1)*s.item], frames[i], &m.m.Input)
+		prep.Fill(s.f32[i*s.item:(i+1)*s.item], frames[i], &m.m.Input)
 	}
 	for _, n := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("b=%d", n), func(b *testing.B) {
@@ -371,7 +372,7 @@ func BenchmarkPreprocess(b *testing.B) {
 	f := frame(1, 320, 240)
 	dst := make([]float32, 64*64*3)
 	for b.Loop() {
-		fill(dst, f, in)
+		prep.Fill(dst, f, in)
 	}
 }
 

@@ -18,7 +18,7 @@ const module = "github.com/mdag/mdag/"
 // pure packages reach none of the native edges, through any path.
 var pure = []string{
 	"media", "modules", "dag", "profile", "allocator", "placement", "placement/squishy",
-	"scheduler", "scheduler/sim", "gpu", "gpu/decode", "gpu/registry", "worker", "coordinator",
+	"scheduler", "scheduler/sim", "gpu", "gpu/decode", "gpu/registry", "gpu/prep", "gpu/kserve", "worker", "coordinator",
 	// beyond the list: what the lean worker and the observers need
 	"ingest", "ingest/synth", "remote/wire", "remote/client", "observe/metrics",
 	"profile/serf", "profile/measure",
@@ -61,6 +61,9 @@ var allowed = map[string][]string{
 	"gpu":                   {"internal/clock", "media"},
 	"gpu/decode":            {"media"},
 	"gpu/registry":          {"gpu/decode", "internal/yamlx"},
+	"gpu/prep":              {"gpu/registry", "media"},
+	"gpu/kserve":            {"api/kserve", "gpu", "gpu/decode", "gpu/prep", "gpu/registry", "internal/clock", "media"},
+	"api/kserve":            {},
 	"worker":                {"dag", "gpu", "internal/clock", "media", "modules"},
 	"coordinator":           {"allocator", "dag", "gpu", "internal/defaults", "internal/clock", "media", "modules", "placement", "profile", "scheduler", "worker"},
 	"remote/wire":           {"api", "dag", "media", "worker"},
@@ -72,7 +75,7 @@ var allowed = map[string][]string{
 	// the native edges
 	"modules/cv":  {"media", "modules"},
 	"gpu/opencv":  {"gpu", "gpu/decode", "media", "modules/cv"},
-	"gpu/onnx":    {"gpu/decode", "gpu/registry", "media"},
+	"gpu/onnx":    {"gpu/decode", "gpu/prep", "gpu/registry", "media"},
 	"gpu/nvml":    {},
 	"ingest/vpx":  {"media"},
 	"ingest/avc":  {"media"},

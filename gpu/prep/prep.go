@@ -1,17 +1,25 @@
-package onnx
+// Package prep turns frames into a model's input tensor as its registry
+// entry says (gpu/registry Input: size, stretch or letterbox, colour order,
+// layout, scale, mean, std, dtype) and reads output tensors back: the one
+// preprocessing every executor shares, so a model gives the same answer in
+// process (gpu/onnx) and over the Open Inference Protocol (gpu/kserve).
+// Pure Go.
+package prep
 
 import (
+	"encoding/binary"
+	"fmt"
 	"math"
 
 	"github.com/mdag/mdag/gpu/registry"
 	"github.com/mdag/mdag/media"
 )
 
-// fill writes frame f, resized (bilinear; stretched or letterboxed) and
+// Fill writes frame f, resized (bilinear; stretched or letterboxed) and
 // normalised as the registry entry says, into one item's slot of the batch
 // buffer, in its layout and colour order. Letterbox padding is 0. uint8
 // and float16 inputs are filled through a float32 slot and converted.
-func fill(dst []float32, f *media.Frame, in *registry.Input) {
+func Fill(dst []float32, f *media.Frame, in *registry.Input) {
 	W, H := in.Width, in.Height
 	sx, sy := float64(f.W)/float64(W), float64(f.H)/float64(H)
 	x0, y0, w, h := 0, 0, W, H
@@ -75,8 +83,8 @@ func fill(dst []float32, f *media.Frame, in *registry.Input) {
 	}
 }
 
-// toHalf converts to IEEE 754 binary16 (round to nearest even).
-func toHalf(v float64) uint16 {
+// ToHalf converts to IEEE 754 binary16 (round to nearest even).
+func ToHalf(v float64) uint16 {
 	f := math.Float32bits(float32(v))
 	sign := uint16(f>>16) & 0x8000
 	exp := int((f>>23)&0xff) - 127 + 15
@@ -108,8 +116,8 @@ func toHalf(v float64) uint16 {
 	return sign | uint16(h)
 }
 
-// fromHalf converts IEEE 754 binary16 to float32.
-func fromHalf(h uint16) float32 {
+// FromHalf converts IEEE 754 binary16 to float32.
+func FromHalf(h uint16) float32 {
 	sign := uint32(h&0x8000) << 16
 	exp := uint32(h>>10) & 0x1f
 	man := uint32(h & 0x3ff)
@@ -127,4 +135,82 @@ func sgn(sign uint32) float32 {
 		return -1
 	}
 	return 1
+}
+
+// Pack writes frames as one batch tensor of in's dtype into dst, row-major
+// and little-endian (the Open Inference Protocol's raw tensor bytes), and
+// returns the bytes used. dst must hold ItemBytes(in) per frame; scratch,
+// one item of float32 values, is reused across calls (nil: allocated).
+func Pack(dst []byte, in *registry.Input, frames []*media.Frame, scratch []float32) ([]byte, error) {
+	per := ItemBytes(in)
+	if len(dst) < per*len(frames) {
+		return nil, fmt.Errorf("prep: %d bytes for %d items of %d", len(dst), len(frames), per)
+	}
+	n := in.Width * in.Height * 3
+	if len(scratch) < n {
+		scratch = make([]float32, n)
+	}
+	scratch = scratch[:n]
+	for i, f := range frames {
+		Fill(scratch, f, in)
+		out := dst[i*per : (i+1)*per]
+		switch in.DType {
+		case "uint8":
+			for j, v := range scratch {
+				out[j] = uint8(min(max(v, 0), 255))
+			}
+		case "float16":
+			for j, v := range scratch {
+				binary.LittleEndian.PutUint16(out[2*j:], ToHalf(float64(v)))
+			}
+		default:
+			for j, v := range scratch {
+				binary.LittleEndian.PutUint32(out[4*j:], math.Float32bits(v))
+			}
+		}
+	}
+	return dst[:per*len(frames)], nil
+}
+
+// ItemBytes is the size of one item of in's tensor.
+func ItemBytes(in *registry.Input) int {
+	return in.Width * in.Height * 3 * DTypeSize(in.DType)
+}
+
+// DTypeSize is the bytes of one value of a registry dtype (float32,
+// float16, uint8); 0 for another.
+func DTypeSize(dtype string) int {
+	switch dtype {
+	case "float32":
+		return 4
+	case "float16":
+		return 2
+	case "uint8":
+		return 1
+	}
+	return 0
+}
+
+// Floats reads little-endian raw tensor bytes of a registry dtype as
+// float32 values (what the decoders read).
+func Floats(dtype string, b []byte) ([]float32, error) {
+	sz := DTypeSize(dtype)
+	if sz == 0 {
+		return nil, fmt.Errorf("prep: dtype %q: decoders read float32, float16 or uint8", dtype)
+	}
+	if len(b)%sz != 0 {
+		return nil, fmt.Errorf("prep: %d bytes is not a whole number of %s values", len(b), dtype)
+	}
+	out := make([]float32, len(b)/sz)
+	for i := range out {
+		switch sz {
+		case 4:
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		case 2:
+			out[i] = FromHalf(binary.LittleEndian.Uint16(b[2*i:]))
+		default:
+			out[i] = float32(b[i])
+		}
+	}
+	return out, nil
 }

@@ -1,4 +1,4 @@
-package onnx
+package prep
 
 import (
 	"math"
@@ -42,7 +42,7 @@ func TestFill(t *testing.T) {
 			for i := range dst {
 				dst[i] = 99 // letterbox must clear it
 			}
-			fill(dst, tc.frame, tc.in)
+			Fill(dst, tc.frame, tc.in)
 			for y := range tc.in.Height {
 				for x := range tc.in.Width {
 					for c := range 3 {
@@ -62,13 +62,50 @@ func TestFill(t *testing.T) {
 
 func TestHalf(t *testing.T) {
 	for _, v := range []float64{0, 1, -1, 0.5, 2.5, -0.1, 65504, 1e-5, 6e-8, 1e-9} {
-		h := toHalf(v)
-		got := float64(fromHalf(h))
+		h := ToHalf(v)
+		got := float64(FromHalf(h))
 		if tol := math.Max(math.Abs(v)*1e-3, 6e-8); math.Abs(got-v) > tol {
 			t.Errorf("%g -> %#04x -> %g", v, h, got)
 		}
 	}
-	if toHalf(1e6) != 0x7c00 || toHalf(-1e6) != 0xfc00 {
-		t.Errorf("overflow: %#04x %#04x, want +-inf", toHalf(1e6), toHalf(-1e6))
+	if ToHalf(1e6) != 0x7c00 || ToHalf(-1e6) != 0xfc00 {
+		t.Errorf("overflow: %#04x %#04x, want +-inf", ToHalf(1e6), ToHalf(-1e6))
+	}
+}
+
+// Pack writes what Fill computes, in the dtype's bytes, and Floats reads
+// it back.
+func TestPackFloats(t *testing.T) {
+	f := solid(7, 5, 10, 20, 30)
+	for _, dtype := range []string{"float32", "float16", "uint8"} {
+		in := &registry.Input{Width: 3, Height: 2, Layout: "NCHW", Colour: "rgb", Resize: "stretch", DType: dtype,
+			Scale: 1, Mean: []float64{0, 0, 0}, Std: []float64{1, 1, 1}}
+		if dtype != "uint8" {
+			in.Scale = 1.0 / 255
+		}
+		want := make([]float32, 18)
+		Fill(want, f, in)
+		b, err := Pack(make([]byte, 2*ItemBytes(in)), in, []*media.Frame{f, f}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) != 2*ItemBytes(in) {
+			t.Fatalf("%s: %d bytes, want %d", dtype, len(b), 2*ItemBytes(in))
+		}
+		got, err := Floats(dtype, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range got {
+			if d := math.Abs(float64(v - want[i%18])); d > 1e-3 {
+				t.Fatalf("%s: value %d = %g, want %g", dtype, i, v, want[i%18])
+			}
+		}
+	}
+	if _, err := Pack(make([]byte, 3), &registry.Input{Width: 1, Height: 1, DType: "float32"}, []*media.Frame{f}, nil); err == nil {
+		t.Error("Pack into a short buffer: no error")
+	}
+	if _, err := Floats("float32", make([]byte, 5)); err == nil {
+		t.Error("Floats of 5 bytes as float32: no error")
 	}
 }

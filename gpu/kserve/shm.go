@@ -1,0 +1,109 @@
+package kserve
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// ShmDir is where POSIX shared memory objects live on Linux (shm_open's
+// names are files here).
+var ShmDir = "/dev/shm"
+
+// Region is a POSIX shared memory object mapped into this process: the
+// system shared memory extension's region. The client creates one per
+// concurrency slot and registers it with its key; the server opens the key
+// and reads inputs from, and writes outputs to, the offsets a request names.
+type Region struct {
+	Key  string // the shm_open name, "/mdag-..."
+	Data []byte // the mapping
+	own  bool   // created here: Close removes the object
+	base []byte // the whole mapping when Data starts inside it
+}
+
+// checkKey refuses a key that is not one shm_open name.
+func checkKey(key string) error {
+	name, ok := strings.CutPrefix(key, "/")
+	if !ok || name == "" || strings.Contains(name, "/") || name == "." || name == ".." || len(name) > 255 {
+		return fmt.Errorf("shared memory key %q: want /NAME (one path element, as shm_open takes)", key)
+	}
+	return nil
+}
+
+// CreateRegion creates (or truncates) the object key of size bytes and
+// maps it. Close unmaps and removes it.
+func CreateRegion(key string, size int) (*Region, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if size <= 0 {
+		return nil, fmt.Errorf("shared memory %s: size %d", key, size)
+	}
+	path := filepath.Join(ShmDir, key[1:])
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("shared memory %s: %w", key, err)
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(size)); err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("shared memory %s: %w", key, err)
+	}
+	b, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("shared memory %s: mmap: %w", key, err)
+	}
+	return &Region{Key: key, Data: b, own: true}, nil
+}
+
+// OpenRegion maps an existing object key from offset for size bytes (the
+// server's side of SystemSharedMemoryRegister). Close unmaps it.
+func OpenRegion(key string, offset, size uint64) (*Region, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(ShmDir, key[1:]), os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("shared memory %s: %w", key, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("shared memory %s: %w", key, err)
+	}
+	if size == 0 || offset+size > uint64(st.Size()) || offset+size < offset {
+		return nil, fmt.Errorf("shared memory %s: offset %d + byte_size %d is outside its %d bytes", key, offset, size, st.Size())
+	}
+	// mmap's offset must be page aligned: map from the page and slice
+	page := uint64(os.Getpagesize())
+	start := offset / page * page
+	b, err := syscall.Mmap(int(f.Fd()), int64(start), int(offset+size-start), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("shared memory %s: mmap: %w", key, err)
+	}
+	return &Region{Key: key, Data: b[offset-start:], own: false, base: b}, nil
+}
+
+// Close unmaps the region (and removes the object when it was created
+// here). Idempotent.
+func (r *Region) Close() error {
+	if r == nil || r.Data == nil {
+		return nil
+	}
+	m := r.base
+	if m == nil {
+		m = r.Data
+	}
+	err := syscall.Munmap(m)
+	r.Data, r.base = nil, nil
+	if r.own {
+		if e := os.Remove(filepath.Join(ShmDir, r.Key[1:])); e != nil && !errors.Is(e, os.ErrNotExist) && err == nil {
+			err = e
+		}
+	}
+	return err
+}
