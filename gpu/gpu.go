@@ -21,8 +21,10 @@ package gpu
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -141,4 +143,40 @@ func CheckONNX(path string) error {
 		return fmt.Errorf("%s is not an ONNX model OpenCV can read: no graph", path)
 	}
 	return nil
+}
+
+// Router sends each model to the executor named for it, and every other
+// model to Default: a worker that runs its real models on ONNX Runtime or
+// a KServe endpoint and emulates the rest (`mdag worker --emulate MODEL`:
+// the GPU check's detector, whose synthetic ground truth gives the
+// classifier behind it real crops to batch).
+type Router struct {
+	By      map[string]Executor
+	Default Executor
+}
+
+// Run implements Executor.
+func (r *Router) Run(ctx context.Context, model string, items []*media.Item) ([][]*media.Item, error) {
+	if x, ok := r.By[model]; ok {
+		return x.Run(ctx, model, items)
+	}
+	if r.Default == nil {
+		return nil, fmt.Errorf("no executor runs model %q here", model)
+	}
+	return r.Default.Run(ctx, model, items)
+}
+
+// Kind implements Executor: the default's kind, with the routed ones'
+// ("kserve+emulated").
+func (r *Router) Kind() string {
+	kinds := []string{}
+	if r.Default != nil {
+		kinds = append(kinds, r.Default.Kind())
+	}
+	for _, m := range slices.Sorted(maps.Keys(r.By)) {
+		if k := r.By[m].Kind(); !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+	}
+	return strings.Join(kinds, "+")
 }

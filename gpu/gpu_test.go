@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,5 +50,32 @@ func TestEmulated(t *testing.T) {
 	cancel()
 	if _, err := e.Run(ctx, "det", []*media.Item{frame}); err == nil {
 		t.Fatal("a cancelled run succeeded")
+	}
+}
+
+type kindExec string
+
+func (k kindExec) Kind() string { return string(k) }
+func (k kindExec) Run(_ context.Context, model string, items []*media.Item) ([][]*media.Item, error) {
+	out := make([][]*media.Item, len(items))
+	for i := range items {
+		out[i] = []*media.Item{{Labels: []string{string(k) + ":" + model}}}
+	}
+	return out, nil
+}
+
+func TestRouter(t *testing.T) {
+	r := &Router{By: map[string]Executor{"det": kindExec("emulated")}, Default: kindExec("kserve")}
+	if k := r.Kind(); k != "kserve+emulated" {
+		t.Errorf("Kind = %q, want kserve+emulated", k)
+	}
+	for model, want := range map[string]string{"det": "emulated:det", "resnet50": "kserve:resnet50"} {
+		out, err := r.Run(context.Background(), model, []*media.Item{{}})
+		if err != nil || len(out) != 1 || out[0][0].Labels[0] != want {
+			t.Errorf("Run(%s) = %v, %v; want %s", model, out, err, want)
+		}
+	}
+	if _, err := (&Router{}).Run(context.Background(), "x", nil); err == nil || !strings.Contains(err.Error(), `"x"`) {
+		t.Errorf("Router without a default: %v", err)
 	}
 }
