@@ -120,7 +120,7 @@ type session struct {
 	f32     []float32
 	u8      []uint8
 	f16     []byte
-	scratch []float32           // one item, for uint8 and float16 inputs
+	scratch []float32           // one item, for float16 inputs
 	inputs  map[int]ort.Value   // batch size -> tensor over the buffer
 	outputs map[int][]ort.Value // batch size -> the output tensors allocated here (nil: by ORT)
 }
@@ -246,7 +246,7 @@ func (x *Executor) newSession(m *registry.Model, outs []string) (*session, error
 	case "float32":
 		ss.f32 = make([]float32, n*m.MaxBatch)
 	case "uint8":
-		ss.u8, ss.scratch = make([]uint8, n*m.MaxBatch), make([]float32, n)
+		ss.u8 = make([]uint8, n*m.MaxBatch)
 	case "float16":
 		ss.f16, ss.scratch = make([]byte, 2*n*m.MaxBatch), make([]float32, n)
 	}
@@ -451,10 +451,7 @@ func (x *Executor) forward(m *model, s *session, frames []*media.Frame) ([][]dec
 		case s.f32 != nil:
 			prep.Fill(s.f32[i*s.item:(i+1)*s.item], f, in)
 		case s.u8 != nil:
-			prep.Fill(s.scratch, f, in)
-			for j, v := range s.scratch {
-				s.u8[i*s.item+j] = uint8(min(max(v, 0), 255))
-			}
+			prep.FillU8(s.u8[i*s.item:(i+1)*s.item], f, in)
 		default:
 			prep.Fill(s.scratch, f, in)
 			for j, v := range s.scratch {

@@ -1,6 +1,8 @@
 package prep
 
 import (
+	"bytes"
+	"fmt"
 	"math"
 	"testing"
 
@@ -108,4 +110,102 @@ func TestPackFloats(t *testing.T) {
 	if _, err := Floats("float32", make([]byte, 5)); err == nil {
 		t.Error("Floats of 5 bytes as float32: no error")
 	}
+}
+
+// The parallel path (a batch of large items) writes the same bytes as one
+// item at a time.
+func TestPackParallel(t *testing.T) {
+	in := &registry.Input{Width: 96, Height: 80, Layout: "NCHW", Colour: "rgb", Resize: "letterbox", DType: "float16",
+		Scale: 1.0 / 255, Mean: []float64{0.1, 0.2, 0.3}, Std: []float64{0.5, 0.6, 0.7}}
+	var frames []*media.Frame
+	for i := range 9 {
+		f := media.NewFrame(50+7*i, 40+3*i)
+		for j := range f.Pix {
+			f.Pix[j] = byte(j*7 + i)
+		}
+		frames = append(frames, f)
+	}
+	if 96*80*3*len(frames) < parallelValues {
+		t.Fatal("the batch is too small to take the parallel path")
+	}
+	got, err := Pack(make([]byte, len(frames)*ItemBytes(in)), in, frames, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range frames {
+		one, err := Pack(make([]byte, ItemBytes(in)), in, []*media.Frame{f}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(one, got[i*ItemBytes(in):(i+1)*ItemBytes(in)]) {
+			t.Fatalf("item %d differs between the batch and alone", i)
+		}
+	}
+}
+
+func BenchmarkPack(b *testing.B) {
+	in := &registry.Input{Width: 224, Height: 224, Layout: "NHWC", Colour: "rgb", Resize: "stretch", DType: "uint8",
+		Scale: 1, Mean: []float64{0, 0, 0}, Std: []float64{1, 1, 1}}
+	for _, n := range []int{1, 8, 32} {
+		frames := make([]*media.Frame, n)
+		for i := range frames {
+			frames[i] = media.NewFrame(160, 120)
+		}
+		dst := make([]byte, n*ItemBytes(in))
+		b.Run(fmt.Sprintf("b%d", n), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := Pack(dst, in, frames, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// FillU8 agrees with Fill to within 1 on every value, for every geometry.
+func TestFillU8(t *testing.T) {
+	for _, tc := range []struct {
+		w, h, W, H     int
+		layout, resize string
+	}{
+		{640, 480, 224, 224, "NHWC", "stretch"}, {37, 91, 64, 48, "NCHW", "letterbox"}, {224, 224, 224, 224, "NHWC", "stretch"},
+		{5, 3, 17, 11, "NCHW", "stretch"}, {300, 100, 96, 96, "NHWC", "letterbox"},
+	} {
+		in := &registry.Input{Width: tc.W, Height: tc.H, Layout: tc.layout, Colour: "rgb", Resize: tc.resize, DType: "uint8",
+			Scale: 1, Mean: []float64{0, 0, 0}, Std: []float64{1, 1, 1}}
+		f := media.NewFrame(tc.w, tc.h)
+		for j := range f.Pix {
+			f.Pix[j] = byte((j*37 + j/tc.w*11) % 251)
+		}
+		want := make([]float32, tc.W*tc.H*3)
+		Fill(want, f, in)
+		got := make([]byte, len(want))
+		for j := range got {
+			got[j] = 77 // letterbox padding must be written
+		}
+		FillU8(got, f, in)
+		for j, v := range got {
+			if d := math.Abs(float64(v) - float64(want[j])); d > 1 {
+				t.Fatalf("%dx%d -> %dx%d %s %s: value %d = %d, Fill says %g", tc.w, tc.h, tc.W, tc.H, tc.layout, tc.resize, j, v, want[j])
+			}
+		}
+	}
+}
+
+func BenchmarkFill224(b *testing.B) {
+	in := &registry.Input{Width: 224, Height: 224, Layout: "NHWC", Colour: "rgb", Resize: "stretch", DType: "uint8",
+		Scale: 1, Mean: []float64{0, 0, 0}, Std: []float64{1, 1, 1}}
+	f := media.NewFrame(160, 120)
+	b.Run("float", func(b *testing.B) {
+		dst := make([]float32, 224*224*3)
+		for b.Loop() {
+			Fill(dst, f, in)
+		}
+	})
+	b.Run("u8", func(b *testing.B) {
+		dst := make([]byte, 224*224*3)
+		for b.Loop() {
+			FillU8(dst, f, in)
+		}
+	})
 }
