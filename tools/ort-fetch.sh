@@ -21,6 +21,12 @@ tgz=$dir/onnxruntime-node-$VERSION.tgz
 
 sum() { sha256sum "$1" | cut -d' ' -f1; }
 
+# --print-path: where the library is (or will be), nothing else
+if [ "${1:-}" = --print-path ]; then
+	echo "$lib"
+	exit 0
+fi
+
 if [ "$(uname -sm)" != "Linux x86_64" ]; then
 	echo "ort: onnxruntime-node carries the library used here for Linux x86_64 only (this is $(uname -sm)); set MDAG_ORT_LIB to a libonnxruntime.so of version >= 1.24" >&2
 	exit 1
