@@ -339,8 +339,9 @@ func (s *Server) lookup(name string, offset, size uint64, what string) (*region,
 	s.mu.Lock()
 	rg := s.regions[name]
 	if rg == nil || rg.r == nil {
+		known := s.regionNames()
 		s.mu.Unlock()
-		return nil, status.Errorf(codes.NotFound, "%s: shared memory region %q is not registered (registered: %s)", what, name, s.regionNames())
+		return nil, status.Errorf(codes.NotFound, "%s: shared memory region %q is not registered (registered: %s)", what, name, known)
 	}
 	if offset > rg.size || size > rg.size-offset {
 		s.mu.Unlock()
