@@ -17,8 +17,10 @@ package onnx
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -466,28 +468,47 @@ func (x *Executor) forward(m *model, s *session, frames []*media.Frame) ([][]dec
 	return x.infer(m, s, len(frames))
 }
 
-// infer runs the session once on the first n items of its buffer and
-// splits each output along its leading (batch) dimension.
-func (x *Executor) infer(m *model, s *session, n int) ([][]decode.Output, error) {
+// runOnce runs the session once on the first n items of its buffer and
+// returns its outputs, each with a leading dimension of n; release frees
+// what ORT allocated (the outputs are valid until then).
+func (x *Executor) runOnce(m *model, s *session, n int) (outs []ort.Value, release func(), err error) {
 	t, err := s.input(m.m, n)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	kept, err := s.output(m, n)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	outs := slices.Clone(kept)
+	outs = slices.Clone(kept)
 	if err := s.s.Run([]ort.Value{t}, outs); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer func() { // what ORT allocated
+	release = func() {
 		for i, o := range outs {
 			if o != nil && kept[i] == nil {
 				o.Destroy()
 			}
 		}
-	}()
+	}
+	for oi, o := range outs {
+		shape := o.GetShape()
+		if len(shape) == 0 || shape[0] != int64(n) {
+			release()
+			return nil, nil, fmt.Errorf("output %s has shape %v: its leading dimension is not the batch of %d", m.outs[oi], shape, n)
+		}
+	}
+	return outs, release, nil
+}
+
+// infer runs the session once on the first n items of its buffer and
+// splits each output along its leading (batch) dimension.
+func (x *Executor) infer(m *model, s *session, n int) ([][]decode.Output, error) {
+	outs, release, err := x.runOnce(m, s, n)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	res := make([][]decode.Output, n)
 	for oi, o := range outs {
 		data, err := floats(o)
@@ -495,9 +516,6 @@ func (x *Executor) infer(m *model, s *session, n int) ([][]decode.Output, error)
 			return nil, fmt.Errorf("output %s: %w", m.outs[oi], err)
 		}
 		shape := o.GetShape()
-		if len(shape) == 0 || shape[0] != int64(n) {
-			return nil, fmt.Errorf("output %s has shape %v: its leading dimension is not the batch of %d", m.outs[oi], shape, n)
-		}
 		per := len(data) / n
 		for i := range n {
 			res[i] = append(res[i], decode.Output{Name: m.outs[oi], Shape: slices.Clone(shape[1:]), Data: slices.Clone(data[i*per : (i+1)*per])})
@@ -520,4 +538,115 @@ func floats(v ort.Value) ([]float32, error) {
 		return out, nil
 	}
 	return nil, fmt.Errorf("%T: decoders read float32 or float16 tensors", v)
+}
+
+// TensorInfo describes an input or output tensor of a loaded model: the
+// dtype as the registry names it (float32, float16, uint8) and the shape,
+// -1 for the batch (always the leading dimension) and for any other
+// dimension the graph leaves symbolic.
+type TensorInfo struct {
+	Name  string
+	DType string
+	Shape []int64
+}
+
+// ModelInfo describes a loaded model as Infer takes and answers it.
+type ModelInfo struct {
+	Name     string
+	MaxBatch int
+	Input    TensorInfo
+	Outputs  []TensorInfo // in the order Infer returns them
+}
+
+// Meta describes a loaded model (false when it is not loaded here).
+func (x *Executor) Meta(name string) (ModelInfo, bool) {
+	m := x.models[name]
+	if m == nil {
+		return ModelInfo{}, false
+	}
+	in := m.m.InputShape(1)
+	in[0] = -1
+	info := ModelInfo{Name: name, MaxBatch: m.m.MaxBatch, Input: TensorInfo{Name: m.m.Input.Name, DType: m.m.Input.DType, Shape: in}}
+	for i, o := range m.outInfo {
+		t := TensorInfo{Name: m.outs[i], DType: "float32", Shape: make([]int64, len(o.Dims))}
+		if o.DType == "float16" {
+			t.DType = "float16"
+		}
+		for j, d := range o.Dims {
+			t.Shape[j] = -1
+			if j > 0 && d.Fixed {
+				t.Shape[j] = d.Value
+			}
+		}
+		info.Outputs = append(info.Outputs, t)
+	}
+	return info, true
+}
+
+// RawOutput is one output tensor of a whole batch: raw little-endian
+// bytes, row-major, of DType (float32, or float16 when the graph's output
+// is float16).
+type RawOutput struct {
+	Name  string
+	DType string
+	Shape []int64
+	Data  []byte
+}
+
+// Infer runs one batch of already preprocessed input: input is the input
+// tensor of batch items as raw little-endian bytes of the model's input
+// dtype and layout (what prep.Pack writes, what the Open Inference
+// Protocol carries). It is copied into a session's batch buffer and run
+// as Run runs a batch; the outputs come back whole, batch leading.
+func (x *Executor) Infer(ctx context.Context, name string, batch int, input []byte) ([]RawOutput, error) {
+	m := x.models[name]
+	if m == nil {
+		return nil, fmt.Errorf("onnx: model %q is not loaded here (loaded: %s)", name, strings.Join(x.names, ", "))
+	}
+	if batch < 1 || batch > m.m.MaxBatch {
+		return nil, fmt.Errorf("onnx: model %s: batch of %d: want 1..%d (max_batch)", name, batch, m.m.MaxBatch)
+	}
+	if want := batch * prep.ItemBytes(&m.m.Input); len(input) != want {
+		return nil, fmt.Errorf("onnx: model %s: input '%s' of a batch of %d is %d bytes, %s %v needs %d", name, m.m.Input.Name, batch, len(input), m.m.Input.DType, m.m.InputShape(batch), want)
+	}
+	var s *session
+	select {
+	case s = <-m.sessions:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { m.sessions <- s }()
+	switch {
+	case s.f32 != nil:
+		for i := range batch * s.item {
+			s.f32[i] = math.Float32frombits(binary.LittleEndian.Uint32(input[4*i:]))
+		}
+	case s.u8 != nil:
+		copy(s.u8, input)
+	default:
+		copy(s.f16, input)
+	}
+	outs, release, err := x.runOnce(m, s, batch)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: model %s, batch of %d: %w", name, batch, err)
+	}
+	defer release()
+	res := make([]RawOutput, len(outs))
+	for i, o := range outs {
+		r := RawOutput{Name: m.outs[i], Shape: slices.Clone(o.GetShape())}
+		switch t := o.(type) {
+		case *ort.Tensor[float32]:
+			d := t.GetData()
+			r.DType, r.Data = "float32", make([]byte, 4*len(d))
+			for j, v := range d {
+				binary.LittleEndian.PutUint32(r.Data[4*j:], math.Float32bits(v))
+			}
+		case *ort.CustomDataTensor:
+			r.DType, r.Data = "float16", slices.Clone(t.GetData())
+		default:
+			return nil, fmt.Errorf("onnx: model %s: output %s is %T: want float32 or float16", name, m.outs[i], o)
+		}
+		res[i] = r
+	}
+	return res, nil
 }
