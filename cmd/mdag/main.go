@@ -41,6 +41,7 @@ func commands() []command {
 		{"partition", "split models over sub-clusters balancing rate and memory (Symphony MILP)", runPartition},
 		{"serve", "run apps live in one process: coordinator, GPU scheduler, in-process workers (emulated GPUs)", runServe},
 		{"coordinator", "run the coordinator alone: workers (mdag worker) and sources (mdag source) connect over gRPC", runCoordinator},
+		{"infer-server", "serve the Open Inference Protocol (KServe v2 / Triton gRPC) over the onnx or the emulated executor", runInferServer},
 		{"worker", "run a worker that connects to a coordinator and executes the modules it is given", runWorker},
 		{"source", "stream synthetic cameras (moving shapes) into a coordinator over gRPC", runSource},
 		{"status", "show a running server's sessions, finish rate, modules, instances and re-plans", runStatus},
@@ -80,7 +81,7 @@ func usage(w io.Writer) {
 	cmds := commands()
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].name < cmds[j].name })
 	for _, c := range cmds {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'mdag help <command>' for its flags.")
 }
