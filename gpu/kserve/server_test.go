@@ -89,7 +89,7 @@ func (f *fake) Infer(ctx context.Context, model string, in []Tensor) ([]Tensor, 
 
 // serve starts s on 127.0.0.1:0 and returns a client; everything stops at
 // the test's end.
-func serve(t *testing.T, s *Server) pb.GRPCInferenceServiceClient {
+func serve(t testing.TB, s *Server) pb.GRPCInferenceServiceClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -114,7 +114,7 @@ func serve(t *testing.T, s *Server) pb.GRPCInferenceServiceClient {
 	return pb.NewGRPCInferenceServiceClient(cc)
 }
 
-func newFake(t *testing.T) (*Server, *fake) {
+func newFake(t testing.TB) (*Server, *fake) {
 	f := &fake{}
 	s, err := NewServer("mdag", "test", f)
 	if err != nil {
