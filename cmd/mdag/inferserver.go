@@ -67,6 +67,12 @@ func (b onnxBackend) Infer(ctx context.Context, model string, in []kserve.Tensor
 	return res, nil
 }
 
+// Load implements kserve.Loader: the model's sessions again.
+func (b onnxBackend) Load(_ context.Context, model string) error { return b.x.Load(model) }
+
+// Unload implements kserve.Loader: the model's sessions freed.
+func (b onnxBackend) Unload(_ context.Context, model string) error { return b.x.Unload(model) }
+
 // profileLatency is l(b) of every model of reg from the profiles on one
 // worker type: the profiled batch sizes at the lowest concurrency
 // profiled, linearly interpolated between them and extrapolated beyond

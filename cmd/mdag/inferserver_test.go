@@ -195,10 +195,25 @@ func TestInferServerONNX(t *testing.T) {
 			}
 		})
 	}
-	_, err = c.RepositoryModelUnload(ctx, &pb.RepositoryModelUnloadRequest{ModelName: "tiny"})
-	if status.Code(err) != codes.Unimplemented {
-		t.Fatalf("unload on onnx: %v, want Unimplemented", err)
+
+	// the repository extension: unload frees the sessions, load makes them
+	// again, and the model answers as before
+	if _, err := c.RepositoryModelUnload(ctx, &pb.RepositoryModelUnloadRequest{ModelName: "tiny"}); err != nil {
+		t.Fatal(err)
 	}
+	if r, err := c.ModelReady(ctx, &pb.ModelReadyRequest{Name: "tiny"}); err != nil || r.Ready {
+		t.Fatalf("ready after unload: %v %v", r, err)
+	}
+	if _, err := c.ModelInfer(ctx, req); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "model tiny is not loaded (unloaded)") {
+		t.Fatalf("infer after unload: %v", err)
+	}
+	if _, err := c.RepositoryModelLoad(ctx, &pb.RepositoryModelLoadRequest{ModelName: "tiny"}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = c.ModelInfer(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	same(t, r.RawOutputContents[0])
 }
 
 // --executor emulated: the registry's tensors, l(b) from the profiles,

@@ -98,3 +98,54 @@ func TestInferRefuses(t *testing.T) {
 		t.Error("Meta of a model not loaded")
 	}
 }
+
+// Unload frees a model (its batches fail at once, also one that had
+// looked it up before), Load brings it back answering as before.
+func TestUnloadLoad(t *testing.T) {
+	x := newTiny(t, 2, 4)
+	frames := []*media.Frame{frame(1, 64, 64), frame(2, 90, 70)}
+	before, err := x.RunRaw("tiny", frames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := x.models["tiny"]
+	if err := x.Unload("tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if len(x.Models()) != 0 {
+		t.Fatalf("loaded after unload: %v", x.Models())
+	}
+	if _, err := old.acquire(context.Background()); err == nil || !strings.Contains(err.Error(), "model tiny was unloaded") {
+		t.Fatalf("a session of the unloaded model: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		f    func() error
+		says string
+	}{
+		{"run", func() error {
+			_, err := x.Run(context.Background(), "tiny", []*media.Item{{Frame: frames[0]}})
+			return err
+		}, `model "tiny" is not loaded here (loaded: )`},
+		{"infer", func() error { _, err := x.Infer(context.Background(), "tiny", 1, nil); return err }, `model "tiny" is not loaded here`},
+		{"unload again", func() error { return x.Unload("tiny") }, `model "tiny" is not loaded here`},
+		{"load unknown", func() error { return x.Load("resnet") }, `model "resnet" is not an onnx entry of the registry (entries: tiny)`},
+	} {
+		if err := tc.f(); err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.says)
+		}
+	}
+	if err := x.Load("tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Load("tiny"); err != nil {
+		t.Fatalf("loading a loaded model: %v", err)
+	}
+	after, err := x.RunRaw("tiny", frames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("after Load the model answers %v, before %v", after, before)
+	}
+}

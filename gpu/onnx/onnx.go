@@ -20,6 +20,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -100,9 +101,12 @@ func Init(lib string) (version string, err error) {
 
 // Executor runs registry models on ONNX Runtime.
 type Executor struct {
-	cfg    Config
-	models map[string]*model
-	names  []string
+	cfg     Config
+	entries map[string]*registry.Model // every onnx entry of the registry (Load)
+
+	mu     sync.RWMutex
+	models map[string]*model // loaded
+	names  []string          // loaded, in registry order
 }
 
 type model struct {
@@ -148,13 +152,14 @@ func New(reg *registry.Registry, cfg Config) (*Executor, error) {
 	if _, err := Init(cfg.Lib); err != nil {
 		return nil, err
 	}
-	x := &Executor{cfg: cfg, models: map[string]*model{}}
+	x := &Executor{cfg: cfg, models: map[string]*model{}, entries: map[string]*registry.Model{}}
 	var errs []error
 	for _, name := range reg.Names() {
 		m := reg.Models[name]
 		if m.Format != "onnx" {
 			continue
 		}
+		x.entries[name] = m
 		lm, err := x.load(m)
 		if err != nil {
 			errs = append(errs, err)
@@ -338,6 +343,19 @@ func (s *session) close() {
 	s.s.Destroy()
 }
 
+// acquire waits for a free session, or ctx's end, or the model's unload.
+func (m *model) acquire(ctx context.Context) (*session, error) {
+	select {
+	case s, ok := <-m.sessions:
+		if !ok {
+			return nil, fmt.Errorf("onnx: model %s was unloaded", m.m.Name)
+		}
+		return s, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 func (m *model) close() {
 	for _, s := range m.all {
 		s.close()
@@ -355,24 +373,95 @@ func (x *Executor) Describe() string {
 	v, lib := env.version, env.lib
 	env.Unlock()
 	return fmt.Sprintf("ONNX Runtime %s (%s), %s, %d sessions per model, intra-op threads %d: %s",
-		v, lib, x.cfg.Device, x.cfg.Sessions, x.cfg.IntraThreads, strings.Join(x.names, ", "))
+		v, lib, x.cfg.Device, x.cfg.Sessions, x.cfg.IntraThreads, strings.Join(x.Models(), ", "))
 }
 
 // Models lists the loaded models.
-func (x *Executor) Models() []string { return slices.Clone(x.names) }
+func (x *Executor) Models() []string {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return slices.Clone(x.names)
+}
+
+// loaded is the model if it is loaded, else an error that names the
+// loaded ones.
+func (x *Executor) loaded(name string) (*model, error) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	m := x.models[name]
+	if m == nil {
+		return nil, fmt.Errorf("onnx: model %q is not loaded here (loaded: %s)", name, strings.Join(x.names, ", "))
+	}
+	return m, nil
+}
 
 // Close frees every session. Batches must have ended.
 func (x *Executor) Close() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	for _, m := range x.models {
 		m.close()
 	}
+	x.models, x.names = map[string]*model{}, nil
+}
+
+// Unload frees a model's sessions (the model repository extension: GPU
+// memory as a cache of models). Later batches of it fail at once; the
+// batches running finish first.
+func (x *Executor) Unload(name string) error {
+	x.mu.Lock()
+	m := x.models[name]
+	if m == nil {
+		x.mu.Unlock()
+		return fmt.Errorf("onnx: model %q is not loaded here (loaded: %s)", name, strings.Join(x.names, ", "))
+	}
+	delete(x.models, name)
+	x.names = slices.DeleteFunc(x.names, func(n string) bool { return n == name })
+	x.mu.Unlock()
+	for range m.all { // every session back: no batch runs on it
+		<-m.sessions
+	}
+	close(m.sessions) // batches still waiting for one fail (acquire)
+	m.close()
+	return nil
+}
+
+// Load loads an onnx model of the registry again after Unload (loaded
+// already: nothing to do), as New loads it.
+func (x *Executor) Load(name string) error {
+	e := x.entries[name]
+	if e == nil {
+		return fmt.Errorf("onnx: model %q is not an onnx entry of the registry (entries: %s)", name, strings.Join(slices.Sorted(maps.Keys(x.entries)), ", "))
+	}
+	x.mu.RLock()
+	_, done := x.models[name]
+	x.mu.RUnlock()
+	if done {
+		return nil
+	}
+	lm, err := x.load(e)
+	if err != nil {
+		return err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if _, done := x.models[name]; done { // a concurrent Load won
+		lm.close()
+		return nil
+	}
+	x.models[name] = lm
+	x.names = nil
+	for _, n := range slices.Sorted(maps.Keys(x.models)) {
+		x.names = append(x.names, n)
+	}
+	return nil
 }
 
 // Run implements gpu.Executor: the items as one batch of one session Run.
 func (x *Executor) Run(ctx context.Context, name string, items []*media.Item) ([][]*media.Item, error) {
-	m := x.models[name]
-	if m == nil {
-		return nil, fmt.Errorf("onnx: model %q is not loaded here (loaded: %s)", name, strings.Join(x.names, ", "))
+	m, err := x.loaded(name)
+	if err != nil {
+		return nil, err
 	}
 	if len(items) == 0 {
 		return nil, nil
@@ -388,11 +477,9 @@ func (x *Executor) Run(ctx context.Context, name string, items []*media.Item) ([
 			return nil, fmt.Errorf("onnx: model %s: item %d: %w", name, i, err)
 		}
 	}
-	var s *session
-	select {
-	case s = <-m.sessions:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	s, err := m.acquire(ctx)
+	if err != nil {
+		return nil, err
 	}
 	defer func() { m.sessions <- s }()
 	res, err := x.run(m, s, items)
@@ -412,14 +499,17 @@ func (x *Executor) Run(ctx context.Context, name string, items []*media.Item) ([
 // RunRaw runs one batch and returns each item's outputs undecoded (tests,
 // benchmarks, `mdag profile`).
 func (x *Executor) RunRaw(name string, frames []*media.Frame) ([][]decode.Output, error) {
-	m := x.models[name]
-	if m == nil {
-		return nil, fmt.Errorf("onnx: model %q is not loaded here", name)
+	m, err := x.loaded(name)
+	if err != nil {
+		return nil, err
 	}
 	if len(frames) == 0 || len(frames) > m.m.MaxBatch {
 		return nil, fmt.Errorf("onnx: model %s: batch of %d: want 1..%d", name, len(frames), m.m.MaxBatch)
 	}
-	s := <-m.sessions
+	s, err := m.acquire(context.Background())
+	if err != nil {
+		return nil, err
+	}
 	defer func() { m.sessions <- s }()
 	return x.forward(m, s, frames)
 }
@@ -560,8 +650,8 @@ type ModelInfo struct {
 
 // Meta describes a loaded model (false when it is not loaded here).
 func (x *Executor) Meta(name string) (ModelInfo, bool) {
-	m := x.models[name]
-	if m == nil {
+	m, err := x.loaded(name)
+	if err != nil {
 		return ModelInfo{}, false
 	}
 	in := m.m.InputShape(1)
@@ -599,9 +689,9 @@ type RawOutput struct {
 // Protocol carries). It is copied into a session's batch buffer and run
 // as Run runs a batch; the outputs come back whole, batch leading.
 func (x *Executor) Infer(ctx context.Context, name string, batch int, input []byte) ([]RawOutput, error) {
-	m := x.models[name]
-	if m == nil {
-		return nil, fmt.Errorf("onnx: model %q is not loaded here (loaded: %s)", name, strings.Join(x.names, ", "))
+	m, err := x.loaded(name)
+	if err != nil {
+		return nil, err
 	}
 	if batch < 1 || batch > m.m.MaxBatch {
 		return nil, fmt.Errorf("onnx: model %s: batch of %d: want 1..%d (max_batch)", name, batch, m.m.MaxBatch)
@@ -609,11 +699,9 @@ func (x *Executor) Infer(ctx context.Context, name string, batch int, input []by
 	if want := batch * prep.ItemBytes(&m.m.Input); len(input) != want {
 		return nil, fmt.Errorf("onnx: model %s: input '%s' of a batch of %d is %d bytes, %s %v needs %d", name, m.m.Input.Name, batch, len(input), m.m.Input.DType, m.m.InputShape(batch), want)
 	}
-	var s *session
-	select {
-	case s = <-m.sessions:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	s, err := m.acquire(ctx)
+	if err != nil {
+		return nil, err
 	}
 	defer func() { m.sessions <- s }()
 	switch {
