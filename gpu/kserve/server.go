@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -71,7 +72,9 @@ type Backend interface {
 	// size as the leading dimension), every output of the model back. It
 	// must return early with ctx's error when ctx ends. The input bytes
 	// may live in a shared memory region: they are valid until Infer
-	// returns and must not be kept.
+	// returns, must not be kept, and must be read on the calling goroutine
+	// (a fault there, from an object truncated under the mapping, becomes
+	// the request's error; on another goroutine it would end the process).
 	Infer(ctx context.Context, model string, in []Tensor) ([]Tensor, error)
 }
 
@@ -384,7 +387,20 @@ func elements(shape []int64) (int64, bool) {
 // ModelInfer implements the protocol: inputs from raw_input_contents,
 // typed contents or shared memory; outputs as raw_output_contents or into
 // shared memory.
-func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (resp *pb.ModelInferResponse, err error) {
+	// A region's owner can truncate its object under the mapping: reading
+	// or writing past the end is then SIGBUS. This goroutine turns such a
+	// fault into a panic, and the panic into the request's error.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			f, ok := p.(interface{ Addr() uintptr })
+			if !ok {
+				panic(p)
+			}
+			resp, err = nil, status.Errorf(codes.InvalidArgument, "model %s: a shared memory region faulted at %#x: was its object truncated under the mapping? (%v)", r.GetModelName(), f.Addr(), p)
+		}
+	}()
 	m, err := s.model(r.GetModelName(), r.GetModelVersion())
 	if err != nil {
 		return nil, err

@@ -520,6 +520,39 @@ func TestSharedMemoryUnregisterWhileInUse(t *testing.T) {
 	wg.Wait()
 }
 
+// A client that truncates its object under a registered region makes
+// reading it fault (SIGBUS): the request fails, the server goes on.
+func TestSharedMemoryTruncated(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after serve's cleanup
+	s, _ := newFake(t)
+	c := serve(t, s)
+	ctx := context.Background()
+	key := fmt.Sprintf("/mdag-srv-trunc-%d", os.Getpid())
+	mem, err := CreateRegion(key, 3*os.Getpagesize())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	off := int64(2 * os.Getpagesize())
+	if _, err := c.SystemSharedMemoryRegister(ctx, &pb.SystemSharedMemoryRegisterRequest{Name: "r", Key: key, Offset: uint64(off), ByteSize: 96}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(ShmDir, key[1:]), 0); err != nil {
+		t.Fatal(err)
+	}
+	req := &pb.ModelInferRequest{ModelName: "twice",
+		Inputs:  []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP32", Shape: []int64{1, 2, 3}}},
+		Outputs: []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "y", Parameters: shmP("r", 24, 0)}},
+		RawInputContents: [][]byte{f32(seq(6)...)}}
+	_, err = c.ModelInfer(ctx, req)
+	wantCode(t, err, codes.InvalidArgument, "shared memory region faulted", "truncated")
+	// the server still answers
+	req.Outputs = nil
+	if _, err := c.ModelInfer(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // emulatedRegistry is a registry of two models (any format serves: only
 // the input and max_batch are read).
 func emulatedRegistry(t *testing.T) *registry.Registry {
