@@ -541,8 +541,8 @@ func TestSharedMemoryTruncated(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := &pb.ModelInferRequest{ModelName: "twice",
-		Inputs:  []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP32", Shape: []int64{1, 2, 3}}},
-		Outputs: []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "y", Parameters: shmP("r", 24, 0)}},
+		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP32", Shape: []int64{1, 2, 3}}},
+		Outputs:          []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "y", Parameters: shmP("r", 24, 0)}},
 		RawInputContents: [][]byte{f32(seq(6)...)}}
 	_, err = c.ModelInfer(ctx, req)
 	wantCode(t, err, codes.InvalidArgument, "shared memory region faulted", "truncated")
