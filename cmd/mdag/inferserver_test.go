@@ -138,6 +138,43 @@ func TestInferServerONNX(t *testing.T) {
 	}
 	same(t, r.RawOutputContents[0])
 
+	t.Run("concurrent", func(t *testing.T) {
+		// 6 clients at once on 1 session per model: each gets its own
+		// batch's answer
+		errs := make(chan error, 6)
+		for g := range 6 {
+			go func() {
+				n := 1 + g%3
+				fr := frames[:n]
+				want, err := ref.RunRaw("tiny", fr)
+				if err != nil {
+					errs <- err
+					return
+				}
+				r, err := c.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: "tiny",
+					Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "input", Datatype: "FP32", Shape: []int64{int64(n), 3, 64, 64}}},
+					RawInputContents: [][]byte{raw[:n*prep.ItemBytes(in)]}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				vals, _ := prep.Floats("float32", r.RawOutputContents[0])
+				for i := range n {
+					if a, b := fmt.Sprint(vals[i*10:(i+1)*10]), fmt.Sprint(want[i][0].Data); a != b {
+						errs <- fmt.Errorf("client %d item %d: %s, want %s", g, i, a, b)
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range 6 {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+		}
+	})
+
 	t.Run("shared memory", func(t *testing.T) {
 		key := fmt.Sprintf("/mdag-infer-server-test-%d", os.Getpid())
 		mem, err := kserve.CreateRegion(key, len(raw)+4096)
