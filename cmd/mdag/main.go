@@ -41,6 +41,7 @@ func commands() []command {
 		{"partition", "split models over sub-clusters balancing rate and memory (Symphony MILP)", runPartition},
 		{"serve", "run apps live in one process: coordinator, GPU scheduler, in-process workers (emulated GPUs)", runServe},
 		{"coordinator", "run the coordinator alone: workers (mdag worker) and sources (mdag source) connect over gRPC", runCoordinator},
+		{"infer-server", "serve the Open Inference Protocol (KServe v2 / Triton gRPC) over the onnx or the emulated executor", runInferServer},
 		{"worker", "run a worker that connects to a coordinator and executes the modules it is given", runWorker},
 		{"source", "stream synthetic cameras (moving shapes) into a coordinator over gRPC", runSource},
 		{"status", "show a running server's sessions, finish rate, modules, instances and re-plans", runStatus},

@@ -17,8 +17,11 @@ package onnx
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -98,9 +101,12 @@ func Init(lib string) (version string, err error) {
 
 // Executor runs registry models on ONNX Runtime.
 type Executor struct {
-	cfg    Config
-	models map[string]*model
-	names  []string
+	cfg     Config
+	entries map[string]*registry.Model // every onnx entry of the registry (Load)
+
+	mu     sync.RWMutex
+	models map[string]*model // loaded
+	names  []string          // loaded, in registry order
 }
 
 type model struct {
@@ -146,13 +152,14 @@ func New(reg *registry.Registry, cfg Config) (*Executor, error) {
 	if _, err := Init(cfg.Lib); err != nil {
 		return nil, err
 	}
-	x := &Executor{cfg: cfg, models: map[string]*model{}}
+	x := &Executor{cfg: cfg, models: map[string]*model{}, entries: map[string]*registry.Model{}}
 	var errs []error
 	for _, name := range reg.Names() {
 		m := reg.Models[name]
 		if m.Format != "onnx" {
 			continue
 		}
+		x.entries[name] = m
 		lm, err := x.load(m)
 		if err != nil {
 			errs = append(errs, err)
@@ -336,6 +343,19 @@ func (s *session) close() {
 	s.s.Destroy()
 }
 
+// acquire waits for a free session, or ctx's end, or the model's unload.
+func (m *model) acquire(ctx context.Context) (*session, error) {
+	select {
+	case s, ok := <-m.sessions:
+		if !ok {
+			return nil, fmt.Errorf("onnx: model %s was unloaded", m.m.Name)
+		}
+		return s, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 func (m *model) close() {
 	for _, s := range m.all {
 		s.close()
@@ -353,24 +373,95 @@ func (x *Executor) Describe() string {
 	v, lib := env.version, env.lib
 	env.Unlock()
 	return fmt.Sprintf("ONNX Runtime %s (%s), %s, %d sessions per model, intra-op threads %d: %s",
-		v, lib, x.cfg.Device, x.cfg.Sessions, x.cfg.IntraThreads, strings.Join(x.names, ", "))
+		v, lib, x.cfg.Device, x.cfg.Sessions, x.cfg.IntraThreads, strings.Join(x.Models(), ", "))
 }
 
 // Models lists the loaded models.
-func (x *Executor) Models() []string { return slices.Clone(x.names) }
+func (x *Executor) Models() []string {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return slices.Clone(x.names)
+}
+
+// loaded is the model if it is loaded, else an error that names the
+// loaded ones.
+func (x *Executor) loaded(name string) (*model, error) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	m := x.models[name]
+	if m == nil {
+		return nil, fmt.Errorf("onnx: model %q is not loaded here (loaded: %s)", name, strings.Join(x.names, ", "))
+	}
+	return m, nil
+}
 
 // Close frees every session. Batches must have ended.
 func (x *Executor) Close() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	for _, m := range x.models {
 		m.close()
 	}
+	x.models, x.names = map[string]*model{}, nil
+}
+
+// Unload frees a model's sessions (the model repository extension: GPU
+// memory as a cache of models). Later batches of it fail at once; the
+// batches running finish first.
+func (x *Executor) Unload(name string) error {
+	x.mu.Lock()
+	m := x.models[name]
+	if m == nil {
+		x.mu.Unlock()
+		return fmt.Errorf("onnx: model %q is not loaded here (loaded: %s)", name, strings.Join(x.names, ", "))
+	}
+	delete(x.models, name)
+	x.names = slices.DeleteFunc(x.names, func(n string) bool { return n == name })
+	x.mu.Unlock()
+	for range m.all { // every session back: no batch runs on it
+		<-m.sessions
+	}
+	close(m.sessions) // batches still waiting for one fail (acquire)
+	m.close()
+	return nil
+}
+
+// Load loads an onnx model of the registry again after Unload (loaded
+// already: nothing to do), as New loads it.
+func (x *Executor) Load(name string) error {
+	e := x.entries[name]
+	if e == nil {
+		return fmt.Errorf("onnx: model %q is not an onnx entry of the registry (entries: %s)", name, strings.Join(slices.Sorted(maps.Keys(x.entries)), ", "))
+	}
+	x.mu.RLock()
+	_, done := x.models[name]
+	x.mu.RUnlock()
+	if done {
+		return nil
+	}
+	lm, err := x.load(e)
+	if err != nil {
+		return err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if _, done := x.models[name]; done { // a concurrent Load won
+		lm.close()
+		return nil
+	}
+	x.models[name] = lm
+	x.names = nil
+	for _, n := range slices.Sorted(maps.Keys(x.models)) {
+		x.names = append(x.names, n)
+	}
+	return nil
 }
 
 // Run implements gpu.Executor: the items as one batch of one session Run.
 func (x *Executor) Run(ctx context.Context, name string, items []*media.Item) ([][]*media.Item, error) {
-	m := x.models[name]
-	if m == nil {
-		return nil, fmt.Errorf("onnx: model %q is not loaded here (loaded: %s)", name, strings.Join(x.names, ", "))
+	m, err := x.loaded(name)
+	if err != nil {
+		return nil, err
 	}
 	if len(items) == 0 {
 		return nil, nil
@@ -386,11 +477,9 @@ func (x *Executor) Run(ctx context.Context, name string, items []*media.Item) ([
 			return nil, fmt.Errorf("onnx: model %s: item %d: %w", name, i, err)
 		}
 	}
-	var s *session
-	select {
-	case s = <-m.sessions:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	s, err := m.acquire(ctx)
+	if err != nil {
+		return nil, err
 	}
 	defer func() { m.sessions <- s }()
 	res, err := x.run(m, s, items)
@@ -410,14 +499,17 @@ func (x *Executor) Run(ctx context.Context, name string, items []*media.Item) ([
 // RunRaw runs one batch and returns each item's outputs undecoded (tests,
 // benchmarks, `mdag profile`).
 func (x *Executor) RunRaw(name string, frames []*media.Frame) ([][]decode.Output, error) {
-	m := x.models[name]
-	if m == nil {
-		return nil, fmt.Errorf("onnx: model %q is not loaded here", name)
+	m, err := x.loaded(name)
+	if err != nil {
+		return nil, err
 	}
 	if len(frames) == 0 || len(frames) > m.m.MaxBatch {
 		return nil, fmt.Errorf("onnx: model %s: batch of %d: want 1..%d", name, len(frames), m.m.MaxBatch)
 	}
-	s := <-m.sessions
+	s, err := m.acquire(context.Background())
+	if err != nil {
+		return nil, err
+	}
 	defer func() { m.sessions <- s }()
 	return x.forward(m, s, frames)
 }
@@ -463,28 +555,47 @@ func (x *Executor) forward(m *model, s *session, frames []*media.Frame) ([][]dec
 	return x.infer(m, s, len(frames))
 }
 
-// infer runs the session once on the first n items of its buffer and
-// splits each output along its leading (batch) dimension.
-func (x *Executor) infer(m *model, s *session, n int) ([][]decode.Output, error) {
+// runOnce runs the session once on the first n items of its buffer and
+// returns its outputs, each with a leading dimension of n; release frees
+// what ORT allocated (the outputs are valid until then).
+func (x *Executor) runOnce(m *model, s *session, n int) (outs []ort.Value, release func(), err error) {
 	t, err := s.input(m.m, n)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	kept, err := s.output(m, n)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	outs := slices.Clone(kept)
+	outs = slices.Clone(kept)
 	if err := s.s.Run([]ort.Value{t}, outs); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer func() { // what ORT allocated
+	release = func() {
 		for i, o := range outs {
 			if o != nil && kept[i] == nil {
 				o.Destroy()
 			}
 		}
-	}()
+	}
+	for oi, o := range outs {
+		shape := o.GetShape()
+		if len(shape) == 0 || shape[0] != int64(n) {
+			release()
+			return nil, nil, fmt.Errorf("output %s has shape %v: its leading dimension is not the batch of %d", m.outs[oi], shape, n)
+		}
+	}
+	return outs, release, nil
+}
+
+// infer runs the session once on the first n items of its buffer and
+// splits each output along its leading (batch) dimension.
+func (x *Executor) infer(m *model, s *session, n int) ([][]decode.Output, error) {
+	outs, release, err := x.runOnce(m, s, n)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	res := make([][]decode.Output, n)
 	for oi, o := range outs {
 		data, err := floats(o)
@@ -492,9 +603,6 @@ func (x *Executor) infer(m *model, s *session, n int) ([][]decode.Output, error)
 			return nil, fmt.Errorf("output %s: %w", m.outs[oi], err)
 		}
 		shape := o.GetShape()
-		if len(shape) == 0 || shape[0] != int64(n) {
-			return nil, fmt.Errorf("output %s has shape %v: its leading dimension is not the batch of %d", m.outs[oi], shape, n)
-		}
 		per := len(data) / n
 		for i := range n {
 			res[i] = append(res[i], decode.Output{Name: m.outs[oi], Shape: slices.Clone(shape[1:]), Data: slices.Clone(data[i*per : (i+1)*per])})
@@ -517,4 +625,113 @@ func floats(v ort.Value) ([]float32, error) {
 		return out, nil
 	}
 	return nil, fmt.Errorf("%T: decoders read float32 or float16 tensors", v)
+}
+
+// TensorInfo describes an input or output tensor of a loaded model: the
+// dtype as the registry names it (float32, float16, uint8) and the shape,
+// -1 for the batch (always the leading dimension) and for any other
+// dimension the graph leaves symbolic.
+type TensorInfo struct {
+	Name  string
+	DType string
+	Shape []int64
+}
+
+// ModelInfo describes a loaded model as Infer takes and answers it.
+type ModelInfo struct {
+	Name     string
+	MaxBatch int
+	Input    TensorInfo
+	Outputs  []TensorInfo // in the order Infer returns them
+}
+
+// Meta describes a loaded model (false when it is not loaded here).
+func (x *Executor) Meta(name string) (ModelInfo, bool) {
+	m, err := x.loaded(name)
+	if err != nil {
+		return ModelInfo{}, false
+	}
+	in := m.m.InputShape(1)
+	in[0] = -1
+	info := ModelInfo{Name: name, MaxBatch: m.m.MaxBatch, Input: TensorInfo{Name: m.m.Input.Name, DType: m.m.Input.DType, Shape: in}}
+	for i, o := range m.outInfo {
+		t := TensorInfo{Name: m.outs[i], DType: "float32", Shape: make([]int64, len(o.Dims))}
+		if o.DType == "float16" {
+			t.DType = "float16"
+		}
+		for j, d := range o.Dims {
+			t.Shape[j] = -1
+			if j > 0 && d.Fixed {
+				t.Shape[j] = d.Value
+			}
+		}
+		info.Outputs = append(info.Outputs, t)
+	}
+	return info, true
+}
+
+// RawOutput is one output tensor of a whole batch: raw little-endian
+// bytes, row-major, of DType (float32, or float16 when the graph's output
+// is float16).
+type RawOutput struct {
+	Name  string
+	DType string
+	Shape []int64
+	Data  []byte
+}
+
+// Infer runs one batch of already preprocessed input: input is the input
+// tensor of batch items as raw little-endian bytes of the model's input
+// dtype and layout (what prep.Pack writes, what the Open Inference
+// Protocol carries). It is copied into a session's batch buffer and run
+// as Run runs a batch; the outputs come back whole, batch leading.
+func (x *Executor) Infer(ctx context.Context, name string, batch int, input []byte) ([]RawOutput, error) {
+	m, err := x.loaded(name)
+	if err != nil {
+		return nil, err
+	}
+	if batch < 1 || batch > m.m.MaxBatch {
+		return nil, fmt.Errorf("onnx: model %s: batch of %d: want 1..%d (max_batch)", name, batch, m.m.MaxBatch)
+	}
+	if want := batch * prep.ItemBytes(&m.m.Input); len(input) != want {
+		return nil, fmt.Errorf("onnx: model %s: input '%s' of a batch of %d is %d bytes, %s %v needs %d", name, m.m.Input.Name, batch, len(input), m.m.Input.DType, m.m.InputShape(batch), want)
+	}
+	s, err := m.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { m.sessions <- s }()
+	switch {
+	case s.f32 != nil:
+		for i := range batch * s.item {
+			s.f32[i] = math.Float32frombits(binary.LittleEndian.Uint32(input[4*i:]))
+		}
+	case s.u8 != nil:
+		copy(s.u8, input)
+	default:
+		copy(s.f16, input)
+	}
+	outs, release, err := x.runOnce(m, s, batch)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: model %s, batch of %d: %w", name, batch, err)
+	}
+	defer release()
+	res := make([]RawOutput, len(outs))
+	for i, o := range outs {
+		r := RawOutput{Name: m.outs[i], Shape: slices.Clone(o.GetShape())}
+		switch t := o.(type) {
+		case *ort.Tensor[float32]:
+			d := t.GetData()
+			r.DType, r.Data = "float32", make([]byte, 4*len(d))
+			for j, v := range d {
+				binary.LittleEndian.PutUint32(r.Data[4*j:], math.Float32bits(v))
+			}
+		case *ort.CustomDataTensor:
+			r.DType, r.Data = "float16", slices.Clone(t.GetData())
+		default:
+			return nil, fmt.Errorf("onnx: model %s: output %s is %T: want float32 or float16", name, m.outs[i], o)
+		}
+		res[i] = r
+	}
+	return res, nil
 }

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/mdag/mdag/api/kserve"
+	"github.com/mdag/mdag/gpu"
+	"github.com/mdag/mdag/gpu/kserve"
+	"github.com/mdag/mdag/gpu/onnx"
+	"github.com/mdag/mdag/gpu/registry"
+	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/profile"
+)
+
+// `mdag infer-server` serves the Open Inference Protocol (KServe v2 /
+// Triton gRPC) over one of mdag's executors (both builds): the onnx
+// executor's sessions, or the emulated model (the protocol's cost without
+// compute).
+
+// PlatformONNX is the platform ModelMetadata reports for the onnx
+// executor's models (Triton's name for ONNX Runtime).
+const PlatformONNX = "onnxruntime_onnx"
+
+// onnxBackend serves an onnx.Executor's models as a kserve.Backend
+// (gpu/kserve does not import gpu/onnx: the adapter lives here).
+type onnxBackend struct{ x *onnx.Executor }
+
+func (b onnxBackend) Models() []kserve.ModelMeta {
+	var out []kserve.ModelMeta
+	for _, name := range b.x.Models() {
+		m, ok := b.x.Meta(name)
+		if !ok {
+			continue
+		}
+		mm := kserve.ModelMeta{Name: name, Platform: PlatformONNX, MaxBatch: m.MaxBatch,
+			Inputs: []kserve.TensorMeta{{Name: m.Input.Name, DType: m.Input.DType, Shape: m.Input.Shape}}}
+		for _, o := range m.Outputs {
+			mm.Outputs = append(mm.Outputs, kserve.TensorMeta{Name: o.Name, DType: o.DType, Shape: o.Shape})
+		}
+		out = append(out, mm)
+	}
+	return out
+}
+
+func (b onnxBackend) Infer(ctx context.Context, model string, in []kserve.Tensor) ([]kserve.Tensor, error) {
+	if len(in) != 1 || len(in[0].Shape) == 0 {
+		return nil, fmt.Errorf("onnx: model %s takes one batched input", model)
+	}
+	outs, err := b.x.Infer(ctx, model, int(in[0].Shape[0]), in[0].Data)
+	if err != nil {
+		return nil, err
+	}
+	res := make([]kserve.Tensor, len(outs))
+	for i, o := range outs {
+		res[i] = kserve.Tensor{Name: o.Name, DType: o.DType, Shape: o.Shape, Data: o.Data}
+	}
+	return res, nil
+}
+
+// Load implements kserve.Loader: the model's sessions again.
+func (b onnxBackend) Load(_ context.Context, model string) error { return b.x.Load(model) }
+
+// Unload implements kserve.Loader: the model's sessions freed.
+func (b onnxBackend) Unload(_ context.Context, model string) error { return b.x.Unload(model) }
+
+// profileLatency is l(b) of every model of reg from the profiles on one
+// worker type: the profiled batch sizes at the lowest concurrency
+// profiled, linearly interpolated between them and extrapolated beyond
+// the last two (a single point is every batch's time). Every model needs
+// a profile on that worker type.
+func profileLatency(pf *profile.File, worker string, reg *registry.Registry) (gpu.LatencyFunc, error) {
+	if worker == "" {
+		var types []string
+		for _, w := range pf.Workers {
+			types = append(types, string(w.Type))
+		}
+		if len(types) != 1 {
+			return nil, fmt.Errorf("%s has worker types %s: choose one with --worker-type", pf.Path, strings.Join(types, ", "))
+		}
+		worker = types[0]
+	} else if _, ok := pf.Worker(profile.WorkerTypeID(worker)); !ok {
+		var types []string
+		for _, w := range pf.Workers {
+			types = append(types, string(w.Type))
+		}
+		return nil, fmt.Errorf("--worker-type %s is not in %s (it has: %s)", worker, pf.Path, strings.Join(types, ", "))
+	}
+	type pt struct {
+		b int
+		l time.Duration
+	}
+	curves := map[string][]pt{}
+	var errs []error
+	for _, name := range reg.Names() {
+		conc := 0
+		var pts []pt
+		for _, p := range pf.Profiles {
+			if p.Target != name || string(p.Worker) != worker {
+				continue
+			}
+			for _, q := range p.Points {
+				switch {
+				case conc == 0 || q.Concurrency < conc:
+					conc, pts = q.Concurrency, []pt{{q.Batch, q.Latency}}
+				case q.Concurrency == conc:
+					pts = append(pts, pt{q.Batch, q.Latency})
+				}
+			}
+		}
+		if len(pts) == 0 {
+			errs = append(errs, fmt.Errorf("model %s has no profile on worker type %s in %s", name, worker, pf.Path))
+			continue
+		}
+		sort.Slice(pts, func(i, j int) bool { return pts[i].b < pts[j].b })
+		curves[name] = pts
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return func(model string, b int) (time.Duration, bool) {
+		pts := curves[model]
+		if len(pts) == 0 || b < 1 {
+			return 0, false
+		}
+		if len(pts) == 1 {
+			return pts[0].l, true
+		}
+		i := sort.Search(len(pts), func(i int) bool { return pts[i].b >= b })
+		switch {
+		case i < len(pts) && pts[i].b == b:
+			return pts[i].l, true
+		case i == 0:
+			i = 1
+		case i == len(pts):
+			i = len(pts) - 1
+		}
+		a, c := pts[i-1], pts[i]
+		l := a.l + time.Duration(float64(c.l-a.l)*float64(b-a.b)/float64(c.b-a.b))
+		return max(l, 0), true
+	}, nil
+}
+
+// inferServer is a built server and what it holds.
+type inferServer struct {
+	srv   *kserve.Server
+	close func()
+	what  string // the executor, for the log
+}
+
+// newInferServer builds the server of the flags.
+func newInferServer(executor string, ox *onnxFlags, profiles, worker string) (*inferServer, error) {
+	switch executor {
+	case "onnx":
+		if profiles != "" || worker != "" {
+			return nil, fmt.Errorf("--profiles and --worker-type are the emulated executor's; --executor onnx runs the models")
+		}
+		x, _, err := ox.executor()
+		if err != nil {
+			return nil, err
+		}
+		s, err := kserve.NewServer("mdag", version, onnxBackend{x})
+		if err != nil {
+			x.Close()
+			return nil, err
+		}
+		return &inferServer{srv: s, close: x.Close, what: x.Describe()}, nil
+	case "emulated":
+		if *ox.models == "" || profiles == "" {
+			return nil, fmt.Errorf("--executor emulated needs --models models.yaml (the tensors) and --profiles profiles.yaml (l(b) of each model)")
+		}
+		reg, err := registry.Load(*ox.models)
+		if err != nil {
+			return nil, err
+		}
+		pf, err := profile.Load(profiles)
+		if err != nil {
+			return nil, err
+		}
+		l, err := profileLatency(pf, worker, reg)
+		if err != nil {
+			return nil, err
+		}
+		e, err := kserve.NewEmulated(reg, clock.Real{}, l)
+		if err != nil {
+			return nil, err
+		}
+		s, err := kserve.NewServer("mdag", version, e)
+		if err != nil {
+			return nil, err
+		}
+		return &inferServer{srv: s, close: func() {}, what: "emulated (profiled l(b) from " + profiles + ", zeros back)"}, nil
+	}
+	return nil, fmt.Errorf("--executor %q: want onnx or emulated", executor)
+}
+
+// serveInfer serves s on lis until ctx ends, then stops gracefully (at
+// most grace for requests running).
+func serveInfer(ctx context.Context, s *kserve.Server, lis net.Listener, grace time.Duration, log *slog.Logger) error {
+	g := grpc.NewServer(kserve.ServerOptions()...)
+	s.Register(g)
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("stopping: requests running finish first", "grace", grace)
+	stopped := make(chan struct{})
+	go func() { g.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(grace):
+		g.Stop()
+		<-stopped
+	}
+	<-errc
+	return s.Close()
+}
+
+func runInferServer(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("infer-server", "--models models.yaml [--executor onnx|emulated] [flags]", stderr)
+	listen := fs.String("listen", "127.0.0.1:8001", "the gRPC address (Triton's gRPC port is 8001)")
+	executor := fs.String("executor", "onnx", "onnx: the registry's onnx models on ONNX Runtime; emulated: every registry model, answered after its profiled l(b) with zeros (the protocol's cost without compute)")
+	ox := addONNXFlags(fs)
+	fs.Lookup("models").Usage = "the model registry (models.yaml): onnx serves its onnx entries, emulated every entry's input tensor and max_batch"
+	profiles := fs.String("profiles", "", "with --executor emulated: profiles YAML whose points give each model's l(b)")
+	worker := fs.String("worker-type", "", "with --executor emulated: the profiles' worker type to take l(b) from (default: the only one)")
+	duration := fs.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
+	grace := fs.Duration("grace", 5*time.Second, "on stop, how long requests running may take to finish")
+	verbose := fs.Bool("v", false, "log debug events")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if given := ox.set(fs); *executor == "emulated" {
+		for _, g := range given {
+			if g != "--models" {
+				fmt.Fprintf(stderr, "mdag infer-server: %s needs --executor onnx\n", g)
+				return exitInvalid
+			}
+		}
+	}
+	if *grace < 0 {
+		fmt.Fprintf(stderr, "mdag infer-server: --grace %v: want >= 0\n", *grace)
+		return exitInvalid
+	}
+	is, err := newInferServer(*executor, ox, *profiles, *worker)
+	if err != nil {
+		printErrors(stderr, fmt.Errorf("mdag infer-server: %w", err))
+		return exitInvalid
+	}
+	defer is.close()
+	lis, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag infer-server: --listen %s: %v\n", *listen, err)
+		return exitInvalid
+	}
+	log := newLogger(stderr, *verbose)
+	log.Info("serving the Open Inference Protocol (KServe v2 gRPC)", "grpc", lis.Addr().String(), "executor", is.what)
+	for _, m := range is.srv.Models() {
+		md, _ := is.srv.ModelMetadata(context.Background(), &pb.ModelMetadataRequest{Name: m})
+		log.Info("model", "name", m, "platform", md.Platform, "inputs", tensorList(md.Inputs), "outputs", tensorList(md.Outputs))
+	}
+	ctx, cancel := runContext(*duration)
+	defer cancel()
+	if err := serveInfer(ctx, is.srv, lis, *grace, log); err != nil {
+		fmt.Fprintf(stderr, "mdag infer-server: %v\n", err)
+		return exitFailure
+	}
+	fmt.Fprintf(stdout, "infer-server on %s stopped\n", lis.Addr())
+	return exitOK
+}
+
+// tensorList says tensors as the log shows them: input FP32[-1 3 64 64].
+func tensorList(ts []*pb.ModelMetadataResponse_TensorMetadata) string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, fmt.Sprintf("%s %s%v", t.Name, t.Datatype, t.Shape))
+	}
+	return strings.Join(out, ", ")
+}
