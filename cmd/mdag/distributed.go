@@ -21,8 +21,8 @@ import (
 
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/gpu"
-	"github.com/mdag/mdag/gpu/nvml"
 	"github.com/mdag/mdag/gpu/kserve"
+	"github.com/mdag/mdag/gpu/nvml"
 	"github.com/mdag/mdag/gpu/onnx"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/remote"
