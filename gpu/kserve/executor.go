@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -180,7 +181,11 @@ func (x *Executor) load(m *registry.Model) (*model, error) {
 		return nil, fmt.Errorf("model %s: kserve.shared_memory %q: want auto, on or off", m.Name, lm.shm)
 	}
 	if lm.shm == "on" && !c.local {
-		return nil, fmt.Errorf("model %s: kserve.shared_memory on, but endpoint %s is not on this host (127.0.0.1, localhost, ::1 or unix:)", m.Name, c.endpoint)
+		from := "the executor's shared memory setting (--shared-memory)"
+		if m.KServe.SharedMemory != "" {
+			from = "kserve.shared_memory"
+		}
+		return nil, fmt.Errorf("model %s: %s is on, but endpoint %s is not on this host (127.0.0.1, localhost, ::1 or unix:)", m.Name, from, c.endpoint)
 	}
 	for range x.cfg.Slots {
 		s := &slot{scratch: make([]float32, m.Input.Width*m.Input.Height*3)}
@@ -368,8 +373,17 @@ func (m *model) prepare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	size := outs[len(outs)-1].offset + outs[len(outs)-1].per*m.m.MaxBatch
+	size := outs[len(outs)-1].offset
 	outs = outs[:len(outs)-1]
+	// a mapping of a full tmpfs faults (SIGBUS) when written: the regions
+	// must fit in what is free there now
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(ShmDir, &fs); err != nil {
+		return fallback(fmt.Sprintf("%s: %v", ShmDir, err))
+	}
+	if need, free := uint64(size)*uint64(len(m.all)), fs.Bavail*uint64(fs.Bsize); need > free {
+		return fallback(fmt.Sprintf("%d regions of %d bytes (max_batch %d) need %d MB, %s has %d MB free", len(m.all), size, m.m.MaxBatch, need>>20, ShmDir, free>>20))
+	}
 	var made []*slot
 	undo := func() {
 		for _, s := range made {

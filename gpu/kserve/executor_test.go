@@ -630,7 +630,8 @@ func TestNewErrors(t *testing.T) {
 		want    string
 	}{
 		{"http", Config{}, []string{entry("m", "m", "http://127.0.0.1:8000", f32, "")}, "model m: endpoint http://127.0.0.1:8000: the kserve executor speaks the protocol's gRPC binding"},
-		{"remote shm on", Config{}, []string{entry("m", "m", "gpu-box:8001", f32, ", shared_memory: \"on\"")}, "model m: kserve.shared_memory on, but endpoint gpu-box:8001 is not on this host"},
+		{"remote shm on", Config{}, []string{entry("m", "m", "gpu-box:8001", f32, ", shared_memory: \"on\"")}, "model m: kserve.shared_memory is on, but endpoint gpu-box:8001 is not on this host"},
+		{"remote shm on (config)", Config{SharedMemory: "on"}, []string{entry("m", "m", "gpu-box:8001", f32, "")}, "model m: the executor's shared memory setting (--shared-memory) is on, but endpoint gpu-box:8001"},
 		{"mode", Config{SharedMemory: "sometimes"}, []string{entry("m", "m", "127.0.0.1:1", f32, "")}, `kserve: shared memory "sometimes": want auto, on or off`},
 		{"no kserve", Config{}, []string{"\n  o:\n    format: onnx\n    file: x.onnx\n    input: {name: input, dtype: float32, layout: NCHW, width: 8, height: 8}\n    max_batch: 1\n    decoder: {name: classify}\n"}, "has no kserve models"},
 	} {
@@ -687,5 +688,26 @@ func BenchmarkKServeRun(b *testing.B) {
 			})
 		}
 		x.Close()
+	}
+}
+
+// Regions that do not fit in /dev/shm's free space are not made (writing a
+// mapping of a full tmpfs faults): auto falls back to raw bytes, on fails.
+func TestSharedMemoryTooBig(t *testing.T) {
+	_, addr := startFake(t, true)
+	huge := func(shm string) string {
+		e := entry("cls", "cls", addr, f32, ", shared_memory: \""+shm+"\"")
+		return strings.Replace(strings.Replace(e, "width: 8, height: 8", "width: 8192, height: 8192", 1), "max_batch: 4", "max_batch: 1024", 1)
+	}
+	auto := newExec(t, Config{}, huge("auto"))
+	if err := auto.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := auto.Describe(); !strings.Contains(d, "raw bytes (4 regions of ") || !strings.Contains(d, "MB free") {
+		t.Errorf("Describe: %s", d)
+	}
+	on := newExec(t, Config{}, huge("on"))
+	if err := on.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "shared memory on, but 4 regions of ") {
+		t.Errorf("Check with shared memory on: %v", err)
 	}
 }
