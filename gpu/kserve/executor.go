@@ -491,7 +491,8 @@ func (c *conn) extensions(ctx context.Context) ([]string, error) {
 }
 
 // Run implements gpu.Executor: the items as one ModelInfer, the batch as
-// the input's leading dimension, ctx's deadline as the gRPC deadline.
+// the input's leading dimension, ctx's deadline as the gRPC deadline (when
+// ctx has none: the latest of the items' deadlines).
 func (x *Executor) Run(ctx context.Context, name string, items []*media.Item) ([][]*media.Item, error) {
 	m := x.models[name]
 	if m == nil {
@@ -513,6 +514,13 @@ func (x *Executor) Run(ctx context.Context, name string, items []*media.Item) ([
 		}
 		frames[i] = it.Frame
 	}
+	if _, ok := ctx.Deadline(); !ok {
+		if d, ok := lastDeadline(items); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, d)
+			defer cancel()
+		}
+	}
 	outs, err := x.forward(ctx, m, frames)
 	if err != nil {
 		return nil, err
@@ -532,6 +540,22 @@ func (x *Executor) Run(ctx context.Context, name string, items []*media.Item) ([
 		out[i] = []*media.Item{o}
 	}
 	return out, nil
+}
+
+// lastDeadline is the latest of the items' deadlines (capture + SLO), when
+// every item has one: the bound of a call whose context has none (the
+// worker's module context), since its answer is of use to no item after it.
+func lastDeadline(items []*media.Item) (time.Time, bool) {
+	var d time.Time
+	for _, it := range items {
+		if it.Deadline.IsZero() {
+			return time.Time{}, false
+		}
+		if it.Deadline.After(d) {
+			d = it.Deadline
+		}
+	}
+	return d, true
 }
 
 // RunRaw runs one batch and returns each item's outputs undecoded (tests,

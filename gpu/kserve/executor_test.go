@@ -438,6 +438,7 @@ func testRunErrors(t *testing.T, shm string) {
 		entry("down", "cls", down, f32, ", shared_memory: \"off\""),
 	)
 	bad := &media.Item{Frame: &media.Frame{W: 4, H: 4, Pix: make([]byte, 5)}}
+	late := items(1, 2) // deadlines set when its case runs
 	for _, tc := range []struct {
 		name, model string
 		items       []*media.Item
@@ -449,6 +450,7 @@ func testRunErrors(t *testing.T, shm string) {
 		{"invalid frame", "cls", []*media.Item{bad}, 0, []string{"kserve: model cls: item 0: "}},
 		{"not loaded", "other", items(1), 0, []string{`kserve: model "other" is not loaded here (loaded: `}},
 		{"deadline", "resnet50", items(1), 50 * time.Millisecond, []string{"kserve: model resnet50 at " + addr + ": deadline exceeded after "}},
+		{"items' deadline", "resnet50", late, 0, []string{"kserve: model resnet50 at " + addr + ": deadline exceeded after "}},
 		{"not found", "nope", items(1), 0, []string{"kserve: model nope at " + addr + ": the server does not serve server model nope: model nope unknown"}},
 		{"invalid argument", "wide", items(1, 2), 0, []string{"kserve: model wide at " + addr + ": the server refused input 'input' FP32[2 8 8 3]: input 'input' FP32[2 8 8 3]: expected 'input' FP32[-1 3 8 8]"}},
 		{"output missing", "missing", items(1), 0, []string{"kserve: model missing at " + addr + ", batch of 1: output 'probs' missing from the response (it has: other)"}},
@@ -460,13 +462,16 @@ func testRunErrors(t *testing.T, shm string) {
 			if tc.name == "output size" && shm == "on" {
 				t.Skip("in shared memory the region has the room: the response's shape is the size")
 			}
+			start := time.Now()
+			if tc.name == "items' deadline" {
+				late[0].Deadline, late[1].Deadline = start.Add(20*time.Millisecond), start.Add(50*time.Millisecond)
+			}
 			ctx := context.Background()
 			if tc.timeout > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, tc.timeout)
 				defer cancel()
 			}
-			start := time.Now()
 			out, err := x.Run(ctx, tc.model, tc.items)
 			if err == nil {
 				t.Fatalf("no error: %v", out)
@@ -480,6 +485,9 @@ func testRunErrors(t *testing.T, shm string) {
 			// (the bound is loose for a loaded machine under -race)
 			if tc.timeout > 0 && (time.Since(start) < tc.timeout || time.Since(start) > tc.timeout+10*time.Second) {
 				t.Errorf("returned after %v with a deadline of %v", time.Since(start), tc.timeout)
+			}
+			if d, ok := lastDeadline(tc.items); ok && time.Now().Before(d) {
+				t.Errorf("returned before the items' last deadline")
 			}
 		})
 	}
