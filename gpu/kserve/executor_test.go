@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/mdag/mdag/api/kserve"
 	"github.com/mdag/mdag/gpu/prep"
@@ -718,4 +719,47 @@ func TestSharedMemoryTooBig(t *testing.T) {
 	if err := on.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "shared memory on, but 4 regions of ") {
 		t.Errorf("Check with shared memory on: %v", err)
 	}
+}
+
+// A server's response is outside input: whatever it says (shapes that
+// overflow, negative, not batch-led, short or missing contents, a region
+// offset past the end), split returns outputs or an error, never panics,
+// and what it returns has one list per item.
+func FuzzSplit(f *testing.F) {
+	reg := writeRegistry(f, entry("cls", "cls", "127.0.0.1:1", f32, ""))
+	x, err := New(reg, Config{SharedMemory: "off"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer x.Close()
+	m := x.models["cls"]
+	region, err := CreateRegion(fmt.Sprintf("/mdag-fuzz-%d", os.Getpid()), 4096)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer region.Close()
+	s := &slot{region: region, name: "r"}
+	specs := []outSpec{{name: "probs", per: 40, offset: 256}}
+	seed := func(r *pb.ModelInferResponse) []byte {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	out := make([]byte, 80)
+	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "FP32", Shape: []int64{2, 10}}}, RawOutputContents: [][]byte{out}}), uint8(2), false)
+	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "FP16", Shape: []int64{2, 1 << 40}}}}), uint8(2), true)
+	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "UINT8", Shape: []int64{1, -3}}}}), uint8(1), true)
+	f.Fuzz(func(t *testing.T, b []byte, n uint8, useShm bool) {
+		var resp pb.ModelInferResponse
+		if proto.Unmarshal(b, &resp) != nil {
+			return
+		}
+		batch := int(n%4) + 1
+		outs, err := m.split(&resp, s, batch, useShm, specs)
+		if err == nil && len(outs) != batch {
+			t.Fatalf("%d output lists for a batch of %d", len(outs), batch)
+		}
+	})
 }
