@@ -21,6 +21,7 @@ import (
 
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/gpu"
+	"github.com/mdag/mdag/gpu/kserve"
 	"github.com/mdag/mdag/gpu/nvml"
 	"github.com/mdag/mdag/gpu/onnx"
 	"github.com/mdag/mdag/ingest/synth"
@@ -169,6 +170,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		return err
 	})
 	ox := addONNXFlags(fs)
+	kx := addKServeFlags(fs)
 	slowdown := fs.Float64("slowdown", 1, "multiply the emulated executor's times (inject ballooning)")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events")
@@ -179,12 +181,25 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mdag worker: --type is required")
 		return exitInvalid
 	}
-	if given := ox.set(fs); len(given) > 0 && *executor != "onnx" {
-		fmt.Fprintf(stderr, "mdag worker: %s need --executor onnx\n", strings.Join(given, ", "))
+	if err := executorFlags(*executor, ox.set(fs), kx.set(fs)); err != nil {
+		fmt.Fprintf(stderr, "mdag worker: %v\n", err)
 		return exitInvalid
 	}
 	var exec gpu.Executor
+	var kserveX *kserve.Executor
 	switch {
+	case *executor == "kserve":
+		if len(models) > 0 {
+			fmt.Fprintln(stderr, "mdag worker: --model is the opencv executor's; --executor kserve reads --models models.yaml")
+			return exitInvalid
+		}
+		x, _, err := kx.executor(*ox.models)
+		if err != nil {
+			printErrors(stderr, fmt.Errorf("mdag worker: %w", err))
+			return exitInvalid
+		}
+		defer x.Close()
+		exec, kserveX = x, x
 	case *executor == "onnx":
 		if len(models) > 0 {
 			fmt.Fprintln(stderr, "mdag worker: --model is the opencv executor's; --executor onnx reads --models models.yaml")
@@ -215,11 +230,11 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		defer closeX()
 		exec = x
 	case len(executors) == 0:
-		fmt.Fprintf(stderr, "mdag worker: --executor %q: the %s build has emulated and onnx; "+
+		fmt.Fprintf(stderr, "mdag worker: --executor %q: the %s build has emulated, onnx and kserve; "+
 			"the OpenCV DNN executor (--executor opencv) is in the full build: bin/mdag (make build)\n", *executor, buildName)
 		return exitInvalid
 	default:
-		fmt.Fprintf(stderr, "mdag worker: --executor %q: want %s\n", *executor, strings.Join(append([]string{"emulated", "onnx"}, executors...), " or "))
+		fmt.Fprintf(stderr, "mdag worker: --executor %q: want %s\n", *executor, strings.Join(append([]string{"emulated", "onnx", "kserve"}, executors...), " or "))
 		return exitInvalid
 	}
 	if *slowdown <= 0 {
@@ -229,6 +244,14 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	log := newLogger(stderr, *verbose).With("worker", *id)
 	if x, ok := exec.(*onnx.Executor); ok {
 		log.Info("onnx executor", "runs", x.Describe())
+	}
+	if kserveX != nil {
+		// the servers may come up after the worker: RunWorker probes them
+		// before registering and while connected
+		if err := checkServers(kserveX); err != nil {
+			log.Warn("kserve executor: not serving yet", "err", err)
+		}
+		log.Info("kserve executor", "runs", kserveX.Describe())
 	}
 	cc, err := client.Dial(*coord)
 	if err != nil {
@@ -254,7 +277,11 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		if time.Since(start) > 10*time.Second {
 			backoff = 100 * time.Millisecond
 		}
-		log.Warn("disconnected; reconnecting", "err", err, "in", backoff)
+		if strings.HasPrefix(err.Error(), "not registering: ") {
+			log.Warn("executor not serving; retrying", "err", err, "in", backoff)
+		} else {
+			log.Warn("disconnected; reconnecting", "err", err, "in", backoff)
+		}
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():

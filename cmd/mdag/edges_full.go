@@ -18,7 +18,7 @@ import (
 // buildName and build name this binary's edges (mdag version).
 const (
 	buildName = "full"
-	build     = "OpenCV ops and DNN executor, onnx executor (ONNX Runtime), WebRTC (WHIP) ingest with VP8"
+	build     = "OpenCV ops and DNN executor, onnx executor (ONNX Runtime), kserve executor (Open Inference Protocol over gRPC), WebRTC (WHIP) ingest with VP8"
 )
 
 // edgeCommands are the commands that need WebRTC and VP8.
@@ -30,7 +30,8 @@ func edgeCommands() []command {
 }
 
 // executorHelp is `mdag worker --executor`'s help.
-const executorHelp = "GPU executor: emulated (profiled times, no GPU needed), onnx (registry models on ONNX Runtime, true batches; --models) or opencv (real ONNX models, OpenCV DNN on the CPU, item by item; --model)"
+const executorHelp = "GPU executor: emulated (profiled times, no GPU needed), onnx (registry models on ONNX Runtime, true batches; --models), " +
+	"kserve (registry models on Open Inference Protocol servers over gRPC: mdag infer-server, Triton, KServe; --models) or opencv (real ONNX models, OpenCV DNN on the CPU, item by item; --model)"
 
 // ops is the registry of the CPU ops this binary runs.
 func ops() *modules.Registry {

@@ -14,8 +14,8 @@ import (
 
 // The lean binary's edges (`make lean`, bin/mdag-lean): pure-Go ops, the
 // area-average scaler and JPEG thumbnails of the standard library, the
-// emulated and onnx executors (onnx.go: ONNX Runtime is opened with dlopen
-// at run time, like NVML), no WebRTC (whip_lean.go). It links no OpenCV,
+// emulated, onnx and kserve executors (onnx.go: ONNX Runtime is opened with
+// dlopen at run time, like NVML; kserve.go: pure Go gRPC), no WebRTC (whip_lean.go). It links no OpenCV,
 // libvpx or C++ runtime, and `make lean` links lp_solve's colamd
 // statically (lp_solve is static already), so it runs on a machine with
 // only the C runtime (tools/lean-check.sh checks with ldd). NVML stays:
@@ -25,7 +25,7 @@ import (
 // buildName and build name this binary's edges (mdag version).
 const (
 	buildName = "lean"
-	build     = "pure-Go ops, emulated and onnx (ONNX Runtime, loaded at run time) executors; no OpenCV, no WebRTC (WHIP)/VP8"
+	build     = "pure-Go ops, emulated, onnx (ONNX Runtime, loaded at run time) and kserve (Open Inference Protocol over gRPC) executors; no OpenCV, no WebRTC (WHIP)/VP8"
 )
 
 // fullBuild is where what the lean build lacks is.
@@ -41,7 +41,7 @@ var scaler media.Scaler = media.ScaleArea
 var thumbEncoder dashboard.Encoder = dashboard.JPEG
 
 // executors lists the build-specific GPU executors (`mdag worker
-// --executor`): none (emulated and onnx are in both builds).
+// --executor`): none (emulated, onnx and kserve are in both builds).
 var executors []string
 
 // decoders lists the model output decoders of the real executors: none.
@@ -50,11 +50,12 @@ func decoders() []string { return nil }
 // newExecutor fails: the lean build has no OpenCV executor (onnx is
 // wired in onnx.go, in both builds).
 func newExecutor(name string, _ []gpu.ModelFile, _ int) (gpu.Executor, func(), error) {
-	return nil, nil, fmt.Errorf("executor %q: the lean build has emulated and onnx, not opencv; %s", name, fullBuild)
+	return nil, nil, fmt.Errorf("executor %q: the lean build has emulated, onnx and kserve, not opencv; %s", name, fullBuild)
 }
 
 // executorHelp is `mdag worker --executor`'s help.
-const executorHelp = "GPU executor: emulated (profiled times, no GPU needed) or onnx (registry models on ONNX Runtime, loaded at run time; --models); the full build adds opencv: bin/mdag, make build"
+const executorHelp = "GPU executor: emulated (profiled times, no GPU needed), onnx (registry models on ONNX Runtime, loaded at run time; --models) " +
+	"or kserve (registry models on Open Inference Protocol servers over gRPC: mdag infer-server, Triton, KServe; --models); the full build adds opencv: bin/mdag, make build"
 
 // edgeCommands are the full build's commands that need WebRTC and VP8:
 // here they say so.

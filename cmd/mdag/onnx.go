@@ -23,7 +23,7 @@ type onnxFlags struct {
 
 func addONNXFlags(fs *flag.FlagSet) *onnxFlags {
 	return &onnxFlags{
-		models:   fs.String("models", "", "with --executor onnx: the model registry (models.yaml); the app's `model:` names its entries"),
+		models:   fs.String("models", "", "with --executor onnx or kserve: the model registry (models.yaml); the app's `model:` names its entries"),
 		device:   fs.String("device", "cpu", "with --executor onnx: cpu, or cuda (needs an ONNX Runtime library with the CUDA provider; make deps installs a CPU-only one)"),
 		lib:      fs.String("ort-lib", onnx.DefaultLib(), "with --executor onnx: the ONNX Runtime shared library (env "+onnx.LibEnv+"; make deps installs it)"),
 		intra:    fs.Int("intra-threads", 0, "with --executor onnx: intra-op threads per session (0: ONNX Runtime's default, the cores)"),
@@ -31,7 +31,7 @@ func addONNXFlags(fs *flag.FlagSet) *onnxFlags {
 	}
 }
 
-// set reports whether any onnx flag was given.
+// set lists the onnx flags given (--models with them: it is kserve's too).
 func (o *onnxFlags) set(fs *flag.FlagSet) []string {
 	var given []string
 	fs.Visit(func(f *flag.Flag) {
@@ -41,6 +41,36 @@ func (o *onnxFlags) set(fs *flag.FlagSet) []string {
 		}
 	})
 	return given
+}
+
+// executorFlags checks that the flags given fit the executor chosen: the
+// onnx flags with onnx (--models with kserve too), the kserve flags with
+// kserve.
+func executorFlags(executor string, onnxGiven, kserveGiven []string) error {
+	switch executor {
+	case "onnx":
+		if len(kserveGiven) > 0 {
+			return fmt.Errorf("%s need --executor kserve", strings.Join(kserveGiven, ", "))
+		}
+	case "kserve":
+		var own []string
+		for _, f := range onnxGiven {
+			if f != "--models" {
+				own = append(own, f)
+			}
+		}
+		if len(own) > 0 {
+			return fmt.Errorf("%s need --executor onnx", strings.Join(own, ", "))
+		}
+	default:
+		if len(onnxGiven) > 0 {
+			return fmt.Errorf("%s need --executor onnx (or kserve, for --models)", strings.Join(onnxGiven, ", "))
+		}
+		if len(kserveGiven) > 0 {
+			return fmt.Errorf("%s need --executor kserve", strings.Join(kserveGiven, ", "))
+		}
+	}
+	return nil
 }
 
 // executor loads the registry (graphs checked) and the models on ORT.

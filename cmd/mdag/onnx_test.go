@@ -85,7 +85,7 @@ func TestONNXRefusals(t *testing.T) {
 		{"missing library", "serve " + app + " --executor onnx --models testdata/onnx/models.yaml --ort-lib /nonexistent/libonnxruntime.so.1",
 			"ONNX Runtime library not found at /nonexistent/libonnxruntime.so.1; run make deps or set MDAG_ORT_LIB"},
 		{"models without onnx", "serve " + app + " --models testdata/onnx/models.yaml", "--models need --executor onnx"},
-		{"unknown executor", "serve " + app + " --executor tpu", `--executor "tpu": want emulated or onnx`},
+		{"unknown executor", "serve " + app + " --executor tpu", `--executor "tpu": want emulated, onnx or kserve`},
 		{"worker needs models", "worker --type ORT --executor onnx", "--executor onnx needs --models models.yaml"},
 		{"worker missing library", "worker --type ORT --executor onnx --models testdata/onnx/models.yaml --ort-lib /nope.so",
 			"ONNX Runtime library not found at /nope.so; run make deps or set MDAG_ORT_LIB"},

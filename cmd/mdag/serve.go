@@ -38,8 +38,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	size := fs.String("size", "320x240", "synthetic frame size WxH")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
-	executor := fs.String("executor", "emulated", "GPU executor of the in-process workers: emulated (profiled times) or onnx (registry models on ONNX Runtime; --models)")
+	executor := fs.String("executor", "emulated", "GPU executor of the in-process workers: emulated (profiled times), onnx (registry models on ONNX Runtime; --models) "+
+		"or kserve (registry models on Open Inference Protocol servers over gRPC; --models)")
 	ox := addONNXFlags(fs)
+	kx := addKServeFlags(fs)
 	wf := addWhipFlags(fs)
 	cf := addCameraFlags(fs)
 	if code, ok := parseFlags(fs, args); !ok {
@@ -52,7 +54,32 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := coordinator.Config{Policy: scheduler.Policy(*policy)}
 	note := "embedded mode: coordinator, GPU scheduler and in-process workers with emulated GPUs in one process"
-	switch given := ox.set(fs); {
+	if err := executorFlags(*executor, ox.set(fs), kx.set(fs)); err != nil && (*executor == "emulated" || *executor == "onnx" || *executor == "kserve") {
+		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
+		return exitInvalid
+	}
+	switch {
+	case *executor == "kserve":
+		x, reg, err := kx.executor(*ox.models)
+		if err == nil {
+			err = checkAppModels(app, reg)
+			if err != nil {
+				x.Close()
+			}
+		}
+		if err != nil {
+			printErrors(stderr, fmt.Errorf("mdag serve: %w", err))
+			return exitInvalid
+		}
+		defer x.Close()
+		if err := checkServers(x); err != nil {
+			// batches fail (frames dropped: executor) until it is up
+			fmt.Fprintf(stderr, "mdag serve: warning: %v\n", err)
+		}
+		// one executor for every in-process worker: its slots per model
+		// bound the batches in flight; the scheduler decides the batches
+		cfg.Executor = func(string, profile.WorkerTypeID) (gpu.Executor, error) { return x, nil }
+		note = "embedded mode: coordinator, GPU scheduler and in-process workers in one process; GPU modules run on " + x.Describe()
 	case *executor == "onnx":
 		x, reg, err := ox.executor()
 		if err == nil {
@@ -71,10 +98,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		cfg.Executor = func(string, profile.WorkerTypeID) (gpu.Executor, error) { return x, nil }
 		note = "embedded mode: coordinator, GPU scheduler and in-process workers in one process; GPU modules run on " + x.Describe()
 	case *executor != "emulated":
-		fmt.Fprintf(stderr, "mdag serve: --executor %q: want emulated or onnx\n", *executor)
-		return exitInvalid
-	case len(given) > 0:
-		fmt.Fprintf(stderr, "mdag serve: %s need --executor onnx\n", strings.Join(given, ", "))
+		fmt.Fprintf(stderr, "mdag serve: --executor %q: want emulated, onnx or kserve\n", *executor)
 		return exitInvalid
 	}
 	limits, err := parseLimits(*workers, prof)

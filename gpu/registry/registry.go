@@ -44,12 +44,16 @@ type Model struct {
 	Labels []string `yaml:"-"` // read from Decoder.Labels
 }
 
-// KServe is a model served over the KServe v2 protocol (executed by a
-// later issue; validated here).
+// KServe is a model served over the Open Inference Protocol (KServe v2 /
+// Triton), run by the kserve executor (gpu/kserve) over gRPC.
 type KServe struct {
-	Endpoint string `yaml:"endpoint"` // http(s)://host[:port] or host:port (gRPC)
+	Endpoint string `yaml:"endpoint"` // host:port (gRPC) or unix:PATH; http(s):// validates but the executor speaks gRPC
 	Model    string `yaml:"model"`
 	Version  string `yaml:"version"`
+	// SharedMemory: auto (the executor's setting, default: shared memory
+	// when the endpoint is on this host and the server offers it), on or
+	// off.
+	SharedMemory string `yaml:"shared_memory"`
 }
 
 // Input describes the input tensor and the preprocessing into it:
@@ -186,6 +190,9 @@ func (m *Model) validate(pos *yamlx.Positions, p, dir string) yamlx.ErrorList {
 			}
 			if k.Version != "" && strings.ContainsAny(k.Version, "/ ") {
 				add(pos.Errorf(p+".kserve.version", "%q: no slashes or spaces", k.Version))
+			}
+			if k.SharedMemory != "" {
+				add(oneOf(pos, p+".kserve.shared_memory", k.SharedMemory, "auto", "on", "off"))
 			}
 		}
 	}

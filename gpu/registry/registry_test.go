@@ -17,7 +17,7 @@ const good = `models:
     devices: [cpu, cuda]
   remote:
     format: kserve
-    kserve: {endpoint: "http://triton:8000", model: resnet50, version: "1"}
+    kserve: {endpoint: "http://triton:8000", model: resnet50, version: "1", shared_memory: "off"}
     input: {name: data, dtype: uint8, layout: NHWC, width: 224, height: 224}
     max_batch: 8
     decoder: {name: boxes, format: yolo, threshold: 0.25}
@@ -45,7 +45,7 @@ func TestLoadGood(t *testing.T) {
 	if f.Path != "../onnx/testdata/tiny-classifier.onnx" || len(f.Labels) != 10 || f.Labels[9] != "tenth" || f.Input.Std[0] != 1 || f.Input.Resize != "letterbox" {
 		t.Fatalf("face: %+v", f)
 	}
-	if rm := r.Models["remote"]; rm.Input.Colour != "rgb" || rm.Decoder.NMS != 0.45 || rm.Devices[0] != "cpu" || rm.KServe.Model != "resnet50" {
+	if rm := r.Models["remote"]; rm.Input.Colour != "rgb" || rm.Decoder.NMS != 0.45 || rm.Devices[0] != "cpu" || rm.KServe.Model != "resnet50" || rm.KServe.SharedMemory != "off" {
 		t.Fatalf("remote defaults: %+v", rm)
 	}
 	if err := r.CheckFiles(); err != nil {
@@ -84,6 +84,8 @@ func TestParseErrors(t *testing.T) {
 		{"kserve missing", strings.Replace(strings.Replace(base, "format: onnx", "format: kserve", 1), "    file: m.onnx\n", "", 1), []string{"models.m.kserve: missing"}},
 		{"kserve endpoint", strings.Replace(strings.Replace(base, "format: onnx", "format: kserve", 1), "file: m.onnx", "kserve: {endpoint: \"ftp://x\", model: \"\"}", 1),
 			[]string{"models.m.kserve.endpoint", "scheme must be http or https", "models.m.kserve.model: missing"}},
+		{"kserve shared memory", strings.Replace(strings.Replace(base, "format: onnx", "format: kserve", 1), "file: m.onnx", "kserve: {endpoint: \"127.0.0.1:8001\", model: m, shared_memory: always}", 1),
+			[]string{`models.yaml:4: models.m.kserve.shared_memory: "always" unknown (one of auto, on, off)`}},
 		{"type error", strings.Replace(base, "max_batch: 4", "max_batch: lots", 1), []string{"models.yaml:6: models.m.max_batch"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -54,12 +54,34 @@ type WorkerConfig struct {
 	// OnEmulated, when set, receives the emulated executor once made (tests
 	// use it to slow the worker down live).
 	OnEmulated func(*gpu.Emulated)
+	// HealthInterval is how often, while connected, an executor that has
+	// a health probe (Health(ctx) error: gpu/kserve's, its endpoints and
+	// models) is probed, on Clock; default 1 s. HealthTimeout bounds one
+	// probe (real time: it is gRPC's deadline); default 2 s.
+	HealthInterval, HealthTimeout time.Duration
 }
+
+// healthProber is an executor that can say whether it can serve: one
+// whose models run elsewhere (gpu/kserve).
+type healthProber interface {
+	Health(context.Context) error
+}
+
+// DefaultHealthInterval is WorkerConfig.HealthInterval's default.
+const DefaultHealthInterval = time.Second
 
 // RunWorker connects a worker to the coordinator at cc and serves until ctx
 // ends or the stream breaks; it returns why. Callers reconnect (with
 // backoff) by calling it again: the coordinator counts the old connection
 // lost and the new one registers afresh.
+//
+// An executor with a health probe (gpu/kserve: its inference servers) is
+// probed before registering, so a worker whose server is down does not
+// register (RunWorker returns the reason; the caller retries), and every
+// HealthInterval while connected: a failed probe ends the connection with
+// the reason, so the coordinator counts the instance lost and re-plans
+// its modules elsewhere; the caller's reconnect registers it again once
+// the probe passes.
 func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -76,6 +98,26 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 	kind := "emulated"
 	if cfg.Exec != nil {
 		kind = cfg.Exec.Kind()
+	}
+	if cfg.HealthInterval <= 0 {
+		cfg.HealthInterval = DefaultHealthInterval
+	}
+	if cfg.HealthTimeout <= 0 {
+		cfg.HealthTimeout = 2 * time.Second
+	}
+	hp, _ := cfg.Exec.(healthProber)
+	probe := func(ctx context.Context) error {
+		pctx, pcancel := context.WithTimeout(ctx, cfg.HealthTimeout)
+		defer pcancel()
+		if err := hp.Health(pctx); err != nil {
+			return fmt.Errorf("executor %s unhealthy: %w", kind, err)
+		}
+		return nil
+	}
+	if hp != nil {
+		if err := probe(ctx); err != nil {
+			return fmt.Errorf("not registering: %w", err)
+		}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -151,6 +193,28 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 		}
 	}()
 	defer func() { <-sent }()
+	if hp != nil {
+		probed := make(chan struct{})
+		go func() {
+			defer close(probed)
+			for {
+				select {
+				case <-cfg.Clock.After(cfg.HealthInterval):
+				case <-ctx.Done():
+					return
+				}
+				if err := probe(ctx); err != nil {
+					if ctx.Err() == nil {
+						cfg.Log.Error("leaving the coordinator", "err", err)
+					}
+					cancel(err)
+					return
+				}
+			}
+		}()
+		// the stream may end without ctx: end the prober
+		defer func() { cancel(nil); <-probed }()
+	}
 	for {
 		m, err := stream.Recv()
 		if err != nil {
