@@ -26,10 +26,6 @@ import (
 	"github.com/mdag/mdag/media"
 )
 
-// MaxMessage is the gRPC message limit both ways: a batch of 128 float32
-// 224x224 NCHW images is 77 MB, far over gRPC's 4 MB default.
-const MaxMessage = 1 << 30
-
 // DefaultSlots is Config.Slots' default.
 const DefaultSlots = 4
 
@@ -90,13 +86,13 @@ type model struct {
 	mu     sync.Mutex // guards what prepare sets
 	ready  bool
 	useShm bool
-	why    string    // why shared memory is not used (Describe)
-	outs   []outSpec // with shared memory: the outputs and their place
+	why    string     // why shared memory is not used (Describe)
+	outs   []outPlace // with shared memory: the outputs and their place
 }
 
-// outSpec is an output's place in a slot's region: per item bytes (0:
+// outPlace is an output's place in a slot's region: per item bytes (0:
 // its size is not fixed, it comes back as raw bytes).
-type outSpec struct {
+type outPlace struct {
 	name   string
 	per    int
 	offset int
@@ -205,8 +201,7 @@ func (x *Executor) dial(endpoint string) (*conn, error) {
 	if strings.HasPrefix(endpoint, "http://") || strings.HasPrefix(endpoint, "https://") {
 		return nil, fmt.Errorf("endpoint %s: the kserve executor speaks the protocol's gRPC binding; give host:port of the server's gRPC port (Triton: 8001), not its HTTP URL", endpoint)
 	}
-	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)))
+	cc, err := grpc.NewClient(endpoint, append(DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %s: %w", endpoint, err)
 	}
@@ -415,7 +410,7 @@ func (m *model) prepare(ctx context.Context) error {
 // outputs are the entry's or all the server's; an output whose size after
 // the batch is not fixed comes back as raw bytes. The last spec returned is
 // the end (its offset is the region's size).
-func (m *model) layout(md *pb.ModelMetadataResponse) ([]outSpec, error) {
+func (m *model) layout(md *pb.ModelMetadataResponse) ([]outPlace, error) {
 	names := m.m.Outputs
 	if len(names) == 0 {
 		for _, o := range md.Outputs {
@@ -424,7 +419,7 @@ func (m *model) layout(md *pb.ModelMetadataResponse) ([]outSpec, error) {
 	}
 	align := func(n int) int { return (n + 63) &^ 63 }
 	off := align(m.item * m.m.MaxBatch)
-	var outs []outSpec
+	var outs []outPlace
 	for _, n := range names {
 		i := slices.IndexFunc(md.Outputs, func(o *pb.ModelMetadataResponse_TensorMetadata) bool { return o.Name == n })
 		if i < 0 {
@@ -446,10 +441,10 @@ func (m *model) layout(md *pb.ModelMetadataResponse) ([]outSpec, error) {
 				per *= int(d)
 			}
 		}
-		outs = append(outs, outSpec{name: n, per: per, offset: off})
+		outs = append(outs, outPlace{name: n, per: per, offset: off})
 		off = align(off + per*m.m.MaxBatch)
 	}
-	return append(outs, outSpec{offset: off}), nil
+	return append(outs, outPlace{offset: off}), nil
 }
 
 func (m *model) unregister(s *slot) {
@@ -589,7 +584,7 @@ func (x *Executor) forward(ctx context.Context, m *model, frames []*media.Frame)
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	m.mu.Lock()
-	useShm, outSpecs := m.useShm && s.region != nil, m.outs
+	useShm, outPlaces := m.useShm && s.region != nil, m.outs
 	m.mu.Unlock()
 	b := len(frames)
 	in := &pb.ModelInferRequest_InferInputTensor{Name: m.m.Input.Name, Datatype: m.wire, Shape: m.m.InputShape(b)}
@@ -599,11 +594,11 @@ func (x *Executor) forward(ctx context.Context, m *model, frames []*media.Frame)
 		if _, err = prep.Pack(s.region.Data, &m.m.Input, frames, s.scratch); err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}
-		in.Parameters = shmParams(s.name, m.item*b, 0)
-		for _, o := range outSpecs {
+		in.Parameters = regionParams(s.name, m.item*b, 0)
+		for _, o := range outPlaces {
 			ro := &pb.ModelInferRequest_InferRequestedOutputTensor{Name: o.name}
 			if o.per > 0 {
-				ro.Parameters = shmParams(s.name, o.per*b, o.offset)
+				ro.Parameters = regionParams(s.name, o.per*b, o.offset)
 			}
 			req.Outputs = append(req.Outputs, ro)
 		}
@@ -624,14 +619,14 @@ func (x *Executor) forward(ctx context.Context, m *model, frames []*media.Frame)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s", where, err)
 	}
-	outs, err := m.split(resp, s, b, useShm, outSpecs)
+	outs, err := m.split(resp, s, b, useShm, outPlaces)
 	if err != nil {
 		return nil, fmt.Errorf("%s, batch of %d: %w", where, b, err)
 	}
 	return outs, nil
 }
 
-func shmParams(region string, size, offset int) map[string]*pb.InferParameter {
+func regionParams(region string, size, offset int) map[string]*pb.InferParameter {
 	return map[string]*pb.InferParameter{
 		ParamRegion:   {ParameterChoice: &pb.InferParameter_StringParam{StringParam: region}},
 		ParamByteSize: {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: int64(size)}},
@@ -702,8 +697,8 @@ func callErr(model, endpoint string, err error, took time.Duration) error {
 // split reads the outputs the decoder takes (the entry's, in order, or
 // all the server's), from shared memory or the raw bytes, and splits each
 // along its leading (batch) dimension.
-func (m *model) split(resp *pb.ModelInferResponse, s *slot, b int, useShm bool, specs []outSpec) ([][]decode.Output, error) {
-	inShm := map[string]outSpec{}
+func (m *model) split(resp *pb.ModelInferResponse, s *slot, b int, useShm bool, specs []outPlace) ([][]decode.Output, error) {
+	inShm := map[string]outPlace{}
 	if useShm {
 		for _, o := range specs {
 			if o.per > 0 {

@@ -80,7 +80,7 @@ func startFake(t testing.TB, shm bool) (*fakeServer, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(MaxMessage), grpc.MaxSendMsgSize(MaxMessage))
+	g := grpc.NewServer(ServerOptions()...)
 	pb.RegisterGRPCInferenceServiceServer(g, f)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = g.Serve(ln) }()
@@ -286,9 +286,9 @@ func entry(name, server, endpoint, input, extra string) string {
 }
 
 const (
-	f32 = "dtype: float32, layout: NCHW, scale: 0.00392156862745098"
-	u8  = "dtype: uint8, layout: NHWC"
-	f16 = "dtype: float16, layout: NCHW, scale: 0.00392156862745098"
+	inF32 = "dtype: float32, layout: NCHW, scale: 0.00392156862745098"
+	u8    = "dtype: uint8, layout: NHWC"
+	f16   = "dtype: float16, layout: NCHW, scale: 0.00392156862745098"
 )
 
 func writeRegistry(t testing.TB, entries ...string) *registry.Registry {
@@ -338,7 +338,7 @@ func TestRun(t *testing.T) {
 	for _, shm := range []string{"off", "on"} {
 		f, addr := startFake(t, true)
 		x := newExec(t, Config{SharedMemory: shm},
-			entry("cls", "cls", addr, f32, ""), entry("u8", "u8", addr, u8, ""), entry("half", "half", addr, f16, ""))
+			entry("cls", "cls", addr, inF32, ""), entry("u8", "u8", addr, u8, ""), entry("half", "half", addr, f16, ""))
 		for _, name := range []string{"cls", "u8", "half"} {
 			for _, reds := range [][]byte{{13}, {21, 32, 47}, {250, 3, 88, 119}} {
 				t.Run(fmt.Sprintf("%s/%s/b%d", shm, name, len(reds)), func(t *testing.T) {
@@ -389,8 +389,8 @@ func TestRun(t *testing.T) {
 // prep: a uniform red r is r/255 in every R value of a float32 input.
 func TestSharedMemorySameResults(t *testing.T) {
 	_, addr := startFake(t, true)
-	on := newExec(t, Config{SharedMemory: "on"}, entry("cls", "cls", addr, f32, ""))
-	off := newExec(t, Config{SharedMemory: "off"}, entry("cls", "cls", addr, f32, ""))
+	on := newExec(t, Config{SharedMemory: "on"}, entry("cls", "cls", addr, inF32, ""))
+	off := newExec(t, Config{SharedMemory: "off"}, entry("cls", "cls", addr, inF32, ""))
 	frames := []*media.Frame{frame(7), frame(99), frame(255)}
 	a, err := on.RunRaw(context.Background(), "cls", frames)
 	if err != nil {
@@ -432,14 +432,14 @@ func testRunErrors(t *testing.T, shm string) {
 	down := ln.Addr().String()
 	ln.Close()
 	x := newExec(t, Config{SharedMemory: shm},
-		entry("cls", "cls", addr, f32, ""),
-		entry("resnet50", "block", addr, f32, ""),
-		entry("nope", "nope", addr, f32, ""),
-		entry("wide", "cls", addr, strings.Replace(f32, "layout: NCHW", "layout: NHWC", 1), ""),
-		strings.Replace(entry("missing", "missing", addr, f32, ""), "max_batch:", "outputs: [probs]\n    max_batch:", 1),
-		entry("size", "size", addr, f32, ""),
-		entry("batch", "batch", addr, f32, ""),
-		entry("down", "cls", down, f32, ", shared_memory: \"off\""),
+		entry("cls", "cls", addr, inF32, ""),
+		entry("resnet50", "block", addr, inF32, ""),
+		entry("nope", "nope", addr, inF32, ""),
+		entry("wide", "cls", addr, strings.Replace(inF32, "layout: NCHW", "layout: NHWC", 1), ""),
+		strings.Replace(entry("missing", "missing", addr, inF32, ""), "max_batch:", "outputs: [probs]\n    max_batch:", 1),
+		entry("size", "size", addr, inF32, ""),
+		entry("batch", "batch", addr, inF32, ""),
+		entry("down", "cls", down, inF32, ", shared_memory: \"off\""),
 	)
 	bad := &media.Item{Frame: &media.Frame{W: 4, H: 4, Pix: make([]byte, 5)}}
 	late := items(1, 2) // deadlines set when its case runs
@@ -507,10 +507,10 @@ func TestHealth(t *testing.T) {
 	}
 	down := ln.Addr().String()
 	ln.Close()
-	ok := newExec(t, Config{}, entry("cls", "cls", addr, f32, ""))
-	unknown := newExec(t, Config{}, entry("cls", "cls", addr, f32, ""), entry("gone", "gone", addr, f32, ""))
-	dead := newExec(t, Config{}, entry("cls", "cls", down, f32, ""))
-	shmOn := newExec(t, Config{SharedMemory: "on"}, entry("cls", "cls", addr, f32, ""))
+	ok := newExec(t, Config{}, entry("cls", "cls", addr, inF32, ""))
+	unknown := newExec(t, Config{}, entry("cls", "cls", addr, inF32, ""), entry("gone", "gone", addr, inF32, ""))
+	dead := newExec(t, Config{}, entry("cls", "cls", down, inF32, ""))
+	shmOn := newExec(t, Config{SharedMemory: "on"}, entry("cls", "cls", addr, inF32, ""))
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name        string
@@ -545,7 +545,7 @@ func TestHealth(t *testing.T) {
 	f.live.Store(true)
 	f.ready.Store(true)
 	// auto falls back to raw bytes where the server lacks the extension
-	auto := newExec(t, Config{}, entry("cls", "cls", addr, f32, ""))
+	auto := newExec(t, Config{}, entry("cls", "cls", addr, inF32, ""))
 	if err := auto.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -559,7 +559,7 @@ func TestHealth(t *testing.T) {
 // and removes them; two models on one endpoint share one connection.
 func TestSharedMemoryLifecycle(t *testing.T) {
 	f, addr := startFake(t, true)
-	x, err := New(writeRegistry(t, entry("a", "cls", addr, f32, ""), entry("b", "cls", addr, f32, ", shared_memory: \"off\"")), Config{SharedMemory: "on", Slots: 3})
+	x, err := New(writeRegistry(t, entry("a", "cls", addr, inF32, ""), entry("b", "cls", addr, inF32, ", shared_memory: \"off\"")), Config{SharedMemory: "on", Slots: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -606,7 +606,7 @@ func TestSharedMemoryLifecycle(t *testing.T) {
 func TestConcurrentRuns(t *testing.T) {
 	for _, shm := range []string{"off", "on"} {
 		_, addr := startFake(t, true)
-		x := newExec(t, Config{SharedMemory: shm, Slots: 2}, entry("cls", "cls", addr, f32, ""))
+		x := newExec(t, Config{SharedMemory: shm, Slots: 2}, entry("cls", "cls", addr, inF32, ""))
 		var wg sync.WaitGroup
 		errs := make(chan error, 16)
 		for g := range 16 {
@@ -641,10 +641,10 @@ func TestNewErrors(t *testing.T) {
 		entries []string
 		want    string
 	}{
-		{"http", Config{}, []string{entry("m", "m", "http://127.0.0.1:8000", f32, "")}, "model m: endpoint http://127.0.0.1:8000: the kserve executor speaks the protocol's gRPC binding"},
-		{"remote shm on", Config{}, []string{entry("m", "m", "gpu-box:8001", f32, ", shared_memory: \"on\"")}, "model m: kserve.shared_memory is on, but endpoint gpu-box:8001 is not on this host"},
-		{"remote shm on (config)", Config{SharedMemory: "on"}, []string{entry("m", "m", "gpu-box:8001", f32, "")}, "model m: the executor's shared memory setting (--shared-memory) is on, but endpoint gpu-box:8001"},
-		{"mode", Config{SharedMemory: "sometimes"}, []string{entry("m", "m", "127.0.0.1:1", f32, "")}, `kserve: shared memory "sometimes": want auto, on or off`},
+		{"http", Config{}, []string{entry("m", "m", "http://127.0.0.1:8000", inF32, "")}, "model m: endpoint http://127.0.0.1:8000: the kserve executor speaks the protocol's gRPC binding"},
+		{"remote shm on", Config{}, []string{entry("m", "m", "gpu-box:8001", inF32, ", shared_memory: \"on\"")}, "model m: kserve.shared_memory is on, but endpoint gpu-box:8001 is not on this host"},
+		{"remote shm on (config)", Config{SharedMemory: "on"}, []string{entry("m", "m", "gpu-box:8001", inF32, "")}, "model m: the executor's shared memory setting (--shared-memory) is on, but endpoint gpu-box:8001"},
+		{"mode", Config{SharedMemory: "sometimes"}, []string{entry("m", "m", "127.0.0.1:1", inF32, "")}, `kserve: shared memory "sometimes": want auto, on or off`},
 		{"no kserve", Config{}, []string{"\n  o:\n    format: onnx\n    file: x.onnx\n    input: {name: input, dtype: float32, layout: NCHW, width: 8, height: 8}\n    max_batch: 1\n    decoder: {name: classify}\n"}, "has no kserve models"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -677,7 +677,7 @@ func BenchmarkKServeRun(b *testing.B) {
 	f, addr := startFake(b, true)
 	f.noRecord = true
 	ent := func(shm string) string {
-		return strings.Replace(entry("big", "big", addr, f32, ", shared_memory: \""+shm+"\""), "width: 8, height: 8", "width: 224, height: 224", 1)
+		return strings.Replace(entry("big", "big", addr, inF32, ", shared_memory: \""+shm+"\""), "width: 8, height: 8", "width: 224, height: 224", 1)
 	}
 	for _, shm := range []string{"off", "on"} {
 		reg := writeRegistry(b, strings.Replace(ent(shm), "max_batch: 4", "max_batch: 32", 1))
@@ -728,7 +728,7 @@ func BenchmarkKServeRun(b *testing.B) {
 func TestSharedMemoryTooBig(t *testing.T) {
 	_, addr := startFake(t, true)
 	huge := func(shm string) string {
-		e := entry("cls", "cls", addr, f32, ", shared_memory: \""+shm+"\"")
+		e := entry("cls", "cls", addr, inF32, ", shared_memory: \""+shm+"\"")
 		return strings.Replace(strings.Replace(e, "width: 8, height: 8", "width: 8192, height: 8192", 1), "max_batch: 4", "max_batch: 1024", 1)
 	}
 	auto := newExec(t, Config{}, huge("auto"))
@@ -749,7 +749,7 @@ func TestSharedMemoryTooBig(t *testing.T) {
 // offset past the end), split returns outputs or an error, never panics,
 // and what it returns has one list per item.
 func FuzzSplit(f *testing.F) {
-	reg := writeRegistry(f, entry("cls", "cls", "127.0.0.1:1", f32, ""))
+	reg := writeRegistry(f, entry("cls", "cls", "127.0.0.1:1", inF32, ""))
 	x, err := New(reg, Config{SharedMemory: "off"})
 	if err != nil {
 		f.Fatal(err)
@@ -762,7 +762,7 @@ func FuzzSplit(f *testing.F) {
 	}
 	defer region.Close()
 	s := &slot{region: region, name: "r"}
-	specs := []outSpec{{name: "probs", per: 40, offset: 256}}
+	specs := []outPlace{{name: "probs", per: 40, offset: 256}}
 	seed := func(r *pb.ModelInferResponse) []byte {
 		b, err := proto.Marshal(r)
 		if err != nil {
