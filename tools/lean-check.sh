@@ -3,7 +3,8 @@
 #   1. ldd lists only the C runtime (no OpenCV, libvpx, lp_solve, colamd, C++ runtime, OpenMP, ...).
 #   2. The CLI: version says lean; validate works; an app naming an OpenCV op is refused, naming the
 #      op; client, demo, WHIP flags and --executor opencv are refused, naming the full build.
-#   3. serve --synthetic finishes frames, on the emulated executor and on onnx (ONNX Runtime, dlopened).
+#   3. serve --synthetic finishes frames, on the emulated executor, on onnx (ONNX Runtime, dlopened)
+#      and on kserve against the lean binary's own infer-server (the GPU path without a GPU).
 #   4. Loopback smoke test: coordinator + one worker per worker type the traffic app uses (emulated
 #      executor) + source streaming synthetic frames; passes when the source's frames are accepted
 #      and the coordinator's status shows them finished.
@@ -76,7 +77,7 @@ expect 2 "serving an app with an OpenCV op is refused" "op resize: op has no imp
 expect 2 "client is refused" "not in the lean build" -- client --app traffic
 expect 2 "demo is refused" "not in the lean build" -- demo --duration 1s
 expect 2 "WHIP flags are refused" "WHIP ingest is not in the lean build" -- serve --example traffic --token-file /dev/null --listen 127.0.0.1:0
-expect 2 "--executor opencv is refused" "the lean build has emulated and onnx" -- worker --type V100 --executor opencv
+expect 2 "--executor opencv is refused" "the lean build has emulated, onnx and kserve" -- worker --type V100 --executor opencv
 
 # 3. serve with synthetic streams (embedded mode).
 expect 0 "serve --synthetic finishes frames" "frames sent" -- serve --example traffic --synthetic 2 --duration 2s --listen 127.0.0.1:0
@@ -91,6 +92,24 @@ finished=$(sed -nE 's/^ *frames sent [0-9]+, finished ([0-9]+),.*/\1/p' "$tmp/ou
 [ "${finished:-0}" -gt 0 ] && ! grep -q 'executor=' "$tmp/out.txt" || fail "serve --executor onnx finished no frame or dropped frames in the executor:
 $(cat "$tmp/out.txt")"
 echo "lean-check: ok: serve --executor onnx finished $finished frames on ONNX Runtime"
+
+# 3c. The kserve executor against the lean binary's own Open Inference Protocol server (onnx on CPU):
+# the GPU path (mdag-lean + a KServe runner) without a GPU.
+"$bin" infer-server --executor onnx --models cmd/mdag/testdata/onnx/models.yaml --listen 127.0.0.1:0 --intra-threads 1 --duration 120s \
+	>"$tmp/infer.out" 2>"$tmp/infer.log" &
+pids+=("$!")
+infer_up() { grep -qs 'msg="serving the Open Inference Protocol' "$tmp/infer.log"; }
+poll "mdag-lean infer-server to listen" 30 infer_up
+iaddr=$(sed -nE 's/.*serving the Open Inference Protocol.* grpc=([^ ]+).*/\1/p' "$tmp/infer.log" | head -n 1)
+[ -n "$iaddr" ] || fail "no address in infer-server's log"
+sed -e 's/format: onnx/format: kserve/' -e "s|file: .*|kserve: {endpoint: \"$iaddr\", model: tiny}|" -e '/devices:/d' \
+	cmd/mdag/testdata/onnx/models.yaml >"$tmp/kserve.yaml"
+expect 0 "serve --executor kserve finishes frames" "frames sent" -- serve -f cmd/mdag/testdata/onnx/app.yaml -p cmd/mdag/testdata/onnx/profiles.yaml \
+	--executor kserve --models "$tmp/kserve.yaml" --synthetic 2 --duration 2s --listen 127.0.0.1:0
+finished=$(sed -nE 's/^ *frames sent [0-9]+, finished ([0-9]+),.*/\1/p' "$tmp/out.txt" | head -n 1)
+[ "${finished:-0}" -gt 0 ] && ! grep -q 'executor=' "$tmp/out.txt" || fail "serve --executor kserve finished no frame or dropped frames in the executor:
+$(cat "$tmp/out.txt")"
+echo "lean-check: ok: serve --executor kserve finished $finished frames through mdag-lean infer-server at $iaddr"
 
 # 4. Loopback: coordinator, workers, source. --duration bounds each process should the trap not run.
 "$bin" coordinator --example traffic --grpc 127.0.0.1:0 --listen 127.0.0.1:0 --heartbeat 200ms --duration 120s \

@@ -172,6 +172,8 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	ox := addONNXFlags(fs)
 	kx := addKServeFlags(fs)
 	slowdown := fs.Float64("slowdown", 1, "multiply the emulated executor's times (inject ballooning)")
+	emulate := fs.String("emulate", "", "with --executor onnx or kserve: `MODELS` (comma-separated) that run on the emulated executor instead "+
+		"(profiled times; detections echo the synthetic sources' objects), e.g. the detector in front of a real classifier")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -179,6 +181,16 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	}
 	if *typ == "" {
 		fmt.Fprintln(stderr, "mdag worker: --type is required")
+		return exitInvalid
+	}
+	var emulated []string
+	for m := range strings.SplitSeq(*emulate, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			emulated = append(emulated, m)
+		}
+	}
+	if len(emulated) > 0 && *executor != "onnx" && *executor != "kserve" {
+		fmt.Fprintf(stderr, "mdag worker: --emulate routes some models of a real executor to the emulated one: it needs --executor onnx or kserve, not %s\n", *executor)
 		return exitInvalid
 	}
 	if err := executorFlags(*executor, ox.set(fs), kx.set(fs)); err != nil {
@@ -266,7 +278,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := client.RunWorker(ctx, cc, client.WorkerConfig{ID: *id, Type: *typ, Exec: exec, Ops: ops(), GPU: nvml.Telemetry().Summary(), Log: log, Slowdown: *slowdown})
+		err := client.RunWorker(ctx, cc, client.WorkerConfig{ID: *id, Type: *typ, Exec: exec, Ops: ops(), GPU: nvml.Telemetry().Summary(), Log: log, Slowdown: *slowdown, Emulate: emulated})
 		if ctx.Err() != nil {
 			break
 		}

@@ -177,3 +177,43 @@ func TestKServeMatchesONNX(t *testing.T) {
 		t.Error("server down: Health says nothing")
 	}
 }
+
+// mdag profile --executor kserve measures a model on its server (mdag
+// infer-server here) and writes a profile the planners read; a model of
+// another format is refused.
+func TestProfileKServe(t *testing.T) {
+	requireORT(t)
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	is, err := newInferServer("onnx", inferFlags(t, "--models", "testdata/onnx/models.yaml", "--intra-threads", "1", "--sessions", "2"), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(is.close)
+	addr := serveInferAt(t, is.srv)
+	p := filepath.Join(t.TempDir(), "models.yaml")
+	if err := os.WriteFile(p, []byte("models:\n"+tinyKServe("tiny", addr, "tiny", "auto", 64)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var o, e strings.Builder
+	code := run(strings.Fields("profile --executor kserve --models "+p+" --model tiny --worker-type ORT --price 1 --batches 1,2,16 "+
+		"--concurrency 1,2 --iterations 3 --warmup 1 --frame 64x64"), &o, &e)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, e.String())
+	}
+	for _, w := range []string{"target: tiny", "{batch: 1, concurrency: 1,", "{batch: 2, concurrency: 2,"} {
+		if !strings.Contains(o.String(), w) {
+			t.Errorf("the profile lacks %q:\n%s", w, o.String())
+		}
+	}
+	if strings.Contains(o.String(), "batch: 16") {
+		t.Errorf("batch 16 is above max_batch 8 and was measured:\n%s", o.String())
+	}
+	if !strings.Contains(e.String(), "shared memory") {
+		t.Errorf("stderr does not say how the tensors travel: %s", e.String())
+	}
+	e.Reset()
+	if code := run(strings.Fields("profile --executor kserve --models testdata/onnx/models.yaml --model tiny --worker-type ORT --price 1"), &o, &e); code != exitInvalid ||
+		!strings.Contains(e.String(), "format onnx") {
+		t.Errorf("an onnx entry with --executor kserve: exit %d, %s", code, e.String())
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/gpu"
+	"github.com/mdag/mdag/gpu/kserve"
 	"github.com/mdag/mdag/gpu/onnx"
 	"github.com/mdag/mdag/gpu/registry"
 	"github.com/mdag/mdag/internal/clock"
@@ -62,8 +63,9 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 		"[--batches 1,2,4,8] [--concurrency 1,2] [--iterations N] [--duration D] [--warmup N] [--serf [--check]] [-o yaml|json]", stderr)
 	models := fs.String("models", "", "the model registry (models.yaml) that names the model (not needed with --executor emulated)")
 	model := fs.String("model", "", "the registry `model` to profile (required)")
-	executor := fs.String("executor", "onnx", "the executor that runs it: onnx (ONNX Runtime), opencv (OpenCV DNN, full build) or emulated (l(b) from --emulated-latency)")
+	executor := fs.String("executor", "onnx", "the executor that runs it: onnx (ONNX Runtime), kserve (an Open Inference Protocol server: the registry's endpoint), opencv (OpenCV DNN, full build) or emulated (l(b) from --emulated-latency)")
 	device := fs.String("device", "cpu", "with --executor onnx: cpu or cuda")
+	shm := fs.String("shared-memory", "auto", "with --executor kserve: auto, on or off (the system shared memory extension; a model's kserve.shared_memory overrides it)")
 	lib := fs.String("ort-lib", onnx.DefaultLib(), "with --executor onnx: the ONNX Runtime shared library (env "+onnx.LibEnv+"; make deps installs it)")
 	spin := fs.Bool("spin", true, "with --executor onnx: let ONNX Runtime's intra-op threads spin while waiting for work (its default); --spin=false frees idle cores")
 	intra := fs.Int("intra-threads", 1, "with --executor onnx: intra-op threads per session for the sweep (0: ONNX Runtime's default, the cores); --serf measures several")
@@ -144,6 +146,36 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 				return alpha*time.Duration(n) + beta, m == name
 			}), func() {}, nil
 		}
+	case "kserve":
+		if *models == "" {
+			return usageErr("--executor kserve needs --models models.yaml (the registry that names --model and its endpoint)")
+		}
+		reg, err := registry.Load(*models)
+		if err != nil {
+			printErrors(stderr, err)
+			return exitInvalid
+		}
+		m, err := reg.Get(*model)
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		if m.Format != "kserve" {
+			return usageErr("model %s is format %s: --executor kserve profiles format: kserve entries (the model on an Open Inference Protocol server)", *model, m.Format)
+		}
+		maxBatch = m.MaxBatch
+		one := &registry.Registry{File: reg.File, Models: map[string]*registry.Model{*model: m}}
+		factory = func(_, n int) (gpu.Executor, func(), error) {
+			x, err := kserve.New(one, kserve.Config{SharedMemory: *shm, Slots: n})
+			if err != nil {
+				return nil, nil, err
+			}
+			if err := checkServers(x); err != nil {
+				x.Close()
+				return nil, nil, err
+			}
+			fmt.Fprintf(stderr, "mdag profile: %s\n", x.Describe())
+			return x, x.Close, nil
+		}
 	case "onnx", "opencv":
 		if *models == "" {
 			return usageErr("--executor %s needs --models models.yaml (the registry that names --model)", *executor)
@@ -158,7 +190,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 			return usageErr("%v", err)
 		}
 		if m.Format != "onnx" {
-			return usageErr("model %s is format %s: mdag profile runs onnx models (kserve comes with its executor)", *model, m.Format)
+			return usageErr("model %s is format %s: profile it with --executor kserve", *model, m.Format)
 		}
 		maxBatch = m.MaxBatch
 		if err := reg.CheckFiles(); err != nil {
@@ -190,7 +222,7 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	default:
-		return usageErr("--executor %q: want onnx, opencv or emulated", *executor)
+		return usageErr("--executor %q: want onnx, kserve, opencv or emulated", *executor)
 	}
 	if maxBatch > 0 {
 		var kept intsFlag

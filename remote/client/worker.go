@@ -54,6 +54,10 @@ type WorkerConfig struct {
 	// OnEmulated, when set, receives the emulated executor once made (tests
 	// use it to slow the worker down live).
 	OnEmulated func(*gpu.Emulated)
+	// Emulate lists models Exec does not run: they run on the emulated
+	// executor (profiled times, the synthetic ground truth echoed) and
+	// every other model on Exec (`mdag worker --emulate`).
+	Emulate []string
 	// HealthInterval is how often, while connected, an executor that has
 	// a health probe (Health(ctx) error: gpu/kserve's, its endpoints and
 	// models) is probed, on Clock; default 1 s. HealthTimeout bounds one
@@ -98,6 +102,9 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 	kind := "emulated"
 	if cfg.Exec != nil {
 		kind = cfg.Exec.Kind()
+		if len(cfg.Emulate) > 0 {
+			kind += "+emulated"
+		}
 	}
 	if cfg.HealthInterval <= 0 {
 		cfg.HealthInterval = DefaultHealthInterval
@@ -152,17 +159,27 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 		send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: wire.ResultToPB(r)}})
 	})
 	defer w.Close()
-	if cfg.Exec != nil {
-		w.SetExecutor(cfg.Exec)
-	} else {
-		em := gpu.NewEmulated(cfg.Clock, w.Latency)
+	var em *gpu.Emulated
+	if cfg.Exec == nil || len(cfg.Emulate) > 0 {
+		em = gpu.NewEmulated(cfg.Clock, w.Latency)
 		if cfg.Slowdown > 0 {
 			em.SetSlowdown(cfg.Slowdown)
 		}
 		if cfg.OnEmulated != nil {
 			cfg.OnEmulated(em)
 		}
+	}
+	switch {
+	case cfg.Exec == nil:
 		w.SetExecutor(em)
+	case len(cfg.Emulate) > 0:
+		r := &gpu.Router{By: map[string]gpu.Executor{}, Default: cfg.Exec}
+		for _, m := range cfg.Emulate {
+			r.By[m] = em
+		}
+		w.SetExecutor(r)
+	default:
+		w.SetExecutor(cfg.Exec)
 	}
 	cfg.Log.Info("registered", "coordinator", cc.Target(), "id", cfg.ID, "type", cfg.Type, "executor", kind, "heartbeat", beat)
 
