@@ -140,7 +140,9 @@ func TestKServeMatchesONNX(t *testing.T) {
 		{"narrow", nil, []string{"kserve: model narrow at " + addr, "input", "[1 3 64 32]"}},
 		{"ghost", nil, []string{"kserve: model ghost at " + addr, "nope"}},
 		// a deadline already spent: the call does not go out, or fails DeadlineExceeded
-		{"raw", func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), time.Nanosecond) }, []string{"kserve: model raw at " + addr, "deadline"}},
+		{"raw", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Nanosecond)
+		}, []string{"kserve: model raw at " + addr, "deadline"}},
 	} {
 		c := ctx
 		if tc.ctx != nil {
