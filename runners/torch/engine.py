@@ -103,6 +103,14 @@ class Wrapped(torch.nn.Module):
         return y.float().reshape(y.shape[0], -1)
 
 
+def _typed(src, dtype):
+    """The uint8 tensor src viewed as dtype; copied first when its offset is
+    not a multiple of the element size (a shared memory offset may be odd)."""
+    if dtype != torch.uint8 and src.storage_offset() % torch.tensor([], dtype=dtype).element_size():
+        src = src.clone()
+    return src.view(dtype)
+
+
 class Slot:
     """One concurrency slot: stream, pinned buffers, static input, graphs."""
 
@@ -199,7 +207,7 @@ class Engine:
         s.h_out = torch.empty((top, self.classes), dtype=torch.float32, pin_memory=True)
         s.d_in = torch.zeros(self.shape(top), dtype=self.in_dtype, device=self.device)
         pool = torch.cuda.graph_pool_handle()
-        with torch.inference_mode():
+        with torch.no_grad():  # no_grad, as torch's graph capture examples (outputs stay normal tensors)
             # warm-up on a side stream, as capture requires
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
@@ -273,11 +281,10 @@ class Engine:
         written there too."""
         if self.cuda:
             return self._run_cuda(self.slots[slot_index], src, n, out_view)
-        x = src.view(self.in_dtype).view(self.shape(n))
         with torch.inference_mode():
-            y = self.model(x)
+            y = self.model(_typed(src, self.in_dtype).view(self.shape(n)))
         if out_view is not None:
-            out_view.view(torch.float32).view(n, self.classes).copy_(y)
+            out_view.copy_(y.contiguous().view(-1).view(torch.uint8))
         return y
 
     def _run_cuda(self, s, src, n, out_view):
@@ -290,15 +297,13 @@ class Engine:
             else:
                 s.h_in[:nbytes].copy_(src)
                 host = s.h_in[:nbytes]
-            s.d_in[:n].copy_(host.view(self.in_dtype).view(self.shape(n)), non_blocking=True)
+            s.d_in[:n].copy_(_typed(host, self.in_dtype).view(self.shape(n)), non_blocking=True)
             g.replay()
             s.h_out[:n].copy_(y[:n], non_blocking=True)
         s.stream.synchronize()
-        res = s.h_out[:n].clone() if out_view is None else s.h_out[:n]
         if out_view is not None:
-            out_view.view(torch.float32).view(n, self.classes).copy_(res)
-            res = res.clone()
-        return res
+            out_view.copy_(s.h_out[:n].reshape(-1).view(torch.uint8))
+        return s.h_out[:n].clone()
 
     # ---- benchmark
 

@@ -58,6 +58,19 @@ def _param(params, key):
     return None if which is None else getattr(p, which)
 
 
+def _typed_param(params, key, kind, where):
+    """_param checked to be of kind (int or str): INVALID_ARGUMENT otherwise."""
+    v = _param(params, key)
+    if v is None:
+        return None
+    if kind is int and isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if kind is str and isinstance(v, str):
+        return v
+    raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: parameter %s is %s %r, want %s"
+                % (where, key, type(v).__name__, v, "an integer" if kind is int else "a string"))
+
+
 class Region:
     """A registered system shared memory region: /dev/shm/<key> mapped from offset."""
 
@@ -237,13 +250,13 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
         if n > e.max_batch:
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: batch %d is above max batch %d" % (where, n, e.max_batch))
         nbytes = n * e.item_bytes
-        region = _param(t.parameters, P_REGION)
+        region = _typed_param(t.parameters, P_REGION, str, where)
         if region is not None:
-            size = _param(t.parameters, P_SIZE)
+            size = _typed_param(t.parameters, P_SIZE, int, where)
             if size is not None and size != nbytes:
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
                             "%s: shared_memory_byte_size %d, shape %s of %s takes %d" % (where, size, shape, t.datatype, nbytes))
-            src = self.region(region, where).view(where, _param(t.parameters, P_OFFSET) or 0, nbytes)
+            src = self.region(region, where).view(where, _typed_param(t.parameters, P_OFFSET, int, where) or 0, nbytes)
             if len(req.raw_input_contents):
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: in shared memory and raw_input_contents both" % where)
         else:
@@ -261,16 +274,16 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
         for o in req.outputs:
             if o.name != OUTPUT_NAME:
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "model %r has output %r, request asks for %r" % (e.name, OUTPUT_NAME, o.name))
-            oregion = _param(o.parameters, P_REGION)
+            oregion = _typed_param(o.parameters, P_REGION, str, "model %r output %r" % (e.name, o.name))
             if oregion is not None:
                 owhere = "model %r output %r" % (e.name, OUTPUT_NAME)
-                size = _param(o.parameters, P_SIZE)
+                size = _typed_param(o.parameters, P_SIZE, int, owhere)
                 if size is not None and size < out_bytes:
                     raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "%s: shared_memory_byte_size %d, the output [%d, %d] FP32 takes %d"
                                 % (owhere, size, n, e.classes, out_bytes))
                 out_region = oregion
-                out_view = self.region(oregion, owhere).view(owhere, _param(o.parameters, P_OFFSET) or 0, out_bytes)
+                out_view = self.region(oregion, owhere).view(owhere, _typed_param(o.parameters, P_OFFSET, int, owhere) or 0, out_bytes)
 
         slot = e.acquire()
         if slot is None:
@@ -415,6 +428,7 @@ def parse_args(argv):
     p.add_argument("--input", default="uint8-nhwc", choices=sorted(engine.INPUTS))
     p.add_argument("--size", type=int, default=224, help="input height = width")
     p.add_argument("--slots", type=int, default=2, help="concurrent batches (CUDA streams; grpc threads)")
+    p.add_argument("--threads", type=int, default=0, help="CPU intra-op threads (torch.set_num_threads); 0: torch's default")
     p.add_argument("--bench", action="store_true", help="time the raw model per batch size, print JSON, exit")
     p.add_argument("--bench-iters", type=int, default=20)
     a = p.parse_args(argv)
@@ -446,6 +460,8 @@ def parse_args(argv):
                     a.catalog_entries.append((name.strip(), spec.strip()))
         except OSError as e:
             p.error("--catalog: %s" % e)
+    if a.threads < 0:
+        p.error("--threads %d: want 0 (torch's default) or more" % a.threads)
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device %s: torch %s sees no CUDA device" % (a.device, torch.__version__))
     return a
@@ -473,6 +489,8 @@ def serve(args, log=None):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.bench:
         if not args.models:
             raise SystemExit("runner: --bench needs --model NAME=SPEC")

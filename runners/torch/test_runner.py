@@ -181,6 +181,70 @@ class RunnerTest(unittest.TestCase):
         # the server is still serving
         self.assertEqual(out_array(self.stub.ModelInfer(infer_request("tiny", ok, [2, SIZE, SIZE, 3]))).shape, (2, 1000))
 
+    def test_fuzz_requests_never_crash(self):
+        """Random requests (a valid one with 0 to 3 random mutations: shapes,
+        datatypes, byte counts, names, counts, parameters of any type) get OK
+        or a client error, never INTERNAL or an exception."""
+        rng = np.random.default_rng(21)
+        region_values = [("string_param", "nope"), ("int64_param", 3), ("int64_param", -5), ("bool_param", True),
+                         ("double_param", 1.5), ("uint64_param", 1 << 63)]
+
+        def pick(xs):
+            return xs[int(rng.integers(len(xs)))]
+
+        def mutate(req):
+            t = req.inputs[0] if req.inputs else None
+            m = int(rng.integers(11))
+            if m == 0:
+                req.model_name = pick(["nope", "", "TINY", "tiny\x00"])
+            elif m == 1 and t is not None:
+                t.datatype = pick(["FP32", "FP16", "INT8", "", "BYTES", "uint8"])
+            elif m == 2 and t is not None:
+                del t.shape[:]
+                t.shape.extend([int(pick([-1, 0, 1, 2, 3, MAXB, MAXB + 1, SIZE, 1 << 40, -(1 << 40)]))
+                                for _ in range(int(rng.integers(0, 6)))])
+            elif m == 3 and t is not None:
+                t.shape[int(rng.integers(len(t.shape)))] = int(pick([0, -1, 1, 7, MAXB + 1, 1 << 62])) if len(t.shape) else 0
+            elif m == 4 and t is not None:
+                t.name = pick(["", "output", "x", "input "])
+            elif m == 5:
+                req.inputs.add(name="input", datatype="UINT8", shape=[1, SIZE, SIZE, 3])
+            elif m == 6:
+                del req.inputs[:]
+            elif m == 7 and len(req.raw_input_contents):
+                raw = req.raw_input_contents[0]
+                req.raw_input_contents[0] = pick([raw[:-1], raw + b"\0", b"", raw[: len(raw) // 2]])
+            elif m == 8:
+                req.raw_input_contents.append(b"\0" * int(rng.integers(0, 100)))
+            elif m == 9 and t is not None:
+                for key in ["shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"]:
+                    if rng.random() < 0.7:
+                        kind, val = pick(region_values)
+                        setattr(t.parameters[key], kind, val)
+            elif m == 10:
+                o = req.outputs.add(name=pick(["output", "output", "", "x"]))
+                for key in ["shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"]:
+                    if rng.random() < 0.5:
+                        kind, val = pick(region_values)
+                        setattr(o.parameters[key], kind, val)
+
+        ok = client = 0
+        for i in range(300):
+            n = int(rng.integers(1, MAXB + 1))
+            req = infer_request("tiny", rng.integers(0, 256, size=n * SIZE * SIZE * 3, dtype=np.uint8).tobytes(),
+                                [n, SIZE, SIZE, 3])
+            for _ in range(int(rng.integers(0, 4))):
+                mutate(req)
+            try:
+                resp = self.runner._infer(req)
+                ok += 1
+                self.assertEqual(len(resp.raw_output_contents[0]), resp.outputs[0].shape[0] * 1000 * 4)
+            except runner.Abort as a:
+                client += 1
+                self.assertIn(a.code, (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND), "case %d: %s" % (i, a.msg))
+        self.assertGreater(ok, 30)      # the generator reaches valid requests
+        self.assertGreater(client, 100)  # and invalid ones
+
     # ---- shared memory
 
     def test_shared_memory_round_trip(self):
@@ -312,9 +376,29 @@ class EngineTest(unittest.TestCase):
                 with torch.inference_mode():
                     want = e.model.model(x.float())
                 torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-4)
+                # a source at an odd offset (shared memory may place it so) and an odd output offset
+                buf = torch.frombuffer(bytearray(b"\0" + x.numpy().tobytes()), dtype=torch.uint8)[1:]
+                out = torch.zeros(1 + 2 * 1000 * 4, dtype=torch.uint8)
+                e.run(0, buf, 2, out[1:])
+                got = torch.frombuffer(bytearray(out[1:].numpy().tobytes()), dtype=torch.float32).view(2, 1000)
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
                 self.assertEqual(e.shape(-1), (-1, 3, SIZE, SIZE))
                 e.close()
                 self.assertIsNone(e.acquire())  # closed: no more batches
+
+    def test_close_waits_for_batches_in_flight(self):
+        logs = []
+        e = engine.Engine("w", "torchvision:resnet18", "cpu", "uint8-nhwc", 16, 1, [1], 2, log=logs.append)
+        slot = e.acquire()
+        e.close(timeout=0)  # a batch is in flight: the model stays
+        self.assertIn("unloading with 1 batches still in flight", logs[-1])
+        self.assertIsNotNone(e.model)
+        self.assertIsNone(e.acquire())  # but no new batch starts
+        y = e.run(slot, torch.zeros(16 * 16 * 3, dtype=torch.uint8), 1)
+        self.assertEqual(tuple(y.shape), (1, 1000))
+        e.release(slot)
+        e.close(timeout=0)
+        self.assertIsNone(e.model)
 
     def test_graph_batch_picks_smallest_captured(self):
         fake = types.SimpleNamespace(batches=[1, 2, 4, 8, 16, 32])
@@ -348,8 +432,14 @@ class EngineTest(unittest.TestCase):
 
 class CLITest(unittest.TestCase):
     def test_bad_flags(self):
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        bad_catalog = os.path.join(tmp.name, "catalog")
+        with open(bad_catalog, "w") as f:
+            f.write("a=torchvision:resnet18\njust-a-name\n")
         for argv in [["--model", "noequals"], ["--batches", "1,x"], ["--batches", "0,2"], ["--slots", "0"],
-                     ["--input", "bgr"], ["--device", "cpu", "--catalog", "/no/such/catalog"]]:
+                     ["--input", "bgr"], ["--threads", "-1"], ["--device", "cpu", "--catalog", "/no/such/catalog"],
+                     ["--device", "cpu", "--catalog", bad_catalog]]:
             with self.subTest(argv=argv):
                 with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
                     runner.parse_args(argv)
