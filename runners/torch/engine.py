@@ -154,6 +154,8 @@ class Engine:
             torch.cuda.synchronize(self.device)
             alloc0 = torch.cuda.memory_allocated(self.device)
             res0 = torch.cuda.memory_reserved(self.device)
+        if self.cuda:
+            torch.backends.cudnn.benchmark = True  # fixed shapes: pick kernels once, at warm-up
         module = build_module(spec).eval()
         dtype = torch.float16 if self.cuda else torch.float32
         wrapped = Wrapped(module, layout, dtype, self.cuda)
@@ -278,7 +280,7 @@ class Engine:
         """Runs n items. src: a uint8 CPU tensor of n*item_bytes (request bytes
         or a shared memory view). Returns float32 CPU tensor [n, K]; when
         out_view (uint8 CPU tensor of n*K*4 bytes) is given the result is
-        written there too."""
+        written there, and the return value may be None."""
         if self.cuda:
             return self._run_cuda(self.slots[slot_index], src, n, out_view)
         with torch.inference_mode():
@@ -299,8 +301,14 @@ class Engine:
                 host = s.h_in[:nbytes]
             s.d_in[:n].copy_(_typed(host, self.in_dtype).view(self.shape(n)), non_blocking=True)
             g.replay()
-            s.h_out[:n].copy_(y[:n], non_blocking=True)
+            direct = out_view is not None and out_view.storage_offset() % 4 == 0 and out_view.is_pinned()
+            if direct:  # D2H straight into the page-locked shared memory region
+                out_view.view(torch.float32).view(n, self.classes).copy_(y[:n], non_blocking=True)
+            else:
+                s.h_out[:n].copy_(y[:n], non_blocking=True)
         s.stream.synchronize()
+        if direct:
+            return None
         if out_view is not None:
             out_view.copy_(s.h_out[:n].reshape(-1).view(torch.uint8))
         return s.h_out[:n].clone()

@@ -74,7 +74,7 @@ def _typed_param(params, key, kind, where):
 class Region:
     """A registered system shared memory region: /dev/shm/<key> mapped from offset."""
 
-    def __init__(self, name, key, offset, size):
+    def __init__(self, name, key, offset, size, pin=False):
         if not key.startswith("/") or len(key) < 2 or "/" in key[1:] or key[1:] in (".", ".."):
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
                         "shared memory region %r: key %r: want /NAME (one path element, as shm_open takes)" % (name, key))
@@ -100,13 +100,19 @@ class Region:
         self.skip = offset - start
         # the whole region as a uint8 tensor over the mapping (no copy)
         self.tensor = torch.frombuffer(self.map, dtype=torch.uint8)[self.skip:self.skip + size]
+        self.users = 0        # requests using it (Runner.lock)
+        self.closing = False  # unregistered: closed when users drops to 0
         self.registered = False
-        if torch.cuda.is_available() and hasattr(torch.cuda, "cudart"):
-            # page-lock the mapping so H2D copies read it directly (zero-copy)
+        if pin and torch.cuda.is_available() and hasattr(torch.cuda, "cudart"):
+            # page-lock the whole (page-aligned) mapping so the H2D and D2H
+            # copies use it directly; on failure requests copy through the
+            # slot's pinned buffers
             try:
-                rt = torch.cuda.cudart()
-                err = rt.cudaHostRegister(self.tensor.data_ptr(), size, 0)
+                base = torch.frombuffer(self.map, dtype=torch.uint8)
+                err = torch.cuda.cudart().cudaHostRegister(base.data_ptr(), len(self.map), 0)
                 self.registered = int(getattr(err, "value", err)) == 0
+                self._base_ptr = base.data_ptr()
+                del base
             except Exception:
                 self.registered = False
 
@@ -120,7 +126,7 @@ class Region:
     def close(self):
         if self.registered:
             try:
-                torch.cuda.cudart().cudaHostUnregister(self.tensor.data_ptr())
+                torch.cuda.cudart().cudaHostUnregister(self._base_ptr)
             except Exception:
                 pass
         self.tensor = None
@@ -230,6 +236,14 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
         return self._rpc(context, self._infer, request)
 
     def _infer(self, req):
+        held = []  # regions this request uses: not unmapped until it is done
+        try:
+            return self._infer_held(req, held)
+        finally:
+            for r in held:
+                self.release_region(r)
+
+    def _infer_held(self, req, held):
         e = self.model(req.model_name, req.model_version)
         where = "model %r input %r" % (e.name, INPUT_NAME)
         if len(req.inputs) != 1:
@@ -256,7 +270,7 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
             if size is not None and size != nbytes:
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
                             "%s: shared_memory_byte_size %d, shape %s of %s takes %d" % (where, size, shape, t.datatype, nbytes))
-            src = self.region(region, where).view(where, _typed_param(t.parameters, P_OFFSET, int, where) or 0, nbytes)
+            src = self.region(region, where, held).view(where, _typed_param(t.parameters, P_OFFSET, int, where) or 0, nbytes)
             if len(req.raw_input_contents):
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: in shared memory and raw_input_contents both" % where)
         else:
@@ -283,7 +297,7 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
                                 "%s: shared_memory_byte_size %d, the output [%d, %d] FP32 takes %d"
                                 % (owhere, size, n, e.classes, out_bytes))
                 out_region = oregion
-                out_view = self.region(oregion, owhere).view(owhere, _typed_param(o.parameters, P_OFFSET, int, owhere) or 0, out_bytes)
+                out_view = self.region(oregion, owhere, held).view(owhere, _typed_param(o.parameters, P_OFFSET, int, owhere) or 0, out_bytes)
 
         slot = e.acquire()
         if slot is None:
@@ -337,12 +351,23 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
 
     # ---- system shared memory extension
 
-    def region(self, name, where):
+    def region(self, name, where, held):
+        """The registered region name, held (appended to held) until release_region."""
         with self.lock:
             r = self.regions.get(name)
+            if r is not None:
+                r.users += 1
+                held.append(r)
         if r is None:
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: shared memory region %r is not registered" % (where, name))
         return r
+
+    def release_region(self, r):
+        with self.lock:
+            r.users -= 1
+            last = r.users == 0 and r.closing
+        if last:
+            r.close()
 
     def SystemSharedMemoryRegister(self, request, context):
         return self._rpc(context, self._register, request)
@@ -353,12 +378,14 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
         with self.lock:
             if req.name in self.regions:
                 raise Abort(grpc.StatusCode.ALREADY_EXISTS, "shared memory region %r is already registered" % req.name)
-        r = Region(req.name, req.key, req.offset, req.byte_size)
+        r = Region(req.name, req.key, req.offset, req.byte_size, pin=self.args.device.startswith("cuda"))
         with self.lock:
             if req.name in self.regions:
                 r.close()
                 raise Abort(grpc.StatusCode.ALREADY_EXISTS, "shared memory region %r is already registered" % req.name)
             self.regions[req.name] = r
+        self.log("shared memory region %s: %s from %d, %d bytes%s" % (req.name, req.key, req.offset, req.byte_size,
+                 ", page-locked for CUDA" if r.registered else ""))
         return pb.SystemSharedMemoryRegisterResponse()
 
     def SystemSharedMemoryStatus(self, request, context):
@@ -387,9 +414,19 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
             else:
                 gone = list(self.regions.values())
                 self.regions.clear()
-        for r in gone:
-            r.close()
+        self._close_regions(gone)
         return pb.SystemSharedMemoryUnregisterResponse()
+
+    def _close_regions(self, gone):
+        """Closes unregistered regions now, or when the last request using one ends."""
+        with self.lock:
+            now = []
+            for r in gone:
+                r.closing = True
+                if r.users == 0:
+                    now.append(r)
+        for r in now:
+            r.close()
 
     # ---- plumbing
 
@@ -412,8 +449,7 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
                 self.unload(name)
             except Abort:
                 pass
-        for r in regs:
-            r.close()
+        self._close_regions(regs)
 
 
 def parse_args(argv):

@@ -313,7 +313,14 @@ class RunnerTest(unittest.TestCase):
         wrong_size.inputs[0].parameters["shared_memory_byte_size"].int64_param = in_bytes - 1
         self.expect(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, wrong_size, contains="shared_memory_byte_size 9215")
 
+        # unregistered while a request holds it: unmapped when that request ends
+        held = []
+        r = self.runner.region("in", "test", held)
         self.stub.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest(name="in"))
+        self.assertFalse(r.map.closed)
+        self.assertEqual(bytes(r.view("test", in_off, 4).numpy()), px.tobytes()[:4])
+        self.runner.release_region(held[0])
+        self.assertTrue(r.map.closed)
         self.stub.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest(name="in"))  # idempotent
         self.assertEqual(list(self.stub.SystemSharedMemoryStatus(pb.SystemSharedMemoryStatusRequest()).regions), ["out"])
         self.expect(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, req, contains="region 'in' is not registered")
@@ -428,6 +435,131 @@ class EngineTest(unittest.TestCase):
             x = (px.float() / 255 - torch.tensor(engine.IMAGENET_MEAN)) / torch.tensor(engine.IMAGENET_STD)
             with torch.inference_mode():
                 torch.testing.assert_close(y, net(x.permute(0, 3, 1, 2)), rtol=1e-4, atol=1e-4)
+
+
+@unittest.skipUnless(torch.cuda.is_available(), "no CUDA device (the GPU path: run this file on a GPU machine)")
+class CudaTest(unittest.TestCase):
+    """The CUDA path: graphs per batch and slot, padding, streams, pinned and
+    page-locked shared memory, GPU memory report and release. Runs only where
+    torch sees a GPU; everything else in this file runs on CPU."""
+
+    S = 64
+
+    @classmethod
+    def setUpClass(cls):
+        torch.manual_seed(3)
+        cls.logs = []
+        args = runner.parse_args(["--listen", "127.0.0.1:0", "--device", "cuda", "--model", "g=torchvision:resnet18",
+                                  "--size", str(cls.S), "--max-batch", "8", "--batches", "1,2,4,8", "--slots", "2"])
+        cls.server, cls.runner, port = runner.serve(args, log=cls.logs.append)
+        cls.channel = grpc.insecure_channel("127.0.0.1:%d" % port)
+        cls.stub = pb_grpc.GRPCInferenceServiceStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.server.stop(None).wait()
+        cls.runner.close()
+
+    def px(self, n, seed):
+        return np.random.default_rng(seed).integers(0, 256, size=(n, self.S, self.S, 3), dtype=np.uint8)
+
+    def eager(self, name, px):
+        """The same fp16 CUDA model, eager (no graph), on the same pixels."""
+        e = self.runner.models[name]
+        with torch.no_grad():
+            return e.model(torch.from_numpy(px).cuda()).float().cpu().numpy()
+
+    def test_graphs_and_padding_match_eager(self):
+        e = self.runner.models["g"]
+        self.assertEqual(e.batches, [1, 2, 4, 8])
+        self.assertEqual(sorted(e.slots[0].graphs), [1, 2, 4, 8])
+        for n in [1, 3, 5, 8]:  # 3 and 5 run the graphs of 4 and 8, padded
+            with self.subTest(batch=n):
+                px = self.px(n, seed=n)
+                got = out_array(self.stub.ModelInfer(infer_request("g", px.tobytes(), px.shape)))
+                self.assertEqual(got.shape, (n, 1000))
+                np.testing.assert_allclose(got, self.eager("g", px), rtol=2e-2, atol=2e-2)
+
+    def test_fp16_close_to_fp32(self):
+        import copy
+        e = self.runner.models["g"]
+        ref = copy.deepcopy(e.model.model).float().cpu().to(memory_format=torch.contiguous_format)
+        px = self.px(4, seed=11)
+        got = out_array(self.stub.ModelInfer(infer_request("g", px.tobytes(), px.shape)))
+        x = (px.astype(np.float32) / 255.0 - MEAN) / STD
+        with torch.no_grad():
+            want = ref(torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))).numpy()
+        for g, w in zip(got, want):
+            cos = float(np.dot(g, w) / (np.linalg.norm(g) * np.linalg.norm(w)))
+            self.assertGreater(cos, 0.999)
+
+    def test_concurrent_slots(self):
+        px = [self.px(int(1 + i % 8), seed=50 + i) for i in range(24)]
+        want = [self.eager("g", p) for p in px]
+        got, errs = [None] * len(px), []
+
+        def call(i):
+            try:
+                got[i] = out_array(self.stub.ModelInfer(infer_request("g", px[i].tobytes(), px[i].shape)))
+            except Exception as ex:  # reported below
+                errs.append(ex)
+
+        ts = [threading.Thread(target=call, args=(i,)) for i in range(len(px))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(120)
+        self.assertEqual(errs, [])
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=2e-2, atol=2e-2)
+
+    def test_page_locked_shared_memory(self):
+        n, S = 4, self.S
+        in_bytes, out_bytes = n * S * S * 3, n * 1000 * 4
+        key = "/mdag-runner-cuda-%d" % os.getpid()
+        with open("/dev/shm" + key, "wb") as f:
+            f.truncate(in_bytes + out_bytes)
+        self.addCleanup(os.remove, "/dev/shm" + key)
+        px = self.px(n, seed=9)
+        with open("/dev/shm" + key, "r+b") as f:
+            f.write(px.tobytes())
+        self.stub.SystemSharedMemoryRegister(pb.SystemSharedMemoryRegisterRequest(name="cin", key=key, byte_size=in_bytes))
+        self.stub.SystemSharedMemoryRegister(pb.SystemSharedMemoryRegisterRequest(name="cout", key=key, offset=in_bytes, byte_size=out_bytes))
+        self.addCleanup(self.stub.SystemSharedMemoryUnregister, pb.SystemSharedMemoryUnregisterRequest())
+        self.assertTrue(self.runner.regions["cin"].registered, self.logs)
+        self.assertTrue(self.runner.regions["cin"].view("t", 0, 8).is_pinned())
+        req = infer_request("g", None, px.shape)
+        req.inputs[0].parameters["shared_memory_region"].string_param = "cin"
+        o = req.outputs.add(name="output")
+        o.parameters["shared_memory_region"].string_param = "cout"
+        self.stub.ModelInfer(req)
+        with open("/dev/shm" + key, "rb") as f:
+            f.seek(in_bytes)
+            got = np.frombuffer(f.read(out_bytes), dtype=np.float32).reshape(n, 1000)
+        np.testing.assert_allclose(got, self.eager("g", px), rtol=2e-2, atol=2e-2)
+
+    def test_memory_reported_and_freed(self):
+        req = pb.RepositoryModelLoadRequest(model_name="m2")
+        req.parameters["config"].string_param = "torchvision:resnet50"
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        self.stub.RepositoryModelLoad(req)
+        idx = {m.name: m.reason for m in self.stub.RepositoryIndex(pb.RepositoryIndexRequest()).models}
+        words = dict(w.split("=", 1) for w in idx["m2"].split() if "=" in w)
+        self.assertEqual(words["graphs"], "1,2,4,8")
+        gpu = int(words["gpu_bytes"])
+        self.assertGreater(gpu, 25_000_000 * 2)  # resnet50's 25.6M parameters in fp16, at least
+        self.assertGreaterEqual(int(words["gpu_reserved_bytes"]), gpu)
+        self.stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="m2"))
+        torch.cuda.synchronize()
+        self.assertLess(torch.cuda.memory_allocated() - before, gpu // 10)
+
+    def test_bench_cuda_events(self):
+        res = self.runner.models["g"].bench([1, 3, 8], iters=5, warmup=2)
+        self.assertEqual(res[3]["graph_batch"], 4)
+        for v in res.values():
+            self.assertGreater(v["median_ms"], 0)
 
 
 class CLITest(unittest.TestCase):
