@@ -9,9 +9,10 @@ import (
 	"time"
 )
 
-// python is the interpreter the runner's tests run under: Debian's, which has
-// python3-torch, python3-torchvision, python3-grpcio and python3-protobuf.
-const python = "/usr/bin/python3"
+// defaultPython is the interpreter the runner's tests run under: Debian's,
+// which has python3-torch, python3-torchvision, python3-grpcio and
+// python3-protobuf. MDAG_PYTHON names another (a GPU machine's venv, say).
+const defaultPython = "/usr/bin/python3"
 
 // TestPythonRunner runs test_runner.py (the runner over gRPC on CPU: every
 // RPC, outputs against the eager model, errors, shared memory, load/unload).
@@ -19,6 +20,10 @@ const python = "/usr/bin/python3"
 // MDAG_REQUIRE_TORCH=1, when it fails instead.
 func TestPythonRunner(t *testing.T) {
 	require := os.Getenv("MDAG_REQUIRE_TORCH") == "1"
+	python := defaultPython
+	if p := os.Getenv("MDAG_PYTHON"); p != "" {
+		python = p
+	}
 	if out, err := exec.Command(python, "-c", "import torch, torchvision, grpc, google.protobuf, numpy").CombinedOutput(); err != nil {
 		if require {
 			t.Fatalf("MDAG_REQUIRE_TORCH=1 but %s cannot import the runner's packages: %v\n%s", python, err, out)
