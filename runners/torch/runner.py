@@ -13,6 +13,7 @@ import argparse
 import json
 import mmap
 import os
+import signal
 import sys
 import threading
 from concurrent import futures
@@ -276,7 +277,8 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
         else:
             if len(req.raw_input_contents) != 1:
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
-                            "%s: want 1 raw_input_contents entry, request has %d" % (where, len(req.raw_input_contents)))
+                            "%s: want 1 raw_input_contents entry (or shared memory; typed contents are not read), request has %d"
+                            % (where, len(req.raw_input_contents)))
             raw = req.raw_input_contents[0]
             if len(raw) != nbytes:
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
@@ -547,10 +549,12 @@ def main(argv=None):
     host = args.listen.rsplit(":", 1)[0]
     print("runner: listening on %s:%d (stubs: %s; %s)" % (host, port, PB_HOW,
           "CUDA graphs" if args.device.startswith("cuda") else "CPU eager, no CUDA graphs"), file=sys.stderr, flush=True)
-    try:
-        server.wait_for_termination()
-    except KeyboardInterrupt:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(3600):
         pass
+    print("runner: stopping (5 s grace for requests in flight)", file=sys.stderr, flush=True)
     server.stop(5).wait()
     runner.close()
     return 0

@@ -168,7 +168,7 @@ class RunnerTest(unittest.TestCase):
             ("bytes vs batch", infer_request("tiny", ok, [3, SIZE, SIZE, 3]), grpc.StatusCode.INVALID_ARGUMENT, "takes 9216"),
             ("batch above max", infer_request("tiny", big, [MAXB + 1, SIZE, SIZE, 3]), grpc.StatusCode.INVALID_ARGUMENT, "batch 5 is above max batch 4"),
             ("batch zero", infer_request("tiny", b"", [0, SIZE, SIZE, 3]), grpc.StatusCode.INVALID_ARGUMENT, "batch 0"),
-            ("no contents", infer_request("tiny", None, [2, SIZE, SIZE, 3]), grpc.StatusCode.INVALID_ARGUMENT, "want 1 raw_input_contents entry, request has 0"),
+            ("no contents", infer_request("tiny", None, [2, SIZE, SIZE, 3]), grpc.StatusCode.INVALID_ARGUMENT, "want 1 raw_input_contents entry (or shared memory; typed contents are not read), request has 0"),
             ("input name", infer_request("tiny", ok, [2, SIZE, SIZE, 3], name="images"), grpc.StatusCode.INVALID_ARGUMENT, "has input 'input', request names 'images'"),
             ("two inputs", two, grpc.StatusCode.INVALID_ARGUMENT, "takes 1 input"),
             ("output name", wrong_out, grpc.StatusCode.INVALID_ARGUMENT, "asks for 'logits'"),
@@ -575,6 +575,30 @@ class CLITest(unittest.TestCase):
             with self.subTest(argv=argv):
                 with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
                     runner.parse_args(argv)
+
+    def test_main_serves_until_sigterm(self):
+        import queue
+        import re
+        import signal
+        p = subprocess.Popen([sys.executable, os.path.join(HERE, "runner.py"), "--listen", "127.0.0.1:0", "--device", "cpu",
+                              "--model", "m=torchvision:mobilenet_v3_small", "--size", "32", "--max-batch", "2"],
+                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        self.addCleanup(lambda: p.poll() is None and p.kill())
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in p.stderr], daemon=True).start()
+        port = None
+        while port is None:
+            line = lines.get(timeout=120)
+            m = re.search(r"listening on 127\.0\.0\.1:(\d+) \(stubs: generated; CPU eager", line)
+            port = m and int(m.group(1))
+        with grpc.insecure_channel("127.0.0.1:%d" % port) as ch:
+            stub = pb_grpc.GRPCInferenceServiceStub(ch)
+            self.assertTrue(stub.ModelReady(pb.ModelReadyRequest(name="m")).ready)
+            resp = stub.ModelInfer(infer_request("m", bytes(2 * 32 * 32 * 3), [2, 32, 32, 3]))
+            self.assertEqual(list(resp.outputs[0].shape), [2, 1000])
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(timeout=60), 0)
+        p.stderr.close()
 
     def test_bench_prints_json(self):
         buf = io.StringIO()
