@@ -111,6 +111,16 @@ def _typed(src, dtype):
     return src.view(dtype)
 
 
+def _capture(g, pool):
+    """torch.cuda.graph, capturing this thread only where torch can
+    (capture_error_mode, torch >= 2.1): a load may capture while other
+    threads serve batches of other models on their streams."""
+    try:
+        return torch.cuda.graph(g, pool=pool, capture_error_mode="thread_local")
+    except TypeError:
+        return torch.cuda.graph(g, pool=pool)
+
+
 class Slot:
     """One concurrency slot: stream, pinned buffers, static input, graphs."""
 
@@ -222,7 +232,7 @@ class Engine:
             # largest first: the shared pool then fits the smaller ones
             for b in reversed(bs):
                 g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, pool=pool):
+                with _capture(g, pool):
                     y = self.model(s.d_in[:b])
                 s.graphs[b] = (g, y)
         return s

@@ -10,6 +10,7 @@ and --bench.
 """
 
 import argparse
+import gc
 import json
 import mmap
 import os
@@ -172,7 +173,10 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
                 with self.lock:
                     self.failed[name] = str(err)
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-            except (RuntimeError, ValueError, TypeError) as err:
+            except (RuntimeError, ValueError, TypeError) as err:  # CUDA out of memory among them
+                gc.collect()
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
                 with self.lock:
                     self.failed[name] = str(err)
                 raise Abort(grpc.StatusCode.INTERNAL, "model %r (%s): load failed: %s" % (name, spec, err))
