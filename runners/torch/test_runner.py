@@ -612,6 +612,7 @@ class CLITest(unittest.TestCase):
         for v in b.values():
             self.assertGreater(v["median_ms"], 0)
             self.assertGreater(v["items_per_s"], 0)
+            self.assertGreater(v["with_copies_median_ms"], 0)
 
 
 class StubsTest(unittest.TestCase):
