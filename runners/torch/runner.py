@@ -165,7 +165,7 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
             if old is not None and old.spec == spec:
                 return old
             if old is not None:
-                self.unload(name)
+                self._drop(name)
             a = self.args
             try:
                 e = engine.Engine(name, spec, a.device, a.input, a.size, a.max_batch, a.batches, a.slots, log=self.log)
@@ -187,6 +187,10 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
             return e
 
     def unload(self, name):
+        with self.load_lock:  # not while a load measures its memory
+            self._drop(name)
+
+    def _drop(self, name):
         with self.lock:
             e = self.models.pop(name, None)
         if e is None:

@@ -356,6 +356,14 @@ class RunnerTest(unittest.TestCase):
         req.parameters["config"].string_param = "torchvision:mobilenet_v3_small"
         load(req)
         self.assertEqual(self.stub.ModelMetadata(pb.ModelMetadataRequest(name="dyn")).outputs[0].shape, [-1, 1000])
+        # another spec under the same name: reloaded
+        req.parameters["config"].string_param = "torchvision:resnet18"
+        load(req)
+        self.assertIn("spec=torchvision:resnet18 ", index()["dyn"][1])
+        unload(pb.RepositoryModelUnloadRequest(model_name="dyn"))
+        # and by name alone afterwards, with the spec it was last loaded with
+        load(pb.RepositoryModelLoadRequest(model_name="dyn"))
+        self.assertIn("spec=torchvision:resnet18 ", index()["dyn"][1])
         unload(pb.RepositoryModelUnloadRequest(model_name="dyn"))
 
         bad = pb.RepositoryModelLoadRequest(model_name="bad")
