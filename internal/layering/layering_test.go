@@ -64,6 +64,7 @@ var allowed = map[string][]string{
 	"gpu/prep":              {"gpu/registry", "media"},
 	"gpu/kserve":            {"api/kserve", "gpu", "gpu/decode", "gpu/prep", "gpu/registry", "internal/clock", "media"},
 	"api/kserve":            {},
+	"runners/torch":         {},
 	"worker":                {"dag", "gpu", "internal/clock", "media", "modules"},
 	"coordinator":           {"allocator", "dag", "gpu", "internal/defaults", "internal/clock", "media", "modules", "placement", "profile", "scheduler", "worker"},
 	"remote/wire":           {"api", "dag", "media", "worker"},

@@ -1,0 +1,574 @@
+#!/usr/bin/env python3
+"""mdag's PyTorch GPU runner: an Open Inference Protocol (KServe v2) gRPC server.
+
+    python3 runners/torch/runner.py --listen 127.0.0.1:8001 \
+        --model resnet50=torchvision:resnet50 --device cuda --max-batch 32 \
+        --batches 1,2,4,8,16,32 --input uint8-nhwc --size 224 --slots 2
+
+See README.md beside this file for the protocol as served, the memory report
+and --bench.
+"""
+
+import argparse
+import gc
+import json
+import mmap
+import os
+import signal
+import sys
+import threading
+from concurrent import futures
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+import grpc  # noqa: E402
+import torch  # noqa: E402
+
+import engine  # noqa: E402
+import pbload  # noqa: E402
+
+pb, pb_grpc, PB_HOW = pbload.load()
+
+SERVER_NAME = "mdag-torch-runner"
+SERVER_VERSION = "1"
+EXTENSIONS = ["model_repository", "system_shared_memory"]
+INPUT_NAME = "input"
+OUTPUT_NAME = "output"
+P_REGION = "shared_memory_region"
+P_SIZE = "shared_memory_byte_size"
+P_OFFSET = "shared_memory_offset"
+SHM_DIR = "/dev/shm"
+
+
+class Abort(Exception):
+    """An RPC error: a grpc status code and a message."""
+
+    def __init__(self, code, msg):
+        super().__init__(msg)
+        self.code = code
+        self.msg = msg
+
+
+def _param(params, key):
+    """The value of an InferParameter / ModelRepositoryParameter, or None."""
+    if key not in params:
+        return None
+    p = params[key]
+    which = p.WhichOneof("parameter_choice")
+    return None if which is None else getattr(p, which)
+
+
+def _typed_param(params, key, kind, where):
+    """_param checked to be of kind (int or str): INVALID_ARGUMENT otherwise."""
+    v = _param(params, key)
+    if v is None:
+        return None
+    if kind is int and isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if kind is str and isinstance(v, str):
+        return v
+    raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: parameter %s is %s %r, want %s"
+                % (where, key, type(v).__name__, v, "an integer" if kind is int else "a string"))
+
+
+class Region:
+    """A registered system shared memory region: /dev/shm/<key> mapped from offset."""
+
+    def __init__(self, name, key, offset, size, pin=False):
+        if not key.startswith("/") or len(key) < 2 or "/" in key[1:] or key[1:] in (".", ".."):
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                        "shared memory region %r: key %r: want /NAME (one path element, as shm_open takes)" % (name, key))
+        if size <= 0:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "shared memory region %r: byte_size %d" % (name, size))
+        path = os.path.join(SHM_DIR, key[1:])
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError as e:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "shared memory region %r: key %s: %s" % (name, key, e.strerror))
+        try:
+            total = os.fstat(fd).st_size
+            if offset + size > total:
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                            "shared memory region %r: offset %d + byte_size %d is outside %s's %d bytes"
+                            % (name, offset, size, key, total))
+            start = offset - offset % mmap.ALLOCATIONGRANULARITY
+            self.map = mmap.mmap(fd, offset + size - start, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
+                                 offset=start)
+        finally:
+            os.close(fd)
+        self.name, self.key, self.offset, self.size = name, key, offset, size
+        self.skip = offset - start
+        # the whole region as a uint8 tensor over the mapping (no copy)
+        self.tensor = torch.frombuffer(self.map, dtype=torch.uint8)[self.skip:self.skip + size]
+        self.users = 0        # requests using it (Runner.lock)
+        self.closing = False  # unregistered: closed when users drops to 0
+        self.registered = False
+        if pin and torch.cuda.is_available() and hasattr(torch.cuda, "cudart"):
+            # page-lock the whole (page-aligned) mapping so the H2D and D2H
+            # copies use it directly; on failure requests copy through the
+            # slot's pinned buffers
+            try:
+                base = torch.frombuffer(self.map, dtype=torch.uint8)
+                err = torch.cuda.cudart().cudaHostRegister(base.data_ptr(), len(self.map), 0)
+                self.registered = int(getattr(err, "value", err)) == 0
+                self._base_ptr = base.data_ptr()
+                del base
+            except Exception:
+                self.registered = False
+
+    def view(self, what, offset, nbytes):
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                        "%s: shared memory region %r: offset %d + byte_size %d is outside its %d bytes"
+                        % (what, self.name, offset, nbytes, self.size))
+        return self.tensor[offset:offset + nbytes]
+
+    def close(self):
+        if self.registered:
+            try:
+                torch.cuda.cudart().cudaHostUnregister(self._base_ptr)
+            except Exception:
+                pass
+        self.tensor = None
+        try:
+            self.map.close()
+        except BufferError:
+            pass  # a request still reads it: the mapping goes with its last view
+
+
+class Runner(pb_grpc.GRPCInferenceServiceServicer):
+    """The servicer: models, shared memory regions, the RPCs."""
+
+    def __init__(self, args, log=None):
+        self.args = args
+        self.log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+        self.catalog = dict(args.catalog_entries)
+        self.models = {}
+        self.failed = {}  # name -> error text of the last failed load
+        self.lock = threading.Lock()       # models, failed, regions
+        self.load_lock = threading.Lock()  # one load/unload at a time (memory deltas)
+        self.regions = {}
+
+    # ---- model lifetime
+
+    def load(self, name, spec=None):
+        with self.load_lock:
+            spec = spec or self.catalog.get(name)
+            if not spec:
+                raise Abort(grpc.StatusCode.NOT_FOUND,
+                            "model %r: no spec (parameters \"config\": \"torchvision:NAME\") and not in the catalog (%s)"
+                            % (name, ", ".join(sorted(self.catalog)) or "empty"))
+            with self.lock:
+                old = self.models.get(name)
+            if old is not None and old.spec == spec:
+                return old
+            if old is not None:
+                self._drop(name)
+            a = self.args
+            try:
+                e = engine.Engine(name, spec, a.device, a.input, a.size, a.max_batch, a.batches, a.slots, log=self.log)
+            except engine.SpecError as err:
+                with self.lock:
+                    self.failed[name] = str(err)
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            except (RuntimeError, ValueError, TypeError) as err:  # CUDA out of memory among them
+                gc.collect()
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                with self.lock:
+                    self.failed[name] = str(err)
+                raise Abort(grpc.StatusCode.INTERNAL, "model %r (%s): load failed: %s" % (name, spec, err))
+            with self.lock:
+                self.models[name] = e
+                self.failed.pop(name, None)
+                self.catalog[name] = spec
+            return e
+
+    def unload(self, name):
+        with self.load_lock:  # not while a load measures its memory
+            self._drop(name)
+
+    def _drop(self, name):
+        with self.lock:
+            e = self.models.pop(name, None)
+        if e is None:
+            raise Abort(grpc.StatusCode.NOT_FOUND, "model %r is not loaded" % name)
+        e.close()
+        self.log("model %s: unloaded" % name)
+
+    def model(self, name, version=""):
+        if version not in ("", "1"):
+            raise Abort(grpc.StatusCode.NOT_FOUND, "model %r version %r: this runner serves version 1 only" % (name, version))
+        with self.lock:
+            e = self.models.get(name)
+            loaded = sorted(self.models)
+        if e is None:
+            raise Abort(grpc.StatusCode.NOT_FOUND,
+                        "model %r is not loaded on this runner (loaded: %s)" % (name, ", ".join(loaded) or "none"))
+        return e
+
+    # ---- health and metadata
+
+    def ServerLive(self, request, context):
+        return pb.ServerLiveResponse(live=True)
+
+    def ServerReady(self, request, context):
+        return pb.ServerReadyResponse(ready=True)
+
+    def ModelReady(self, request, context):
+        with self.lock:
+            ok = request.name in self.models
+        return pb.ModelReadyResponse(ready=ok and request.version in ("", "1"))
+
+    def ServerMetadata(self, request, context):
+        mode = "cuda-graphs" if self.args.device.startswith("cuda") else "cpu-eager"
+        return pb.ServerMetadataResponse(
+            name=SERVER_NAME,
+            version="%s torch-%s %s input=%s" % (SERVER_VERSION, torch.__version__, mode, self.args.input),
+            extensions=EXTENSIONS)
+
+    def ModelMetadata(self, request, context):
+        return self._rpc(context, self._model_metadata, request)
+
+    def _model_metadata(self, request):
+        e = self.model(request.name, request.version)
+        r = pb.ModelMetadataResponse(name=e.name, versions=["1"], platform="pytorch_" + e.spec.split(":", 1)[0])
+        r.inputs.add(name=INPUT_NAME, datatype=e.wire_dtype, shape=list(e.shape(-1)))
+        r.outputs.add(name=OUTPUT_NAME, datatype="FP32", shape=[-1, e.classes])
+        return r
+
+    # ---- inference
+
+    def ModelInfer(self, request, context):
+        return self._rpc(context, self._infer, request)
+
+    def _infer(self, req):
+        held = []  # regions this request uses: not unmapped until it is done
+        try:
+            return self._infer_held(req, held)
+        finally:
+            for r in held:
+                self.release_region(r)
+
+    def _infer_held(self, req, held):
+        e = self.model(req.model_name, req.model_version)
+        where = "model %r input %r" % (e.name, INPUT_NAME)
+        if len(req.inputs) != 1:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                        "model %r takes 1 input (%r), request has %d" % (e.name, INPUT_NAME, len(req.inputs)))
+        t = req.inputs[0]
+        if t.name != INPUT_NAME:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "model %r has input %r, request names %r" % (e.name, INPUT_NAME, t.name))
+        if t.datatype != e.wire_dtype:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: datatype %s, want %s" % (where, t.datatype, e.wire_dtype))
+        shape = list(t.shape)
+        want = list(e.shape(-1))
+        if len(shape) != len(want) or shape[1:] != want[1:]:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: shape %s, want %s" % (where, shape, want))
+        n = shape[0]
+        if n < 1:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: batch %d, want at least 1" % (where, n))
+        if n > e.max_batch:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: batch %d is above max batch %d" % (where, n, e.max_batch))
+        nbytes = n * e.item_bytes
+        region = _typed_param(t.parameters, P_REGION, str, where)
+        if region is not None:
+            size = _typed_param(t.parameters, P_SIZE, int, where)
+            if size is not None and size != nbytes:
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                            "%s: shared_memory_byte_size %d, shape %s of %s takes %d" % (where, size, shape, t.datatype, nbytes))
+            src = self.region(region, where, held).view(where, _typed_param(t.parameters, P_OFFSET, int, where) or 0, nbytes)
+            if len(req.raw_input_contents):
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: in shared memory and raw_input_contents both" % where)
+        else:
+            if len(req.raw_input_contents) != 1:
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                            "%s: want 1 raw_input_contents entry (or shared memory; typed contents are not read), request has %d"
+                            % (where, len(req.raw_input_contents)))
+            raw = req.raw_input_contents[0]
+            if len(raw) != nbytes:
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                            "%s: %d bytes, shape %s of %s takes %d" % (where, len(raw), shape, t.datatype, nbytes))
+            src = torch.frombuffer(raw, dtype=torch.uint8)
+
+        out_view, out_region = None, ""
+        out_bytes = n * e.classes * 4
+        for o in req.outputs:
+            if o.name != OUTPUT_NAME:
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "model %r has output %r, request asks for %r" % (e.name, OUTPUT_NAME, o.name))
+            oregion = _typed_param(o.parameters, P_REGION, str, "model %r output %r" % (e.name, o.name))
+            if oregion is not None:
+                owhere = "model %r output %r" % (e.name, OUTPUT_NAME)
+                size = _typed_param(o.parameters, P_SIZE, int, owhere)
+                if size is not None and size < out_bytes:
+                    raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "%s: shared_memory_byte_size %d, the output [%d, %d] FP32 takes %d"
+                                % (owhere, size, n, e.classes, out_bytes))
+                out_region = oregion
+                out_view = self.region(oregion, owhere, held).view(owhere, _typed_param(o.parameters, P_OFFSET, int, owhere) or 0, out_bytes)
+
+        slot = e.acquire()
+        if slot is None:
+            raise Abort(grpc.StatusCode.UNAVAILABLE, "model %r is being unloaded" % e.name)
+        try:
+            y = e.run(slot, src, n, out_view)
+        finally:
+            e.release(slot)
+
+        resp = pb.ModelInferResponse(model_name=e.name, model_version="1", id=req.id)
+        ot = resp.outputs.add(name=OUTPUT_NAME, datatype="FP32", shape=[n, e.classes])
+        if out_view is not None:
+            ot.parameters[P_REGION].string_param = out_region
+            ot.parameters[P_SIZE].int64_param = out_bytes
+        else:
+            resp.raw_output_contents.append(y.contiguous().numpy().tobytes())
+        return resp
+
+    # ---- repository extension
+
+    def RepositoryIndex(self, request, context):
+        r = pb.RepositoryIndexResponse()
+        with self.lock:
+            names = sorted(set(self.catalog) | set(self.models) | set(self.failed))
+            for name in names:
+                e = self.models.get(name)
+                if e is not None:
+                    r.models.add(name=name, version="1", state="READY", reason=e.describe())
+                elif request.ready:
+                    continue
+                elif name in self.failed:
+                    r.models.add(name=name, version="1", state="UNAVAILABLE", reason="load failed: " + self.failed[name])
+                else:
+                    r.models.add(name=name, version="1", state="UNAVAILABLE", reason="unloaded; spec=" + self.catalog[name])
+        return r
+
+    def RepositoryModelLoad(self, request, context):
+        return self._rpc(context, self._load, request)
+
+    def _load(self, request):
+        if not request.model_name:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "RepositoryModelLoad: model_name is empty")
+        spec = _param(request.parameters, "config")
+        if isinstance(spec, bytes):
+            spec = spec.decode("utf-8", "replace")
+        self.load(request.model_name, spec)
+        return pb.RepositoryModelLoadResponse()
+
+    def RepositoryModelUnload(self, request, context):
+        return self._rpc(context, lambda r: (self.unload(r.model_name), pb.RepositoryModelUnloadResponse())[1], request)
+
+    # ---- system shared memory extension
+
+    def region(self, name, where, held):
+        """The registered region name, held (appended to held) until release_region."""
+        with self.lock:
+            r = self.regions.get(name)
+            if r is not None:
+                r.users += 1
+                held.append(r)
+        if r is None:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: shared memory region %r is not registered" % (where, name))
+        return r
+
+    def release_region(self, r):
+        with self.lock:
+            r.users -= 1
+            last = r.users == 0 and r.closing
+        if last:
+            r.close()
+
+    def SystemSharedMemoryRegister(self, request, context):
+        return self._rpc(context, self._register, request)
+
+    def _register(self, req):
+        if not req.name:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "SystemSharedMemoryRegister: name is empty")
+        with self.lock:
+            if req.name in self.regions:
+                raise Abort(grpc.StatusCode.ALREADY_EXISTS, "shared memory region %r is already registered" % req.name)
+        r = Region(req.name, req.key, req.offset, req.byte_size, pin=self.args.device.startswith("cuda"))
+        with self.lock:
+            if req.name in self.regions:
+                r.close()
+                raise Abort(grpc.StatusCode.ALREADY_EXISTS, "shared memory region %r is already registered" % req.name)
+            self.regions[req.name] = r
+        self.log("shared memory region %s: %s from %d, %d bytes%s" % (req.name, req.key, req.offset, req.byte_size,
+                 ", page-locked for CUDA" if r.registered else ""))
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    def SystemSharedMemoryStatus(self, request, context):
+        return self._rpc(context, self._shm_status, request)
+
+    def _shm_status(self, req):
+        resp = pb.SystemSharedMemoryStatusResponse()
+        with self.lock:
+            if req.name and req.name not in self.regions:
+                raise Abort(grpc.StatusCode.NOT_FOUND, "shared memory region %r is not registered" % req.name)
+            for name, r in self.regions.items():
+                if req.name and name != req.name:
+                    continue
+                s = resp.regions[name]
+                s.name, s.key, s.offset, s.byte_size = name, r.key, r.offset, r.size
+        return resp
+
+    def SystemSharedMemoryUnregister(self, request, context):
+        return self._rpc(context, self._unregister, request)
+
+    def _unregister(self, req):
+        # as Triton: an empty name unregisters all; an unknown name is no error
+        with self.lock:
+            if req.name:
+                gone = [self.regions.pop(req.name)] if req.name in self.regions else []
+            else:
+                gone = list(self.regions.values())
+                self.regions.clear()
+        self._close_regions(gone)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    def _close_regions(self, gone):
+        """Closes unregistered regions now, or when the last request using one ends."""
+        with self.lock:
+            now = []
+            for r in gone:
+                r.closing = True
+                if r.users == 0:
+                    now.append(r)
+        for r in now:
+            r.close()
+
+    # ---- plumbing
+
+    def _rpc(self, context, fn, request):
+        try:
+            return fn(request)
+        except Abort as a:
+            context.abort(a.code, a.msg)
+        except Exception as ex:  # never crash the server on a request
+            self.log("internal error: %s: %s" % (type(ex).__name__, ex))
+            context.abort(grpc.StatusCode.INTERNAL, "%s: %s" % (type(ex).__name__, ex))
+
+    def close(self):
+        with self.lock:
+            names = list(self.models)
+            regs = list(self.regions.values())
+            self.regions.clear()
+        for name in names:
+            try:
+                self.unload(name)
+            except Abort:
+                pass
+        self._close_regions(regs)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="mdag's PyTorch runner: an Open Inference Protocol gRPC server")
+    p.add_argument("--listen", default="127.0.0.1:8001", help="host:port (port 0 picks a free one)")
+    p.add_argument("--model", action="append", default=[], metavar="NAME=SPEC",
+                   help="load at start: SPEC is torchvision:NAME, timm:NAME or torchscript:PATH (repeatable)")
+    p.add_argument("--catalog", default="", help="file of NAME=SPEC lines: models RepositoryModelLoad may load by name")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda, cuda:N or cpu")
+    p.add_argument("--max-batch", type=int, default=32)
+    p.add_argument("--batches", default="1,2,4,8,16,32", help="batch sizes to capture CUDA graphs for")
+    p.add_argument("--input", default="uint8-nhwc", choices=sorted(engine.INPUTS))
+    p.add_argument("--size", type=int, default=224, help="input height = width")
+    p.add_argument("--slots", type=int, default=2, help="concurrent batches (CUDA streams; grpc threads)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU intra-op threads (torch.set_num_threads); 0: every CPU this process may use")
+    p.add_argument("--bench", action="store_true", help="time the raw model per batch size, print JSON, exit")
+    p.add_argument("--bench-iters", type=int, default=20)
+    a = p.parse_args(argv)
+    if a.max_batch < 1 or a.slots < 1 or a.size < 1:
+        p.error("--max-batch, --slots and --size must be at least 1")
+    try:
+        a.batches = sorted({int(b) for b in a.batches.split(",") if b.strip()})
+    except ValueError:
+        p.error("--batches %r: want comma-separated integers" % a.batches)
+    if not a.batches or a.batches[0] < 1:
+        p.error("--batches: want positive batch sizes")
+    a.models = []
+    for m in a.model:
+        name, sep, spec = m.partition("=")
+        if not sep or not name or not spec:
+            p.error("--model %r: want NAME=SPEC" % m)
+        a.models.append((name, spec))
+    a.catalog_entries = list(a.models)
+    if a.catalog:
+        try:
+            with open(a.catalog, encoding="utf-8") as f:
+                for i, line in enumerate(f, 1):
+                    line = line.split("#", 1)[0].strip()
+                    if not line:
+                        continue
+                    name, sep, spec = line.partition("=")
+                    if not sep or not name.strip() or not spec.strip():
+                        p.error("--catalog %s:%d: want NAME=SPEC, got %r" % (a.catalog, i, line))
+                    a.catalog_entries.append((name.strip(), spec.strip()))
+        except OSError as e:
+            p.error("--catalog: %s" % e)
+    if a.threads < 0:
+        p.error("--threads %d: want 0 (every CPU) or more" % a.threads)
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error("--device %s: torch %s sees no CUDA device" % (a.device, torch.__version__))
+    return a
+
+
+def serve(args, log=None):
+    """Builds the runner, loads --model entries, starts the server.
+    Returns (grpc server, runner, bound port)."""
+    runner = Runner(args, log)
+    for name, spec in args.models:
+        try:
+            runner.load(name, spec)
+        except Abort as a:
+            raise SystemExit("runner: --model %s=%s: %s" % (name, spec, a.msg))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.slots + 2),
+                         options=[("grpc.max_receive_message_length", 1 << 30),
+                                  ("grpc.max_send_message_length", 1 << 30)])
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(runner, server)
+    port = server.add_insecure_port(args.listen)
+    if port == 0:
+        raise SystemExit("runner: cannot listen on %s" % args.listen)
+    server.start()
+    return server, runner, port
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    # torch's own default can be 1 thread (Debian's build here), and with one
+    # thread torch 1.13 runs 1x1 convolutions outside oneDNN, 20 times slower
+    torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
+    if args.bench:
+        if not args.models:
+            raise SystemExit("runner: --bench needs --model NAME=SPEC")
+        out = {"device": str(args.device), "torch": torch.__version__, "input": args.input, "size": args.size,
+               "threads": torch.get_num_threads(), "models": {}}
+        if args.device.startswith("cuda"):
+            out["gpu"] = torch.cuda.get_device_name(torch.device(args.device))
+        for name, spec in args.models:
+            e = engine.Engine(name, spec, args.device, args.input, args.size, args.max_batch, args.batches,
+                              1, log=lambda m: print(m, file=sys.stderr, flush=True))
+            out["models"][name] = {"spec": spec, "gpu_bytes": e.gpu_bytes, "gpu_reserved_bytes": e.gpu_reserved,
+                                   "batches": {str(b): v for b, v in e.bench(
+                                       [b for b in args.batches if b <= args.max_batch], args.bench_iters).items()}}
+            e.close()
+        print(json.dumps(out, indent=1))
+        return 0
+    server, runner, port = serve(args)
+    host = args.listen.rsplit(":", 1)[0]
+    print("runner: listening on %s:%d (stubs: %s; %s)" % (host, port, PB_HOW,
+          "CUDA graphs" if args.device.startswith("cuda") else "CPU eager, no CUDA graphs"), file=sys.stderr, flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(3600):
+        pass
+    print("runner: stopping (5 s grace for requests in flight)", file=sys.stderr, flush=True)
+    server.stop(5).wait()
+    runner.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
