@@ -33,12 +33,11 @@ def load(path):
         return json.load(f)
 
 
-def raw_times(doc):
-    """{batch: p50 ms} from runners/torch --bench's JSON."""
-    out = {}
-    for row in doc.get("results", []):
-        out[int(row["batch"])] = float(row["p50_ms"])
-    return out
+def raw_times(doc, model):
+    """{batch: median ms} of one model from runners/torch --bench's JSON (the model alone: CUDA
+    events around the graph's replay on a GPU)."""
+    m = doc.get("models", {}).get(model, {})
+    return {int(b): float(v["median_ms"]) for b, v in m.get("batches", {}).items()}
 
 
 def kserve_times(doc, conc=1):
@@ -176,7 +175,7 @@ def main():
     d = sys.argv[1]
     meta = load(os.path.join(d, "meta.json"))
     models = sorted(f[len("raw-"):-len(".json")] for f in os.listdir(d) if f.startswith("raw-") and f.endswith(".json"))
-    raw = {m: raw_times(load(os.path.join(d, "raw-%s.json" % m))) for m in models}
+    raw = {m: raw_times(load(os.path.join(d, "raw-%s.json" % m)), m) for m in models}
     prof = {}
     for m in models:
         p = os.path.join(d, "profiles", m + ".json")
