@@ -43,6 +43,7 @@ func commands() []command {
 		{"coordinator", "run the coordinator alone: workers (mdag worker) and sources (mdag source) connect over gRPC", runCoordinator},
 		{"worker", "run a worker that connects to a coordinator and executes the modules it is given", runWorker},
 		{"source", "stream synthetic cameras (moving shapes) into a coordinator over gRPC", runSource},
+		{"certs", "create the CA and the certificates of mutual TLS on gRPC (coordinator, workers, sources)", runCerts},
 		{"status", "show a running server's sessions, finish rate, modules, instances and re-plans", runStatus},
 		{"sim", "simulate the batch scheduler on emulated GPUs: goodput, bad rate, latency, batches", runSim},
 		{"version", "print the version and the build (full or lean)", runVersion},
