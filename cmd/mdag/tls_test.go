@@ -182,7 +182,7 @@ func TestDistributedTLS(t *testing.T) {
 	var coordOut bytes.Buffer
 	coordDone := make(chan int, 1)
 	go func() {
-		coordDone <- run([]string{"coordinator", "--example", "traffic", "--grpc", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--duration", "12s", "--tls-dir", dir}, &coordOut, pw)
+		coordDone <- run([]string{"coordinator", "--example", "traffic", "--grpc", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--duration", "20s", "--tls-dir", dir}, &coordOut, pw)
 		pw.Close()
 	}()
 	var grpcAddr, url string
