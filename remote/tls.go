@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"crypto/x509"
 	"log/slog"
 	"net"
 
@@ -51,50 +52,58 @@ func (s *Server) authorizeUnary(ctx context.Context, req any, info *grpc.UnarySe
 // authorize checks that the caller's verified certificate carries the role
 // method needs.
 func (s *Server) authorize(ctx context.Context, method string) error {
-	from := "unknown"
-	p, ok := peer.FromContext(ctx)
-	if ok && p.Addr != nil {
-		from = p.Addr.String()
-	}
-	err := func() error {
-		var ti credentials.TLSInfo
-		if ok {
-			ti, ok = p.AuthInfo.(credentials.TLSInfo)
-		}
-		if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
-			return status.Errorf(codes.Unauthenticated, "%s: no verified client certificate (give the client --tls-dir with a certificate from mdag certs)", method)
-		}
-		role, name, err := pki.RoleOf(ti.State.VerifiedChains[0][0])
-		if err != nil {
-			return status.Errorf(codes.PermissionDenied, "%s: %v", method, err)
-		}
-		need, ok := methodRoles[method]
-		if !ok {
-			return status.Errorf(codes.PermissionDenied, "%s: no role may call this method", method)
-		}
-		if role != need {
-			return status.Errorf(codes.PermissionDenied, "%s: the certificate mdag://%s/%s has role %s; this call needs role %s", method, role, name, role, need)
-		}
-		return nil
-	}()
+	err := checkRole(ctx, method)
 	if err != nil {
+		from := "unknown"
+		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+			from = p.Addr.String()
+		}
 		s.Log.Warn("gRPC call refused", "peer", from, "err", status.Convert(err).Message())
 	}
 	return err
 }
 
-// certName is the mdag://ROLE/NAME of the caller's certificate, or "" on a
-// plaintext connection.
-func certName(ctx context.Context) string {
+func checkRole(ctx context.Context, method string) error {
+	leaf := verifiedLeaf(ctx)
+	if leaf == nil {
+		return status.Errorf(codes.Unauthenticated, "%s: no verified client certificate (give the client --tls-dir with a certificate from mdag certs)", method)
+	}
+	role, name, err := pki.RoleOf(leaf)
+	if err != nil {
+		return status.Errorf(codes.PermissionDenied, "%s: %v", method, err)
+	}
+	need, ok := methodRoles[method]
+	if !ok {
+		return status.Errorf(codes.PermissionDenied, "%s: no role may call this method", method)
+	}
+	if role != need {
+		return status.Errorf(codes.PermissionDenied, "%s: the certificate mdag://%s/%s has role %s; this call needs role %s", method, role, name, role, need)
+	}
+	return nil
+}
+
+// verifiedLeaf is the caller's certificate as the handshake verified it,
+// or nil (plaintext, no certificate).
+func verifiedLeaf(ctx context.Context) *x509.Certificate {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return ""
+		return nil
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return ti.State.VerifiedChains[0][0]
+}
+
+// certName is the mdag://ROLE/NAME of the caller's certificate, or "" on a
+// plaintext connection.
+func certName(ctx context.Context) string {
+	leaf := verifiedLeaf(ctx)
+	if leaf == nil {
 		return ""
 	}
-	role, name, err := pki.RoleOf(ti.State.VerifiedChains[0][0])
+	role, name, err := pki.RoleOf(leaf)
 	if err != nil {
 		return ""
 	}

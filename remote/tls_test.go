@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"log/slog"
 	"net"
@@ -16,9 +17,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/mdag/mdag/allocator/milp"
+	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/pki"
@@ -311,5 +314,65 @@ func TestTLSRotation(t *testing.T) {
 	}
 	if status.Code(errors.Unwrap(err)) != codes.Unavailable || c.registered("w3") {
 		t.Errorf("a worker of the replaced CA: %v (registered %v); want refused", err, c.registered("w3"))
+	}
+}
+
+// TestCheckRole: the per-call rule on its own: each method's role, a
+// method no role may call, a certificate without an mdag identity, and a
+// call with no verified certificate.
+func TestCheckRole(t *testing.T) {
+	ca, err := pki.NewCA("test", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := func(r pki.Role) *x509.Certificate {
+		req := pki.Request{Role: r, Name: "n1", Now: time.Now(), Valid: time.Hour}
+		if r == pki.Coordinator {
+			req.DNS = []string{"localhost"}
+		}
+		c, err := ca.Issue(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Cert
+	}
+	anon := *cert(pki.Worker)
+	anon.URIs = nil
+	ctxWith := func(c *x509.Certificate) context.Context {
+		ti := credentials.TLSInfo{}
+		if c != nil {
+			ti.State.VerifiedChains = [][]*x509.Certificate{{c}}
+		}
+		return peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, AuthInfo: ti})
+	}
+	connect, ingest := api.Coordinator_Connect_FullMethodName, api.Coordinator_Ingest_FullMethodName
+	for _, c := range []struct {
+		name   string
+		ctx    context.Context
+		method string
+		code   codes.Code
+		msg    string
+	}{
+		{"worker connects", ctxWith(cert(pki.Worker)), connect, codes.OK, ""},
+		{"source ingests", ctxWith(cert(pki.Source)), ingest, codes.OK, ""},
+		{"source connects", ctxWith(cert(pki.Source)), connect, codes.PermissionDenied, "mdag://source/n1 has role source; this call needs role worker"},
+		{"worker ingests", ctxWith(cert(pki.Worker)), ingest, codes.PermissionDenied, "has role worker; this call needs role source"},
+		{"coordinator connects", ctxWith(cert(pki.Coordinator)), connect, codes.PermissionDenied, "has role coordinator; this call needs role worker"},
+		{"an unknown method", ctxWith(cert(pki.Worker)), "/mdag.v1.Coordinator/Admin", codes.PermissionDenied, "no role may call this method"},
+		{"no mdag identity", ctxWith(&anon), connect, codes.PermissionDenied, "carries no mdag role"},
+		{"no verified certificate", ctxWith(nil), connect, codes.Unauthenticated, "no verified client certificate"},
+		{"no peer", context.Background(), ingest, codes.Unauthenticated, "no verified client certificate"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lb := &logBuf{}
+			s := &Server{Log: slog.New(slog.NewTextHandler(lb, nil))}
+			err := s.authorize(c.ctx, c.method)
+			if status.Code(err) != c.code || (c.msg != "" && !strings.Contains(err.Error(), c.msg)) {
+				t.Fatalf("authorize = %v, want %v with %q", err, c.code, c.msg)
+			}
+			if logged := strings.Contains(lb.String(), "gRPC call refused"); logged != (c.code != codes.OK) {
+				t.Errorf("refusal logged %v, want %v:\n%s", logged, c.code != codes.OK, lb.String())
+			}
+		})
 	}
 }

@@ -262,7 +262,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		if time.Since(start) > 10*time.Second {
 			backoff = 100 * time.Millisecond
 		}
-		log.Warn("disconnected; reconnecting", "err", err, "in", backoff)
+		log.Warn("disconnected; reconnecting", "err", tf.explain(err), "in", backoff)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -321,7 +321,7 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				fmt.Fprintf(stderr, "mdag source: %v\n", err)
+				fmt.Fprintf(stderr, "mdag source: %v\n", tf.explain(err))
 				code = exitFailure
 				return
 			}

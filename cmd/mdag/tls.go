@@ -26,6 +26,7 @@ type tlsFlags struct {
 	dir, ca, cert, key *string
 	serverName         *string // clients only
 	insecure           *bool
+	plain              bool // dial chose plaintext
 }
 
 func addTLSFlags(fs *flag.FlagSet, client bool) *tlsFlags {
@@ -96,6 +97,7 @@ func (f *tlsFlags) dial(cmd string, role pki.Role, addr string, log *slog.Logger
 		return nil, err
 	}
 	var cc *grpc.ClientConn
+	f.plain = m == nil
 	if m == nil {
 		cc, err = client.Dial(addr)
 	} else {
@@ -105,6 +107,21 @@ func (f *tlsFlags) dial(cmd string, role pki.Role, addr string, log *slog.Logger
 		return nil, fmt.Errorf("mdag %s: --coordinator %s: %w", cmd, addr, err)
 	}
 	return cc, nil
+}
+
+// explain adds what a mismatch of TLS and plaintext between this client
+// and the coordinator looks like to err, which gRPC reports in transport
+// terms.
+func (f *tlsFlags) explain(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case f.plain && strings.Contains(err.Error(), "server preface"):
+		return fmt.Errorf("%w (the coordinator may require TLS: give this process --tls-dir too)", err)
+	case !f.plain && strings.Contains(err.Error(), "first record does not look like a TLS handshake"):
+		return fmt.Errorf("%w (the coordinator speaks plaintext: it runs without --tls-dir)", err)
+	}
+	return err
 }
 
 // loopbackTarget reports whether a gRPC address (host:port, or a target

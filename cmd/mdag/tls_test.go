@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -218,6 +219,13 @@ func TestDistributedTLS(t *testing.T) {
 	if code := run([]string{"source", "--coordinator", grpcAddr, "--app", "traffic", "--prefix", "foreign", "--count", "3", "--tls-dir", other}, &out, &errb); code != exitFailure || strings.Contains(out.String(), "accepted") {
 		t.Errorf("another CA's source: exit %d, want %d:\n%s\n%s", code, exitFailure, out.String(), errb.String())
 	}
+	// A plaintext source against the TLS port: refused, with the hint.
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"source", "--coordinator", grpcAddr, "--app", "traffic", "--prefix", "plain", "--count", "3"}, &out, &errb); code != exitFailure ||
+		!strings.Contains(errb.String(), "the coordinator may require TLS: give this process --tls-dir too") {
+		t.Errorf("a plaintext source: exit %d, want %d with the hint:\n%s\n%s", code, exitFailure, out.String(), errb.String())
+	}
 	// Another CA's worker keeps being refused until it stops.
 	var foreignErr bytes.Buffer
 	if code := run([]string{"worker", "--coordinator", grpcAddr, "--type", "CPU", "--id", "intruder", "--duration", "1s", "--tls-dir", other}, io.Discard, &foreignErr); code != exitOK ||
@@ -230,9 +238,9 @@ func TestDistributedTLS(t *testing.T) {
 		}
 	}
 	waitFor(t, "the refusals in the coordinator's log", 10*time.Second, func() bool {
-		return strings.Count(coordLogs(), "gRPC TLS handshake refused") >= 2
+		return strings.Count(coordLogs(), "gRPC TLS handshake refused") >= 3
 	})
-	if strings.Contains(coordLogs(), "stream=foreign-0") {
+	if strings.Contains(coordLogs(), "stream=foreign-0") || strings.Contains(coordLogs(), "stream=plain-0") {
 		t.Errorf("another CA's stream joined:\n%s", coordLogs())
 	}
 	if !strings.Contains(coordLogs(), "grpc_security=\"mutual TLS\"") || !strings.Contains(coordLogs(), "cert=mdag://worker/worker") {
@@ -255,5 +263,33 @@ func TestDistributedTLS(t *testing.T) {
 	m := regexp.MustCompile(`frames sent (\d+), finished (\d+)`).FindStringSubmatch(coordOut.String())
 	if m == nil || m[1] != "10" || m[2] == "0" {
 		t.Errorf("want the source's 10 frames sent and some finished:\n%s", coordOut.String())
+	}
+}
+
+// TestExplain: a TLS/plaintext mismatch with the coordinator, which gRPC
+// reports in transport terms, gets a hint saying which side to fix.
+func TestExplain(t *testing.T) {
+	for _, c := range []struct {
+		plain bool
+		err   error
+		want  string
+	}{
+		{true, nil, ""},
+		{true, errors.New(`connection error: desc = "error reading server preface: EOF"`), "server preface: EOF\" (the coordinator may require TLS: give this process --tls-dir too)"},
+		{false, errors.New("connection error: tls: first record does not look like a TLS handshake"), "handshake (the coordinator speaks plaintext: it runs without --tls-dir)"},
+		{false, errors.New(`connection error: desc = "error reading server preface: EOF"`), `preface: EOF"`},
+		{true, errors.New("register: unknown type"), "register: unknown type"},
+	} {
+		f := &tlsFlags{plain: c.plain}
+		got := f.explain(c.err)
+		if c.err == nil {
+			if got != nil {
+				t.Errorf("explain(nil) = %v", got)
+			}
+			continue
+		}
+		if !strings.HasSuffix(got.Error(), c.want) || !errors.Is(got, c.err) {
+			t.Errorf("explain(%v, plain %v) = %v, want it ending %q and wrapping the error", c.err, c.plain, got, c.want)
+		}
 	}
 }
