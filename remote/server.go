@@ -50,9 +50,12 @@ type Server struct {
 	workers map[string]*conn
 }
 
-// NewGRPC returns a gRPC server with mdag's message limits and s registered.
-func NewGRPC(s *Server) *grpc.Server {
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(wire.MaxMessage), grpc.MaxSendMsgSize(wire.MaxMessage))
+// NewGRPC returns a plaintext gRPC server with mdag's message limits and s
+// registered (loopback only: see NewTLSGRPC).
+func NewGRPC(s *Server) *grpc.Server { return newGRPC(s) }
+
+func newGRPC(s *Server, opts ...grpc.ServerOption) *grpc.Server {
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(wire.MaxMessage), grpc.MaxSendMsgSize(wire.MaxMessage)}, opts...)...)
 	api.RegisterCoordinatorServer(g, s)
 	return g
 }
@@ -177,7 +180,7 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 	if err := stream.Send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_Registered{Registered: &api.Registered{Id: reg.Id, HeartbeatIntervalNs: int64(s.Heartbeat)}}}); err != nil {
 		return err
 	}
-	s.Log.Info("worker connected", "instance", reg.Id, "type", reg.Type, "executor", reg.Executor, "cpus", reg.Cpus, "gpu", reg.Gpu)
+	s.Log.Info("worker connected", "instance", reg.Id, "type", reg.Type, "executor", reg.Executor, "cpus", reg.Cpus, "gpu", reg.Gpu, "cert", certName(stream.Context()))
 	s.Engine.AddInstance(reg.Id, typ, c)
 
 	// Sender: the only goroutine that writes the stream.
@@ -298,7 +301,7 @@ func (s *Server) Ingest(stream grpc.ClientStreamingServer[api.IngestMessage, api
 			s.Log.Warn("leave", "stream", j.Stream, "err", err)
 		}
 	}()
-	s.Log.Info("camera joined", "app", j.App, "stream", j.Stream)
+	s.Log.Info("camera joined", "app", j.App, "stream", j.Stream, "cert", certName(stream.Context()))
 	reply := &api.IngestReply{}
 	for {
 		m, err := stream.Recv()

@@ -25,6 +25,7 @@ import (
 	"github.com/mdag/mdag/gpu/nvml"
 	"github.com/mdag/mdag/gpu/onnx"
 	"github.com/mdag/mdag/ingest/synth"
+	"github.com/mdag/mdag/internal/pki"
 	"github.com/mdag/mdag/remote"
 	"github.com/mdag/mdag/remote/client"
 	"github.com/mdag/mdag/remote/wire"
@@ -71,6 +72,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
 	wf := addWhipFlags(fs)
 	cf := addCameraFlags(fs)
+	tf := addTLSFlags(fs, false)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -88,6 +90,11 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	log := newLogger(stderr, *verbose)
+	tm, err := tf.material("coordinator", pki.Coordinator, "--grpc", *grpcAddr, log)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitInvalid
+	}
 	// No provisioner: the instances are the workers that connect.
 	obs, err := startObserved(coordinator.Config{Policy: scheduler.Policy(*policy), Log: log}, nil, app, prof)
 	if err != nil {
@@ -113,7 +120,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag coordinator: listen %s: %v\n", *listen, err)
 		return exitFailure
 	}
-	g := remote.NewGRPC(&remote.Server{Engine: e, Log: log, Heartbeat: *heartbeat})
+	g := grpcServer(&remote.Server{Engine: e, Log: log, Heartbeat: *heartbeat}, tm)
 	go func() { _ = g.Serve(gl) }()
 	hs := &http.Server{Handler: obs.handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(hl) }()
@@ -122,7 +129,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	if obs.ws != nil {
 		where = append(where, "whip", base+"/whip/"+string(app.Name))
 	}
-	log.Info("coordinating", append(where, "policy", *policy, "dashboard", base+"/", "metrics", base+"/metrics")...)
+	log.Info("coordinating", append(where, "policy", *policy, "dashboard", base+"/", "metrics", base+"/metrics", "grpc_security", grpcSecurity(tm))...)
 	cams, err := cf.start("coordinator", app, obs, log)
 	if err != nil {
 		hs.Close()
@@ -176,6 +183,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		"(profiled times; detections echo the synthetic sources' objects), e.g. the detector in front of a real classifier")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events")
+	tf := addTLSFlags(fs, true)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -265,9 +273,9 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		}
 		log.Info("kserve executor", "runs", kserveX.Describe())
 	}
-	cc, err := client.Dial(*coord)
+	cc, err := tf.dial("worker", pki.Worker, *coord, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "mdag worker: %v\n", err)
+		fmt.Fprintln(stderr, err)
 		return exitInvalid
 	}
 	defer cc.Close()
@@ -282,7 +290,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		if ctx.Err() != nil {
 			break
 		}
-		if c := status.Code(errors.Unwrap(err)); c == codes.InvalidArgument || c == codes.AlreadyExists || status.Code(err) == codes.InvalidArgument {
+		if c := status.Code(errors.Unwrap(err)); c == codes.InvalidArgument || c == codes.AlreadyExists || c == codes.PermissionDenied || status.Code(err) == codes.InvalidArgument {
 			fmt.Fprintf(stderr, "mdag worker: %v\n", err)
 			return exitInvalid
 		}
@@ -292,7 +300,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		if strings.HasPrefix(err.Error(), "not registering: ") {
 			log.Warn("executor not serving; retrying", "err", err, "in", backoff)
 		} else {
-			log.Warn("disconnected; reconnecting", "err", err, "in", backoff)
+			log.Warn("disconnected; reconnecting", "err", tf.explain(err), "in", backoff)
 		}
 		select {
 		case <-time.After(backoff):
@@ -316,6 +324,7 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 	count := fs.Uint64("count", 0, "frames per camera (0: until --duration or interrupted)")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted or --count)")
 	cf := addCameraFlags(fs)
+	tf := addTLSFlags(fs, true)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -328,9 +337,9 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag source: %v\n", err)
 		return exitInvalid
 	}
-	cc, err := client.Dial(*coord)
+	cc, err := tf.dial("source", pki.Source, *coord, newLogger(stderr, false))
 	if err != nil {
-		fmt.Fprintf(stderr, "mdag source: %v\n", err)
+		fmt.Fprintln(stderr, err)
 		return exitInvalid
 	}
 	defer cc.Close()
@@ -351,7 +360,7 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				fmt.Fprintf(stderr, "mdag source: %v\n", err)
+				fmt.Fprintf(stderr, "mdag source: %v\n", tf.explain(err))
 				code = exitFailure
 				return
 			}

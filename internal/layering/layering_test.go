@@ -20,7 +20,7 @@ var pure = []string{
 	"media", "modules", "dag", "profile", "allocator", "placement", "placement/squishy",
 	"scheduler", "scheduler/sim", "gpu", "gpu/decode", "gpu/registry", "gpu/prep", "gpu/kserve", "worker", "coordinator",
 	// beyond the list: what the lean worker and the observers need
-	"ingest", "ingest/synth", "remote/wire", "remote/client", "observe/metrics",
+	"ingest", "ingest/synth", "remote/wire", "remote/client", "internal/pki", "observe/metrics",
 	"profile/serf", "profile/measure",
 }
 
@@ -42,6 +42,7 @@ var allowed = map[string][]string{
 	"internal/lpsolve":      {},
 	"internal/browsertest":  {},
 	"internal/layering":     {},
+	"internal/pki":          {},
 	"ingest":                {},
 	"modules":               {"media"},
 	"dag":                   {"modules", "internal/yamlx"},
@@ -68,8 +69,8 @@ var allowed = map[string][]string{
 	"worker":                {"dag", "gpu", "internal/clock", "media", "modules"},
 	"coordinator":           {"allocator", "dag", "gpu", "internal/defaults", "internal/clock", "media", "modules", "placement", "profile", "scheduler", "worker"},
 	"remote/wire":           {"api", "dag", "media", "worker"},
-	"remote":                {"api", "coordinator", "dag", "internal/clock", "profile", "remote/wire", "worker"},
-	"remote/client":         {"api", "gpu", "ingest/synth", "internal/clock", "media", "modules", "remote/wire", "worker"},
+	"remote":                {"api", "coordinator", "dag", "internal/clock", "internal/pki", "profile", "remote/wire", "worker"},
+	"remote/client":         {"api", "gpu", "ingest/synth", "internal/clock", "internal/pki", "media", "modules", "remote/wire", "worker"},
 	"ingest/synth":          {"internal/clock", "media"},
 	"observe/metrics":       {"ingest"},
 	"observe/dashboard":     {"coordinator", "ingest", "internal/clock", "media"},

@@ -25,12 +25,10 @@ import (
 	"github.com/mdag/mdag/worker"
 )
 
-// Dial connects to a coordinator with mdag's message limits. Traffic is
-// plaintext: run it on a trusted network (TLS is future work, noted in
-// docs/ARCHITECTURE.md).
+// Dial connects to a coordinator with mdag's message limits, in plaintext:
+// loopback only (DialTLS is mutual TLS).
 func Dial(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessage), grpc.MaxCallSendMsgSize(wire.MaxMessage)))
+	return dial(addr, insecure.NewCredentials())
 }
 
 // WorkerConfig configures RunWorker.

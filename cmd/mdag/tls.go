@@ -1,0 +1,167 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/mdag/mdag/internal/pki"
+	"github.com/mdag/mdag/remote"
+	"github.com/mdag/mdag/remote/client"
+)
+
+// tlsFlags are the gRPC security flags of coordinator, worker and source
+// (issue 22). The policy: mutual TLS with --tls-dir (or --ca, --cert,
+// --key); plaintext only on a loopback address, where it is also the
+// default, so that one machine runs coordinator, workers and sources with
+// no setup (as the HTTP side is open on loopback); off loopback, TLS is
+// required and --insecure is refused.
+type tlsFlags struct {
+	dir, ca, cert, key *string
+	serverName         *string // clients only
+	insecure           *bool
+	plain              bool // dial chose plaintext
+}
+
+func addTLSFlags(fs *flag.FlagSet, client bool) *tlsFlags {
+	f := &tlsFlags{
+		dir:      fs.String("tls-dir", "", "mutual TLS on gRPC with the files in `DIR`: ca.pem, ROLE.pem, ROLE-key.pem (made by mdag certs init --dir DIR); re-read when they change"),
+		ca:       fs.String("ca", "", "the CA certificate peers must chain to (PEM; default --tls-dir's ca.pem)"),
+		cert:     fs.String("cert", "", "this peer's certificate (PEM; default --tls-dir's ROLE.pem)"),
+		key:      fs.String("key", "", "this peer's private key (PEM; default --tls-dir's ROLE-key.pem)"),
+		insecure: fs.Bool("insecure", false, "plaintext gRPC; refused unless the gRPC address is loopback (plaintext is already the default there without --tls-dir)"),
+	}
+	if client {
+		f.serverName = fs.String("server-name", "", "the name the coordinator's certificate must carry (default: the host of --coordinator)")
+	}
+	return f
+}
+
+// material loads role's TLS material, or returns nil for plaintext when
+// that is allowed on addr (the value of the flag named flagName).
+func (f *tlsFlags) material(cmd string, role pki.Role, flagName, addr string, log *slog.Logger) (*pki.Material, error) {
+	given := *f.dir != "" || *f.ca != "" || *f.cert != "" || *f.key != ""
+	local := loopbackTarget(addr)
+	howTo := "create certificates with `mdag certs init --dir certs --hosts HOST,IP` (HOST, IP: the coordinator's name and address) and give every process --tls-dir certs"
+	switch {
+	case *f.insecure && given:
+		return nil, fmt.Errorf("mdag %s: --insecure with --tls-dir/--ca/--cert/--key: choose plaintext or TLS", cmd)
+	case *f.insecure && !local:
+		return nil, fmt.Errorf("mdag %s: --insecure with %s %s: plaintext gRPC is allowed only on a loopback address (127.0.0.1, ::1, localhost): "+
+			"anyone who can reach it could register as a worker and receive camera frames, or send frames; %s", cmd, flagName, addr, howTo)
+	case !given && !local:
+		return nil, fmt.Errorf("mdag %s: %s %s is not a loopback address, so gRPC needs mutual TLS: %s (plaintext, --insecure, is allowed on loopback only)", cmd, flagName, addr, howTo)
+	case !given:
+		log.Warn("gRPC is plaintext, on loopback: any process on this machine may connect; give --tls-dir for mutual TLS (mdag certs init)", strings.TrimPrefix(flagName, "--"), addr)
+		return nil, nil
+	}
+	var files pki.Files
+	if *f.dir != "" {
+		files = pki.DirFiles(*f.dir, role)
+	}
+	for _, o := range []struct {
+		flag string
+		v    string
+		dst  *string
+	}{{"--ca", *f.ca, &files.CA}, {"--cert", *f.cert, &files.Cert}, {"--key", *f.key, &files.Key}} {
+		if o.v != "" {
+			*o.dst = o.v
+		}
+		if *o.dst == "" {
+			return nil, fmt.Errorf("mdag %s: %s is missing: give --tls-dir DIR, or all of --ca, --cert and --key", cmd, o.flag)
+		}
+	}
+	m, err := pki.Load(files, role, log, nil)
+	if err != nil {
+		return nil, fmt.Errorf("mdag %s: TLS: %w", cmd, err)
+	}
+	c := m.Certificate()
+	log.Info("gRPC mutual TLS", "cert", m.Name(), "ca", files.CA, "expires", c.NotAfter.UTC().Format(time.RFC3339))
+	if left := time.Until(c.NotAfter); left < 30*24*time.Hour {
+		log.Warn("the certificate expires soon: issue a new one (mdag certs issue --force); it is picked up without a restart", "cert", files.Cert, "in", left.Round(time.Hour))
+	}
+	return m, nil
+}
+
+// dial connects a worker or source to the coordinator at addr, with
+// mutual TLS or, where allowed, in plaintext.
+func (f *tlsFlags) dial(cmd string, role pki.Role, addr string, log *slog.Logger) (*grpc.ClientConn, error) {
+	m, err := f.material(cmd, role, "--coordinator", addr, log)
+	if err != nil {
+		return nil, err
+	}
+	var cc *grpc.ClientConn
+	f.plain = m == nil
+	if m == nil {
+		cc, err = client.Dial(addr)
+	} else {
+		cc, err = client.DialTLS(addr, m, *f.serverName)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mdag %s: --coordinator %s: %w", cmd, addr, err)
+	}
+	return cc, nil
+}
+
+// explain adds what a mismatch of TLS and plaintext between this client
+// and the coordinator looks like to err, which gRPC reports in transport
+// terms.
+func (f *tlsFlags) explain(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case f.plain && strings.Contains(err.Error(), "server preface"):
+		return fmt.Errorf("%w (the coordinator may require TLS: give this process --tls-dir too)", err)
+	case !f.plain && strings.Contains(err.Error(), "first record does not look like a TLS handshake"):
+		return fmt.Errorf("%w (the coordinator speaks plaintext: it runs without --tls-dir)", err)
+	}
+	return err
+}
+
+// loopbackTarget reports whether a gRPC address (host:port, or a target
+// such as dns:///host:port) names only this machine. A Unix socket is
+// local too.
+func loopbackTarget(addr string) bool {
+	if strings.HasPrefix(addr, "unix:") || strings.HasPrefix(addr, "unix-abstract:") {
+		return true
+	}
+	if strings.Contains(addr, "://") {
+		u, err := url.Parse(addr)
+		if err != nil {
+			return false
+		}
+		addr = strings.TrimPrefix(u.Path, "/")
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// grpcServer is the coordinator's gRPC server: mutual TLS with m, or
+// plaintext when m is nil (loopback only, checked by material).
+func grpcServer(s *remote.Server, m *pki.Material) *grpc.Server {
+	if m == nil {
+		return remote.NewGRPC(s)
+	}
+	return remote.NewTLSGRPC(s, m)
+}
+
+// grpcSecurity says how the gRPC port is protected, for the start-up log.
+func grpcSecurity(m *pki.Material) string {
+	if m == nil {
+		return "plaintext (loopback)"
+	}
+	return "mutual TLS"
+}

@@ -1,0 +1,60 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/mdag/mdag/internal/pki"
+	"github.com/mdag/mdag/remote/wire"
+)
+
+// DialTLS connects to a coordinator with mutual TLS (issue 22): it presents
+// m's certificate (a worker's or a source's) and accepts only a
+// coordinator's certificate from m's CA for serverName (empty: the host in
+// addr). m is read at each handshake, so replaced files take effect on the
+// next connection (a reconnect) with no restart.
+func DialTLS(addr string, m *pki.Material, serverName string) (*grpc.ClientConn, error) {
+	return dial(addr, &tlsCreds{m: m, serverName: serverName})
+}
+
+func dial(addr string, creds credentials.TransportCredentials) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessage), grpc.MaxCallSendMsgSize(wire.MaxMessage)))
+}
+
+// tlsCreds builds a fresh TLS configuration from the material for every
+// handshake (crypto/tls reads RootCAs from the configuration, so a CA that
+// changes needs a new one).
+type tlsCreds struct {
+	m          *pki.Material
+	serverName string
+}
+
+func (c *tlsCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return credentials.NewTLS(c.m.ClientConfig(c.serverName)).ClientHandshake(ctx, authority, raw)
+}
+
+func (c *tlsCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("mdag's client credentials cannot serve")
+}
+
+func (c *tlsCreds) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.3", ServerName: c.serverName}
+}
+
+func (c *tlsCreds) Clone() credentials.TransportCredentials {
+	cp := *c
+	return &cp
+}
+
+// OverrideServerName implements credentials.TransportCredentials.
+//
+// Deprecated: in gRPC too; use DialTLS's serverName.
+func (c *tlsCreds) OverrideServerName(name string) error {
+	c.serverName = name
+	return nil
+}
