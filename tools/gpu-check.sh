@@ -52,7 +52,15 @@ if [ -z "${MDAG_ORT_LIB:-}" ] && [ -f build/gpu-bundle/libonnxruntime.so.1.xz ];
 fi
 [ -x "$MDAG" ] || { echo "gpu-check: $MDAG is not built: run make lean (or set MDAG=path/to/mdag)" >&2; exit 2; }
 command -v curl >/dev/null || { echo "gpu-check: needs curl" >&2; exit 2; }
-"$PY" -c 'import torch, grpc, google.protobuf' 2>/dev/null || { echo "gpu-check: $PY lacks torch, grpcio or protobuf" >&2; exit 2; }
+if ! "$PY" -c 'import torch, grpc, google.protobuf' 2>/dev/null; then
+	# a python3 first on PATH (a virtualenv, pyenv) without torch: the system's may have it
+	if [ -z "${PYTHON:-}" ] && /usr/bin/python3 -c 'import torch, grpc, google.protobuf' 2>/dev/null; then
+		PY=/usr/bin/python3
+	else
+		echo "gpu-check: $PY lacks torch, grpcio or protobuf (PYTHON=path picks another interpreter)" >&2
+		exit 2
+	fi
+fi
 if [ "$device" = cuda ] && ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
 	echo "gpu-check: torch sees no CUDA device; --device cpu runs the check on the CPU" >&2
 	exit 2
