@@ -260,7 +260,9 @@ func Floats(dtype string, b []byte) ([]float32, error) {
 
 // FillU8 is Fill for uint8 inputs (pixels as they are: no scale, mean or
 // std) in fixed point: the same geometry, bilinear weights in 1/1024ths,
-// rounded to nearest; within 1 of Fill's value.
+// one horizontal pass per source row used (kept for the next output row,
+// so an upscale reads each row once) and a vertical blend, rounded to
+// nearest; within 1 of Fill's value and several times faster.
 func FillU8(dst []byte, f *media.Frame, in *registry.Input) {
 	W, H := in.Width, in.Height
 	sx, sy := float64(f.W)/float64(W), float64(f.H)/float64(H)
@@ -272,9 +274,10 @@ func FillU8(dst []byte, f *media.Frame, in *registry.Input) {
 		x0, y0 = (W-w)/2, (H-h)/2
 		clear(dst)
 	}
-	src := [3]int{2, 1, 0}
+	// model channel c takes frame channel src[c] (frames are BGR)
+	c0, c1, c2 := 2, 1, 0
 	if in.Colour == "bgr" {
-		src = [3]int{0, 1, 2}
+		c0, c1, c2 = 0, 1, 2
 	}
 	const one = 1024
 	xs0, xs1, wx := make([]int, w), make([]int, w), make([]int32, w)
@@ -283,29 +286,54 @@ func FillU8(dst []byte, f *media.Frame, in *registry.Input) {
 		ix := int(fx)
 		xs0[x], xs1[x], wx[x] = ix*3, min(ix+1, f.W-1)*3, int32(math.Round((fx-float64(ix))*one))
 	}
+	// hrow resizes source row iy horizontally into out (3 values per
+	// output column, model channel order, times 1024)
+	stride := f.W * 3
+	hrow := func(out []int32, iy int) {
+		r := f.Pix[iy*stride : (iy+1)*stride]
+		out = out[:3*w]
+		for x := range w {
+			p0, p1, dx := xs0[x], xs1[x], wx[x]
+			a, b := r[p0:p0+3], r[p1:p1+3]
+			o := out[3*x : 3*x+3]
+			o[0] = int32(a[c0])*(one-dx) + int32(b[c0])*dx
+			o[1] = int32(a[c1])*(one-dx) + int32(b[c1])*dx
+			o[2] = int32(a[c2])*(one-dx) + int32(b[c2])*dx
+		}
+	}
+	top, bot := make([]int32, 3*w), make([]int32, 3*w)
+	have0, have1 := -1, -1 // the source rows in top and bot
 	nhwc := in.Layout == "NHWC"
 	plane := W * H
-	stride := f.W * 3
-	pix := f.Pix
 	for y := range h {
 		fy := min(max((float64(y)+0.5)*sy-0.5, 0), float64(f.H-1))
 		iy := int(fy)
-		r0, r1 := pix[iy*stride:(iy+1)*stride], pix[min(iy+1, f.H-1)*stride:]
+		iy1 := min(iy+1, f.H-1)
 		dy := int32(math.Round((fy - float64(iy)) * one))
+		switch {
+		case have0 == iy && have1 == iy1:
+		case have1 == iy:
+			top, bot = bot, top
+			have0 = iy
+			hrow(bot, iy1)
+			have1 = iy1
+		default:
+			hrow(top, iy)
+			hrow(bot, iy1)
+			have0, have1 = iy, iy1
+		}
 		row := (y + y0) * W
-		for x := range w {
-			p0, p1, dx := xs0[x], xs1[x], wx[x]
-			o := row + x + x0
-			for c := range 3 {
-				k := src[c]
-				top := int32(r0[p0+k])*(one-dx) + int32(r0[p1+k])*dx
-				bot := int32(r1[p0+k])*(one-dx) + int32(r1[p1+k])*dx
-				v := byte((top*(one-dy) + bot*dy + one*one/2) >> 20)
-				if nhwc {
-					dst[o*3+c] = v
-				} else {
-					dst[c*plane+o] = v
-				}
+		if nhwc {
+			out := dst[(row+x0)*3 : (row+x0+w)*3]
+			for j := range out {
+				out[j] = byte((top[j]*(one-dy) + bot[j]*dy + one*one/2) >> 20)
+			}
+			continue
+		}
+		for c := range 3 {
+			out := dst[c*plane+row+x0 : c*plane+row+x0+w]
+			for x := range out {
+				out[x] = byte((top[3*x+c]*(one-dy) + bot[3*x+c]*dy + one*one/2) >> 20)
 			}
 		}
 	}
