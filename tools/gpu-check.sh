@@ -25,7 +25,7 @@ cd "$(dirname "$0")/.."
 device=cuda
 out=
 streams=
-duration=20s
+duration=
 quick=0
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -46,7 +46,8 @@ PY=${PYTHON:-python3}
 # make gpu-bundle's ONNX Runtime, for the onnx executor on this machine (the check itself runs
 # every model in runners/torch)
 if [ -z "${MDAG_ORT_LIB:-}" ] && [ -f build/gpu-bundle/libonnxruntime.so.1.xz ]; then
-	ortdir=$(mktemp -d)
+	ortdir=$(mktemp -d) # removed by cleanup (below), or on an early exit:
+	trap 'rm -rf "$ortdir"' EXIT
 	xz -dc build/gpu-bundle/libonnxruntime.so.1.xz >"$ortdir/libonnxruntime.so.1"
 	export MDAG_ORT_LIB=$ortdir/libonnxruntime.so.1
 fi
@@ -82,7 +83,8 @@ else
 	fps=1
 	slo=4s
 fi
-[ "$quick" = 1 ] && { zoo=${zoo%% *}; duration=8s; }
+[ "$quick" = 1 ] && { zoo=${zoo%% *}; : "${duration:=8s}"; }
+: "${duration:=20s}"
 if [ -z "$out" ]; then
 	out=build/gpu-check/$(date -u +%Y%m%dT%H%M%SZ)
 fi
@@ -93,11 +95,12 @@ pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	[ -z "${ortdir:-}" ] || rm -rf "$ortdir"
 }
 trap cleanup EXIT
 fail() {
 	echo "gpu-check: FAIL: $*" >&2
-	for f in "$out"/*.log; do
+	for f in "$out"/*.log "$out"/sweep/*.log; do
 		[ -s "$f" ] && { echo "--- $f (last lines)" >&2; tail -n 20 "$f" >&2; }
 	done
 	exit 1
@@ -135,7 +138,7 @@ echo "gpu-check: 1/5 raw model time per batch (runners/torch --bench)"
 for i in "${!models[@]}"; do
 	m=${models[$i]}
 	"$PY" runners/torch/runner.py --bench --device "$device" --model "${specs[$((2 * i + 1))]}" \
-		--size "$(size_of "$m")" --input uint8-nhwc --batches "$batches" >"$out/raw-$m.json" 2>"$out/bench.log" ||
+		--size "$(size_of "$m")" --input uint8-nhwc --batches "$batches" >"$out/raw-$m.json" 2>>"$out/bench.log" ||
 		fail "runners/torch --bench $m"
 done
 
@@ -233,7 +236,7 @@ for n in "${loads[@]}"; do
 	curl -fsS "$server/v1/status" >"$out/sweep/$n.status-before.json"
 	# GPU utilisation (NVML, the coordinator's /metrics) once a second while the load runs
 	(while :; do
-		curl -fsS "$server/metrics" 2>/dev/null | sed -nE 's/^mdag_gpu_utilization_ratio\{[^}]*\} ([0-9.eE+-]+)$/\1/p' | head -n 1
+		{ curl -fsS "$server/metrics" 2>/dev/null | sed -nE 's/^mdag_gpu_utilization_ratio\{[^}]*\} ([0-9.eE+-]+)$/\1/p' | head -n 1; } || true
 		sleep 1
 	done >"$out/sweep/$n.gpu.txt") &
 	sampler=$!
