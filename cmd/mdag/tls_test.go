@@ -183,7 +183,7 @@ func TestDistributedTLS(t *testing.T) {
 	var coordOut bytes.Buffer
 	coordDone := make(chan int, 1)
 	go func() {
-		coordDone <- run([]string{"coordinator", "--example", "traffic", "--grpc", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--duration", "20s", "--tls-dir", dir}, &coordOut, pw)
+		coordDone <- run([]string{"coordinator", "--example", "traffic", "--grpc", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--duration", "30s", "--tls-dir", dir}, &coordOut, pw)
 		pw.Close()
 	}()
 	var grpcAddr, url string
@@ -202,10 +202,22 @@ func TestDistributedTLS(t *testing.T) {
 	var workerErr [2]bytes.Buffer
 	for i, typ := range []string{"V100", "CPU"} {
 		go func() {
-			workerDone <- run([]string{"worker", "--coordinator", grpcAddr, "--type", typ, "--id", "w-" + typ, "--duration", "8s", "--tls-dir", dir}, io.Discard, &workerErr[i])
+			workerDone <- run([]string{"worker", "--coordinator", grpcAddr, "--type", typ, "--id", "w-" + typ, "--duration", "20s", "--tls-dir", dir}, io.Discard, &workerErr[i])
 		}()
 	}
-	waitFor(t, "the workers to register", 15*time.Second, func() bool { return len(getStatus(t, url).Instances) == 2 })
+	// generous bounds: TLS handshakes and registration under -race on a
+	// loaded 2-core machine (the workers stop after 20 s, the coordinator
+	// after 30 s); on a timeout the workers' own words say why
+	deadline := time.Now().Add(15 * time.Second)
+	for len(getStatus(t, url).Instances) != 2 {
+		if time.Now().After(deadline) {
+			<-workerDone
+			<-workerDone
+			t.Fatalf("timed out after 15s waiting for the workers to register; status %+v\nworker V100:\n%s\nworker CPU:\n%s\ncoordinator:\n%s",
+				getStatus(t, url).Instances, workerErr[0].String(), workerErr[1].String(), coordLogs())
+		}
+		<-time.After(20 * time.Millisecond)
+	}
 
 	var out, errb bytes.Buffer
 	if code := run([]string{"source", "--coordinator", grpcAddr, "--app", "traffic", "--fps", "20", "--count", "10", "--tls-dir", dir}, &out, &errb); code != exitOK ||
