@@ -804,7 +804,7 @@ func regionParams(region string, size, offset int) map[string]*pb.InferParameter
 func (m *model) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
 	start := time.Now()
 	resp, err := m.conn.c.ModelInfer(ctx, req)
-	if err != nil && status.Code(err) == codes.Unavailable && ctx.Err() == nil && !m.conn.up() {
+	if err != nil && status.Code(err) == codes.Unavailable && ctx.Err() == nil && !m.conn.answered(err) {
 		took := time.Since(start)
 		if d, ok := ctx.Deadline(); !ok || time.Until(d) > took {
 			resp, err = m.conn.c.ModelInfer(ctx, req)
@@ -829,15 +829,30 @@ func (m *model) explain(ctx context.Context, err error, took time.Duration, req 
 	return m.conn.describe(err, took)
 }
 
-// up says whether the connection is up: an Unavailable then is the
-// server's answer (a model unloading), not the connection's failure.
-func (c *conn) up() bool { return c.cc.GetState() == connectivity.Ready }
+// answered says whether an Unavailable error is the server's answer over
+// a connection that is up (a model unloading), not the connection's
+// failure: the connection is Ready and the message is none of grpc-go's
+// transport errors (the state can still read Ready just after the
+// connection broke).
+func (c *conn) answered(err error) bool {
+	st, _ := status.FromError(err)
+	if st.Code() != codes.Unavailable || c.cc.GetState() != connectivity.Ready {
+		return false
+	}
+	msg := st.Message()
+	for _, t := range []string{"error reading from server", "connection error", "transport is closing", "connection closed", "connection reset", "broken pipe", "EOF", "transport: "} {
+		if strings.Contains(msg, t) {
+			return false
+		}
+	}
+	return true
+}
 
 // describe is the package's describe, telling an Unavailable the server
 // answered over a live connection from one where it could not be reached.
 func (c *conn) describe(err error, took time.Duration) string {
-	if st, _ := status.FromError(err); st.Code() == codes.Unavailable && c.up() {
-		return "the server answered Unavailable: " + st.Message()
+	if c.answered(err) {
+		return "the server answered Unavailable: " + status.Convert(err).Message()
 	}
 	return describe(err, took)
 }
