@@ -771,9 +771,11 @@ func TestSharedMemoryTooBig(t *testing.T) {
 	}
 }
 
-// A server's response is outside input: whatever it says (shapes that
-// overflow, negative, not batch-led, short or missing contents, a region
-// offset past the end), split returns outputs or an error, never panics,
+// A server's metadata and response are outside input: whatever they say
+// (output shapes that overflow, negative, not batch-led, short or missing
+// contents, a region offset past the end), layout places outputs without
+// a wrapped size and within a message, and split, with those places,
+// returns outputs or an error, never panics or reads outside the region,
 // and what it returns has one list per item.
 func FuzzSplit(f *testing.F) {
 	reg := writeRegistry(f, entry("cls", "cls", "127.0.0.1:1", inF32, ""))
@@ -789,7 +791,6 @@ func FuzzSplit(f *testing.F) {
 	}
 	defer region.Close()
 	s := &slot{region: region, name: "r"}
-	specs := []outPlace{{name: "probs", per: 40, offset: 256}}
 	seed := func(r *pb.ModelInferResponse) []byte {
 		b, err := proto.Marshal(r)
 		if err != nil {
@@ -798,16 +799,28 @@ func FuzzSplit(f *testing.F) {
 		return b
 	}
 	out := make([]byte, 80)
-	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "FP32", Shape: []int64{2, 10}}}, RawOutputContents: [][]byte{out}}), uint8(2), false)
-	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "FP16", Shape: []int64{2, 1 << 40}}}}), uint8(2), true)
-	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "UINT8", Shape: []int64{1, -3}}}}), uint8(1), true)
-	f.Fuzz(func(t *testing.T, b []byte, n uint8, useShm bool) {
+	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "FP32", Shape: []int64{2, 10}}}, RawOutputContents: [][]byte{out}}), uint8(2), false, "FP32", int64(10), int64(1))
+	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "FP32", Shape: []int64{2, 10}}}}), uint8(2), true, "FP32", int64(10), int64(1))
+	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "FP32", Shape: []int64{4, 500}}}}), uint8(4), true, "FP32", int64(500), int64(1))
+	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "FP16", Shape: []int64{2, 1 << 40}}}}), uint8(2), true, "FP16", int64(1<<60), int64(16))
+	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "UINT8", Shape: []int64{1, -3}}}}), uint8(1), true, "UINT8", int64(-1), int64(3))
+	f.Fuzz(func(t *testing.T, b []byte, n uint8, useShm bool, dtype string, d1, d2 int64) {
 		var resp pb.ModelInferResponse
 		if proto.Unmarshal(b, &resp) != nil {
 			return
 		}
+		md := &pb.ModelMetadataResponse{Outputs: []*pb.ModelMetadataResponse_TensorMetadata{{Name: "probs", Datatype: dtype, Shape: []int64{-1, d1, d2}}}}
+		places, err := m.layout(md)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range places {
+			if p.per < 0 || int64(p.per)*int64(m.m.MaxBatch) > MaxMessageBytes || p.offset%64 != 0 || (i > 0 && p.offset < places[i-1].offset) {
+				t.Fatalf("layout of %s[-1 %d %d]: %+v", dtype, d1, d2, places)
+			}
+		}
 		batch := int(n%4) + 1
-		outs, err := m.split(&resp, s, batch, useShm, specs)
+		outs, err := m.split(&resp, s, batch, useShm, places[:len(places)-1])
 		if err == nil && len(outs) != batch {
 			t.Fatalf("%d output lists for a batch of %d", len(outs), batch)
 		}
