@@ -778,15 +778,28 @@ func (m *model) attempt(ctx context.Context, s *slot, frames []*media.Frame) (ou
 }
 
 // regionUnknown says whether a ModelInfer error is the server not knowing
-// (or refusing) a shared memory region: NotFound or InvalidArgument about
-// a region (Triton: "Unable to find system shared memory region").
+// a shared memory region: NotFound about a region (mdag's server), or
+// InvalidArgument saying a region is not registered or not found
+// (Triton: "Unable to find system shared memory region"). A region's
+// other refusals (a range outside it) are not: registering again would
+// not help.
 func regionUnknown(err error) bool {
 	st := status.Convert(err)
-	if c := st.Code(); c != codes.NotFound && c != codes.InvalidArgument {
+	msg := strings.ToLower(st.Message())
+	if !strings.Contains(msg, "shared memory") && !strings.Contains(msg, "region") {
 		return false
 	}
-	msg := strings.ToLower(st.Message())
-	return strings.Contains(msg, "shared memory") || strings.Contains(msg, "region")
+	switch st.Code() {
+	case codes.NotFound:
+		return true
+	case codes.InvalidArgument:
+		for _, w := range []string{"not registered", "unable to find", "not found", "unknown", "no such"} {
+			if strings.Contains(msg, w) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func regionParams(region string, size, offset int) map[string]*pb.InferParameter {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/mdag/mdag/api/kserve"
 	"github.com/mdag/mdag/internal/clock"
@@ -334,10 +336,36 @@ func TestCreateRegionNoSpace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if _, err := CreateRegion("/mdag-nospace-2", 768<<10); err == nil || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "reserving 786432 bytes in "+dir) {
+	r2, err := CreateRegion("/mdag-nospace-2", 768<<10)
+	if err == nil {
+		r2.Close() // else the tmpfs stays busy
+	}
+	if err == nil || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "reserving 786432 bytes in "+dir) {
 		t.Fatalf("a region beyond the free space: %v", err)
 	}
 	if names, _ := os.ReadDir(dir); len(names) != 1 || !slices.ContainsFunc(names, func(e os.DirEntry) bool { return e.Name() == "mdag-nospace" }) {
 		t.Errorf("left in %s: %v", dir, names)
+	}
+}
+
+// Which ModelInfer errors mean the server lost a region (register again)
+// and which do not.
+func TestRegionUnknown(t *testing.T) {
+	for _, tc := range []struct {
+		code codes.Code
+		msg  string
+		want bool
+	}{
+		{codes.NotFound, `input 'x': shared memory region "r1" is not registered (registered: none)`, true},
+		{codes.InvalidArgument, "Unable to find system shared memory region: 'mdag-1-2'", true},
+		{codes.InvalidArgument, `region "mdag-1-2" [0, +768) not registered or too small`, true},
+		{codes.InvalidArgument, `input 'x': offset 0 + byte_size 4096 is outside shared memory region "r" of 96 bytes`, false},
+		{codes.NotFound, `model "m" is not served here (served: a)`, false},
+		{codes.Unavailable, "shared memory region r is not registered", false},
+		{codes.Internal, "unknown shared memory region", false},
+	} {
+		if got := regionUnknown(status.Error(tc.code, tc.msg)); got != tc.want {
+			t.Errorf("%s %q: %v, want %v", tc.code, tc.msg, got, tc.want)
+		}
 	}
 }
