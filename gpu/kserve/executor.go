@@ -52,10 +52,15 @@ type Config struct {
 // Executor runs registry models (format: kserve) on Open Inference
 // Protocol servers over gRPC: one ModelInfer per scheduler batch.
 //
-// Retries: a ModelInfer that fails Unavailable (connection-level: the
-// server went away or the connection broke) is retried once, only when the
-// time left before the frame deadline exceeds the time the first attempt
-// took; nothing else is retried, so no retry outlives the frames.
+// Retries: a ModelInfer that fails Unavailable at the connection level
+// (the server went away or the connection broke; not an Unavailable the
+// server answered, such as a model unloading) is retried once, only when
+// the time left before the frame deadline exceeds the time the first
+// attempt took. A batch whose shared memory region the server does not
+// know (it restarted and lost the registrations) or whose region faulted
+// makes the model negotiate again (every slot registers a fresh region
+// when it next runs) and is tried once more under the same rule. Nothing
+// else is retried, so no retry outlives the frames.
 type Executor struct {
 	cfg    Config
 	conns  map[string]*conn // by endpoint
