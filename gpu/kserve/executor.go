@@ -300,8 +300,34 @@ func (x *Executor) Health(ctx context.Context) error {
 		if err := m.prepare(ctx); err != nil {
 			return fmt.Errorf("kserve: model %s at %s: %w", n, m.conn.endpoint, err)
 		}
+		m.checkRegions(ctx)
 	}
 	return nil
+}
+
+// checkRegions asks the server (SystemSharedMemoryStatus) for one of the
+// model's registered regions: one it does not know (it restarted) makes
+// the model negotiate again, before a batch finds out. Other answers
+// (a server without the RPC) change nothing.
+func (m *model) checkRegions(ctx context.Context) {
+	m.mu.Lock()
+	name := ""
+	if m.ready && m.useShm {
+		for _, s := range m.all {
+			if s.name != "" && s.gen == m.gen {
+				name = s.name
+				break
+			}
+		}
+	}
+	m.mu.Unlock()
+	if name == "" {
+		return
+	}
+	st, err := m.conn.c.SystemSharedMemoryStatus(ctx, &pb.SystemSharedMemoryStatusRequest{Name: name})
+	if c := status.Code(err); c == codes.NotFound || c == codes.InvalidArgument || (err == nil && st.Regions[name] == nil) {
+		m.lost()
+	}
 }
 
 // Check is Health, then each slot's shared memory region created and

@@ -369,3 +369,64 @@ func TestRegionUnknown(t *testing.T) {
 		}
 	}
 }
+
+// Health asks the server for a registered region: one it no longer knows
+// (a restart) makes the model negotiate again, so the next batch registers
+// a fresh region on its first attempt; a region the server knows changes
+// nothing.
+func TestHealthFindsLostRegions(t *testing.T) {
+	e, err := NewEmulated(emulatedRegistry(t), clock.Real{}, linearLatency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewServer("mdag", "test", e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(ServerOptions()...)
+	s.Register(g)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = g.Serve(lis) }()
+	defer func() { g.Stop(); <-done; s.Close() }()
+	x := newExec(t, Config{SharedMemory: "on", Slots: 1}, fmt.Sprintf(`
+  resnet:
+    format: kserve
+    kserve: {endpoint: "%s", model: resnet}
+    input: {name: input, dtype: float32, layout: NCHW, width: 8, height: 4}
+    max_batch: 4
+    decoder: {name: classify}
+`, lis.Addr().String()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := x.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := x.models["resnet"]
+	ready := func() bool { m.mu.Lock(); defer m.mu.Unlock(); return m.ready }
+	if err := x.Health(ctx); err != nil || !ready() {
+		t.Fatalf("health with the region known: %v, ready %v", err, ready())
+	}
+	old := m.all[0].name
+	if _, err := s.SystemSharedMemoryUnregister(ctx, &pb.SystemSharedMemoryUnregisterRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Health(ctx); err != nil {
+		t.Fatalf("health with the region lost: %v", err)
+	}
+	if err := x.Health(ctx); err != nil || !ready() {
+		t.Fatalf("the second probe: %v, ready %v (the first renegotiates)", err, ready())
+	}
+	sl := <-m.slots
+	_, again, err := m.attempt(ctx, sl, frames(1))
+	m.slots <- sl
+	if err != nil || again {
+		t.Fatalf("the first attempt after the probe: again %v, %v", again, err)
+	}
+	if st, err := s.SystemSharedMemoryStatus(ctx, &pb.SystemSharedMemoryStatusRequest{}); err != nil || len(st.Regions) != 1 || st.Regions[old] != nil {
+		t.Errorf("regions %v, %v: want one, not %s", st, err, old)
+	}
+}
