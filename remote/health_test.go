@@ -37,6 +37,23 @@ func (f *flipExec) Health(context.Context) error {
 
 func (f *flipExec) set(why string) { f.bad.Store(&why) }
 
+// probeClock is a fake clock that counts the timers of one duration (the
+// health interval's): a wait on the probe's timer that no other timer
+// (heartbeat, a task's) can satisfy.
+type probeClock struct {
+	*clock.Fake
+	interval time.Duration
+	timers   atomic.Int64
+}
+
+func (c *probeClock) After(d time.Duration) <-chan time.Time {
+	ch := c.Fake.After(d)
+	if d == c.interval {
+		c.timers.Add(1)
+	}
+	return ch
+}
+
 // An executor whose probe fails does not register (RunWorker says why);
 // once connected it is probed every HealthInterval on the worker's clock,
 // and a failed probe ends the connection, so the coordinator counts the
@@ -57,14 +74,15 @@ func TestExecutorHealth(t *testing.T) {
 	}
 
 	x = &flipExec{}
-	clk := clock.NewFake(time.Unix(0, 0))
+	clk := &probeClock{Fake: clock.NewFake(time.Unix(0, 0)), interval: 3 * time.Second}
 	done := make(chan error, 1)
 	go func() {
 		done <- client.RunWorker(context.Background(), c.cc, client.WorkerConfig{ID: "flip-1", Type: "CPU", Exec: x, Clock: clk, HealthInterval: 3 * time.Second})
 	}()
 	waitFor(t, "flip-1 to register", 5*time.Second, func() bool { return registered("flip-1") })
-	// the heartbeat (a minute) and the probe (3 s) wait on the fake clock
-	waitFor(t, "the probe's timer", 5*time.Second, func() bool { return clk.Pending() >= 2 })
+	// the heartbeat (a minute), the probe (3 s) and any task timers wait
+	// on the fake clock: wait for the probe's own timer
+	waitFor(t, "the probe's timer", 5*time.Second, func() bool { return clk.timers.Load() >= 1 })
 	clk.Advance(2 * time.Second)
 	if n := x.probes.Load(); n != 1 {
 		t.Fatalf("%d probes before the interval passed, want 1 (before registering)", n)
@@ -74,7 +92,7 @@ func TestExecutorHealth(t *testing.T) {
 	if !registered("flip-1") {
 		t.Fatal("a healthy probe ended the connection")
 	}
-	waitFor(t, "the next probe's timer", 5*time.Second, func() bool { return clk.Pending() >= 2 })
+	waitFor(t, "the next probe's timer", 5*time.Second, func() bool { return clk.timers.Load() >= 2 })
 	x.set("kserve: model resnet50 at 127.0.0.1:8001: server model resnet50 is not ready on the server")
 	clk.Advance(3 * time.Second)
 	select {

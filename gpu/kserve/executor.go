@@ -7,7 +7,10 @@ import (
 	"math"
 	"net"
 	"os"
+	"path/filepath"
+	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +19,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -48,10 +52,15 @@ type Config struct {
 // Executor runs registry models (format: kserve) on Open Inference
 // Protocol servers over gRPC: one ModelInfer per scheduler batch.
 //
-// Retries: a ModelInfer that fails Unavailable (connection-level: the
-// server went away or the connection broke) is retried once, only when the
-// time left before the frame deadline exceeds the time the first attempt
-// took; nothing else is retried, so no retry outlives the frames.
+// Retries: a ModelInfer that fails Unavailable at the connection level
+// (the server went away or the connection broke; not an Unavailable the
+// server answered, such as a model unloading) is retried once, only when
+// the time left before the frame deadline exceeds the time the first
+// attempt took. A batch whose shared memory region the server does not
+// know (it restarted and lost the registrations) or whose region faulted
+// makes the model negotiate again (every slot registers a fresh region
+// when it next runs) and is tried once more under the same rule. Nothing
+// else is retried, so no retry outlives the frames.
 type Executor struct {
 	cfg    Config
 	conns  map[string]*conn // by endpoint
@@ -83,11 +92,13 @@ type model struct {
 	all     []*slot
 	stopped atomic.Bool
 
-	mu     sync.Mutex // guards what prepare sets
+	mu     sync.Mutex // guards what prepare and attach set
 	ready  bool
 	useShm bool
 	why    string     // why shared memory is not used (Describe)
 	outs   []outPlace // with shared memory: the outputs and their place
+	size   int        // with shared memory: a slot region's bytes
+	gen    uint64     // negotiations so far: a slot registered at an older one registers again
 }
 
 // outPlace is an output's place in a slot's region: per item bytes (0:
@@ -105,6 +116,7 @@ type slot struct {
 	scratch []float32
 	region  *Region
 	name    string // the region's registered name
+	gen     uint64 // the model's negotiation it was registered at
 }
 
 var regionSeq atomic.Uint64
@@ -126,6 +138,7 @@ func New(reg *registry.Registry, cfg Config) (*Executor, error) {
 	if cfg.Slots == 0 {
 		cfg.Slots = DefaultSlots
 	}
+	removeStale()
 	x := &Executor{cfg: cfg, conns: map[string]*conn{}, models: map[string]*model{}}
 	var errs []error
 	for _, name := range reg.Names() {
@@ -255,24 +268,33 @@ func (x *Executor) Describe() string {
 	return fmt.Sprintf("Open Inference Protocol over gRPC, %d slots per model: %s", x.cfg.Slots, strings.Join(parts, "; "))
 }
 
-// Health is what a worker probes: every endpoint live and ready, every
-// model ready. The first failure is returned, saying where.
+// Health is what a worker probes: every endpoint live, every model ready
+// on its server, and each model's transport negotiated where the server
+// answers (a permanent misconfiguration, such as shared memory on where
+// the server lacks it or an output the server's model lacks, fails here
+// too, so the worker does not register and says why). ServerReady is not
+// asked: a server with explicit model control (Triton) is not ready while
+// a model it was told to unload is unloaded, which says nothing of this
+// worker's models. The first failure is returned, saying where.
 func (x *Executor) Health(ctx context.Context) error {
 	for _, ep := range x.eps {
 		c := x.conns[ep]
 		live, err := c.c.ServerLive(ctx, &pb.ServerLiveRequest{})
+		if status.Code(err) == codes.Unavailable && ctx.Err() == nil {
+			// the first probe after the server restarted finds the old
+			// connection broken: give gRPC half a second to reconnect
+			// before calling the endpoint down (a worker leaving re-plans)
+			wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			if l, err2 := c.c.ServerLive(wctx, &pb.ServerLiveRequest{}, grpc.WaitForReady(true)); err2 == nil {
+				live, err = l, nil
+			}
+			cancel()
+		}
 		if err != nil {
-			return callErr("", c.endpoint, err, 0)
+			return fmt.Errorf("kserve: endpoint %s: %s", c.endpoint, c.describe(err, 0))
 		}
 		if !live.Live {
 			return fmt.Errorf("kserve: endpoint %s: the server is not live", ep)
-		}
-		ready, err := c.c.ServerReady(ctx, &pb.ServerReadyRequest{})
-		if err != nil {
-			return callErr("", c.endpoint, err, 0)
-		}
-		if !ready.Ready {
-			return fmt.Errorf("kserve: endpoint %s: the server is not ready", ep)
 		}
 	}
 	for _, n := range x.names {
@@ -280,25 +302,65 @@ func (x *Executor) Health(ctx context.Context) error {
 		k := m.m.KServe
 		r, err := m.conn.c.ModelReady(ctx, &pb.ModelReadyRequest{Name: k.Model, Version: k.Version})
 		if err != nil {
-			return callErr(n, m.conn.endpoint, err, 0)
+			return fmt.Errorf("kserve: model %s at %s: %s", n, m.conn.endpoint, m.conn.describe(err, 0))
 		}
 		if !r.Ready {
 			return fmt.Errorf("kserve: model %s at %s: %s is not ready on the server", n, m.conn.endpoint, m.serverName())
 		}
+		if err := m.prepare(ctx); err != nil {
+			return fmt.Errorf("kserve: model %s at %s: %w", n, m.conn.endpoint, err)
+		}
+		m.checkRegions(ctx)
 	}
 	return nil
 }
 
-// Check is Health, then each model's shared memory negotiated (regions
-// created and registered where used): what `mdag worker` runs before it
-// serves, so a misconfiguration is said at start.
+// checkRegions asks the server (SystemSharedMemoryStatus) for one of the
+// model's registered regions: one it does not know (it restarted) makes
+// the model negotiate again, before a batch finds out. Other answers
+// (a server without the RPC) change nothing.
+func (m *model) checkRegions(ctx context.Context) {
+	m.mu.Lock()
+	name := ""
+	if m.ready && m.useShm {
+		for _, s := range m.all {
+			if s.name != "" && s.gen == m.gen {
+				name = s.name
+				break
+			}
+		}
+	}
+	m.mu.Unlock()
+	if name == "" {
+		return
+	}
+	st, err := m.conn.c.SystemSharedMemoryStatus(ctx, &pb.SystemSharedMemoryStatusRequest{Name: name})
+	if c := status.Code(err); c == codes.NotFound || c == codes.InvalidArgument || (err == nil && st.Regions[name] == nil) {
+		m.lost()
+	}
+}
+
+// Check is Health, then each slot's shared memory region created and
+// registered where used: what `mdag worker` runs before it serves, so a
+// misconfiguration is said at start.
 func (x *Executor) Check(ctx context.Context) error {
 	if err := x.Health(ctx); err != nil {
 		return err
 	}
 	for _, n := range x.names {
-		if err := x.models[n].prepare(ctx); err != nil {
-			return fmt.Errorf("kserve: model %s at %s: %w", n, x.models[n].conn.endpoint, err)
+		m := x.models[n]
+		for range m.all {
+			var s *slot
+			select {
+			case s = <-m.slots:
+			case <-ctx.Done():
+				return fmt.Errorf("kserve: model %s at %s: %w while waiting for a slot", n, m.conn.endpoint, ctx.Err())
+			}
+			_, err := m.attach(ctx, s)
+			defer func() { m.slots <- s }() // every slot held until all are checked
+			if err != nil {
+				return fmt.Errorf("kserve: model %s at %s: %w", n, m.conn.endpoint, err)
+			}
 		}
 	}
 	return nil
@@ -315,6 +377,22 @@ func (x *Executor) Close() {
 	}
 }
 
+// removeStale removes the regions (ShmDir/mdag-PID-N, this executor's
+// naming) of processes that are gone: what a worker that crashed left.
+func removeStale() {
+	paths, _ := filepath.Glob(filepath.Join(ShmDir, "mdag-*-*"))
+	for _, p := range paths {
+		pid, n, ok := strings.Cut(strings.TrimPrefix(filepath.Base(p), "mdag-"), "-")
+		id, err := strconv.Atoi(pid)
+		if _, err2 := strconv.ParseUint(n, 10, 64); !ok || err != nil || err2 != nil || id <= 0 || id == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(id, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.Remove(p)
+		}
+	}
+}
+
 func (m *model) serverName() string {
 	k := m.m.KServe
 	if k.Version != "" {
@@ -323,14 +401,22 @@ func (m *model) serverName() string {
 	return "server model " + k.Model
 }
 
-// prepare decides, once it succeeds, how tensors travel: with shared
-// memory it reads the server's extensions and the model's outputs, then
-// creates and registers one region per slot. An unreachable server is an
-// error (tried again next batch); shared memory the server lacks is one
-// only for "on" ("auto" falls back to raw bytes, said by Describe).
+// errClosed is a batch's error after Close.
+var errClosed = errors.New("the executor is closed")
+
+// prepare decides, once it succeeds (and again after the server lost the
+// regions: lost), how tensors travel: with shared memory it reads the
+// server's extensions and the model's outputs and lays out a slot's
+// region; each slot creates and registers its own when it next runs
+// (attach). An unreachable server is an error (tried again next batch);
+// shared memory the server lacks is one only for "on" ("auto" falls back
+// to raw bytes, said by Describe).
 func (m *model) prepare(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.stopped.Load() {
+		return errClosed
+	}
 	if m.ready {
 		return nil
 	}
@@ -342,19 +428,12 @@ func (m *model) prepare(ctx context.Context) error {
 		m.ready, m.why = true, "endpoint not on this host"
 		return nil
 	}
-	fallback := func(why string) error {
-		if m.shm == "on" {
-			return fmt.Errorf("shared memory on, but %s", why)
-		}
-		m.ready, m.why = true, why
-		return nil
-	}
 	ext, err := m.conn.extensions(ctx)
 	if err != nil {
 		return err
 	}
 	if !slices.Contains(ext, "system_shared_memory") {
-		return fallback("the server does not list the system_shared_memory extension")
+		return m.fallback("the server does not list the system_shared_memory extension")
 	}
 	k := m.m.KServe
 	md, err := m.conn.c.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: k.Model, Version: k.Version})
@@ -362,7 +441,7 @@ func (m *model) prepare(ctx context.Context) error {
 		if status.Code(err) == codes.NotFound {
 			return fmt.Errorf("the server does not serve %s: %s", m.serverName(), status.Convert(err).Message())
 		}
-		return errors.New(describe(err, 0))
+		return errors.New(m.conn.describe(err, 0))
 	}
 	outs, err := m.layout(md)
 	if err != nil {
@@ -370,46 +449,83 @@ func (m *model) prepare(ctx context.Context) error {
 	}
 	size := outs[len(outs)-1].offset
 	outs = outs[:len(outs)-1]
-	// a mapping of a full tmpfs faults (SIGBUS) when written: the regions
-	// must fit in what is free there now
+	// the regions must fit in what is free there now (CreateRegion
+	// reserves each one's pages)
 	var fs syscall.Statfs_t
 	if err := syscall.Statfs(ShmDir, &fs); err != nil {
-		return fallback(fmt.Sprintf("%s: %v", ShmDir, err))
+		return m.fallback(fmt.Sprintf("%s: %v", ShmDir, err))
 	}
 	if need, free := uint64(size)*uint64(len(m.all)), fs.Bavail*uint64(fs.Bsize); need > free {
-		return fallback(fmt.Sprintf("%d regions of %d bytes (max_batch %d) need %d MB, %s has %d MB free", len(m.all), size, m.m.MaxBatch, need>>20, ShmDir, free>>20))
+		return m.fallback(fmt.Sprintf("%d regions of %d bytes (max_batch %d) need %d MB, %s has %d MB free", len(m.all), size, m.m.MaxBatch, need>>20, ShmDir, free>>20))
 	}
-	var made []*slot
-	undo := func() {
-		for _, s := range made {
-			m.unregister(s)
-		}
-	}
-	for _, s := range m.all {
-		key := fmt.Sprintf("/mdag-%d-%d", os.Getpid(), regionSeq.Add(1))
-		r, err := CreateRegion(key, max(size, 1))
-		if err != nil {
-			undo()
-			return fallback(err.Error())
-		}
-		s.region, s.name = r, key[1:]
-		made = append(made, s)
-		if _, err := m.conn.c.SystemSharedMemoryRegister(ctx, &pb.SystemSharedMemoryRegisterRequest{Name: s.name, Key: key, Offset: 0, ByteSize: uint64(len(r.Data))}); err != nil {
-			undo()
-			if c := status.Code(err); c == codes.Unavailable || c == codes.DeadlineExceeded || c == codes.Canceled {
-				return errors.New(describe(err, 0))
-			}
-			return fallback("registering region " + key + ": " + describe(err, 0))
-		}
-	}
-	m.ready, m.useShm, m.outs = true, true, outs
+	m.ready, m.useShm, m.outs, m.size, m.why = true, true, outs, max(size, 1), ""
+	m.gen++
 	return nil
+}
+
+// fallback is shared memory not used, for why: an error for "on", raw
+// bytes for "auto". Under m.mu.
+func (m *model) fallback(why string) error {
+	if m.shm == "on" {
+		return fmt.Errorf("shared memory on, but %s", why)
+	}
+	m.ready, m.useShm, m.why = true, false, why
+	return nil
+}
+
+// attach gives slot s (held by the caller) a region registered at the
+// model's current negotiation, when shared memory is used, and says
+// whether it is. Under m.mu, so Close never races it; its RPCs are bounded
+// by ctx (the batch's).
+func (m *model) attach(ctx context.Context, s *slot) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped.Load() {
+		return false, errClosed
+	}
+	if !m.ready || !m.useShm {
+		return false, nil
+	}
+	if s.region != nil && s.gen == m.gen && len(s.region.Data) == m.size {
+		return true, nil
+	}
+	m.unregister(ctx, s) // registered at an older negotiation
+	key := fmt.Sprintf("/mdag-%d-%d", os.Getpid(), regionSeq.Add(1))
+	r, err := CreateRegion(key, m.size)
+	if err != nil {
+		return false, m.fallback(err.Error())
+	}
+	s.region, s.name = r, key[1:]
+	if _, err := m.conn.c.SystemSharedMemoryRegister(ctx, &pb.SystemSharedMemoryRegisterRequest{Name: s.name, Key: key, Offset: 0, ByteSize: uint64(len(r.Data))}); err != nil {
+		_ = s.region.Close()
+		s.region, s.name = nil, ""
+		if c := status.Code(err); c == codes.Unavailable || c == codes.DeadlineExceeded || c == codes.Canceled {
+			return false, fmt.Errorf("registering shared memory region %s: %s", key, m.conn.describe(err, 0))
+		}
+		return false, m.fallback("registering region " + key + ": " + m.conn.describe(err, 0))
+	}
+	s.gen = m.gen
+	return true, nil
+}
+
+// lost is the server not knowing a slot's region (it restarted) or a
+// region faulting: negotiate again (extensions, outputs) and have every
+// slot register a fresh region when it next runs.
+func (m *model) lost() {
+	m.mu.Lock()
+	m.ready = false
+	m.mu.Unlock()
+	m.conn.mu.Lock()
+	m.conn.got = false
+	m.conn.mu.Unlock()
 }
 
 // layout places the input and each output in a region for max_batch: the
 // outputs are the entry's or all the server's; an output whose size after
-// the batch is not fixed comes back as raw bytes. The last spec returned is
-// the end (its offset is the region's size).
+// the batch is not fixed, or whose max_batch items exceed MaxMessageBytes
+// (what the server's metadata says is outside input), comes back as raw
+// bytes. The last spec returned is the end (its offset is the region's
+// size).
 func (m *model) layout(md *pb.ModelMetadataResponse) ([]outPlace, error) {
 	names := m.m.Outputs
 	if len(names) == 0 {
@@ -430,28 +546,33 @@ func (m *model) layout(md *pb.ModelMetadataResponse) ([]outPlace, error) {
 			return nil, fmt.Errorf("the server's %s has no output '%s' (it has: %s)", m.serverName(), n, strings.Join(have, ", "))
 		}
 		o := md.Outputs[i]
-		per := 0
+		per := int64(0)
 		if dt, err := RegistryDType(o.Datatype); err == nil && len(o.Shape) > 0 {
-			per = prep.DTypeSize(dt)
+			per = int64(prep.DTypeSize(dt))
 			for _, d := range o.Shape[1:] {
-				if d < 0 {
+				if d < 0 || (d > 0 && per > MaxMessageBytes/d) {
 					per = 0
 					break
 				}
-				per *= int(d)
+				per *= d
+			}
+			if per > MaxMessageBytes/int64(max(m.m.MaxBatch, 1)) {
+				per = 0
 			}
 		}
-		outs = append(outs, outPlace{name: n, per: per, offset: off})
-		off = align(off + per*m.m.MaxBatch)
+		outs = append(outs, outPlace{name: n, per: int(per), offset: off})
+		off = align(off + int(per)*m.m.MaxBatch)
 	}
 	return append(outs, outPlace{offset: off}), nil
 }
 
-func (m *model) unregister(s *slot) {
+// unregister unregisters s's region (bounded by ctx and 2 s) and removes
+// it. Under m.mu.
+func (m *model) unregister(ctx context.Context, s *slot) {
 	if s.region == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_, _ = m.conn.c.SystemSharedMemoryUnregister(ctx, &pb.SystemSharedMemoryUnregisterRequest{Name: s.name})
 	cancel()
 	_ = s.region.Close()
@@ -465,7 +586,7 @@ func (m *model) close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, s := range m.all {
-		m.unregister(s)
+		m.unregister(context.Background(), s)
 	}
 	m.useShm, m.ready = false, false
 }
@@ -479,7 +600,7 @@ func (c *conn) extensions(ctx context.Context) ([]string, error) {
 	}
 	md, err := c.c.ServerMetadata(ctx, &pb.ServerMetadataRequest{})
 	if err != nil {
-		return nil, errors.New(describe(err, 0))
+		return nil, errors.New(c.describe(err, 0))
 	}
 	c.ext, c.got = md.Extensions, true
 	return c.ext, nil
@@ -496,16 +617,17 @@ func (x *Executor) Run(ctx context.Context, name string, items []*media.Item) ([
 	if len(items) == 0 {
 		return nil, nil
 	}
+	where := m.where()
 	if len(items) > m.m.MaxBatch {
-		return nil, fmt.Errorf("kserve: model %s: batch of %d exceeds its max_batch %d", name, len(items), m.m.MaxBatch)
+		return nil, fmt.Errorf("%s: batch of %d exceeds its max_batch %d", where, len(items), m.m.MaxBatch)
 	}
 	frames := make([]*media.Frame, len(items))
 	for i, it := range items {
 		if it.Frame == nil {
-			return nil, fmt.Errorf("kserve: model %s: item %d has no frame", name, i)
+			return nil, fmt.Errorf("%s: item %d has no frame", where, i)
 		}
 		if err := it.Frame.Valid(); err != nil {
-			return nil, fmt.Errorf("kserve: model %s: item %d: %w", name, i, err)
+			return nil, fmt.Errorf("%s: item %d: %w", where, i, err)
 		}
 		frames[i] = it.Frame
 	}
@@ -527,7 +649,7 @@ func (x *Executor) Run(ctx context.Context, name string, items []*media.Item) ([
 		g := decode.Geometry{InW: m.m.Input.Width, InH: m.m.Input.Height, FrameW: f.W, FrameH: f.H, Letterbox: m.m.Input.Resize == "letterbox"}
 		r, err := m.decode(outs[i], g, p)
 		if err != nil {
-			return nil, fmt.Errorf("kserve: model %s, batch of %d: item %d: %w", name, len(items), i, err)
+			return nil, fmt.Errorf("%s, batch of %d: item %d: %w", where, len(items), i, err)
 		}
 		o := it.Derive()
 		o.Frame, o.Region = it.Frame, it.Region
@@ -561,15 +683,24 @@ func (x *Executor) RunRaw(ctx context.Context, name string, frames []*media.Fram
 		return nil, fmt.Errorf("kserve: model %q is not loaded here", name)
 	}
 	if len(frames) == 0 || len(frames) > m.m.MaxBatch {
-		return nil, fmt.Errorf("kserve: model %s: batch of %d: want 1..%d", name, len(frames), m.m.MaxBatch)
+		return nil, fmt.Errorf("%s: batch of %d: want 1..%d", m.where(), len(frames), m.m.MaxBatch)
 	}
 	return x.forward(ctx, m, frames)
 }
 
-// forward takes a slot, packs the frames, sends one ModelInfer and splits
-// each output along the batch. Every error names model and endpoint.
+// where is the prefix of the model's errors.
+func (m *model) where() string {
+	return fmt.Sprintf("kserve: model %s at %s", m.m.Name, m.conn.endpoint)
+}
+
+// forward takes a slot and runs the batch on it (attempt). When the
+// server does not know the slot's shared memory region (it restarted and
+// lost the registrations) or the region faulted, the model negotiates
+// again and the batch is tried once more, only when the time left before
+// the deadline exceeds what the first attempt took. Every error names
+// model and endpoint.
 func (x *Executor) forward(ctx context.Context, m *model, frames []*media.Frame) ([][]decode.Output, error) {
-	where := fmt.Sprintf("kserve: model %s at %s", m.m.Name, m.conn.endpoint)
+	where := m.where()
 	var s *slot
 	select {
 	case s = <-m.slots:
@@ -577,22 +708,79 @@ func (x *Executor) forward(ctx context.Context, m *model, frames []*media.Frame)
 		return nil, fmt.Errorf("%s: %w while waiting for one of its %d slots", where, ctx.Err(), cap(m.slots))
 	}
 	defer func() { m.slots <- s }()
+	start := time.Now()
+	outs, again, err := m.attempt(ctx, s, frames)
+	if err != nil && again && ctx.Err() == nil {
+		if d, ok := ctx.Deadline(); !ok || time.Until(d) > time.Since(start) {
+			outs, _, err = m.attempt(ctx, s, frames)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s%w", where, err)
+	}
+	return outs, nil
+}
+
+// faultError is a shared memory region that faulted (SIGBUS: its object
+// was truncated, or its tmpfs ran out of pages) while this process read or
+// wrote it.
+type faultError struct{ err error }
+
+func (e *faultError) Error() string { return e.err.Error() }
+
+// guard runs f, turning a memory fault in it into an error: f touches a
+// shared memory mapping that another process can truncate.
+func guard(what string, f func()) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			fa, ok := p.(interface{ Addr() uintptr })
+			if !ok {
+				panic(p)
+			}
+			err = &faultError{fmt.Errorf("%s faulted at %#x: was its object truncated, or %s full? (%v)", what, fa.Addr(), ShmDir, p)}
+		}
+	}()
+	f()
+	return nil
+}
+
+// attempt packs the frames, sends one ModelInfer and splits each output
+// along the batch. Its error starts with ": " or ", batch of N: " (after
+// the model and endpoint); again says the model negotiates anew (a region
+// the server does not know, or one that faulted), so a second attempt may
+// succeed.
+func (m *model) attempt(ctx context.Context, s *slot, frames []*media.Frame) (outs [][]decode.Output, again bool, err error) {
 	if m.stopped.Load() {
-		return nil, fmt.Errorf("%s: the executor is closed", where)
+		return nil, false, fmt.Errorf(": %w", errClosed)
 	}
 	if err := m.prepare(ctx); err != nil {
-		return nil, fmt.Errorf("%s: %w", where, err)
+		return nil, false, fmt.Errorf(": %w", err)
+	}
+	useShm, err := m.attach(ctx, s)
+	if err != nil {
+		return nil, false, fmt.Errorf(": %w", err)
 	}
 	m.mu.Lock()
-	useShm, outPlaces := m.useShm && s.region != nil, m.outs
+	outPlaces := m.outs
 	m.mu.Unlock()
 	b := len(frames)
 	in := &pb.ModelInferRequest_InferInputTensor{Name: m.m.Input.Name, Datatype: m.wire, Shape: m.m.InputShape(b)}
 	req := &pb.ModelInferRequest{ModelName: m.m.KServe.Model, ModelVersion: m.m.KServe.Version, Inputs: []*pb.ModelInferRequest_InferInputTensor{in}}
-	var err error
+	// packed (on several goroutines) into the slot's own memory; with
+	// shared memory then copied into the region on this goroutine alone,
+	// where a fault becomes the batch's error
+	if need := m.item * b; len(s.buf) < need {
+		s.buf = make([]byte, need)
+	}
+	raw, err := prep.Pack(s.buf, &m.m.Input, frames, s.scratch)
+	if err != nil {
+		return nil, false, fmt.Errorf(": %w", err)
+	}
 	if useShm {
-		if _, err = prep.Pack(s.region.Data, &m.m.Input, frames, s.scratch); err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
+		if err := guard("shared memory region "+s.name, func() { copy(s.region.Data, raw) }); err != nil {
+			m.lost()
+			return nil, true, fmt.Errorf(": writing the input: %w", err)
 		}
 		in.Parameters = regionParams(s.name, m.item*b, 0)
 		for _, o := range outPlaces {
@@ -603,27 +791,56 @@ func (x *Executor) forward(ctx context.Context, m *model, frames []*media.Frame)
 			req.Outputs = append(req.Outputs, ro)
 		}
 	} else {
-		if need := m.item * b; len(s.buf) < need {
-			s.buf = make([]byte, need)
-		}
-		raw, err := prep.Pack(s.buf, &m.m.Input, frames, s.scratch)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
-		}
 		req.RawInputContents = [][]byte{raw}
 		for _, o := range m.m.Outputs {
 			req.Outputs = append(req.Outputs, &pb.ModelInferRequest_InferRequestedOutputTensor{Name: o})
 		}
 	}
+	start := time.Now()
 	resp, err := m.infer(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s", where, err)
+		if useShm && regionUnknown(err) {
+			m.lost()
+			st := status.Convert(err)
+			return nil, true, fmt.Errorf(": the server does not know shared memory region %s (restarted? it is registered again): %s: %s", s.name, st.Code(), st.Message())
+		}
+		return nil, false, fmt.Errorf(": %s", m.explain(ctx, err, time.Since(start), req))
 	}
-	outs, err := m.split(resp, s, b, useShm, outPlaces)
+	outs, err = m.split(resp, s, b, useShm, outPlaces)
 	if err != nil {
-		return nil, fmt.Errorf("%s, batch of %d: %w", where, b, err)
+		var fe *faultError
+		if errors.As(err, &fe) {
+			m.lost()
+			again = true
+		}
+		return nil, again, fmt.Errorf(", batch of %d: %w", b, err)
 	}
-	return outs, nil
+	return outs, false, nil
+}
+
+// regionUnknown says whether a ModelInfer error is the server not knowing
+// a shared memory region: NotFound about a region (mdag's server), or
+// InvalidArgument saying a region is not registered or not found
+// (Triton: "Unable to find system shared memory region"). A region's
+// other refusals (a range outside it) are not: registering again would
+// not help.
+func regionUnknown(err error) bool {
+	st := status.Convert(err)
+	msg := strings.ToLower(st.Message())
+	if !strings.Contains(msg, "shared memory") && !strings.Contains(msg, "region") {
+		return false
+	}
+	switch st.Code() {
+	case codes.NotFound:
+		return true
+	case codes.InvalidArgument:
+		for _, w := range []string{"not registered", "unable to find", "not found", "unknown", "no such"} {
+			if strings.Contains(msg, w) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func regionParams(region string, size, offset int) map[string]*pb.InferParameter {
@@ -634,21 +851,20 @@ func regionParams(region string, size, offset int) map[string]*pb.InferParameter
 	}
 }
 
-// infer sends the request; a connection-level Unavailable is retried once
-// when more time is left before the deadline than the attempt took.
+// infer sends the request; a connection-level Unavailable (not one the
+// server answered while the connection was up) is retried once when more
+// time is left before the deadline than the attempt took. The error is
+// the call's.
 func (m *model) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
 	start := time.Now()
 	resp, err := m.conn.c.ModelInfer(ctx, req)
-	if err != nil && status.Code(err) == codes.Unavailable && ctx.Err() == nil {
+	if err != nil && status.Code(err) == codes.Unavailable && ctx.Err() == nil && !m.conn.answered(err) {
 		took := time.Since(start)
 		if d, ok := ctx.Deadline(); !ok || time.Until(d) > took {
 			resp, err = m.conn.c.ModelInfer(ctx, req)
 		}
 	}
-	if err != nil {
-		return nil, errors.New(m.explain(ctx, err, time.Since(start), req))
-	}
-	return resp, nil
+	return resp, err
 }
 
 // explain turns a call's error into what happened, with the server's
@@ -663,6 +879,34 @@ func (m *model) explain(ctx context.Context, err error, took time.Duration, req 
 	case st.Code() == codes.InvalidArgument:
 		in := req.Inputs[0]
 		return fmt.Sprintf("the server refused input '%s' %s%v: %s", in.Name, in.Datatype, in.Shape, st.Message())
+	}
+	return m.conn.describe(err, took)
+}
+
+// answered says whether an Unavailable error is the server's answer over
+// a connection that is up (a model unloading), not the connection's
+// failure: the connection is Ready and the message is none of grpc-go's
+// transport errors (the state can still read Ready just after the
+// connection broke).
+func (c *conn) answered(err error) bool {
+	st, _ := status.FromError(err)
+	if st.Code() != codes.Unavailable || c.cc.GetState() != connectivity.Ready {
+		return false
+	}
+	msg := st.Message()
+	for _, t := range []string{"error reading from server", "connection error", "transport is closing", "connection closed", "connection reset", "broken pipe", "EOF", "transport: "} {
+		if strings.Contains(msg, t) {
+			return false
+		}
+	}
+	return true
+}
+
+// describe is the package's describe, telling an Unavailable the server
+// answered over a live connection from one where it could not be reached.
+func (c *conn) describe(err error, took time.Duration) string {
+	if c.answered(err) {
+		return "the server answered Unavailable: " + status.Convert(err).Message()
 	}
 	return describe(err, took)
 }
@@ -684,14 +928,6 @@ func describe(err error, took time.Duration) string {
 		return "canceled"
 	}
 	return fmt.Sprintf("%s: %s", st.Code(), st.Message())
-}
-
-// callErr is describe with the model and endpoint.
-func callErr(model, endpoint string, err error, took time.Duration) error {
-	if model == "" {
-		return fmt.Errorf("kserve: endpoint %s: %s", endpoint, describe(err, took))
-	}
-	return fmt.Errorf("kserve: model %s at %s: %s", model, endpoint, describe(err, took))
 }
 
 // split reads the outputs the decoder takes (the entry's, in order, or
@@ -759,7 +995,14 @@ func (m *model) split(resp *pb.ModelInferResponse, s *slot, b int, useShm bool, 
 			if want > int64(sp.per*b) {
 				return nil, fmt.Errorf("output '%s' %s%v is %d bytes, more than the %d its shared memory holds", n, o.Datatype, o.Shape, want, sp.per*b)
 			}
-			data = s.region.Data[sp.offset : sp.offset+int(want)]
+			if sp.offset < 0 || int64(sp.offset)+want > int64(len(s.region.Data)) {
+				return nil, fmt.Errorf("output '%s' %s%v: %d bytes at offset %d are outside shared memory region %s of %d bytes", n, o.Datatype, o.Shape, want, sp.offset, s.name, len(s.region.Data))
+			}
+			// copied out on this goroutine: a truncated object faults
+			data = make([]byte, want)
+			if err := guard("shared memory region "+s.name, func() { copy(data, s.region.Data[sp.offset:]) }); err != nil {
+				return nil, fmt.Errorf("output '%s': %w", n, err)
+			}
 		} else {
 			data = raw[n]
 			if data == nil && o.Contents != nil && len(o.Contents.Fp32Contents) > 0 && dt == "float32" {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -40,7 +41,7 @@ type fakeModel struct {
 	mul   float64
 	out   string // the output's datatype: FP32 or FP16
 	block bool   // answer only when the call's context ends
-	fault string // missing (output named other), size (4 bytes short), batch (shape [b*10])
+	fault string // missing (output named other), size (4 bytes short), batch (shape [b*10]), unavailable (the server answers Unavailable)
 }
 
 // fakeServer is a small Open Inference Protocol server over gRPC, in this
@@ -68,6 +69,7 @@ var fakeModels = map[string]fakeModel{
 	"missing": {dtype: "FP32", shape: []int64{-1, 3, 8, 8}, mul: 255, out: "FP32", fault: "missing"},
 	"size":    {dtype: "FP32", shape: []int64{-1, 3, 8, 8}, mul: 255, out: "FP32", fault: "size"},
 	"batch":   {dtype: "FP32", shape: []int64{-1, 3, 8, 8}, mul: 255, out: "FP32", fault: "batch"},
+	"unavail": {dtype: "FP32", shape: []int64{-1, 3, 8, 8}, mul: 255, out: "FP32", fault: "unavailable"},
 }
 
 // startFake serves a fake on 127.0.0.1:0 until the test ends.
@@ -185,6 +187,9 @@ func (f *fakeServer) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*
 	m, ok := f.models[r.ModelName]
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "model %s unknown", r.ModelName)
+	}
+	if m.fault == "unavailable" {
+		return nil, status.Errorf(codes.Unavailable, "model %s is unloading", r.ModelName)
 	}
 	if m.block {
 		<-ctx.Done()
@@ -440,6 +445,7 @@ func testRunErrors(t *testing.T, shm string) {
 		entry("size", "size", addr, inF32, ""),
 		entry("batch", "batch", addr, inF32, ""),
 		entry("down", "cls", down, inF32, ", shared_memory: \"off\""),
+		entry("unavail", "unavail", addr, inF32, ""),
 	)
 	bad := &media.Item{Frame: &media.Frame{W: 4, H: 4, Pix: make([]byte, 5)}}
 	late := items(1, 2) // deadlines set when its case runs
@@ -449,9 +455,9 @@ func testRunErrors(t *testing.T, shm string) {
 		timeout     time.Duration
 		want        []string
 	}{
-		{"max batch", "cls", items(1, 2, 3, 4, 5), 0, []string{"kserve: model cls: batch of 5 exceeds its max_batch 4"}},
-		{"no frame", "cls", []*media.Item{{}}, 0, []string{"kserve: model cls: item 0 has no frame"}},
-		{"invalid frame", "cls", []*media.Item{bad}, 0, []string{"kserve: model cls: item 0: "}},
+		{"max batch", "cls", items(1, 2, 3, 4, 5), 0, []string{"kserve: model cls at " + addr + ": batch of 5 exceeds its max_batch 4"}},
+		{"no frame", "cls", []*media.Item{{}}, 0, []string{"kserve: model cls at " + addr + ": item 0 has no frame"}},
+		{"invalid frame", "cls", []*media.Item{bad}, 0, []string{"kserve: model cls at " + addr + ": item 0: "}},
 		{"not loaded", "other", items(1), 0, []string{`kserve: model "other" is not loaded here (loaded: `}},
 		{"deadline", "resnet50", items(1), 50 * time.Millisecond, []string{"kserve: model resnet50 at " + addr + ": deadline exceeded after "}},
 		{"items' deadline", "resnet50", late, 0, []string{"kserve: model resnet50 at " + addr + ": deadline exceeded after "}},
@@ -461,6 +467,7 @@ func testRunErrors(t *testing.T, shm string) {
 		{"output size", "size", items(1, 2), 0, []string{"kserve: model size at " + addr + ", batch of 2: output 'probs' FP32[2 10] has 76 bytes, want 80"}},
 		{"not batch-led", "batch", items(1, 2), 0, []string{"kserve: model batch at " + addr + ", batch of 2: output 'probs' has shape [20]: its leading dimension is not the batch of 2"}},
 		{"down", "down", items(1), 0, []string{"kserve: model down at " + down + ": cannot reach the server: "}},
+		{"server unavailable", "unavail", items(1), 0, []string{"kserve: model unavail at " + addr + ": the server answered Unavailable: model unavail is unloading"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.name == "output size" && shm == "on" {
@@ -511,6 +518,8 @@ func TestHealth(t *testing.T) {
 	unknown := newExec(t, Config{}, entry("cls", "cls", addr, inF32, ""), entry("gone", "gone", addr, inF32, ""))
 	dead := newExec(t, Config{}, entry("cls", "cls", down, inF32, ""))
 	shmOn := newExec(t, Config{SharedMemory: "on"}, entry("cls", "cls", addr, inF32, ""))
+	_, shmAddr := startFake(t, true)
+	noOut := newExec(t, Config{}, strings.Replace(entry("cls", "cls", shmAddr, inF32, ""), "max_batch:", "outputs: [scores]\n    max_batch:", 1))
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name        string
@@ -521,11 +530,17 @@ func TestHealth(t *testing.T) {
 	}{
 		{"healthy", ok, true, true, true, ""},
 		{"not live", ok, false, true, false, "kserve: endpoint " + addr + ": the server is not live"},
-		{"not ready", ok, true, false, false, "kserve: endpoint " + addr + ": the server is not ready"},
+		// ServerReady is not asked: Triton is not ready while a model
+		// is unloaded, which says nothing of this worker's models
+		{"server not ready, models ready", ok, true, false, false, ""},
 		{"model not ready", unknown, true, true, false, "kserve: model gone at " + addr + ": server model gone is not ready on the server"},
 		{"down", dead, true, true, false, "kserve: endpoint " + down + ": cannot reach the server"},
-		{"shared memory on, not offered", shmOn, true, true, true,
+		// permanent misconfigurations fail Health itself (the worker
+		// does not register and says why), not only Check at start
+		{"shared memory on, not offered", shmOn, true, true, false,
 			"kserve: model cls at " + addr + ": shared memory on, but the server does not list the system_shared_memory extension"},
+		{"output the server lacks", noOut, true, true, false,
+			"kserve: model cls at " + shmAddr + ": the server's server model cls has no output 'scores' (it has: probs)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f.live.Store(tc.live)
@@ -599,6 +614,18 @@ func TestSharedMemoryLifecycle(t *testing.T) {
 	}
 	if _, err := x.Run(ctx, "a", items(1)); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Errorf("Run after Close: %v", err)
+	}
+	// nothing negotiates or makes regions after Close (a Check or batch
+	// racing it)
+	a := x.models["a"]
+	if err := a.prepare(ctx); !errors.Is(err, errClosed) {
+		t.Errorf("prepare after Close: %v", err)
+	}
+	if _, err := a.attach(ctx, a.all[0]); !errors.Is(err, errClosed) {
+		t.Errorf("attach after Close: %v", err)
+	}
+	if ours, _ := filepath.Glob(filepath.Join(ShmDir, fmt.Sprintf("mdag-%d-*", os.Getpid()))); len(ours) != 0 || len(f.registered()) != 0 {
+		t.Errorf("after Close: files %v, registered %v", ours, f.registered())
 	}
 }
 
@@ -744,9 +771,11 @@ func TestSharedMemoryTooBig(t *testing.T) {
 	}
 }
 
-// A server's response is outside input: whatever it says (shapes that
-// overflow, negative, not batch-led, short or missing contents, a region
-// offset past the end), split returns outputs or an error, never panics,
+// A server's metadata and response are outside input: whatever they say
+// (output shapes that overflow, negative, not batch-led, short or missing
+// contents, a region offset past the end), layout places outputs without
+// a wrapped size and within a message, and split, with those places,
+// returns outputs or an error, never panics or reads outside the region,
 // and what it returns has one list per item.
 func FuzzSplit(f *testing.F) {
 	reg := writeRegistry(f, entry("cls", "cls", "127.0.0.1:1", inF32, ""))
@@ -762,7 +791,6 @@ func FuzzSplit(f *testing.F) {
 	}
 	defer region.Close()
 	s := &slot{region: region, name: "r"}
-	specs := []outPlace{{name: "probs", per: 40, offset: 256}}
 	seed := func(r *pb.ModelInferResponse) []byte {
 		b, err := proto.Marshal(r)
 		if err != nil {
@@ -771,16 +799,28 @@ func FuzzSplit(f *testing.F) {
 		return b
 	}
 	out := make([]byte, 80)
-	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "FP32", Shape: []int64{2, 10}}}, RawOutputContents: [][]byte{out}}), uint8(2), false)
-	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "FP16", Shape: []int64{2, 1 << 40}}}}), uint8(2), true)
-	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "UINT8", Shape: []int64{1, -3}}}}), uint8(1), true)
-	f.Fuzz(func(t *testing.T, b []byte, n uint8, useShm bool) {
+	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "FP32", Shape: []int64{2, 10}}}, RawOutputContents: [][]byte{out}}), uint8(2), false, "FP32", int64(10), int64(1))
+	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "FP32", Shape: []int64{2, 10}}}}), uint8(2), true, "FP32", int64(10), int64(1))
+	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "FP32", Shape: []int64{4, 500}}}}), uint8(4), true, "FP32", int64(500), int64(1))
+	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "FP16", Shape: []int64{2, 1 << 40}}}}), uint8(2), true, "FP16", int64(1<<60), int64(16))
+	f.Add(seed(&pb.ModelInferResponse{Outputs: []*pb.ModelInferResponse_InferOutputTensor{{Name: "probs", Datatype: "UINT8", Shape: []int64{1, -3}}}}), uint8(1), true, "UINT8", int64(-1), int64(3))
+	f.Fuzz(func(t *testing.T, b []byte, n uint8, useShm bool, dtype string, d1, d2 int64) {
 		var resp pb.ModelInferResponse
 		if proto.Unmarshal(b, &resp) != nil {
 			return
 		}
+		md := &pb.ModelMetadataResponse{Outputs: []*pb.ModelMetadataResponse_TensorMetadata{{Name: "probs", Datatype: dtype, Shape: []int64{-1, d1, d2}}}}
+		places, err := m.layout(md)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range places {
+			if p.per < 0 || int64(p.per)*int64(m.m.MaxBatch) > MaxMessageBytes || p.offset%64 != 0 || (i > 0 && p.offset < places[i-1].offset) {
+				t.Fatalf("layout of %s[-1 %d %d]: %+v", dtype, d1, d2, places)
+			}
+		}
 		batch := int(n%4) + 1
-		outs, err := m.split(&resp, s, batch, useShm, specs)
+		outs, err := m.split(&resp, s, batch, useShm, places[:len(places)-1])
 		if err == nil && len(outs) != batch {
 			t.Fatalf("%d output lists for a batch of %d", len(outs), batch)
 		}

@@ -232,14 +232,15 @@ func (s *Server) ServerLive(context.Context, *pb.ServerLiveRequest) (*pb.ServerL
 	return &pb.ServerLiveResponse{Live: true}, nil
 }
 
-// ServerReady implements the protocol: every model is ready.
+// ServerReady implements the protocol: the server is up and not closing.
+// Models are not counted (ModelReady says each): one deliberately
+// unloaded (RepositoryModelUnload) does not make the server unready, as
+// with Triton's explicit model control, so clients of its other models
+// stay healthy.
 func (s *Server) ServerReady(context.Context, *pb.ServerReadyRequest) (*pb.ServerReadyResponse, error) {
-	for _, m := range s.models {
-		if st, _ := m.get(); st != StateReady {
-			return &pb.ServerReadyResponse{Ready: false}, nil
-		}
-	}
-	return &pb.ServerReadyResponse{Ready: true}, nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &pb.ServerReadyResponse{Ready: !s.closed}, nil
 }
 
 // ModelReady implements the protocol.

@@ -33,8 +33,9 @@ func checkKey(key string) error {
 	return nil
 }
 
-// CreateRegion creates (or truncates) the object key of size bytes and
-// maps it. Close unmaps and removes it.
+// CreateRegion creates (or truncates) the object key of size bytes, its
+// pages reserved (an error, ENOSPC, where ShmDir lacks the room), and maps
+// it. Close unmaps and removes it.
 func CreateRegion(key string, size int) (*Region, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
@@ -48,9 +49,17 @@ func CreateRegion(key string, size int) (*Region, error) {
 		return nil, fmt.Errorf("shared memory %s: %w", key, err)
 	}
 	defer f.Close()
-	if err := f.Truncate(int64(size)); err != nil {
-		os.Remove(path)
-		return nil, fmt.Errorf("shared memory %s: %w", key, err)
+	// reserve the pages now: a sparse object's pages are allocated when
+	// first written, and a full tmpfs then faults (SIGBUS) the writer
+	if err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil {
+		if !errors.Is(err, syscall.EOPNOTSUPP) {
+			os.Remove(path)
+			return nil, fmt.Errorf("shared memory %s: reserving %d bytes in %s: %w", key, size, ShmDir, err)
+		}
+		if err := f.Truncate(int64(size)); err != nil {
+			os.Remove(path)
+			return nil, fmt.Errorf("shared memory %s: %w", key, err)
+		}
 	}
 	b, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
