@@ -43,24 +43,11 @@ func inferFlags(t *testing.T, args ...string) *onnxFlags {
 // startInfer serves is on 127.0.0.1:0 (serveInfer, as the command does)
 // and returns a client; the server stops gracefully at the test's end.
 func startInfer(t *testing.T, s *kserve.Server) pb.GRPCInferenceServiceClient {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	cc, err := grpc.NewClient(serveInferAt(t, s), append(kserve.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serveInfer(ctx, s, lis, 5*time.Second, newLogger(io.Discard, false)) }()
-	cc, err := grpc.NewClient(lis.Addr().String(), append(kserve.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cc.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serveInfer: %v", err)
-		}
-	})
+	t.Cleanup(func() { cc.Close() })
 	return pb.NewGRPCInferenceServiceClient(cc)
 }
 

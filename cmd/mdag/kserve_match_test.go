@@ -39,6 +39,18 @@ func serveInferAt(t *testing.T, s *kserve.Server) string {
 	return lis.Addr().String()
 }
 
+// serveTiny serves testdata/onnx's models (onnx on CPU) as `mdag
+// infer-server` does, until the test ends, and returns the address.
+func serveTiny(t *testing.T) string {
+	t.Helper()
+	is, err := newInferServer("onnx", inferFlags(t, "--models", "testdata/onnx/models.yaml", "--intra-threads", "1", "--sessions", "2"), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(is.close)
+	return serveInferAt(t, is.srv)
+}
+
 // loadKServeRegistry writes a registry whose entries are served at addr, with
 // testdata/onnx's tiny model's tensors and decoder.
 func loadKServeRegistry(t *testing.T, entries ...string) *registry.Registry {
@@ -73,12 +85,7 @@ func tinyKServe(name, addr, model, shm string, width int) string {
 func TestKServeMatchesONNX(t *testing.T) {
 	requireORT(t)
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	is, err := newInferServer("onnx", inferFlags(t, "--models", "testdata/onnx/models.yaml", "--intra-threads", "1", "--sessions", "2"), "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(is.close)
-	addr := serveInferAt(t, is.srv)
+	addr := serveTiny(t)
 
 	// the reference: the in-process executor, the same model file and entry
 	// (top_k 3, so the order of the three best classes is compared too)
@@ -186,12 +193,7 @@ func TestKServeMatchesONNX(t *testing.T) {
 func TestProfileKServe(t *testing.T) {
 	requireORT(t)
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	is, err := newInferServer("onnx", inferFlags(t, "--models", "testdata/onnx/models.yaml", "--intra-threads", "1", "--sessions", "2"), "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(is.close)
-	addr := serveInferAt(t, is.srv)
+	addr := serveTiny(t)
 	p := filepath.Join(t.TempDir(), "models.yaml")
 	if err := os.WriteFile(p, []byte("models:\n"+tinyKServe("tiny", addr, "tiny", "auto", 64)), 0o644); err != nil {
 		t.Fatal(err)

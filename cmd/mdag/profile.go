@@ -147,20 +147,9 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 			}), func() {}, nil
 		}
 	case "kserve":
-		if *models == "" {
-			return usageErr("--executor kserve needs --models models.yaml (the registry that names --model and its endpoint)")
-		}
-		reg, err := registry.Load(*models)
-		if err != nil {
-			printErrors(stderr, err)
-			return exitInvalid
-		}
-		m, err := reg.Get(*model)
-		if err != nil {
-			return usageErr("%v", err)
-		}
-		if m.Format != "kserve" {
-			return usageErr("model %s is format %s: --executor kserve profiles format: kserve entries (the model on an Open Inference Protocol server)", *model, m.Format)
+		reg, m, code := profileEntry(*models, *model, *executor, "kserve", usageErr, stderr)
+		if m == nil {
+			return code
 		}
 		maxBatch = m.MaxBatch
 		one := &registry.Registry{File: reg.File, Models: map[string]*registry.Model{*model: m}}
@@ -177,20 +166,9 @@ func runProfile(args []string, stdout, stderr io.Writer) int {
 			return x, x.Close, nil
 		}
 	case "onnx", "opencv":
-		if *models == "" {
-			return usageErr("--executor %s needs --models models.yaml (the registry that names --model)", *executor)
-		}
-		reg, err := registry.Load(*models)
-		if err != nil {
-			printErrors(stderr, err)
-			return exitInvalid
-		}
-		m, err := reg.Get(*model)
-		if err != nil {
-			return usageErr("%v", err)
-		}
-		if m.Format != "onnx" {
-			return usageErr("model %s is format %s: profile it with --executor kserve", *model, m.Format)
+		reg, m, code := profileEntry(*models, *model, *executor, "onnx", usageErr, stderr)
+		if m == nil {
+			return code
 		}
 		maxBatch = m.MaxBatch
 		if err := reg.CheckFiles(); err != nil {
@@ -412,4 +390,27 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// profileEntry loads the registry and the entry --model names, which must
+// be of the format the executor runs; on a problem it has said what (and
+// returns a nil entry and the exit code).
+func profileEntry(models, model, executor, format string, usageErr func(string, ...any) int, stderr io.Writer) (*registry.Registry, *registry.Model, int) {
+	if models == "" {
+		return nil, nil, usageErr("--executor %s needs --models models.yaml (the registry that names --model)", executor)
+	}
+	reg, err := registry.Load(models)
+	if err != nil {
+		printErrors(stderr, err)
+		return nil, nil, exitInvalid
+	}
+	m, err := reg.Get(model)
+	if err != nil {
+		return nil, nil, usageErr("%v", err)
+	}
+	if m.Format != format {
+		other := map[string]string{"onnx": "kserve", "kserve": "onnx"}[m.Format]
+		return nil, nil, usageErr("model %s is format %s: --executor %s runs format: %s entries; profile it with --executor %s", model, m.Format, executor, format, other)
+	}
+	return reg, m, exitOK
 }

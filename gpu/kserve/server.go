@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/mdag/mdag/api/kserve"
+	"github.com/mdag/mdag/gpu/prep"
 )
 
 // MaxMessageBytes bounds one gRPC message either way: a batch of 128
@@ -499,7 +500,7 @@ func (s *Server) inputs(m *served, r *pb.ModelInferRequest, held *[]*region) ([]
 			}
 		}
 		n, _ := elements(t.Shape) // checkShape bounded it
-		need := n * int64(dtypeSize(want.DType))
+		need := n * int64(prep.DTypeSize(want.DType))
 		var data []byte
 		rname, size, off, inShm, err := shmParams(t.GetParameters(), fmt.Sprintf("input '%s'", t.Name))
 		switch {
@@ -553,18 +554,6 @@ func checkShape(got, want []int64, maxBatch int) (ok bool, why string) {
 		return false, " (too many elements)"
 	}
 	return true, ""
-}
-
-func dtypeSize(dtype string) int {
-	switch dtype {
-	case "float32":
-		return 4
-	case "float16":
-		return 2
-	case "uint8":
-		return 1
-	}
-	return 0
 }
 
 // fromContents turns typed contents into raw bytes: FP32 from
@@ -662,7 +651,7 @@ func (s *Server) respond(m *served, r *pb.ModelInferRequest, batch int64, res []
 			return nil, status.Errorf(codes.Internal, "model %s: the backend returned no output '%s'", name, want.Name)
 		}
 		n, ok := elements(t.Shape)
-		if !ok || n*int64(dtypeSize(t.DType)) != int64(len(t.Data)) || t.DType != want.DType {
+		if !ok || n*int64(prep.DTypeSize(t.DType)) != int64(len(t.Data)) || t.DType != want.DType {
 			return nil, status.Errorf(codes.Internal, "model %s: the backend's output '%s' is %s%s with %d bytes", name, want.Name, t.DType, dims(t.Shape), len(t.Data))
 		}
 		if m.meta.MaxBatch > 0 && (len(t.Shape) == 0 || t.Shape[0] != batch) {

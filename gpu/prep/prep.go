@@ -18,26 +18,43 @@ import (
 	"github.com/mdag/mdag/media"
 )
 
+// geometry is where frame f lands in in's tensor: the source step per
+// output pixel (sx, sy) and the placed area (x0, y0, w, h): the whole
+// tensor when stretched, the aspect-kept area, centred, when letterboxed
+// (the rest is padding).
+func geometry(f *media.Frame, in *registry.Input) (sx, sy float64, x0, y0, w, h int) {
+	W, H := in.Width, in.Height
+	sx, sy = float64(f.W)/float64(W), float64(f.H)/float64(H)
+	w, h = W, H
+	if in.Resize == "letterbox" {
+		s := max(sx, sy)
+		sx, sy = s, s
+		w, h = min(W, int(math.Round(float64(f.W)/s))), min(H, int(math.Round(float64(f.H)/s)))
+		x0, y0 = (W-w)/2, (H-h)/2
+	}
+	return sx, sy, x0, y0, w, h
+}
+
+// channels maps the model's channels to the frame's: model channel c is
+// frame channel channels(in)[c] (frames are BGR).
+func channels(in *registry.Input) [3]int {
+	if in.Colour == "bgr" {
+		return [3]int{0, 1, 2}
+	}
+	return [3]int{2, 1, 0}
+}
+
 // Fill writes frame f, resized (bilinear; stretched or letterboxed) and
 // normalised as the registry entry says, into one item's slot of the batch
 // buffer, in its layout and colour order. Letterbox padding is 0. uint8
 // and float16 inputs are filled through a float32 slot and converted.
 func Fill(dst []float32, f *media.Frame, in *registry.Input) {
 	W, H := in.Width, in.Height
-	sx, sy := float64(f.W)/float64(W), float64(f.H)/float64(H)
-	x0, y0, w, h := 0, 0, W, H
-	if in.Resize == "letterbox" {
-		s := max(sx, sy)
-		sx, sy = s, s
-		w, h = min(W, int(math.Round(float64(f.W)/s))), min(H, int(math.Round(float64(f.H)/s)))
-		x0, y0 = (W-w)/2, (H-h)/2
+	sx, sy, x0, y0, w, h := geometry(f, in)
+	if w != W || h != H {
 		clear(dst)
 	}
-	// channel c of the model takes frame channel src[c] (frames are BGR)
-	src := [3]int{2, 1, 0}
-	if in.Colour == "bgr" {
-		src = [3]int{0, 1, 2}
-	}
+	src := channels(in)
 	var a, b [3]float32 // x = v*a + b
 	for c := range 3 {
 		a[c] = float32(in.Scale / in.Std[c])
@@ -265,20 +282,12 @@ func Floats(dtype string, b []byte) ([]float32, error) {
 // nearest; within 1 of Fill's value and several times faster.
 func FillU8(dst []byte, f *media.Frame, in *registry.Input) {
 	W, H := in.Width, in.Height
-	sx, sy := float64(f.W)/float64(W), float64(f.H)/float64(H)
-	x0, y0, w, h := 0, 0, W, H
-	if in.Resize == "letterbox" {
-		s := max(sx, sy)
-		sx, sy = s, s
-		w, h = min(W, int(math.Round(float64(f.W)/s))), min(H, int(math.Round(float64(f.H)/s)))
-		x0, y0 = (W-w)/2, (H-h)/2
+	sx, sy, x0, y0, w, h := geometry(f, in)
+	if w != W || h != H {
 		clear(dst)
 	}
-	// model channel c takes frame channel src[c] (frames are BGR)
-	c0, c1, c2 := 2, 1, 0
-	if in.Colour == "bgr" {
-		c0, c1, c2 = 0, 1, 2
-	}
+	src := channels(in)
+	c0, c1, c2 := src[0], src[1], src[2]
 	const one = 1024
 	xs0, xs1, wx := make([]int, w), make([]int, w), make([]int32, w)
 	for x := range w {
