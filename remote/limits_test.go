@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mdag/mdag/api"
-	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/ingest/synth"
+	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/remote/client"
 )
 
@@ -173,7 +173,9 @@ func TestIngestLimits(t *testing.T) {
 	c := startServer(t, app, prof, &Server{Heartbeat: time.Second, Limits: Limits{MaxFrameW: 64, MaxFrameH: 48, MaxBoxes: 4}})
 	cl := api.NewCoordinatorClient(c.cc)
 	now := time.Now().UnixNano()
-	frame := func(w, h, n int) *api.Frame { return &api.Frame{Width: int32(w), Height: int32(h), Bgr: make([]byte, n)} }
+	frame := func(w, h, n int) *api.Frame {
+		return &api.Frame{Width: int32(w), Height: int32(h), Bgr: make([]byte, n)}
+	}
 	boxes := func(n int, class string) []*api.Box {
 		out := make([]*api.Box, n)
 		for i := range out {
@@ -337,5 +339,90 @@ func TestHugeFrameRefused(t *testing.T) {
 				t.Errorf("the heap grew %.1f MiB after refusing the frame, want under 64 MiB", float64(grew)/(1<<20))
 			}
 		})
+	}
+}
+
+// TestResultsOnlyForGivenTasks: a hand-written worker over the real gRPC
+// service answers a task it was not given, then the task it was given,
+// then that task again. The first and last are refused (counted, logged
+// with the worker's ID) and never reach the engine; the real answer is
+// taken. A result over the caps is accounted as BadResult, not refused
+// outright: its task was given.
+func TestResultsOnlyForGivenTasks(t *testing.T) {
+	app, prof := loadExample(t, "traffic")
+	var logs logBuf
+	c := startServer(t, app, prof, &Server{Heartbeat: time.Hour, Log: slog.New(slog.NewTextHandler(&logs, nil)), Limits: Limits{MaxResultItems: 2}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := api.NewCoordinatorClient(c.cc).Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: &api.Register{Id: "hand", Type: "V100"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.Recv(); err != nil || m.GetRegistered() == nil {
+		t.Fatalf("register: %v %v", m, err)
+	}
+	pat, err := synth.NewPattern(320, 240, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamDone := make(chan struct{})
+	go func() {
+		defer close(streamDone)
+		_, _ = client.Stream(ctx, c.cc, "traffic", "cam", pat, 0, 30, 0)
+	}()
+	defer func() { cancel(); <-streamDone }()
+	// Take loads (answered) until two tasks have come.
+	var tasks []*api.Task
+	for len(tasks) < 2 {
+		m, err := st.Recv()
+		if err != nil {
+			t.Fatalf("waiting for tasks: %v", err)
+		}
+		switch m := m.Msg.(type) {
+		case *api.CoordinatorMessage_Load:
+			if err := st.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_LoadReply{LoadReply: &api.LoadReply{Generation: m.Load.Generation}}}); err != nil {
+				t.Fatal(err)
+			}
+		case *api.CoordinatorMessage_Task:
+			tasks = append(tasks, m.Task)
+		}
+	}
+	answer := func(task uint64, outputs ...*api.ItemList) {
+		t.Helper()
+		o := api.Outcome_OUTCOME_MODULE_ERROR
+		if outputs != nil {
+			o = api.Outcome_OUTCOME_OK
+		}
+		if err := st.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: &api.Result{Task: task, Outcome: o, Detail: "hand-written", Outputs: outputs}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	given := tasks[0].Id
+	answer(given + 1_000_000) // never given
+	answer(given)             // given: taken
+	answer(given)             // answered already
+	// Three items in one result, over MaxResultItems: BadResult, counted.
+	answer(tasks[1].Id, &api.ItemList{Items: []*api.Item{{Stream: "cam"}, {Stream: "cam"}, {Stream: "cam"}}})
+	answer(tasks[1].Id) // answered already
+	waitFor(t, "the refusals to be counted", 10*time.Second, func() bool {
+		r := c.srv.Refused()
+		return r[RefusedUnknownTask] >= 3 && r[RefusedResultItems] >= 1
+	})
+	// The stream is handled in order, so every answer has been seen.
+	if r := c.srv.Refused(); r[RefusedUnknownTask] != 3 || r[RefusedResultItems] != 1 {
+		t.Errorf("refusals %v: want 3 unknown-task (a task never given, two answered twice) and 1 result-items", r)
+	}
+	log := logs.String()
+	for _, want := range []string{"instance=hand", "reason=unknown-task", "which was not given to it or was already answered", "reason=result-items", "has 3 output items, the limit is 2"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	// The log said unknown-task once in the interval, the rest counted.
+	if n := strings.Count(log, "reason=unknown-task"); n != 1 {
+		t.Errorf("logged %d unknown-task lines, want 1", n)
 	}
 }
