@@ -19,11 +19,12 @@ import (
 // Limits bound what one peer may make the coordinator hold or do (issue 22,
 // part 2). A zero field takes its default (DefaultLimits).
 type Limits struct {
-	// MaxMessage is the largest gRPC message the port accepts, from anyone:
-	// gRPC refuses a larger one (ResourceExhausted) from its length prefix,
-	// before reading it. gRPC has one receive limit per server, so this is
-	// the workers' limit (a result carries its output items' frames); a
-	// source's messages are held to SourceMessage on top.
+	// MaxMessage is the largest gRPC message a worker may send (a result
+	// carries its output items' frames): gRPC refuses a larger one
+	// (ResourceExhausted) from its length prefix, before reading it. With
+	// TLS, other peers (sources) get SourceMessage the same way
+	// (NewTLSGRPC); in plaintext (loopback) there is one server and this
+	// is everyone's, sources' messages being checked after they are read.
 	MaxMessage int
 	// MaxFrameW and MaxFrameH cap a frame's declared size, checked before
 	// anything is built from it: a source's frames and the frames in a

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"runtime/debug"
@@ -17,6 +18,7 @@ import (
 	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/pki"
 	"github.com/mdag/mdag/remote/client"
 )
 
@@ -424,5 +426,62 @@ func TestResultsOnlyForGivenTasks(t *testing.T) {
 	// The log said unknown-task once in the interval, the rest counted.
 	if n := strings.Count(log, "reason=unknown-task"); n != 1 {
 		t.Errorf("logged %d unknown-task lines, want 1", n)
+	}
+}
+
+// TestTLSReceiveLimitByRole: with mutual TLS each connection goes to the
+// gRPC server of its certificate's role. A source's 192 MB frame is refused
+// by gRPC from its length prefix, unread (ResourceExhausted, counted as
+// message-size), and the heap is back within 64 MiB; a worker's message
+// larger than a source may send (a 10 MB result) is still read, and here
+// refused only because its task was never given.
+func TestTLSReceiveLimitByRole(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sends 192 MB")
+	}
+	dir := t.TempDir()
+	if _, err := pki.Init(dir, pki.InitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := startTLS(t, dir)
+	src := api.NewCoordinatorClient(dialTLS(t, c.addr, material(t, pki.DirFiles(dir, pki.Source), pki.Source)))
+	wk := api.NewCoordinatorClient(dialTLS(t, c.addr, material(t, pki.DirFiles(dir, pki.Worker), pki.Worker)))
+
+	before := heapInuse()
+	err := func() error {
+		big := &api.IngestMessage{Seq: 7, Frame: &api.Frame{Width: 8000, Height: 8000, Bgr: make([]byte, 8000*8000*3)}}
+		_, err := ingestOnce(src, "big", big)
+		return err
+	}()
+	after := heapInuse()
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "received message larger than max") || !strings.Contains(err.Error(), fmt.Sprint(c.srv.limits.SourceMessage())) {
+		t.Fatalf("a source's 192 MB frame: %v, want ResourceExhausted naming the source limit %d", err, c.srv.limits.SourceMessage())
+	}
+	grew := int64(after) - int64(before)
+	t.Logf("heap in use: %.1f MiB before, %.1f MiB after (%+.1f MiB)", float64(before)/(1<<20), float64(after)/(1<<20), float64(grew)/(1<<20))
+	if grew > 64<<20 {
+		t.Errorf("the heap grew %.1f MiB after refusing the frame, want under 64 MiB", float64(grew)/(1<<20))
+	}
+	waitFor(t, "the refusal to be counted", 5*time.Second, func() bool { return c.srv.Refused()[RefusedMessage] == 1 })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := wk.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: &api.Register{Id: "big-worker", Type: "CPU"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.Recv(); err != nil || m.GetRegistered() == nil {
+		t.Fatalf("register: %v %v", m, err)
+	}
+	detail := strings.Repeat("x", 10<<20)
+	if err := st.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: &api.Result{Task: 1 << 40, Outcome: api.Outcome_OUTCOME_MODULE_ERROR, Detail: detail}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the worker's 10 MB message to be read", 10*time.Second, func() bool { return c.srv.Refused()[RefusedUnknownTask] == 1 })
+	if n := c.srv.Refused()[RefusedMessage]; n != 1 {
+		t.Errorf("message-size refusals %d, want 1 (the worker's message is within its limit)", n)
 	}
 }
