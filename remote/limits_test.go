@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -280,6 +282,26 @@ type fakeAddr struct{ s string }
 func (a *fakeAddr) Network() string { return "tcp" }
 func (a *fakeAddr) String() string  { return a.s }
 
+// sendHugeFrame sends one 8000x8000 BGR frame (192 MB) on cc's Ingest,
+// closes cc (the test's client shares the process: its send buffers must
+// go too) and returns how the stream ended with the heap in use before
+// and after. After is polled for up to 10 s until it is within 64 MiB of
+// before, as the client's transport ends asynchronously.
+func sendHugeFrame(cc *grpc.ClientConn) (before, after uint64, err error) {
+	before = heapInuse()
+	err = func() error {
+		big := &api.IngestMessage{Seq: 7, CaptureUnixNs: time.Now().UnixNano(), Frame: &api.Frame{Width: 8000, Height: 8000, Bgr: make([]byte, 8000*8000*3)}}
+		_, err := ingestOnce(api.NewCoordinatorClient(cc), "big", big)
+		return err
+	}()
+	cc.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for after = heapInuse(); after > before+64<<20 && time.Now().Before(deadline); after = heapInuse() {
+		<-time.After(20 * time.Millisecond)
+	}
+	return before, after, err
+}
+
 func heapInuse() uint64 {
 	runtime.GC()
 	debug.FreeOSMemory()
@@ -312,7 +334,6 @@ func TestHugeFrameRefused(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := startServer(t, app, prof, &Server{Heartbeat: time.Second, Limits: tc.limits})
-			cl := api.NewCoordinatorClient(c.cc)
 			// A normal stream first, so the session and its buffers exist
 			// before the baseline.
 			pat, err := synth.NewPattern(320, 240, 1)
@@ -322,13 +343,11 @@ func TestHugeFrameRefused(t *testing.T) {
 			if r, err := client.Stream(context.Background(), c.cc, "traffic", "warm", pat, 0, 1000, 3); err != nil || r.Accepted != 3 {
 				t.Fatalf("warm-up stream: %v %v", r, err)
 			}
-			before := heapInuse()
-			err = func() error {
-				big := &api.IngestMessage{Seq: 7, CaptureUnixNs: time.Now().UnixNano(), Frame: &api.Frame{Width: 8000, Height: 8000, Bgr: make([]byte, 8000*8000*3)}}
-				_, err := ingestOnce(cl, "big", big)
-				return err
-			}()
-			after := heapInuse()
+			cc, err := client.Dial(c.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, after, err := sendHugeFrame(cc)
 			if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want %v containing %q", err, tc.code, tc.want)
 			}
@@ -444,16 +463,13 @@ func TestTLSReceiveLimitByRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := startTLS(t, dir)
-	src := api.NewCoordinatorClient(dialTLS(t, c.addr, material(t, pki.DirFiles(dir, pki.Source), pki.Source)))
+	srcConn, err := client.DialTLS(c.addr, material(t, pki.DirFiles(dir, pki.Source), pki.Source), "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	wk := api.NewCoordinatorClient(dialTLS(t, c.addr, material(t, pki.DirFiles(dir, pki.Worker), pki.Worker)))
 
-	before := heapInuse()
-	err := func() error {
-		big := &api.IngestMessage{Seq: 7, Frame: &api.Frame{Width: 8000, Height: 8000, Bgr: make([]byte, 8000*8000*3)}}
-		_, err := ingestOnce(src, "big", big)
-		return err
-	}()
-	after := heapInuse()
+	before, after, err := sendHugeFrame(srcConn)
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "received message larger than max") || !strings.Contains(err.Error(), fmt.Sprint(c.srv.limits.SourceMessage())) {
 		t.Fatalf("a source's 192 MB frame: %v, want ResourceExhausted naming the source limit %d", err, c.srv.limits.SourceMessage())
 	}
@@ -483,5 +499,45 @@ func TestTLSReceiveLimitByRole(t *testing.T) {
 	waitFor(t, "the worker's 10 MB message to be read", 10*time.Second, func() bool { return c.srv.Refused()[RefusedUnknownTask] == 1 })
 	if n := c.srv.Refused()[RefusedMessage]; n != 1 {
 		t.Errorf("message-size refusals %d, want 1 (the worker's message is within its limit)", n)
+	}
+}
+
+// TestTLSServerStopsDuringHandshake: a peer that connects and never starts
+// its TLS handshake does not hold Stop up (the handshake is cut), and no
+// goroutine is left behind (goleak in TestMain).
+func TestTLSServerStopsDuringHandshake(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := pki.Init(dir, pki.InitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m := material(t, pki.DirFiles(dir, pki.Coordinator), pki.Coordinator)
+	app, prof := loadExample(t, "traffic")
+	c := startServer(t, app, prof, &Server{Heartbeat: time.Second}) // an engine; its plaintext port is not used here
+	g := NewTLSGRPC(&Server{Engine: c.e, Heartbeat: time.Second}, m)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ln) }()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	waitFor(t, "the connection to be in its handshake", 5*time.Second, func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return len(g.pending) == 1
+	})
+	stopped := make(chan struct{})
+	go func() { g.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second): // the handshake timeout is 10 s
+		t.Fatal("Stop waited on a silent peer's handshake")
+	}
+	if err := <-served; err != nil {
+		t.Errorf("Serve returned %v after Stop, want nil", err)
 	}
 }
