@@ -46,6 +46,13 @@ type loopback struct {
 
 func startCoordinator(t testing.TB, app *dag.App, prof *profile.File, hb time.Duration) *loopback {
 	t.Helper()
+	return startServer(t, app, prof, &Server{Heartbeat: hb})
+}
+
+// startServer is startCoordinator with srv's settings (its Engine is set
+// here).
+func startServer(t testing.TB, app *dag.App, prof *profile.File, srv *Server) *loopback {
+	t.Helper()
 	e := coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}})
 	e.Start()
 	if err := e.Deploy(app, prof); err != nil {
@@ -55,7 +62,7 @@ func startCoordinator(t testing.TB, app *dag.App, prof *profile.File, hb time.Du
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &Server{Engine: e, Heartbeat: hb}
+	srv.Engine = e
 	g := NewGRPC(srv)
 	go func() { _ = g.Serve(ln) }()
 	cc, err := client.Dial(ln.Addr().String())

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/coordinator"
@@ -45,31 +46,49 @@ type Server struct {
 	// Heartbeat is the interval workers are told to beat at; a worker
 	// silent for 4 intervals is lost. Default wire.DefaultHeartbeat.
 	Heartbeat time.Duration
+	// Limits bound what peers may send and how often workers register;
+	// zero fields take DefaultLimits. Set before serving.
+	Limits Limits
+
+	once    sync.Once
+	limits  Limits // Limits with defaults
+	caps    wire.Caps
+	refused *refusals
+	regs    registrations
 
 	mu      sync.Mutex
 	workers map[string]*conn
+	sources map[string]int // open Ingest streams per source
 }
 
-// NewGRPC returns a plaintext gRPC server with mdag's message limits and s
-// registered (loopback only: see NewTLSGRPC).
+// NewGRPC returns a plaintext gRPC server with s's message limit
+// (Limits.MaxMessage) and s registered (loopback only: see NewTLSGRPC).
 func NewGRPC(s *Server) *grpc.Server { return newGRPC(s) }
 
 func newGRPC(s *Server, opts ...grpc.ServerOption) *grpc.Server {
-	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(wire.MaxMessage), grpc.MaxSendMsgSize(wire.MaxMessage)}, opts...)...)
+	s.defaults()
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(s.limits.MaxMessage), grpc.MaxSendMsgSize(wire.MaxMessage)}, opts...)...)
 	api.RegisterCoordinatorServer(g, s)
 	return g
 }
 
+// defaults fills in the unset fields, once: the handlers call it, and the
+// fields must not change once serving.
 func (s *Server) defaults() {
-	if s.Clock == nil {
-		s.Clock = clock.Real{}
-	}
-	if s.Log == nil {
-		s.Log = slog.New(slog.DiscardHandler)
-	}
-	if s.Heartbeat <= 0 {
-		s.Heartbeat = wire.DefaultHeartbeat
-	}
+	s.once.Do(func() {
+		if s.Clock == nil {
+			s.Clock = clock.Real{}
+		}
+		if s.Log == nil {
+			s.Log = slog.New(slog.DiscardHandler)
+		}
+		if s.Heartbeat <= 0 {
+			s.Heartbeat = wire.DefaultHeartbeat
+		}
+		s.limits = s.Limits.withDefaults()
+		s.caps = wire.Caps{FrameW: s.limits.MaxFrameW, FrameH: s.limits.MaxFrameH, Boxes: s.limits.MaxBoxes, ResultItems: s.limits.MaxResultItems}
+		s.refused = newRefusals(s.Clock, s.Log, s.limits.LogEvery)
+	})
 }
 
 // Workers lists the IDs of connected workers.
@@ -92,6 +111,27 @@ type conn struct {
 	gen    atomic.Uint64
 	beat   atomic.Int64 // unix ns of the last message from the worker
 	closed atomic.Bool
+
+	mu    sync.Mutex
+	given map[uint64]struct{} // tasks sent down the stream and not answered yet
+}
+
+// give records that task id goes to the worker; answer takes it back and
+// reports whether it was given (a result for any other is refused).
+func (c *conn) give(id uint64) {
+	c.mu.Lock()
+	c.given[id] = struct{}{}
+	c.mu.Unlock()
+}
+
+func (c *conn) answer(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.given[id]; !ok {
+		return false
+	}
+	delete(c.given, id)
+	return true
 }
 
 // Load implements coordinator.Instance. It is asynchronous: the worker answers
@@ -115,7 +155,9 @@ func (c *conn) Load(specs []worker.ModuleSpec) error {
 // Submit implements coordinator.Instance; it never blocks. A task that cannot be
 // queued for the stream comes back at once as queue-full.
 func (c *conn) Submit(t worker.Task) {
+	c.give(t.ID) // before it is sent: the answer may come at once
 	if !c.send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_Task{Task: wire.TaskToPB(t)}}) {
+		c.answer(t.ID)
 		// Result posts to the engine loop, which is calling us: not inline.
 		go c.engine.Result(c.id, worker.Result{Task: t.ID, Outcome: worker.QueueFull, Detail: "the stream to worker " + c.id + " is backed up or closed"})
 	}
@@ -143,6 +185,9 @@ func (c *conn) send(m *api.CoordinatorMessage) bool {
 // Connect implements api.CoordinatorServer.
 func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.CoordinatorMessage]) error {
 	s.defaults()
+	if err := s.admitRegistration(stream.Context()); err != nil {
+		return err
+	}
 	first, err := stream.Recv()
 	if err != nil {
 		return err
@@ -160,7 +205,7 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 	}
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	c := &conn{id: reg.Id, out: make(chan *api.CoordinatorMessage, wire.DefaultSendQueue), cancel: cancel, engine: s.Engine}
+	c := &conn{id: reg.Id, out: make(chan *api.CoordinatorMessage, wire.DefaultSendQueue), cancel: cancel, engine: s.Engine, given: map[uint64]struct{}{}}
 	c.beat.Store(s.Clock.Now().UnixNano())
 	s.mu.Lock()
 	if s.workers == nil {
@@ -230,6 +275,9 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 		for {
 			m, err := stream.Recv()
 			if err != nil {
+				if status.Code(err) == codes.ResourceExhausted { // over Limits.MaxMessage: gRPC refused it unread
+					s.refused.add(RefusedMessage, err, "instance", reg.Id)
+				}
 				recvErr <- err
 				cancel(fmt.Errorf("receive: %w", err))
 				return
@@ -237,7 +285,7 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 			c.beat.Store(s.Clock.Now().UnixNano())
 			switch m := m.Msg.(type) {
 			case *api.WorkerMessage_Result:
-				s.Engine.Result(reg.Id, wire.ResultFromPB(m.Result))
+				s.result(c, m.Result)
 			case *api.WorkerMessage_LoadReply:
 				if m.LoadReply.Error != "" {
 					s.Log.Error("worker could not load its modules", "instance", reg.Id, "generation", m.LoadReply.Generation, "err", m.LoadReply.Error)
@@ -268,6 +316,36 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 	return status.Error(codes.Unavailable, why.Error())
 }
 
+// result hands a worker's result to the engine if the task was given to
+// that worker and not answered yet; any other is refused (counted, logged
+// with the worker's ID) and never reaches the engine. A result over the
+// caps is accounted as BadResult: its frames are dropped, not lost.
+func (s *Server) result(c *conn, p *api.Result) {
+	if !c.answer(p.Task) {
+		_ = s.refuse(RefusedUnknownTask, status.Errorf(codes.InvalidArgument, "worker %s: result for task %d, which was not given to it or was already answered; ignored", c.id, p.Task), "instance", c.id, "task", p.Task)
+		return
+	}
+	if err := s.caps.CheckResult(p); err != nil {
+		// A payload that does not match its frame's size is no cap's
+		// business: ResultFromPB turns it into BadResult.
+		reason := ""
+		switch {
+		case errors.Is(err, wire.ErrFrameSize):
+			reason = RefusedFrameSize
+		case errors.Is(err, wire.ErrBoxes):
+			reason = RefusedBoxes
+		case errors.Is(err, wire.ErrResultItems):
+			reason = RefusedResultItems
+		}
+		if reason != "" {
+			_ = s.refuse(reason, status.Errorf(codes.InvalidArgument, "worker %s: %v", c.id, err), "instance", c.id, "task", p.Task)
+			s.Engine.Result(c.id, worker.Result{Task: p.Task, Outcome: worker.BadResult, Detail: "refused by the coordinator: " + err.Error(), Measured: time.Duration(p.MeasuredNs)})
+			return
+		}
+	}
+	s.Engine.Result(c.id, wire.ResultFromPB(p))
+}
+
 func joinTypes(m map[profile.WorkerTypeID]bool) string {
 	if len(m) == 0 {
 		return "none: deploy an app first"
@@ -293,6 +371,11 @@ func (s *Server) Ingest(stream grpc.ClientStreamingServer[api.IngestMessage, api
 	if j == nil || j.App == "" || j.Stream == "" {
 		return status.Error(codes.InvalidArgument, "ingest: the first message must carry join with app and stream")
 	}
+	closeSource, err := s.openSource(peerID(stream.Context()))
+	if err != nil {
+		return err
+	}
+	defer closeSource()
 	if err := s.Engine.Join(dag.AppID(j.App), j.Stream); err != nil {
 		return status.Error(engineCode(err), "ingest: "+err.Error())
 	}
@@ -309,6 +392,12 @@ func (s *Server) Ingest(stream grpc.ClientStreamingServer[api.IngestMessage, api
 			return stream.SendAndClose(reply)
 		}
 		if err != nil {
+			if status.Code(err) == codes.ResourceExhausted { // over Limits.MaxMessage: gRPC refused it unread
+				s.refused.add(RefusedMessage, err, "stream", j.Stream)
+			}
+			return err
+		}
+		if err := s.checkIngest(j.Stream, m); err != nil {
 			return err
 		}
 		f, err := wire.FrameFromPB(m.Frame)
@@ -325,6 +414,24 @@ func (s *Server) Ingest(stream grpc.ClientStreamingServer[api.IngestMessage, api
 		}
 		reply.Accepted++
 	}
+}
+
+// checkIngest applies the source caps to one message; a message over them
+// ends the stream (a source that sends one is misconfigured). A frame whose
+// payload does not match its size is the frame's problem, not a cap's: the
+// stream goes on and the frame is counted rejected.
+func (s *Server) checkIngest(stream string, m *api.IngestMessage) error {
+	where := fmt.Sprintf("ingest stream %s frame %d", stream, m.Seq)
+	if err := s.caps.CheckFrame(m.Frame); errors.Is(err, wire.ErrFrameSize) {
+		return s.refuse(RefusedFrameSize, status.Errorf(codes.InvalidArgument, "%s: %v", where, err), "stream", stream)
+	}
+	if err := s.caps.CheckBoxes("ground-truth boxes", len(m.Truth)); err != nil {
+		return s.refuse(RefusedBoxes, status.Errorf(codes.InvalidArgument, "%s: %v", where, err), "stream", stream)
+	}
+	if n, limit := proto.Size(m), s.limits.SourceMessage(); n > limit {
+		return s.refuse(RefusedMessage, status.Errorf(codes.ResourceExhausted, "%s: the message is %d bytes; a source may send at most %d (a %dx%d frame and %d boxes)", where, n, limit, s.limits.MaxFrameW, s.limits.MaxFrameH, s.limits.MaxBoxes), "stream", stream)
+	}
+	return nil
 }
 
 func engineCode(err error) codes.Code {

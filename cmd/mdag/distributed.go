@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -70,6 +71,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	heartbeat := fs.Duration("heartbeat", wire.DefaultHeartbeat, "heartbeat interval workers are told to keep; 4 missed = worker lost")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
+	lf := addGRPCLimitFlags(fs)
 	wf := addWhipFlags(fs)
 	cf := addCameraFlags(fs)
 	tf := addTLSFlags(fs, false)
@@ -87,6 +89,11 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	}
 	if *heartbeat <= 0 {
 		fmt.Fprintf(stderr, "mdag coordinator: --heartbeat %v: want > 0\n", *heartbeat)
+		return exitInvalid
+	}
+	limits, err := lf.limits()
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag coordinator: %v\n", err)
 		return exitInvalid
 	}
 	log := newLogger(stderr, *verbose)
@@ -120,7 +127,9 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag coordinator: listen %s: %v\n", *listen, err)
 		return exitFailure
 	}
-	g := grpcServer(&remote.Server{Engine: e, Log: log, Heartbeat: *heartbeat}, tm)
+	srv := &remote.Server{Engine: e, Log: log, Heartbeat: *heartbeat, Limits: limits}
+	obs.mx.SetGRPC(srv.Refused)
+	g := grpcServer(srv, tm)
 	go func() { _ = g.Serve(gl) }()
 	hs := &http.Server{Handler: obs.handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(hl) }()
@@ -155,6 +164,55 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	writeStatusTable(stdout, final)
 	writeCameraTable(stdout, cams.Status())
 	return exitOK
+}
+
+// grpcLimitFlags are the coordinator's limits on its gRPC port (issue 22,
+// docs/security.md).
+type grpcLimitFlags struct {
+	frame                      *string
+	messageMiB, boxes, items   *int
+	streams                    *int
+	rate, burst, grate, gburst *float64
+}
+
+func addGRPCLimitFlags(fs *flag.FlagSet) *grpcLimitFlags {
+	d := remote.DefaultLimits
+	return &grpcLimitFlags{
+		frame:      fs.String("max-frame", fmt.Sprintf("%dx%d", d.MaxFrameW, d.MaxFrameH), "largest frame (WxH) a source or a worker's result may carry; a source's messages are capped at its BGR size plus room for its boxes"),
+		messageMiB: fs.Int("max-message", d.MaxMessage>>20, "largest gRPC message in MiB from anyone (a worker's result carries its output frames); gRPC refuses larger ones unread"),
+		boxes:      fs.Int("max-boxes", d.MaxBoxes, "most boxes (detections or ground truth) on one frame"),
+		items:      fs.Int("max-result-items", d.MaxResultItems, "most output items in one result"),
+		streams:    fs.Int("max-source-streams", d.MaxSourceStreams, "most Ingest streams (cameras) one source has open at once (a source: its certificate's name, or its IP address in plaintext)"),
+		rate:       fs.Float64("register-rate", d.PeerRate, "worker registrations a second per peer (certificate name, or IP address in plaintext); more get ResourceExhausted"),
+		burst:      fs.Float64("register-burst", d.PeerBurst, "registrations a peer may make at once before --register-rate applies"),
+		grate:      fs.Float64("register-global-rate", d.GlobalRate, "worker registrations a second from everyone together"),
+		gburst:     fs.Float64("register-global-burst", d.GlobalBurst, "registrations everyone together may make at once"),
+	}
+}
+
+func (f *grpcLimitFlags) limits() (remote.Limits, error) {
+	w, h, err := remote.ParseFrameSize(*f.frame)
+	if err != nil {
+		return remote.Limits{}, fmt.Errorf("--max-frame: %w", err)
+	}
+	for _, v := range []struct {
+		name string
+		n    float64
+	}{{"--max-message", float64(*f.messageMiB)}, {"--max-boxes", float64(*f.boxes)}, {"--max-result-items", float64(*f.items)}, {"--max-source-streams", float64(*f.streams)},
+		{"--register-rate", *f.rate}, {"--register-burst", *f.burst}, {"--register-global-rate", *f.grate}, {"--register-global-burst", *f.gburst}} {
+		if v.n <= 0 {
+			return remote.Limits{}, fmt.Errorf("%s %g: want > 0", v.name, v.n)
+		}
+	}
+	if *f.messageMiB > 2047 {
+		return remote.Limits{}, fmt.Errorf("--max-message %d: at most 2047 MiB (gRPC's limit)", *f.messageMiB)
+	}
+	l := remote.Limits{MaxMessage: *f.messageMiB << 20, MaxFrameW: w, MaxFrameH: h, MaxBoxes: *f.boxes, MaxResultItems: *f.items, MaxSourceStreams: *f.streams,
+		PeerRate: *f.rate, PeerBurst: *f.burst, GlobalRate: *f.grate, GlobalBurst: *f.gburst}
+	if src := l.SourceMessage(); src > l.MaxMessage {
+		return remote.Limits{}, fmt.Errorf("--max-message %d MiB is smaller than one --max-frame %s frame with --max-boxes %d (%d bytes)", *f.messageMiB, *f.frame, *f.boxes, src)
+	}
+	return l, nil
 }
 
 func runWorker(args []string, stdout, stderr io.Writer) int {

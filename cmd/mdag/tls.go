@@ -151,7 +151,15 @@ func loopbackTarget(addr string) bool {
 
 // grpcServer is the coordinator's gRPC server: mutual TLS with m, or
 // plaintext when m is nil (loopback only, checked by material).
-func grpcServer(s *remote.Server, m *pki.Material) *grpc.Server {
+// grpcPort is the coordinator's gRPC server: *grpc.Server in plaintext,
+// *remote.TLSServer with mutual TLS.
+type grpcPort interface {
+	Serve(net.Listener) error
+	Stop()
+	GracefulStop()
+}
+
+func grpcServer(s *remote.Server, m *pki.Material) grpcPort {
 	if m == nil {
 		return remote.NewGRPC(s)
 	}

@@ -62,6 +62,17 @@ func (m *Metrics) SetCameras(f func() []Camera) {
 	m.mu.Unlock()
 }
 
+// SetGRPC registers the source of the coordinator's gRPC refusals by
+// reason (remote.Server.Refused).
+func (m *Metrics) SetGRPC(refused func() map[string]uint64) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.grpcRefused = refused
+	m.mu.Unlock()
+}
+
 // SetGPU registers the source of GPU telemetry.
 func (m *Metrics) SetGPU(f func() GPUSnapshot) {
 	if m == nil {
@@ -101,6 +112,24 @@ var (
 	gpuMemSelf   = desc("gpu", "process_memory_used_bytes", "GPU memory this process holds.", "gpu", "name")
 	gpuProcs     = desc("gpu", "processes", "Compute processes on the GPU.", "gpu", "name")
 )
+
+var grpcRefused = desc("grpc", "refused_total", "Requests the coordinator's gRPC port refused, by reason (message-size, frame-size, boxes, result-items, source-streams, rate-peer, rate-global: limits; unknown-task: a result for a task the worker was not given or had answered).", "reason")
+
+type grpcCollector struct{ m *Metrics }
+
+func (grpcCollector) Describe(ch chan<- *prometheus.Desc) { ch <- grpcRefused }
+
+func (c grpcCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	f := c.m.grpcRefused
+	c.m.mu.Unlock()
+	if f == nil {
+		return
+	}
+	for r, n := range f() {
+		ch <- prometheus.MustNewConstMetric(grpcRefused, prometheus.CounterValue, float64(n), r)
+	}
+}
 
 type ingestCollector struct{ m *Metrics }
 

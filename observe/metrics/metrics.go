@@ -61,7 +61,9 @@ type Metrics struct {
 	load    func() float64
 	gpu     func() GPUSnapshot
 	cameras func() []Camera
-	instSet map[[2]string]bool // (type, state) series set last time
+	// grpcRefused is the coordinator's gRPC refusals by reason.
+	grpcRefused func() map[string]uint64
+	instSet     map[[2]string]bool // (type, state) series set last time
 }
 
 // Frame outcomes, as the engine names them.
@@ -125,7 +127,7 @@ func New(withRuntime bool) *Metrics {
 			"Events that asked for a re-plan: join, leave, scaling, ballooning, finish-rate (windows below target: more headroom), epoch, worker-registered, worker-lost, ingest, turn-off (a warm instance reached the turn-off delay).", "kind"),
 		replans: f.counter1("planner", "replans_total", "Plans applied (one plan may answer several triggers)."),
 	}
-	reg.MustRegister(ingestCollector{m}, gpuCollector{m}, cameraCollector{m})
+	reg.MustRegister(ingestCollector{m}, gpuCollector{m}, cameraCollector{m}, grpcCollector{m})
 	if withRuntime {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

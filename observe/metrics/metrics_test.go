@@ -67,6 +67,7 @@ func scripted() *Metrics {
 	m.SetCameras(func() []Camera {
 		return []Camera{{App: "traffic", State: "streaming", Reconnects: 3}, {App: "traffic", State: "reconnecting", Reconnects: 4}, {App: "traffic", State: "streaming"}}
 	})
+	m.SetGRPC(func() map[string]uint64 { return map[string]uint64{"frame-size": 2, "unknown-task": 1} })
 	m.SetGPU(func() GPUSnapshot {
 		return GPUSnapshot{Available: true, Devices: []GPUDevice{{Index: "0", Name: "NVIDIA H100", UtilRatio: 0.42,
 			MemUsed: 3 << 30, MemTotal: 80 << 30, Processes: 1, CurrentUsed: 1 << 30}}}
@@ -123,7 +124,7 @@ func TestLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := regexp.MustCompile(`^mdag_(session|module|scheduler|cluster|planner|ingest|gpu)_[a-z_]+$`)
+	name := regexp.MustCompile(`^mdag_(session|module|scheduler|cluster|planner|ingest|gpu|grpc)_[a-z_]+$`)
 	units := regexp.MustCompile(`_(total|seconds|ratio|bytes|size|dollars_per_hour|streams|instances|processes|available)$`)
 	for _, f := range fams {
 		n := f.GetName()

@@ -7,6 +7,7 @@ package wire
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -260,3 +261,81 @@ const (
 	DefaultHeartbeat = 500 * time.Millisecond
 	DefaultSendQueue = 4096 // messages waiting for one worker's stream
 )
+
+// MaxBoxBytes bounds one box's encoding with a class name of up to 64
+// bytes; it sizes the headroom a message gets for its boxes.
+const MaxBoxBytes = 96
+
+// Caps are the coordinator's limits on what a peer sends (remote.Limits):
+// a frame's declared width and height, boxes per frame, and items per
+// result. Checks run on the decoded message before anything is built from
+// it; each error says what and the limit.
+type Caps struct {
+	FrameW, FrameH int
+	Boxes          int
+	ResultItems    int
+}
+
+// ErrFrameSize, ErrBoxes and ErrResultItems tell which cap a message broke
+// (errors.Is).
+var (
+	ErrFrameSize   = errors.New("frame over the size limit")
+	ErrBoxes       = errors.New("too many boxes")
+	ErrResultItems = errors.New("too many items in a result")
+)
+
+// CheckFrame checks f's declared size against the caps, and its payload
+// against width*height*3, before a media.Frame is made of it. A nil f is
+// no frame and passes.
+func (c Caps) CheckFrame(f *api.Frame) error {
+	if f == nil {
+		return nil
+	}
+	w, h := int64(f.Width), int64(f.Height)
+	if w > int64(c.FrameW) || h > int64(c.FrameH) {
+		return fmt.Errorf("%w: %dx%d is larger than %dx%d (--max-frame)", ErrFrameSize, w, h, c.FrameW, c.FrameH)
+	}
+	if w <= 0 || h <= 0 || int64(len(f.Bgr)) != w*h*3 {
+		return fmt.Errorf("frame %dx%d has %d bytes, want %d", w, h, len(f.Bgr), max(0, w*h*3))
+	}
+	return nil
+}
+
+// CheckBoxes checks one frame's boxes (detections, or ground truth).
+func (c Caps) CheckBoxes(what string, n int) error {
+	if n > c.Boxes {
+		return fmt.Errorf("%w: %d %s on one frame, the limit is %d", ErrBoxes, n, what, c.Boxes)
+	}
+	return nil
+}
+
+// CheckItem checks one item: its frame, boxes and ground truth.
+func (c Caps) CheckItem(p *api.Item) error {
+	if err := c.CheckFrame(p.GetFrame()); err != nil {
+		return err
+	}
+	if err := c.CheckBoxes("boxes", len(p.GetBoxes())); err != nil {
+		return err
+	}
+	return c.CheckBoxes("ground-truth boxes", len(p.GetTruth()))
+}
+
+// CheckResult checks a worker's result: the number of output items, all
+// outputs together, then each item.
+func (c Caps) CheckResult(p *api.Result) error {
+	n := 0
+	for _, l := range p.GetOutputs() {
+		n += len(l.GetItems())
+	}
+	if n > c.ResultItems {
+		return fmt.Errorf("%w: task %d has %d output items, the limit is %d", ErrResultItems, p.GetTask(), n, c.ResultItems)
+	}
+	for i, l := range p.GetOutputs() {
+		for j, it := range l.GetItems() {
+			if err := c.CheckItem(it); err != nil {
+				return fmt.Errorf("task %d output %d item %d: %w", p.GetTask(), i, j, err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,301 @@
+package remote
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/remote/wire"
+)
+
+// Limits bound what one peer may make the coordinator hold or do (issue 22,
+// part 2). A zero field takes its default (DefaultLimits).
+type Limits struct {
+	// MaxMessage is the largest gRPC message a worker may send (a result
+	// carries its output items' frames): gRPC refuses a larger one
+	// (ResourceExhausted) from its length prefix, before reading it. With
+	// TLS, other peers (sources) get SourceMessage the same way
+	// (NewTLSGRPC); in plaintext (loopback) there is one server and this
+	// is everyone's, sources' messages being checked after they are read.
+	MaxMessage int
+	// MaxFrameW and MaxFrameH cap a frame's declared size, checked before
+	// anything is built from it: a source's frames and the frames in a
+	// worker's results.
+	MaxFrameW, MaxFrameH int
+	// MaxBoxes caps the boxes (detections or ground truth) on one frame.
+	MaxBoxes int
+	// MaxResultItems caps the output items in one result, all outputs
+	// together.
+	MaxResultItems int
+	// MaxSourceStreams caps the Ingest streams (cameras) one source has open
+	// at once; a source is its certificate's name with TLS, its IP address
+	// without.
+	MaxSourceStreams int
+	// Registration rate limit on Connect: a token bucket per peer (its
+	// certificate's name with TLS, its IP address without) and one for
+	// everyone. Rate is tokens a second, Burst the bucket's size.
+	PeerRate, PeerBurst     float64
+	GlobalRate, GlobalBurst float64
+	// LogEvery is the least time between two log lines for one refusal
+	// reason; the refusals in between are counted and said in the next.
+	LogEvery time.Duration
+}
+
+// DefaultLimits are the limits a Server applies where Limits leaves a
+// field zero.
+var DefaultLimits = Limits{
+	MaxMessage:       wire.MaxMessage,
+	MaxFrameW:        1920,
+	MaxFrameH:        1080,
+	MaxBoxes:         256,
+	MaxResultItems:   4096,
+	MaxSourceStreams: 64,
+	PeerRate:         1,
+	PeerBurst:        20,
+	GlobalRate:       20,
+	GlobalBurst:      200,
+	LogEvery:         10 * time.Second,
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	set := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	setF := func(v *float64, def float64) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	set(&l.MaxMessage, d.MaxMessage)
+	set(&l.MaxFrameW, d.MaxFrameW)
+	set(&l.MaxFrameH, d.MaxFrameH)
+	set(&l.MaxBoxes, d.MaxBoxes)
+	set(&l.MaxResultItems, d.MaxResultItems)
+	set(&l.MaxSourceStreams, d.MaxSourceStreams)
+	setF(&l.PeerRate, d.PeerRate)
+	setF(&l.PeerBurst, d.PeerBurst)
+	setF(&l.GlobalRate, d.GlobalRate)
+	setF(&l.GlobalBurst, d.GlobalBurst)
+	if l.LogEvery <= 0 {
+		l.LogEvery = d.LogEvery
+	}
+	return l
+}
+
+// SourceMessage is the largest message a source may send: one frame at
+// the cap in BGR, its boxes, and 64 KiB for the rest of the message.
+func (l Limits) SourceMessage() int {
+	return l.MaxFrameW*l.MaxFrameH*3 + l.MaxBoxes*wire.MaxBoxBytes + 64<<10
+}
+
+// ParseFrameSize parses WxH (e.g. 1920x1080), as --max-frame takes it.
+func ParseFrameSize(s string) (w, h int, err error) {
+	if _, err := fmt.Sscanf(s, "%dx%d", &w, &h); err != nil || w <= 0 || h <= 0 || fmt.Sprintf("%dx%d", w, h) != s {
+		return 0, 0, fmt.Errorf("frame size %q: want WIDTHxHEIGHT with positive integers, e.g. 1920x1080", s)
+	}
+	if w > 16384 || h > 16384 {
+		return 0, 0, fmt.Errorf("frame size %q: at most 16384 pixels a side", s)
+	}
+	return w, h, nil
+}
+
+// Refusal reasons, the label values of mdag_grpc_refused_total.
+const (
+	RefusedMessage     = "message-size"   // over MaxMessage, or a source's over SourceMessage
+	RefusedFrameSize   = "frame-size"     // a frame over MaxFrameW x MaxFrameH
+	RefusedBoxes       = "boxes"          // more than MaxBoxes on a frame
+	RefusedResultItems = "result-items"   // a result with more than MaxResultItems
+	RefusedStreams     = "source-streams" // a source over MaxSourceStreams
+	RefusedRatePeer    = "rate-peer"      // Connect over the peer's rate
+	RefusedRateGlobal  = "rate-global"    // Connect over the global rate
+	RefusedUnknownTask = "unknown-task"   // a result for a task the worker was not given
+)
+
+// refusals counts refusals by reason and logs each reason at most once per
+// interval, saying how many were refused since the last line.
+type refusals struct {
+	clk   clock.Clock
+	log   *slog.Logger
+	every time.Duration
+
+	mu     sync.Mutex
+	counts map[string]uint64
+	logged map[string]time.Time
+	quiet  map[string]uint64 // refused since the last line
+}
+
+func newRefusals(clk clock.Clock, log *slog.Logger, every time.Duration) *refusals {
+	return &refusals{clk: clk, log: log, every: every, counts: map[string]uint64{}, logged: map[string]time.Time{}, quiet: map[string]uint64{}}
+}
+
+// add counts one refusal and logs it unless reason was logged less than
+// an interval ago.
+func (r *refusals) add(reason string, err error, attrs ...any) {
+	now := r.clk.Now()
+	r.mu.Lock()
+	r.counts[reason]++
+	last, seen := r.logged[reason]
+	if seen && now.Sub(last) < r.every {
+		r.quiet[reason]++
+		r.mu.Unlock()
+		return
+	}
+	suppressed := r.quiet[reason]
+	r.quiet[reason] = 0
+	r.logged[reason] = now
+	r.mu.Unlock()
+	attrs = append(attrs, "reason", reason, "err", status.Convert(err).Message())
+	if suppressed > 0 {
+		attrs = append(attrs, "also_refused_since_last_log", suppressed)
+	}
+	r.log.Warn("gRPC request refused", attrs...)
+}
+
+func (r *refusals) snapshot() map[string]uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]uint64, len(r.counts))
+	for k, v := range r.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// bucket is a token bucket: rate tokens a second up to burst.
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// take refills b to now and takes one token if there is one.
+func (b *bucket) take(now time.Time, rate, burst float64) bool {
+	b.refill(now, rate, burst)
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+func (b *bucket) refill(now time.Time, rate, burst float64) {
+	if dt := now.Sub(b.at).Seconds(); dt > 0 {
+		b.tokens = min(burst, b.tokens+dt*rate)
+	}
+	b.at = now
+}
+
+// maxPeerBuckets bounds the per-peer buckets kept; past it, full ones (peers
+// that have not connected for a while) are forgotten.
+const maxPeerBuckets = 4096
+
+// registrations is Connect's rate limiter: a bucket per peer and a global
+// one. A refused attempt takes no token from either.
+type registrations struct {
+	mu     sync.Mutex
+	global bucket
+	peers  map[string]*bucket
+}
+
+// allow reports "" when peer may register now, else the refusal reason.
+func (g *registrations) allow(now time.Time, peer string, l Limits) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.peers == nil {
+		g.peers = map[string]*bucket{}
+		g.global = bucket{tokens: l.GlobalBurst, at: now}
+	}
+	b := g.peers[peer]
+	if b == nil {
+		if len(g.peers) >= maxPeerBuckets {
+			for k, o := range g.peers {
+				if o.refill(now, l.PeerRate, l.PeerBurst); o.tokens >= l.PeerBurst {
+					delete(g.peers, k)
+				}
+			}
+		}
+		b = &bucket{tokens: l.PeerBurst, at: now}
+		g.peers[peer] = b
+	}
+	b.refill(now, l.PeerRate, l.PeerBurst)
+	if b.tokens < 1 {
+		return RefusedRatePeer
+	}
+	if !g.global.take(now, l.GlobalRate, l.GlobalBurst) {
+		return RefusedRateGlobal
+	}
+	b.tokens--
+	return ""
+}
+
+// peerID is who a caller is for limits: its certificate's mdag://ROLE/NAME
+// with TLS, its IP address without (ports change with each connection).
+func peerID(ctx context.Context) string {
+	if n := certName(ctx); n != "" {
+		return n
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return "unknown"
+	}
+	if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+		return host
+	}
+	return p.Addr.String()
+}
+
+// Refused returns the refusals so far by reason (mdag_grpc_refused_total).
+func (s *Server) Refused() map[string]uint64 {
+	s.defaults()
+	return s.refused.snapshot()
+}
+
+// refuse counts and logs a refusal and returns err.
+func (s *Server) refuse(reason string, err error, attrs ...any) error {
+	s.refused.add(reason, err, attrs...)
+	return err
+}
+
+// admitRegistration applies the Connect rate limits.
+func (s *Server) admitRegistration(ctx context.Context) error {
+	who := peerID(ctx)
+	l := s.limits
+	switch s.regs.allow(s.Clock.Now(), who, l) {
+	case RefusedRatePeer:
+		return s.refuse(RefusedRatePeer, status.Errorf(codes.ResourceExhausted, "register: %s connects more often than %g a second (burst %g); retry later", who, l.PeerRate, l.PeerBurst), "peer", who)
+	case RefusedRateGlobal:
+		return s.refuse(RefusedRateGlobal, status.Errorf(codes.ResourceExhausted, "register: workers connect more often than %g a second in all (burst %g); retry later", l.GlobalRate, l.GlobalBurst), "peer", who)
+	}
+	return nil
+}
+
+// openSource counts one more Ingest stream for source, or refuses it; the
+// returned func closes it.
+func (s *Server) openSource(source string) (func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sources == nil {
+		s.sources = map[string]int{}
+	}
+	if n := s.sources[source]; n >= s.limits.MaxSourceStreams {
+		return nil, s.refuse(RefusedStreams, status.Errorf(codes.ResourceExhausted, "ingest: source %s already has %d streams open, the limit (--max-source-streams)", source, n), "source", source)
+	}
+	s.sources[source]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.sources[source]--; s.sources[source] <= 0 {
+			delete(s.sources, source)
+		}
+	}, nil
+}
