@@ -13,6 +13,7 @@ import (
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/gpu/nvml"
 	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/internal/auth"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/observe/dashboard"
 	"github.com/mdag/mdag/observe/metrics"
@@ -53,8 +54,9 @@ type observed struct {
 	e       *coordinator.Engine
 	mx      *metrics.Metrics
 	rec     *dashboard.Recorder
-	ws      webIngest  // nil: no WHIP ingest (the lean build has none)
-	results *frameSink // the engine's OnFrame: results to the WHIP server
+	ws      webIngest   // nil: no WHIP ingest (the lean build has none)
+	auth    *auth.Store // --tokens (nil: none): the API needs an api token
+	results *frameSink  // the engine's OnFrame: results to the WHIP server
 }
 
 // webIngest is WebRTC (WHIP) ingest as the HTTP face and the summaries
@@ -70,7 +72,7 @@ type webIngest interface {
 // refuses each by name (whip_lean.go); TestWhipFlagNames checks the lists
 // against the full build's flags.
 var (
-	whipFlagNames = []string{"allow-origin", "token-file", "open", "max-streams", "max-pending", "connect-timeout", "cpu-cores",
+	whipFlagNames = []string{"allow-origin", "token-file", "open", "offer-rate", "offer-burst", "offer-rate-ip", "offer-burst-ip", "max-streams", "max-pending", "connect-timeout", "cpu-cores",
 		"cpu-ceiling", "stream-cost", "cpu-machine", "shed-after", "max-resolution", "oversize", "udp-ports", "public-ip", "emulate-objects", "codecs"}
 	whipBoolFlags = []string{"open", "cpu-machine"}
 )
@@ -157,8 +159,13 @@ func (o *observed) Close() {
 	o.e.Close()
 }
 
-// handler routes every endpoint; "/" is the dashboard.
+// handler routes every endpoint; "/" is the dashboard. With --tokens the
+// status, the dashboard (its page, history, event stream and thumbnails)
+// and /metrics need an api token (Authorization: Bearer, or ?access_token=
+// for the browser's page, EventSource and img); /healthz and the
+// dashboard's static code (/dashboard/: no data) stay open.
 func (o *observed) handler() http.Handler {
+	api := func(h http.Handler) http.Handler { return o.auth.Require(auth.API, true, h) }
 	mux := http.NewServeMux()
 	if o.ws != nil {
 		h := o.ws.Handler()
@@ -166,20 +173,25 @@ func (o *observed) handler() http.Handler {
 			mux.Handle(p, h)
 		}
 	}
-	mux.Handle("GET /metrics", o.mx.Handler())
+	mux.Handle("GET /metrics", api(o.mx.Handler()))
 	d := o.rec.Handler()
-	for _, p := range []string{"GET /{$}", "GET /dashboard/", "GET /v1/dashboard", "GET /v1/dashboard/events"} {
-		mux.Handle(p, d)
+	for _, p := range []string{"GET /{$}", "GET /v1/dashboard", "GET /v1/dashboard/events"} {
+		mux.Handle(p, api(d))
 	}
+	mux.Handle("GET /dashboard/", d)
 	// Thumbnails are camera pixels: they need a token when ingest does
-	// (the page passes its own ?access_token= on).
-	if o.ws != nil {
+	// (the page passes its own ?access_token= on), an api token with
+	// --tokens.
+	switch {
+	case o.auth.GatesAPI():
+		mux.Handle("GET /v1/thumbs/{stream}", api(d))
+	case o.ws != nil:
 		mux.Handle("GET /v1/thumbs/{stream}", o.ws.RequireToken(d))
-	} else {
+	default:
 		mux.Handle("GET /v1/thumbs/{stream}", d)
 	}
 	st := statusHandler(o.e)
-	mux.Handle("GET /v1/status", st)
+	mux.Handle("GET /v1/status", api(st))
 	mux.Handle("GET /healthz", st)
 	try := "/ for the dashboard, /metrics, /v1/status"
 	if o.ws != nil {

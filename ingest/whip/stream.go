@@ -147,16 +147,21 @@ type admState struct {
 }
 
 type stream struct {
-	s       *Server
-	id      string
-	app     dag.AppID
-	fps     float64
-	pc      *webrtc.PeerConnection // nil for a Feed (a camera)
-	codec   string                 // negotiated (vp8, h264) or the camera's (h264, h265)
-	source  string                 // "whip" or the camera's URL, redacted
-	started time.Time
-	c       counters
-	adm     admState // guarded by s.mu
+	s   *Server
+	id  string
+	app dag.AppID
+	fps float64
+	// maxW x maxH bound its frames (0: the server's limit; a token's cap
+	// when smaller, see limit). token is its token's name ("": none), set under s.mu
+	// once it is in s.streams.
+	maxW, maxH int
+	token      string
+	pc         *webrtc.PeerConnection // nil for a Feed (a camera)
+	codec      string                 // negotiated (vp8, h264) or the camera's (h264, h265)
+	source     string                 // "whip" or the camera's URL, redacted
+	started    time.Time
+	c          counters
+	adm        admState // guarded by s.mu
 
 	mu        sync.Mutex
 	subs      map[chan Result]struct{}
@@ -809,7 +814,7 @@ func (st *stream) fail(err error) {
 // fit applies the resolution limit: frames above it are scaled down to fit
 // (aspect kept) or refused, as configured.
 func (st *stream) fit(f *media.Frame) (*media.Frame, error) {
-	mw, mh := st.s.cfg.MaxWidth, st.s.cfg.MaxHeight
+	mw, mh := st.limit()
 	if f.W <= mw && f.H <= mh {
 		st.setSize(f.W, f.H)
 		return f, nil
@@ -825,6 +830,15 @@ func (st *stream) fit(f *media.Frame) (*media.Frame, error) {
 	}
 	st.setSize(w, h)
 	return out, nil
+}
+
+// limit is the stream's resolution limit: its own (a token's cap) when
+// set, else the server's.
+func (st *stream) limit() (w, h int) {
+	if st.maxW > 0 && st.maxH > 0 {
+		return st.maxW, st.maxH
+	}
+	return st.s.cfg.MaxWidth, st.s.cfg.MaxHeight
 }
 
 func (st *stream) setSize(w, h int) {
