@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -80,7 +81,9 @@ func TestAPITokens(t *testing.T) {
 		if mode == "gated" {
 			store = testTokens(t)
 		}
-		h := startTestObserved(t, store).handler()
+		obs := startTestObserved(t, store)
+		h := obs.handler()
+		refused := 0
 		for _, c := range cases {
 			want := c.gated
 			if mode == "open" {
@@ -88,6 +91,9 @@ func TestAPITokens(t *testing.T) {
 			}
 			if want == 0 {
 				continue // an open event stream does not end
+			}
+			if want == 401 {
+				refused++
 			}
 			t.Run(mode+"/"+c.name, func(t *testing.T) {
 				req := httptest.NewRequest("GET", c.path, nil)
@@ -106,6 +112,18 @@ func TestAPITokens(t *testing.T) {
 					t.Fatalf("401: WWW-Authenticate %q, body %q", w.Header().Get("WWW-Authenticate"), w.Body.String())
 				}
 			})
+		}
+		// Every refusal is counted.
+		want := fmt.Sprintf("mdag_http_requests_refused_total{reason=\"unauthorized\"} %d\n", refused)
+		if refused == 0 {
+			want = "" // no series before a refusal
+		}
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+testAPIToken)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if got := w.Body.String(); !strings.Contains(got, want) || (refused == 0 && strings.Contains(got, "mdag_http_requests_refused_total{")) {
+			t.Errorf("%s: want %q in /metrics", mode, want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/mdag/mdag/gpu/nvml"
 	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/internal/auth"
+	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/observe/dashboard"
 	"github.com/mdag/mdag/observe/metrics"
@@ -56,7 +58,8 @@ type observed struct {
 	rec     *dashboard.Recorder
 	ws      webIngest   // nil: no WHIP ingest (the lean build has none)
 	auth    *auth.Store // --tokens (nil: none): the API needs an api token
-	results *frameSink  // the engine's OnFrame: results to the WHIP server
+	log     *slog.Logger
+	results *frameSink // the engine's OnFrame: results to the WHIP server
 }
 
 // webIngest is WebRTC (WHIP) ingest as the HTTP face and the summaries
@@ -99,7 +102,10 @@ func (f *frameSink) onFrame(r coordinator.FrameResult) {
 // coordinator whose workers register), deploys app and starts the
 // dashboard's recorder. Close stops both.
 func startObserved(cfg coordinator.Config, limits map[profile.WorkerTypeID]int, app *dag.App, prof *profile.File) (*observed, error) {
-	o := &observed{mx: newMetrics(), results: &frameSink{}}
+	o := &observed{mx: newMetrics(), results: &frameSink{}, log: cfg.Log}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
 	cfg.OnFrame, cfg.Observer, cfg.Ops = o.results.onFrame, coordinator.Observe(o.mx), ops()
 	if cfg.MILPSolver == nil {
 		cfg.MILPSolver = milp.Solver{} // the engine plans with the MILP (lp_solve), handed in here
@@ -166,6 +172,11 @@ func (o *observed) Close() {
 // dashboard's static code (/dashboard/: no data) stay open.
 func (o *observed) handler() http.Handler {
 	api := func(h http.Handler) http.Handler { return o.auth.Require(auth.API, true, h) }
+	logs := &auth.LogLimiter{Clock: clock.Real{}, Log: o.log, Every: 10 * time.Second}
+	o.auth.OnRefuse(func(r *http.Request) {
+		o.mx.HTTPRefused("unauthorized")
+		logs.Warn("unauthorized", "HTTP API request refused: no valid api token", "method", r.Method, "path", r.URL.Path, "client", r.RemoteAddr)
+	})
 	mux := http.NewServeMux()
 	if o.ws != nil {
 		h := o.ws.Handler()

@@ -196,10 +196,10 @@ type Server struct {
 	clk  clock.Clock
 	log  *slog.Logger
 
-	origins map[string]bool // normalized AllowOrigins
-	auth    *auth.Store     // nil: open
-	offers  *auth.Limiter   // nil: no rate limit on POST
-	logs    logLimiter      // refusals a client can cause are logged at most once per reason and interval
+	origins map[string]bool  // normalized AllowOrigins
+	auth    *auth.Store      // nil: open
+	offers  *auth.Limiter    // nil: no rate limit on POST
+	logs    *auth.LogLimiter // refusals a client can cause are logged at most once per reason and interval
 	cameras atomic.Pointer[func() []ingest.Camera]
 
 	mu       sync.Mutex
@@ -257,7 +257,7 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, sink: sink, api: api, clk: cfg.Clock, log: cfg.Log, streams: map[string]*stream{},
 		totals: map[string]*ingest.Totals{}, origins: origins, auth: cfg.Auth, byToken: map[string]int{},
-		offers: auth.NewLimiter(cfg.OfferRates, cfg.Clock), logs: logLimiter{clk: cfg.Clock, log: cfg.Log, every: 10 * time.Second}}
+		offers: auth.NewLimiter(cfg.OfferRates, cfg.Clock), logs: &auth.LogLimiter{Clock: cfg.Clock, Log: cfg.Log, Every: 10 * time.Second}}
 	if s.auth == nil && len(cfg.Tokens) > 0 {
 		s.auth = auth.FromPlain(cfg.Tokens)
 	}
@@ -343,7 +343,7 @@ func (s *Server) allowed(w http.ResponseWriter, r *http.Request, query bool, may
 		return true
 	}
 	s.countRefused(s.appLabel(r.PathValue("app")), RefusedUnauthorized)
-	s.logs.warn(RefusedUnauthorized, "HTTP request refused: no valid bearer token for it", "method", r.Method, "path", r.URL.Path, "client", clientIP(r))
+	s.logs.Warn(RefusedUnauthorized, "HTTP request refused: no valid bearer token for it", "method", r.Method, "path", r.URL.Path, "client", clientIP(r))
 	auth.Unauthorized(w)
 	return false
 }
@@ -389,7 +389,7 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 	// The rate limit comes first: a flood of guessed tokens is a flood.
 	if ok, scope, retry := s.offers.Allow(clientIP(r)); !ok {
 		s.countRefused(s.appLabel(r.PathValue("app")), RefusedRateLimit)
-		s.logs.warn(RefusedRateLimit, "WHIP offers rate-limited", "scope", scope, "client", clientIP(r), "retry_after", retry)
+		s.logs.Warn(RefusedRateLimit, "WHIP offers rate-limited", "scope", scope, "client", clientIP(r), "retry_after", retry)
 		w.Header().Set("Retry-After", strconv.Itoa(int(retry.Seconds())))
 		what := "from this address"
 		if scope == auth.ScopeGlobal {
@@ -451,7 +451,7 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 	if msg := s.reserveToken(tok); msg != "" {
 		s.unreserve()
 		s.countRefused(app, RefusedTokenLimit)
-		s.logs.warn(RefusedTokenLimit, "whip stream refused", "app", app, "token", tok.Name, "why", msg)
+		s.logs.Warn(RefusedTokenLimit, "whip stream refused", "app", app, "token", tok.Name, "why", msg)
 		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, s.cfg.RetryAfter.Round(time.Second).Seconds()))))
 		httpError(w, http.StatusTooManyRequests, msg)
 		return

@@ -2,12 +2,8 @@ package whip
 
 import (
 	"fmt"
-	"log/slog"
-	"sync"
-	"time"
 
 	"github.com/mdag/mdag/internal/auth"
-	"github.com/mdag/mdag/internal/clock"
 )
 
 // streamCaps are a new stream's limits: the server's, narrowed by its
@@ -86,34 +82,4 @@ func (s *Server) TokenStreams() map[string]int {
 		out[k] = v
 	}
 	return out
-}
-
-// logLimiter logs a refusal a client can cause as often as it likes (a
-// bad token, a flood of offers) at most once per interval and reason, with
-// the number left out since the last line.
-type logLimiter struct {
-	clk   clock.Clock
-	log   *slog.Logger
-	every time.Duration
-
-	mu   sync.Mutex
-	last map[string]time.Time
-	left map[string]int
-}
-
-func (l *logLimiter) warn(reason, msg string, args ...any) {
-	l.mu.Lock()
-	now := l.clk.Now()
-	if l.last == nil {
-		l.last, l.left = map[string]time.Time{}, map[string]int{}
-	}
-	if at, ok := l.last[reason]; ok && now.Sub(at) < l.every {
-		l.left[reason]++
-		l.mu.Unlock()
-		return
-	}
-	left := l.left[reason]
-	l.last[reason], l.left[reason] = now, 0
-	l.mu.Unlock()
-	l.log.Warn(msg, append(args, "reason", reason, "not_logged_since_last", left)...)
 }

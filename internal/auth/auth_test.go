@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -164,6 +165,8 @@ func TestRequire(t *testing.T) {
 		{"basic scheme", "Basic " + apiTok, "", false, http.StatusUnauthorized},
 	}
 	var body401 string
+	refusals := 0
+	s.OnRefuse(func(*http.Request) { refusals++ })
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := httptest.NewRequest("GET", "/v1/status", nil)
@@ -189,6 +192,15 @@ func TestRequire(t *testing.T) {
 				}
 			}
 		})
+	}
+	wantRefused := 0
+	for _, c := range cases {
+		if c.want == http.StatusUnauthorized {
+			wantRefused++
+		}
+	}
+	if refusals != wantRefused {
+		t.Errorf("OnRefuse called %d times for %d refusals", refusals, wantRefused)
 	}
 	w := httptest.NewRecorder()
 	FromPlain([]string{"a"}).Require(API, false, ok).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
@@ -290,4 +302,27 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("the file itself is a token")
 		}
 	})
+}
+
+// TestLogLimiter: one line per reason and interval, the next one counting
+// those left out.
+func TestLogLimiter(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	var b strings.Builder
+	l := &LogLimiter{Clock: clk, Log: slog.New(slog.NewTextHandler(&b, nil)), Every: 10 * time.Second}
+	for range 5 {
+		l.Warn("a", "refused")
+	}
+	l.Warn("b", "refused")
+	clk.Advance(9 * time.Second)
+	l.Warn("a", "refused")
+	if n := strings.Count(b.String(), "\n"); n != 2 {
+		t.Fatalf("%d lines, want 2 (a, b):\n%s", n, b.String())
+	}
+	clk.Advance(time.Second)
+	l.Warn("a", "refused")
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[2], "reason=a not_logged_since_last=5") {
+		t.Fatalf("lines:\n%s", b.String())
+	}
 }

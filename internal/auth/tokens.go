@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/mdag/mdag/internal/yamlx"
 )
@@ -72,6 +73,15 @@ type Store struct {
 	// api token; false for the simple form (FromPlain), which guards WHIP
 	// and results only, as --token-file always did.
 	gatesAPI bool
+	onRefuse atomic.Pointer[func(*http.Request)]
+}
+
+// OnRefuse sets what Require does with each request it refuses, before
+// answering it (count it, log it rate-limited).
+func (s *Store) OnRefuse(f func(r *http.Request)) {
+	if s != nil {
+		s.onRefuse.Store(&f)
+	}
 }
 
 // GatesAPI reports whether the API endpoints need an api token.
@@ -359,6 +369,9 @@ func (s *Store) Require(role Role, query bool, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, _ := Bearer(r, query)
 		if t := s.Lookup(tok); t == nil || !t.Has(role) {
+			if f := s.onRefuse.Load(); f != nil {
+				(*f)(r)
+			}
 			Unauthorized(w)
 			return
 		}
