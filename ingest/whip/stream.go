@@ -59,6 +59,9 @@ type StreamInfo struct {
 	// comes from: "whip", or a camera's URL (without its password).
 	Codec  string `json:"codec,omitempty"`
 	Source string `json:"source,omitempty"`
+	// Token is the name of the token the stream was started with (never
+	// the secret); "" on an open server.
+	Token string `json:"token,omitempty"`
 	// Waiting says why a camera's stream has no frames now ("camera
 	// lost: ...; reconnecting"); CameraLost counts the times its camera
 	// went away and GapMS the time without frames since (all gaps).
@@ -289,7 +292,7 @@ func (st *stream) endAs(kind, why string) {
 
 func (st *stream) info() StreamInfo {
 	st.s.mu.Lock()
-	state, load := StatePending, st.adm.load
+	state, load, token := StatePending, st.adm.load, st.token
 	if st.adm.admitted {
 		state = StateAdmitted
 	}
@@ -303,7 +306,7 @@ func (st *stream) info() StreamInfo {
 	if st.ended != "" {
 		state = StateEnded
 	}
-	return StreamInfo{Layer: layers.Layer, Layers: layers.Layers, LayerSwitches: layers.LayerSwitches, LayerDown: layers.LayerDown,
+	return StreamInfo{Token: token, Layer: layers.Layer, Layers: layers.Layers, LayerSwitches: layers.LayerSwitches, LayerDown: layers.LayerDown,
 		ID: st.id, App: string(st.app), Started: st.started, State: state, Ended: st.ended, EndKind: st.endKind, Load: load,
 		Codec: st.codec, Source: st.source, Waiting: st.waiting, CameraLost: st.c.cameraLost.Load(), GapMS: float64(st.c.gap.Load()) / 1e6,
 		Width: st.w, Height: st.h,

@@ -190,6 +190,13 @@ func TestTokenStreamLimit(t *testing.T) {
 	if got := srv.TokenStreams(); got["capped"] != 2 || got["cam-a"] != 1 {
 		t.Fatalf("streams by token %v", got)
 	}
+	byToken := map[string]int{}
+	for _, si := range srv.Streams() {
+		byToken[si.Token]++
+	}
+	if byToken["capped"] != 2 || byToken["cam-a"] != 1 {
+		t.Fatalf("/v1/streams' token names: %v", byToken)
+	}
 	if w := do(t, h, "DELETE", "/whip/a/"+ids[0], tokCap, "", "", ""); w.Code != 200 {
 		t.Fatalf("DELETE: %d %q", w.Code, w.Body.String())
 	}
