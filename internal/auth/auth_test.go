@@ -86,6 +86,7 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate name and hash", "tokens:\n  - name: a\n    hash: " + h + "\n    role: api\n  - name: a\n    hash: " + h + "\n    role: api\n",
 			[]string{"t.yaml:5", `name "a" is also tokens[0]`, "t.yaml:6", "same token as tokens[0]"}},
 		{"two errors at once", "tokens:\n  - name: a\n    hash: nope\n    role: nope\n", []string{"t.yaml:3", "t.yaml:4"}},
+		{"decoding and semantic errors at once", "tokens:\n  - name: a\n    hash: nope\n    role: api\n    colour: red\n", []string{"t.yaml:3", "want sha256:", "t.yaml:5", "colour"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -206,13 +206,14 @@ func Parse(file string, data []byte) (*Store, error) {
 		return nil, fmt.Errorf("%s: %d bytes: a tokens file is at most %d", file, len(data), maxFileSize)
 	}
 	var doc fileDoc
-	pos, errs := yamlx.Decode(file, data, &doc)
-	if len(errs) > 0 {
-		return nil, errs.Err()
-	}
+	pos, decodeErrs := yamlx.Decode(file, data, &doc)
 	if len(doc.Tokens) == 0 {
+		if len(decodeErrs) > 0 {
+			return nil, decodeErrs.Err()
+		}
 		return nil, yamlx.ErrorList{pos.Errorf("tokens", "no tokens in the file (want tokens: [{name, hash, role, apps}...]; mdag token new --app APP prints one)")}.Err()
 	}
+	var errs yamlx.ErrorList // the semantic problems, reported with the decoding ones
 	s := &Store{gatesAPI: true}
 	names := map[string]int{}
 	hashes := map[[sha256.Size]byte]int{}
@@ -292,7 +293,7 @@ func Parse(file string, data []byte) (*Store, error) {
 		}
 		s.tokens = append(s.tokens, t)
 	}
-	if err := errs.Err(); err != nil {
+	if err := decodeErrs.Merge(errs).Err(); err != nil {
 		return nil, err
 	}
 	return s, nil
