@@ -11,6 +11,7 @@ import (
 
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/internal/auth"
+	"go.uber.org/goleak"
 )
 
 const (
@@ -131,14 +132,17 @@ func TestAPITokens(t *testing.T) {
 // TestMetricsListen: --metrics-listen serves /metrics without a token
 // while the main address needs one, and serves nothing else.
 func TestMetricsListen(t *testing.T) {
+	before := goleak.IgnoreCurrent()                   // other tests' goroutines
+	t.Cleanup(func() { goleak.VerifyNone(t, before) }) // after obs.Close: the servers and the recorder are gone
 	obs := startTestObserved(t, testTokens(t))
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	addr, ms, err := obs.serveMetrics("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ms.Close()
 	get := func(url string) (int, string) {
-		resp, err := http.Get(url)
+		resp, err := client.Get(url)
 		if err != nil {
 			t.Fatal(err)
 		}

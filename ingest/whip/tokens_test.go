@@ -69,7 +69,7 @@ func do(t *testing.T, h http.Handler, method, path, token, ctype, body, remote s
 // gets its stream; the API endpoints need the api token; results of a
 // stream are not found with a token of another app. Refusals are counted.
 func TestTokenAuth(t *testing.T) {
-	srv, _, hs := newTestServer(t, Config{Apps: map[dag.AppID]float64{"a": 10, "b": 10}, Auth: testStore(t)})
+	srv, _, _ := newTestServer(t, Config{Apps: map[dag.AppID]float64{"a": 10, "b": 10}, Auth: testStore(t)})
 	h := srv.Handler()
 	offer := offerSDP(t)
 	var streamB string
@@ -137,7 +137,6 @@ func TestTokenAuth(t *testing.T) {
 	if totals["a"] != 4 || totals["b"] != 2 || totals[AppUnknown] != 5 {
 		t.Errorf("unauthorized refusals by app: %v, want a 4, b 2, %s 5", totals, AppUnknown)
 	}
-	_ = hs
 }
 
 // testLogger is a text logger into b, safe for concurrent writes.
