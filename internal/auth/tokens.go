@@ -333,7 +333,8 @@ func clip(v string) string {
 	return v
 }
 
-// Bearer is the request's token: Authorization: Bearer, else, where query
+// Bearer is the request's token: Authorization: Bearer (the scheme is
+// case-insensitive, RFC 9110 11.1), else, where query
 // is set, the access_token query parameter (RFC 6750 2.3: browsers' img and
 // EventSource cannot set headers). ok is false when neither was given.
 func Bearer(r *http.Request, query bool) (tok string, ok bool) {
