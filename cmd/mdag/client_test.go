@@ -124,7 +124,7 @@ func TestClientServe(t *testing.T) {
 		t.Errorf("--codec vp9: exit %d, want %d\n%s", code, exitInvalid, out)
 	}
 	out, _, code = client([]string{"MDAG_TOKEN=wrong"}, "--app", "traffic", "--duration", "1s")
-	if code != exitFailure || !strings.Contains(out, "401 Unauthorized: the bearer token is not valid") {
+	if code != exitFailure || !strings.Contains(out, "401 Unauthorized: unauthorized: a valid bearer token") {
 		t.Errorf("wrong token: exit %d\n%s", code, out)
 	}
 	out, _, code = client([]string{"MDAG_TOKEN=t0ken-1"}, "--app", "nope", "--duration", "1s")
@@ -143,7 +143,7 @@ func TestClientServe(t *testing.T) {
 func TestServeOpenRefused(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run([]string{"serve", "--example", "traffic", "--listen", "0.0.0.0:0", "--duration", "1ms"}, &out, &errb)
-	if code != exitInvalid || !strings.Contains(errb.String(), "not a loopback address and no --token-file") {
+	if code != exitInvalid || !strings.Contains(errb.String(), "not a loopback address and no --tokens or --token-file") {
 		t.Errorf("exit %d: %s", code, errb.String())
 	}
 }

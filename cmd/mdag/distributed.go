@@ -73,6 +73,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
 	lf := addGRPCLimitFlags(fs)
 	wf := addWhipFlags(fs)
+	af := addAuthFlags(fs)
 	cf := addCameraFlags(fs)
 	tf := addTLSFlags(fs, false)
 	if code, ok := parseFlags(fs, args); !ok {
@@ -110,12 +111,25 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	}
 	defer obs.Close()
 	e := obs.e
+	if obs.auth, err = af.load("coordinator", log); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitInvalid
+	}
 	closeWhip, err := wf.attach("coordinator", *listen, app, obs, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid
 	}
 	defer closeWhip()
+	metricsAddr, ms, err := obs.serveMetrics(*af.metricsListen)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag coordinator: %v\n", err)
+		return exitFailure
+	}
+	if ms != nil {
+		defer ms.Close()
+		log.Info("serving /metrics without a token", "metrics_listen", "http://"+metricsAddr+"/metrics")
+	}
 	gl, err := net.Listen("tcp", *grpcAddr)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag coordinator: listen %s: %v\n", *grpcAddr, err)

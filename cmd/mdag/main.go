@@ -45,6 +45,7 @@ func commands() []command {
 		{"worker", "run a worker that connects to a coordinator and executes the modules it is given", runWorker},
 		{"source", "stream synthetic cameras (moving shapes) into a coordinator over gRPC", runSource},
 		{"certs", "create the CA and the certificates of mutual TLS on gRPC (coordinator, workers, sources)", runCerts},
+		{"token", "make a bearer token for WHIP ingest or the HTTP API and its --tokens file entry (stored hashed)", runToken},
 		{"status", "show a running server's sessions, finish rate, modules, instances and re-plans", runStatus},
 		{"sim", "simulate the batch scheduler on emulated GPUs: goodput, bad rate, latency, batches", runSim},
 		{"version", "print the version and the build (full or lean)", runVersion},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/gpu/nvml"
 	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/internal/auth"
+	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/observe/dashboard"
 	"github.com/mdag/mdag/observe/metrics"
@@ -53,7 +56,9 @@ type observed struct {
 	e       *coordinator.Engine
 	mx      *metrics.Metrics
 	rec     *dashboard.Recorder
-	ws      webIngest  // nil: no WHIP ingest (the lean build has none)
+	ws      webIngest   // nil: no WHIP ingest (the lean build has none)
+	auth    *auth.Store // --tokens (nil: none): the API needs an api token
+	log     *slog.Logger
 	results *frameSink // the engine's OnFrame: results to the WHIP server
 }
 
@@ -70,7 +75,7 @@ type webIngest interface {
 // refuses each by name (whip_lean.go); TestWhipFlagNames checks the lists
 // against the full build's flags.
 var (
-	whipFlagNames = []string{"allow-origin", "token-file", "open", "max-streams", "max-pending", "connect-timeout", "cpu-cores",
+	whipFlagNames = []string{"allow-origin", "token-file", "open", "offer-rate", "offer-burst", "offer-rate-ip", "offer-burst-ip", "max-streams", "max-pending", "connect-timeout", "cpu-cores",
 		"cpu-ceiling", "stream-cost", "cpu-machine", "shed-after", "max-resolution", "oversize", "udp-ports", "public-ip", "emulate-objects", "codecs"}
 	whipBoolFlags = []string{"open", "cpu-machine"}
 )
@@ -97,7 +102,10 @@ func (f *frameSink) onFrame(r coordinator.FrameResult) {
 // coordinator whose workers register), deploys app and starts the
 // dashboard's recorder. Close stops both.
 func startObserved(cfg coordinator.Config, limits map[profile.WorkerTypeID]int, app *dag.App, prof *profile.File) (*observed, error) {
-	o := &observed{mx: newMetrics(), results: &frameSink{}}
+	o := &observed{mx: newMetrics(), results: &frameSink{}, log: cfg.Log}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
 	cfg.OnFrame, cfg.Observer, cfg.Ops = o.results.onFrame, coordinator.Observe(o.mx), ops()
 	if cfg.MILPSolver == nil {
 		cfg.MILPSolver = milp.Solver{} // the engine plans with the MILP (lp_solve), handed in here
@@ -157,8 +165,18 @@ func (o *observed) Close() {
 	o.e.Close()
 }
 
-// handler routes every endpoint; "/" is the dashboard.
+// handler routes every endpoint; "/" is the dashboard. With --tokens the
+// status, the dashboard (its page, history, event stream and thumbnails)
+// and /metrics need an api token (Authorization: Bearer, or ?access_token=
+// for the browser's page, EventSource and img); /healthz and the
+// dashboard's static code (/dashboard/: no data) stay open.
 func (o *observed) handler() http.Handler {
+	api := func(h http.Handler) http.Handler { return o.auth.Require(auth.API, true, h) }
+	logs := &auth.LogLimiter{Clock: clock.Real{}, Log: o.log, Every: 10 * time.Second}
+	o.auth.OnRefuse(func(r *http.Request) {
+		o.mx.HTTPRefused("unauthorized")
+		logs.Warn("unauthorized", "HTTP API request refused: no valid api token", "method", r.Method, "path", r.URL.Path, "client", r.RemoteAddr)
+	})
 	mux := http.NewServeMux()
 	if o.ws != nil {
 		h := o.ws.Handler()
@@ -166,20 +184,25 @@ func (o *observed) handler() http.Handler {
 			mux.Handle(p, h)
 		}
 	}
-	mux.Handle("GET /metrics", o.mx.Handler())
+	mux.Handle("GET /metrics", api(o.mx.Handler()))
 	d := o.rec.Handler()
-	for _, p := range []string{"GET /{$}", "GET /dashboard/", "GET /v1/dashboard", "GET /v1/dashboard/events"} {
-		mux.Handle(p, d)
+	for _, p := range []string{"GET /{$}", "GET /v1/dashboard", "GET /v1/dashboard/events"} {
+		mux.Handle(p, api(d))
 	}
+	mux.Handle("GET /dashboard/", d)
 	// Thumbnails are camera pixels: they need a token when ingest does
-	// (the page passes its own ?access_token= on).
-	if o.ws != nil {
+	// (the page passes its own ?access_token= on), an api token with
+	// --tokens.
+	switch {
+	case o.auth.GatesAPI():
+		mux.Handle("GET /v1/thumbs/{stream}", api(d))
+	case o.ws != nil:
 		mux.Handle("GET /v1/thumbs/{stream}", o.ws.RequireToken(d))
-	} else {
+	default:
 		mux.Handle("GET /v1/thumbs/{stream}", d)
 	}
 	st := statusHandler(o.e)
-	mux.Handle("GET /v1/status", st)
+	mux.Handle("GET /v1/status", api(st))
 	mux.Handle("GET /healthz", st)
 	try := "/ for the dashboard, /metrics, /v1/status"
 	if o.ws != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -43,6 +44,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	ox := addONNXFlags(fs)
 	kx := addKServeFlags(fs)
 	wf := addWhipFlags(fs)
+	af := addAuthFlags(fs)
 	cf := addCameraFlags(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -135,12 +137,25 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	defer obs.Close()
 	e := obs.e
+	if obs.auth, err = af.load("serve", log); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitInvalid
+	}
 	closeWhip, err := wf.attach("serve", *listen, app, obs, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid
 	}
 	defer closeWhip()
+	metricsAddr, ms, err := obs.serveMetrics(*af.metricsListen)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
+		return exitFailure
+	}
+	if ms != nil {
+		defer ms.Close()
+		log.Info("serving /metrics without a token", "metrics_listen", "http://"+metricsAddr+"/metrics")
+	}
 	base, srv, err := obs.serveHTTP(*listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
@@ -317,9 +332,10 @@ func statusHandler(e *coordinator.Engine) http.Handler {
 }
 
 func runStatus(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("status", "[--server URL] [-o table|json]", stderr)
+	fs := newFlags("status", "[--server URL] [-o table|json] [--token-env VAR]", stderr)
 	server := fs.String("server", "http://127.0.0.1:8080", "the mdag serve address")
 	out := fs.String("o", "table", "output: table or json")
+	tokenEnv := fs.String("token-env", "MDAG_TOKEN", "environment variable holding an api bearer token (a server started with --tokens needs one); not a flag, so it stays out of the shell's history")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -328,12 +344,24 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(strings.TrimRight(*server, "/") + "/v1/status")
+	req, err := http.NewRequest("GET", strings.TrimRight(*server, "/")+"/v1/status", nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag status: --server %q: %v\n", *server, err)
+		return exitInvalid
+	}
+	if tok := os.Getenv(*tokenEnv); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag status: %v\n", err)
 		return exitFailure
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized {
+		fmt.Fprintf(stderr, "mdag status: %s answered %s: the server has --tokens; put an api token in $%s\n", *server, resp.Status, *tokenEnv)
+		return exitFailure
+	}
 	if resp.StatusCode != http.StatusOK {
 		fmt.Fprintf(stderr, "mdag status: %s answered %s\n", *server, resp.Status)
 		return exitFailure
@@ -350,7 +378,13 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	writeStatusTable(stdout, st)
 	// WebRTC ingest's admission (refused, pending, shed streams), where
 	// the server has it.
-	if resp, err := c.Get(strings.TrimRight(*server, "/") + "/v1/ingest"); err == nil {
+	if req, err = http.NewRequest("GET", strings.TrimRight(*server, "/")+"/v1/ingest", nil); err != nil {
+		return exitOK
+	}
+	if tok := os.Getenv(*tokenEnv); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	if resp, err := c.Do(req); err == nil {
 		var adm ingest.Admission
 		if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&adm) == nil {
 			writeIngestLine(stdout, adm)

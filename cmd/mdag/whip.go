@@ -17,6 +17,7 @@ import (
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/ingest/whip"
+	"github.com/mdag/mdag/internal/auth"
 	"github.com/mdag/mdag/modules/cv"
 )
 
@@ -24,6 +25,10 @@ import (
 type whipFlags struct {
 	tokenFile  *string
 	open       *bool
+	offerRate  *float64
+	offerBurst *float64
+	ipRate     *float64
+	ipBurst    *float64
 	maxStreams *int
 	maxPending *int
 	connect    *time.Duration
@@ -65,9 +70,14 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 	fs.Var(origins, "allow-origin", "web origin (scheme://host[:port]) whose pages may call WHIP and /v1/streams from a browser, "+
 		"repeated or comma-separated; * allows any page; default: only this server's own pages")
 	return &whipFlags{
-		origins:    origins,
-		tokenFile:  fs.String("token-file", "", "bearer tokens accepted for WHIP and results, one per line (# comments); none: open, allowed only on a loopback --listen unless --open"),
+		origins: origins,
+		tokenFile: fs.String("token-file", "", "the simple form of --tokens: plaintext bearer tokens accepted for WHIP (every app) and results, one per line (# comments); "+
+			"the API stays open; none and no --tokens: open, allowed only on a loopback --listen unless --open"),
 		open:       fs.Bool("open", false, "accept WHIP streams without a token on a non-loopback --listen"),
+		offerRate:  fs.Float64("offer-rate", 20, "WHIP offers (POST) per second accepted from all clients together; more get 429 with Retry-After (0: no limit)"),
+		offerBurst: fs.Float64("offer-burst", 100, "WHIP offers accepted at once before --offer-rate applies"),
+		ipRate:     fs.Float64("offer-rate-ip", 2, "WHIP offers per second accepted from one client IP; more get 429 with Retry-After (0: no limit)"),
+		ipBurst:    fs.Float64("offer-burst-ip", 20, "WHIP offers accepted at once from one client IP before --offer-rate-ip applies"),
 		maxStreams: fs.Int("max-streams", 64, "most admitted WHIP streams at once (a stream is admitted when its first frame decodes); more get 503 with Retry-After"),
 		maxPending: fs.Int("max-pending", 0, "most WHIP streams waiting for their first frame at once (default --max-streams); more get 503"),
 		connect:    fs.Duration("connect-timeout", 10*time.Second, "end a WHIP stream whose first frame has not decoded this long after its offer"),
@@ -87,8 +97,9 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 
 // server builds the WHIP server for app on e, refusing an open server on a
 // non-loopback address unless --open. It says at startup how it is secured.
-func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, log *slog.Logger) (*whip.Server, error) {
-	cfg := whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Scale: scaler, MaxStreams: *wf.maxStreams,
+func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, store *auth.Store, log *slog.Logger) (*whip.Server, error) {
+	cfg := whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Scale: scaler, MaxStreams: *wf.maxStreams, Auth: store,
+		OfferRates: auth.Rates{PerClient: *wf.ipRate, PerClientBurst: *wf.ipBurst, Global: *wf.offerRate, GlobalBurst: *wf.offerBurst},
 		MaxPending: *wf.maxPending, ConnectTimeout: *wf.connect, CPUCores: *wf.cores, CPUCeiling: *wf.ceiling,
 		StreamCost: *wf.streamCost, ShedAfter: *wf.shedAfter, MachineWide: *wf.cpuMachine, Oversize: whip.Oversize(*wf.oversize),
 		AllowOrigins: *wf.origins, Log: log}
@@ -120,6 +131,10 @@ func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, lo
 		return nil, fmt.Errorf("mdag %s: --stream-cost %g: want > 0 cores", cmd, *wf.streamCost)
 	case *wf.shedAfter == 0:
 		return nil, fmt.Errorf("mdag %s: --shed-after 0: want a duration (negative: never shed)", cmd)
+	case *wf.offerRate < 0 || *wf.ipRate < 0:
+		return nil, fmt.Errorf("mdag %s: --offer-rate %g, --offer-rate-ip %g: want >= 0 (0: no limit)", cmd, *wf.offerRate, *wf.ipRate)
+	case *wf.offerBurst < 1 || *wf.ipBurst < 1:
+		return nil, fmt.Errorf("mdag %s: --offer-burst %g, --offer-burst-ip %g: want >= 1", cmd, *wf.offerBurst, *wf.ipBurst)
 	}
 	w, h, err := parseSize(*wf.maxRes)
 	if err != nil || w <= 0 || h <= 0 {
@@ -141,6 +156,9 @@ func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, lo
 		}
 		cfg.PublicIPs = []string{*wf.publicIP}
 	}
+	if *wf.tokenFile != "" && store != nil {
+		return nil, fmt.Errorf("mdag %s: --token-file and --tokens: give one (--token-file is the simple form: plaintext tokens for every app)", cmd)
+	}
 	if *wf.tokenFile != "" {
 		toks, err := readTokens(*wf.tokenFile)
 		if err != nil {
@@ -148,9 +166,9 @@ func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, lo
 		}
 		cfg.Tokens = toks
 	}
-	if len(cfg.Tokens) == 0 && !loopback(listen) && !*wf.open {
-		return nil, fmt.Errorf("mdag %s: --listen %s is not a loopback address and no --token-file is given: "+
-			"anyone who can reach it could stream into the app; give --token-file FILE, or --open to accept that", cmd, listen)
+	if len(cfg.Tokens) == 0 && store == nil && !loopback(listen) && !*wf.open {
+		return nil, fmt.Errorf("mdag %s: --listen %s is not a loopback address and no --tokens or --token-file is given: "+
+			"anyone who can reach it could stream into the app; give --tokens FILE (mdag token new), or --open to accept that", cmd, listen)
 	}
 	srv, err := whip.New(cfg, sink)
 	if err != nil {
@@ -164,11 +182,15 @@ func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, lo
 	adm := srv.Admission()
 	log.Info("WHIP admission", "max_streams", adm.MaxStreams, "max_pending", adm.MaxPending, "connect_timeout", *wf.connect,
 		"cpu_capacity_cores", adm.CapacityCores, "stream_cost_cores", adm.StreamCost, "shed_after", *wf.shedAfter)
-	if srv.Open() {
-		log.Warn("WHIP ingest is open: no bearer token is required (give --token-file to require one)", "listen", listen)
-	} else {
-		log.Info("WHIP ingest requires a bearer token", "tokens", len(cfg.Tokens))
+	switch {
+	case srv.Open():
+		log.Warn("WHIP ingest is open: no bearer token is required (give --tokens to require one)", "listen", listen)
+	case store != nil:
+		log.Info("WHIP ingest requires an ingest token for the app", "ingest_tokens", store.Count(auth.Ingest))
+	default:
+		log.Info("WHIP ingest requires a bearer token (--token-file: every app; the API is open)", "tokens", len(cfg.Tokens))
 	}
+	log.Info("WHIP offer rate limits", "per_ip_per_s", *wf.ipRate, "per_ip_burst", *wf.ipBurst, "global_per_s", *wf.offerRate, "global_burst", *wf.offerBurst)
 	return srv, nil
 }
 
@@ -216,7 +238,7 @@ func loopback(listen string) bool {
 // attach builds the WHIP server from the flags (server) and adds it to
 // obs (setWhip); the func it returns closes the server.
 func (wf *whipFlags) attach(cmd, listen string, app *dag.App, obs *observed, log *slog.Logger) (func(), error) {
-	ws, err := wf.server(cmd, listen, app, obs.sink(), log)
+	ws, err := wf.server(cmd, listen, app, obs.sink(), obs.auth, log)
 	if err != nil {
 		return nil, err
 	}

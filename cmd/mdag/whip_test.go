@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/ingest/whip"
+	"github.com/mdag/mdag/internal/auth"
 	"github.com/mdag/mdag/media"
 )
 
@@ -61,7 +64,7 @@ func TestAllowOriginFlag(t *testing.T) {
 				t.Fatal(err)
 			}
 			var logs bytes.Buffer
-			srv, err := wf.server("serve", "127.0.0.1:0", app, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+			srv, err := wf.server("serve", "127.0.0.1:0", app, nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -163,6 +166,75 @@ func TestClientServerEnded(t *testing.T) {
 			want := "mdag client: stream " + stream + ": "
 			if r.code != exitEnded || !strings.Contains(r.err, want) || !strings.Contains(r.err, c.says) || !strings.Contains(r.out, c.says) {
 				t.Errorf("exit %d, want %d; stderr %q, want %q...%q; stdout %q", r.code, exitEnded, r.err, want, c.says, r.out)
+			}
+		})
+	}
+}
+
+// TestWhipTokensFlags: --tokens secures a non-loopback --listen (no --open
+// needed) and WHIP then takes ingest tokens for the app only; --tokens
+// and --token-file together are refused; so are bad offer rates; neither
+// on a non-loopback address is refused without --open.
+func TestWhipTokensFlags(t *testing.T) {
+	app, _, err := examples.Parse("traffic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "tokens.txt")
+	if err := os.WriteFile(tokenFile, []byte("plain-token-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		args   []string
+		store  bool
+		listen string
+		says   string // "": accepted
+	}{
+		{"tokens on a public address", nil, true, "0.0.0.0:8080", ""},
+		{"no tokens on a public address", nil, false, "0.0.0.0:8080", "no --tokens or --token-file"},
+		{"token-file on a public address", []string{"--token-file", tokenFile}, false, "0.0.0.0:8080", ""},
+		{"both", []string{"--token-file", tokenFile}, true, "127.0.0.1:0", "--token-file and --tokens: give one"},
+		{"negative rate", []string{"--offer-rate-ip", "-1"}, false, "127.0.0.1:0", "--offer-rate-ip -1"},
+		{"burst below one", []string{"--offer-burst", "0.5"}, false, "127.0.0.1:0", "want >= 1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+			wf := addWhipFlags(fs)
+			if err := fs.Parse(c.args); err != nil {
+				t.Fatal(err)
+			}
+			var store *auth.Store
+			if c.store {
+				store = testTokens(t)
+			}
+			srv, err := wf.server("serve", c.listen, app, nil, store, slog.New(slog.DiscardHandler))
+			if c.says != "" {
+				if err == nil || !strings.Contains(err.Error(), c.says) {
+					t.Fatalf("error %v, want one saying %q", err, c.says)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			if srv.Open() {
+				t.Fatal("the server is open")
+			}
+			if !c.store {
+				return
+			}
+			// The api token cannot stream; the ingest token's app is traffic.
+			for tok, want := range map[string]int{testAPIToken: 401, testIngestToken: 415} {
+				req := httptest.NewRequest(http.MethodPost, "/whip/traffic", strings.NewReader("x"))
+				req.Header.Set("Authorization", "Bearer "+tok)
+				w := httptest.NewRecorder()
+				srv.Handler().ServeHTTP(w, req)
+				if w.Code != want {
+					t.Errorf("POST with %s: %d %q, want %d", tok, w.Code, w.Body.String(), want)
+				}
 			}
 		})
 	}

@@ -68,6 +68,9 @@ const (
 	RefusedSession      = "session"       // the sink (engine) refused: Admitter
 	RefusedRecvonly     = "recvonly"      // the offer does not send video
 	RefusedShutdown     = "shutdown"      // the server is closing
+	RefusedRateLimit    = "rate-limit"    // too many offers from the client or in all (429)
+	RefusedUnauthorized = "unauthorized"  // no valid token for the request (401; WHIP, results, the API)
+	RefusedTokenLimit   = "token-limit"   // the token's MaxStreams are live (429)
 )
 
 // How a stream ended (the label values of the ended-streams counter; a

@@ -68,13 +68,3 @@ func stripDefaultPort(host string) string {
 	}
 	return host
 }
-
-// bearer is the token of an Authorization header with the Bearer scheme,
-// which is case-insensitive (RFC 9110 11.1): "bearer x" and "BEARER x" too.
-func bearer(h string) (string, bool) {
-	scheme, tok, ok := strings.Cut(strings.TrimSpace(h), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	return strings.TrimSpace(tok), true
-}

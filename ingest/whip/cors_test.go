@@ -125,12 +125,12 @@ func TestBearerScheme(t *testing.T) {
 		{"BEARER s3cret", 200, ""},
 		{"bEaReR s3cret", 200, ""},
 		{"Bearer   s3cret  ", 200, ""},
-		{"Bearer S3CRET", 401, "not valid"},
-		{"bearer wrong", 401, "not valid"},
-		{"Bearer", 401, "required"},
-		{"Bearers3cret", 401, "required"},
-		{"Basic s3cret", 401, "required"},
-		{"", 401, "required"},
+		{"Bearer S3CRET", 401, "unauthorized"},
+		{"bearer wrong", 401, "unauthorized"},
+		{"Bearer", 401, "unauthorized"},
+		{"Bearers3cret", 401, "unauthorized"},
+		{"Basic s3cret", 401, "unauthorized"},
+		{"", 401, "unauthorized"},
 	}
 	for _, c := range cases {
 		t.Run(c.header, func(t *testing.T) {

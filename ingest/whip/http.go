@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/internal/auth"
 )
 
 //go:embed static
@@ -31,7 +32,7 @@ func (s *Server) handlePage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
-	if !s.cors(w, r) || !s.authorized(w, r, true) {
+	if !s.cors(w, r) || !s.apiAllowed(w, r, true) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -40,10 +41,11 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	_ = enc.Encode(s.Streams())
 }
 
-// handleAdmission serves the admission state; it is counts only (like
-// /v1/status and /metrics), so it needs no token.
+// handleAdmission serves the admission state; it is counts only, so in
+// the simple form (--token-file) it needs no token; with a tokens file it
+// needs an api token, like /v1/status.
 func (s *Server) handleAdmission(w http.ResponseWriter, r *http.Request) {
-	if !s.cors(w, r) {
+	if !s.cors(w, r) || !s.apiAllowed(w, r, false) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -59,11 +61,18 @@ const sseKeepAlive = 15 * time.Second
 // handleResults streams a stream's results as Server-Sent Events: event
 // "result" (data: Result JSON, id: the frame number) per frame, "end"
 // (data: why) when the stream ends.
+//
+// It needs an api token or an ingest token for the stream's app; a valid
+// token for another app gets the same 404 as a stream that does not exist.
 func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
-	if !s.cors(w, r) || !s.authorized(w, r, true) {
+	var tok *auth.Token
+	if !s.cors(w, r) || !s.allowed(w, r, true, func(t *auth.Token) bool { tok = t; return t.Has(auth.API) || t.Has(auth.Ingest) }) {
 		return
 	}
 	st := s.lookup(r.PathValue("id"))
+	if st != nil && tok != nil && !tok.Has(auth.API) && !tok.MayStream(string(st.app)) {
+		st = nil
+	}
 	if st == nil {
 		httpError(w, http.StatusNotFound, fmt.Sprintf("no live stream %q", r.PathValue("id")))
 		return

@@ -2,13 +2,13 @@ package whip
 
 import (
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"runtime"
 	"slices"
@@ -23,6 +23,7 @@ import (
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/internal/auth"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/internal/defaults"
 	"github.com/mdag/mdag/media"
@@ -54,9 +55,19 @@ type Config struct {
 	// order of preference: a stream is answered with the first of them its
 	// offer has (default DefaultCodecs).
 	Codecs []string
-	// Tokens are the accepted bearer tokens; none: open (the caller decides
-	// whether that is allowed, see OpenOK).
+	// Tokens are the accepted bearer tokens in the simple form (each may
+	// stream into every app and read results; the API stays open); none
+	// and no Auth: open (the caller decides whether that is allowed).
 	Tokens []string
+	// Auth, when set, replaces Tokens: the tokens of a tokens file, each
+	// with its role (ingest tokens POST to their apps only; /v1/streams
+	// and /v1/ingest need an api token when Auth.GatesAPI), its stream
+	// limit and its resolution and fps caps (see internal/auth).
+	Auth *auth.Store
+	// OfferRates limits WHIP POSTs per client IP and in all (token
+	// buckets on Clock); above them a POST gets 429 with Retry-After.
+	// Zero: no limit.
+	OfferRates auth.Rates
 	// AllowOrigins are the web origins (scheme://host[:port]) whose pages
 	// may call WHIP and /v1/streams from a browser (CORS); "*": any page.
 	// The server's own origin (the request's Host) is always allowed; a
@@ -185,12 +196,16 @@ type Server struct {
 	clk  clock.Clock
 	log  *slog.Logger
 
-	origins map[string]bool // normalized AllowOrigins
+	origins map[string]bool  // normalized AllowOrigins
+	auth    *auth.Store      // nil: open
+	offers  *auth.Limiter    // nil: no rate limit on POST
+	logs    *auth.LogLimiter // refusals a client can cause are logged at most once per reason and interval
 	cameras atomic.Pointer[func() []ingest.Camera]
 
 	mu       sync.Mutex
 	streams  map[string]*stream
-	reserved int // POSTs between the limit check and the stream's creation
+	reserved int            // POSTs between the limit check and the stream's creation
+	byToken  map[string]int // streams (live and reserved) per token name, for its MaxStreams
 	closed   bool
 	wg       sync.WaitGroup
 	ended    []StreamInfo              // the last streams that ended, newest last
@@ -241,13 +256,17 @@ func New(cfg Config, sink Sink) (*Server, error) {
 		return nil, fmt.Errorf("whip: CPU ceiling %g: want a share of the cores in (0, 1]", cfg.CPUCeiling)
 	}
 	s := &Server{cfg: cfg, sink: sink, api: api, clk: cfg.Clock, log: cfg.Log, streams: map[string]*stream{},
-		totals: map[string]*ingest.Totals{}, origins: origins}
+		totals: map[string]*ingest.Totals{}, origins: origins, auth: cfg.Auth, byToken: map[string]int{},
+		offers: auth.NewLimiter(cfg.OfferRates, cfg.Clock), logs: &auth.LogLimiter{Clock: cfg.Clock, Log: cfg.Log, Every: 10 * time.Second}}
+	if s.auth == nil && len(cfg.Tokens) > 0 {
+		s.auth = auth.FromPlain(cfg.Tokens)
+	}
 	s.armLoad()
 	return s, nil
 }
 
 // Open reports whether the server accepts streams without a token.
-func (s *Server) Open() bool { return len(s.cfg.Tokens) == 0 }
+func (s *Server) Open() bool { return s.auth.Len() == 0 }
 
 // Handler serves:
 //
@@ -297,48 +316,90 @@ func httpError(w http.ResponseWriter, code int, msg string) {
 	fmt.Fprintln(w, msg)
 }
 
-// authorized checks the bearer token (header, or access_token in the query
-// for EventSource, which cannot set headers; RFC 6750 2.3).
 // RequireToken wraps h so that, when the server has tokens, a request
 // needs one (Authorization: Bearer, or access_token in the query, for
-// browsers' img and EventSource). The dashboard's stream thumbnails use it:
-// they are camera pixels.
+// browsers' img and EventSource) with the api role. The dashboard's stream
+// thumbnails use it: they are camera pixels.
 func (s *Server) RequireToken(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.authorized(w, r, true) {
+		if s.allowed(w, r, true, func(t *auth.Token) bool { return t.Has(auth.API) }) {
 			h.ServeHTTP(w, r)
 		}
 	})
 }
 
-func (s *Server) authorized(w http.ResponseWriter, r *http.Request, query bool) bool {
+// allowed checks the request's bearer token (the header, or where query
+// is set the access_token parameter, RFC 6750 2.3: EventSource cannot set
+// headers) with may; an open server allows everything. Every failure,
+// a missing token, an unknown one or one without the right (another app,
+// another role), gets the same 401 (auth.Unauthorized), counted and
+// logged (rate-limited) under reason unauthorized.
+func (s *Server) allowed(w http.ResponseWriter, r *http.Request, query bool, may func(*auth.Token) bool) bool {
 	if s.Open() {
 		return true
 	}
-	tok, ok := bearer(r.Header.Get("Authorization"))
-	if !ok && query {
-		tok, ok = r.URL.Query().Get("access_token"), r.URL.Query().Has("access_token")
+	tok, _ := auth.Bearer(r, query)
+	if t := s.auth.Lookup(tok); t != nil && may(t) {
+		return true
 	}
-	if ok {
-		for _, t := range s.cfg.Tokens {
-			if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(t)) == 1 {
-				return true
-			}
-		}
-	}
-	w.Header().Set("WWW-Authenticate", `Bearer realm="mdag"`)
-	if !ok {
-		httpError(w, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer TOKEN)")
-	} else {
-		httpError(w, http.StatusUnauthorized, "the bearer token is not valid")
-	}
+	s.countRefused(s.appLabel(r.PathValue("app")), RefusedUnauthorized)
+	s.logs.Warn(RefusedUnauthorized, "HTTP request refused: no valid bearer token for it", "method", r.Method, "path", r.URL.Path, "client", clientIP(r))
+	auth.Unauthorized(w)
 	return false
+}
+
+// apiAllowed is allowed for the API endpoints (/v1/streams, /v1/ingest):
+// with a tokens file they need an api token; in the simple form any token
+// (/v1/streams) or none (/v1/ingest, counts only), as before.
+func (s *Server) apiAllowed(w http.ResponseWriter, r *http.Request, simpleNeedsToken bool) bool {
+	if !s.auth.GatesAPI() && !simpleNeedsToken {
+		return true
+	}
+	return s.allowed(w, r, true, func(t *auth.Token) bool { return t.Has(auth.API) })
+}
+
+// appLabel is the app a refusal is counted under: the app when it is
+// deployed, else AppUnknown (a path's name must not make a new series).
+func (s *Server) appLabel(app string) dag.AppID {
+	if _, ok := s.cfg.Apps[dag.AppID(app)]; ok {
+		return dag.AppID(app)
+	}
+	return AppUnknown
+}
+
+// AppUnknown is the app label of refusals of requests for no deployed app.
+const AppUnknown = "-"
+
+// clientIP is the request's peer address without its port (proxies'
+// X-Forwarded-For is not trusted: any client can send one).
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 const maxOffer = 64 << 10
 
 func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
-	if !s.cors(w, r) || !s.authorized(w, r, false) {
+	if !s.cors(w, r) {
+		return
+	}
+	// The rate limit comes first: a flood of guessed tokens is a flood.
+	if ok, scope, retry := s.offers.Allow(clientIP(r)); !ok {
+		s.countRefused(s.appLabel(r.PathValue("app")), RefusedRateLimit)
+		s.logs.Warn(RefusedRateLimit, "WHIP offers rate-limited", "scope", scope, "client", clientIP(r), "retry_after", retry)
+		w.Header().Set("Retry-After", strconv.Itoa(int(retry.Seconds())))
+		what := "from this address"
+		if scope == auth.ScopeGlobal {
+			what = "in all"
+		}
+		httpError(w, http.StatusTooManyRequests, fmt.Sprintf("too many WHIP offers %s; retry in %d s", what, int(retry.Seconds())))
+		return
+	}
+	var tok *auth.Token
+	if !s.allowed(w, r, false, func(t *auth.Token) bool { tok = t; return t.MayStream(r.PathValue("app")) }) {
 		return
 	}
 	app := dag.AppID(r.PathValue("app"))
@@ -347,6 +408,7 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, fmt.Sprintf("unknown app %q (deployed: %s)", app, s.appList()))
 		return
 	}
+	caps := s.capsFor(fps, tok)
 	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(strings.ToLower(ct), "application/sdp") {
 		httpError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: a WHIP offer is application/sdp", ct))
 		return
@@ -386,9 +448,18 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		unavailable(reason, msg)
 		return
 	}
-	st, answer, code, err := s.start(app, fps, string(body), pick)
+	if msg := s.reserveToken(tok); msg != "" {
+		s.unreserve()
+		s.countRefused(app, RefusedTokenLimit)
+		s.logs.Warn(RefusedTokenLimit, "whip stream refused", "app", app, "token", tok.Name, "why", msg)
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, s.cfg.RetryAfter.Round(time.Second).Seconds()))))
+		httpError(w, http.StatusTooManyRequests, msg)
+		return
+	}
+	st, answer, code, err := s.start(app, caps, string(body), pick)
 	if err != nil {
 		s.unreserve()
+		s.unreserveToken(caps.token)
 		httpError(w, code, err.Error())
 		return
 	}
@@ -506,13 +577,14 @@ func newID() string {
 // start creates the stream (pending: it joins the app's session when its
 // first frame decodes), answers the offer and waits for ICE gathering (the
 // answer carries every candidate).
-func (s *Server) start(app dag.AppID, fps float64, offer string, pick offeredCodec) (*stream, string, int, error) {
+func (s *Server) start(app dag.AppID, caps streamCaps, offer string, pick offeredCodec) (*stream, string, int, error) {
 	id := newID()
 	pc, err := s.api.NewPeerConnection(webrtc.Configuration{})
 	if err != nil {
 		return nil, "", http.StatusInternalServerError, fmt.Errorf("peer connection: %v", err)
 	}
-	st := newStream(s, id, app, fps, pc)
+	st := newStream(s, id, app, caps.fps, pc)
+	st.maxW, st.maxH = caps.maxW, caps.maxH
 	fail := func(code int, err error) (*stream, string, int, error) {
 		st.endAs(EndSetupFailed, "setup failed: "+err.Error())
 		return nil, "", code, err
@@ -553,10 +625,12 @@ func (s *Server) start(app dag.AppID, fps float64, offer string, pick offeredCod
 	}
 	s.reserved--
 	s.streams[id] = st
+	st.token = caps.token // from here, removed gives the token's slot back
 	s.mu.Unlock()
 	st.armIdle()
 	st.armConnect()
-	s.log.Info("whip stream started (pending until its first frame decodes)", "app", app, "stream", id, "fps", fps)
+	s.log.Info("whip stream started (pending until its first frame decodes)", "app", app, "stream", id, "fps", caps.fps,
+		"max_resolution", fmt.Sprintf("%dx%d", caps.maxW, caps.maxH), "token", caps.token)
 	return st, pc.LocalDescription().SDP, 0, nil
 }
 
@@ -567,7 +641,7 @@ func (s *Server) lookup(id string) *stream {
 }
 
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
-	if !s.cors(w, r) || !s.authorized(w, r, false) {
+	if !s.cors(w, r) || !s.allowed(w, r, false, func(t *auth.Token) bool { return t.Has(auth.API) || t.MayStream(r.PathValue("app")) }) {
 		return
 	}
 	st := s.lookup(r.PathValue("id"))
@@ -584,6 +658,7 @@ func (s *Server) removed(st *stream, info StreamInfo) {
 	s.mu.Lock()
 	if s.streams[st.id] == st {
 		delete(s.streams, st.id)
+		s.releaseTokenLocked(st.token)
 	}
 	s.ended = append(s.ended, info)
 	t := s.totalsLocked(info.App)

@@ -398,9 +398,10 @@ func (s *simulcast) rankedLocked() []*layer {
 }
 
 // fitLocked is the index in ranked of the layer that fits the app: the
-// smallest covering MaxWidth x MaxHeight, else the largest.
+// smallest covering the stream's limit (MaxWidth x MaxHeight, or its
+// token's), else the largest.
 func (s *simulcast) fitLocked(ranked []*layer) int {
-	mw, mh := s.st.s.cfg.MaxWidth, s.st.s.cfg.MaxHeight
+	mw, mh := s.st.limit()
 	for i, l := range ranked {
 		if l.w >= mw && l.h >= mh {
 			return i

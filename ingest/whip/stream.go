@@ -59,6 +59,9 @@ type StreamInfo struct {
 	// comes from: "whip", or a camera's URL (without its password).
 	Codec  string `json:"codec,omitempty"`
 	Source string `json:"source,omitempty"`
+	// Token is the name of the token the stream was started with (never
+	// the secret); "" on an open server.
+	Token string `json:"token,omitempty"`
 	// Waiting says why a camera's stream has no frames now ("camera
 	// lost: ...; reconnecting"); CameraLost counts the times its camera
 	// went away and GapMS the time without frames since (all gaps).
@@ -147,16 +150,21 @@ type admState struct {
 }
 
 type stream struct {
-	s       *Server
-	id      string
-	app     dag.AppID
-	fps     float64
-	pc      *webrtc.PeerConnection // nil for a Feed (a camera)
-	codec   string                 // negotiated (vp8, h264) or the camera's (h264, h265)
-	source  string                 // "whip" or the camera's URL, redacted
-	started time.Time
-	c       counters
-	adm     admState // guarded by s.mu
+	s   *Server
+	id  string
+	app dag.AppID
+	fps float64
+	// maxW x maxH bound its frames (0: the server's limit; a token's cap
+	// when smaller, see limit). token is its token's name ("": none), set under s.mu
+	// once it is in s.streams.
+	maxW, maxH int
+	token      string
+	pc         *webrtc.PeerConnection // nil for a Feed (a camera)
+	codec      string                 // negotiated (vp8, h264) or the camera's (h264, h265)
+	source     string                 // "whip" or the camera's URL, redacted
+	started    time.Time
+	c          counters
+	adm        admState // guarded by s.mu
 
 	mu        sync.Mutex
 	subs      map[chan Result]struct{}
@@ -284,7 +292,7 @@ func (st *stream) endAs(kind, why string) {
 
 func (st *stream) info() StreamInfo {
 	st.s.mu.Lock()
-	state, load := StatePending, st.adm.load
+	state, load, token := StatePending, st.adm.load, st.token
 	if st.adm.admitted {
 		state = StateAdmitted
 	}
@@ -298,7 +306,7 @@ func (st *stream) info() StreamInfo {
 	if st.ended != "" {
 		state = StateEnded
 	}
-	return StreamInfo{Layer: layers.Layer, Layers: layers.Layers, LayerSwitches: layers.LayerSwitches, LayerDown: layers.LayerDown,
+	return StreamInfo{Token: token, Layer: layers.Layer, Layers: layers.Layers, LayerSwitches: layers.LayerSwitches, LayerDown: layers.LayerDown,
 		ID: st.id, App: string(st.app), Started: st.started, State: state, Ended: st.ended, EndKind: st.endKind, Load: load,
 		Codec: st.codec, Source: st.source, Waiting: st.waiting, CameraLost: st.c.cameraLost.Load(), GapMS: float64(st.c.gap.Load()) / 1e6,
 		Width: st.w, Height: st.h,
@@ -809,7 +817,7 @@ func (st *stream) fail(err error) {
 // fit applies the resolution limit: frames above it are scaled down to fit
 // (aspect kept) or refused, as configured.
 func (st *stream) fit(f *media.Frame) (*media.Frame, error) {
-	mw, mh := st.s.cfg.MaxWidth, st.s.cfg.MaxHeight
+	mw, mh := st.limit()
 	if f.W <= mw && f.H <= mh {
 		st.setSize(f.W, f.H)
 		return f, nil
@@ -825,6 +833,15 @@ func (st *stream) fit(f *media.Frame) (*media.Frame, error) {
 	}
 	st.setSize(w, h)
 	return out, nil
+}
+
+// limit is the stream's resolution limit: its own (a token's cap) when
+// set, else the server's.
+func (st *stream) limit() (w, h int) {
+	if st.maxW > 0 && st.maxH > 0 {
+		return st.maxW, st.maxH
+	}
+	return st.s.cfg.MaxWidth, st.s.cfg.MaxHeight
 }
 
 func (st *stream) setSize(w, h int) {

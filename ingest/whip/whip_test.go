@@ -312,8 +312,8 @@ func TestHTTPErrors(t *testing.T) {
 		want                                   int
 		says                                   string
 	}{
-		{"no token", "POST", "/whip/face", "application/sdp", goodOffer, "", 401, "bearer token is required"},
-		{"bad token", "POST", "/whip/face", "application/sdp", goodOffer, "nope", 401, "not valid"},
+		{"no token", "POST", "/whip/face", "application/sdp", goodOffer, "", 401, "unauthorized: a valid bearer token"},
+		{"bad token", "POST", "/whip/face", "application/sdp", goodOffer, "nope", 401, "unauthorized: a valid bearer token"},
 		{"unknown app", "POST", "/whip/nope", "application/sdp", goodOffer, "s3cret", 404, `unknown app "nope" (deployed: face)`},
 		{"content type", "POST", "/whip/face", "text/plain", goodOffer, "s3cret", 415, "application/sdp"},
 		{"malformed", "POST", "/whip/face", "application/sdp", "hello", "s3cret", 400, "malformed SDP"},

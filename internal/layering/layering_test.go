@@ -43,6 +43,7 @@ var allowed = map[string][]string{
 	"internal/browsertest":  {},
 	"internal/layering":     {},
 	"internal/pki":          {},
+	"internal/auth":         {"internal/clock", "internal/yamlx"},
 	"ingest":                {},
 	"modules":               {"media"},
 	"dag":                   {"modules", "internal/yamlx"},
@@ -81,7 +82,7 @@ var allowed = map[string][]string{
 	"gpu/nvml":    {},
 	"ingest/vpx":  {"media"},
 	"ingest/avc":  {"media"},
-	"ingest/whip": {"dag", "ingest", "ingest/avc", "ingest/vpx", "internal/clock", "internal/defaults", "media"},
+	"ingest/whip": {"dag", "ingest", "ingest/avc", "ingest/vpx", "internal/auth", "internal/clock", "internal/defaults", "media"},
 	"ingest/rtsp": {"ingest", "internal/clock", "internal/yamlx"},
 	// the binary wires everything
 	"cmd/mdag": nil,

@@ -98,7 +98,7 @@ var (
 	ingestDiscard  = desc("ingest", "packets_discarded_total", "RTP packets discarded: not of the stream's codec, duplicates, late packets of frames already released or given up.", "app")
 	ingestRestarts = desc("ingest", "timeline_restarts_total", "Times a sender's RTP timestamps jumped back (a new timeline; capture clock re-anchored).", "app")
 	ingestPending  = desc("ingest", "pending_streams", "Ingest connections not yet admitted: no frame decoded yet (they are not in the app's session).", "app")
-	ingestRefused  = desc("ingest", "streams_refused_total", "WHIP offers refused, by reason (stream-limit, pending-limit, capacity, session, shutdown: 503; recvonly: 400).", "app", "reason")
+	ingestRefused  = desc("ingest", "streams_refused_total", "WHIP offers and ingest requests refused, by reason (stream-limit, pending-limit, capacity, session, shutdown: 503; recvonly: 400; rate-limit, token-limit: 429; unauthorized: 401, app - when the path names no deployed app).", "app", "reason")
 	ingestEnded    = desc("ingest", "streams_ended_total", "Ingest streams that ended, by kind (client, idle, connect-timeout, ice-failed, join-failed, stream-limit, capacity, overload, error, setup-failed, shutdown).", "app", "kind")
 	ingestCodecs   = desc("ingest", "codec_streams", "Live ingest streams by video codec (vp8, h264 over WHIP; h264, h265 from cameras).", "app", "codec")
 	ingestRefusedF = desc("ingest", "frames_refused_total", "Frames decoded but refused by the app's session (the stream is not in it, the coordinator is unreachable); 10 in a row end the stream (kind error).", "app")

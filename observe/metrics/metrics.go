@@ -56,6 +56,8 @@ type Metrics struct {
 	triggers *prometheus.CounterVec
 	replans  prometheus.Counter
 
+	httpRefused *prometheus.CounterVec
+
 	mu      sync.Mutex
 	ingest  func() []ingest.Totals
 	load    func() float64
@@ -126,6 +128,9 @@ func New(withRuntime bool) *Metrics {
 		triggers: f.counter("planner", "triggers_total",
 			"Events that asked for a re-plan: join, leave, scaling, ballooning, finish-rate (windows below target: more headroom), epoch, worker-registered, worker-lost, ingest, turn-off (a warm instance reached the turn-off delay).", "kind"),
 		replans: f.counter1("planner", "replans_total", "Plans applied (one plan may answer several triggers)."),
+
+		httpRefused: f.counter("http", "requests_refused_total",
+			"HTTP API requests refused (status, dashboard, thumbnails, /metrics with --tokens), by reason (unauthorized: 401); WHIP's refusals are mdag_ingest_streams_refused_total.", "reason"),
 	}
 	reg.MustRegister(ingestCollector{m}, gpuCollector{m}, cameraCollector{m}, grpcCollector{m})
 	if withRuntime {
@@ -408,4 +413,12 @@ func (m *Metrics) Replanned() {
 		return
 	}
 	m.replans.Inc()
+}
+
+// HTTPRefused counts an HTTP API request refused for reason.
+func (m *Metrics) HTTPRefused(reason string) {
+	if m == nil {
+		return
+	}
+	m.httpRefused.WithLabelValues(reason).Inc()
 }

@@ -59,6 +59,8 @@ func scripted() *Metrics {
 	m.Trigger("join")
 	m.Trigger("scaling")
 	m.Replanned()
+	m.HTTPRefused("unauthorized")
+	m.HTTPRefused("unauthorized")
 	m.SetIngest(func() []ingest.Totals {
 		return []ingest.Totals{{App: "traffic", Streams: 2, Pending: 1, Packets: 900, Frames: 300, Ingested: 100, Lost: 1, DecodeErrors: 0, PLIs: 3,
 			Discarded: 4, Restarts: 1, CameraLost: 2, FramesRefused: 5, Codecs: map[string]int{"h264": 1, "vp8": 1}, Refused: map[string]uint64{"capacity": 4, "pending-limit": 1}, Ended: map[string]uint64{"client": 3, "overload": 1}}}
@@ -124,7 +126,7 @@ func TestLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := regexp.MustCompile(`^mdag_(session|module|scheduler|cluster|planner|ingest|gpu|grpc)_[a-z_]+$`)
+	name := regexp.MustCompile(`^mdag_(session|module|scheduler|cluster|planner|ingest|gpu|grpc|http)_[a-z_]+$`)
 	units := regexp.MustCompile(`_(total|seconds|ratio|bytes|size|dollars_per_hour|streams|instances|processes|available)$`)
 	for _, f := range fams {
 		n := f.GetName()

@@ -63,15 +63,21 @@ function merge(snap, full) {
   dirty = true;
 }
 
+// accessToken is the page's own ?access_token= (mdag serve --tokens: an
+// api token), passed on to every data request: EventSource and img
+// cannot set an Authorization header.
+const accessToken = new URLSearchParams(location.search).get("access_token");
+const authQuery = accessToken ? "access_token=" + encodeURIComponent(accessToken) : "";
+
 async function loadHistory() {
-  const resp = await fetch("/v1/dashboard", { cache: "no-store" });
+  const resp = await fetch("/v1/dashboard" + (authQuery ? "?" + authQuery : ""), { cache: "no-store" });
   if (!resp.ok) throw new Error("/v1/dashboard: " + resp.status);
   merge(await resp.json(), true);
 }
 
 function connect() {
   const conn = document.getElementById("conn");
-  const es = new EventSource("/v1/dashboard/events");
+  const es = new EventSource("/v1/dashboard/events" + (authQuery ? "?" + authQuery : ""));
   let broken = false;
   es.addEventListener("open", () => {
     conn.textContent = "live"; conn.className = "conn live";
@@ -225,8 +231,7 @@ function renderApp(id, a, span) {
   if (drops.length) sec.append(el("div", { class: "drops" }, "drops (module: reason = frames): " + drops.map(([k, v]) => `${k} = ${v}`).join(", ")));
   const thumbs = el("div", { class: "thumbs" });
   const stamp = Math.floor(state.now / 2000);
-  const token = new URLSearchParams(location.search).get("access_token");
-  const auth = token ? "&access_token=" + encodeURIComponent(token) : "";
+  const auth = authQuery ? "&" + authQuery : "";
   for (const s of a.thumbs || []) {
     thumbs.append(el("figure", {}, el("img", { src: `/v1/thumbs/${encodeURIComponent(s)}?t=${stamp}${auth}`, alt: "stream " + s, width: 160 }), el("figcaption", {}, s)));
   }

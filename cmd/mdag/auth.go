@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mdag/mdag/internal/auth"
+)
+
+// authFlags are the HTTP side's credentials of serve and coordinator
+// (every build: the API exists in the lean build too; WHIP's flags are
+// in whip.go).
+type authFlags struct {
+	tokens        *string
+	metricsListen *string
+}
+
+func addAuthFlags(fs interface {
+	String(name, value, usage string) *string
+}) *authFlags {
+	return &authFlags{
+		tokens: fs.String("tokens", "", "tokens file (YAML): per token its sha256 hash, role ingest or api, apps, max_streams, max_resolution, max_fps "+
+			"(mdag token new); with it the API (status, dashboard, /metrics, /v1/streams) needs an api token and WHIP an ingest token for its app"),
+		metricsListen: fs.String("metrics-listen", "", "also serve /metrics (and /healthz) on this address without a token, e.g. 127.0.0.1:9090 for a Prometheus scraper"),
+	}
+}
+
+// load reads --tokens (nil without one) and says how the API is guarded.
+func (af *authFlags) load(cmd string, log *slog.Logger) (*auth.Store, error) {
+	if *af.tokens == "" {
+		return nil, nil
+	}
+	s, err := auth.Load(*af.tokens)
+	if err != nil {
+		return nil, fmt.Errorf("mdag %s: --tokens: %w", cmd, err)
+	}
+	log.Info("HTTP API requires an api bearer token; WHIP an ingest token for its app", "tokens_file", *af.tokens,
+		"api_tokens", s.Count(auth.API), "ingest_tokens", s.Count(auth.Ingest))
+	if s.Count(auth.API) == 0 {
+		log.Warn("the tokens file has no api token: no one can read /v1/status, the dashboard or /metrics on --listen (--metrics-listen serves /metrics without one)")
+	}
+	return s, nil
+}
+
+// serveMetrics serves /metrics and /healthz on addr without a token, for
+// a scraper on a private address; "" serves nothing. It returns the
+// address and the server to close.
+func (o *observed) serveMetrics(addr string) (string, *http.Server, error) {
+	if addr == "" {
+		return "", nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", o.mx.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, fmt.Sprintf("no such endpoint: %s %s (this address serves /metrics and /healthz only)", r.Method, r.URL.Path), http.StatusNotFound)
+	})
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	return ln.Addr().String(), hs, nil
+}
+
+// runToken is mdag token: new prints a fresh token and its tokens-file
+// entry; hash prints the hash line of a token read from stdin (not the
+// command line, which shells keep in their history).
+func runToken(args []string, stdout, stderr io.Writer) int {
+	return tokenCmd(args, os.Stdin, stdout, stderr)
+}
+
+func tokenCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 || (args[0] != "new" && args[0] != "hash") {
+		fmt.Fprintln(stderr, "Usage: mdag token new --app APP [--name NAME] [--role ingest|api] [--max-streams N] [--max-resolution WxH] [--max-fps F]\n"+
+			"       mdag token hash < token.txt\n\n"+
+			"new prints a random token (give it to the client) and the entry to add to the --tokens file (only its sha256 is stored).\n"+
+			"hash prints the hash: line of a token read from stdin.")
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			return exitOK
+		}
+		return exitInvalid
+	}
+	if args[0] == "hash" {
+		fs := newFlags("token hash", "< token.txt", stderr)
+		if code, ok := parseFlags(fs, args[1:]); !ok {
+			return code
+		}
+		line, err := bufio.NewReader(io.LimitReader(stdin, 4096)).ReadString('\n')
+		if err != nil && err != io.EOF {
+			fmt.Fprintf(stderr, "mdag token hash: reading stdin: %v\n", err)
+			return exitFailure
+		}
+		h, err := auth.Hash(strings.TrimRight(line, "\r\n"))
+		if err != nil {
+			fmt.Fprintf(stderr, "mdag token hash: %v\n", err)
+			return exitInvalid
+		}
+		fmt.Fprintf(stdout, "hash: %s\n", h)
+		return exitOK
+	}
+	fs := newFlags("token new", "--app APP [flags]", stderr)
+	var apps stringList
+	fs.Var(&apps, "app", "app the token may stream into, repeated or comma-separated (* : every app); ingest tokens")
+	name := fs.String("name", "", "the token's name in logs and refusals (default: the app and a random suffix)")
+	role := fs.String("role", string(auth.Ingest), "ingest (stream into apps) or api (status, dashboard, metrics, streams)")
+	maxStreams := fs.Int("max-streams", 0, "most streams at once (0: the server's limit only)")
+	maxRes := fs.String("max-resolution", "", "largest frame WxH its streams are downscaled to (default: the server's)")
+	maxFPS := fs.Float64("max-fps", 0, "rate its frames are sampled to (0: the app's)")
+	if code, ok := parseFlags(fs, args[1:]); !ok {
+		return code
+	}
+	tok := auth.NewToken()
+	h, _ := auth.Hash(tok)
+	if *name == "" {
+		base := *role
+		if len(apps) > 0 && apps[0] != "*" {
+			base = apps[0]
+		}
+		*name = base + "-" + tok[len(tok)-6:]
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  - name: %s\n    hash: %s\n    role: %s\n", *name, h, *role)
+	if len(apps) > 0 {
+		q := make([]string, len(apps))
+		for i, a := range apps {
+			q[i] = strconv.Quote(a)
+		}
+		fmt.Fprintf(&b, "    apps: [%s]\n", strings.Join(q, ", "))
+	}
+	if *maxStreams != 0 {
+		fmt.Fprintf(&b, "    max_streams: %d\n", *maxStreams)
+	}
+	if *maxRes != "" {
+		fmt.Fprintf(&b, "    max_resolution: %s\n", *maxRes)
+	}
+	if *maxFPS != 0 {
+		fmt.Fprintf(&b, "    max_fps: %g\n", *maxFPS)
+	}
+	entry := b.String()
+	// The entry must load as it is printed: the same checks as --tokens.
+	if _, err := auth.Parse("the new entry", []byte("tokens:\n"+entry)); err != nil {
+		fmt.Fprintf(stderr, "mdag token new: %v\n", err)
+		return exitInvalid
+	}
+	fmt.Fprintf(stdout, "token: %s\n# give the token to the client (Authorization: Bearer TOKEN); add this entry under tokens: in the --tokens file:\n%s", tok, entry)
+	return exitOK
+}
+
+// stringList is a repeated or comma-separated string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
