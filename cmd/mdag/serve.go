@@ -44,6 +44,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	kx := addKServeFlags(fs)
 	wf := addWhipFlags(fs)
 	cf := addCameraFlags(fs)
+	stateDir := addStateFlag(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -128,6 +129,12 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(stderr, *verbose)
 	cfg.Log = log
+	closeState, err := openState("serve", *stateDir, &cfg, log)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitFailure
+	}
+	defer closeState() // after the engine's last save
 	obs, err := startObserved(cfg, limits, app, prof)
 	if err != nil {
 		printErrors(stderr, err)
