@@ -254,11 +254,13 @@ func (e *Engine) Close() {
 	e.mu.Unlock()
 	close(e.done)
 	e.wg.Wait()
-	if e.cfg.Store != nil {
+	if e.cfg.Store != nil && final != nil {
 		// The saver's write in progress ends first: the final state is
 		// the last one written.
-		close(e.ps.quit)
-		<-e.ps.saverDone
+		if e.ps.quit != nil {
+			close(e.ps.quit)
+			<-e.ps.saverDone
+		}
 		if err := e.cfg.Store.Save(final); err != nil {
 			e.log.Error("saving coordinator state at shutdown failed", "err", err)
 		}

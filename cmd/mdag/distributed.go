@@ -314,7 +314,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		case <-time.After(backoff):
 		case <-ctx.Done():
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, 2*time.Second) // a restarted coordinator is found within 2 s of being back
 	}
 	fmt.Fprintf(stdout, "worker %s stopped\n", *id)
 	return exitOK

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,6 +126,32 @@ func TestMultiProcessRestart(t *testing.T) {
 	// under -race (the build and the processes' start included).
 	if recovered > 25*time.Second {
 		t.Errorf("finish rate back to 95%% %v after the kill; want within 25 s here (10 s in the benchmark)", recovered)
+	}
+	// The session stays served: three more complete seconds, each
+	// finishing frames, none dropped for want of a route.
+	waitFor(t, "three complete seconds after the recovery", 20*time.Second, func() bool {
+		n := 0
+		for _, w := range getStatus(t, url2).Sessions[0].Windows {
+			if !w.Start.Before(killed.Add(recovered)) {
+				n++
+			}
+		}
+		return n >= 3
+	})
+	for _, w := range getStatus(t, url2).Sessions[0].Windows {
+		t.Logf("window %s (+%v after the kill): sent %d finished %d late %d dropped %d %v", w.Start.Format("05"),
+			w.Start.Sub(killed).Round(time.Millisecond), w.Sent, w.Finished, w.Late, w.Dropped, w.Drops)
+		if w.Start.Before(killed.Add(recovered)) {
+			continue
+		}
+		if w.Finished == 0 {
+			t.Errorf("window %s after the recovery finished nothing", w.Start.Format("05"))
+		}
+		for k, n := range w.Drops {
+			if strings.HasSuffix(k, ": no-instance") || strings.HasSuffix(k, ": no-plan") {
+				t.Errorf("window %s: %d frames dropped %q after the recovery", w.Start.Format("05"), n, k)
+			}
+		}
 	}
 	src.stop(t)
 	var produced, accepted, rejected uint64

@@ -21,8 +21,9 @@ import (
 // Reconnect configures StreamReconnecting.
 type Reconnect struct {
 	// Backoff is the first wait after the stream breaks (default 100 ms);
-	// it doubles up to MaxBackoff (default 5 s) and starts again after a
-	// connection that lasted 10 s.
+	// it doubles up to MaxBackoff (default 2 s: a restarted coordinator is
+	// found within 2 s of being back) and starts again after a connection
+	// that lasted 10 s.
 	Backoff, MaxBackoff time.Duration
 	Clock               clock.Clock // default clock.Real
 	Log                 *slog.Logger
@@ -77,7 +78,7 @@ func StreamReconnecting(ctx context.Context, cc *grpc.ClientConn, app, stream st
 		rc.Backoff = 100 * time.Millisecond
 	}
 	if rc.MaxBackoff < rc.Backoff {
-		rc.MaxBackoff = max(5*time.Second, rc.Backoff)
+		rc.MaxBackoff = max(2*time.Second, rc.Backoff)
 	}
 	if rc.Clock == nil {
 		rc.Clock = clock.Real{}
