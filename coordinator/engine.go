@@ -261,7 +261,7 @@ func (e *Engine) Close() {
 			close(e.ps.quit)
 			<-e.ps.saverDone
 		}
-		if err := e.cfg.Store.Save(final); err != nil {
+		if _, err := e.write(final); err != nil {
 			e.log.Error("saving coordinator state at shutdown failed", "err", err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/mdag/mdag/dag"
@@ -25,7 +26,7 @@ const RestartReason = "coordinator-restart"
 // coordinator/store is the bbolt one). Load returns (nil, nil) when the
 // store holds nothing yet; an unreadable, corrupt or other-version state
 // is an error (the engine refuses to start on it). Save replaces the state
-// durably. Calls come from one goroutine at a time.
+// durably. The engine serialises the calls.
 type Store interface {
 	Load() (*Snapshot, error)
 	Save(*Snapshot) error
@@ -45,6 +46,8 @@ type Snapshot struct {
 	Instances        []InstanceRecord `json:"instances"`
 	ReplansTotal     int              `json:"replans_total"`
 	ReplansUnchanged int              `json:"replans_unchanged"`
+
+	seq uint64 // the engine's count of snapshots taken: an older one is never written over a newer one
 }
 
 // SessionState is one app's persisted session.
@@ -148,6 +151,9 @@ type persist struct {
 	lastLog    time.Time
 	tm         clock.Timer
 	pending    chan *Snapshot // latest-wins hand-off to the saver goroutine
+	seq        uint64         // snapshots taken (loop)
+	writeMu    sync.Mutex     // serialises writes; guards written
+	written    uint64         // the newest snapshot written: an older one is never written after it
 	quit       chan struct{}
 	saverDone  chan struct{}
 }
@@ -257,8 +263,9 @@ func (e *Engine) resumed(st *stream, seq uint64) {
 
 // snapshot is the engine's state to save (loop).
 func (e *Engine) snapshot() *Snapshot {
+	e.ps.seq++
 	snap := &Snapshot{Version: SnapshotVersion, SavedAt: e.now(), ReplansTotal: e.nextPlan, ReplansUnchanged: e.unchanged,
-		Sessions: []SessionState{}, Instances: []InstanceRecord{}}
+		Sessions: []SessionState{}, Instances: []InstanceRecord{}, seq: e.ps.seq}
 	if e.ps.restored != nil {
 		snap.Restarts = e.ps.restored.Restarts
 	}
@@ -310,8 +317,9 @@ func (e *Engine) startSaver() {
 		for {
 			select {
 			case snap := <-e.ps.pending:
-				err := e.cfg.Store.Save(snap)
-				e.post(func() { e.saved(snap, err) })
+				if wrote, err := e.write(snap); wrote {
+					e.post(func() { e.saved(snap, err) })
+				}
 			case <-e.ps.quit:
 				return
 			}
@@ -361,9 +369,26 @@ func (e *Engine) SaveState() error {
 	if snap == nil {
 		return errors.New("coordinator closed")
 	}
-	err := e.cfg.Store.Save(snap)
-	e.call(func() { e.saved(snap, err) })
+	wrote, err := e.write(snap)
+	if wrote {
+		e.call(func() { e.saved(snap, err) })
+	}
 	return err
+}
+
+// write saves snap unless a newer snapshot was written already (the
+// saver and SaveState or Close may race); wrote says whether it tried.
+func (e *Engine) write(snap *Snapshot) (wrote bool, err error) {
+	e.ps.writeMu.Lock()
+	defer e.ps.writeMu.Unlock()
+	if snap.seq <= e.ps.written {
+		return false, nil
+	}
+	if err := e.cfg.Store.Save(snap); err != nil {
+		return true, err
+	}
+	e.ps.written = snap.seq
+	return true, nil
 }
 
 // persistStatus is Status's view of the store (loop).

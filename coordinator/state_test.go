@@ -239,3 +239,45 @@ type saveFails struct{}
 
 func (saveFails) Load() (*Snapshot, error) { return nil, nil }
 func (saveFails) Save(*Snapshot) error     { return errDisk }
+
+// TestOlderSnapshotNeverWritten: the periodic saver and SaveState (or
+// Close) may race; a snapshot taken before one already written is never
+// written over it, so what is on disk never goes back.
+func TestOlderSnapshotNeverWritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		app, prof := loadExample(t, "traffic")
+		disk := &memStore{}
+		f := startFake(t, Config{Store: disk, Epoch: time.Hour}, everyType)
+		if err := f.e.Deploy(app, prof); err != nil {
+			t.Fatal(err)
+		}
+		var older *Snapshot
+		f.e.call(func() { older = f.e.snapshot() })
+		if err := f.e.Join(app.Name, "late-joiner"); err != nil {
+			t.Fatal(err)
+		}
+		f.settle()
+		if err := f.e.SaveState(); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name      string
+			snap      *Snapshot
+			wantWrote bool
+		}{{"the older one", older, false}, {"a newer one", nil, true}} {
+			snap := tc.snap
+			if snap == nil {
+				f.e.call(func() { snap = f.e.snapshot() })
+			}
+			saves := disk.saves
+			wrote, err := f.e.write(snap)
+			if err != nil || wrote != tc.wantWrote || (disk.saves > saves) != tc.wantWrote {
+				t.Errorf("%s: wrote %v (%d -> %d saves), %v; want wrote %v", tc.name, wrote, saves, disk.saves, err, tc.wantWrote)
+			}
+			got, _ := disk.Load()
+			if len(got.Sessions[0].Streams) != 1 {
+				t.Errorf("%s: the store holds %+v; want the stream that joined after the older snapshot", tc.name, got.Sessions[0].Streams)
+			}
+		}
+	})
+}
