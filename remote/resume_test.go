@@ -2,9 +2,11 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,5 +135,34 @@ func TestSourceRefusedStops(t *testing.T) {
 	}
 	if r.Connections != 1 {
 		t.Errorf("%d connections; want 1", r.Connections)
+	}
+}
+
+// TestSourceNeverConnected: a camera that never got in (nothing listens
+// there) keeps trying while it runs, and says so when it stops.
+func TestSourceNeverConnected(t *testing.T) {
+	addr := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}()
+	cc, err := client.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	pat, err := synth.NewPattern(160, 120, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := client.StreamReconnecting(context.Background(), cc, "traffic", "cam-n", pat, 0, 20, 6, client.Reconnect{})
+	if err == nil || !strings.Contains(err.Error(), "never connected") || status.Code(errors.Unwrap(err)) != codes.Unavailable {
+		t.Fatalf("no coordinator: %v; want 'never connected' with Unavailable", err)
+	}
+	if r.Generated != 6 || r.Skipped != 6 || r.Connections != 0 {
+		t.Errorf("account %+v; want 6 produced, 6 skipped, no connection", *r)
 	}
 }

@@ -110,6 +110,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	defer obs.Close()
+	warnNoState(*stateDir, log)
 	e := obs.e
 	closeWhip, err := wf.attach("coordinator", *listen, app, obs, log)
 	if err != nil {

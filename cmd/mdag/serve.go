@@ -141,6 +141,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	defer obs.Close()
+	warnNoState(*stateDir, log)
 	e := obs.e
 	closeWhip, err := wf.attach("serve", *listen, app, obs, log)
 	if err != nil {

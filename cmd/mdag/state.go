@@ -15,11 +15,10 @@ const stateHelp = "directory of the coordinator's state (`DIR`/" + store.FileNam
 func addStateFlag(fs *flag.FlagSet) *string { return fs.String("state", "", stateHelp) }
 
 // openState opens the state store in dir and puts it in cfg; it returns
-// what closes it (after the engine). With no dir it says loudly that a
-// restart loses everything.
+// what closes it (after the engine). With no dir there is none (call
+// warnNoState once the engine runs).
 func openState(cmd, dir string, cfg *coordinator.Config, log *slog.Logger) (func(), error) {
 	if dir == "" {
-		log.Warn("no --state: the coordinator's state is in memory only; a restart loses every session and its counters")
 		return func() {}, nil
 	}
 	b, err := store.Open(dir)
@@ -29,4 +28,12 @@ func openState(cmd, dir string, cfg *coordinator.Config, log *slog.Logger) (func
 	cfg.Store = b
 	log.Info("coordinator state", "path", b.Path(), "save_every", "200ms")
 	return func() { _ = b.Close() }, nil
+}
+
+// warnNoState says loudly, once the coordinator runs, that without
+// --state a restart loses everything.
+func warnNoState(dir string, log *slog.Logger) {
+	if dir == "" {
+		log.Warn("no --state: the coordinator's state is in memory only; a restart loses every session and its counters")
+	}
 }

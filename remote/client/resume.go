@@ -72,7 +72,9 @@ func permanent(err error, connected bool) bool {
 // (`--state`) resumes the stream's session and accounts the frames it
 // missed. Frames produced while disconnected are skipped (counted), never
 // queued: a live camera does not send the past. It stops when ctx ends,
-// after count frames (0: no limit), or on an error retrying cannot fix.
+// after count frames (0: no limit), or on an error retrying cannot fix;
+// a camera that never connected (no coordinator, a refused handshake)
+// returns the last error when it stops.
 func StreamReconnecting(ctx context.Context, cc *grpc.ClientConn, app, stream string, pat *synth.Pattern, index int, fps float64, count uint64, rc Reconnect) (*StreamResult, error) {
 	if rc.Backoff <= 0 {
 		rc.Backoff = 100 * time.Millisecond
@@ -97,6 +99,10 @@ func StreamReconnecting(ctx context.Context, cc *grpc.ClientConn, app, stream st
 	if genErr != nil && !errors.Is(genErr, context.Canceled) && !errors.Is(genErr, context.DeadlineExceeded) {
 		return r.res, fmt.Errorf("ingest %s: %w", stream, genErr)
 	}
+	if r.res.Connections == 0 && r.lastErr != nil {
+		// it never got in (no coordinator there, a refused handshake)
+		return r.res, fmt.Errorf("ingest %s: never connected: %w", stream, r.lastErr)
+	}
 	return r.res, nil
 }
 
@@ -113,6 +119,7 @@ type reconnecting struct {
 	nextTry    time.Time
 	backoff    time.Duration
 	res        *StreamResult
+	lastErr    error
 }
 
 func (r *reconnecting) sink(_ string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error {
@@ -193,7 +200,7 @@ func (r *reconnecting) closeConn() error {
 // broke schedules the next attempt, or ends the stream on an error
 // retrying cannot fix.
 func (r *reconnecting) broke(err error) error {
-	r.res.LastError = err.Error()
+	r.res.LastError, r.lastErr = err.Error(), err
 	if permanent(err, r.res.Connections > 0) {
 		return err
 	}
