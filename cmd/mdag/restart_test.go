@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/coordinator"
+	"github.com/mdag/mdag/coordinator/store"
 )
 
 // freePort is a loopback address no one listens on now (the restarted
@@ -177,4 +178,50 @@ func TestMultiProcessRestart(t *testing.T) {
 	}
 	coord2.stop(t)
 	_ = os.Remove(bin)
+}
+
+// TestStateRefused: a coordinator whose --state it cannot read (not a
+// database, or held by another coordinator) exits 1 with the path and
+// what to do; it does not start with empty state.
+func TestStateRefused(t *testing.T) {
+	garbage := t.TempDir()
+	if err := os.WriteFile(filepath.Join(garbage, "state.db"), []byte(strings.Repeat("garbage ", 4096)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	future := t.TempDir()
+	fs, err := store.Open(future)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Save(&coordinator.Snapshot{Version: coordinator.SnapshotVersion + 1}); err != nil {
+		t.Fatal(err)
+	}
+	fs.Close()
+	held := t.TempDir()
+	hs, err := store.Open(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hs.Close()
+	for _, tc := range []struct {
+		name, dir string
+		want      []string
+	}{
+		{"not a database", garbage, []string{filepath.Join(garbage, "state.db"), "mv "}},
+		{"a future version", future, []string{filepath.Join(future, "state.db"), "unsupported state version 2", "mv "}},
+		{"held by another coordinator", held, []string{filepath.Join(held, "state.db"), "another process holds it"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb strings.Builder
+			code := run([]string{"coordinator", "--example", "traffic", "--grpc", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--state", tc.dir, "--duration", "1ms"}, &out, &errb)
+			if code != exitFailure {
+				t.Errorf("exit %d, want %d:\n%s", code, exitFailure, errb.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errb.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, errb.String())
+				}
+			}
+		})
+	}
 }

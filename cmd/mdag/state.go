@@ -25,6 +25,12 @@ func openState(cmd, dir string, cfg *coordinator.Config, log *slog.Logger) (func
 	if err != nil {
 		return nil, fmt.Errorf("mdag %s: --state: %w", cmd, err)
 	}
+	// read it now: a state that cannot be restored stops the start here
+	// (exit 1), with the path and how to move it aside
+	if _, err := b.Load(); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("mdag %s: --state: %w", cmd, err)
+	}
 	cfg.Store = b
 	log.Info("coordinator state", "path", b.Path(), "save_every", "200ms")
 	return func() { _ = b.Close() }, nil
