@@ -225,3 +225,40 @@ func TestStateRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestServeStateContinues: `mdag serve --state` run twice on one state
+// directory: the second run's session counters continue from the first's
+// (a clean stop: nothing in flight, nothing counted lost).
+func TestServeStateContinues(t *testing.T) {
+	dir := t.TempDir()
+	re := regexp.MustCompile(`frames sent (\d+), finished (\d+), late (\d+), dropped (\d+), open (\d+)`)
+	var prev [5]uint64
+	for i := range 2 {
+		var out, errb strings.Builder
+		if code := run([]string{"serve", "--example", "traffic", "--synthetic", "1", "--duration", "1500ms", "--listen", "127.0.0.1:0", "--state", dir}, &out, &errb); code != exitOK {
+			t.Fatalf("run %d: exit %d:\n%s", i, code, errb.String())
+		}
+		m := re.FindStringSubmatch(out.String())
+		if m == nil {
+			t.Fatalf("run %d: no summary:\n%s", i, out.String())
+		}
+		var cur [5]uint64
+		for j := range cur {
+			fmt.Sscan(m[j+1], &cur[j])
+		}
+		t.Logf("run %d: sent %d finished %d late %d dropped %d open %d", i, cur[0], cur[1], cur[2], cur[3], cur[4])
+		if cur[0] <= prev[0] || cur[1] < prev[1] || cur[2] < prev[2] || cur[3] < prev[3] {
+			t.Errorf("run %d: counters %v after %v: they must continue (sent growing, none going back)", i, cur, prev)
+		}
+		if i == 1 && strings.Contains(out.String(), restartDrop) {
+			t.Errorf("a clean stop counted frames lost to the restart:\n%s", out.String())
+		}
+		if i == 0 && strings.Contains(errb.String(), "state restored") || i == 1 && !strings.Contains(errb.String(), "state restored") {
+			t.Errorf("run %d: the log says %q about a restore", i, lastLines(errb.String(), 40))
+		}
+		prev = cur
+	}
+}
+
+// restartDrop is how the status table shows frames lost to a restart.
+const restartDrop = "-: " + coordinator.RestartReason
