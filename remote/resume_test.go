@@ -17,6 +17,7 @@ import (
 	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/ingest/synth"
+	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/remote/client"
 )
 
@@ -165,4 +166,51 @@ func TestSourceNeverConnected(t *testing.T) {
 	if r.Generated != 6 || r.Skipped != 6 || r.Connections != 0 {
 		t.Errorf("account %+v; want 6 produced, 6 skipped, no connection", *r)
 	}
+}
+
+// TestForwarderRejoins: a forwarded camera (`mdag source --camera`)
+// outlives its coordinator too: when the coordinator goes and another comes
+// up on the address, the stream's Ingest never fails (the frames meanwhile
+// are skipped), the stream joins the new coordinator under its name and
+// its frames are accepted there; Leave ends it cleanly.
+func TestForwarderRejoins(t *testing.T) {
+	e1, g1, addr := coordinatorAt(t, "127.0.0.1:0")
+	cc, err := client.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	f := client.NewForwarder(cc)
+	defer f.Close()
+	if err := f.Join("traffic", "door"); err != nil {
+		t.Fatal(err)
+	}
+	frame := media.NewFrame(32, 24)
+	seq := uint64(0)
+	send := func() {
+		t.Helper()
+		if err := f.Ingest("door", seq, time.Now(), frame, nil); err != nil && !strings.Contains(err.Error(), "still joining") {
+			t.Fatalf("ingest %d: %v", seq, err)
+		}
+		seq++
+		<-time.After(5 * time.Millisecond)
+	}
+	waitFor(t, "the first coordinator to take frames", 10*time.Second, func() bool {
+		send()
+		return e1.Status().Sessions[0].Total.Sent >= 3
+	})
+	g1.Stop()
+	e1.Close()
+	e2, _, _ := coordinatorAt(t, addr)
+	waitFor(t, "the second coordinator to take frames", 15*time.Second, func() bool {
+		send()
+		ss := e2.Status().Sessions[0]
+		return slices.Contains(ss.StreamIDs, "door") && ss.Total.Sent >= 3
+	})
+	if err := f.Leave("door"); err != nil {
+		t.Fatalf("leave after the rejoin: %v", err)
+	}
+	waitFor(t, "the stream to leave the second coordinator", 10*time.Second, func() bool {
+		return len(e2.Status().Sessions[0].StreamIDs) == 0
+	})
 }
