@@ -69,6 +69,11 @@ type Config struct {
 	// GPU executor, e.g. ONNX Runtime (gpu/onnx, built by cmd/mdag); nil:
 	// emulated GPUs. It may hand every worker the same executor.
 	Executor ExecutorFactory
+	// Store, when set, keeps the state across restarts (coordinator/store:
+	// bbolt): New restores what it holds, the loop saves every SaveEvery
+	// (default 200 ms) and Close once more. Nil: state in memory only.
+	Store     Store
+	SaveEvery time.Duration
 }
 
 // ExecutorFactory returns the GPU executor for in-process worker id of
@@ -151,6 +156,7 @@ type Engine struct {
 	tickTm      clock.Timer
 	turnOffTm   clock.Timer
 	lastEpoch   time.Time
+	ps          persist
 }
 
 // New returns an engine; call Start before use and Close after. Zero
@@ -166,6 +172,11 @@ func New(cfg Config) (*Engine, error) {
 		sessions: map[dag.AppID]*session{}, streams: map[string]*stream{}, insts: map[string]*instState{},
 		tasks: map[uint64]*taskState{}, reqs: map[uint64]*work{}, gpuIDs: map[string]scheduler.GPUID{},
 		gpuInst: map[scheduler.GPUID]string{}}
+	if cfg.Store != nil {
+		if err := e.loadState(); err != nil {
+			return nil, err
+		}
+	}
 	return e, nil
 }
 
@@ -204,6 +215,9 @@ func (e *Engine) Start() {
 		}
 	}()
 	e.post(func() { e.lastEpoch = e.clk.Now(); e.armTick() })
+	if e.cfg.Store != nil {
+		e.startSaver()
+	}
 }
 
 // Close stops the loop, the timers and every instance it started.
@@ -214,7 +228,14 @@ func (e *Engine) Close() {
 		return
 	}
 	e.mu.Unlock()
+	var final *Snapshot
 	e.call(func() {
+		if e.cfg.Store != nil {
+			if e.ps.tm != nil {
+				e.ps.tm.Stop()
+			}
+			final = e.snapshot()
+		}
 		if e.tickTm != nil {
 			e.tickTm.Stop()
 		}
@@ -233,6 +254,17 @@ func (e *Engine) Close() {
 	e.mu.Unlock()
 	close(e.done)
 	e.wg.Wait()
+	if e.cfg.Store != nil && final != nil {
+		// The saver's write in progress ends first: the final state is
+		// the last one written.
+		if e.ps.quit != nil {
+			close(e.ps.quit)
+			<-e.ps.saverDone
+		}
+		if _, err := e.write(final); err != nil {
+			e.log.Error("saving coordinator state at shutdown failed", "err", err)
+		}
+	}
 	if l, ok := e.cfg.Provisioner.(*Local); ok {
 		l.Close()
 	}
@@ -310,6 +342,7 @@ func (e *Engine) Deploy(app *dag.App, f *profile.File) error {
 			ms.mx = e.cfg.Observer.Module(string(app.Name), string(ms.mod.Name), ms.mod.Model, ms.mod.Kind == dag.GPU)
 		}
 		e.sessions[app.Name] = s
+		e.restoreSession(s)
 		e.log.Info("app deployed", "app", app.Name, "modules", len(app.Modules), "slo", app.SLO)
 	})
 	return out
@@ -330,6 +363,11 @@ func (e *Engine) Join(app dag.AppID, streamID string) error {
 			out = fmt.Errorf("stream %q: %w", streamID, ErrDuplicate)
 		default:
 			st := &stream{id: streamID, s: s}
+			if next, ok := s.resume[streamID]; ok {
+				// a stream of the previous run, back
+				st.next, st.resumed = next, true
+				delete(s.resume, streamID)
+			}
 			e.streams[streamID] = st
 			s.streams[streamID] = st
 			e.log.Info("stream joined", "app", app, "stream", streamID, "streams", len(s.streams))
@@ -451,6 +489,7 @@ func (e *Engine) Ingest(streamID string, seq uint64, capture time.Time, f *media
 // worker that registered over gRPC) and re-plans.
 func (e *Engine) AddInstance(id string, typ profile.WorkerTypeID, inst Instance) {
 	e.post(func() {
+		delete(e.ps.expect, id)
 		e.insts[id] = &instState{id: id, typ: typ, inst: inst, state: placement.Warm, registered: true,
 			releaseAt: e.clk.Now().Add(24 * time.Hour), outstanding: map[uint64]bool{}}
 		e.log.Info("worker registered", "instance", id, "type", typ)
@@ -480,9 +519,11 @@ func (e *Engine) wallTime(t scheduler.Time) time.Time { return e.epoch0.Add(t) }
 // ---- sessions, frames and items ----
 
 type stream struct {
-	id     string
-	s      *session
-	credit float64 // shedding: admitted share accumulated; a frame is admitted when it reaches 1
+	id      string
+	s       *session
+	credit  float64 // shedding: admitted share accumulated; a frame is admitted when it reaches 1
+	next    uint64  // the sequence number after the highest one seen (persisted)
+	resumed bool    // restored from the store: its first frame may say what it sent meanwhile
 }
 
 type frameKey struct {
@@ -517,6 +558,10 @@ func (e *Engine) ingest(st *stream, seq uint64, capture time.Time, f *media.Fram
 		e.log.Warn("duplicate frame ignored", "stream", st.id, "seq", seq)
 		return
 	}
+	if st.resumed {
+		e.resumed(st, seq)
+	}
+	st.next = max(st.next, seq+1)
 	fr := &frame{key: k, capture: capture, deadline: capture.Add(s.app.SLO)}
 	s.frames[k] = fr
 	s.acct.sent(capture)

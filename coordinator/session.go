@@ -16,6 +16,7 @@ type session struct {
 	g       *dag.Graph
 	cat     *profile.Catalog
 	streams map[string]*stream
+	resume  map[string]uint64 // restored streams not back yet: the next sequence number each was due to send
 	frames  map[frameKey]*frame
 	mods    map[dag.ModuleID]*modState
 	acct    *accounting

@@ -193,6 +193,8 @@ type Status struct {
 	// among them that changed nothing (event-driven churn: should be 0).
 	ReplansTotal     int `json:"replans_total"`
 	ReplansUnchanged int `json:"replans_unchanged"`
+	// Persist is the state store's (nil without one).
+	Persist *PersistStatus `json:"persist,omitempty"`
 }
 
 // SessionStatus is one app's session.
@@ -311,6 +313,7 @@ func (e *Engine) Status() Status {
 		}
 		st.Replans = append([]Replan(nil), e.replans[max(0, len(e.replans)-20):]...)
 		st.ReplansTotal, st.ReplansUnchanged = e.nextPlan, e.unchanged
+		st.Persist = e.persistStatus()
 	})
 	return st
 }

@@ -76,6 +76,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	af := addAuthFlags(fs)
 	cf := addCameraFlags(fs)
 	tf := addTLSFlags(fs, false)
+	stateDir := addStateFlag(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -104,12 +105,20 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	// No provisioner: the instances are the workers that connect.
-	obs, err := startObserved(coordinator.Config{Policy: scheduler.Policy(*policy), Log: log}, nil, app, prof)
+	cfg := coordinator.Config{Policy: scheduler.Policy(*policy), Log: log}
+	closeState, err := openState("coordinator", *stateDir, &cfg, log)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitFailure
+	}
+	defer closeState() // after the engine's last save
+	obs, err := startObserved(cfg, nil, app, prof)
 	if err != nil {
 		printErrors(stderr, err)
 		return exitInvalid
 	}
 	defer obs.Close()
+	warnNoState(*stateDir, log)
 	e := obs.e
 	if obs.auth, err = af.load("coordinator", log); err != nil {
 		fmt.Fprintln(stderr, err)
@@ -378,7 +387,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		case <-time.After(backoff):
 		case <-ctx.Done():
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, 2*time.Second) // a restarted coordinator is found within 2 s of being back
 	}
 	fmt.Fprintf(stdout, "worker %s stopped\n", *id)
 	return exitOK
@@ -409,7 +418,8 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag source: %v\n", err)
 		return exitInvalid
 	}
-	cc, err := tf.dial("source", pki.Source, *coord, newLogger(stderr, false))
+	log := newLogger(stderr, false)
+	cc, err := tf.dial("source", pki.Source, *coord, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid
@@ -428,7 +438,9 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("%s-%d", *prefix, i)
-			r, err := client.Stream(ctx, cc, *app, id, pat, i, *fps, *count)
+			// rejoins under the same ID when the stream breaks (a
+			// coordinator restart), numbering on
+			r, err := client.StreamReconnecting(ctx, cc, *app, id, pat, i, *fps, *count, client.Reconnect{Log: log})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -436,7 +448,8 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 				code = exitFailure
 				return
 			}
-			fmt.Fprintf(stdout, "stream %s: %d frames accepted, %d rejected", id, r.Accepted, r.Rejected)
+			fmt.Fprintf(stdout, "stream %s: %d frames accepted, %d rejected (produced %d, unconfirmed %d, skipped %d, connections %d)",
+				id, r.Accepted, r.Rejected, r.Generated, r.Unconfirmed, r.Skipped, r.Connections)
 			if r.LastError != "" {
 				fmt.Fprintf(stdout, " (last: %s)", r.LastError)
 			}

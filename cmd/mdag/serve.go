@@ -46,6 +46,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	wf := addWhipFlags(fs)
 	af := addAuthFlags(fs)
 	cf := addCameraFlags(fs)
+	stateDir := addStateFlag(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -130,12 +131,19 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(stderr, *verbose)
 	cfg.Log = log
+	closeState, err := openState("serve", *stateDir, &cfg, log)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitFailure
+	}
+	defer closeState() // after the engine's last save
 	obs, err := startObserved(cfg, limits, app, prof)
 	if err != nil {
 		printErrors(stderr, err)
 		return exitInvalid
 	}
 	defer obs.Close()
+	warnNoState(*stateDir, log)
 	e := obs.e
 	if obs.auth, err = af.load("serve", log); err != nil {
 		fmt.Fprintln(stderr, err)

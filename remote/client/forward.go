@@ -18,7 +18,13 @@ import (
 // read by `mdag source --camera`, through a local ingest server) to the
 // coordinator: each stream is one Ingest call. It has the shape of
 // ingest/whip's Sink (Join, Ingest, Leave), with the app as a plain string.
-// Safe for concurrent use; each stream's calls come in order.
+// Safe for concurrent use; each stream's calls come in order. A stream
+// whose call breaks for a reason retrying can fix (the coordinator
+// restarted, the network dropped) is joined again on a new call, under its
+// name, with backoff (100 ms doubling to 2 s): its frames meanwhile are
+// skipped (the coordinator, restarted from its state, counts the frames it
+// missed by their sequence numbers); a refusal (unknown app, a name in
+// use, credentials) stays the stream's error until it leaves.
 type Forwarder struct {
 	cc *grpc.ClientConn
 
@@ -29,11 +35,24 @@ type Forwarder struct {
 
 type forwarded struct {
 	mu      sync.Mutex
+	app     string
 	cl      grpc.ClientStreamingClient[api.IngestMessage, api.IngestReply]
 	cancel  context.CancelFunc
-	err     error // the first send error, with the coordinator's reason
+	err     error // the first send error that retrying cannot fix, with the coordinator's reason
 	joining bool  // the name is reserved; the call is being opened (cl nil)
+	// A broken call (cl nil, not joining, no err): the next attempt's time
+	// and backoff; reopening while one is being opened.
+	nextTry   time.Time
+	backoff   time.Duration
+	reopening bool
+	left      bool
 }
+
+// Rejoin backoff of a forwarded stream whose call broke.
+const (
+	rejoinFirst = 100 * time.Millisecond
+	rejoinMax   = 2 * time.Second
+)
 
 // NewForwarder forwards to the coordinator behind cc.
 func NewForwarder(cc *grpc.ClientConn) *Forwarder {
@@ -49,7 +68,7 @@ func NewForwarder(cc *grpc.ClientConn) *Forwarder {
 // new call, once it has left (Leave).
 func (f *Forwarder) Join(app, stream string) error {
 	ctx, cancel := context.WithCancel(context.Background())
-	res := &forwarded{cancel: cancel, joining: true}
+	res := &forwarded{app: app, cancel: cancel, joining: true}
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
@@ -112,11 +131,68 @@ func (f *Forwarder) Ingest(stream string, seq uint64, capture time.Time, fr *med
 	if s.joining {
 		return fmt.Errorf("ingest %s: still joining", stream)
 	}
-	if err := s.cl.Send(&api.IngestMessage{Seq: seq, CaptureUnixNs: capture.UnixNano(), Frame: wire.FrameToPB(fr), Truth: wire.BoxesToPB(truth)}); err != nil {
-		s.err = fmt.Errorf("ingest %s: %w", stream, closeErr(s.cl, err))
-		return s.err
+	if s.cl == nil {
+		// broken: skip the frame; join again when the backoff is over
+		if !s.reopening && !time.Now().Before(s.nextTry) {
+			s.reopening = true
+			go f.reopen(s, stream)
+		}
+		return nil
 	}
+	if err := s.cl.Send(&api.IngestMessage{Seq: seq, CaptureUnixNs: capture.UnixNano(), Frame: wire.FrameToPB(fr), Truth: wire.BoxesToPB(truth)}); err != nil {
+		err = closeErr(s.cl, err)
+		if permanent(err, true) {
+			s.err = fmt.Errorf("ingest %s: %w", stream, err)
+			return s.err
+		}
+		s.cancel()
+		s.cl = nil
+		s.broke()
+		return nil
+	}
+	s.backoff = 0
 	return nil
+}
+
+// broke schedules the next attempt to join again (s.mu held).
+func (s *forwarded) broke() {
+	s.backoff = min(max(2*s.backoff, rejoinFirst), rejoinMax)
+	s.nextTry = time.Now().Add(s.backoff)
+}
+
+// reopen joins a broken stream again on a new call, off the caller's
+// goroutine (opening waits for the connection).
+func (f *Forwarder) reopen(s *forwarded, stream string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.mu.Lock()
+	if s.left {
+		s.mu.Unlock()
+		cancel()
+		return
+	}
+	s.cancel = cancel // Leave cancels the attempt
+	s.mu.Unlock()
+	cl, err := api.NewCoordinatorClient(f.cc).Ingest(ctx)
+	if err == nil {
+		if serr := cl.Send(&api.IngestMessage{Join: &api.Join{App: s.app, Stream: stream}}); serr != nil {
+			err = closeErr(cl, serr)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reopening = false
+	switch {
+	case s.left:
+		cancel()
+	case err != nil && permanent(err, true):
+		cancel()
+		s.err = fmt.Errorf("ingest %s: join again: %w", stream, err)
+	case err != nil:
+		cancel()
+		s.broke()
+	default:
+		s.cl = cl
+	}
 }
 
 // Leave ends the stream's call (the coordinator leaves the session) and
@@ -136,12 +212,16 @@ func (f *Forwarder) leave(stream string) (*api.IngestReply, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.left = true
 	defer s.cancel()
 	if s.joining {
 		return nil, nil // its Join, cancelled, reports it
 	}
 	if s.err != nil {
 		return nil, s.err
+	}
+	if s.cl == nil {
+		return nil, nil // broken, not joined again yet: nothing to close
 	}
 	reply, err := s.cl.CloseAndRecv()
 	if err != nil {

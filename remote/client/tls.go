@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"net"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/mdag/mdag/internal/pki"
@@ -21,8 +23,15 @@ func DialTLS(addr string, m *pki.Material, serverName string) (*grpc.ClientConn,
 	return dial(addr, &tlsCreds{m: m, serverName: serverName})
 }
 
+// reconnect is the channel's backoff between connection attempts: gRPC's
+// default (1 s growing to 2 min) would keep workers and sources away from
+// a coordinator that restarted long after it is back; this retries from
+// 100 ms up to 2 s.
+var reconnect = grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+	MinConnectTimeout: 5 * time.Second}
+
 func dial(addr string, creds credentials.TransportCredentials) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithConnectParams(reconnect),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessage), grpc.MaxCallSendMsgSize(wire.MaxMessage)))
 }
 
