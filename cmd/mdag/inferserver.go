@@ -239,8 +239,14 @@ func runInferServer(args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
 	grace := fs.Duration("grace", 5*time.Second, "on stop, how long requests running may take to finish")
 	verbose := fs.Bool("v", false, "log debug events")
+	open := fs.Bool("open", false, "allow a --listen that is not loopback: the protocol has no authentication here, so anyone who can reach the port can run the models and register shared memory; only on a trusted network")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
+	}
+	if !loopback(*listen) && !*open {
+		fmt.Fprintf(stderr, "mdag infer-server: --listen %s is not a loopback address: the Open Inference Protocol port has no authentication, "+
+			"so anyone who can reach it could run the models; keep it on 127.0.0.1 (the worker's shared memory needs one host anyway), or give --open on a trusted network\n", *listen)
+		return exitInvalid
 	}
 	if given := ox.set(fs); *executor == "emulated" {
 		for _, g := range given {

@@ -393,6 +393,7 @@ func TestInferServerCommand(t *testing.T) {
 		{"missing registry", "--executor emulated --models " + filepath.Join(dir, "none.yaml") + " --profiles testdata/onnx/profiles.yaml", exitInvalid, "none.yaml"},
 		{"bad listen", "--executor emulated --models testdata/onnx/models.yaml --profiles testdata/onnx/profiles.yaml --listen 127.0.0.1:99999", exitInvalid, "--listen 127.0.0.1:99999"},
 		{"arguments", "--executor emulated extra", exitInvalid, "unexpected arguments: extra"},
+		{"not loopback", "--executor emulated --models testdata/onnx/models.yaml --profiles testdata/onnx/profiles.yaml --listen 0.0.0.0:0", exitInvalid, "--listen 0.0.0.0:0 is not a loopback address"},
 		{"bad grace", "--grace -1s --executor emulated --models testdata/onnx/models.yaml --profiles testdata/onnx/profiles.yaml", exitInvalid, "--grace -1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ and --bench.
 """
 
 import argparse
+import ipaddress
 import gc
 import json
 import mmap
@@ -462,6 +463,17 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
         self._close_regions(regs)
 
 
+def is_loopback(listen):
+    """Whether host:port (or [v6]:port) names this host only."""
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description="mdag's PyTorch runner: an Open Inference Protocol gRPC server")
     p.add_argument("--listen", default="127.0.0.1:8001", help="host:port (port 0 picks a free one)")
@@ -476,6 +488,9 @@ def parse_args(argv):
     p.add_argument("--slots", type=int, default=2, help="concurrent batches (CUDA streams; grpc threads)")
     p.add_argument("--threads", type=int, default=0,
                    help="CPU intra-op threads (torch.set_num_threads); 0: every CPU this process may use")
+    p.add_argument("--open", action="store_true",
+                   help="allow a --listen that is not loopback (the protocol has no authentication here: "
+                        "anyone who can reach the port can run and load models and register shared memory)")
     p.add_argument("--bench", action="store_true", help="time the raw model per batch size, print JSON, exit")
     p.add_argument("--bench-iters", type=int, default=20)
     a = p.parse_args(argv)
@@ -509,6 +524,10 @@ def parse_args(argv):
             p.error("--catalog: %s" % e)
     if a.threads < 0:
         p.error("--threads %d: want 0 (every CPU) or more" % a.threads)
+    if not a.bench and not a.open and not is_loopback(a.listen):
+        p.error("--listen %s is not a loopback address: the Open Inference Protocol port has no authentication, "
+                "so anyone who can reach it could run and load models; keep it on 127.0.0.1, or give --open on a "
+                "trusted network" % a.listen)
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device %s: torch %s sees no CUDA device" % (a.device, torch.__version__))
     return a

@@ -579,10 +579,18 @@ class CLITest(unittest.TestCase):
             f.write("a=torchvision:resnet18\njust-a-name\n")
         for argv in [["--model", "noequals"], ["--batches", "1,x"], ["--batches", "0,2"], ["--slots", "0"],
                      ["--input", "bgr"], ["--threads", "-1"], ["--device", "cpu", "--catalog", "/no/such/catalog"],
-                     ["--device", "cpu", "--catalog", bad_catalog]]:
+                     ["--device", "cpu", "--catalog", bad_catalog], ["--device", "cpu", "--listen", "0.0.0.0:8001"],
+                     ["--device", "cpu", "--listen", "[::]:8001"]]:
             with self.subTest(argv=argv):
                 with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
                     runner.parse_args(argv)
+
+    def test_listen_loopback_or_open(self):
+        for listen, ok in [("127.0.0.1:8001", True), ("localhost:0", True), ("[::1]:8001", True), ("10.0.0.5:8001", False)]:
+            with self.subTest(listen=listen):
+                self.assertEqual(runner.is_loopback(listen), ok)
+        a = runner.parse_args(["--device", "cpu", "--listen", "0.0.0.0:8001", "--open"])
+        self.assertTrue(a.open)
 
     def test_main_serves_until_sigterm(self):
         import queue
