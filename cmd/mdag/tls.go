@@ -127,6 +127,20 @@ func (f *tlsFlags) explain(err error) error {
 // loopbackTarget reports whether a gRPC address (host:port, or a target
 // such as dns:///host:port) names only this machine. A Unix socket is
 // local too.
+// loopback reports whether a listen address (host:port) is on this host
+// only: localhost or a loopback IP.
+func loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 func loopbackTarget(addr string) bool {
 	if strings.HasPrefix(addr, "unix:") || strings.HasPrefix(addr, "unix-abstract:") {
 		return true

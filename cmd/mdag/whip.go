@@ -223,18 +223,6 @@ func readTokens(path string) ([]string, error) {
 	return out, nil
 }
 
-func loopback(listen string) bool {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // attach builds the WHIP server from the flags (server) and adds it to
 // obs (setWhip); the func it returns closes the server.
 func (wf *whipFlags) attach(cmd, listen string, app *dag.App, obs *observed, log *slog.Logger) (func(), error) {
