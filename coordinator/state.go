@@ -99,8 +99,12 @@ func (s *Snapshot) Check() error {
 		}
 		seen[ss.App] = true
 		t := ss.Total
-		if t.Finished+t.Late+t.Dropped < t.Finished || t.Finished+t.Late+t.Dropped > t.Sent {
+		// each against what is left of sent, so no sum can wrap
+		if t.Finished > t.Sent || t.Late > t.Sent-t.Finished || t.Dropped > t.Sent-t.Finished-t.Late {
 			errs = append(errs, fmt.Errorf("session %s: %d finished + %d late + %d dropped exceed %d sent", ss.App, t.Finished, t.Late, t.Dropped, t.Sent))
+		}
+		if open := t.Sent - t.Finished - t.Late - t.Dropped; t.Finished <= t.Sent && t.Late <= t.Sent-t.Finished && t.Dropped <= t.Sent-t.Finished-t.Late && open > maxInFlight {
+			errs = append(errs, fmt.Errorf("session %s: %d frames in flight at the save: more than any session holds (%d)", ss.App, open, maxInFlight))
 		}
 		if ss.Headroom < 0 {
 			errs = append(errs, fmt.Errorf("session %s: headroom %g", ss.App, ss.Headroom))
@@ -120,6 +124,10 @@ const (
 	// the coordinator was away (beyond, the numbering restarted or it is
 	// not believed: logged, not counted).
 	maxGap = 1 << 20
+	// maxInFlight bounds the frames a saved session may have had open: a
+	// snapshot claiming more is not believed (a restart counts each lost,
+	// one by one).
+	maxInFlight = 1 << 20
 )
 
 // PersistStatus is the state store's part of Status.

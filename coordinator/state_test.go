@@ -197,6 +197,10 @@ func TestRestoreRefused(t *testing.T) {
 		{"not JSON", `{"version":`, "unexpected end"},
 		{"more ended than sent", `{"version":1,"sessions":[{"app":"traffic","total":{"sent":2,"dropped":3}}]}`, "exceed 2 sent"},
 		{"session twice", `{"version":1,"sessions":[{"app":"traffic"},{"app":"traffic"}]}`, "session traffic twice"},
+		// the sum wraps to 0 without a per-counter check
+		{"counters that wrap", `{"version":1,"sessions":[{"app":"traffic","total":{"sent":10,"late":18446744073709551615,"dropped":1}}]}`, "exceed 10 sent"},
+		// a restart counts each frame in flight lost: 1e18 of them would hang the loop
+		{"in flight beyond belief", `{"version":1,"sessions":[{"app":"traffic","total":{"sent":1000000000000000000}}]}`, "frames in flight at the save"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(Config{MILPSolver: milp.Solver{}, Store: &memStore{raw: []byte(tc.raw)}})

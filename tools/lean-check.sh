@@ -77,6 +77,7 @@ expect 2 "serving an app with an OpenCV op is refused" "op resize: op has no imp
 expect 2 "client is refused" "not in the lean build" -- client --app traffic
 expect 2 "demo is refused" "not in the lean build" -- demo --duration 1s
 expect 2 "WHIP flags are refused" "WHIP ingest is not in the lean build" -- serve --example traffic --token-file /dev/null --listen 127.0.0.1:0
+expect 2 "a non-loopback --listen without --tokens is refused" "is not a loopback address and no --tokens" -- coordinator --example traffic --listen 0.0.0.0:0 --grpc 127.0.0.1:0 --duration 1s
 expect 2 "--executor opencv is refused" "the lean build has emulated, onnx and kserve" -- worker --type V100 --executor opencv
 
 # 3. serve with synthetic streams (embedded mode).

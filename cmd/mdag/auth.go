@@ -50,6 +50,24 @@ func (af *authFlags) load(cmd string, log *slog.Logger) (*auth.Store, error) {
 	return s, nil
 }
 
+// guardListen: the HTTP API (status, the dashboard, /metrics, and in the
+// lean build everything on --listen) is guarded only by --tokens. On a
+// non-loopback --listen without them the lean build refuses (it has no
+// WHIP and no --open to say the operator means it); the full build's WHIP
+// flags already refuse it unless --open or --token-file, which leave the
+// API open: said loudly.
+func guardListen(cmd, listen string, s *auth.Store, log *slog.Logger) error {
+	if s != nil || loopback(listen) {
+		return nil
+	}
+	if buildName == "lean" {
+		return fmt.Errorf("mdag %s: --listen %s is not a loopback address and no --tokens is given: anyone who can reach it could read "+
+			"/v1/status, the dashboard, /metrics and camera thumbnails; give --tokens FILE (mdag token new), or keep --listen on 127.0.0.1", cmd, listen)
+	}
+	log.Warn("the HTTP API (status, dashboard, /metrics) is open on a non-loopback --listen: give --tokens to require an api token", "listen", listen)
+	return nil
+}
+
 // serveMetrics serves /metrics and /healthz on addr without a token, for
 // a scraper on a private address; "" serves nothing. It returns the
 // address and the server to close.

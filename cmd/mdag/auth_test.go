@@ -63,7 +63,10 @@ func TestAPITokens(t *testing.T) {
 		{"status ingest token", "/v1/status", testIngestToken, false, 401, 200},
 		{"status wrong token", "/v1/status", "nope-nope-nope-nope-nope", false, 401, 200},
 		{"status api token", "/v1/status", testAPIToken, false, 200, 200},
-		{"status api token in the query", "/v1/status", testAPIToken, true, 200, 200},
+		{"status api token in the header", "/v1/status", testAPIToken, false, 200, 200},
+		// programs read status and metrics: a token in a URL would land in access logs
+		{"status api token in the query", "/v1/status", testAPIToken, true, 401, 200},
+		{"metrics api token in the query", "/metrics", testAPIToken, true, 401, 200},
 		{"metrics no token", "/metrics", "", false, 401, 200},
 		{"metrics api token", "/metrics", testAPIToken, false, 200, 200},
 		{"dashboard page no token", "/", "", false, 401, 200},

@@ -130,6 +130,10 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	defer closeWhip()
+	if err := guardListen("coordinator", *listen, obs.auth, log); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitInvalid
+	}
 	metricsAddr, ms, err := obs.serveMetrics(*af.metricsListen)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag coordinator: %v\n", err)

@@ -167,11 +167,16 @@ func (o *observed) Close() {
 
 // handler routes every endpoint; "/" is the dashboard. With --tokens the
 // status, the dashboard (its page, history, event stream and thumbnails)
-// and /metrics need an api token (Authorization: Bearer, or ?access_token=
-// for the browser's page, EventSource and img); /healthz and the
+// and /metrics need an api token (Authorization: Bearer; the dashboard's
+// page, history, event stream and thumbnails also take ?access_token=,
+// for the browser's EventSource and img; /v1/status and /metrics take the
+// header only); /healthz and the
 // dashboard's static code (/dashboard/: no data) stay open.
 func (o *observed) handler() http.Handler {
 	api := func(h http.Handler) http.Handler { return o.auth.Require(auth.API, true, h) }
+	// what only programs read (curl, Prometheus, mdag status) takes the
+	// header alone: a token in a URL lands in proxy and access logs
+	apiHeader := func(h http.Handler) http.Handler { return o.auth.Require(auth.API, false, h) }
 	logs := &auth.LogLimiter{Clock: clock.Real{}, Log: o.log, Every: 10 * time.Second}
 	o.auth.OnRefuse(func(r *http.Request) {
 		o.mx.HTTPRefused("unauthorized")
@@ -184,7 +189,7 @@ func (o *observed) handler() http.Handler {
 			mux.Handle(p, h)
 		}
 	}
-	mux.Handle("GET /metrics", api(o.mx.Handler()))
+	mux.Handle("GET /metrics", apiHeader(o.mx.Handler()))
 	d := o.rec.Handler()
 	for _, p := range []string{"GET /{$}", "GET /v1/dashboard", "GET /v1/dashboard/events"} {
 		mux.Handle(p, api(d))
@@ -202,7 +207,7 @@ func (o *observed) handler() http.Handler {
 		mux.Handle("GET /v1/thumbs/{stream}", d)
 	}
 	st := statusHandler(o.e)
-	mux.Handle("GET /v1/status", api(st))
+	mux.Handle("GET /v1/status", apiHeader(st))
 	mux.Handle("GET /healthz", st)
 	try := "/ for the dashboard, /metrics, /v1/status"
 	if o.ws != nil {

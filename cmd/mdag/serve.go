@@ -155,6 +155,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	defer closeWhip()
+	if err := guardListen("serve", *listen, obs.auth, log); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitInvalid
+	}
 	metricsAddr, ms, err := obs.serveMetrics(*af.metricsListen)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag serve: %v\n", err)

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -49,6 +50,9 @@ var _ coordinator.Store = (*Bolt)(nil)
 // lock, then gets an error.
 func Open(dir string) (b *Bolt, err error) {
 	path := filepath.Join(dir, FileName)
+	// a file shorter than its pages say faults in bbolt's mmap: a panic
+	// recovered below, not a SIGBUS that kills the process
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			b, err = nil, fmt.Errorf("state %s: corrupt: %v; %s", path, p, moveAside(path))
@@ -76,6 +80,7 @@ func moveAside(path string) string {
 
 // Load implements coordinator.Store: (nil, nil) for a new database.
 func (b *Bolt) Load() (snap *coordinator.Snapshot, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		// bbolt panics on some corrupt pages: an error to report, not a crash.
 		if p := recover(); p != nil {

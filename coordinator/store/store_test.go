@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -236,4 +237,40 @@ func FuzzLoad(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A state file cut short (a partial copy, a bad restore) is an error that
+// says what to do, at every length: never a fault that kills the process.
+func TestTruncated(t *testing.T) {
+	for _, frac := range []int64{2, 3, 4, 8, 16} {
+		dir := t.TempDir()
+		b, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &coordinator.Snapshot{Version: coordinator.SnapshotVersion}
+		for i := range 3000 {
+			s.Sessions = append(s.Sessions, coordinator.SessionState{App: dag.AppID(fmt.Sprintf("app-%04d-%s", i, strings.Repeat("x", 12)))})
+		}
+		if err := b.Save(s); err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+		p := filepath.Join(dir, FileName)
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, fi.Size()/frac); err != nil {
+			t.Fatal(err)
+		}
+		b2, err := Open(dir)
+		if err == nil {
+			_, err = b2.Load()
+			b2.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), p) {
+			t.Errorf("cut to 1/%d of %d bytes: %v, want an error naming %s", frac, fi.Size(), err, p)
+		}
+	}
 }
