@@ -224,6 +224,14 @@ func (g *registrations) allow(now time.Time, peer string, l Limits) string {
 				}
 			}
 		}
+		if len(g.peers) >= maxPeerBuckets {
+			// every bucket in use: a new peer is held to the global
+			// bucket alone rather than growing the map without bound
+			if !g.global.take(now, l.GlobalRate, l.GlobalBurst) {
+				return RefusedRateGlobal
+			}
+			return ""
+		}
 		b = &bucket{tokens: l.PeerBurst, at: now}
 		g.peers[peer] = b
 	}

@@ -73,6 +73,22 @@ func TestRegistrationBucketsBounded(t *testing.T) {
 	}
 }
 
+// Every bucket in use (peers that keep connecting, none full again): a new
+// peer is held to the global bucket, and the map does not grow.
+func TestRegistrationBucketsAllInUse(t *testing.T) {
+	l := Limits{PeerRate: 0.001, PeerBurst: 2, GlobalRate: 1e9, GlobalBurst: 1e9}.withDefaults()
+	var g registrations
+	t0 := time.Unix(1000, 0)
+	for i := range maxPeerBuckets + 100 {
+		if got := g.allow(t0, fmt.Sprintf("127.0.%d.%d", i/256, i%256), l); got != "" {
+			t.Fatalf("peer %d refused: %s", i, got)
+		}
+	}
+	if n := len(g.peers); n != maxPeerBuckets {
+		t.Fatalf("%d peer buckets kept, want %d", n, maxPeerBuckets)
+	}
+}
+
 // TestConnectRateLimited: a flood of Connect attempts over real gRPC gets
 // ResourceExhausted past the burst, each refusal is counted, the log says
 // it once per interval (with how many were not logged), and the fake
