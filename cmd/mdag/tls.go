@@ -124,9 +124,6 @@ func (f *tlsFlags) explain(err error) error {
 	return err
 }
 
-// loopbackTarget reports whether a gRPC address (host:port, or a target
-// such as dns:///host:port) names only this machine. A Unix socket is
-// local too.
 // loopback reports whether a listen address (host:port) is on this host
 // only: localhost or a loopback IP.
 func loopback(listen string) bool {
@@ -141,6 +138,9 @@ func loopback(listen string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// loopbackTarget reports whether a gRPC address (host:port, or a target
+// such as dns:///host:port) names only this machine. A Unix socket is
+// local too.
 func loopbackTarget(addr string) bool {
 	if strings.HasPrefix(addr, "unix:") || strings.HasPrefix(addr, "unix-abstract:") {
 		return true
@@ -152,19 +152,9 @@ func loopbackTarget(addr string) bool {
 		}
 		addr = strings.TrimPrefix(u.Path, "/")
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return loopback(addr)
 }
 
-// grpcServer is the coordinator's gRPC server: mutual TLS with m, or
-// plaintext when m is nil (loopback only, checked by material).
 // grpcPort is the coordinator's gRPC server: *grpc.Server in plaintext,
 // *remote.TLSServer with mutual TLS.
 type grpcPort interface {
