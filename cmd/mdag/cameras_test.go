@@ -224,37 +224,8 @@ func TestServeCamera(t *testing.T) {
 func TestSourceCamera(t *testing.T) {
 	t.Chdir("../..")
 	port := startRTSPCamera(t, "--user", "admin", "--password", "Secr3t-src")
-	pr, pw := io.Pipe()
-	addrs := make(chan [2]string, 1)
-	var coordLog bytes.Buffer
-	var logMu sync.Mutex
-	logged := make(chan struct{})
-	go func() {
-		defer close(logged)
-		re := regexp.MustCompile(`grpc=(\S+) status=http://(\S+)/v1/status`)
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			logMu.Lock()
-			coordLog.WriteString(sc.Text() + "\n")
-			logMu.Unlock()
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				addrs <- [2]string{m[1], m[2]}
-			}
-		}
-	}()
-	var coordOut bytes.Buffer
-	coordDone := make(chan int, 1)
-	go func() {
-		coordDone <- run([]string{"coordinator", "--example", "traffic", "--grpc", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--duration", "8s"}, &coordOut, pw)
-		pw.Close()
-	}()
-	var grpcAddr, url string
-	select {
-	case a := <-addrs:
-		grpcAddr, url = a[0], "http://"+a[1]
-	case <-time.After(20 * time.Second):
-		t.Fatal("the coordinator did not start")
-	}
+	c := startCoordinator(t, "--example", "traffic", "--duration", "8s")
+	grpcAddr, url := c.grpc, c.url
 	var out, errb bytes.Buffer
 	code := run([]string{"source", "--coordinator", grpcAddr, "--app", "traffic", "--fps", "5", "--duration", "3s",
 		"--camera", fmt.Sprintf("door=rtsp://admin:Secr3t-src@127.0.0.1:%d/x", port)}, &out, &errb)
@@ -274,20 +245,18 @@ func TestSourceCamera(t *testing.T) {
 		t.Fatalf("the camera is not in the source's summary:\n%s", out.String())
 	}
 	select {
-	case c := <-coordDone:
-		if c != exitOK {
-			t.Fatalf("coordinator: exit %d:\n%s", c, coordOut.String())
+	case code := <-c.done:
+		if code != exitOK {
+			t.Fatalf("coordinator: exit %d:\n%s", code, c.out.String())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the coordinator did not stop")
 	}
-	<-logged
-	logMu.Lock()
-	defer logMu.Unlock()
-	if !strings.Contains(coordLog.String(), "stream=door") {
-		t.Errorf("the coordinator never saw the stream door:\n%s", coordLog.String())
+	<-c.logged
+	if !strings.Contains(c.logs(), "stream=door") {
+		t.Errorf("the coordinator never saw the stream door:\n%s", c.logs())
 	}
-	if all := out.String() + errb.String() + coordLog.String() + coordOut.String(); strings.Contains(all, "Secr3t-src") {
+	if all := out.String() + errb.String() + c.logs() + c.out.String(); strings.Contains(all, "Secr3t-src") {
 		t.Fatalf("the password is in the output:\n%s", all)
 	}
 }

@@ -253,3 +253,53 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 		<-time.After(20 * time.Millisecond)
 	}
 }
+
+// coordRun is `mdag coordinator` run in this process by startCoordinator.
+type coordRun struct {
+	grpc, url string
+	out       bytes.Buffer  // its stdout (the summary), read after done
+	done      chan int      // its exit code
+	logged    chan struct{} // closed when its log ended
+	mu        sync.Mutex
+	log       bytes.Buffer
+}
+
+// logs is the coordinator's log so far.
+func (c *coordRun) logs() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.log.String()
+}
+
+// startCoordinator runs `mdag coordinator ARGS` (with --grpc and --listen
+// on 127.0.0.1:0) and waits for it to listen.
+func startCoordinator(t *testing.T, args ...string) *coordRun {
+	t.Helper()
+	c := &coordRun{done: make(chan int, 1), logged: make(chan struct{})}
+	pr, pw := io.Pipe()
+	addrs := make(chan [2]string, 1)
+	go func() {
+		defer close(c.logged)
+		re := regexp.MustCompile(`grpc=(\S+) status=http://(\S+)/v1/status`)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			c.mu.Lock()
+			c.log.WriteString(sc.Text() + "\n")
+			c.mu.Unlock()
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				addrs <- [2]string{m[1], m[2]}
+			}
+		}
+	}()
+	go func() {
+		c.done <- run(append([]string{"coordinator", "--grpc", "127.0.0.1:0", "--listen", "127.0.0.1:0"}, args...), &c.out, pw)
+		pw.Close()
+	}()
+	select {
+	case a := <-addrs:
+		c.grpc, c.url = a[0], "http://"+a[1]
+	case <-time.After(20 * time.Second):
+		t.Fatal("the coordinator did not start")
+	}
+	return c
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"flag"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -162,42 +160,8 @@ func TestDistributedTLS(t *testing.T) {
 			t.Fatalf("certs init: exit %d: %s", code, errb.String())
 		}
 	}
-	pr, pw := io.Pipe()
-	addrs := make(chan [2]string, 1)
-	var coordLog bytes.Buffer
-	var logMu sync.Mutex
-	logged := make(chan struct{})
-	go func() {
-		defer close(logged)
-		re := regexp.MustCompile(`grpc=(\S+) status=http://(\S+)/v1/status`)
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			logMu.Lock()
-			coordLog.WriteString(sc.Text() + "\n")
-			logMu.Unlock()
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				addrs <- [2]string{m[1], m[2]}
-			}
-		}
-	}()
-	var coordOut bytes.Buffer
-	coordDone := make(chan int, 1)
-	go func() {
-		coordDone <- run([]string{"coordinator", "--example", "traffic", "--grpc", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--duration", "30s", "--tls-dir", dir}, &coordOut, pw)
-		pw.Close()
-	}()
-	var grpcAddr, url string
-	select {
-	case a := <-addrs:
-		grpcAddr, url = a[0], "http://"+a[1]
-	case <-time.After(20 * time.Second):
-		t.Fatal("the coordinator did not start")
-	}
-	coordLogs := func() string {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return coordLog.String()
-	}
+	c := startCoordinator(t, "--example", "traffic", "--duration", "30s", "--tls-dir", dir)
+	grpcAddr, url, coordLogs := c.grpc, c.url, c.logs
 	workerDone := make(chan int, 2)
 	var workerErr [2]bytes.Buffer
 	for i, typ := range []string{"V100", "CPU"} {
@@ -264,17 +228,17 @@ func TestDistributedTLS(t *testing.T) {
 		}
 	}
 	select {
-	case code := <-coordDone:
+	case code := <-c.done:
 		if code != exitOK {
-			t.Fatalf("coordinator: exit %d:\n%s", code, coordOut.String())
+			t.Fatalf("coordinator: exit %d:\n%s", code, c.out.String())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the coordinator did not stop")
 	}
-	<-logged
-	m := regexp.MustCompile(`frames sent (\d+), finished (\d+)`).FindStringSubmatch(coordOut.String())
+	<-c.logged
+	m := regexp.MustCompile(`frames sent (\d+), finished (\d+)`).FindStringSubmatch(c.out.String())
 	if m == nil || m[1] != "10" || m[2] == "0" {
-		t.Errorf("want the source's 10 frames sent and some finished:\n%s", coordOut.String())
+		t.Errorf("want the source's 10 frames sent and some finished:\n%s", c.out.String())
 	}
 }
 
