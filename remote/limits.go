@@ -120,6 +120,7 @@ const (
 	RefusedRatePeer    = "rate-peer"      // Connect over the peer's rate
 	RefusedRateGlobal  = "rate-global"    // Connect over the global rate
 	RefusedUnknownTask = "unknown-task"   // a result for a task the worker was not given
+	RefusedHandshakes  = "handshakes"     // a connection while MaxHandshakes TLS handshakes are in progress
 )
 
 // refusals counts refusals by reason and logs each reason at most once per

@@ -557,3 +557,42 @@ func TestTLSServerStopsDuringHandshake(t *testing.T) {
 		t.Errorf("Serve returned %v after Stop, want nil", err)
 	}
 }
+
+// TestTLSHandshakesBounded: peers that open connections and never start
+// their handshake hold at most MaxHandshakes of them; the rest are closed
+// at once and counted.
+func TestTLSHandshakesBounded(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := pki.Init(dir, pki.InitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m := material(t, pki.DirFiles(dir, pki.Coordinator), pki.Coordinator)
+	app, prof := loadExample(t, "traffic")
+	c := startServer(t, app, prof, &Server{Heartbeat: time.Second})
+	srv := &Server{Engine: c.e, Heartbeat: time.Second}
+	g := NewTLSGRPC(srv, m)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ln) }()
+	const extra = 5
+	for range MaxHandshakes + extra {
+		raw, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+	}
+	waitFor(t, "the connections beyond the bound to be refused", 20*time.Second, func() bool {
+		return srv.Refused()[RefusedHandshakes] >= extra
+	})
+	if n := g.handshaking(); n > MaxHandshakes {
+		t.Errorf("%d handshakes in progress, want at most %d", n, MaxHandshakes)
+	}
+	g.Stop()
+	if err := <-served; err != nil {
+		t.Errorf("Serve returned %v after Stop, want nil", err)
+	}
+}

@@ -87,6 +87,17 @@ func (t *TLSServer) track(c net.Conn) bool {
 	return true
 }
 
+// MaxHandshakes bounds the TLS handshakes in progress at once; a
+// connection beyond is closed at once (counted `handshakes`).
+const MaxHandshakes = 256
+
+// handshaking is the number of connections in their handshake.
+func (t *TLSServer) handshaking() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.pending)
+}
+
 // Serve accepts connections on ln until Stop or GracefulStop.
 func (t *TLSServer) Serve(ln net.Listener) error {
 	wl, ol := newConnListener(ln.Addr(), t.done), newConnListener(ln.Addr(), t.done)
@@ -119,6 +130,14 @@ func (t *TLSServer) Serve(ln net.Listener) error {
 			}
 			t.stop(func(g *grpc.Server) { g.Stop() })
 			return err
+		}
+		if n := t.handshaking(); n >= MaxHandshakes {
+			// peers that open connections and never finish their
+			// handshake (each held up to handshakeTimeout) hold no more
+			// than MaxHandshakes goroutines and descriptors
+			raw.Close()
+			_ = t.s.refuse(RefusedHandshakes, fmt.Errorf("%d TLS handshakes in progress", n), "peer", raw.RemoteAddr().String())
+			continue
 		}
 		if !t.track(raw) {
 			raw.Close()

@@ -380,6 +380,17 @@ func clientIP(r *http.Request) string {
 	return host
 }
 
+// rateKey is who a client is for the offer rate limit: its IPv4 address,
+// or the /64 of its IPv6 address (one host usually holds a whole /64, so
+// keying by the full address would give it a fresh burst per address).
+func rateKey(ip string) string {
+	a := net.ParseIP(ip)
+	if a == nil || a.To4() != nil {
+		return ip
+	}
+	return a.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}
+
 const maxOffer = 64 << 10
 
 func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
@@ -387,7 +398,7 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The rate limit comes first: a flood of guessed tokens is a flood.
-	if ok, scope, retry := s.offers.Allow(clientIP(r)); !ok {
+	if ok, scope, retry := s.offers.Allow(rateKey(clientIP(r))); !ok {
 		s.countRefused(s.appLabel(r.PathValue("app")), RefusedRateLimit)
 		s.logs.Warn(RefusedRateLimit, "WHIP offers rate-limited", "scope", scope, "client", clientIP(r), "retry_after", retry)
 		w.Header().Set("Retry-After", strconv.Itoa(int(retry.Seconds())))
@@ -405,7 +416,12 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 	app := dag.AppID(r.PathValue("app"))
 	fps, ok := s.cfg.Apps[app]
 	if !ok {
-		httpError(w, http.StatusNotFound, fmt.Sprintf("unknown app %q (deployed: %s)", app, s.appList()))
+		msg := fmt.Sprintf("unknown app %q (deployed: %s)", app, s.appList())
+		if tok != nil && !slices.Contains(tok.Apps, "*") {
+			// a token for some apps learns of no app beyond its own
+			msg = fmt.Sprintf("unknown app %q: it is not deployed", app)
+		}
+		httpError(w, http.StatusNotFound, msg)
 		return
 	}
 	caps := s.capsFor(fps, tok)

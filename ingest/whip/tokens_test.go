@@ -38,7 +38,8 @@ func testStore(t testing.TB) *auth.Store {
 		"  - {name: cam-a, hash: " + h(tokA) + ", role: ingest, apps: [a]}\n" +
 		"  - {name: cam-all, hash: " + h(tokAll) + ", role: ingest, apps: ['*']}\n" +
 		"  - {name: ops, hash: " + h(tokAPI) + ", role: api}\n" +
-		"  - {name: capped, hash: " + h(tokCap) + ", role: ingest, apps: [a], max_streams: 2, max_resolution: 640x360, max_fps: 5}\n"
+		"  - {name: capped, hash: " + h(tokCap) + ", role: ingest, apps: [a], max_streams: 2, max_resolution: 640x360, max_fps: 5}\n" +
+		"  - {name: ghost, hash: " + h(tokGhost) + ", role: ingest, apps: [a, ghost]}\n"
 	s, err := auth.Parse("tokens.yaml", []byte(doc))
 	if err != nil {
 		t.Fatal(err)
@@ -369,4 +370,39 @@ func FuzzWHIPRequest(f *testing.F) {
 			st.endAs(EndClient, "fuzz")
 		}
 	})
+}
+
+// An IPv6 host holds a /64: its addresses share one offer bucket.
+func TestRateKey(t *testing.T) {
+	for _, tc := range []struct{ ip, want string }{
+		{"192.0.2.7", "192.0.2.7"},
+		{"2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"},
+		{"2001:db8:1:2:bbbb::9", "2001:db8:1:2::/64"},
+		{"2001:db8:1:3::1", "2001:db8:1:3::/64"},
+		{"::ffff:192.0.2.7", "::ffff:192.0.2.7"},
+		{"not an address", "not an address"},
+	} {
+		if got := rateKey(tc.ip); got != tc.want {
+			t.Errorf("rateKey(%q) = %q, want %q", tc.ip, got, tc.want)
+		}
+	}
+}
+
+// tokGhost may stream into a and into ghost, which is not deployed.
+const tokGhost = "ghost-token-0123456789abcdef"
+
+// A token for some apps that names an undeployed one gets 404 without the
+// list of deployed apps (it learns of no app beyond its own); an every-app
+// token may see them.
+func TestUnknownAppHidesOthers(t *testing.T) {
+	srv, _, _ := newTestServer(t, Config{Apps: map[dag.AppID]float64{"a": 10, "b": 10}, Auth: testStore(t)})
+	h := srv.Handler()
+	w := do(t, h, "POST", "/whip/ghost", tokGhost, "application/sdp", offerSDP(t), "192.0.2.1:5000")
+	if w.Code != 404 || strings.Contains(w.Body.String(), "deployed:") || strings.Contains(w.Body.String(), `"b"`) {
+		t.Errorf("a token for [a ghost] POSTing to ghost: %d %q; want 404 naming no other app", w.Code, w.Body.String())
+	}
+	w = do(t, h, "POST", "/whip/nope", tokAll, "application/sdp", offerSDP(t), "192.0.2.2:5000")
+	if w.Code != 404 || !strings.Contains(w.Body.String(), "deployed: a, b") {
+		t.Errorf("an every-app token POSTing to nope: %d %q; want 404 with the deployed apps", w.Code, w.Body.String())
+	}
 }
