@@ -242,24 +242,8 @@ func TestLayout(t *testing.T) {
 // Unloading one model of a server leaves the workers of its other models
 // healthy, and their batches run (the server stays ready).
 func TestUnloadOtherModel(t *testing.T) {
-	e, err := NewEmulated(emulatedRegistry(t), clock.Real{}, linearLatency)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewServer("mdag", "test", e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(ServerOptions()...)
-	s.Register(g)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = g.Serve(lis) }()
-	defer func() { g.Stop(); <-done; s.Close() }()
-	addr := lis.Addr().String()
+	s, lisAddr := serveEmulated(t)
+	addr := lisAddr
 	ent := func(name string) string {
 		return fmt.Sprintf(`
   %s:
@@ -375,23 +359,7 @@ func TestRegionUnknown(t *testing.T) {
 // a fresh region on its first attempt; a region the server knows changes
 // nothing.
 func TestHealthFindsLostRegions(t *testing.T) {
-	e, err := NewEmulated(emulatedRegistry(t), clock.Real{}, linearLatency)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewServer("mdag", "test", e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(ServerOptions()...)
-	s.Register(g)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = g.Serve(lis) }()
-	defer func() { g.Stop(); <-done; s.Close() }()
+	s, lisAddr := serveEmulated(t)
 	x := newExec(t, Config{SharedMemory: "on", Slots: 1}, fmt.Sprintf(`
   resnet:
     format: kserve
@@ -399,7 +367,7 @@ func TestHealthFindsLostRegions(t *testing.T) {
     input: {name: input, dtype: float32, layout: NCHW, width: 8, height: 4}
     max_batch: 4
     decoder: {name: classify}
-`, lis.Addr().String()))
+`, lisAddr))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := x.Check(ctx); err != nil {
@@ -429,4 +397,28 @@ func TestHealthFindsLostRegions(t *testing.T) {
 	if st, err := s.SystemSharedMemoryStatus(ctx, &pb.SystemSharedMemoryStatusRequest{}); err != nil || len(st.Regions) != 1 || st.Regions[old] != nil {
 		t.Errorf("regions %v, %v: want one, not %s", st, err, old)
 	}
+}
+
+// serveEmulated serves the emulated backend over emulatedRegistry on
+// 127.0.0.1:0 until the test ends; it returns the server and its address.
+func serveEmulated(t *testing.T) (*Server, string) {
+	t.Helper()
+	e, err := NewEmulated(emulatedRegistry(t), clock.Real{}, linearLatency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewServer("mdag", "test", e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(ServerOptions()...)
+	s.Register(g)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = g.Serve(lis) }()
+	t.Cleanup(func() { g.Stop(); <-done; s.Close() })
+	return s, lis.Addr().String()
 }
