@@ -207,13 +207,9 @@ const parallelValues = 4 * 64 * 64 * 3
 
 var scratchPool = sync.Pool{New: func() any { return new([]float32) }}
 
-// PackItem writes one item in the dtype's bytes (scratch: one item of
+// packOne writes one item in the dtype's bytes (scratch: one item of
 // float32, for float16 and float32). uint8 items are resized in fixed
 // point straight into out (FillU8): no float pass, several times faster.
-func PackItem(out []byte, f *media.Frame, in *registry.Input, scratch []float32) {
-	packOne(out, f, in, scratch)
-}
-
 func packOne(out []byte, f *media.Frame, in *registry.Input, scratch []float32) {
 	if in.DType == "uint8" {
 		FillU8(out, f, in)
