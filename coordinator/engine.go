@@ -480,7 +480,28 @@ func (e *Engine) Ingest(streamID string, seq uint64, capture time.Time, f *media
 			out = fmt.Errorf("stream %q: %w", streamID, ErrUnknownStream)
 			return
 		}
-		e.ingest(st, seq, capture, f, truth)
+		e.ingest(st, seq, capture, &media.Item{Frame: f, Truth: truth})
+	})
+	return out
+}
+
+// IngestAudio hands one chunk of an audio stream (an app with `media:
+// audio`) to its session, like Ingest does a frame: seq numbers the chunks.
+func (e *Engine) IngestAudio(streamID string, seq uint64, capture time.Time, a *media.Audio) error {
+	if err := a.Valid(); err != nil {
+		return fmt.Errorf("stream %s chunk %d: %w", streamID, seq, err)
+	}
+	var out error
+	e.call(func() {
+		st := e.streams[streamID]
+		switch {
+		case st == nil:
+			out = fmt.Errorf("stream %q: %w", streamID, ErrUnknownStream)
+		case st.s.app.Media != dag.Audio:
+			out = fmt.Errorf("stream %s: app %s takes %s, not audio", streamID, st.s.app.Name, st.s.app.Media)
+		default:
+			e.ingest(st, seq, capture, &media.Item{Audio: a})
+		}
 	})
 	return out
 }
@@ -551,7 +572,9 @@ type work struct {
 	at time.Time // entered the module
 }
 
-func (e *Engine) ingest(st *stream, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) {
+// ingest starts frame seq of st; it carries payload's Frame and Truth
+// (video) or Audio.
+func (e *Engine) ingest(st *stream, seq uint64, capture time.Time, payload *media.Item) {
 	s := st.s
 	k := frameKey{st.id, seq}
 	if _, dup := s.frames[k]; dup {
@@ -580,7 +603,7 @@ func (e *Engine) ingest(st *stream, seq uint64, capture time.Time, f *media.Fram
 		}
 		st.credit--
 	}
-	it := &media.Item{Stream: st.id, Seq: seq, Capture: capture, Deadline: fr.deadline, Frame: f, Truth: truth}
+	it := &media.Item{Stream: st.id, Seq: seq, Capture: capture, Deadline: fr.deadline, Frame: payload.Frame, Truth: payload.Truth, Audio: payload.Audio}
 	outs := s.g.Sources()
 	if len(outs) == 0 {
 		e.finishFrame(s, fr)

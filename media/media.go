@@ -57,6 +57,10 @@ type Item struct {
 	Truth    []Box     // objects a synthetic source drew (emulated detectors report them)
 	Labels   []string
 	Counts   map[string]int
+	Tracks   []Track // a tracker's tracks in this frame
+	Steps    []Step  // earlier items a window or sequence carries
+	Events   []Event // what activity rules saw
+	Audio    *Audio  // audio apps: the PCM chunk (Frame is nil)
 }
 
 // Derive returns a new item of the same frame, carrying identity, timing
@@ -119,4 +123,66 @@ func ScaleArea(f *Frame, w, h int) (*Frame, error) {
 		}
 	}
 	return o, nil
+}
+
+// Track is one object a tracker follows across a stream's frames: a stable
+// ID (unique within the stream for the tracker's lifetime, never reused),
+// its box in this frame (predicted when Missed > 0), how many frames it has
+// lived and been matched, and how many frames in a row it went unmatched.
+type Track struct {
+	ID     uint64
+	Box    Box
+	Age    int // frames since the track started
+	Hits   int // frames it was matched to a detection
+	Missed int // frames in a row without a match (0: matched in this frame)
+}
+
+// Step is an earlier item of a stream that a stateful op carries forward
+// (window: the last N items; sequence: the context): its frame number and
+// results, never pixels.
+type Step struct {
+	Seq    uint64
+	Boxes  []Box
+	Labels []string
+	Tracks []Track
+}
+
+// Event is something an activity rule saw: Kind ("line-cross", "dwell",
+// "loiter"), the Rule (its name as configured) and the Track it concerns,
+// with a human-readable Detail.
+type Event struct {
+	Kind   string
+	Rule   string
+	Track  uint64
+	Detail string
+}
+
+// Audio is a chunk of 16-bit PCM, interleaved by channel.
+type Audio struct {
+	Rate     int     // samples per second per channel
+	Channels int     // 1 (mono) or 2 (stereo)
+	PCM      []int16 // len = samples per channel * Channels
+}
+
+// Valid reports whether the chunk's shape is consistent.
+func (a *Audio) Valid() error {
+	switch {
+	case a == nil:
+		return fmt.Errorf("no audio")
+	case a.Rate <= 0 || a.Rate > 384000:
+		return fmt.Errorf("audio sample rate %d: want 1..384000", a.Rate)
+	case a.Channels < 1 || a.Channels > 2:
+		return fmt.Errorf("audio with %d channels: want 1 or 2", a.Channels)
+	case len(a.PCM)%a.Channels != 0:
+		return fmt.Errorf("audio: %d samples do not divide into %d channels", len(a.PCM), a.Channels)
+	}
+	return nil
+}
+
+// Duration is the chunk's length in time.
+func (a *Audio) Duration() time.Duration {
+	if a == nil || a.Rate <= 0 || a.Channels <= 0 {
+		return 0
+	}
+	return time.Duration(len(a.PCM)/a.Channels) * time.Second / time.Duration(a.Rate)
 }

@@ -46,7 +46,39 @@ type Task struct {
 	Items    []*media.Item
 	Earliest time.Time // GPU tasks: start no earlier than this
 	Latest   time.Time // GPU tasks: reject if it cannot start by then
+	// Kind is Run (the zero value) or a state operation on a stateful
+	// module (modules.Stateful). A Run task of a stateful module carries
+	// all of one frame's items for it; its outputs come back in
+	// Outputs[0] (the other lists empty).
+	Kind   TaskKind
+	Stream string // state operations: the stream whose state moves
+	State  []byte // Import: the snapshot to restore (nil: forget the stream)
 }
+
+// TaskKind says what a task does.
+type TaskKind uint8
+
+// The task kinds. Export, Checkpoint and Import apply to stateful modules
+// only (another module answers BadTask).
+const (
+	Run        TaskKind = iota // run the module on the items
+	Export                     // snapshot the stream's state and forget it here (migration: the state leaves)
+	Checkpoint                 // snapshot the stream's state and keep it
+	Import                     // restore the stream's state from State (nil: forget it)
+	numTaskKinds
+)
+
+var taskKindNames = [numTaskKinds]string{"run", "export", "checkpoint", "import"}
+
+func (k TaskKind) String() string {
+	if k < numTaskKinds {
+		return taskKindNames[k]
+	}
+	return fmt.Sprintf("task-kind(%d)", uint8(k))
+}
+
+// Valid says whether k is one of the declared kinds.
+func (k TaskKind) Valid() bool { return k < numTaskKinds }
 
 // Result is what came of a task. Anything but Done is a failure: the
 // coordinator puts a Rejected GPU batch back in line and drops the items of
@@ -58,6 +90,7 @@ type Result struct {
 	Outcome  Outcome
 	Detail   string        // why it failed, for logs (empty when Done)
 	Measured time.Duration // execution time, queueing excluded
+	State    []byte        // Export, Checkpoint: the stream's snapshot
 }
 
 // Outcome is how a task ended. The zero value is Done. Its String is the
@@ -134,10 +167,14 @@ type WorkerStats struct {
 }
 
 type hosted struct {
-	spec ModuleSpec
-	proc modules.Processor // CPU
-	q    chan Task
-	stop context.CancelFunc
+	spec     ModuleSpec
+	proc     modules.Processor // CPU
+	stateful modules.Stateful  // CPU modules of stateful ops: proc's per-stream interface
+	q        chan Task
+	stop     context.CancelFunc
+	// handedOff: a restart of a stateful module (new pool size) took over
+	// proc and its streams' state; the old pool must not close it.
+	handedOff bool
 }
 
 // NewWorker returns a worker that builds CPU modules from ops and reports
@@ -160,9 +197,15 @@ func (w *Worker) Load(specs []ModuleSpec) error {
 	if w.ctx.Err() != nil {
 		return fmt.Errorf("worker %s is closed", w.ID)
 	}
+	carry := map[string]*hosted{} // stateful modules restarting with a new pool size keep their state
 	for k, h := range w.mods {
 		s, ok := want[k]
 		switch {
+		case ok && h.stateful != nil && !sameSpec(s, h.spec) && sameOp(s, h.spec):
+			close(h.q)
+			delete(w.mods, k)
+			h.handedOff = true
+			carry[k] = h
 		case !ok || !sameSpec(s, h.spec):
 			// Unload gracefully: no new tasks; what is queued or running
 			// finishes (a moved module's in-flight frames are not lost).
@@ -185,7 +228,13 @@ func (w *Worker) Load(specs []ModuleSpec) error {
 		if _, ok := w.mods[k]; ok {
 			continue
 		}
-		h, err := w.start(want[k])
+		var h *hosted
+		var err error
+		if old := carry[k]; old != nil {
+			h = w.restart(want[k], old)
+		} else {
+			h, err = w.start(want[k])
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", k, err))
 			continue
@@ -200,8 +249,36 @@ func (w *Worker) Load(specs []ModuleSpec) error {
 }
 
 func sameSpec(a, b ModuleSpec) bool {
-	return a.Kind == b.Kind && a.Op == b.Op && a.Model == b.Model && a.Concurrency == b.Concurrency &&
-		fmt.Sprint(a.Params) == fmt.Sprint(b.Params)
+	return sameOp(a, b) && a.Model == b.Model && a.Concurrency == b.Concurrency
+}
+
+// sameOp says a and b build the same CPU processor (the pool size aside).
+func sameOp(a, b ModuleSpec) bool {
+	return a.Kind == b.Kind && a.Op == b.Op && fmt.Sprint(a.Params) == fmt.Sprint(b.Params)
+}
+
+// restart starts a stateful CPU module's new pool on old's processor: its
+// streams' state stays (the engine sends a stream's next frame only after
+// its last one finished, so the two pools never share a stream).
+func (w *Worker) restart(s ModuleSpec, old *hosted) *hosted {
+	n := max(1, s.Concurrency)
+	ctx, stop := context.WithCancel(w.ctx)
+	h := &hosted{spec: s, proc: old.proc, stateful: old.stateful, q: make(chan Task, 8*n), stop: stop}
+	w.pool(n, func() { w.cpuLoop(ctx, h) }, w.closeProc(h))
+	return h
+}
+
+// closeProc returns the pool-done hook of a CPU module: close its
+// processor unless a restart took it over.
+func (w *Worker) closeProc(h *hosted) func() {
+	return func() {
+		w.mu.Lock()
+		off := h.handedOff
+		w.mu.Unlock()
+		if !off {
+			h.proc.Close()
+		}
+	}
 }
 
 func (w *Worker) start(s ModuleSpec) (*hosted, error) {
@@ -216,8 +293,17 @@ func (w *Worker) start(s ModuleSpec) (*hosted, error) {
 			return nil, err
 		}
 		h.proc = p
+		if op, _ := modules.Lookup(modules.OpID(s.Op)); op.Stateful {
+			st, ok := p.(modules.Stateful)
+			if !ok {
+				p.Close()
+				stop()
+				return nil, fmt.Errorf("op %s keeps per-stream state but its processor cannot snapshot it (modules.Stateful)", s.Op)
+			}
+			h.stateful = st
+		}
 		h.q = make(chan Task, 8*n)
-		w.pool(n, func() { w.cpuLoop(ctx, h) }, p.Close)
+		w.pool(n, func() { w.cpuLoop(ctx, h) }, w.closeProc(h))
 	case dag.GPU:
 		if w.exec == nil {
 			stop()
@@ -269,6 +355,12 @@ func (w *Worker) Submit(t Task) {
 		w.stats.Failed++
 		w.mu.Unlock()
 		w.emit(Result{Task: t.ID, Outcome: NotLoaded})
+		return
+	}
+	if t.Kind != Run && h.spec.Kind != dag.CPU {
+		w.stats.Failed++
+		w.mu.Unlock()
+		w.emit(Result{Task: t.ID, Outcome: BadTask, Detail: fmt.Sprintf("%s task for GPU module %s", t.Kind, h.spec.Key())})
 		return
 	}
 	select {
@@ -339,6 +431,10 @@ func (w *Worker) cpuLoop(ctx context.Context, h *hosted) {
 		if !ok {
 			return
 		}
+		if h.stateful != nil || t.Kind != Run {
+			w.emit(w.runStateful(h, t))
+			continue
+		}
 		start := w.clk.Now()
 		r := Result{Task: t.ID, Outputs: make([][]*media.Item, len(t.Items))}
 		for i, it := range t.Items {
@@ -353,6 +449,54 @@ func (w *Worker) cpuLoop(ctx context.Context, h *hosted) {
 		r.Measured = w.clk.Now().Sub(start)
 		w.emit(r)
 	}
+}
+
+// runStateful runs a task of a stateful CPU module: one frame's items
+// through ProcessFrame, or a state operation.
+func (w *Worker) runStateful(h *hosted, t Task) Result {
+	start := w.clk.Now()
+	r := Result{Task: t.ID}
+	fail := func(o Outcome, format string, args ...any) Result {
+		w.count(func(s *WorkerStats) { s.Failed++ })
+		return Result{Task: t.ID, Outcome: o, Detail: fmt.Sprintf(format, args...), Measured: w.clk.Now().Sub(start)}
+	}
+	st := h.stateful
+	if st == nil {
+		return fail(BadTask, "%s task for module %s/%s, which keeps no per-stream state (op %s)", t.Kind, t.App, t.Module, h.spec.Op)
+	}
+	var err error
+	switch t.Kind {
+	case Run:
+		if len(t.Items) == 0 {
+			return fail(BadTask, "a frame task with no items")
+		}
+		first := t.Items[0]
+		for _, it := range t.Items[1:] {
+			if it.Stream != first.Stream || it.Seq != first.Seq {
+				return fail(BadTask, "a frame task mixes frames (%s/%d and %s/%d)", first.Stream, first.Seq, it.Stream, it.Seq)
+			}
+		}
+		var out []*media.Item
+		out, err = st.ProcessFrame(first.Stream, first.Seq, t.Items)
+		if err == nil {
+			r.Outputs = make([][]*media.Item, len(t.Items))
+			r.Outputs[0] = out
+		}
+	case Export, Checkpoint:
+		r.State, err = st.Snapshot(t.Stream)
+		if err == nil && t.Kind == Export {
+			err = st.Restore(t.Stream, nil)
+		}
+	case Import:
+		err = st.Restore(t.Stream, t.State)
+	default:
+		return fail(BadTask, "unknown task kind %d", uint8(t.Kind))
+	}
+	if err != nil {
+		return fail(ModuleError, "%v", err)
+	}
+	r.Measured = w.clk.Now().Sub(start)
+	return r
 }
 
 func (w *Worker) gpuLoop(ctx context.Context, h *hosted) {
