@@ -47,6 +47,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	c.Duration("DispatchDelay", &cfg.DispatchDelay, 10*time.Millisecond)
 	c.Duration("LostAfter", &cfg.LostAfter, 5*time.Second)
 	c.Duration("SaveEvery", &cfg.SaveEvery, 200*time.Millisecond)
+	if cfg.Checkpoint == 0 {
+		cfg.Checkpoint = 2 * time.Second
+	}
 	if cfg.TurnOff < 0 {
 		bad("TurnOff", cfg.TurnOff, "must be >= 0 (0: placement's default)")
 	}

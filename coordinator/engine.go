@@ -74,6 +74,11 @@ type Config struct {
 	// (default 200 ms) and Close once more. Nil: state in memory only.
 	Store     Store
 	SaveEvery time.Duration
+	// Checkpoint is how often the state of each stream at a stateful
+	// module is copied to the coordinator while the stream is idle there,
+	// so a lost worker's streams restore from it instead of starting fresh;
+	// default 2 s, negative: never.
+	Checkpoint time.Duration
 }
 
 // ExecutorFactory returns the GPU executor for in-process worker id of
@@ -157,6 +162,7 @@ type Engine struct {
 	turnOffTm   clock.Timer
 	lastEpoch   time.Time
 	ps          persist
+	dirtyS      map[*session]map[string]bool // streams whose stateful modules may move on (affinity.go)
 }
 
 // New returns an engine; call Start before use and Close after. Zero
@@ -209,6 +215,9 @@ func (e *Engine) Start() {
 			select {
 			case f := <-e.events:
 				f()
+				if len(e.dirtyS) > 0 {
+					e.advanceDirty()
+				}
 			case <-e.done:
 				return
 			}
@@ -455,6 +464,7 @@ func (e *Engine) Leave(streamID string) error {
 		}
 		delete(e.streams, streamID)
 		delete(st.s.streams, streamID)
+		e.streamLeft(st.s, streamID)
 		e.log.Info("stream left", "app", st.s.app.Name, "stream", streamID, "streams", len(st.s.streams))
 		if len(st.s.streams) == 0 {
 			// What the streams taught (objects per frame, slowdowns, extra
@@ -557,6 +567,7 @@ type frame struct {
 	capture  time.Time
 	deadline time.Time
 	pending  int
+	busy     map[dag.ModuleID]int // items at each module not yet retired (stateful modules' gathers read it)
 	dropped  bool
 	module   dag.ModuleID
 	reason   string
@@ -587,6 +598,13 @@ func (e *Engine) ingest(st *stream, seq uint64, capture time.Time, payload *medi
 	st.next = max(st.next, seq+1)
 	fr := &frame{key: k, capture: capture, deadline: capture.Add(s.app.SLO)}
 	s.frames[k] = fr
+	if s.stateful {
+		fr.busy = map[dag.ModuleID]int{}
+		if s.open[st.id] == nil {
+			s.open[st.id] = map[uint64]*frame{}
+		}
+		s.open[st.id][seq] = fr
+	}
 	s.acct.sent(capture)
 	s.mx.FrameSent()
 	delay := e.now().Sub(capture)
@@ -627,6 +645,9 @@ func (e *Engine) emit(s *session, fr *frame, m dag.ModuleID, it *media.Item) {
 	ms.obs.In++
 	ms.mx.In()
 	w := &work{s: s, f: fr, m: m, it: it, at: now}
+	if fr.busy != nil {
+		fr.busy[m]++
+	}
 	if s.plan == nil {
 		e.drop(w, "no-plan", "the session has no feasible plan yet")
 		return
@@ -637,6 +658,10 @@ func (e *Engine) emit(s *session, fr *frame, m dag.ModuleID, it *media.Item) {
 	}
 	if ms.mod.Kind == dag.GPU {
 		e.arriveGPU(w)
+		return
+	}
+	if ms.stateful {
+		e.park(w)
 		return
 	}
 	in, ok := e.pick(ms)
@@ -662,9 +687,9 @@ func (e *Engine) submit(in *instState, ws []*work, reqs []uint64, earliest, late
 	for _, w := range ws {
 		t.Items = append(t.Items, w.it)
 	}
-	e.tasks[id] = &taskState{id: id, inst: in.id, works: ws, reqs: reqs, action: a, gen: e.schedGen}
-	in.outstanding[id] = true
 	key := ws[0].s.mods[ws[0].m].key
+	e.tasks[id] = &taskState{id: id, inst: in.id, works: ws, reqs: reqs, action: a, gen: e.schedGen, key: key}
+	in.outstanding[id] = true
 	if in.byMod == nil {
 		in.byMod = map[string]map[uint64]bool{}
 	}
@@ -696,10 +721,16 @@ func (e *Engine) pick(ms *modState) (*instState, bool) {
 type taskState struct {
 	id     uint64
 	inst   string
+	key    string // the module's key (app/module)
 	works  []*work
 	reqs   []uint64 // GPU tasks: the scheduler's request ID of each work
 	action *scheduler.Action
 	gen    int
+	// Stateful modules: the stream's affinity (frame and state tasks),
+	// and for a state task what it does and the bytes it carried.
+	aff        *affinity
+	state      *stateOp
+	stateBytes []byte
 }
 
 func (e *Engine) onResult(instance string, r worker.Result) {
@@ -708,6 +739,14 @@ func (e *Engine) onResult(instance string, r worker.Result) {
 		return // answered already (the instance was declared lost)
 	}
 	e.forget(t)
+	if t.state != nil {
+		e.onStateResult(t, &r)
+		return
+	}
+	if t.aff != nil {
+		t.aff.busy = 0
+		e.dirty(t.works[0].s, t.aff.stream)
+	}
 	now := e.now()
 	s := t.works[0].s
 	ms := s.mods[t.works[0].m]
@@ -786,7 +825,7 @@ func (e *Engine) onResult(instance string, r worker.Result) {
 				e.emit(s, w.f, d, o)
 			}
 		}
-		e.done1(s, w.f)
+		e.retire(w)
 	}
 }
 
@@ -794,7 +833,7 @@ func (e *Engine) forget(t *taskState) {
 	delete(e.tasks, t.id)
 	if in := e.insts[t.inst]; in != nil {
 		delete(in.outstanding, t.id)
-		if m := in.byMod[t.works[0].s.mods[t.works[0].m].key]; m != nil {
+		if m := in.byMod[t.key]; m != nil {
 			delete(m, t.id)
 		}
 	}
@@ -808,6 +847,15 @@ func (e *Engine) drop(w *work, reason, detail string) {
 		w.f.dropped, w.f.module, w.f.reason = true, w.m, reason
 		e.log.Debug("frame dropped", "app", w.s.app.Name, "stream", w.f.key.stream, "seq", w.f.key.seq,
 			"module", w.m, "reason", reason, "detail", detail)
+	}
+	e.retire(w)
+}
+
+// retire ends one item's stay at its module.
+func (e *Engine) retire(w *work) {
+	if w.f.busy != nil {
+		w.f.busy[w.m]--
+		e.dirty(w.s, w.f.key.stream)
 	}
 	e.done1(w.s, w.f)
 }
@@ -825,6 +873,13 @@ func (e *Engine) finishFrame(s *session, fr *frame) {
 		return
 	}
 	delete(s.frames, fr.key)
+	if s.stateful {
+		delete(s.open[fr.key.stream], fr.key.seq)
+		if len(s.open[fr.key.stream]) == 0 {
+			delete(s.open, fr.key.stream)
+		}
+		e.dirty(s, fr.key.stream)
+	}
 	now := e.now()
 	res := FrameResult{App: s.app.Name, Stream: fr.key.stream, Seq: fr.key.seq, Latency: now.Sub(fr.capture), Finished: now}
 	switch {
@@ -950,6 +1005,7 @@ type instState struct {
 	loads       []placement.Load
 	registered  bool
 	lost        bool
+	draining    bool // Drain: no loads; its stateful modules' streams move out with their state
 	outstanding map[uint64]bool
 	byMod       map[string]map[uint64]bool
 }
@@ -971,6 +1027,13 @@ func (e *Engine) loseInstance(id, why string) {
 			continue
 		}
 		e.forget(t)
+		if t.state != nil {
+			e.onStateResult(t, nil)
+			continue
+		}
+		if t.aff != nil {
+			t.aff.busy = 0
+		}
 		for _, w := range t.works {
 			e.drop(w, "worker-lost", why)
 		}
@@ -980,9 +1043,36 @@ func (e *Engine) loseInstance(id, why string) {
 	if !in.registered && e.cfg.Provisioner != nil {
 		e.cfg.Provisioner.Release(id)
 	}
+	e.statefulLost(id)
 	e.log.Warn("worker lost", "instance", id, "type", in.typ, "why", why, "in_flight_dropped", len(ids))
 	e.rebuildScheduler()
 	e.trigger("worker-lost", "worker "+id+" lost: "+why)
+}
+
+// ErrUnknownInstance: Drain named no live instance.
+var ErrUnknownInstance = errors.New("unknown instance")
+
+// Drain empties an instance: the next plan places nothing on it, moves its
+// modules elsewhere (each stream's state of a stateful module with it,
+// export then import, no frame lost) and keeps it, empty, until it leaves
+// (a registered worker) or is released. What it runs meanwhile finishes.
+// It is how an operator takes a worker out of service without losing
+// work (`mdag drain`, POST /v1/instances/{id}/drain).
+func (e *Engine) Drain(id string) error {
+	var out error
+	e.call(func() {
+		in := e.insts[id]
+		switch {
+		case in == nil || in.lost:
+			out = fmt.Errorf("instance %q: %w", id, ErrUnknownInstance)
+		case in.draining:
+		default:
+			in.draining = true
+			e.log.Warn("instance draining", "instance", id, "type", in.typ)
+			e.trigger("drain", "operator drains "+id)
+		}
+	})
+	return out
 }
 
 // WorkerTypes is the set of worker types in the deployed apps' profiles:

@@ -49,6 +49,11 @@ type ModuleObserver interface {
 	Batch(size int)
 	SchedulerDrop(reason string)
 	Rejected()
+	// StateEvent counts a stateful module's state event: migrate, restore,
+	// reset or failed (affinity.go); MigrationPause records how long a
+	// stream's frames waited for its state to move.
+	StateEvent(kind string)
+	MigrationPause(d time.Duration)
 }
 
 // Recorder is an observer whose per-app and per-module recorders are
@@ -93,3 +98,5 @@ func (nop) Queued(time.Duration)                                 {}
 func (nop) Batch(int)                                            {}
 func (nop) SchedulerDrop(string)                                 {}
 func (nop) Rejected()                                            {}
+func (nop) StateEvent(string)                                    {}
+func (nop) MigrationPause(time.Duration)                         {}

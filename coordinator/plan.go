@@ -115,6 +115,9 @@ func (e *Engine) replan(trigger string) {
 			limits[in.typ]++
 		}
 		pi := placement.Instance{ID: placement.InstanceID(in.id), Type: in.typ, State: in.state, ReleaseAt: in.releaseAt, Loads: slices.Clone(in.loads)}
+		if in.draining {
+			pi.State = placement.Draining
+		}
 		for _, l := range in.loads {
 			pi.Loaded = append(pi.Loaded, l.Module)
 		}
@@ -427,6 +430,14 @@ func (e *Engine) apply(out planOutput) {
 	}
 	e.rebuildScheduler()
 	e.armTurnOff(now)
+	// Streams whose state the plan moved start moving now, frames or not.
+	for _, s := range e.sessions {
+		for _, m := range s.statefulMods {
+			for st := range s.mods[m].affs {
+				e.dirty(s, st)
+			}
+		}
+	}
 	rp.Unchanged = e.lastApplied != nil && sameOutcome(*e.lastApplied, rp)
 	e.lastApplied = &rp
 	if rp.Unchanged && routine(rp.Kinds) {
@@ -531,7 +542,12 @@ func summarizeMoves(ms []placement.Move) string {
 
 // specs turns an instance's loads into what its worker hosts, and fills
 // the sessions' routing tables.
-func (e *Engine) specs(in *instState) []worker.ModuleSpec {
+func (e *Engine) specs(in *instState) []worker.ModuleSpec { return e.specsFor(in, true) }
+
+// specsFor is specs; routed false leaves the routes and per-instance
+// profiles alone (a reload outside a plan: a stateful module's last state
+// left the instance).
+func (e *Engine) specsFor(in *instState, routed bool) []worker.ModuleSpec {
 	type agg struct {
 		spec worker.ModuleSpec
 		rate float64
@@ -568,6 +584,10 @@ func (e *Engine) specs(in *instState) []worker.ModuleSpec {
 	out := make([]worker.ModuleSpec, 0, len(keys))
 	for _, k := range keys {
 		a := byKey[k]
+		if !routed {
+			out = append(out, a.spec)
+			continue
+		}
 		s := e.sessions[a.spec.App]
 		ms := s.mods[a.spec.Module]
 		ms.routes = append(ms.routes, route{inst: in.id, weight: a.rate})
@@ -586,6 +606,17 @@ func (e *Engine) specs(in *instState) []worker.ModuleSpec {
 			ms.latency[in.id] = time.Duration(float64(lat) * math.Max(1, s.balloon[a.spec.Module]))
 		}
 		out = append(out, a.spec)
+	}
+	// A stateful module the plan moved away stays loaded (unrouted) while
+	// streams' state is still there: it leaves with an export, and the
+	// module goes with the last one (affinity.go, released).
+	for _, s := range e.sortedSessions() {
+		for _, m := range s.statefulMods {
+			ms := s.mods[m]
+			if byKey[ms.key] == nil && ms.holdsOn(in.id) {
+				out = append(out, worker.ModuleSpec{App: s.app.Name, Module: m, Kind: dag.CPU, Op: ms.mod.Op, Params: ms.mod.Params, Concurrency: 1})
+			}
+		}
 	}
 	return out
 }

@@ -1,10 +1,12 @@
 package coordinator
 
 import (
+	"slices"
 	"time"
 
 	"github.com/mdag/mdag/allocator"
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/modules"
 	"github.com/mdag/mdag/placement"
 	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/scheduler"
@@ -42,6 +44,13 @@ type session struct {
 	ingestPos int
 	reserveAt time.Time                      // when an ingest trigger last asked for a re-plan
 	minTail   map[dag.ModuleID]time.Duration // fastest possible time from a module's output to the end
+
+	// Stateful modules (affinity.go): which, in graph order; each
+	// module's ancestors; each stream's open frames.
+	stateful     bool
+	statefulMods []dag.ModuleID
+	upstream     map[dag.ModuleID][]dag.ModuleID
+	open         map[string]map[uint64]*frame
 }
 
 // modState is one module of a session at run time.
@@ -58,6 +67,13 @@ type modState struct {
 	cpuProf   map[string]time.Duration   // per instance: profiled, for the ballooning signal
 	gpuProf   map[string][]time.Duration
 	scheduled bool
+	// Stateful modules: each stream's state place, the state events since
+	// deploy, the last said in words, and recent migration pauses.
+	stateful  bool
+	affs      map[string]*affinity
+	events    map[string]int
+	lastEvent string
+	pauses    []time.Duration
 	obs       modObs
 	last      ModuleStatus
 	mx        ModuleObserver
@@ -108,6 +124,22 @@ func newSession(app *dag.App, g *dag.Graph, cat *profile.Catalog, ac AdaptConfig
 		}
 		s.mods[m.Name] = ms
 		def[m.Name] = g.Scale(m.Name, nil)
+	}
+	s.upstream, s.open = map[dag.ModuleID][]dag.ModuleID{}, map[string]map[uint64]*frame{}
+	for _, m := range g.Order() {
+		var up []dag.ModuleID
+		for _, in := range g.Inputs(m) {
+			up = append(up, in)
+			up = append(up, s.upstream[in]...)
+		}
+		slices.Sort(up)
+		s.upstream[m] = slices.Compact(up)
+		ms := s.mods[m]
+		if ms.mod.Kind == dag.CPU && statefulOp(ms.mod) {
+			ms.stateful, ms.affs = true, map[string]*affinity{}
+			s.stateful = true
+			s.statefulMods = append(s.statefulMods, m)
+		}
 	}
 	s.det = NewDetector(ac, def)
 	s.minTail = tails(g, func(m dag.ModuleID) time.Duration { return s.mods[m].fastest })
@@ -189,4 +221,12 @@ func (s *session) ingestReserve() time.Duration {
 		return 0
 	}
 	return min(d.Round(time.Millisecond), s.app.SLO/2)
+}
+
+// statefulOp says whether a CPU module keeps per-stream state: its op is
+// declared stateful (the YAML's `stateful: true` is documentation the
+// validator checks against the op; the op decides).
+func statefulOp(m *dag.Module) bool {
+	op, ok := modules.Lookup(modules.OpID(m.Op))
+	return ok && op.Stateful
 }

@@ -116,6 +116,7 @@ func (e *Engine) tick() {
 		e.lastEpoch = now
 		e.trigger("epoch", "epoch")
 	}
+	e.checkpointsDue(now)
 	e.publishMetrics(now)
 	e.armTick()
 }
@@ -245,6 +246,8 @@ type ModuleStatus struct {
 	// own explanation).
 	Allocation []allocator.InstanceAllocation `json:"allocation,omitempty"`
 	Why        string                         `json:"why,omitempty"`
+	// State: a stateful module's streams, state moves and losses.
+	State *StateStatus `json:"state,omitempty"`
 }
 
 // InstanceStatus is one worker instance.
@@ -299,6 +302,9 @@ func (e *Engine) Status() Status {
 				ms := s.mods[m].last
 				if a := byMod[m]; a != nil {
 					ms.Allocation, ms.Why = a.Allocations, a.Why
+				}
+				if s.mods[m].stateful {
+					ms.State = e.stateStatus(s.mods[m])
 				}
 				ss.Modules = append(ss.Modules, ms)
 			}

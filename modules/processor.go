@@ -60,6 +60,24 @@ func (r *Registry) Register(op OpID, f Factory) error {
 	return nil
 }
 
+// Replace sets op's factory whether or not one is registered: tests and
+// embedders swapping an implementation (the op must be declared).
+func (r *Registry) Replace(op OpID, f Factory) error {
+	if _, ok := Lookup(op); !ok {
+		return fmt.Errorf("replace %q: not a declared op", op)
+	}
+	if f == nil {
+		return fmt.Errorf("replace %q: nil factory", op)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.f == nil {
+		r.f = map[OpID]Factory{}
+	}
+	r.f[op] = f
+	return nil
+}
+
 // Has reports whether op has a factory.
 func (r *Registry) Has(op OpID) bool {
 	if r == nil {

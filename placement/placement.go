@@ -39,6 +39,11 @@ const (
 	Active   State = "active"   // serving
 	Starting State = "starting" // requested, not yet serving; counts as active capacity
 	Warm     State = "warm"     // idle, kept (models loaded) until ReleaseAt
+	// Draining: an operator asked the instance to be emptied (mdag drain):
+	// it takes no loads, its loads move elsewhere (stateful modules'
+	// state with them) and it counts towards its type's limit until it
+	// goes.
+	Draining State = "draining"
 )
 
 // Load is one module's share of an instance.
@@ -205,11 +210,18 @@ func Place(snap Snapshot, demands []Demand) Plan {
 	p := &placer{snap: snap, delay: delay, planned: planned}
 	p.init()
 	placed := make([]bool, len(items))
-	// Phase 1: keep what is already where it should be.
-	for i, it := range items {
-		if in := p.findKept(it); in != nil {
-			p.assign(in, it, true)
-			placed[i] = true
+	// Phase 1: keep what is already where it should be; stateful modules
+	// first, since moving one moves its streams' state (a pause of their
+	// frames) while moving a stateless one costs nothing but a load.
+	for _, statefulPass := range []bool{true, false} {
+		for i, it := range items {
+			if it.stateful != statefulPass {
+				continue
+			}
+			if in := p.findKept(it); in != nil {
+				p.assign(in, it, true)
+				placed[i] = true
+			}
 		}
 	}
 	// Phase 2: everything else, best fit on active instances, then warm

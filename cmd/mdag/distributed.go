@@ -68,6 +68,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address for /v1/status and /healthz")
 	grpcAddr := fs.String("grpc", "127.0.0.1:7070", "gRPC address workers and sources connect to")
 	policy := fs.String("policy", string(coordinator.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
+	checkpoint := fs.Duration("checkpoint", 2*time.Second, "copy each stream's state at a stateful module (track, window...) to the coordinator this often, to restore it when its worker is lost; 0: never (a lost worker's streams start fresh)")
 	heartbeat := fs.Duration("heartbeat", wire.DefaultHeartbeat, "heartbeat interval workers are told to keep; 4 missed = worker lost")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
@@ -106,6 +107,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	}
 	// No provisioner: the instances are the workers that connect.
 	cfg := coordinator.Config{Policy: scheduler.Policy(*policy), Log: log}
+	cfg.Checkpoint = checkpointFlag(*checkpoint)
 	closeState, err := openState("coordinator", *stateDir, &cfg, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -208,8 +209,9 @@ func (o *observed) handler() http.Handler {
 	}
 	st := statusHandler(o.e)
 	mux.Handle("GET /v1/status", apiHeader(st))
+	mux.Handle("POST /v1/instances/{id}/drain", apiHeader(drainHandler(o.e, o.log)))
 	mux.Handle("GET /healthz", st)
-	try := "/ for the dashboard, /metrics, /v1/status"
+	try := "/ for the dashboard, /metrics, /v1/status, POST /v1/instances/{id}/drain"
 	if o.ws != nil {
 		try += ", /v1/streams, /whip/{app}"
 	}
@@ -244,4 +246,35 @@ func (t tapSink) Ingest(id string, seq uint64, capture time.Time, f *media.Frame
 		t.thumbs.Offer(id, f)
 	}
 	return err
+}
+
+// drainHandler is POST /v1/instances/{id}/drain: the coordinator moves
+// everything off the instance (stateful modules' state with their
+// streams) and keeps it empty; 202 with what it does, 404 for an unknown
+// instance.
+func drainHandler(e *coordinator.Engine, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		if err := e.Drain(id); err != nil {
+			code := http.StatusInternalServerError
+			if errors.Is(err, coordinator.ErrUnknownInstance) {
+				code = http.StatusNotFound
+			}
+			http.Error(w, fmt.Sprintf("drain %s: %v", id, err), code)
+			return
+		}
+		log.Info("drain requested over the API", "instance", id, "client", r.RemoteAddr)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintf(w, "{\"instance\": %q, \"state\": \"draining\", \"what\": \"the next plan moves its modules elsewhere; stateful modules move each stream's state with it; see /v1/status\"}\n", id)
+	})
+}
+
+// checkpointFlag maps --checkpoint to coordinator.Config.Checkpoint: 0
+// (never) is negative there, where 0 means the default.
+func checkpointFlag(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }

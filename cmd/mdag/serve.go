@@ -32,6 +32,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address for /v1/status and /healthz")
 	workers := fs.String("workers", "", "in-process instances allowed per worker type, e.g. V100=4,CPU=2 (default 8 of every type in the profiles)")
 	policy := fs.String("policy", string(coordinator.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
+	checkpoint := fs.Duration("checkpoint", 2*time.Second, "copy each stream's state at a stateful module (track, window...) to the coordinator this often, to restore it when its worker is lost; 0: never (a lost worker's streams start fresh)")
 	synthetic := fs.Int("synthetic", 0, "streams of the synthetic moving-shapes source to run (0: none)")
 	fps := fs.Float64("fps", 0, "synthetic source frame rate (default: the app's fps)")
 	objects := fs.String("objects", "3", "objects per synthetic frame; a list (e.g. 2,6,1,8) steps through its values every --objects-every, so the app's fan-out changes (scaling)")
@@ -56,6 +57,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	cfg := coordinator.Config{Policy: scheduler.Policy(*policy)}
+	cfg.Checkpoint = checkpointFlag(*checkpoint)
 	note := "embedded mode: coordinator, GPU scheduler and in-process workers with emulated GPUs in one process"
 	if err := executorFlags(*executor, ox.set(fs), kx.set(fs)); err != nil && (*executor == "emulated" || *executor == "onnx" || *executor == "kserve") {
 		fmt.Fprintf(stderr, "mdag serve: %v\n", err)

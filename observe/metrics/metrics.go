@@ -43,6 +43,8 @@ type Metrics struct {
 	moduleQueue   *prometheus.HistogramVec
 	moduleScale   *prometheus.GaugeVec
 	moduleBalloon *prometheus.GaugeVec
+	stateEvents   *prometheus.CounterVec
+	statePause    *prometheus.HistogramVec
 
 	batchSize     *prometheus.HistogramVec
 	schedBatches  *prometheus.CounterVec
@@ -110,6 +112,11 @@ func New(withRuntime bool) *Metrics {
 		moduleScale: f.gauge("module", "scale_ratio", "Observed scaling factor over the last adaptation window: items out per item in.", "app", "module"),
 		moduleBalloon: f.gauge("module", "balloon_ratio",
 			"Observed ballooning factor over the last adaptation window: measured / profiled execution time.", "app", "module"),
+
+		stateEvents: f.counter("module", "state_events_total",
+			"State events of a stateful module's streams: migrate (the state followed its stream to another instance), restore (restored from a checkpoint after its worker was lost), reset (lost with no checkpoint: the stream starts fresh), failed (an export or import failed).", "app", "module", "kind"),
+		statePause: f.histogram("module", "migration_pause_seconds",
+			"How long a stream's frames waited at a stateful module while its state moved between instances (export, transfer, import).", small, "app", "module"),
 
 		batchSize: f.histogram("scheduler", "batch_size", "Items per GPU batch the central scheduler dispatched.",
 			[]float64{1, 2, 4, 8, 16, 32, 64, 128}, "app", "module", "model"),
@@ -334,6 +341,22 @@ func (mm *ModuleMetrics) Rejected() {
 		return
 	}
 	mm.m.schedRejected.WithLabelValues(mm.app, mm.module).Inc()
+}
+
+// StateEvent counts a stateful module's state event.
+func (mm *ModuleMetrics) StateEvent(kind string) {
+	if mm == nil {
+		return
+	}
+	mm.m.stateEvents.WithLabelValues(mm.app, mm.module, kind).Inc()
+}
+
+// MigrationPause records a state move's pause.
+func (mm *ModuleMetrics) MigrationPause(d time.Duration) {
+	if mm == nil {
+		return
+	}
+	mm.m.statePause.WithLabelValues(mm.app, mm.module).Observe(d.Seconds())
 }
 
 // Session sets an app's state gauges.

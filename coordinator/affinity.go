@@ -1,0 +1,624 @@
+package coordinator
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/media"
+	"github.com/mdag/mdag/worker"
+)
+
+// Stateful modules (ops that keep per-stream state: track, window,
+// sequence, activity, segment, motion) follow these rules, all kept here on
+// the loop:
+//
+//   - Gather: a frame's items reaching the module are held until no module
+//     upstream of it still works on the frame; then they go as one frame
+//     task (the op sees a frame's detections together).
+//   - Order: a stream's frames go in seq order, one at a time: the frame
+//     task after the one in flight, and only once every earlier open frame
+//     of the stream has passed (or can no longer reach) the module. A
+//     frame dropped or finished upstream never blocks the ones after it.
+//   - Affinity: every frame of a stream goes to the one instance holding
+//     its state (chosen, when the stream first arrives, among the
+//     module's routes by fewest streams per unit of planned rate).
+//   - Migration: when a plan no longer routes the module to that instance
+//     while it still lives, the stream's state moves: export (snapshot and
+//     forget) there, import on the new instance, then its held frames go,
+//     in order. Nothing is dropped for the move; the pause is measured.
+//   - Loss: the instance holding the state is lost: the state is restored
+//     from the stream's last checkpoint (taken every Config.Checkpoint
+//     while the stream is idle at the module) or starts fresh, counted as
+//     a state event ("restore", "reset") in the status, metrics and log.
+
+// stateEvents are the kinds of state event.
+var stateEvents = []string{"migrate", "restore", "reset", "failed"}
+
+// affinity is one stream's place at one stateful module.
+type affinity struct {
+	stream string
+	inst   string             // the instance holding the state ("" none yet)
+	busy   uint64             // the task in flight for the stream (a frame or a state op); 0: none
+	gather map[uint64]*group  // frames still gathering their items, by seq
+	queue  []*group           // complete frames waiting for their turn, by seq
+	held   []byte             // state exported and not yet imported anywhere
+	move   *migration         // a state move in progress
+	ckpt   []byte             // the last checkpoint
+	ckptAt time.Time          // when it was taken (zero: none)
+	ckptSq uint64             // the last frame it includes
+	ckptDo bool               // a checkpoint is due at the next idle moment
+	lastSq uint64             // the last frame sent to the module
+	sent   bool               // lastSq is set
+	closed bool               // the stream left: forget its state once idle
+	lost   string             // the state was lost (why): the next holder restores the checkpoint or starts fresh
+	ops    map[uint64]stateOp // state tasks in flight (at most one)
+}
+
+// group is one frame's items at a stateful module.
+type group struct {
+	seq   uint64
+	fr    *frame
+	works []*work
+}
+
+// migration is a state move in progress.
+type migration struct {
+	from    string
+	started time.Time
+	why     string
+	tries   int
+}
+
+// stateOp is a state task in flight: what it does, for whom.
+type stateOp struct {
+	kind worker.TaskKind
+	s    *session
+	ms   *modState
+	a    *affinity
+	inst string
+	// restoring: an import of a checkpoint after a loss (counted
+	// "restore" when it lands) rather than of exported state.
+	restoring bool
+}
+
+// StateStatus is a stateful module's state handling in the status.
+type StateStatus struct {
+	Streams    int            `json:"streams"`              // streams with state at the module
+	Moving     int            `json:"moving"`               // state moves in progress
+	Events     map[string]int `json:"events,omitempty"`     // migrate, restore, reset, failed: since deploy
+	LastEvent  string         `json:"last_event,omitempty"` // the last one, said in words
+	PauseP50MS float64        `json:"migration_pause_p50_ms,omitempty"`
+	PauseMaxMS float64        `json:"migration_pause_max_ms,omitempty"`
+	Checkpoint float64        `json:"checkpoint_s,omitempty"` // the checkpoint period
+}
+
+// stateful says whether the module keeps per-stream state.
+func (ms *modState) isStateful() bool { return ms.stateful }
+
+// aff returns stream's affinity at ms, creating it.
+func (ms *modState) aff(stream string) *affinity {
+	a := ms.affs[stream]
+	if a == nil {
+		a = &affinity{stream: stream, gather: map[uint64]*group{}, ops: map[uint64]stateOp{}}
+		ms.affs[stream] = a
+	}
+	return a
+}
+
+// park holds w at its stateful module until its frame's items are all
+// there; the loop's advance sends it on.
+func (e *Engine) park(w *work) {
+	ms := w.s.mods[w.m]
+	a := ms.aff(w.f.key.stream)
+	g := a.gather[w.f.key.seq]
+	if g == nil {
+		g = &group{seq: w.f.key.seq, fr: w.f}
+		a.gather[g.seq] = g
+	}
+	g.works = append(g.works, w)
+	e.dirty(w.s, w.f.key.stream)
+}
+
+// dirty marks a stream of a session with stateful modules for advance at
+// the end of the loop's current event.
+func (e *Engine) dirty(s *session, stream string) {
+	if !s.stateful {
+		return
+	}
+	if e.dirtyS == nil {
+		e.dirtyS = map[*session]map[string]bool{}
+	}
+	if e.dirtyS[s] == nil {
+		e.dirtyS[s] = map[string]bool{}
+	}
+	e.dirtyS[s][stream] = true
+}
+
+// advanceDirty runs advance for every stream marked dirty (repeatedly:
+// an advance may finish frames and mark more).
+func (e *Engine) advanceDirty() {
+	for len(e.dirtyS) > 0 {
+		d := e.dirtyS
+		e.dirtyS = nil
+		ss := make([]*session, 0, len(d))
+		for s := range d {
+			ss = append(ss, s)
+		}
+		sort.Slice(ss, func(i, j int) bool { return ss[i].app.Name < ss[j].app.Name })
+		for _, s := range ss {
+			for _, st := range slices.Sorted(mapKeys(d[s])) {
+				e.advance(s, st)
+			}
+		}
+	}
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// upstreamIdle says no module upstream of m still works on fr: nothing
+// more of fr can reach m.
+func (s *session) upstreamIdle(fr *frame, m dag.ModuleID) bool {
+	for _, u := range s.upstream[m] {
+		if fr.busy[u] > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// advance moves stream's frames along its stateful modules: complete
+// gathers join the queue, and the queue's head goes when it is its turn.
+func (e *Engine) advance(s *session, stream string) {
+	for _, m := range s.statefulMods {
+		ms := s.mods[m]
+		a := ms.affs[stream]
+		if a == nil {
+			continue
+		}
+		for seq, g := range a.gather {
+			if !g.fr.dropped && !s.upstreamIdle(g.fr, m) {
+				continue
+			}
+			delete(a.gather, seq)
+			i, _ := slices.BinarySearchFunc(a.queue, seq, func(g *group, seq uint64) int { return cmpU64(g.seq, seq) })
+			a.queue = slices.Insert(a.queue, i, g)
+		}
+		e.dispatchStateful(s, ms, a)
+	}
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// turn says whether frame seq of the stream may go to m now: every earlier
+// frame still open has passed m or can no longer reach it.
+func (s *session) turn(m dag.ModuleID, a *affinity, seq uint64) bool {
+	for _, fr := range s.open[a.stream] {
+		if fr.key.seq >= seq || fr.dropped {
+			continue
+		}
+		if _, waiting := a.gather[fr.key.seq]; waiting {
+			return false
+		}
+		if !s.upstreamIdle(fr, m) {
+			return false
+		}
+	}
+	return true
+}
+
+// dispatchStateful sends a's next piece of work to the instance holding
+// its state: a due state operation, or the queue's head frame when it is
+// its turn.
+func (e *Engine) dispatchStateful(s *session, ms *modState, a *affinity) {
+	for a.busy == 0 {
+		// Frames of a dropped frame need no state: retire them.
+		for len(a.queue) > 0 && a.queue[0].fr.dropped {
+			g := a.queue[0]
+			a.queue = a.queue[1:]
+			for _, w := range g.works {
+				e.retire(w)
+			}
+		}
+		in, ready := e.holder(s, ms, a)
+		if !ready {
+			return // a state move or restore is under way, or waits for an instance
+		}
+		if in == nil {
+			// No instance hosts the module: what waits is dropped.
+			for _, g := range a.queue {
+				for _, w := range g.works {
+					e.drop(w, "no-instance", "no live instance hosts the stateful module")
+				}
+			}
+			a.queue = nil
+			if a.closed {
+				delete(ms.affs, a.stream)
+			}
+			return
+		}
+		if a.ckptDo && e.cfg.Checkpoint > 0 {
+			a.ckptDo = false
+			e.submitState(in, s, ms, a, worker.Checkpoint, nil, false)
+			return
+		}
+		if len(a.queue) == 0 {
+			if a.closed && len(a.gather) == 0 {
+				// The stream left and its last frame passed: forget its
+				// state where it is held.
+				e.submitState(in, s, ms, a, worker.Import, nil, false)
+				delete(ms.affs, a.stream)
+			}
+			return
+		}
+		g := a.queue[0]
+		if !s.turn(ms.mod.Name, a, g.seq) {
+			return
+		}
+		a.queue = a.queue[1:]
+		a.lastSq, a.sent = g.seq, true
+		e.submitFrame(in, a, g)
+	}
+}
+
+// holder returns the instance holding a's state, ready to take work, or
+// starts what makes one: a migration (the plan moved the module), a
+// restore from checkpoint or a reset (the holder was lost), a first
+// placement. ready false: wait (a state task is in flight); in nil with
+// ready: no instance hosts the module.
+func (e *Engine) holder(s *session, ms *modState, a *affinity) (in *instState, ready bool) {
+	if a.move != nil {
+		return nil, false
+	}
+	if a.inst != "" {
+		cur := e.insts[a.inst]
+		if cur != nil && !cur.lost && ms.routed(a.inst) {
+			return cur, true
+		}
+		if cur != nil && !cur.lost && !a.closed {
+			// The plan moved the module: the state follows the stream.
+			to := e.pickAffine(ms, a.inst)
+			if to == nil {
+				// Nowhere to go: the state stays and serves where it is
+				// until the instance is gone (it still hosts the module
+				// while its work drains).
+				return cur, true
+			}
+			a.move = &migration{from: a.inst, started: e.now(), why: "the plan moved " + ms.key + " from " + a.inst}
+			e.submitState(cur, s, ms, a, worker.Export, nil, false)
+			return nil, false
+		}
+		a.inst = ""
+	}
+	to := e.pickAffine(ms, "")
+	if to == nil {
+		return nil, true
+	}
+	switch {
+	case a.lost != "":
+		if !e.rehome(s, ms, a, to) {
+			return nil, false
+		}
+		return to, true
+	case a.held != nil:
+		// Exported state waiting for a home (its import failed, or no
+		// instance could take it then).
+		a.move = &migration{from: "(held)", started: e.now(), why: "exported state waiting for an instance"}
+		b := a.held
+		a.held = nil
+		e.submitState(to, s, ms, a, worker.Import, b, false)
+		return nil, false
+	}
+	a.inst = to.id
+	return to, true
+}
+
+// holdsOn says whether streams' state of the module is (or is being
+// exported) on instance id.
+func (ms *modState) holdsOn(id string) bool {
+	for _, a := range ms.affs {
+		if a.inst == id || a.move != nil && a.move.from == id {
+			return true
+		}
+	}
+	return false
+}
+
+// released reloads instance id when a stateful module the plan moved away
+// no longer holds any stream's state there: the module is unloaded.
+func (e *Engine) released(ms *modState, id string) {
+	in := e.insts[id]
+	if in == nil || in.lost || ms.routed(id) || ms.holdsOn(id) {
+		return
+	}
+	if err := in.inst.Load(e.specsFor(in, false)); err != nil {
+		e.log.Warn("unloading a stateful module whose streams left failed", "instance", id, "module", ms.key, "err", err)
+	}
+}
+
+// routed says whether the plan routes the module to instance id.
+func (ms *modState) routed(id string) bool {
+	return slices.ContainsFunc(ms.routes, func(r route) bool { return r.inst == id })
+}
+
+// pickAffine chooses the instance for a stream's state: among the live
+// routes (but not), the fewest streams per unit of planned rate.
+func (e *Engine) pickAffine(ms *modState, not string) *instState {
+	count := map[string]int{}
+	for _, a := range ms.affs {
+		if a.inst != "" {
+			count[a.inst]++
+		}
+	}
+	var best *instState
+	bestScore := 0.0
+	for _, r := range ms.routes {
+		in := e.insts[r.inst]
+		if in == nil || in.lost || r.inst == not {
+			continue
+		}
+		score := float64(count[r.inst]+1) / max(r.weight, 1e-9)
+		if best == nil || score < bestScore {
+			best, bestScore = in, score
+		}
+	}
+	return best
+}
+
+// submitFrame sends one frame's items to the instance holding the state.
+func (e *Engine) submitFrame(in *instState, a *affinity, g *group) {
+	e.submit(in, g.works, nil, time.Time{}, time.Time{}, nil)
+	a.busy = e.nextTask
+	e.tasks[e.nextTask].aff = a
+}
+
+// submitState sends a state operation for a's stream.
+func (e *Engine) submitState(in *instState, s *session, ms *modState, a *affinity, kind worker.TaskKind, state []byte, restoring bool) {
+	e.nextTask++
+	id := e.nextTask
+	t := worker.Task{ID: id, App: s.app.Name, Module: ms.mod.Name, Kind: kind, Stream: a.stream, State: state}
+	op := stateOp{kind: kind, s: s, ms: ms, a: a, inst: in.id, restoring: restoring}
+	e.tasks[id] = &taskState{id: id, inst: in.id, aff: a, state: &op, key: ms.key, stateBytes: state}
+	a.busy = id
+	in.outstanding[id] = true
+	in.inst.Submit(t)
+}
+
+// onStateResult handles a state task's result (r nil: its instance was
+// lost).
+func (e *Engine) onStateResult(t *taskState, r *worker.Result) {
+	op := *t.state
+	a, ms, s := op.a, op.ms, op.s
+	a.busy = 0
+	ok := r != nil && r.Outcome == worker.Done
+	why := "the instance was lost"
+	if r != nil && !ok {
+		why = r.Outcome.String() + ": " + r.Detail
+	}
+	now := e.now()
+	switch op.kind {
+	case worker.Checkpoint:
+		if ok {
+			a.ckpt, a.ckptAt, a.ckptSq = r.State, now, a.lastSq
+		} else if r != nil {
+			e.log.Warn("checkpoint failed", "app", s.app.Name, "module", ms.mod.Name, "stream", a.stream, "why", why)
+		}
+	case worker.Export:
+		mv := a.move
+		if !ok {
+			// The state could not leave: restore from the checkpoint on
+			// the new instance, or start fresh.
+			a.move, a.inst = nil, ""
+			if r != nil {
+				e.stateEvent(s, ms, "failed", fmt.Sprintf("stream %s: exporting its state from %s failed (%s)", a.stream, op.inst, why))
+			}
+			e.recover(s, ms, a, "exporting from "+op.inst+": "+why)
+			break
+		}
+		to := e.pickAffine(ms, mv.from)
+		if to == nil {
+			a.held, a.move, a.inst = r.State, nil, ""
+			break
+		}
+		e.submitState(to, s, ms, a, worker.Import, r.State, false)
+	case worker.Import:
+		mv := a.move
+		switch {
+		case op.restoring && ok:
+			a.inst, a.move = op.inst, nil
+			e.stateEvent(s, ms, "restore", fmt.Sprintf("stream %s: state restored on %s from the checkpoint of %v ago (frame %d)",
+				a.stream, op.inst, now.Sub(a.ckptAt).Round(time.Millisecond), a.ckptSq))
+		case op.restoring && r == nil:
+			a.move = nil
+			e.recover(s, ms, a, op.inst+", where its checkpoint was being restored, was lost")
+			return
+		case op.restoring || mv == nil:
+			// A reset's or a forget's import: the instance starts the
+			// stream fresh either way.
+			a.move = nil
+			if op.restoring {
+				e.stateEvent(s, ms, "reset", fmt.Sprintf("stream %s: restoring the checkpoint on %s failed (%s); the state starts fresh", a.stream, op.inst, why))
+				a.inst = op.inst
+			}
+		case ok:
+			a.inst, a.move = op.inst, nil
+			pause := now.Sub(mv.started)
+			ms.pauses = append(ms.pauses, pause)
+			if len(ms.pauses) > 1024 {
+				ms.pauses = ms.pauses[len(ms.pauses)-1024:]
+			}
+			ms.mx.MigrationPause(pause)
+			e.stateEvent(s, ms, "migrate", fmt.Sprintf("stream %s: state moved %s -> %s in %v (%s)", a.stream, mv.from, op.inst,
+				pause.Round(time.Microsecond), mv.why))
+			e.released(ms, mv.from)
+		default:
+			// The import failed: try another instance with the same bytes
+			// (they are in the task we sent).
+			mv.tries++
+			state := t.stateBytes
+			if mv.tries < 3 {
+				if to := e.pickAffine(ms, op.inst); to != nil {
+					e.submitState(to, s, ms, a, worker.Import, state, false)
+					break
+				}
+			}
+			a.move, a.inst = nil, ""
+			if r == nil {
+				a.held = state // the instance died: another may take it
+				break
+			}
+			e.stateEvent(s, ms, "failed", fmt.Sprintf("stream %s: importing its state on %s failed (%s)", a.stream, op.inst, why))
+			e.recover(s, ms, a, "import failed")
+		}
+	}
+	e.dirty(s, a.stream)
+}
+
+// recover marks a stream whose state was lost: its next holder (holder,
+// once an instance hosts the module) restores the last checkpoint, or the
+// stream starts fresh (counted "reset").
+func (e *Engine) recover(s *session, ms *modState, a *affinity, why string) {
+	a.inst, a.lost = "", why
+	e.dirty(s, a.stream)
+}
+
+// rehome gives a stream whose state was lost its new holder to: the last
+// checkpoint restored there (ready false: wait for it), or a fresh state.
+func (e *Engine) rehome(s *session, ms *modState, a *affinity, to *instState) (ready bool) {
+	why := a.lost
+	a.lost = ""
+	if a.ckpt != nil {
+		a.move = &migration{from: "(checkpoint)", started: e.now(), why: why}
+		e.submitState(to, s, ms, a, worker.Import, a.ckpt, true)
+		return false
+	}
+	a.inst = to.id
+	e.stateEvent(s, ms, "reset", fmt.Sprintf("stream %s: its state was lost (%s) and no checkpoint exists; it starts fresh on %s", a.stream, why, to.id))
+	return true
+}
+
+// stateEvent counts and says a state event.
+func (e *Engine) stateEvent(s *session, ms *modState, kind, text string) {
+	if ms.events == nil {
+		ms.events = map[string]int{}
+	}
+	ms.events[kind]++
+	ms.lastEvent = text
+	ms.mx.StateEvent(kind)
+	if kind == "migrate" {
+		e.log.Info("state moved", "app", s.app.Name, "module", ms.mod.Name, "what", text)
+		return
+	}
+	e.log.Warn("state "+kind, "app", s.app.Name, "module", ms.mod.Name, "what", text)
+}
+
+// statefulLost handles the loss of instance id for the streams whose
+// state it held: each is restored from its checkpoint or starts fresh.
+func (e *Engine) statefulLost(id string) {
+	for _, s := range e.sortedSessions() {
+		for _, m := range s.statefulMods {
+			ms := s.mods[m]
+			for _, st := range slices.Sorted(mapKeys(ms.affs)) {
+				a := ms.affs[st]
+				if a.inst != id || a.move != nil {
+					continue
+				}
+				a.inst = ""
+				if a.closed {
+					continue
+				}
+				e.recover(s, ms, a, "worker "+id+" was lost")
+				e.dirty(s, st)
+			}
+		}
+	}
+}
+
+// checkpointsDue marks every stream with state due for a checkpoint.
+func (e *Engine) checkpointsDue(now time.Time) {
+	if e.cfg.Checkpoint <= 0 {
+		return
+	}
+	for _, s := range e.sessions {
+		for _, m := range s.statefulMods {
+			for st, a := range s.mods[m].affs {
+				if a.inst != "" && a.sent && a.lastSq != a.ckptSq && now.Sub(a.ckptAt) >= e.cfg.Checkpoint {
+					a.ckptDo = true
+					e.dirty(s, st)
+				}
+			}
+		}
+	}
+}
+
+// streamLeft closes stream's state at every stateful module: once its
+// frames have passed, the holder forgets it.
+func (e *Engine) streamLeft(s *session, stream string) {
+	for _, m := range s.statefulMods {
+		if a := s.mods[m].affs[stream]; a != nil {
+			a.closed = true
+			e.dirty(s, stream)
+		}
+	}
+}
+
+func (e *Engine) sortedSessions() []*session {
+	out := make([]*session, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].app.Name < out[j].app.Name })
+	return out
+}
+
+// stateStatus is ms's StateStatus.
+func (e *Engine) stateStatus(ms *modState) *StateStatus {
+	st := &StateStatus{Events: map[string]int{}, LastEvent: ms.lastEvent, Checkpoint: e.cfg.Checkpoint.Seconds()}
+	for _, k := range stateEvents {
+		if n := ms.events[k]; n > 0 {
+			st.Events[k] = n
+		}
+	}
+	for _, a := range ms.affs {
+		if a.inst != "" {
+			st.Streams++
+		}
+		if a.move != nil {
+			st.Moving++
+		}
+	}
+	if len(ms.pauses) > 0 {
+		p := slices.Clone(ms.pauses)
+		slices.Sort(p)
+		st.PauseP50MS = millis(p[len(p)/2])
+		st.PauseMaxMS = millis(p[len(p)-1])
+	}
+	return st
+}
+
+// frameOutputs is what a stateful module's frame task made: all of it in
+// the first list (the worker's convention).
+func frameOutputs(outs [][]*media.Item) []*media.Item {
+	if len(outs) == 0 {
+		return nil
+	}
+	return outs[0]
+}
