@@ -335,7 +335,9 @@ func TestStatefulWorkerLost(t *testing.T) {
 // (fake-clock time), so with a pool of several a frame overtakes the one
 // before it: the input of the stateful module after it arrives reordered.
 type jitter struct {
-	clk  interface{ After(time.Duration) <-chan time.Time }
+	clk interface {
+		After(time.Duration) <-chan time.Time
+	}
 	mu   *sync.Mutex
 	done *[]uint64 // the order frames finished here
 }
