@@ -221,6 +221,17 @@ function renderApp(id, a, span) {
   }
   table.append(tb);
   sec.append(table);
+  // Stateful modules: where each stream's state is and what happened to it (a reset, state lost
+  // with no checkpoint, is said loudly).
+  for (const m of (l.modules || []).filter((x) => x.state)) {
+    const st = m.state, ev = st.events || {};
+    const bad = (ev.reset || 0) + (ev.failed || 0);
+    let txt = `${m.module} (stateful): ${st.streams} stream(s) with state, ${st.moving || 0} moving; ` +
+      `migrations ${ev.migrate || 0}` + (st.migration_pause_p50_ms !== undefined ? ` (pause p50 ${fmt(st.migration_pause_p50_ms, 2)} ms, max ${fmt(st.migration_pause_max_ms, 2)} ms)` : "") +
+      `, restores from checkpoint ${ev.restore || 0}, state resets ${ev.reset || 0}, failed moves ${ev.failed || 0}`;
+    if (st.last_event) txt += `. Last: ${st.last_event}`;
+    sec.append(el("p", { class: bad ? "degraded state" : "state" }, txt));
+  }
   const why = (l.modules || []).filter((m) => m.why);
   if (why.length) {
     const ul = el("ul", { class: "why" });
