@@ -97,6 +97,8 @@ type FrameResult struct {
 	Boxes    []media.Box
 	Labels   []string
 	Counts   map[string]int
+	Tracks   []media.Track // from a tracker (track's outputs reaching a sink)
+	Events   []media.Event // from activity rules
 	Finished time.Time
 }
 
@@ -893,6 +895,8 @@ func (e *Engine) finishFrame(s *session, fr *frame) {
 	for _, o := range fr.outputs {
 		res.Boxes = append(res.Boxes, o.Boxes...)
 		res.Labels = append(res.Labels, o.Labels...)
+		res.Tracks = append(res.Tracks, o.Tracks...)
+		res.Events = append(res.Events, o.Events...)
 		for k, v := range o.Counts {
 			if res.Counts == nil {
 				res.Counts = map[string]int{}
