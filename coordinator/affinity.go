@@ -560,7 +560,7 @@ func (e *Engine) checkpointsDue(now time.Time) {
 	for _, s := range e.sessions {
 		for _, m := range s.statefulMods {
 			for st, a := range s.mods[m].affs {
-				if a.inst != "" && a.sent && a.lastSq != a.ckptSq && now.Sub(a.ckptAt) >= e.cfg.Checkpoint {
+				if a.inst != "" && a.sent && (a.lastSq != a.ckptSq || a.ckptAt.IsZero()) && now.Sub(a.ckptAt) >= e.cfg.Checkpoint {
 					a.ckptDo = true
 					e.dirty(s, st)
 				}
