@@ -100,7 +100,7 @@ func TestStatefulTasks(t *testing.T) {
 			built = append(built, op)
 			return op, nil
 		},
-		"sink":     func(modules.Params) (modules.Processor, error) { return testOp{}, nil },
+		"sink": func(modules.Params) (modules.Processor, error) { return testOp{}, nil },
 	} {
 		if err := ops.Register(name, f); err != nil {
 			t.Fatal(err)

@@ -130,7 +130,7 @@ func fullItem() *media.Item {
 	return &media.Item{Stream: "cam", Seq: 42, Capture: time.Unix(100, 5), Deadline: time.Unix(101, 0), Frame: media.NewFrame(2, 2),
 		Region: &media.Box{W: 2, H: 2}, Boxes: []media.Box{{W: 1, H: 1, Class: "car", Score: 0.5}}, Truth: []media.Box{{W: 2, H: 1, Class: "car"}},
 		Labels: []string{"car"}, Counts: map[string]int{"car": 1}, Tracks: tr,
-		Steps: []media.Step{{Seq: 40, Boxes: []media.Box{{W: 1, H: 1}}, Labels: []string{"a", "b"}, Tracks: tr[:1]}, {Seq: 41}},
+		Steps:  []media.Step{{Seq: 40, Boxes: []media.Box{{W: 1, H: 1}}, Labels: []string{"a", "b"}, Tracks: tr[:1]}, {Seq: 41}},
 		Events: []media.Event{{Kind: "line-cross", Rule: "gate", Track: 7, Detail: "left to right"}},
 		Audio:  &media.Audio{Rate: 48000, Channels: 2, PCM: []int16{0, 1, -1, 32767, -32768, 12345}}}
 }
