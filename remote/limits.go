@@ -35,6 +35,12 @@ type Limits struct {
 	// MaxResultItems caps the output items in one result, all outputs
 	// together.
 	MaxResultItems int
+	// MaxTracks, MaxSteps, MaxEvents and MaxLabels cap what one item of a
+	// worker's result carries (tracks and labels on each of its steps too);
+	// MaxAudioBytes an audio chunk's PCM bytes; MaxStateBytes the state
+	// snapshot of a worker's export or checkpoint (stateful modules).
+	MaxTracks, MaxSteps, MaxEvents, MaxLabels int
+	MaxAudioBytes, MaxStateBytes              int
 	// MaxSourceStreams caps the Ingest streams (cameras) one source has open
 	// at once; a source is its certificate's name with TLS, its IP address
 	// without.
@@ -57,6 +63,12 @@ var DefaultLimits = Limits{
 	MaxFrameH:        1080,
 	MaxBoxes:         256,
 	MaxResultItems:   4096,
+	MaxTracks:        wire.DefaultTracks,
+	MaxSteps:         wire.DefaultSteps,
+	MaxEvents:        wire.DefaultEvents,
+	MaxLabels:        wire.DefaultLabels,
+	MaxAudioBytes:    wire.MaxAudioBytes,
+	MaxStateBytes:    wire.MaxStateBytes,
 	MaxSourceStreams: 64,
 	PeerRate:         1,
 	PeerBurst:        20,
@@ -82,6 +94,12 @@ func (l Limits) withDefaults() Limits {
 	set(&l.MaxFrameH, d.MaxFrameH)
 	set(&l.MaxBoxes, d.MaxBoxes)
 	set(&l.MaxResultItems, d.MaxResultItems)
+	set(&l.MaxTracks, d.MaxTracks)
+	set(&l.MaxSteps, d.MaxSteps)
+	set(&l.MaxEvents, d.MaxEvents)
+	set(&l.MaxLabels, d.MaxLabels)
+	set(&l.MaxAudioBytes, d.MaxAudioBytes)
+	set(&l.MaxStateBytes, d.MaxStateBytes)
 	set(&l.MaxSourceStreams, d.MaxSourceStreams)
 	setF(&l.PeerRate, d.PeerRate)
 	setF(&l.PeerBurst, d.PeerBurst)
@@ -116,6 +134,8 @@ const (
 	RefusedFrameSize   = "frame-size"     // a frame over MaxFrameW x MaxFrameH
 	RefusedBoxes       = "boxes"          // more than MaxBoxes on a frame
 	RefusedResultItems = "result-items"   // a result with more than MaxResultItems
+	RefusedItemContent = "item-content"   // an item over MaxTracks, MaxSteps, MaxEvents, MaxLabels or MaxAudioBytes
+	RefusedStateSize   = "state-size"     // a result's state over MaxStateBytes
 	RefusedStreams     = "source-streams" // a source over MaxSourceStreams
 	RefusedRatePeer    = "rate-peer"      // Connect over the peer's rate
 	RefusedRateGlobal  = "rate-global"    // Connect over the global rate
