@@ -423,6 +423,11 @@ func (e *Engine) onStateResult(t *taskState, r *worker.Result) {
 		}
 	case worker.Export:
 		mv := a.move
+		if !ok && r != nil && r.Outcome == worker.QueueFull {
+			// Back-pressure: the state is still there; try again.
+			a.move = nil
+			break
+		}
 		if !ok {
 			// The state could not leave: restore from the checkpoint on
 			// the new instance, or start fresh.

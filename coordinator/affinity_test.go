@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"os"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -311,16 +310,10 @@ func runMigration(tb testing.TB, start starter, l *ledger, n int) migrationRun {
 	w.until("the state to move", 10*time.Second, func() bool {
 		st := stateOf(e.Status().Sessions[0], "track")
 		if st == nil || st.Events["migrate"] < on {
-			if os.Getenv("DEBUGMIG") != "" {
-				fmt.Printf("DEBUG on=%d st=%+v\n", on, st)
-			}
 			return false
 		}
 		for _, id := range ids {
 			if h := holderOf(e, id); h == m.from || h == "" {
-				if os.Getenv("DEBUGMIG") != "" {
-					fmt.Println("DEBUG", id, h, st, e.Status().Instances)
-				}
 				return false
 			}
 		}

@@ -592,6 +592,9 @@ func (e *Engine) specsFor(in *instState, routed bool) []worker.ModuleSpec {
 		ms := s.mods[a.spec.Module]
 		ms.routes = append(ms.routes, route{inst: in.id, weight: a.rate})
 		ms.conc[in.id] = a.spec.Concurrency
+		if ms.stateful {
+			ms.hostConc[in.id] = a.spec.Concurrency // kept while its streams' state drains out
+		}
 		if a.spec.Kind == dag.GPU {
 			ms.gpuProf[in.id] = a.spec.Latency
 			ms.gpuLat[in.id] = latencyTable(s.cat.ConfigsOn(a.spec.Module, in.typ), a.spec.Concurrency, s.balloon[a.spec.Module])
@@ -614,7 +617,8 @@ func (e *Engine) specsFor(in *instState, routed bool) []worker.ModuleSpec {
 		for _, m := range s.statefulMods {
 			ms := s.mods[m]
 			if byKey[ms.key] == nil && ms.holdsOn(in.id) {
-				out = append(out, worker.ModuleSpec{App: s.app.Name, Module: m, Kind: dag.CPU, Op: ms.mod.Op, Params: ms.mod.Params, Concurrency: 1})
+				out = append(out, worker.ModuleSpec{App: s.app.Name, Module: m, Kind: dag.CPU, Op: ms.mod.Op, Params: ms.mod.Params,
+					Concurrency: max(1, ms.hostConc[in.id])})
 			}
 		}
 	}
