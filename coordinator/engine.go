@@ -904,6 +904,11 @@ func (e *Engine) finishFrame(s *session, fr *frame) {
 			res.Counts[k] += v
 		}
 	}
+	if len(s.streams) == 0 && len(s.frames) == 0 && s.plan != nil && s.rate > 0 {
+		// The streams left and their last frame ended: the session can
+		// give its instances back now.
+		defer e.trigger("leave", fmt.Sprintf("the last frames of %s's streams ended", s.app.Name))
+	}
 	s.acct.outcome(fr.capture, res)
 	s.mx.Frame(string(res.Outcome), string(res.Module), res.Reason, res.Latency)
 	if e.cfg.OnFrame != nil {

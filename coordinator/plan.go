@@ -99,7 +99,14 @@ func (e *Engine) replan(trigger string) {
 	now := e.now()
 	inputs := map[dag.AppID]planInput{}
 	for id, s := range e.sessions {
-		inputs[id] = planInput{app: s.app, g: s.g, cat: s.cat, rate: s.ingress(), scale: copyMap(s.scale), balloon: copyMap(s.balloon),
+		rate := s.ingress()
+		if rate == 0 && len(s.frames) > 0 && s.plan != nil {
+			// The last stream left with frames still in flight: they keep
+			// the plan they were admitted under until they end (finishFrame
+			// re-plans then), rather than meet unloaded modules.
+			rate = s.rate
+		}
+		inputs[id] = planInput{app: s.app, g: s.g, cat: s.cat, rate: rate, scale: copyMap(s.scale), balloon: copyMap(s.balloon),
 			reserve: s.ingestReserve(), extra: s.headroom}
 	}
 	limits := map[profile.WorkerTypeID]int{}

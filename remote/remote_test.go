@@ -53,7 +53,12 @@ func startCoordinator(t testing.TB, app *dag.App, prof *profile.File, hb time.Du
 // here).
 func startServer(t testing.TB, app *dag.App, prof *profile.File, srv *Server) *loopback {
 	t.Helper()
-	e := coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}})
+	return startEngine(t, coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}}), app, prof, srv)
+}
+
+// startEngine is startServer with the engine e (not started yet).
+func startEngine(t testing.TB, e *coordinator.Engine, app *dag.App, prof *profile.File, srv *Server) *loopback {
+	t.Helper()
 	e.Start()
 	if err := e.Deploy(app, prof); err != nil {
 		t.Fatal(err)
