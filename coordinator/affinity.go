@@ -261,7 +261,7 @@ func (e *Engine) dispatchStateful(s *session, ms *modState, a *affinity) {
 			return
 		}
 		if len(a.queue) == 0 {
-			if a.closed && len(a.gather) == 0 {
+			if a.closed && len(a.gather) == 0 && len(s.open[a.stream]) == 0 {
 				// The stream left and its last frame passed: forget its
 				// state where it is held.
 				e.submitState(in, s, ms, a, worker.Import, nil, false)
