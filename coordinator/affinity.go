@@ -627,3 +627,17 @@ func frameOutputs(outs [][]*media.Item) []*media.Item {
 	}
 	return outs[0]
 }
+
+// HasCheckpoint says whether stream's state at app's module has a
+// checkpoint (for tests and tools).
+func (e *Engine) HasCheckpoint(app dag.AppID, module dag.ModuleID, stream string) bool {
+	var out bool
+	e.call(func() {
+		if s := e.sessions[app]; s != nil && s.mods[module] != nil {
+			if a := s.mods[module].affs[stream]; a != nil {
+				out = a.ckpt != nil
+			}
+		}
+	})
+	return out
+}
