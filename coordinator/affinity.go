@@ -90,7 +90,8 @@ type StateStatus struct {
 	Moving     int            `json:"moving"`               // state moves in progress
 	Events     map[string]int `json:"events,omitempty"`     // migrate, restore, reset, failed: since deploy
 	LastEvent  string         `json:"last_event,omitempty"` // the last one, said in words
-	PauseP50MS float64        `json:"migration_pause_p50_ms,omitempty"`
+	PauseP50MS float64        `json:"migration_pause_p50_ms,omitempty"` // over the last 1024 moves
+	PauseP99MS float64        `json:"migration_pause_p99_ms,omitempty"`
 	PauseMaxMS float64        `json:"migration_pause_max_ms,omitempty"`
 	Checkpoint float64        `json:"checkpoint_s,omitempty"` // the checkpoint period
 }
@@ -614,6 +615,7 @@ func (e *Engine) stateStatus(ms *modState) *StateStatus {
 		p := slices.Clone(ms.pauses)
 		slices.Sort(p)
 		st.PauseP50MS = millis(p[len(p)/2])
+		st.PauseP99MS = millis(p[len(p)*99/100])
 		st.PauseMaxMS = millis(p[len(p)-1])
 	}
 	return st
