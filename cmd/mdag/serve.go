@@ -506,6 +506,12 @@ func writeStatusTable(w io.Writer, st coordinator.Status) {
 		for _, m := range s.Modules {
 			fmt.Fprintf(tw, "  %s\t%s\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%.1f\t%d\t%d\n", m.Module, m.Kind, m.RateIn, m.Scale, m.ExecMS, m.Balloon, m.MeanBatch, m.BudgetMS, m.Instances, m.Dropped)
 		}
+		for _, m := range s.Modules {
+			if st := m.State; st != nil {
+				fmt.Fprintf(tw, "  state of %s: %d streams, migrations %d (pause p50 %.2f ms, p99 %.2f ms), restores %d, resets %d, failed moves %d\n",
+					m.Module, st.Streams, st.Events["migrate"], st.PauseP50MS, st.PauseP99MS, st.Events["restore"], st.Events["reset"], st.Events["failed"])
+			}
+		}
 	}
 	fmt.Fprintln(tw, "INSTANCE\tTYPE\tSTATE\tMODULES")
 	for _, in := range st.Instances {
