@@ -149,7 +149,7 @@ func (o *motionOp) Restore(stream string, state []byte) error {
 	if len(state) > 0 {
 		v, payload, err := modules.DecodeState("motion", state)
 		if err == nil && v != motionStateVersion {
-			err = fmt.Errorf("motion: snapshot version %d, this binary reads %d", v, motionStateVersion)
+			err = fmt.Errorf("snapshot version %d, this binary reads %d", v, motionStateVersion)
 		}
 		if err == nil {
 			st, err = decodeMotionState(payload)
@@ -238,7 +238,7 @@ func decodeMotionState(p []byte) (*motionState, error) {
 	st := &motionState{seen: r.uvarint("frames seen"), lastSeq: r.uvarint("last seq")}
 	n := r.uvarint("region count")
 	if r.err == nil && n > motionMaxBoxes {
-		return nil, fmt.Errorf("%d regions, at most %d", n, motionMaxBoxes)
+		r.fail("%d regions, at most %d", n, motionMaxBoxes)
 	}
 	for i := uint64(0); r.err == nil && i < n; i++ {
 		var b media.Box
