@@ -101,17 +101,25 @@ func (a annotate) box(m *gocv.Mat, r image.Rectangle, c color.RGBA, label string
 	if r.Empty() {
 		return
 	}
-	gocv.Rectangle(m, r, c, a.thickness)
+	// The outline is thickness pixels inside the box (OpenCV's own
+	// thick lines straddle the edge and are always odd).
+	t := min(a.thickness, r.Dx(), r.Dy())
+	for _, band := range []image.Rectangle{
+		image.Rect(r.Min.X, r.Min.Y, r.Max.X, r.Min.Y+t), image.Rect(r.Min.X, r.Max.Y-t, r.Max.X, r.Max.Y),
+		image.Rect(r.Min.X, r.Min.Y, r.Min.X+t, r.Max.Y), image.Rect(r.Max.X-t, r.Min.Y, r.Max.X, r.Max.Y),
+	} {
+		fill(m, band, c)
+	}
 	if !a.text {
 		return
 	}
 	sz, base := gocv.GetTextSizeWithBaseline(label, annotateFont, annotateFontScale, 1)
-	y := r.Min.Y - a.thickness/2
+	y := r.Min.Y
 	if y-sz.Y-base < 0 {
-		y = r.Min.Y + sz.Y + base + a.thickness
+		y = r.Min.Y + sz.Y + base + t
 	}
-	tab := image.Rect(r.Min.X-a.thickness/2, y-sz.Y-base, r.Min.X-a.thickness/2+sz.X+4, y)
-	gocv.Rectangle(m, tab, c, -1)
+	tab := image.Rect(r.Min.X, y-sz.Y-base, r.Min.X+sz.X+4, y)
+	fill(m, tab, c)
 	gocv.PutText(m, label, image.Pt(tab.Min.X+2, y-base), annotateFont, annotateFontScale, textOn(c), 1)
 }
 
@@ -128,10 +136,19 @@ func (a annotate) lines(m *gocv.Mat, lines []string, top bool) {
 	}
 	for _, l := range lines {
 		sz := gocv.GetTextSize(l, annotateFont, annotateFontScale, 1)
-		gocv.Rectangle(m, image.Rect(2, y, 2+sz.X+6, y+step), black, -1)
+		fill(m, image.Rect(2, y, 2+sz.X+6, y+step), black)
 		gocv.PutText(m, l, image.Pt(5, y+step-lh-2), annotateFont, annotateFontScale, white, 1)
 		y += step
 	}
+}
+
+// fill paints r (exclusive of its Max corner, as image.Rectangle means)
+// in c; OpenCV clips what lies outside m.
+func fill(m *gocv.Mat, r image.Rectangle, c color.RGBA) {
+	if r.Empty() {
+		return
+	}
+	gocv.RectangleWithParams(m, image.Rect(r.Min.X, r.Min.Y, r.Max.X-1, r.Max.Y-1), c, -1, gocv.Line8, 0)
 }
 
 // textOn is black or white, whichever reads better on c.
