@@ -16,7 +16,7 @@ func (b block) frame() *media.Frame { return scene(b.x, b.y, b.w, b.h) }
 
 var (
 	still = block{}
-	tall  = block{40, 60, 30, 80}  // a "person" by Motion's rule
+	tall  = block{40, 60, 30, 80}   // a "person" by Motion's rule
 	wide  = block{150, 100, 90, 40} // a "car"
 )
 
