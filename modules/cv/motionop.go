@@ -39,6 +39,7 @@ type motionStream struct {
 	seen    uint64  // frames processed for the stream, carried across restores
 	lastSeq uint64
 	last    []media.Box // the last frame's regions
+	gone    bool        // forgotten or closed: a caller holding it takes the map's again
 }
 
 var _ modules.Stateful = (*motionOp)(nil)
@@ -70,6 +71,24 @@ func (o *motionOp) stream(id string) (*motionStream, error) {
 	return s, nil
 }
 
+// lockStream returns stream's state locked, made when new. A state
+// forgotten between the map lookup and the lock (a Restore racing a frame,
+// which the runtime never does) is looked up again, so no model is made on
+// a state nobody will close.
+func (o *motionOp) lockStream(id string) (*motionStream, error) {
+	for {
+		s, err := o.stream(id)
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		if !s.gone {
+			return s, nil
+		}
+		s.mu.Unlock()
+	}
+}
+
 // Process runs one item as its stream's next frame (the runtime calls
 // ProcessFrame for a stateful op; this serves direct callers).
 func (o *motionOp) Process(it *media.Item) ([]*media.Item, error) {
@@ -98,11 +117,10 @@ func (o *motionOp) ProcessFrame(stream string, seq uint64, items []*media.Item) 
 	if pick < 0 {
 		return nil, fmt.Errorf("motion: frame %d of stream %q: none of its %d items carries a valid frame", seq, stream, len(items))
 	}
-	s, err := o.stream(stream)
+	s, err := o.lockStream(stream)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
 		s.m = newMotion(o.warmup, o.minArea)
@@ -163,11 +181,10 @@ func (o *motionOp) Restore(stream string, state []byte) error {
 	if st == nil {
 		return nil
 	}
-	s, err := o.stream(stream)
+	s, err := o.lockStream(stream)
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
 	s.seen, s.lastSeq, s.last = st.seen, st.lastSeq, st.last
 	s.mu.Unlock()
 	return nil
@@ -180,13 +197,19 @@ func (o *motionOp) forget(stream string) {
 	delete(o.streams, stream)
 	o.mu.Unlock()
 	if s != nil {
-		s.mu.Lock()
-		if s.m != nil {
-			s.m.Close()
-			s.m = nil
-		}
-		s.mu.Unlock()
+		s.release()
 	}
+}
+
+// release closes the stream's model and marks it gone.
+func (s *motionStream) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m != nil {
+		s.m.Close()
+		s.m = nil
+	}
+	s.gone = true
 }
 
 // Close releases every stream's model.
@@ -196,12 +219,7 @@ func (o *motionOp) Close() {
 	o.streams, o.closed = map[string]*motionStream{}, true
 	o.mu.Unlock()
 	for _, s := range streams {
-		s.mu.Lock()
-		if s.m != nil {
-			s.m.Close()
-			s.m = nil
-		}
-		s.mu.Unlock()
+		s.release()
 	}
 }
 

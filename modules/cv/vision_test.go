@@ -13,12 +13,9 @@ import (
 	"github.com/mdag/mdag/media"
 )
 
-// Debian's opencv-doc sample videos: vtest.avi (pedestrians on a campus
-// path, 768x576) and Megamind.avi.
-const (
-	vtestAVI    = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
-	megamindAVI = "/usr/share/doc/opencv-doc/examples/data/Megamind.avi"
-)
+// vtestAVI is Debian's opencv-doc sample of pedestrians on a campus path
+// (768x576).
+const vtestAVI = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
 
 // videoFrames returns the frames of path at the given indexes (ascending),
 // skipping the test when the file is absent.
