@@ -8,10 +8,15 @@ import (
 	"sync"
 	"testing"
 
+	"go.uber.org/goleak"
 	"gocv.io/x/gocv"
 
 	"github.com/mdag/mdag/media"
 )
+
+// TestMain checks no test leaves a goroutine behind (TestHOGPeopleConcurrent
+// starts some).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // vtestAVI is Debian's opencv-doc sample of pedestrians on a campus path
 // (768x576).
