@@ -94,7 +94,7 @@ var declared = []Op{
 			Doc: "frames wider than this are downscaled to it before detection (boxes scaled back); 0: never; else >= 64, the detection window's width"},
 		{Name: "min_score", Kind: Number, Default: 0.0, Check: unit,
 			Doc: "only people scoring at least this (the score is the logistic of the SVM margin: 0.5 at hit_threshold 0's boundary)"}}},
-	{Name: "motion", Summary: "moving regions by background subtraction (OpenCV MOG2), one model per stream", Stateful: true, Params: []Param{
+	{Name: "motion", Summary: "moving regions by background subtraction (OpenCV MOG2), one model per stream; a snapshot cannot hold the model: a restored stream relearns it for warmup frames", Stateful: true, Params: []Param{
 		{Name: "min_area", Kind: Number, Default: 0.002, Check: unitOpen, Doc: "smallest region reported, as a fraction of the frame (0..1)"},
 		{Name: "drop_still", Kind: Int, Default: 0, Check: flag,
 			Doc: "1: a frame with no motion after the warm-up goes no further (nothing is emitted); 0: it is emitted with no boxes"},
