@@ -197,8 +197,15 @@ func TestHOGPeopleConcurrent(t *testing.T) {
 	}
 }
 
-func BenchmarkHOGPeople640(b *testing.B) {
-	p, err := New("hog-people", nil)
+// BenchmarkHOGPeople640 runs the detector on a 640x480 frame at the
+// default width (no downscale); BenchmarkHOGPeople640To320 downscales it to
+// 320 wide first.
+func BenchmarkHOGPeople640(b *testing.B) { benchHOG(b, nil) }
+
+func BenchmarkHOGPeople640To320(b *testing.B) { benchHOG(b, map[string]any{"width": 320}) }
+
+func benchHOG(b *testing.B, params map[string]any) {
+	p, err := New("hog-people", params)
 	if err != nil {
 		b.Fatal(err)
 	}
