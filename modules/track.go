@@ -1,10 +1,10 @@
 package modules
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 
 	"github.com/mdag/mdag/media"
 )
@@ -186,24 +186,26 @@ func associate(boxes []media.Box, dets []detection, floor float64) ([]int, []boo
 		t, d int
 	}
 	var pairs []pair
-	for i, b := range boxes {
-		for j, d := range dets {
-			if b.Class != d.box.Class {
-				continue
+	for i := range boxes {
+		b := &boxes[i]
+		for j := range dets {
+			d := &dets[j].box
+			if d.X >= b.X+b.W || b.X >= d.X+d.W || d.Y >= b.Y+b.H || b.Y >= d.Y+d.H || b.Class != d.Class {
+				continue // no overlap (most pairs): skip the division
 			}
-			if v := iouOf(b, d.box); v > 0 && v >= floor {
+			if v := iouOf(*b, *d); v > 0 && v >= floor {
 				pairs = append(pairs, pair{v, i, j})
 			}
 		}
 	}
-	sort.Slice(pairs, func(i, j int) bool {
-		if pairs[i].iou != pairs[j].iou {
-			return pairs[i].iou > pairs[j].iou
+	slices.SortFunc(pairs, func(x, y pair) int {
+		switch {
+		case x.iou != y.iou:
+			return cmp.Compare(y.iou, x.iou)
+		case x.t != y.t:
+			return cmp.Compare(x.t, y.t)
 		}
-		if pairs[i].t != pairs[j].t {
-			return pairs[i].t < pairs[j].t
-		}
-		return pairs[i].d < pairs[j].d
+		return cmp.Compare(x.d, y.d)
 	})
 	match := make([]int, len(boxes))
 	for i := range match {

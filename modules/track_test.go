@@ -208,6 +208,7 @@ func BenchmarkTrack(b *testing.B) {
 		b.Run(fmt.Sprintf("snapshot+restore/objects=%d", n), func(b *testing.B) {
 			tr := newStateful(b, "track", nil)
 			for i, f := range frames[:8] {
+				f[0].Seq = uint64(i + 1)
 				if _, err := tr.ProcessFrame("s", uint64(i+1), f); err != nil {
 					b.Fatal(err)
 				}
