@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,13 +121,15 @@ var statefulCases = []struct {
 	op     OpID
 	params map[string]any
 	frames func(stream string, n int) []frame
+	marker string // in the outputs of every cut's remaining frames: the test is not vacuous
 }{
-	{"track", nil, trackFrames},
-	{"track", map[string]any{"min_hits": 1, "max_age": 2}, trackFrames},
-	{"window", map[string]any{"size": 4}, windowFrames},
-	{"sequence", map[string]any{"context": 5, "max_gap": 0}, windowFrames},
-	{"activity", map[string]any{"rules": []any{"line door 100,0,100,200", "zone desk 150,0,300,100 dwell 3f", "loiter hall 200,0,400,100 500ms radius 5"}}, activityFrames},
-	{"segment", map[string]any{"chunk": "40ms"}, segmentFrames},
+	{"track", nil, trackFrames, "tracks=[{"},
+	{"track", map[string]any{"min_hits": 1, "max_age": 2}, trackFrames, "tracks=[{"},
+	{"window", map[string]any{"size": 4}, windowFrames, "steps=[{"},
+	{"sequence", map[string]any{"context": 5, "max_gap": 0}, windowFrames, "steps=[{"},
+	// line-cross at frame 6, dwell at 13 (entered at 10), loiter at 23.
+	{"activity", map[string]any{"rules": []any{"line door 100,0,100,200", "zone desk 150,0,300,100 dwell 3f", "loiter hall 200,0,400,100 300ms radius 5"}}, activityFrames, "events=[{"},
+	{"segment", map[string]any{"chunk": "40ms"}, segmentFrames, "audio="},
 }
 
 func newStateful(t testing.TB, op OpID, params map[string]any) Stateful {
@@ -208,10 +211,13 @@ func TestSnapshotRestoreContinues(t *testing.T) {
 		t.Run(fmt.Sprintf("%s%v", tc.op, tc.params), func(t *testing.T) {
 			frames := tc.frames("cam", 24)
 			other := tc.frames("other", 24)
-			for _, cut := range []int{1, 5, 9, 13, len(frames) - 1} {
+			for _, cut := range []int{1, 5, 9, 12, 13, len(frames) - 1} {
 				whole := newStateful(t, tc.op, tc.params)
 				runFrames(t, whole, frames[:cut])
 				want := runFrames(t, whole, frames[cut:])
+				if cut < len(frames)-1 && !strings.Contains(want, tc.marker) {
+					t.Fatalf("cut %d: no %q in the outputs after the cut:\n%s", cut, tc.marker, want)
+				}
 
 				a := newStateful(t, tc.op, tc.params)
 				for i := 0; i < cut; i++ {
@@ -415,3 +421,49 @@ func FuzzRestoreActivity(f *testing.F) {
 	fuzzRestore(f, "activity", statefulCases[4].params, activityFrames)
 }
 func FuzzRestoreSegment(f *testing.F) { fuzzRestore(f, "segment", nil, segmentFrames) }
+
+// TestStatefulConcurrentStreams: streams processed at once on one
+// processor (as the runtime does for different streams), with snapshots
+// taken meanwhile, give each stream the outputs it gets alone (run under
+// -race: the per-stream locks).
+func TestStatefulConcurrentStreams(t *testing.T) {
+	for _, tc := range statefulCases {
+		t.Run(fmt.Sprintf("%s%v", tc.op, tc.params), func(t *testing.T) {
+			shared := newStateful(t, tc.op, tc.params)
+			streams := []string{"a", "b", "c", "d"}
+			got := make([]string, len(streams))
+			errs := make(chan error, len(streams))
+			var wg sync.WaitGroup
+			for i, s := range streams {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var b strings.Builder
+					for _, f := range tc.frames(s, 24) {
+						out, err := shared.ProcessFrame(s, f[0].Seq, f)
+						if err != nil {
+							errs <- err
+							return
+						}
+						b.WriteString(render(out))
+						if _, err := shared.Snapshot(streams[(i+1)%len(streams)]); err != nil {
+							errs <- err
+							return
+						}
+					}
+					got[i] = b.String()
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			for i, s := range streams {
+				if want := runFrames(t, newStateful(t, tc.op, tc.params), tc.frames(s, 24)); got[i] != want {
+					t.Errorf("stream %s run beside others:\n%s\nwant\n%s", s, got[i], want)
+				}
+			}
+		})
+	}
+}
