@@ -229,9 +229,11 @@ func checkFrame(op OpID, stream string, seq uint64, items []*media.Item) error {
 
 // payloadReader reads a binary snapshot payload; the first error sticks
 // (later reads return zero values) and every length is checked against
-// what is left before anything is allocated.
+// what is left before anything is allocated. It moves an offset (no
+// reslicing: no pointer writes in the hot loop).
 type payloadReader struct {
 	b   []byte
+	off int
 	err error
 }
 
@@ -241,61 +243,78 @@ func (r *payloadReader) fail(format string, args ...any) {
 	}
 }
 
+func (r *payloadReader) left() int { return len(r.b) - r.off }
+
 func (r *payloadReader) uvarint(what string) uint64 {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(r.b)
+	v, n := binary.Uvarint(r.b[r.off:])
 	if n <= 0 {
 		r.fail("%s: truncated or overlong number", what)
 		return 0
 	}
-	r.b = r.b[n:]
+	r.off += n
 	return v
 }
 
 // count reads a count of items at most limit, each at least minSize bytes.
 func (r *payloadReader) count(what string, limit, minSize int) int {
 	v := r.uvarint(what)
-	if r.err == nil && (v > uint64(limit) || v*uint64(minSize) > uint64(len(r.b))) {
-		r.fail("%s: %d, more than the %d allowed or than the %d bytes left hold", what, v, limit, len(r.b))
+	if r.err == nil && (v > uint64(limit) || v*uint64(minSize) > uint64(r.left())) {
+		r.fail("%s: %d, more than the %d allowed or than the %d bytes left hold", what, v, limit, r.left())
 		return 0
 	}
 	return int(v)
 }
 
+// fixed returns the next n bytes (nil after an error).
 func (r *payloadReader) fixed(what string, n int) []byte {
 	if r.err != nil {
-		return make([]byte, n)
+		return nil
 	}
-	if len(r.b) < n {
+	if r.left() < n {
 		r.fail("%s: truncated", what)
-		return make([]byte, n)
+		return nil
 	}
-	p := r.b[:n]
-	r.b = r.b[n:]
+	p := r.b[r.off : r.off+n]
+	r.off += n
 	return p
 }
 
 func (r *payloadReader) float64(what string) float64 {
-	return math.Float64frombits(binary.BigEndian.Uint64(r.fixed(what, 8)))
+	if p := r.fixed(what, 8); p != nil {
+		return math.Float64frombits(binary.BigEndian.Uint64(p))
+	}
+	return 0
 }
 
 func (r *payloadReader) float32(what string) float32 {
-	return math.Float32frombits(binary.BigEndian.Uint32(r.fixed(what, 4)))
+	if p := r.fixed(what, 4); p != nil {
+		return math.Float32frombits(binary.BigEndian.Uint32(p))
+	}
+	return 0
 }
 
-func (r *payloadReader) string(what string) string {
-	n := r.count(what+" length", maxLabelLength, 1)
-	return string(r.fixed(what, n))
+func (r *payloadReader) string(what string) string { return string(r.field(what)) }
+
+// field reads a length-prefixed string's bytes (not copied).
+func (r *payloadReader) field(what string) []byte {
+	n := r.count(what, maxLabelLength, 1) // (no what+" length": it would allocate per field)
+	return r.fixed(what, n)
 }
 
-func (r *payloadReader) byte(what string) byte { return r.fixed(what, 1)[0] }
+func (r *payloadReader) byte(what string) byte {
+	if p := r.fixed(what, 1); p != nil {
+		return p[0]
+	}
+	return 0
+}
 
 // end checks the payload was read to its last byte.
 func (r *payloadReader) end() error {
-	if r.err == nil && len(r.b) > 0 {
-		r.fail("%d bytes after the state", len(r.b))
+	if r.err == nil && r.left() > 0 {
+		r.fail("%d bytes after the state", r.left())
 	}
 	return r.err
 }

@@ -107,9 +107,12 @@ func encodeTrackState(s *trackState) []byte {
 		tr := &s.Tracks[i]
 		b = binary.AppendUvarint(b, tr.ID)
 		b = appendString(b, tr.Class)
-		for _, f := range []float64{tr.X, tr.Y, tr.W, tr.H, tr.VX, tr.VY} {
-			b = binary.BigEndian.AppendUint64(b, math.Float64bits(f))
-		}
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(tr.X))
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(tr.Y))
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(tr.W))
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(tr.H))
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(tr.VX))
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(tr.VY))
 		b = binary.BigEndian.AppendUint32(b, math.Float32bits(tr.Score))
 		b = binary.AppendUvarint(b, uint64(len(tr.Labels)))
 		for _, l := range tr.Labels {
@@ -142,10 +145,13 @@ func decodeTrackState(p []byte, s *trackState) error {
 	for i := 0; i < n && r.err == nil; i++ {
 		tr := &s.Tracks[i]
 		tr.ID = r.uvarint("track id")
-		tr.Class = r.string("class")
-		for _, f := range []*float64{&tr.X, &tr.Y, &tr.W, &tr.H, &tr.VX, &tr.VY} {
-			*f = r.float64("box")
+		if c := r.field("class"); i > 0 && string(c) == s.Tracks[i-1].Class {
+			tr.Class = s.Tracks[i-1].Class // one string per run of a class
+		} else {
+			tr.Class = string(c)
 		}
+		tr.X, tr.Y, tr.W, tr.H = r.float64("x"), r.float64("y"), r.float64("w"), r.float64("h")
+		tr.VX, tr.VY = r.float64("vx"), r.float64("vy")
 		tr.Score = r.float32("score")
 		if k := r.count("labels", maxStepItems, 1); k > 0 {
 			tr.Labels = make([]string, k)
