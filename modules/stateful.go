@@ -17,6 +17,9 @@ import (
 // another goroutine), and the payload of their snapshots: JSON, or the
 // op's own binary codec (track, whose snapshots are the largest and most
 // frequent), always version 1 (stateVersion) and checked on restore.
+// A stream's state lives until Restore(stream, nil) or Close: the runtime
+// forgets a stream that leaves (the ops cannot tell an ended stream from
+// a paused one).
 
 // stateVersion is the payload version every op of this file writes (v1).
 const stateVersion = 1

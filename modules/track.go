@@ -25,8 +25,9 @@ import (
 // their seq gap. Pairs of (track, detection) of the same class whose IoU is
 // at least `iou` are matched greedily, best IoU first (ties: lower track
 // id, then earlier detection); greedy, not Hungarian: with the IoU floor
-// the two rarely differ, and greedy is deterministic and O(n log n) in the
-// pairs. A matched track takes the detection's box, score and labels.
+// the two rarely differ, and greedy is deterministic and cheap (every
+// track-detection pair is checked, most rejected on the boxes' extents
+// before any IoU; only overlapping pairs are sorted). A matched track takes the detection's box, score and labels.
 // An unmatched detection opens a new track (ids 1, 2, ... per stream,
 // never reused), unless the stream already has 4096 tracks. A track
 // unmatched for more than `max_age` frames in a row (counted in seq
