@@ -95,7 +95,6 @@ func TestNewErrors(t *testing.T) {
 		is     error
 		msg    string
 	}{
-		{"track", nil, modules.ErrNotImplemented, "op track: op has no implementation in this binary (implemented: annotate, count, crop, haar-face, hog-people, letterbox, motion, resize, sink)"},
 		{"warp", nil, nil, `unknown op "warp"`},
 		{"resize", map[string]any{"width": 0, "height": 10}, nil, "op resize: params.width: must be > 0, got 0"},
 		{"crop", map[string]any{"pad": "x"}, nil, "op crop: params.pad: want an integer, got x"},
