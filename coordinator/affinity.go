@@ -307,6 +307,11 @@ func (e *Engine) holder(s *session, ms *modState, a *affinity) (in *instState, r
 			e.submitState(cur, s, ms, a, worker.Export, nil, false)
 			return nil, false
 		}
+		if cur == nil && !a.closed {
+			// Gone without a word (released or closed): its state is
+			// lost all the same, and said.
+			a.lost = "instance " + a.inst + " is gone"
+		}
 		a.inst = ""
 	}
 	to := e.pickAffine(ms, "")
@@ -353,6 +358,19 @@ func (e *Engine) released(ms *modState, id string) {
 	if err := in.inst.Load(e.specsFor(in, false)); err != nil {
 		e.log.Warn("unloading a stateful module whose streams left failed", "instance", id, "module", ms.key, "err", err)
 	}
+}
+
+// holdsState says whether any stateful module holds a stream's state on
+// instance id.
+func (e *Engine) holdsState(id string) bool {
+	for _, s := range e.sessions {
+		for _, m := range s.statefulMods {
+			if s.mods[m].holdsOn(id) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // routed says whether the plan routes the module to instance id.

@@ -357,8 +357,9 @@ func (e *Engine) apply(out planOutput) {
 			in.state, in.loads = placement.Warm, nil
 			continue
 		}
-		if len(in.outstanding) > 0 {
-			// Work still runs there: keep it warm, released by a later plan.
+		if len(in.outstanding) > 0 || e.holdsState(in.id) {
+			// Work still runs there, or streams' state is still to move
+			// out: keep it warm, released by a later plan.
 			in.state, in.loads, in.releaseAt = placement.Warm, nil, now
 			continue
 		}
