@@ -27,7 +27,7 @@ var pure = []string{
 // native are the import paths (prefixes) that link native code at the edges.
 // (onnxruntime_go links no library, it dlopens ONNX Runtime, but it is cgo
 // and an edge all the same: only gpu/onnx and the binary reach it.)
-var native = []string{"gocv.io/x/gocv", "github.com/draffensperger/golp", "github.com/pion/", module + "ingest/vpx", module + "ingest/avc", module + "internal/lpsolve",
+var native = []string{"gocv.io/x/gocv", "github.com/draffensperger/golp", "github.com/pion/", module + "ingest/vpx", module + "ingest/avc", module + "ingest/opus", module + "internal/lpsolve",
 	"github.com/yalue/onnxruntime_go", module + "gpu/onnx"}
 
 // allowed lists, per package, the mdag packages it may import (tests
@@ -83,6 +83,7 @@ var allowed = map[string][]string{
 	"gpu/nvml":    {},
 	"ingest/vpx":  {"media"},
 	"ingest/avc":  {"media"},
+	"ingest/opus": {"media"},
 	"ingest/whip": {"dag", "ingest", "ingest/avc", "ingest/vpx", "internal/auth", "internal/clock", "internal/defaults", "media"},
 	"ingest/rtsp": {"ingest", "internal/clock", "internal/yamlx"},
 	// the binary wires everything
