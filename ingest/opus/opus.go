@@ -125,12 +125,18 @@ type Stats struct {
 	Lost      uint64 // packets missing in the sequence numbers (gaps)
 	Concealed uint64 // frames made up by loss concealment for them
 	Late      uint64 // packets behind the last one decoded (reordered, duplicates): dropped
+	Restarts  uint64 // sequence numbers that jumped by MaxSeqJump or more: a new sequence, no loss counted
 }
 
 // MaxConceal is the most packets of one gap DecodeRTP conceals: beyond it
 // (100 ms of 20 ms frames) the gap is counted as lost and the stream goes
 // on without made-up audio.
 const MaxConceal = 5
+
+// MaxSeqJump is how far a sequence number may jump (either way) and still
+// be a loss (ahead) or a late packet (behind); a larger jump is a sender
+// that started a new sequence (a restart): decoding goes on from it.
+const MaxSeqJump = 1000
 
 // NewDecoder returns a decoder to 48 kHz PCM with channels channels (1 or
 // 2; a stereo packet decodes to mono and back as libopus mixes).
@@ -197,13 +203,22 @@ func (d *Decoder) chunk(n int) *media.Audio {
 // most MaxConceal, each as long as the last packet decoded), so the
 // chunks it returns are the concealed ones, then the packet's. A packet
 // behind the last one decoded (reordered, a duplicate) is dropped and
-// counted (Stats.Late): the audio already went on without it. A corrupt
-// payload is an error; the stream can go on with the next packet.
+// counted (Stats.Late): the audio already went on without it; a jump of
+// MaxSeqJump or more either way is a new sequence (Stats.Restarts). A corrupt
+// payload is an error, with (once a packet has decoded) a concealed frame
+// in its place as the last chunk, so the audio keeps its timing; the
+// stream can go on with the next packet.
 func (d *Decoder) DecodeRTP(seq uint16, payload []byte) ([]*media.Audio, error) {
 	if d.d == nil {
 		return nil, ErrClosed
 	}
 	var out []*media.Audio
+	if d.haveSeq {
+		if diff := int16(seq - d.seq); diff <= -MaxSeqJump || diff >= MaxSeqJump {
+			d.stats.Restarts++
+			d.haveSeq = false
+		}
+	}
 	if d.haveSeq {
 		diff := int16(seq - d.seq)
 		if diff <= 0 {
@@ -227,6 +242,12 @@ func (d *Decoder) DecodeRTP(seq uint16, payload []byte) ([]*media.Audio, error) 
 	d.haveSeq, d.seq = true, seq
 	a, err := d.Decode(payload)
 	if err != nil {
+		if d.last > 0 {
+			if c, cerr := d.Conceal(d.last); cerr == nil {
+				d.stats.Concealed++
+				out = append(out, c)
+			}
+		}
 		return out, err
 	}
 	d.stats.Packets++

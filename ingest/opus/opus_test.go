@@ -243,6 +243,9 @@ func TestDecodeRTP(t *testing.T) {
 		{"gap across wrap", []uint16{65534, 1, 2}, 5, Stats{Packets: 3, Lost: 2, Concealed: 2}},
 		{"long gap bounded", []uint16{10, 30, 31}, 3 + MaxConceal, Stats{Packets: 3, Lost: 19, Concealed: MaxConceal}},
 		{"late and duplicate", []uint16{10, 12, 11, 12, 13}, 4, Stats{Packets: 3, Lost: 1, Concealed: 1, Late: 2}},
+		{"restart behind", []uint16{5000, 5001, 7, 8}, 4, Stats{Packets: 4, Restarts: 1}},
+		{"restart ahead", []uint16{10, 11, 20000, 20001}, 4, Stats{Packets: 4, Restarts: 1}},
+		{"just below the jump", []uint16{10, 10 + MaxSeqJump - 1}, 2 + MaxConceal, Stats{Packets: 2, Lost: MaxSeqJump - 2, Concealed: MaxConceal}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dec, err := NewDecoder(1)
@@ -267,6 +270,30 @@ func TestDecodeRTP(t *testing.T) {
 				t.Errorf("%d chunks, stats %+v; want %d, %+v", chunks, dec.Stats(), tc.chunks, tc.stats)
 			}
 		})
+	}
+}
+
+// TestDecodeRTPCorrupt: a corrupt payload is an error and, after the
+// first packet, a concealed frame in its place.
+func TestDecodeRTPCorrupt(t *testing.T) {
+	_, pkts := encodeTone(t, 1, 32000, 2)
+	dec, err := NewDecoder(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	if out, err := dec.DecodeRTP(1, []byte{0x03, 0x00}); !errors.Is(err, ErrInvalidPacket) || len(out) != 0 {
+		t.Fatalf("corrupt first packet: %d chunks, %v; want none and ErrInvalidPacket", len(out), err)
+	}
+	if out, err := dec.DecodeRTP(2, pkts[0]); err != nil || len(out) != 1 {
+		t.Fatalf("packet after it: %d chunks, %v", len(out), err)
+	}
+	out, err := dec.DecodeRTP(3, []byte{0x03, 0x00})
+	if !errors.Is(err, ErrInvalidPacket) || len(out) != 1 || len(out[0].PCM) != 960 {
+		t.Fatalf("corrupt packet: %d chunks, %v; want one concealed 960-sample chunk and ErrInvalidPacket", len(out), err)
+	}
+	if s := dec.Stats(); s != (Stats{Packets: 1, Concealed: 1}) {
+		t.Errorf("stats %+v", s)
 	}
 }
 

@@ -84,7 +84,7 @@ var allowed = map[string][]string{
 	"ingest/vpx":  {"media"},
 	"ingest/avc":  {"media"},
 	"ingest/opus": {"media"},
-	"ingest/whip": {"dag", "ingest", "ingest/avc", "ingest/vpx", "internal/auth", "internal/clock", "internal/defaults", "media"},
+	"ingest/whip": {"dag", "ingest", "ingest/avc", "ingest/opus", "ingest/vpx", "internal/auth", "internal/clock", "internal/defaults", "media"},
 	"ingest/rtsp": {"ingest", "internal/clock", "internal/yamlx"},
 	// the binary wires everything
 	"cmd/mdag": nil,
