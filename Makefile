@@ -99,9 +99,11 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./ingest/vpx
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./ingest/avc
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./ingest/opus
+	for f in FuzzOgg FuzzWAV; do \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./ingest/audiofile || exit 1; done
 	# One worker: with two, the whip targets' workers stall (0 execs/s, the
 	# time in the kernel) on this 2-core VM after a few seconds.
-	for f in FuzzRTP FuzzH264 FuzzOffer FuzzVP8KeySize; do \
+	for f in FuzzRTP FuzzH264 FuzzOffer FuzzVP8KeySize FuzzAudioRTP; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} -parallel 1 ./ingest/whip || exit 1; done
 	for f in FuzzDepacketizer FuzzParseCameras FuzzParseFlag FuzzCamerasURLPassword; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} -parallel 1 ./ingest/rtsp || exit 1; done

@@ -20,7 +20,7 @@ var pure = []string{
 	"media", "modules", "dag", "profile", "allocator", "placement", "placement/squishy",
 	"scheduler", "scheduler/sim", "gpu", "gpu/decode", "gpu/registry", "gpu/prep", "gpu/kserve", "worker", "coordinator",
 	// beyond the list: what the lean worker and the observers need
-	"ingest", "ingest/synth", "remote/wire", "remote/client", "internal/pki", "observe/metrics",
+	"ingest", "ingest/synth", "ingest/audiofile", "remote/wire", "remote/client", "internal/pki", "observe/metrics",
 	"profile/serf", "profile/measure", "coordinator/store",
 }
 
@@ -45,6 +45,7 @@ var allowed = map[string][]string{
 	"internal/pki":          {},
 	"internal/auth":         {"internal/clock", "internal/yamlx"},
 	"ingest":                {},
+	"ingest/audiofile":      {"media"},
 	"modules":               {"media"},
 	"dag":                   {"modules", "internal/yamlx"},
 	"profile":               {"dag", "internal/yamlx"},
