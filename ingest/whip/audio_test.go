@@ -100,12 +100,16 @@ func powerAt(pcm []int16, channels, ch int, freq float64) float64 {
 // with capture times 40 ms apart, as long and as loud as what was sent,
 // and the tone's frequency; results come back on the DataChannel.
 func TestAudioLoopback(t *testing.T) {
-	for _, channels := range []int{1, 2} {
-		t.Run(map[int]string{1: "mono", 2: "stereo"}[channels], func(t *testing.T) { testAudioLoopback(t, channels) })
+	for _, tc := range []struct {
+		name     string
+		channels int
+		encoded  bool // packets encoded beforehand, sent with WriteOpus (an Ogg Opus file)
+	}{{"mono", 1, false}, {"stereo", 2, false}, {"mono pre-encoded", 1, true}} {
+		t.Run(tc.name, func(t *testing.T) { testAudioLoopback(t, tc.channels, tc.encoded) })
 	}
 }
 
-func testAudioLoopback(t *testing.T, channels int) {
+func testAudioLoopback(t *testing.T, channels int, encoded bool) {
 	srv, sink, hs := newTestServer(t, Config{Apps: map[dag.AppID]float64{"speech": 25}, Media: map[dag.AppID]dag.Media{"speech": dag.Audio}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -117,11 +121,22 @@ func testAudioLoopback(t *testing.T, channels int) {
 	}
 	defer p.Close()
 	const packets = 75 // 1.5 s of 20 ms
+	var pre [][]byte
+	if encoded {
+		pre = opusPackets(t, packets, channels)
+	}
 	start := time.Now()
 	var sent []int16
 	for i := range packets {
 		at := start.Add(time.Duration(i) * 20 * time.Millisecond)
 		time.Sleep(time.Until(at)) // pacing a real-time source, not waiting for logic
+		if encoded {
+			sent = append(sent, toneSamples(i*960, 960, channels)...)
+			if err := p.WriteOpus(pre[i], 960); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
 		// 10 ms at a time: WriteAudio makes the 20 ms packets.
 		for half := range 2 {
 			pcm := toneSamples(i*960+half*480, 480, channels)

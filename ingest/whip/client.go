@@ -532,16 +532,46 @@ func (p *Publisher) WriteAudio(pcm []int16, capture time.Time) error {
 			return err
 		}
 		p.apend = p.apend[audioFrame*ch:]
-		for _, rp := range p.pack.Packetize(pkt, audioFrame) {
-			rp.Timestamp = p.ts0 + p.asamples
-			if err := p.track.WriteRTP(rp); err != nil {
-				return err
-			}
+		if err := p.sendOpusLocked(pkt, audioFrame); err != nil {
+			return err
 		}
-		p.asamples += audioFrame
-		p.sent.Add(1)
 	}
 	p.apend = append([]int16(nil), p.apend...) // do not keep the caller's array
+	return nil
+}
+
+// WriteOpus sends one Opus packet encoded beforehand (an Ogg Opus file's),
+// samples long per channel at 48 kHz: its RTP timestamp counts the samples
+// sent before it. The caller paces the packets in real time.
+func (p *Publisher) WriteOpus(pkt []byte, samples int) error {
+	if p.aenc == nil {
+		return errors.New("WriteOpus: the publisher sends video (ClientConfig.Audio is off)")
+	}
+	if len(pkt) == 0 || samples <= 0 || samples > 5760 {
+		return fmt.Errorf("WriteOpus: a packet of %d bytes, %d samples: want a packet of 1..5760 samples (120 ms)", len(pkt), samples)
+	}
+	if p.closed.Load() {
+		return errors.New("publisher closed")
+	}
+	if err := p.Err(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sendOpusLocked(pkt, samples)
+}
+
+// sendOpusLocked sends one Opus packet at the RTP time of the samples sent
+// so far (p.mu held).
+func (p *Publisher) sendOpusLocked(pkt []byte, samples int) error {
+	for _, rp := range p.pack.Packetize(pkt, uint32(samples)) {
+		rp.Timestamp = p.ts0 + p.asamples
+		if err := p.track.WriteRTP(rp); err != nil {
+			return err
+		}
+	}
+	p.asamples += uint32(samples)
+	p.sent.Add(1)
 	return nil
 }
 
