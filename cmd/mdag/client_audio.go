@@ -237,4 +237,3 @@ func finishClient(p *whip.Publisher, o clientOpts, sum *clientSummary, mu *sync.
 	sum.summarise()
 	return *sum
 }
-
