@@ -109,7 +109,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} -parallel 1 ./ingest/rtsp || exit 1; done
 	for f in FuzzModelInfer FuzzSplit; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./gpu/kserve || exit 1; done
-	for f in FuzzDecodeIngestMessage FuzzDecodeWorkerMessage FuzzDecodeItem FuzzDecodeCoordinatorMessage; do \
+	for f in FuzzDecodeIngestMessage FuzzDecodeWorkerMessage FuzzDecodeItem FuzzDecodeCoordinatorMessage FuzzDecodeAudio; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./remote/wire || exit 1; done
 	for f in FuzzParseHosts FuzzParseIdentity; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./internal/pki || exit 1; done

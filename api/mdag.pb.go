@@ -1192,6 +1192,7 @@ type IngestMessage struct {
 	CaptureUnixNs int64                  `protobuf:"varint,3,opt,name=capture_unix_ns,json=captureUnixNs,proto3" json:"capture_unix_ns,omitempty"`
 	Frame         *Frame                 `protobuf:"bytes,4,opt,name=frame,proto3" json:"frame,omitempty"`
 	Truth         []*Box                 `protobuf:"bytes,5,rep,name=truth,proto3" json:"truth,omitempty"` // objects a synthetic source drew
+	Audio         *Audio                 `protobuf:"bytes,6,opt,name=audio,proto3" json:"audio,omitempty"` // an audio app's chunk (instead of frame)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1257,6 +1258,13 @@ func (x *IngestMessage) GetFrame() *Frame {
 func (x *IngestMessage) GetTruth() []*Box {
 	if x != nil {
 		return x.Truth
+	}
+	return nil
+}
+
+func (x *IngestMessage) GetAudio() *Audio {
+	if x != nil {
+		return x.Audio
 	}
 	return nil
 }
@@ -1373,6 +1381,68 @@ func (x *IngestReply) GetLastError() string {
 	return ""
 }
 
+// Audio is a chunk of 16-bit PCM of an audio app's stream (IngestMessage
+// for apps with media: audio).
+type Audio struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rate          uint32                 `protobuf:"varint,1,opt,name=rate,proto3" json:"rate,omitempty"`         // samples per second per channel
+	Channels      uint32                 `protobuf:"varint,2,opt,name=channels,proto3" json:"channels,omitempty"` // 1 or 2
+	Pcm           []byte                 `protobuf:"bytes,3,opt,name=pcm,proto3" json:"pcm,omitempty"`            // int16 samples, little-endian, interleaved by channel
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Audio) Reset() {
+	*x = Audio{}
+	mi := &file_api_mdag_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Audio) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Audio) ProtoMessage() {}
+
+func (x *Audio) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Audio.ProtoReflect.Descriptor instead.
+func (*Audio) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Audio) GetRate() uint32 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *Audio) GetChannels() uint32 {
+	if x != nil {
+		return x.Channels
+	}
+	return 0
+}
+
+func (x *Audio) GetPcm() []byte {
+	if x != nil {
+		return x.Pcm
+	}
+	return nil
+}
+
 var File_api_mdag_proto protoreflect.FileDescriptor
 
 const file_api_mdag_proto_rawDesc = "" +
@@ -1472,13 +1542,14 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x01w\x18\x03 \x01(\x05R\x01w\x12\f\n" +
 	"\x01h\x18\x04 \x01(\x05R\x01h\x12\x14\n" +
 	"\x05class\x18\x05 \x01(\tR\x05class\x12\x14\n" +
-	"\x05score\x18\x06 \x01(\x02R\x05score\"\xb6\x01\n" +
+	"\x05score\x18\x06 \x01(\x02R\x05score\"\xdc\x01\n" +
 	"\rIngestMessage\x12!\n" +
 	"\x04join\x18\x01 \x01(\v2\r.mdag.v1.JoinR\x04join\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12&\n" +
 	"\x0fcapture_unix_ns\x18\x03 \x01(\x03R\rcaptureUnixNs\x12$\n" +
 	"\x05frame\x18\x04 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\x12\"\n" +
-	"\x05truth\x18\x05 \x03(\v2\f.mdag.v1.BoxR\x05truth\"0\n" +
+	"\x05truth\x18\x05 \x03(\v2\f.mdag.v1.BoxR\x05truth\x12$\n" +
+	"\x05audio\x18\x06 \x01(\v2\x0e.mdag.v1.AudioR\x05audio\"0\n" +
 	"\x04Join\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\"d\n" +
@@ -1486,7 +1557,11 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\baccepted\x18\x01 \x01(\x04R\baccepted\x12\x1a\n" +
 	"\brejected\x18\x02 \x01(\x04R\brejected\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x03 \x01(\tR\tlastError*\xf3\x01\n" +
+	"last_error\x18\x03 \x01(\tR\tlastError\"I\n" +
+	"\x05Audio\x12\x12\n" +
+	"\x04rate\x18\x01 \x01(\rR\x04rate\x12\x1a\n" +
+	"\bchannels\x18\x02 \x01(\rR\bchannels\x12\x10\n" +
+	"\x03pcm\x18\x03 \x01(\fR\x03pcm*\xf3\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1516,7 +1591,7 @@ func file_api_mdag_proto_rawDescGZIP() []byte {
 }
 
 var file_api_mdag_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_api_mdag_proto_goTypes = []any{
 	(Outcome)(0),               // 0: mdag.v1.Outcome
 	(*WorkerMessage)(nil),      // 1: mdag.v1.WorkerMessage
@@ -1536,7 +1611,8 @@ var file_api_mdag_proto_goTypes = []any{
 	(*IngestMessage)(nil),      // 15: mdag.v1.IngestMessage
 	(*Join)(nil),               // 16: mdag.v1.Join
 	(*IngestReply)(nil),        // 17: mdag.v1.IngestReply
-	nil,                        // 18: mdag.v1.Item.CountsEntry
+	(*Audio)(nil),              // 18: mdag.v1.Audio
+	nil,                        // 19: mdag.v1.Item.CountsEntry
 }
 var file_api_mdag_proto_depIdxs = []int32{
 	3,  // 0: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
@@ -1555,19 +1631,20 @@ var file_api_mdag_proto_depIdxs = []int32{
 	14, // 13: mdag.v1.Item.region:type_name -> mdag.v1.Box
 	14, // 14: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
 	14, // 15: mdag.v1.Item.truth:type_name -> mdag.v1.Box
-	18, // 16: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
+	19, // 16: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
 	16, // 17: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
 	13, // 18: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
 	14, // 19: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
-	1,  // 20: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
-	15, // 21: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
-	2,  // 22: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
-	17, // 23: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
-	22, // [22:24] is the sub-list for method output_type
-	20, // [20:22] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	18, // 20: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
+	1,  // 21: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
+	15, // 22: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
+	2,  // 23: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
+	17, // 24: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
+	23, // [23:25] is the sub-list for method output_type
+	21, // [21:23] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_api_mdag_proto_init() }
@@ -1592,7 +1669,7 @@ func file_api_mdag_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_mdag_proto_rawDesc), len(file_api_mdag_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

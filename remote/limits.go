@@ -32,6 +32,9 @@ type Limits struct {
 	MaxFrameW, MaxFrameH int
 	// MaxBoxes caps the boxes (detections or ground truth) on one frame.
 	MaxBoxes int
+	// MaxAudioBytes caps the PCM of one audio chunk a source sends (an
+	// audio app's IngestMessage.audio), checked before it is decoded.
+	MaxAudioBytes int
 	// MaxResultItems caps the output items in one result, all outputs
 	// together.
 	MaxResultItems int
@@ -56,6 +59,7 @@ var DefaultLimits = Limits{
 	MaxFrameW:        1920,
 	MaxFrameH:        1080,
 	MaxBoxes:         256,
+	MaxAudioBytes:    1 << 20, // 5.4 s of 48 kHz stereo
 	MaxResultItems:   4096,
 	MaxSourceStreams: 64,
 	PeerRate:         1,
@@ -81,6 +85,7 @@ func (l Limits) withDefaults() Limits {
 	set(&l.MaxFrameW, d.MaxFrameW)
 	set(&l.MaxFrameH, d.MaxFrameH)
 	set(&l.MaxBoxes, d.MaxBoxes)
+	set(&l.MaxAudioBytes, d.MaxAudioBytes)
 	set(&l.MaxResultItems, d.MaxResultItems)
 	set(&l.MaxSourceStreams, d.MaxSourceStreams)
 	setF(&l.PeerRate, d.PeerRate)
@@ -115,6 +120,7 @@ const (
 	RefusedMessage     = "message-size"   // over MaxMessage, or a source's over SourceMessage
 	RefusedFrameSize   = "frame-size"     // a frame over MaxFrameW x MaxFrameH
 	RefusedBoxes       = "boxes"          // more than MaxBoxes on a frame
+	RefusedAudioSize   = "audio-size"     // an audio chunk over MaxAudioBytes
 	RefusedResultItems = "result-items"   // a result with more than MaxResultItems
 	RefusedStreams     = "source-streams" // a source over MaxSourceStreams
 	RefusedRatePeer    = "rate-peer"      // Connect over the peer's rate
