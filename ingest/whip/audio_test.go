@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/pion/rtp"
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/ingest/opus"
+	"github.com/mdag/mdag/internal/browsertest"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/media"
 )
@@ -450,4 +452,55 @@ func FuzzAudioRTP(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestChromiumAudio: a real browser (headless Chromium, its fake
+// microphone: a beep) opens /stream/{app} of an audio app, which asks for
+// the microphone, not the camera, and streams it over WHIP as Opus; the
+// session receives 40 ms PCM chunks and the page the results.
+func TestChromiumAudio(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	ctx := browsertest.New(t, 60*time.Second,
+		chromedp.Flag("use-fake-device-for-media-stream", true),
+		chromedp.Flag("use-fake-ui-for-media-stream", true))
+	srv, sink, hs := newTestServer(t, Config{Apps: map[dag.AppID]float64{"speech": 25}, Media: map[dag.AppID]dag.Media{"speech": dag.Audio}})
+	if _, err := chromedp.Run(ctx, chromedp.Navigate(hs.URL+"/stream/speech?autostart")); err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	waitFor(t, "the browser's audio chunks at the session", 30*time.Second, func() bool {
+		if s := srv.Streams(); len(s) == 1 && len(sink.chunks(s[0].ID)) >= 25 {
+			id = s[0].ID
+			return true
+		}
+		return false
+	})
+	waitFor(t, "results on the page", 10*time.Second, func() bool {
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[chromiumPage](`window.mdagStats`))
+		return err == nil && s.Results >= 10
+	})
+	stats, err := chromedp.Run(ctx, chromedp.Evaluate[chromiumPage](`window.mdagStats`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := srv.Streams()[0]
+	t.Logf("browser: %+v; server: %+v", stats, st)
+	if stats.Error != "" || stats.Codec != "opus" || st.Codec != CodecOpus || st.DecodeErrors != 0 {
+		t.Errorf("page codec %q, error %q; server codec %q, %d decode errors: want Opus, none", stats.Codec, stats.Error, st.Codec, st.DecodeErrors)
+	}
+	for i, c := range sink.chunks(id) {
+		if c.seq != uint64(i+1) || len(c.a.PCM) != 1920*c.a.Channels {
+			t.Fatalf("chunk %d: seq %d, %d samples of %d channels: want 40 ms", i, c.seq, len(c.a.PCM), c.a.Channels)
+		}
+	}
+	// Chromium's fake microphone beeps: some chunk carries sound.
+	loud := 0.0
+	for _, c := range sink.chunks(id) {
+		loud = max(loud, rmsOf(c.a.PCM, c.a.Channels, 0))
+	}
+	if loud < 100 {
+		t.Errorf("the loudest chunk's RMS is %.0f: want the fake microphone's beep", loud)
+	}
 }
