@@ -252,3 +252,25 @@ func TestClientAudio(t *testing.T) {
 		})
 	}
 }
+
+// TestSourceAudio: distributed mode. `mdag source --audio` streams
+// synthetic chirps over gRPC (IngestMessage.audio) into the coordinator's
+// audio app: every chunk is accepted and the session counts them.
+func TestSourceAudio(t *testing.T) {
+	app, prof := writeAudioApp(t, t.TempDir())
+	c := startCoordinator(t, "-f", app, "-p", prof, "--duration", "6s")
+	var out, errb bytes.Buffer
+	code := run([]string{"source", "--coordinator", c.grpc, "--app", "speech", "--audio", "--fps", "25", "--count", "25", "--streams", "2"}, &out, &errb)
+	if code != exitOK {
+		t.Fatalf("source: exit %d:\n%s\n%s", code, out.String(), errb.String())
+	}
+	for _, s := range []string{"synthetic-0", "synthetic-1"} {
+		if want := "stream " + s + ": 25 frames accepted, 0 rejected (produced 25"; !strings.Contains(out.String(), want) {
+			t.Errorf("source output lacks %q:\n%s", want, out.String())
+		}
+	}
+	st := getStatus(t, c.url)
+	if len(st.Sessions) != 1 || st.Sessions[0].Total.Sent != 50 {
+		t.Errorf("sessions %+v: want the audio app's with 50 chunks", st.Sessions)
+	}
+}

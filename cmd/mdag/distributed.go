@@ -409,6 +409,7 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 	objects := fs.Int("objects", 3, "objects per frame")
 	size := fs.String("size", "320x240", "frame size WxH")
 	count := fs.Uint64("count", 0, "frames per camera (0: until --duration or interrupted)")
+	audio := fs.Bool("audio", false, "send synthetic audio (chirps with silence between them, 48 kHz mono, chunks of 1/fps) instead of frames: for an app with media: audio")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted or --count)")
 	cf := addCameraFlags(fs)
 	tf := addTLSFlags(fs, true)
@@ -446,7 +447,13 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 			id := fmt.Sprintf("%s-%d", *prefix, i)
 			// rejoins under the same ID when the stream breaks (a
 			// coordinator restart), numbering on
-			r, err := client.StreamReconnecting(ctx, cc, *app, id, pat, i, *fps, *count, client.Reconnect{Log: log})
+			var r *client.StreamResult
+			var err error
+			if *audio {
+				r, err = client.StreamAudioReconnecting(ctx, cc, *app, id, synth.NewTone(), i, *fps, *count, client.Reconnect{Log: log})
+			} else {
+				r, err = client.StreamReconnecting(ctx, cc, *app, id, pat, i, *fps, *count, client.Reconnect{Log: log})
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
