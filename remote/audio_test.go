@@ -12,8 +12,8 @@ import (
 
 	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/dag"
-	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/media"
+	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/remote/wire"
 )
 
