@@ -153,6 +153,7 @@ func testAudioLoopback(t *testing.T, channels int, encoded bool) {
 	waitFor(t, "audio chunks at the session", 10*time.Second, func() bool { return len(sink.chunks(p.Stream)) >= 34 })
 	got := sink.chunks(p.Stream)
 	var pcm []int16
+	off := 0 // capture gaps off 40 ms
 	for i, c := range got {
 		if c.seq != uint64(i+1) || c.a.Rate != opus.SampleRate || c.a.Channels != channels || len(c.a.PCM) != 1920*channels {
 			t.Fatalf("chunk %d: seq %d, %d Hz, %d channels, %d samples; want seq %d, 48000 Hz, %d channels, %d samples",
@@ -161,9 +162,15 @@ func testAudioLoopback(t *testing.T, channels int, encoded bool) {
 		if lat := time.Since(c.capture); lat < 0 || lat > 10*time.Second {
 			t.Errorf("chunk %d: capture time %v ago", i, lat)
 		}
-		if i > 1 {
-			if gap := c.capture.Sub(got[i-1].capture); gap < 30*time.Millisecond || gap > 50*time.Millisecond {
-				t.Errorf("chunk %d: capture gap %v, want 40 ms", i, gap)
+		if i > 0 {
+			// 40 ms apart; once, when the first sender report replaces
+			// the first packet's arrival as the clock (later by the
+			// packet's delay on a loaded machine), a gap may be off.
+			if gap := c.capture.Sub(got[i-1].capture); gap < 35*time.Millisecond || gap > 45*time.Millisecond {
+				off++
+				if off > 2 || gap < 0 || gap > 100*time.Millisecond {
+					t.Errorf("chunk %d: capture gap %v, want 40 ms", i, gap)
+				}
 			}
 		}
 		pcm = append(pcm, c.a.PCM...)
