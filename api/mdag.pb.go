@@ -1589,6 +1589,7 @@ type IngestMessage struct {
 	CaptureUnixNs int64                  `protobuf:"varint,3,opt,name=capture_unix_ns,json=captureUnixNs,proto3" json:"capture_unix_ns,omitempty"`
 	Frame         *Frame                 `protobuf:"bytes,4,opt,name=frame,proto3" json:"frame,omitempty"`
 	Truth         []*Box                 `protobuf:"bytes,5,rep,name=truth,proto3" json:"truth,omitempty"` // objects a synthetic source drew
+	Audio         *Audio                 `protobuf:"bytes,6,opt,name=audio,proto3" json:"audio,omitempty"` // an audio app's chunk (instead of frame)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1654,6 +1655,13 @@ func (x *IngestMessage) GetFrame() *Frame {
 func (x *IngestMessage) GetTruth() []*Box {
 	if x != nil {
 		return x.Truth
+	}
+	return nil
+}
+
+func (x *IngestMessage) GetAudio() *Audio {
+	if x != nil {
+		return x.Audio
 	}
 	return nil
 }
@@ -1897,13 +1905,14 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x01w\x18\x03 \x01(\x05R\x01w\x12\f\n" +
 	"\x01h\x18\x04 \x01(\x05R\x01h\x12\x14\n" +
 	"\x05class\x18\x05 \x01(\tR\x05class\x12\x14\n" +
-	"\x05score\x18\x06 \x01(\x02R\x05score\"\xb6\x01\n" +
+	"\x05score\x18\x06 \x01(\x02R\x05score\"\xdc\x01\n" +
 	"\rIngestMessage\x12!\n" +
 	"\x04join\x18\x01 \x01(\v2\r.mdag.v1.JoinR\x04join\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12&\n" +
 	"\x0fcapture_unix_ns\x18\x03 \x01(\x03R\rcaptureUnixNs\x12$\n" +
 	"\x05frame\x18\x04 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\x12\"\n" +
-	"\x05truth\x18\x05 \x03(\v2\f.mdag.v1.BoxR\x05truth\"0\n" +
+	"\x05truth\x18\x05 \x03(\v2\f.mdag.v1.BoxR\x05truth\x12$\n" +
+	"\x05audio\x18\x06 \x01(\v2\x0e.mdag.v1.AudioR\x05audio\"0\n" +
 	"\x04Join\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\"d\n" +
@@ -2002,15 +2011,16 @@ var file_api_mdag_proto_depIdxs = []int32{
 	21, // 25: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
 	18, // 26: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
 	19, // 27: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
-	2,  // 28: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
-	20, // 29: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
-	3,  // 30: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
-	22, // 31: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
-	30, // [30:32] is the sub-list for method output_type
-	28, // [28:30] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	17, // 28: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
+	2,  // 29: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
+	20, // 30: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
+	3,  // 31: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
+	22, // 32: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
+	31, // [31:33] is the sub-list for method output_type
+	29, // [29:31] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_api_mdag_proto_init() }

@@ -488,11 +488,14 @@ func (e *Engine) Ingest(streamID string, seq uint64, capture time.Time, f *media
 	var out error
 	e.call(func() {
 		st := e.streams[streamID]
-		if st == nil {
+		switch {
+		case st == nil:
 			out = fmt.Errorf("stream %q: %w", streamID, ErrUnknownStream)
-			return
+		case st.s.app.Media == dag.Audio:
+			out = fmt.Errorf("stream %s: app %s takes audio, not video frames", streamID, st.s.app.Name)
+		default:
+			e.ingest(st, seq, capture, &media.Item{Frame: f, Truth: truth})
 		}
-		e.ingest(st, seq, capture, &media.Item{Frame: f, Truth: truth})
 	})
 	return out
 }

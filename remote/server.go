@@ -422,20 +422,38 @@ func (s *Server) Ingest(stream grpc.ClientStreamingServer[api.IngestMessage, api
 		if err := s.checkIngest(j.Stream, m); err != nil {
 			return err
 		}
-		f, err := wire.FrameFromPB(m.Frame)
-		if err == nil && f == nil {
-			err = errors.New("no frame")
-		}
-		if err == nil {
-			err = s.Engine.Ingest(j.Stream, m.Seq, wire.FromNS(m.CaptureUnixNs), f, wire.BoxesFromPB(m.Truth))
-		}
-		if err != nil {
+		if err := s.ingestOne(j.Stream, m); err != nil {
 			reply.Rejected++
 			reply.LastError = fmt.Sprintf("frame %d: %v", m.Seq, err)
 			continue
 		}
 		reply.Accepted++
 	}
+}
+
+// ingestOne hands one message's frame, or audio chunk (an audio app's
+// stream), to the engine; an error rejects it (counted, the stream goes
+// on).
+func (s *Server) ingestOne(stream string, m *api.IngestMessage) error {
+	capture := wire.FromNS(m.CaptureUnixNs)
+	switch {
+	case m.Audio != nil && m.Frame != nil:
+		return errors.New("both a frame and audio: a message carries one")
+	case m.Audio != nil:
+		a, err := wire.IngestAudioFromPB(m.Audio, s.limits.MaxAudioBytes)
+		if err != nil {
+			return err
+		}
+		return s.Engine.IngestAudio(stream, m.Seq, capture, a)
+	}
+	f, err := wire.FrameFromPB(m.Frame)
+	if err == nil && f == nil {
+		err = errors.New("no frame and no audio")
+	}
+	if err != nil {
+		return err
+	}
+	return s.Engine.Ingest(stream, m.Seq, capture, f, wire.BoxesFromPB(m.Truth))
 }
 
 // checkIngest applies the source caps to one message; a message over them
@@ -449,6 +467,9 @@ func (s *Server) checkIngest(stream string, m *api.IngestMessage) error {
 	}
 	if err := s.caps.CheckBoxes("ground-truth boxes", len(m.Truth)); err != nil {
 		return s.refuse(RefusedBoxes, status.Errorf(codes.InvalidArgument, "%s: %v", where, err), "stream", stream)
+	}
+	if n := len(m.GetAudio().GetPcm()); n > s.limits.MaxAudioBytes {
+		return s.refuse(RefusedAudioSize, status.Errorf(codes.InvalidArgument, "%s: an audio chunk of %d bytes of PCM; a source may send at most %d (--max-audio)", where, n, s.limits.MaxAudioBytes), "stream", stream)
 	}
 	if n, limit := proto.Size(m), s.limits.SourceMessage(); n > limit {
 		return s.refuse(RefusedMessage, status.Errorf(codes.ResourceExhausted, "%s: the message is %d bytes; a source may send at most %d (a %dx%d frame and %d boxes)", where, n, limit, s.limits.MaxFrameW, s.limits.MaxFrameH, s.limits.MaxBoxes), "stream", stream)

@@ -19,6 +19,7 @@ import (
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/scheduler"
@@ -33,8 +34,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	workers := fs.String("workers", "", "in-process instances allowed per worker type, e.g. V100=4,CPU=2 (default 8 of every type in the profiles)")
 	policy := fs.String("policy", string(coordinator.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
 	checkpoint := fs.Duration("checkpoint", 2*time.Second, "copy each stream's state at a stateful module (track, window...) to the coordinator this often, to restore it when its worker is lost; 0: never (a lost worker's streams start fresh)")
-	synthetic := fs.Int("synthetic", 0, "streams of the synthetic moving-shapes source to run (0: none)")
-	fps := fs.Float64("fps", 0, "synthetic source frame rate (default: the app's fps)")
+	synthetic := fs.Int("synthetic", 0, "streams of the synthetic source to run (0: none): moving shapes, or for an app with media: audio chirps with silence between them (48 kHz mono)")
+	fps := fs.Float64("fps", 0, "synthetic source frame rate (default: the app's fps); an audio app's chunks per second, each 1/fps long")
 	objects := fs.String("objects", "3", "objects per synthetic frame; a list (e.g. 2,6,1,8) steps through its values every --objects-every, so the app's fan-out changes (scaling)")
 	objectsEvery := fs.Duration("objects-every", time.Minute, "how long each value of an --objects list lasts")
 	size := fs.String("size", "320x240", "synthetic frame size WxH")
@@ -201,7 +202,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := pat.Generate(ctx, clock.Real{}, i, id, *fps, 0, obs.ingest); err != nil {
+			var err error
+			if app.Media == dag.Audio {
+				// an audio app: chirps and silence, chunks of 1/fps at fps
+				err = synth.NewTone().Generate(ctx, clock.Real{}, i, id, *fps, 0, e.IngestAudio)
+			} else {
+				err = pat.Generate(ctx, clock.Real{}, i, id, *fps, 0, obs.ingest)
+			}
+			if err != nil {
 				log.Error("synthetic source stopped", "stream", id, "err", err)
 			}
 		}()
