@@ -16,6 +16,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -485,19 +486,7 @@ func (e *Engine) Ingest(streamID string, seq uint64, capture time.Time, f *media
 	if err := f.Valid(); err != nil {
 		return fmt.Errorf("stream %s frame %d: %w", streamID, seq, err)
 	}
-	var out error
-	e.call(func() {
-		st := e.streams[streamID]
-		switch {
-		case st == nil:
-			out = fmt.Errorf("stream %q: %w", streamID, ErrUnknownStream)
-		case st.s.app.Media == dag.Audio:
-			out = fmt.Errorf("stream %s: app %s takes audio, not video frames", streamID, st.s.app.Name)
-		default:
-			e.ingest(st, seq, capture, &media.Item{Frame: f, Truth: truth})
-		}
-	})
-	return out
+	return e.ingestMedia(streamID, seq, capture, dag.Video, &media.Item{Frame: f, Truth: truth})
 }
 
 // IngestAudio hands one chunk of an audio stream (an app with `media:
@@ -506,16 +495,22 @@ func (e *Engine) IngestAudio(streamID string, seq uint64, capture time.Time, a *
 	if err := a.Valid(); err != nil {
 		return fmt.Errorf("stream %s chunk %d: %w", streamID, seq, err)
 	}
+	return e.ingestMedia(streamID, seq, capture, dag.Audio, &media.Item{Audio: a})
+}
+
+// ingestMedia starts payload (of kind m) as frame seq of the stream, if
+// the stream's app takes m.
+func (e *Engine) ingestMedia(streamID string, seq uint64, capture time.Time, m dag.Media, payload *media.Item) error {
 	var out error
 	e.call(func() {
 		st := e.streams[streamID]
 		switch {
 		case st == nil:
 			out = fmt.Errorf("stream %q: %w", streamID, ErrUnknownStream)
-		case st.s.app.Media != dag.Audio:
-			out = fmt.Errorf("stream %s: app %s takes %s, not audio", streamID, st.s.app.Name, st.s.app.Media)
+		case cmp.Or(st.s.app.Media, dag.Video) != m:
+			out = fmt.Errorf("stream %s: app %s takes %s, not %s", streamID, st.s.app.Name, cmp.Or(st.s.app.Media, dag.Video), m)
 		default:
-			e.ingest(st, seq, capture, &media.Item{Audio: a})
+			e.ingest(st, seq, capture, payload)
 		}
 	})
 	return out

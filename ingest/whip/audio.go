@@ -197,16 +197,5 @@ func (a *audioPipeline) emit(au *media.Audio, capture time.Time) bool {
 		a.joined = true
 	}
 	a.seq++
-	if err := a.sink.IngestAudio(st.id, a.seq, capture, au); err != nil {
-		st.c.refused.Add(1)
-		st.fail(err)
-		if a.refusedRun++; a.refusedRun >= maxRefusedRun {
-			go st.endAs(EndError, fmt.Sprintf("the session refused %d audio chunks in a row: %v", a.refusedRun, err))
-			return false
-		}
-		return true
-	}
-	a.refusedRun = 0
-	st.c.ingested.Add(1)
-	return true
+	return st.handed(a.sink.IngestAudio(st.id, a.seq, capture, au), &a.refusedRun, "audio chunks")
 }

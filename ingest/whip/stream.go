@@ -704,20 +704,25 @@ func (p *pipeline) frame(fr codedFrame, now time.Time) bool {
 		p.joined = true
 	}
 	p.seq++
-	if err := st.s.sink.Ingest(st.id, p.seq, capture, img, truth); err != nil {
-		// Refused by the session (the stream is not in it, the
-		// coordinator is unreachable): counted; maxRefusedRun in a row
-		// end the stream, so it is not decoded for nothing (a camera then
-		// opens a new stream).
+	return st.handed(st.s.sink.Ingest(st.id, p.seq, capture, img, truth), &p.refusedRun, "frames")
+}
+
+// handed counts what the session said to one frame or chunk (what: its
+// kind, plural) and says whether the stream goes on. A refusal (the stream
+// is not in the session, the coordinator is unreachable) is counted;
+// maxRefusedRun in a row (run) end the stream, so it is not decoded for
+// nothing (a camera then opens a new stream).
+func (st *stream) handed(err error, run *int, what string) bool {
+	if err != nil {
 		st.c.refused.Add(1)
 		st.fail(err)
-		if p.refusedRun++; p.refusedRun >= maxRefusedRun {
-			go st.endAs(EndError, fmt.Sprintf("the session refused %d frames in a row: %v", p.refusedRun, err))
+		if *run++; *run >= maxRefusedRun {
+			go st.endAs(EndError, fmt.Sprintf("the session refused %d %s in a row: %v", *run, what, err))
 			return false
 		}
 		return true
 	}
-	p.refusedRun = 0
+	*run = 0
 	st.c.ingested.Add(1)
 	return true
 }
