@@ -86,10 +86,10 @@ type stateOp struct {
 
 // StateStatus is a stateful module's state handling in the status.
 type StateStatus struct {
-	Streams    int            `json:"streams"`              // streams with state at the module
-	Moving     int            `json:"moving"`               // state moves in progress
-	Events     map[string]int `json:"events,omitempty"`     // migrate, restore, reset, failed: since deploy
-	LastEvent  string         `json:"last_event,omitempty"` // the last one, said in words
+	Streams    int            `json:"streams"`                          // streams with state at the module
+	Moving     int            `json:"moving"`                           // state moves in progress
+	Events     map[string]int `json:"events,omitempty"`                 // migrate, restore, reset, failed: since deploy
+	LastEvent  string         `json:"last_event,omitempty"`             // the last one, said in words
 	PauseP50MS float64        `json:"migration_pause_p50_ms,omitempty"` // over the last 1024 moves
 	PauseP99MS float64        `json:"migration_pause_p99_ms,omitempty"`
 	PauseMaxMS float64        `json:"migration_pause_max_ms,omitempty"`
