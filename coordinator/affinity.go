@@ -57,7 +57,15 @@ type affinity struct {
 	// restarted: the stream was resumed after a coordinator restart; its
 	// first holder forgets any copy it holds and the reset is counted.
 	restarted bool
-	ops       map[uint64]stateOp // state tasks in flight (at most one)
+	// fresh: the next holder is told to forget any copy first (a reset).
+	fresh bool
+	// forgetting: the stream left and the holder was told to forget it;
+	// the affinity goes when that lands.
+	forgetting bool
+	// backoff: a state task was refused for back-pressure (queue full);
+	// it is tried again after stateRetry.
+	backoff bool
+	ops     map[uint64]stateOp // state tasks in flight (at most one)
 }
 
 // group is one frame's items at a stateful module.
@@ -70,6 +78,7 @@ type group struct {
 // migration is a state move in progress.
 type migration struct {
 	from    string
+	to      string // the instance importing the state (once the export is done)
 	started time.Time
 	why     string
 	tries   int
@@ -83,8 +92,10 @@ type stateOp struct {
 	a    *affinity
 	inst string
 	// restoring: an import of a checkpoint after a loss (counted
-	// "restore" when it lands) rather than of exported state.
-	restoring bool
+	// "restore" when it lands) rather than of exported state; fresh: an
+	// import of nothing to a new holder (a reset); forget: an import of
+	// nothing to the holder of a stream that left.
+	restoring, fresh, forget bool
 }
 
 // StateStatus is a stateful module's state handling in the status.
@@ -265,11 +276,13 @@ func (e *Engine) dispatchStateful(s *session, ms *modState, a *affinity) {
 			return
 		}
 		if len(a.queue) == 0 {
-			if a.closed && len(a.gather) == 0 && len(s.open[a.stream]) == 0 {
+			if a.closed && !a.pending(s) {
 				// The stream left and its last frame passed: forget its
-				// state where it is held.
-				e.submitState(in, s, ms, a, worker.Import, nil, false)
-				delete(ms.affs, a.stream)
+				// state where it is held (the affinity goes when that is
+				// done: a frame of the stream rejoining must not run
+				// before it).
+				a.forgetting = true
+				e.submitStateOp(in, s, ms, a, worker.Import, nil, stateOp{forget: true})
 			}
 			return
 		}
@@ -278,9 +291,23 @@ func (e *Engine) dispatchStateful(s *session, ms *modState, a *affinity) {
 			return
 		}
 		a.queue = a.queue[1:]
-		a.lastSq, a.sent = g.seq, true
+		// A frame the module cannot finish in time is dropped here, not
+		// run: a stream whose frames come faster than the module takes
+		// them would otherwise queue without end (its state sees a gap).
+		if lat := ms.latency[in.id]; e.now().Add(lat + s.minTail[ms.mod.Name]).After(g.fr.deadline) {
+			for _, w := range g.works {
+				e.drop(w, "cannot-finish", fmt.Sprintf("stateful module: %v to run and %v after, %v left", lat, s.minTail[ms.mod.Name], g.fr.deadline.Sub(e.now()).Round(time.Microsecond)))
+			}
+			continue
+		}
 		e.submitFrame(in, a, g)
 	}
+}
+
+// pending says whether frames of a's stream may still reach or wait at
+// the module.
+func (a *affinity) pending(s *session) bool {
+	return len(a.queue) > 0 || len(a.gather) > 0 || len(s.open[a.stream]) > 0
 }
 
 // holder returns the instance holding a's state, ready to take work, or
@@ -289,7 +316,7 @@ func (e *Engine) dispatchStateful(s *session, ms *modState, a *affinity) {
 // placement. ready false: wait (a state task is in flight); in nil with
 // ready: no instance hosts the module.
 func (e *Engine) holder(s *session, ms *modState, a *affinity) (in *instState, ready bool) {
-	if a.move != nil {
+	if a.move != nil || a.backoff {
 		return nil, false
 	}
 	if a.inst != "" {
@@ -297,7 +324,10 @@ func (e *Engine) holder(s *session, ms *modState, a *affinity) (in *instState, r
 		if cur != nil && !cur.lost && ms.routed(a.inst) {
 			return cur, true
 		}
-		if cur != nil && !cur.lost && !a.closed {
+		if cur != nil && !cur.lost && a.closed && !a.pending(s) {
+			return cur, true // nothing more of the stream comes: it is forgotten there
+		}
+		if cur != nil && !cur.lost {
 			// The plan moved the module: the state follows the stream.
 			to := e.pickAffine(ms, a.inst)
 			if to == nil {
@@ -310,7 +340,7 @@ func (e *Engine) holder(s *session, ms *modState, a *affinity) (in *instState, r
 			e.submitState(cur, s, ms, a, worker.Export, nil, false)
 			return nil, false
 		}
-		if cur == nil && !a.closed {
+		if cur == nil && (!a.closed || a.pending(s)) {
 			// Gone without a word (released or closed): its state is
 			// lost all the same, and said.
 			a.lost = "instance " + a.inst + " is gone"
@@ -323,14 +353,14 @@ func (e *Engine) holder(s *session, ms *modState, a *affinity) (in *instState, r
 	}
 	switch {
 	case a.lost != "":
-		if !e.rehome(s, ms, a, to) {
+		e.rehome(s, ms, a, to)
+		if a.move != nil {
 			return nil, false
 		}
-		return to, true
 	case a.held != nil:
 		// Exported state waiting for a home (its import failed, or no
 		// instance could take it then).
-		a.move = &migration{from: "(held)", started: e.now(), why: "exported state waiting for an instance"}
+		a.move = &migration{from: "(held)", to: to.id, started: e.now(), why: "exported state waiting for an instance"}
 		b := a.held
 		a.held = nil
 		e.submitState(to, s, ms, a, worker.Import, b, false)
@@ -340,7 +370,13 @@ func (e *Engine) holder(s *session, ms *modState, a *affinity) (in *instState, r
 	if a.restarted {
 		a.restarted = false
 		e.stateEvent(s, ms, "reset", fmt.Sprintf("stream %s: resumed after a coordinator restart, its state at the module is not known here; it starts fresh on %s", a.stream, to.id))
-		e.submitState(to, s, ms, a, worker.Import, nil, false)
+		a.fresh = true
+	}
+	if a.fresh {
+		// The new holder forgets any copy of the stream it may have (a
+		// stale one: the stream's state is to start fresh).
+		a.fresh = false
+		e.submitStateOp(to, s, ms, a, worker.Import, nil, stateOp{fresh: true})
 		return nil, false
 	}
 	return to, true
@@ -367,6 +403,24 @@ func (e *Engine) released(ms *modState, id string) {
 	if err := in.inst.Load(e.specsFor(in, false)); err != nil {
 		e.log.Warn("unloading a stateful module whose streams left failed", "instance", id, "module", ms.key, "err", err)
 	}
+	e.releaseDrained()
+}
+
+// releaseDrained gives back the provisioned instances an operator drained
+// once they are empty: no loads, no work, no stream's state. (A
+// registered worker stays, idle, until it is stopped.)
+func (e *Engine) releaseDrained() {
+	for _, in := range e.sortedInsts() {
+		if !in.draining || in.registered || len(in.loads) > 0 || len(in.outstanding) > 0 || e.holdsState(in.id) {
+			continue
+		}
+		delete(e.insts, in.id)
+		in.inst.Close()
+		if e.cfg.Provisioner != nil {
+			e.cfg.Provisioner.Release(in.id)
+		}
+		e.log.Info("drained instance released", "instance", in.id, "type", in.typ)
+	}
 }
 
 // holdsState says whether any stateful module holds a stream's state on
@@ -392,7 +446,10 @@ func (ms *modState) routed(id string) bool {
 func (e *Engine) pickAffine(ms *modState, not string) *instState {
 	count := map[string]int{}
 	for _, a := range ms.affs {
-		if a.inst != "" {
+		switch {
+		case a.move != nil && a.move.to != "":
+			count[a.move.to]++ // on its way there
+		case a.inst != "":
 			count[a.inst]++
 		}
 	}
@@ -420,10 +477,15 @@ func (e *Engine) submitFrame(in *instState, a *affinity, g *group) {
 
 // submitState sends a state operation for a's stream.
 func (e *Engine) submitState(in *instState, s *session, ms *modState, a *affinity, kind worker.TaskKind, state []byte, restoring bool) {
+	e.submitStateOp(in, s, ms, a, kind, state, stateOp{restoring: restoring})
+}
+
+// submitStateOp is submitState with op's flags (fresh, forget).
+func (e *Engine) submitStateOp(in *instState, s *session, ms *modState, a *affinity, kind worker.TaskKind, state []byte, op stateOp) {
 	e.nextTask++
 	id := e.nextTask
 	t := worker.Task{ID: id, App: s.app.Name, Module: ms.mod.Name, Kind: kind, Stream: a.stream, State: state}
-	op := stateOp{kind: kind, s: s, ms: ms, a: a, inst: in.id, restoring: restoring}
+	op.kind, op.s, op.ms, op.a, op.inst = kind, s, ms, a, in.id
 	e.tasks[id] = &taskState{id: id, inst: in.id, aff: a, state: &op, key: ms.key, stateBytes: state}
 	a.busy = id
 	in.outstanding[id] = true
@@ -436,7 +498,12 @@ func (e *Engine) onStateResult(t *taskState, r *worker.Result) {
 	op := *t.state
 	a, ms, s := op.a, op.ms, op.s
 	a.busy = 0
+	defer e.dirty(s, a.stream)
 	ok := r != nil && r.Outcome == worker.Done
+	// Back-pressure (the instance's queue or the transport's send queue
+	// was full): nothing happened there; the same step is tried again
+	// after stateRetry.
+	full := r != nil && r.Outcome == worker.QueueFull
 	why := "the instance was lost"
 	if r != nil && !ok {
 		why = r.Outcome.String() + ": " + r.Detail
@@ -444,17 +511,21 @@ func (e *Engine) onStateResult(t *taskState, r *worker.Result) {
 	now := e.now()
 	switch op.kind {
 	case worker.Checkpoint:
-		if ok {
+		switch {
+		case ok:
 			a.ckpt, a.ckptAt, a.ckptSq = r.State, now, a.lastSq
-		} else if r != nil {
+		case full:
+			a.ckptDo = true
+			e.backoffState(s, a)
+		case r != nil:
 			e.log.Warn("checkpoint failed", "app", s.app.Name, "module", ms.mod.Name, "stream", a.stream, "why", why)
 		}
 	case worker.Export:
 		mv := a.move
-		if !ok && r != nil && r.Outcome == worker.QueueFull {
-			// Back-pressure: the state is still there; try again.
-			a.move = nil
-			break
+		if full {
+			a.move = nil // the state is still there
+			e.backoffState(s, a)
+			return
 		}
 		if !ok {
 			// The state could not leave: restore from the checkpoint on
@@ -464,65 +535,114 @@ func (e *Engine) onStateResult(t *taskState, r *worker.Result) {
 				e.stateEvent(s, ms, "failed", fmt.Sprintf("stream %s: exporting its state from %s failed (%s)", a.stream, op.inst, why))
 			}
 			e.recover(s, ms, a, "exporting from "+op.inst+": "+why)
-			break
+			return
 		}
 		to := e.pickAffine(ms, mv.from)
 		if to == nil {
 			a.held, a.move, a.inst = r.State, nil, ""
-			break
+			return
 		}
+		mv.to = to.id
 		e.submitState(to, s, ms, a, worker.Import, r.State, false)
 	case worker.Import:
-		mv := a.move
-		switch {
-		case op.restoring && ok:
-			a.inst, a.move = op.inst, nil
-			e.stateEvent(s, ms, "restore", fmt.Sprintf("stream %s: state restored on %s from the checkpoint of %v ago (frame %d)",
-				a.stream, op.inst, now.Sub(a.ckptAt).Round(time.Millisecond), a.ckptSq))
-		case op.restoring && r == nil:
-			a.move = nil
-			e.recover(s, ms, a, op.inst+", where its checkpoint was being restored, was lost")
-			return
-		case op.restoring || mv == nil:
-			// A reset's or a forget's import: the instance starts the
-			// stream fresh either way.
-			a.move = nil
-			if op.restoring {
-				e.stateEvent(s, ms, "reset", fmt.Sprintf("stream %s: restoring the checkpoint on %s failed (%s); the state starts fresh", a.stream, op.inst, why))
-				a.inst = op.inst
-			}
-		case ok:
-			a.inst, a.move = op.inst, nil
-			pause := now.Sub(mv.started)
-			ms.pauses = append(ms.pauses, pause)
-			if len(ms.pauses) > 1024 {
-				ms.pauses = ms.pauses[len(ms.pauses)-1024:]
-			}
-			ms.mx.MigrationPause(pause)
-			e.stateEvent(s, ms, "migrate", fmt.Sprintf("stream %s: state moved %s -> %s in %v (%s)", a.stream, mv.from, op.inst,
-				pause.Round(time.Microsecond), mv.why))
-			e.released(ms, mv.from)
-		default:
-			// The import failed: try another instance with the same bytes
-			// (they are in the task we sent).
-			mv.tries++
-			state := t.stateBytes
-			if mv.tries < 3 {
-				if to := e.pickAffine(ms, op.inst); to != nil {
-					e.submitState(to, s, ms, a, worker.Import, state, false)
-					break
-				}
-			}
-			a.move, a.inst = nil, ""
-			if r == nil {
-				a.held = state // the instance died: another may take it
-				break
-			}
-			e.stateEvent(s, ms, "failed", fmt.Sprintf("stream %s: importing its state on %s failed (%s)", a.stream, op.inst, why))
-			e.recover(s, ms, a, "import failed")
-		}
+		e.onImport(t, op, r, ok, full, why, now)
 	}
-	e.dirty(s, a.stream)
+}
+
+// onImport handles an Import's result: a migration's or a restore's
+// landing, a fresh start's or a forget's.
+func (e *Engine) onImport(t *taskState, op stateOp, r *worker.Result, ok, full bool, why string, now time.Time) {
+	a, ms, s := op.a, op.ms, op.s
+	mv := a.move
+	switch {
+	case op.forget:
+		a.forgetting = false
+		if !ok && a.closed {
+			// Refused or lost: the holder may still have it; told again
+			// (or, lost, it went with the instance).
+			if full {
+				e.backoffState(s, a)
+			}
+			if r == nil {
+				a.inst = ""
+			}
+			return
+		}
+		if a.closed && ms.affs[a.stream] == a {
+			delete(ms.affs, a.stream)
+			e.released(ms, op.inst)
+		}
+	case op.fresh:
+		if !ok {
+			// Not told to forget: the next holder is.
+			a.inst, a.fresh = "", true
+			if full {
+				e.backoffState(s, a)
+			}
+		}
+	case op.restoring && ok:
+		a.inst, a.move = op.inst, nil
+		e.stateEvent(s, ms, "restore", fmt.Sprintf("stream %s: state restored on %s from the checkpoint of %v ago (frame %d)",
+			a.stream, op.inst, now.Sub(a.ckptAt).Round(time.Millisecond), a.ckptSq))
+	case op.restoring && (r == nil || full):
+		a.move = nil
+		e.recover(s, ms, a, op.inst+" could not take the checkpoint ("+why+")")
+		if full {
+			e.backoffState(s, a)
+		}
+	case op.restoring:
+		// The op refused the checkpoint: the stream starts fresh there
+		// (a refused Restore leaves it fresh).
+		a.move, a.inst = nil, op.inst
+		e.stateEvent(s, ms, "reset", fmt.Sprintf("stream %s: restoring the checkpoint on %s failed (%s); the state starts fresh", a.stream, op.inst, why))
+	case ok:
+		a.inst, a.move = op.inst, nil
+		pause := now.Sub(mv.started)
+		ms.pauses = append(ms.pauses, pause)
+		if len(ms.pauses) > 1024 {
+			ms.pauses = ms.pauses[len(ms.pauses)-1024:]
+		}
+		ms.mx.MigrationPause(pause)
+		e.stateEvent(s, ms, "migrate", fmt.Sprintf("stream %s: state moved %s -> %s in %v (%s)", a.stream, mv.from, op.inst,
+			pause.Round(time.Microsecond), mv.why))
+		e.released(ms, mv.from)
+	case full || r == nil:
+		// The bytes are in hand: another instance (or this one, later)
+		// takes them.
+		a.move, a.inst, a.held = nil, "", t.stateBytes
+		if full {
+			e.backoffState(s, a)
+		}
+	default:
+		// The import failed: try another instance with the same bytes
+		// (they are in the task we sent).
+		mv.tries++
+		if mv.tries < 3 {
+			if to := e.pickAffine(ms, op.inst); to != nil {
+				mv.to = to.id
+				e.submitState(to, s, ms, a, worker.Import, t.stateBytes, false)
+				return
+			}
+		}
+		a.move, a.inst = nil, ""
+		e.stateEvent(s, ms, "failed", fmt.Sprintf("stream %s: importing its state on %s failed (%s)", a.stream, op.inst, why))
+		e.recover(s, ms, a, "import failed")
+	}
+}
+
+// stateRetry is how long a state step refused for back-pressure waits
+// before it is tried again.
+const stateRetry = 20 * time.Millisecond
+
+// backoffState holds a's state steps for stateRetry.
+func (e *Engine) backoffState(s *session, a *affinity) {
+	a.backoff = true
+	e.clk.AfterFunc(stateRetry, func() {
+		e.post(func() {
+			a.backoff = false
+			e.dirty(s, a.stream)
+		})
+	})
 }
 
 // recover marks a stream whose state was lost: its next holder (holder,
@@ -534,18 +654,18 @@ func (e *Engine) recover(s *session, ms *modState, a *affinity, why string) {
 }
 
 // rehome gives a stream whose state was lost its new holder to: the last
-// checkpoint restored there (ready false: wait for it), or a fresh state.
-func (e *Engine) rehome(s *session, ms *modState, a *affinity, to *instState) (ready bool) {
+// checkpoint restored there (ready false: wait for it), or a fresh state
+// (the holder is told to forget any copy it has).
+func (e *Engine) rehome(s *session, ms *modState, a *affinity, to *instState) {
 	why := a.lost
 	a.lost = ""
 	if a.ckpt != nil {
-		a.move = &migration{from: "(checkpoint)", started: e.now(), why: why}
+		a.move = &migration{from: "(checkpoint)", to: to.id, started: e.now(), why: why}
 		e.submitState(to, s, ms, a, worker.Import, a.ckpt, true)
-		return false
+		return
 	}
-	a.inst = to.id
 	e.stateEvent(s, ms, "reset", fmt.Sprintf("stream %s: its state was lost (%s) and no checkpoint exists; it starts fresh on %s", a.stream, why, to.id))
-	return true
+	a.fresh = true
 }
 
 // stateEvent counts and says a state event.
@@ -575,7 +695,8 @@ func (e *Engine) statefulLost(id string) {
 					continue
 				}
 				a.inst = ""
-				if a.closed {
+				if a.closed && !a.pending(s) {
+					delete(ms.affs, st) // it left, nothing more comes: nothing to recover
 					continue
 				}
 				e.recover(s, ms, a, "worker "+id+" was lost")

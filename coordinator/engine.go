@@ -382,6 +382,13 @@ func (e *Engine) Join(app dag.AppID, streamID string) error {
 			}
 			e.streams[streamID] = st
 			s.streams[streamID] = st
+			for _, m := range s.statefulMods {
+				// Back before its state was forgotten (a client
+				// reconnecting): the state goes on.
+				if a := s.mods[m].affs[streamID]; a != nil {
+					a.closed = false
+				}
+			}
 			e.log.Info("stream joined", "app", app, "stream", streamID, "streams", len(s.streams))
 			e.trigger("join", fmt.Sprintf("stream %s joined %s (%d streams)", streamID, app, len(s.streams)))
 			if s.plan == nil {
@@ -751,6 +758,9 @@ func (e *Engine) onResult(instance string, r worker.Result) {
 	}
 	if t.aff != nil {
 		t.aff.busy = 0
+		if r.Outcome == worker.Done {
+			t.aff.lastSq, t.aff.sent = t.works[0].f.key.seq, true // what the next checkpoint includes
+		}
 		e.dirty(t.works[0].s, t.aff.stream)
 	}
 	now := e.now()

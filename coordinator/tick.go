@@ -117,6 +117,7 @@ func (e *Engine) tick() {
 		e.trigger("epoch", "epoch")
 	}
 	e.checkpointsDue(now)
+	e.releaseDrained()
 	e.publishMetrics(now)
 	e.armTick()
 }
