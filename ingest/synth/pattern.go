@@ -25,8 +25,55 @@ import (
 type Pattern struct {
 	W, H    int
 	Classes []string // object classes, cycled; default car, person, truck, bus
+	// Motion is how the objects move (default Orbit). Set it, like
+	// Classes, before the first frame.
+	Motion  Motion
 	objects atomic.Int64
 }
+
+// Motion is how a pattern's objects move.
+type Motion int
+
+const (
+	// Orbit: each object goes round the frame on its own smooth path
+	// (a sine in x, a cosine in y, at speeds that differ by object);
+	// paths cross, so objects overlap now and then. The default.
+	Orbit Motion = iota
+	// Lanes: each object goes back and forth horizontally at a constant
+	// speed in its own lane, one pass across the frame every LanePass
+	// frames, turning at the edges. Lanes are 1.25 object sizes apart
+	// from the top, so objects never overlap while there are no more
+	// than LaneCount of them (beyond, objects share lanes at other
+	// phases and may overlap). Every object crosses the frame's vertical
+	// middle once per pass: a tracker can keep one id per object, and a
+	// line-crossing rule on x = W/2 fires for each of them.
+	Lanes
+)
+
+// LanePass is how many frames an object of the Lanes motion takes to
+// cross the frame once.
+const LanePass = 60
+
+// String names the motion as the flags and docs do.
+func (m Motion) String() string {
+	switch m {
+	case Orbit:
+		return "orbit"
+	case Lanes:
+		return "lanes"
+	}
+	return fmt.Sprintf("motion(%d)", int(m))
+}
+
+// LaneCount is how many objects of the Lanes motion fit in their own
+// lanes in the frame.
+func (p *Pattern) LaneCount() int {
+	size := p.objectSize()
+	return max(1, (p.H-size)/(size+size/4)+1)
+}
+
+// objectSize is the side of every object's box.
+func (p *Pattern) objectSize() int { return max(8, min(p.W, p.H)/8) }
 
 // NewPattern returns a w x h pattern with n objects per frame.
 func NewPattern(w, h, n int) (*Pattern, error) {
@@ -52,14 +99,36 @@ func (p *Pattern) Objects() int { return int(p.objects.Load()) }
 func (p *Pattern) Frame(stream int, seq uint64) (*media.Frame, []media.Box, error) {
 	n := p.Objects()
 	f := media.NewFrame(p.W, p.H)
-	size := max(8, min(p.W, p.H)/8)
+	size := p.objectSize()
 	boxes := make([]media.Box, 0, n)
-	t := float64(seq)/30 + float64(stream)*0.7
-	for i := range n {
-		ph := t + float64(i)*1.3
-		cx := float64(p.W-size) * (0.5 + 0.5*math.Sin(ph*(0.9+0.1*float64(i%3))))
-		cy := float64(p.H-size) * (0.5 + 0.5*math.Cos(ph*(0.7+0.13*float64(i%4))))
-		boxes = append(boxes, media.Box{X: int(cx), Y: int(cy), W: size, H: size, Class: p.Classes[i%len(p.Classes)], Score: 1})
+	classes := p.Classes
+	if len(classes) == 0 {
+		classes = []string{"object"}
+	}
+	switch p.Motion {
+	case Orbit:
+		t := float64(seq)/30 + float64(stream)*0.7
+		for i := range n {
+			ph := t + float64(i)*1.3
+			cx := float64(p.W-size) * (0.5 + 0.5*math.Sin(ph*(0.9+0.1*float64(i%3))))
+			cy := float64(p.H-size) * (0.5 + 0.5*math.Cos(ph*(0.7+0.13*float64(i%4))))
+			boxes = append(boxes, media.Box{X: int(cx), Y: int(cy), W: size, H: size, Class: classes[i%len(classes)], Score: 1})
+		}
+	case Lanes:
+		// A round trip is 2*LanePass frames; object i of stream s starts
+		// at its own point of it, so objects and streams differ.
+		const trip = 2 * LanePass
+		lanes, gap, span := p.LaneCount(), size+size/4, uint64(p.W-size)
+		for i := range n {
+			k := (seq + uint64(i)*37 + uint64(stream)*23) % trip
+			if k > LanePass {
+				k = trip - k
+			}
+			x := int(span * k / LanePass)
+			boxes = append(boxes, media.Box{X: x, Y: (i % lanes) * gap, W: size, H: size, Class: classes[i%len(classes)], Score: 1})
+		}
+	default:
+		return nil, nil, fmt.Errorf("pattern motion %v: want orbit or lanes", p.Motion)
 	}
 	if err := Draw(f, boxes); err != nil {
 		return nil, nil, err

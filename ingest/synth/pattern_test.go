@@ -60,3 +60,124 @@ func TestPattern(t *testing.T) {
 		}
 	}
 }
+
+// TestOrbitUnchanged: the default motion draws exactly what the pattern
+// drew before motions were added (boxes recorded from that code), so
+// tests and figures built on it keep their inputs.
+func TestOrbitUnchanged(t *testing.T) {
+	cases := []struct {
+		stream int
+		seq    uint64
+		xy     [5][2]int
+	}{
+		{0, 0, [5][2]int{{145, 210}, {284, 154}, {185, 21}, {92, 58}, {16, 12}}},
+		{0, 7, [5][2]int{{175, 208}, {289, 135}, {148, 9}, {65, 83}, {36, 22}}},
+		{1, 100, [5][2]int{{76, 5}, {27, 75}, {268, 209}, {254, 30}, {172, 208}}},
+	}
+	classes := []string{"car", "person", "truck", "bus", "car"}
+	p, err := NewPattern(320, 240, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		_, truth, err := p.Frame(c.stream, c.seq)
+		if err != nil || len(truth) != 5 {
+			t.Fatalf("stream %d frame %d: %v, %d boxes", c.stream, c.seq, err, len(truth))
+		}
+		for i, b := range truth {
+			want := media.Box{X: c.xy[i][0], Y: c.xy[i][1], W: 30, H: 30, Class: classes[i], Score: 1}
+			if b != want {
+				t.Errorf("stream %d frame %d object %d: %+v, want %+v", c.stream, c.seq, i, b, want)
+			}
+		}
+	}
+}
+
+// TestLanes: with the Lanes motion, objects up to LaneCount never overlap,
+// each moves at most one step's pixels a frame (a tracker's IoU holds from
+// frame to frame), keeps its lane, and crosses the vertical middle at
+// least once in every LanePass+1 frames; more objects than lanes share
+// lanes.
+func TestLanes(t *testing.T) {
+	cases := []struct {
+		name    string
+		w, h, n int
+		lanes   int
+		overlap bool // objects may overlap (more than the lanes)
+	}{
+		{"320x240, 3 objects", 320, 240, 3, 6, false},
+		{"320x240, all lanes", 320, 240, 6, 6, false},
+		{"640x480, 4 objects", 640, 480, 4, 6, false},
+		{"64x64, 1 object", 64, 64, 1, 6, false},
+		{"320x240, 9 objects share lanes", 320, 240, 9, 6, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := NewPattern(c.w, c.h, c.n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Motion = Lanes
+			if got := p.LaneCount(); got != c.lanes {
+				t.Fatalf("LaneCount %d, want %d", got, c.lanes)
+			}
+			size := max(8, min(c.w, c.h)/8)
+			step := (c.w-size)/LanePass + 1
+			anyOverlap := false
+			for stream := range 2 {
+				var prev []media.Box
+				lastCross := make([]int, c.n)
+				for seq := range 3 * LanePass {
+					f, truth, err := p.Frame(stream, uint64(seq))
+					if err != nil || f.Valid() != nil || len(truth) != c.n {
+						t.Fatalf("frame %d: %v, %d boxes", seq, err, len(truth))
+					}
+					overlaps := false
+					for i, b := range truth {
+						if b.X < 0 || b.Y < 0 || b.X+b.W > c.w || b.Y+b.H > c.h {
+							t.Fatalf("stream %d frame %d object %d: %+v outside %dx%d", stream, seq, i, b, c.w, c.h)
+						}
+						for j := range i {
+							if b.Rect().Overlaps(truth[j].Rect()) {
+								overlaps = true
+							}
+						}
+						if prev == nil {
+							continue
+						}
+						a := prev[i]
+						if d := b.X - a.X; d > step || d < -step || b.Y != a.Y {
+							t.Fatalf("stream %d frame %d object %d moved from %+v to %+v (at most %d px, in its lane)", stream, seq, i, a, b, step)
+						}
+						mid := 2 * c.w / 2
+						if (2*a.X+a.W < mid) != (2*b.X+b.W < mid) {
+							lastCross[i] = seq
+						}
+						if seq-lastCross[i] > LanePass+1 {
+							t.Fatalf("stream %d object %d: no crossing of the middle from frame %d to %d", stream, i, lastCross[i], seq)
+						}
+					}
+					if overlaps && !c.overlap {
+						t.Fatalf("stream %d frame %d: objects overlap: %+v", stream, seq, truth)
+					}
+					anyOverlap = anyOverlap || overlaps
+					prev = truth
+				}
+			}
+			if c.overlap && !anyOverlap {
+				t.Errorf("%d objects in %d lanes never overlapped: not sharing lanes", c.n, c.lanes)
+			}
+		})
+	}
+	// An unknown motion is an error, not a crash.
+	p, _ := NewPattern(64, 64, 1)
+	p.Motion = Motion(7)
+	if _, _, err := p.Frame(0, 0); err == nil {
+		t.Error("motion 7 drew a frame")
+	}
+	// No classes: objects are "object", not a crash.
+	p.Motion, p.Classes = Lanes, nil
+	if _, truth, err := p.Frame(0, 0); err != nil || truth[0].Class != "object" {
+		t.Errorf("no classes: %v %+v", err, truth)
+	}
+}
