@@ -110,6 +110,8 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./remote/wire || exit 1; done
 	for f in FuzzParseHosts FuzzParseIdentity; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./internal/pki || exit 1; done
+	for f in FuzzDecodeState FuzzRestoreTrack FuzzRestoreWindow FuzzRestoreSequence FuzzRestoreActivity FuzzRestoreSegment; do \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./modules || exit 1; done
 
 proto: ## regenerate api/*.pb.go and api/kserve/*.pb.go (protoc from Debian; Go generators pinned in go.mod's tool directive) and runners/torch's Python stubs (messages: Debian's protoc 3.21; services: python3-grpc-tools' plugin)
 	@command -v protoc >/dev/null || $(MAKE) deps DEB_PACKAGES=protobuf-compiler

@@ -8,15 +8,21 @@ import (
 	"github.com/mdag/mdag/media"
 )
 
-// RegisterBuiltin adds the pure-Go ops to r: crop, count and sink. Every
-// binary has them, the lean one included.
+// RegisterBuiltin adds the pure-Go ops to r: crop, count and sink, and
+// the stateful track, window, sequence, activity and segment. Every binary
+// has them, the lean one included.
 func RegisterBuiltin(r *Registry) error {
 	for op, f := range map[OpID]Factory{
 		"crop": func(p Params) (Processor, error) {
 			return crop{pad: p.Int("pad"), classes: p.Strings("classes"), minScore: float32(p.Float("min_score"))}, nil
 		},
-		"count": func(p Params) (Processor, error) { return count{classes: p.Strings("classes")}, nil },
-		"sink":  func(Params) (Processor, error) { return passThrough{}, nil },
+		"count":    func(p Params) (Processor, error) { return count{classes: p.Strings("classes")}, nil },
+		"sink":     func(Params) (Processor, error) { return passThrough{}, nil },
+		"track":    func(p Params) (Processor, error) { return newTracker(p), nil },
+		"window":   func(p Params) (Processor, error) { return newWindow(p), nil },
+		"sequence": func(p Params) (Processor, error) { return newSequence(p), nil },
+		"activity": func(p Params) (Processor, error) { return newActivity(p) },
+		"segment":  func(p Params) (Processor, error) { return newSegment(p), nil },
 	} {
 		if err := r.Register(op, f); err != nil {
 			return err

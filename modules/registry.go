@@ -11,12 +11,16 @@
 //     every problem by field (`params.width: must be > 0`); `mdag validate`
 //     runs it, so what validates also builds;
 //   - a Registry of factories (Processor constructors) that the binary fills
-//     explicitly: RegisterBuiltin adds the pure-Go ops (crop, count, sink),
+//     explicitly: RegisterBuiltin adds the pure-Go ops (crop, count, sink
+//     and the stateful track, window, sequence, activity and segment),
 //     modules/cv adds the OpenCV ones (resize, haar-face). A worker builds
 //     processors only from its registry and refuses an op it lacks by name.
 //
-// The stateful ops (track, window, sequence, activity) and segment are
-// declared but have no factory yet; a worker refuses them.
+// The processor of every op declared Stateful implements Stateful
+// (state.go): per-stream state behind a lock, frames of a stream in seq
+// order through ProcessFrame, and versioned snapshots (EncodeState) that
+// Restore validates, so the runtime can move a stream's state between
+// instances. Each op's file documents what it keeps and emits.
 package modules
 
 import (
@@ -88,16 +92,18 @@ var declared = []Op{
 	{Name: "count", Summary: "count items per frame by class", Params: []Param{
 		{Name: "classes", Kind: Strings, Doc: "only these classes (default: all)"}}},
 	{Name: "track", Summary: "associate detections across frames into tracks", Stateful: true, Params: []Param{
-		{Name: "max_age", Kind: Int, Check: positive, Doc: "frames a track survives unmatched"},
-		{Name: "iou", Kind: Number, Check: unit, Doc: "overlap needed to match a detection to a track"}}},
+		{Name: "max_age", Kind: Int, Default: 15, Check: positive, Doc: "frames a track survives unmatched (dropped frames count)"},
+		{Name: "iou", Kind: Number, Default: 0.3, Check: unit, Doc: "overlap (IoU) needed to match a detection to a track"},
+		{Name: "min_hits", Kind: Int, Default: 2, Check: positive, Doc: "matches before a track is reported"}}},
 	{Name: "window", Summary: "keep the last N items of a stream and emit them together", Stateful: true, Params: []Param{
-		{Name: "size", Kind: Int, Check: positive, Doc: "items per window"}}},
+		{Name: "size", Kind: Int, Default: 8, Check: between(1, maxSteps), Doc: "items per window"}}},
 	{Name: "sequence", Summary: "restore frame order and keep per-stream context", Stateful: true, Params: []Param{
-		{Name: "max_gap", Kind: Int, Check: nonNegative, Doc: "frames to wait for a missing one"}}},
+		{Name: "context", Kind: Int, Default: 16, Check: between(1, maxSteps), Doc: "frames of context kept"},
+		{Name: "max_gap", Kind: Int, Default: 30, Check: nonNegative, Doc: "frames missing in a row after which the context restarts"}}},
 	{Name: "activity", Summary: "match tracks and identities against activity rules", Stateful: true, Params: []Param{
-		{Name: "rules", Kind: Strings, Doc: "activity rules"}}},
-	{Name: "segment", Summary: "cut an audio stream into fixed-length chunks", Params: []Param{
-		{Name: "chunk", Kind: Duration, Check: positive, Doc: "chunk length"}}},
+		{Name: "rules", Kind: Strings, Check: checkRules, Doc: "rules: `line NAME x1,y1,x2,y2`, `zone NAME x1,y1,x2,y2 dwell DURATION`, `loiter NAME x1,y1,x2,y2 DURATION [radius PIXELS]` (DURATION: 5s or 150f frames)"}}},
+	{Name: "segment", Summary: "cut an audio stream into fixed-length chunks", Stateful: true, Params: []Param{
+		{Name: "chunk", Kind: Duration, Default: 40 * time.Millisecond, Check: durationUpTo(time.Minute), Doc: "chunk length (a whole number of samples at the audio's rate)"}}},
 	{Name: "sink", Summary: "deliver results to the client"},
 }
 
@@ -305,6 +311,24 @@ func unit(v any) error {
 		return fmt.Errorf("must be between 0 and 1, got %v", v)
 	}
 	return nil
+}
+
+func between(lo, hi int) func(any) error {
+	return func(v any) error {
+		if f := asFloat(v); f < float64(lo) || f > float64(hi) {
+			return fmt.Errorf("must be between %d and %d, got %v", lo, hi, v)
+		}
+		return nil
+	}
+}
+
+func durationUpTo(hi time.Duration) func(any) error {
+	return func(v any) error {
+		if d, _ := v.(time.Duration); d <= 0 || d > hi {
+			return fmt.Errorf("must be > 0 and at most %v, got %v", hi, v)
+		}
+		return nil
+	}
 }
 
 func above(lo float64) func(any) error {

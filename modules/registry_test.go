@@ -48,6 +48,14 @@ func TestDecode(t *testing.T) {
 		{"segment", map[string]any{"chunk": "40ms"}, modules.Params{"chunk": 40 * time.Millisecond}, nil},
 		{"segment", map[string]any{"chunk": "soon"}, nil, []string{`params.chunk: want a duration like 40ms, got "soon"`}},
 		{"sink", map[string]any{"x": 1}, nil, []string{`params.x: op sink takes no param "x" (known: none)`}},
+		{"segment", nil, modules.Params{"chunk": 40 * time.Millisecond}, nil},
+		{"segment", map[string]any{"chunk": "2m"}, nil, []string{"params.chunk: must be > 0 and at most 1m0s, got 2m0s"}},
+		{"track", nil, modules.Params{"max_age": 15, "iou": 0.3, "min_hits": 2}, nil},
+		{"track", map[string]any{"iou": 1.5, "min_hits": 0}, nil, []string{"params.iou: must be between 0 and 1", "params.min_hits: must be > 0"}},
+		{"window", nil, modules.Params{"size": 8}, nil},
+		{"window", map[string]any{"size": 5000}, nil, []string{"params.size: must be between 1 and 4096, got 5000"}},
+		{"sequence", nil, modules.Params{"context": 16, "max_gap": 30}, nil},
+		{"activity", map[string]any{"rules": []any{"line a 0,0,1,1", "zone b 0,0,1,1 dwell"}}, nil, []string{`params.rules[1]: zone: 4 words (want "zone NAME x1,y1,x2,y2 dwell DURATION")`}},
 	}
 	for _, tc := range tests {
 		op, _ := modules.Lookup(tc.op)
@@ -82,7 +90,7 @@ func TestRegistryFactories(t *testing.T) {
 		t.Error("crop registered twice")
 	}
 	_, err := r.New("resize", map[string]any{"width": 2, "height": 2})
-	if !errors.Is(err, modules.ErrNotImplemented) || !strings.Contains(err.Error(), "op resize: op has no implementation in this binary (implemented: count, crop, sink)") {
+	if !errors.Is(err, modules.ErrNotImplemented) || !strings.Contains(err.Error(), "op resize: op has no implementation in this binary (implemented: activity, count, crop, segment, sequence, sink, track, window)") {
 		t.Errorf("resize in the builtin registry: %v", err)
 	}
 	if _, err := r.New("crop", map[string]any{"pad": -1}); err == nil || !strings.Contains(err.Error(), "params.pad: must be >= 0") {

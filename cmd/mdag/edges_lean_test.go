@@ -31,7 +31,9 @@ func TestLeanRefusals(t *testing.T) {
 		{"worker --type V100 --executor opencv", exitInvalid, `mdag worker: --executor "opencv": the lean build has emulated, onnx and kserve`},
 		{"worker -h", exitOK, "decoders: none in the lean build"},
 		{"validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml", exitOK, "app traffic: valid"},
-		{"serve --example tracker --listen 127.0.0.1:0", exitInvalid, "op track: op has no implementation in this binary (implemented: count, crop, sink)"},
+		// The stateful ops are pure Go (the lean build has them); OpenCV's are not.
+		{"serve -f cmd/mdag/testdata/haar-only.yaml -p examples/face/profiles.yaml --listen 127.0.0.1:0", exitInvalid,
+			"module crop: op haar-face: op has no implementation in this binary (implemented: activity, count, crop, segment, sequence, sink, track, window)"},
 	} {
 		t.Run(tc.args, func(t *testing.T) {
 			var out bytes.Buffer

@@ -1,0 +1,212 @@
+package modules
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/mdag/mdag/media"
+)
+
+// What the stateful ops share: a map of per-stream states, each behind its
+// own lock (the runtime never runs two frames of one stream at once, but
+// runs different streams concurrently, and a Snapshot may come from
+// another goroutine), and the JSON payload of their snapshots.
+
+// stateVersion is the payload version every op of this file writes (v1).
+const stateVersion = 1
+
+// Bounds a restored snapshot must keep (they bound what a live stream
+// can grow to as well).
+const (
+	maxTracks      = 4096 // tracks per stream (track, activity)
+	maxSteps       = 4096 // steps a window or a sequence keeps
+	maxStepItems   = 4096 // boxes, labels or tracks in one step
+	maxLabelLength = 1024 // bytes in one label or class
+)
+
+// streamStates holds an op's state per stream.
+type streamStates[S any] struct {
+	mu sync.Mutex
+	m  map[string]*streamState[S]
+}
+
+type streamState[S any] struct {
+	mu sync.Mutex
+	s  S
+}
+
+// get returns stream's state, creating a fresh one (fresh()) if needed.
+func (t *streamStates[S]) get(stream string, fresh func() S) *streamState[S] {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[string]*streamState[S]{}
+	}
+	st, ok := t.m[stream]
+	if !ok {
+		st = &streamState[S]{s: fresh()}
+		t.m[stream] = st
+	}
+	return st
+}
+
+// set replaces stream's state.
+func (t *streamStates[S]) set(stream string, s S) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[string]*streamState[S]{}
+	}
+	t.m[stream] = &streamState[S]{s: s}
+}
+
+// forget drops stream's state.
+func (t *streamStates[S]) forget(stream string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.m, stream)
+}
+
+// clear drops every stream.
+func (t *streamStates[S]) clear() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.m = nil
+}
+
+// snapshot serialises stream's state (a fresh one for an unseen stream)
+// in op's envelope.
+func (t *streamStates[S]) snapshot(op OpID, stream string, fresh func() S) ([]byte, error) {
+	st := t.get(stream, fresh)
+	st.mu.Lock()
+	payload, err := json.Marshal(st.s)
+	st.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("%s: snapshot of stream %q: %w", op, stream, err)
+	}
+	return EncodeState(op, stateVersion, payload), nil
+}
+
+// restore replaces stream's state with b's (nil or empty: forget it):
+// the envelope is checked, the payload decoded strictly (unknown fields
+// are an error) and validated by check, which may normalise it. On any
+// error the stream is left fresh.
+func (t *streamStates[S]) restore(op OpID, stream string, b []byte, check func(*S) error) error {
+	t.forget(stream)
+	if len(b) == 0 {
+		return nil
+	}
+	v, payload, err := DecodeState(op, b)
+	if err != nil {
+		return fmt.Errorf("%s: restore stream %q: %w", op, stream, err)
+	}
+	if v != stateVersion {
+		return fmt.Errorf("%s: restore stream %q: %w for op %s: state version %d, this binary reads %d", op, stream, ErrState, op, v, stateVersion)
+	}
+	var s S
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return fmt.Errorf("%s: restore stream %q: %w for op %s: payload: %v", op, stream, ErrState, op, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%s: restore stream %q: %w for op %s: payload: data after the state", op, stream, ErrState, op)
+	}
+	if err := check(&s); err != nil {
+		return fmt.Errorf("%s: restore stream %q: %w for op %s: %v", op, stream, ErrState, op, err)
+	}
+	t.set(stream, s)
+	return nil
+}
+
+// checkBox validates a box of a snapshot: a positive size, coordinates
+// within ±2^30 (frames are far smaller; the bound keeps arithmetic on
+// them from overflowing), a finite score and a bounded class.
+func checkBox(b media.Box) error {
+	const lim = 1 << 30
+	switch {
+	case b.W <= 0 || b.H <= 0 || b.W > lim || b.H > lim:
+		return fmt.Errorf("box %dx%d: want a positive size up to %d", b.W, b.H, lim)
+	case b.X < -lim || b.X > lim || b.Y < -lim || b.Y > lim:
+		return fmt.Errorf("box at %d,%d: coordinates beyond ±%d", b.X, b.Y, lim)
+	case math.IsNaN(float64(b.Score)) || math.IsInf(float64(b.Score), 0):
+		return fmt.Errorf("box score %v: want a finite number", b.Score)
+	case len(b.Class) > maxLabelLength:
+		return fmt.Errorf("box class of %d bytes: at most %d", len(b.Class), maxLabelLength)
+	}
+	return nil
+}
+
+// checkLabels validates a snapshot's labels.
+func checkLabels(ls []string) error {
+	if len(ls) > maxStepItems {
+		return fmt.Errorf("%d labels: at most %d", len(ls), maxStepItems)
+	}
+	for i, l := range ls {
+		if len(l) > maxLabelLength {
+			return fmt.Errorf("label %d of %d bytes: at most %d", i, len(l), maxLabelLength)
+		}
+	}
+	return nil
+}
+
+// checkStep validates a snapshot's step (window, sequence) and makes its
+// empty lists nil, so a restored state equals the one snapshotted.
+func checkStep(s *media.Step) error {
+	if len(s.Boxes) > maxStepItems || len(s.Tracks) > maxStepItems {
+		return fmt.Errorf("step %d: %d boxes and %d tracks: at most %d each", s.Seq, len(s.Boxes), len(s.Tracks), maxStepItems)
+	}
+	for _, b := range s.Boxes {
+		if err := checkBox(b); err != nil {
+			return fmt.Errorf("step %d: %v", s.Seq, err)
+		}
+	}
+	for _, tr := range s.Tracks {
+		if err := checkBox(tr.Box); err != nil {
+			return fmt.Errorf("step %d: track %d: %v", s.Seq, tr.ID, err)
+		}
+		if tr.Age < 0 || tr.Hits < 0 || tr.Missed < 0 {
+			return fmt.Errorf("step %d: track %d: negative age, hits or missed", s.Seq, tr.ID)
+		}
+	}
+	if err := checkLabels(s.Labels); err != nil {
+		return fmt.Errorf("step %d: %v", s.Seq, err)
+	}
+	s.Boxes, s.Labels, s.Tracks = nilIfEmpty(s.Boxes), nilIfEmpty(s.Labels), nilIfEmpty(s.Tracks)
+	return nil
+}
+
+func nilIfEmpty[T any](s []T) []T {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+// processOne is a stateful op's Processor.Process: the frame of one item.
+func processOne(st Stateful, it *media.Item) ([]*media.Item, error) {
+	if it == nil {
+		return nil, fmt.Errorf("no item")
+	}
+	return st.ProcessFrame(it.Stream, it.Seq, []*media.Item{it})
+}
+
+// checkFrame checks ProcessFrame's arguments: at least one item, all of
+// stream's frame seq.
+func checkFrame(op OpID, stream string, seq uint64, items []*media.Item) error {
+	if len(items) == 0 {
+		return fmt.Errorf("%s: frame %s/%d has no items", op, stream, seq)
+	}
+	for i, it := range items {
+		if it == nil {
+			return fmt.Errorf("%s: frame %s/%d: item %d is nil", op, stream, seq, i)
+		}
+		if it.Stream != stream || it.Seq != seq {
+			return fmt.Errorf("%s: frame %s/%d: item %d is of frame %s/%d", op, stream, seq, i, it.Stream, it.Seq)
+		}
+	}
+	return nil
+}
