@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -506,6 +507,11 @@ func writeStatusTable(w io.Writer, st coordinator.Status) {
 		for _, m := range s.Modules {
 			fmt.Fprintf(tw, "  %s\t%s\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%.1f\t%d\t%d\n", m.Module, m.Kind, m.RateIn, m.Scale, m.ExecMS, m.Balloon, m.MeanBatch, m.BudgetMS, m.Instances, m.Dropped)
 		}
+		for _, m := range s.Modules {
+			if m.State != nil {
+				fmt.Fprintf(tw, "  %s\n", stateLine(string(m.Module), m.State))
+			}
+		}
 	}
 	fmt.Fprintln(tw, "INSTANCE\tTYPE\tSTATE\tMODULES")
 	for _, in := range st.Instances {
@@ -518,4 +524,34 @@ func writeStatusTable(w io.Writer, st coordinator.Status) {
 			fmt.Fprintf(w, "  #%d %s: %s (moves: %d, $%.2f/h)\n", r.N, r.At.Format("15:04:05.000"), r.Trigger, len(r.Moves), r.CostWhole)
 		}
 	}
+}
+
+// stateLine says a stateful module's state in one line: the streams it
+// holds, moves in progress, the checkpoint period, the state events since
+// deploy (migrate, restore, reset, failed), the migration pauses and the
+// last event.
+func stateLine(module string, st *coordinator.StateStatus) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "state %s: %d streams, %d moving", module, st.Streams, st.Moving)
+	if st.Checkpoint > 0 {
+		fmt.Fprintf(&b, "; checkpoint every %gs", st.Checkpoint)
+	} else {
+		b.WriteString("; no checkpoints")
+	}
+	if len(st.Events) > 0 {
+		keys := slices.Sorted(maps.Keys(st.Events))
+		for i, k := range keys {
+			keys[i] = fmt.Sprintf("%s=%d", k, st.Events[k])
+		}
+		fmt.Fprintf(&b, "; events %s", strings.Join(keys, " "))
+	} else {
+		b.WriteString("; no state events")
+	}
+	if st.PauseMaxMS > 0 {
+		fmt.Fprintf(&b, "; migration pause p50 %.1f ms, max %.1f ms", st.PauseP50MS, st.PauseMaxMS)
+	}
+	if st.LastEvent != "" {
+		fmt.Fprintf(&b, "; last: %s", st.LastEvent)
+	}
+	return b.String()
 }
