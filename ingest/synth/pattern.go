@@ -27,7 +27,12 @@ type Pattern struct {
 	Classes []string // object classes, cycled; default car, person, truck, bus
 	// Motion is how the objects move (default Orbit). Set it, like
 	// Classes, before the first frame.
-	Motion  Motion
+	Motion Motion
+	// Upright draws people (class person) half as wide as tall, as people
+	// stand, so that a motion estimator that tells people by their shape
+	// (taller than wide) sees them in the video; default: every object is
+	// a size x size square box.
+	Upright bool
 	objects atomic.Int64
 }
 
@@ -112,7 +117,7 @@ func (p *Pattern) Frame(stream int, seq uint64) (*media.Frame, []media.Box, erro
 			ph := t + float64(i)*1.3
 			cx := float64(p.W-size) * (0.5 + 0.5*math.Sin(ph*(0.9+0.1*float64(i%3))))
 			cy := float64(p.H-size) * (0.5 + 0.5*math.Cos(ph*(0.7+0.13*float64(i%4))))
-			boxes = append(boxes, media.Box{X: int(cx), Y: int(cy), W: size, H: size, Class: classes[i%len(classes)], Score: 1})
+			boxes = append(boxes, p.box(int(cx), int(cy), size, classes[i%len(classes)]))
 		}
 	case Lanes:
 		// A round trip is 2*LanePass frames; object i of stream s starts
@@ -125,7 +130,7 @@ func (p *Pattern) Frame(stream int, seq uint64) (*media.Frame, []media.Box, erro
 				k = trip - k
 			}
 			x := int(span * k / LanePass)
-			boxes = append(boxes, media.Box{X: x, Y: (i % lanes) * gap, W: size, H: size, Class: classes[i%len(classes)], Score: 1})
+			boxes = append(boxes, p.box(x, (i%lanes)*gap, size, classes[i%len(classes)]))
 		}
 	default:
 		return nil, nil, fmt.Errorf("pattern motion %v: want orbit or lanes", p.Motion)
@@ -134,6 +139,17 @@ func (p *Pattern) Frame(stream int, seq uint64) (*media.Frame, []media.Box, erro
 		return nil, nil, err
 	}
 	return f, boxes, nil
+}
+
+// box is an object's box at (x, y): size x size, or for an upright
+// person half as wide, centred where the square would be.
+func (p *Pattern) box(x, y, size int, class string) media.Box {
+	b := media.Box{X: x, Y: y, W: size, H: size, Class: class, Score: 1}
+	if p.Upright && class == "person" {
+		b.W = max(1, size/2)
+		b.X += (size - b.W) / 2
+	}
+	return b
 }
 
 // FrameSink receives generated frames.
@@ -177,8 +193,9 @@ func (p *Pattern) Generate(ctx context.Context, clk clock.Clock, index int, stre
 	return nil
 }
 
-// Draw paints boxes onto a frame, filled, in a colour per class: a disc for
-// people, a rectangle for everything else.
+// Draw paints boxes onto a frame, filled, in a colour per class: the
+// ellipse inscribed in the box for people (a disc in a square box), a
+// rectangle for everything else.
 func Draw(f *media.Frame, boxes []media.Box) error {
 	if err := f.Valid(); err != nil {
 		return err
@@ -186,12 +203,13 @@ func Draw(f *media.Frame, boxes []media.Box) error {
 	for _, b := range boxes {
 		c := classColor(b.Class)
 		r := b.Rect().Intersect(image.Rect(0, 0, f.W, f.H))
-		cx2, cy2, rad := 2*b.X+b.W, 2*b.Y+b.H, min(b.W, b.H) // doubled: centre and radius in half pixels
+		// doubled: the centre and the semi-axes (W, H) in half pixels
+		cx2, cy2, aw, ah := 2*b.X+b.W, 2*b.Y+b.H, int64(b.W), int64(b.H)
 		for y := r.Min.Y; y < r.Max.Y; y++ {
 			for x := r.Min.X; x < r.Max.X; x++ {
 				if b.Class == "person" {
-					dx, dy := 2*x+1-cx2, 2*y+1-cy2
-					if dx*dx+dy*dy > rad*rad {
+					dx, dy := int64(2*x+1-cx2), int64(2*y+1-cy2)
+					if dx*dx*ah*ah+dy*dy*aw*aw > aw*aw*ah*ah {
 						continue
 					}
 				}
