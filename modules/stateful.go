@@ -2,6 +2,7 @@ package modules
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -13,7 +14,12 @@ import (
 // What the stateful ops share: a map of per-stream states, each behind its
 // own lock (the runtime never runs two frames of one stream at once, but
 // runs different streams concurrently, and a Snapshot may come from
-// another goroutine), and the JSON payload of their snapshots.
+// another goroutine), and the payload of their snapshots: JSON, or the
+// op's own binary codec (track, whose snapshots are the largest and most
+// frequent), always version 1 (stateVersion) and checked on restore.
+// A stream's state lives until Restore(stream, nil) or Close: the runtime
+// forgets a stream that leaves (the ops cannot tell an ended stream from
+// a paused one).
 
 // stateVersion is the payload version every op of this file writes (v1).
 const stateVersion = 1
@@ -27,10 +33,14 @@ const (
 	maxLabelLength = 1024 // bytes in one label or class
 )
 
-// streamStates holds an op's state per stream.
+// streamStates holds an op's state per stream. Snapshots carry the state
+// as JSON unless the op sets its own payload codec (encode and decode,
+// both or neither).
 type streamStates[S any] struct {
-	mu sync.Mutex
-	m  map[string]*streamState[S]
+	mu     sync.Mutex
+	m      map[string]*streamState[S]
+	encode func(*S) []byte
+	decode func([]byte, *S) error
 }
 
 type streamState[S any] struct {
@@ -82,8 +92,11 @@ func (t *streamStates[S]) clear() {
 func (t *streamStates[S]) snapshot(op OpID, stream string, fresh func() S) ([]byte, error) {
 	st := t.get(stream, fresh)
 	st.mu.Lock()
+	defer st.mu.Unlock()
+	if t.encode != nil {
+		return EncodeState(op, stateVersion, t.encode(&st.s)), nil
+	}
 	payload, err := json.Marshal(st.s)
-	st.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("%s: snapshot of stream %q: %w", op, stream, err)
 	}
@@ -107,13 +120,19 @@ func (t *streamStates[S]) restore(op OpID, stream string, b []byte, check func(*
 		return fmt.Errorf("%s: restore stream %q: %w for op %s: state version %d, this binary reads %d", op, stream, ErrState, op, v, stateVersion)
 	}
 	var s S
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
-		return fmt.Errorf("%s: restore stream %q: %w for op %s: payload: %v", op, stream, ErrState, op, err)
-	}
-	if dec.More() {
-		return fmt.Errorf("%s: restore stream %q: %w for op %s: payload: data after the state", op, stream, ErrState, op)
+	if t.decode != nil {
+		if err := t.decode(payload, &s); err != nil {
+			return fmt.Errorf("%s: restore stream %q: %w for op %s: payload: %v", op, stream, ErrState, op, err)
+		}
+	} else {
+		dec := json.NewDecoder(bytes.NewReader(payload))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&s); err != nil {
+			return fmt.Errorf("%s: restore stream %q: %w for op %s: payload: %v", op, stream, ErrState, op, err)
+		}
+		if dec.More() {
+			return fmt.Errorf("%s: restore stream %q: %w for op %s: payload: data after the state", op, stream, ErrState, op)
+		}
 	}
 	if err := check(&s); err != nil {
 		return fmt.Errorf("%s: restore stream %q: %w for op %s: %v", op, stream, ErrState, op, err)
@@ -209,4 +228,100 @@ func checkFrame(op OpID, stream string, seq uint64, items []*media.Item) error {
 		}
 	}
 	return nil
+}
+
+// payloadReader reads a binary snapshot payload; the first error sticks
+// (later reads return zero values) and every length is checked against
+// what is left before anything is allocated. It moves an offset (no
+// reslicing: no pointer writes in the hot loop).
+type payloadReader struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (r *payloadReader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf(format, args...)
+	}
+}
+
+func (r *payloadReader) left() int { return len(r.b) - r.off }
+
+func (r *payloadReader) uvarint(what string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b[r.off:])
+	if n <= 0 {
+		r.fail("%s: truncated or overlong number", what)
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+// count reads a count of items at most limit, each at least minSize bytes.
+func (r *payloadReader) count(what string, limit, minSize int) int {
+	v := r.uvarint(what)
+	if r.err == nil && (v > uint64(limit) || v*uint64(minSize) > uint64(r.left())) {
+		r.fail("%s: %d, more than the %d allowed or than the %d bytes left hold", what, v, limit, r.left())
+		return 0
+	}
+	return int(v)
+}
+
+// fixed returns the next n bytes (nil after an error).
+func (r *payloadReader) fixed(what string, n int) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if r.left() < n {
+		r.fail("%s: truncated", what)
+		return nil
+	}
+	p := r.b[r.off : r.off+n]
+	r.off += n
+	return p
+}
+
+func (r *payloadReader) float64(what string) float64 {
+	if p := r.fixed(what, 8); p != nil {
+		return math.Float64frombits(binary.BigEndian.Uint64(p))
+	}
+	return 0
+}
+
+func (r *payloadReader) float32(what string) float32 {
+	if p := r.fixed(what, 4); p != nil {
+		return math.Float32frombits(binary.BigEndian.Uint32(p))
+	}
+	return 0
+}
+
+func (r *payloadReader) string(what string) string { return string(r.field(what)) }
+
+// field reads a length-prefixed string's bytes (not copied).
+func (r *payloadReader) field(what string) []byte {
+	n := r.count(what, maxLabelLength, 1) // (no what+" length": it would allocate per field)
+	return r.fixed(what, n)
+}
+
+func (r *payloadReader) byte(what string) byte {
+	if p := r.fixed(what, 1); p != nil {
+		return p[0]
+	}
+	return 0
+}
+
+// end checks the payload was read to its last byte.
+func (r *payloadReader) end() error {
+	if r.err == nil && r.left() > 0 {
+		r.fail("%d bytes after the state", r.left())
+	}
+	return r.err
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }

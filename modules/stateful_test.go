@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,13 +121,15 @@ var statefulCases = []struct {
 	op     OpID
 	params map[string]any
 	frames func(stream string, n int) []frame
+	marker string // in the outputs of every cut's remaining frames: the test is not vacuous
 }{
-	{"track", nil, trackFrames},
-	{"track", map[string]any{"min_hits": 1, "max_age": 2}, trackFrames},
-	{"window", map[string]any{"size": 4}, windowFrames},
-	{"sequence", map[string]any{"context": 5, "max_gap": 0}, windowFrames},
-	{"activity", map[string]any{"rules": []any{"line door 100,0,100,200", "zone desk 150,0,300,100 dwell 3f", "loiter hall 200,0,400,100 500ms radius 5"}}, activityFrames},
-	{"segment", map[string]any{"chunk": "40ms"}, segmentFrames},
+	{"track", nil, trackFrames, "tracks=[{"},
+	{"track", map[string]any{"min_hits": 1, "max_age": 2}, trackFrames, "tracks=[{"},
+	{"window", map[string]any{"size": 4}, windowFrames, "steps=[{"},
+	{"sequence", map[string]any{"context": 5, "max_gap": 0}, windowFrames, "steps=[{"},
+	// line-cross at frame 6, dwell at 13 (entered at 10), loiter at 23.
+	{"activity", map[string]any{"rules": []any{"line door 100,0,100,200", "zone desk 150,0,300,100 dwell 3f", "loiter hall 200,0,400,100 300ms radius 5"}}, activityFrames, "events=[{"},
+	{"segment", map[string]any{"chunk": "40ms"}, segmentFrames, "audio="},
 }
 
 func newStateful(t testing.TB, op OpID, params map[string]any) Stateful {
@@ -207,10 +211,13 @@ func TestSnapshotRestoreContinues(t *testing.T) {
 		t.Run(fmt.Sprintf("%s%v", tc.op, tc.params), func(t *testing.T) {
 			frames := tc.frames("cam", 24)
 			other := tc.frames("other", 24)
-			for _, cut := range []int{1, 5, 9, 13, len(frames) - 1} {
+			for _, cut := range []int{1, 5, 9, 12, 13, len(frames) - 1} {
 				whole := newStateful(t, tc.op, tc.params)
 				runFrames(t, whole, frames[:cut])
 				want := runFrames(t, whole, frames[cut:])
+				if cut < len(frames)-1 && !strings.Contains(want, tc.marker) {
+					t.Fatalf("cut %d: no %q in the outputs after the cut:\n%s", cut, tc.marker, want)
+				}
 
 				a := newStateful(t, tc.op, tc.params)
 				for i := 0; i < cut; i++ {
@@ -250,41 +257,55 @@ func TestSnapshotRestoreContinues(t *testing.T) {
 	}
 }
 
+func enc(s trackState) []byte { return encodeTrackState(&s) }
+
+// tk is a track of id with width w, matched first at frame first and
+// last at seen, hits times.
+func tk(id uint64, w float64, first, seen uint64, hits int) trackItem {
+	return trackItem{ID: id, Class: "car", X: 1, Y: 1, W: w, H: 5, First: first, Seen: seen, Hits: hits, Labels: []string{"a"}}
+}
+
 // TestRestoreRefuses: snapshots of another op, another version, damaged
 // or invalid payloads are refused with ErrState and leave the stream fresh.
 func TestRestoreRefuses(t *testing.T) {
 	tests := []struct {
 		op      OpID
 		params  map[string]any
-		payload string
+		payload []byte
 		version uint16
 		want    string
 	}{
-		{"track", nil, `{"started":true,"last":5,"next":1,"tracks":[]}`, 2, "state version 2"},
-		{"track", nil, `{"started":true,"last":5,"next":0}`, 1, "next track id 0"},
-		{"track", nil, `{"started":true,"last":5,"next":3,"tracks":[{"id":3,"x":1,"y":1,"w":5,"h":5,"first":1,"seen":2,"hits":1}]}`, 1, "track id 3: want 1..2"},
-		{"track", nil, `{"started":true,"last":5,"next":3,"tracks":[{"id":1,"x":1,"y":1,"w":0,"h":5,"first":1,"seen":2,"hits":1}]}`, 1, "want a positive size"},
-		{"track", nil, `{"started":true,"last":5,"next":3,"tracks":[{"id":1,"x":1,"y":1,"w":4,"h":5,"first":1,"seen":7,"hits":1}]}`, 1, "want first <= last <= stream"},
-		{"track", nil, `{"started":true,"last":5,"next":3,"tracks":[{"id":1,"x":1,"y":1,"w":4,"h":5,"first":1,"seen":2,"hits":9}]}`, 1, "9 hits between frames 1 and 2"},
-		{"track", nil, `{"started":true,"last":5,"next":3,"tracks":[{"id":2,"x":1,"y":1,"w":4,"h":5,"first":1,"seen":2,"hits":1},{"id":1,"x":1,"y":1,"w":4,"h":5,"first":1,"seen":2,"hits":1}]}`, 1, "out of order"},
-		{"track", nil, `{"started":true,"last":5,"next":3,"bogus":1}`, 1, "unknown field"},
-		{"track", nil, `{"started":true} {}`, 1, "data after the state"},
-		{"window", nil, `{"steps":[{"Seq":4},{"Seq":2}]}`, 1, "steps out of order (2 after 4)"},
-		{"window", nil, `{"steps":[{"Seq":4,"Boxes":[{"X":1,"Y":1,"W":-1,"H":3}]}]}`, 1, "want a positive size"},
-		{"sequence", nil, `{"started":true,"newest":4,"start":1,"steps":[{"Seq":2},{"Seq":2}]}`, 1, "two steps of frame 2"},
-		{"sequence", nil, `{"started":true,"newest":4,"start":3,"steps":[{"Seq":2}]}`, 1, "outside the scene"},
-		{"activity", map[string]any{"rules": []any{"line a 0,0,1,1"}}, `{"rules":["b"],"started":false}`, 1, `a state for rules ["b"]`},
-		{"activity", map[string]any{"rules": []any{"line a 0,0,1,1"}}, `{"rules":["a"],"started":true,"last":3,"tracks":[{"id":1,"seen":2,"x":1,"y":1,"rules":[]}]}`, 1, "state for 0 rules, want 1"},
-		{"activity", map[string]any{"rules": []any{"line a 0,0,1,1"}}, `{"rules":["a"],"started":true,"last":3,"tracks":[{"id":1,"seen":2,"x":1,"y":1,"rules":[{"side":3}]}]}`, 1, "side 3"},
-		{"segment", nil, `{"rate":16000,"channels":3,"pcm":[1,2,3]}`, 1, "audio with 3 channels"},
-		{"segment", nil, `{"rate":16000,"channels":2,"pcm":[1,2,3]}`, 1, "do not divide"},
-		{"segment", nil, `{"rate":16000,"channels":1,"pcm":[1,2,70000]}`, 1, "payload"},
+		{"track", nil, enc(trackState{Started: true, Last: 5, NextID: 1}), 2, "state version 2"},
+		{"track", nil, enc(trackState{Started: true, Last: 5}), 1, "next track id 0"},
+		{"track", nil, enc(trackState{Started: true, Last: 5, NextID: 3, Tracks: []trackItem{tk(3, 5, 1, 2, 1)}}), 1, "track id 3: want 1..2"},
+		{"track", nil, enc(trackState{Started: true, Last: 5, NextID: 3, Tracks: []trackItem{tk(1, 0, 1, 2, 1)}}), 1, "want a positive size"},
+		{"track", nil, enc(trackState{Started: true, Last: 5, NextID: 3, Tracks: []trackItem{tk(1, math.NaN(), 1, 2, 1)}}), 1, "want finite numbers"},
+		{"track", nil, enc(trackState{Started: true, Last: 5, NextID: 3, Tracks: []trackItem{tk(1, 4, 1, 7, 1)}}), 1, "want first <= last <= stream"},
+		{"track", nil, enc(trackState{Started: true, Last: 5, NextID: 3, Tracks: []trackItem{tk(1, 4, 1, 2, 9)}}), 1, "9 hits between frames 1 and 2"},
+		{"track", nil, enc(trackState{Started: true, Last: 5, NextID: 3, Tracks: []trackItem{tk(2, 4, 1, 2, 1), tk(1, 4, 1, 2, 1)}}), 1, "out of order"},
+		{"track", nil, enc(trackState{Last: 5, NextID: 3, Tracks: []trackItem{tk(1, 4, 1, 2, 1)}}), 1, "1 tracks before any frame"},
+		{"track", nil, append(enc(trackState{Started: true, Last: 5, NextID: 3}), 0), 1, "1 bytes after the state"},
+		{"track", nil, enc(trackState{Started: true, Last: 5, NextID: 3, Tracks: []trackItem{tk(1, 4, 1, 2, 1)}})[:65], 1, "truncated"},
+		{"track", nil, []byte{2, 5, 3, 0}, 1, "flags 0x2: want 0 or 1"},
+		{"track", nil, []byte{1, 5, 3, 0xff, 0xff, 0x03}, 1, "tracks: 65535, more than the 4096 allowed"},
+		{"track", nil, []byte{1, 5, 3, 2, 1}, 1, "tracks: 2, more than the 4096 allowed or than the 1 bytes left hold"},
+		{"track", nil, []byte(`{"started":true,"last":5,"next":3}`), 1, "flags 0x7b"},
+		{"window", nil, []byte(`{"steps":[{"Seq":4},{"Seq":2}]}`), 1, "steps out of order (2 after 4)"},
+		{"window", nil, []byte(`{"steps":[{"Seq":4,"Boxes":[{"X":1,"Y":1,"W":-1,"H":3}]}]}`), 1, "want a positive size"},
+		{"sequence", nil, []byte(`{"started":true,"newest":4,"start":1,"steps":[{"Seq":2},{"Seq":2}]}`), 1, "two steps of frame 2"},
+		{"sequence", nil, []byte(`{"started":true,"newest":4,"start":3,"steps":[{"Seq":2}]}`), 1, "outside the scene"},
+		{"activity", map[string]any{"rules": []any{"line a 0,0,1,1"}}, []byte(`{"rules":["b"],"started":false}`), 1, `a state for rules ["b"]`},
+		{"activity", map[string]any{"rules": []any{"line a 0,0,1,1"}}, []byte(`{"rules":["a"],"started":true,"last":3,"tracks":[{"id":1,"seen":2,"x":1,"y":1,"rules":[]}]}`), 1, "state for 0 rules, want 1"},
+		{"activity", map[string]any{"rules": []any{"line a 0,0,1,1"}}, []byte(`{"rules":["a"],"started":true,"last":3,"tracks":[{"id":1,"seen":2,"x":1,"y":1,"rules":[{"side":3}]}]}`), 1, "side 3"},
+		{"segment", nil, []byte(`{"rate":16000,"channels":3,"pcm":[1,2,3]}`), 1, "audio with 3 channels"},
+		{"segment", nil, []byte(`{"rate":16000,"channels":2,"pcm":[1,2,3]}`), 1, "do not divide"},
+		{"segment", nil, []byte(`{"rate":16000,"channels":1,"pcm":[1,2,70000]}`), 1, "payload"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.want, func(t *testing.T) {
 			st := newStateful(t, tc.op, tc.params)
 			before, _ := st.Snapshot("s")
-			err := st.Restore("s", EncodeState(tc.op, tc.version, []byte(tc.payload)))
+			err := st.Restore("s", EncodeState(tc.op, tc.version, tc.payload))
 			if !errors.Is(err, ErrState) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("restore %s: %v, want ErrState and %q", tc.payload, err, tc.want)
 			}
@@ -400,3 +421,49 @@ func FuzzRestoreActivity(f *testing.F) {
 	fuzzRestore(f, "activity", statefulCases[4].params, activityFrames)
 }
 func FuzzRestoreSegment(f *testing.F) { fuzzRestore(f, "segment", nil, segmentFrames) }
+
+// TestStatefulConcurrentStreams: streams processed at once on one
+// processor (as the runtime does for different streams), with snapshots
+// taken meanwhile, give each stream the outputs it gets alone (run under
+// -race: the per-stream locks).
+func TestStatefulConcurrentStreams(t *testing.T) {
+	for _, tc := range statefulCases {
+		t.Run(fmt.Sprintf("%s%v", tc.op, tc.params), func(t *testing.T) {
+			shared := newStateful(t, tc.op, tc.params)
+			streams := []string{"a", "b", "c", "d"}
+			got := make([]string, len(streams))
+			errs := make(chan error, len(streams))
+			var wg sync.WaitGroup
+			for i, s := range streams {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var b strings.Builder
+					for _, f := range tc.frames(s, 24) {
+						out, err := shared.ProcessFrame(s, f[0].Seq, f)
+						if err != nil {
+							errs <- err
+							return
+						}
+						b.WriteString(render(out))
+						if _, err := shared.Snapshot(streams[(i+1)%len(streams)]); err != nil {
+							errs <- err
+							return
+						}
+					}
+					got[i] = b.String()
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			for i, s := range streams {
+				if want := runFrames(t, newStateful(t, tc.op, tc.params), tc.frames(s, 24)); got[i] != want {
+					t.Errorf("stream %s run beside others:\n%s\nwant\n%s", s, got[i], want)
+				}
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package modules
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -24,8 +25,9 @@ import (
 // their seq gap. Pairs of (track, detection) of the same class whose IoU is
 // at least `iou` are matched greedily, best IoU first (ties: lower track
 // id, then earlier detection); greedy, not Hungarian: with the IoU floor
-// the two rarely differ, and greedy is deterministic and O(n log n) in the
-// pairs. A matched track takes the detection's box, score and labels.
+// the two rarely differ, and greedy is deterministic and cheap (every
+// track-detection pair is checked, most rejected on the boxes' extents
+// before any IoU; only overlapping pairs are sorted). A matched track takes the detection's box, score and labels.
 // An unmatched detection opens a new track (ids 1, 2, ... per stream,
 // never reused), unless the stream already has 4096 tracks. A track
 // unmatched for more than `max_age` frames in a row (counted in seq
@@ -53,35 +55,120 @@ type tracker struct {
 	streams streamStates[trackState]
 }
 
-// trackState is one stream's tracker state (snapshot payload v1).
+// trackState is one stream's tracker state (snapshot payload v1: binary,
+// encodeTrackState).
 type trackState struct {
-	Started bool        `json:"started"` // a frame was processed
-	Last    uint64      `json:"last"`    // the last frame's seq
-	NextID  uint64      `json:"next"`    // the next track's id (ids start at 1)
-	Tracks  []trackItem `json:"tracks"`  // by id
+	Started bool        // a frame was processed
+	Last    uint64      // the last frame's seq
+	NextID  uint64      // the next track's id (ids start at 1)
+	Tracks  []trackItem // by id
 }
 
 // trackItem is one track: its last matched box (float, as velocities
 // make fractional positions), the velocity of its top-left corner per
 // frame, and its counters.
 type trackItem struct {
-	ID     uint64   `json:"id"`
-	Class  string   `json:"class"`
-	X      float64  `json:"x"`
-	Y      float64  `json:"y"`
-	W      float64  `json:"w"`
-	H      float64  `json:"h"`
-	VX     float64  `json:"vx"`
-	VY     float64  `json:"vy"`
-	Score  float32  `json:"score"`
-	Labels []string `json:"labels"`
-	First  uint64   `json:"first"` // seq of its first match
-	Seen   uint64   `json:"seen"`  // seq of its last match
-	Hits   int      `json:"hits"`
+	ID     uint64
+	Class  string
+	X      float64
+	Y      float64
+	W      float64
+	H      float64
+	VX     float64
+	VY     float64
+	Score  float32
+	Labels []string
+	First  uint64 // seq of its first match
+	Seen   uint64 // seq of its last match
+	Hits   int
 }
 
 func newTracker(p Params) *tracker {
-	return &tracker{maxAge: p.Int("max_age"), iou: p.Float("iou"), minHits: p.Int("min_hits")}
+	t := &tracker{maxAge: p.Int("max_age"), iou: p.Float("iou"), minHits: p.Int("min_hits")}
+	t.streams.encode, t.streams.decode = encodeTrackState, decodeTrackState
+	return t
+}
+
+// encodeTrackState writes the binary payload (v1): a flags byte (1:
+// started), uvarints last and next id, a uvarint count of tracks, then per
+// track: uvarint id, class (uvarint length, bytes), x, y, w, h, vx, vy
+// (float64 big-endian bits), score (float32 bits), a uvarint count of
+// labels and each label, uvarints first, seen and hits.
+func encodeTrackState(s *trackState) []byte {
+	b := make([]byte, 0, 24+len(s.Tracks)*80)
+	var flags byte
+	if s.Started {
+		flags = 1
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, s.Last)
+	b = binary.AppendUvarint(b, s.NextID)
+	b = binary.AppendUvarint(b, uint64(len(s.Tracks)))
+	for i := range s.Tracks {
+		tr := &s.Tracks[i]
+		b = binary.AppendUvarint(b, tr.ID)
+		b = appendString(b, tr.Class)
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(tr.X))
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(tr.Y))
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(tr.W))
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(tr.H))
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(tr.VX))
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(tr.VY))
+		b = binary.BigEndian.AppendUint32(b, math.Float32bits(tr.Score))
+		b = binary.AppendUvarint(b, uint64(len(tr.Labels)))
+		for _, l := range tr.Labels {
+			b = appendString(b, l)
+		}
+		b = binary.AppendUvarint(b, tr.First)
+		b = binary.AppendUvarint(b, tr.Seen)
+		b = binary.AppendUvarint(b, uint64(tr.Hits))
+	}
+	return b
+}
+
+// minTrackBytes is the smallest encoded track.
+const minTrackBytes = 1 + 1 + 6*8 + 4 + 1 + 3
+
+func decodeTrackState(p []byte, s *trackState) error {
+	r := &payloadReader{b: p}
+	switch f := r.byte("flags"); f {
+	case 0, 1:
+		s.Started = f == 1
+	default:
+		r.fail("flags %#x: want 0 or 1", f)
+	}
+	s.Last = r.uvarint("last frame")
+	s.NextID = r.uvarint("next id")
+	n := r.count("tracks", maxTracks, minTrackBytes)
+	if n > 0 {
+		s.Tracks = make([]trackItem, n)
+	}
+	for i := 0; i < n && r.err == nil; i++ {
+		tr := &s.Tracks[i]
+		tr.ID = r.uvarint("track id")
+		if c := r.field("class"); i > 0 && string(c) == s.Tracks[i-1].Class {
+			tr.Class = s.Tracks[i-1].Class // one string per run of a class
+		} else {
+			tr.Class = string(c)
+		}
+		tr.X, tr.Y, tr.W, tr.H = r.float64("x"), r.float64("y"), r.float64("w"), r.float64("h")
+		tr.VX, tr.VY = r.float64("vx"), r.float64("vy")
+		tr.Score = r.float32("score")
+		if k := r.count("labels", maxStepItems, 1); k > 0 {
+			tr.Labels = make([]string, k)
+			for j := range tr.Labels {
+				tr.Labels[j] = r.string("label")
+			}
+		}
+		tr.First = r.uvarint("first frame")
+		tr.Seen = r.uvarint("last match")
+		if h := r.uvarint("hits"); h > math.MaxInt32 {
+			r.fail("track %d: %d hits", tr.ID, h)
+		} else {
+			tr.Hits = int(h)
+		}
+	}
+	return r.end()
 }
 
 func freshTrackState() trackState { return trackState{NextID: 1} }
