@@ -6,7 +6,7 @@ GO ?= go
 export CGO_CFLAGS := -g -O2 -I/usr/include/lpsolve
 export CGO_LDFLAGS := -lcolamd -lm
 # Debian packages the build and tests need (more join as features land).
-DEB_PACKAGES := libopencv-dev opencv-data opencv-doc liblpsolve55-dev libvpx-dev libavcodec-dev libswscale-dev python3-aiortc chromium python3-onnx python3-numpy gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-ugly gstreamer1.0-plugins-bad gstreamer1.0-plugins-good gstreamer1.0-tools python3-gi python3-grpcio python3-protobuf python3-torch python3-torchvision
+DEB_PACKAGES := libopencv-dev opencv-data opencv-doc liblpsolve55-dev libvpx-dev libopus-dev libavcodec-dev libswscale-dev python3-aiortc chromium python3-onnx python3-numpy gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-ugly gstreamer1.0-plugins-bad gstreamer1.0-plugins-good gstreamer1.0-tools python3-gi python3-grpcio python3-protobuf python3-torch python3-torchvision
 DURATION ?=
 DEMO_FLAGS ?=
 APP ?=
@@ -99,18 +99,23 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./gpu/registry || exit 1; done
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./ingest/vpx
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./ingest/avc
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./ingest/opus
+	for f in FuzzOgg FuzzWAV; do \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./ingest/audiofile || exit 1; done
 	# One worker: with two, the whip targets' workers stall (0 execs/s, the
 	# time in the kernel) on this 2-core VM after a few seconds.
-	for f in FuzzRTP FuzzH264 FuzzOffer FuzzVP8KeySize; do \
+	for f in FuzzRTP FuzzH264 FuzzOffer FuzzVP8KeySize FuzzAudioRTP; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} -parallel 1 ./ingest/whip || exit 1; done
 	for f in FuzzDepacketizer FuzzParseCameras FuzzParseFlag FuzzCamerasURLPassword; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} -parallel 1 ./ingest/rtsp || exit 1; done
 	for f in FuzzModelInfer FuzzSplit; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./gpu/kserve || exit 1; done
-	for f in FuzzDecodeIngestMessage FuzzDecodeWorkerMessage FuzzDecodeItem FuzzDecodeCoordinatorMessage; do \
+	for f in FuzzDecodeIngestMessage FuzzDecodeWorkerMessage FuzzDecodeItem FuzzDecodeCoordinatorMessage FuzzDecodeAudio; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./remote/wire || exit 1; done
 	for f in FuzzParseHosts FuzzParseIdentity; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./internal/pki || exit 1; done
+	for f in FuzzMotionRestore FuzzMotionState; do \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./modules/cv || exit 1; done
 	for f in FuzzDecodeState FuzzRestoreTrack FuzzRestoreWindow FuzzRestoreSequence FuzzRestoreActivity FuzzRestoreSegment; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./modules || exit 1; done
 

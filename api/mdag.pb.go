@@ -25,6 +25,62 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// TaskKind is what a task does (worker.TaskKind). A worker refuses a value
+// it does not know with OUTCOME_BAD_TASK. The state operations apply to
+// stateful modules only (modules.Stateful); a TASK_RUN of one carries all
+// of one frame's items, its outputs in outputs[0].
+type TaskKind int32
+
+const (
+	TaskKind_TASK_RUN        TaskKind = 0 // run the module on the items
+	TaskKind_TASK_EXPORT     TaskKind = 1 // snapshot the stream's state and forget it there (migration)
+	TaskKind_TASK_CHECKPOINT TaskKind = 2 // snapshot the stream's state and keep it
+	TaskKind_TASK_IMPORT     TaskKind = 3 // restore the stream's state from state
+)
+
+// Enum value maps for TaskKind.
+var (
+	TaskKind_name = map[int32]string{
+		0: "TASK_RUN",
+		1: "TASK_EXPORT",
+		2: "TASK_CHECKPOINT",
+		3: "TASK_IMPORT",
+	}
+	TaskKind_value = map[string]int32{
+		"TASK_RUN":        0,
+		"TASK_EXPORT":     1,
+		"TASK_CHECKPOINT": 2,
+		"TASK_IMPORT":     3,
+	}
+)
+
+func (x TaskKind) Enum() *TaskKind {
+	p := new(TaskKind)
+	*p = x
+	return p
+}
+
+func (x TaskKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TaskKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_mdag_proto_enumTypes[0].Descriptor()
+}
+
+func (TaskKind) Type() protoreflect.EnumType {
+	return &file_api_mdag_proto_enumTypes[0]
+}
+
+func (x TaskKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TaskKind.Descriptor instead.
+func (TaskKind) EnumDescriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{0}
+}
+
 // Outcome is how a task ended (worker.Outcome). A receiver decodes a value
 // it does not know, or OUTCOME_UNSPECIFIED, as OUTCOME_BAD_RESULT.
 type Outcome int32
@@ -81,11 +137,11 @@ func (x Outcome) String() string {
 }
 
 func (Outcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_mdag_proto_enumTypes[0].Descriptor()
+	return file_api_mdag_proto_enumTypes[1].Descriptor()
 }
 
 func (Outcome) Type() protoreflect.EnumType {
-	return &file_api_mdag_proto_enumTypes[0]
+	return &file_api_mdag_proto_enumTypes[1]
 }
 
 func (x Outcome) Number() protoreflect.EnumNumber {
@@ -94,7 +150,7 @@ func (x Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Outcome.Descriptor instead.
 func (Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{0}
+	return file_api_mdag_proto_rawDescGZIP(), []int{1}
 }
 
 type WorkerMessage struct {
@@ -727,6 +783,9 @@ type Task struct {
 	Items          []*Item                `protobuf:"bytes,4,rep,name=items,proto3" json:"items,omitempty"`
 	EarliestUnixNs int64                  `protobuf:"varint,5,opt,name=earliest_unix_ns,json=earliestUnixNs,proto3" json:"earliest_unix_ns,omitempty"` // GPU: start no earlier (0 = none)
 	LatestUnixNs   int64                  `protobuf:"varint,6,opt,name=latest_unix_ns,json=latestUnixNs,proto3" json:"latest_unix_ns,omitempty"`       // GPU: reject when it cannot start by then (0 = none)
+	Kind           TaskKind               `protobuf:"varint,7,opt,name=kind,proto3,enum=mdag.v1.TaskKind" json:"kind,omitempty"`                       // TASK_RUN, or a state operation on a stateful module
+	Stream         string                 `protobuf:"bytes,8,opt,name=stream,proto3" json:"stream,omitempty"`                                          // state operations: the stream whose state moves
+	State          []byte                 `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"`                                            // TASK_IMPORT: the snapshot to restore (empty: forget the stream); at most 16 MiB
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -803,6 +862,27 @@ func (x *Task) GetLatestUnixNs() int64 {
 	return 0
 }
 
+func (x *Task) GetKind() TaskKind {
+	if x != nil {
+		return x.Kind
+	}
+	return TaskKind_TASK_RUN
+}
+
+func (x *Task) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *Task) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
 type Result struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Task          uint64                 `protobuf:"varint,1,opt,name=task,proto3" json:"task,omitempty"`
@@ -810,6 +890,7 @@ type Result struct {
 	MeasuredNs    int64                  `protobuf:"varint,6,opt,name=measured_ns,json=measuredNs,proto3" json:"measured_ns,omitempty"`
 	Outcome       Outcome                `protobuf:"varint,7,opt,name=outcome,proto3,enum=mdag.v1.Outcome" json:"outcome,omitempty"`
 	Detail        string                 `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"` // why it failed, for logs
+	State         []byte                 `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"`   // OUTCOME_OK of TASK_EXPORT and TASK_CHECKPOINT: the stream's snapshot (modules.EncodeState's envelope)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -879,6 +960,13 @@ func (x *Result) GetDetail() string {
 	return ""
 }
 
+func (x *Result) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
 type ItemList struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Items         []*Item                `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
@@ -936,6 +1024,10 @@ type Item struct {
 	Truth          []*Box                 `protobuf:"bytes,8,rep,name=truth,proto3" json:"truth,omitempty"`
 	Labels         []string               `protobuf:"bytes,9,rep,name=labels,proto3" json:"labels,omitempty"`
 	Counts         map[string]int64       `protobuf:"bytes,10,rep,name=counts,proto3" json:"counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Tracks         []*Track               `protobuf:"bytes,11,rep,name=tracks,proto3" json:"tracks,omitempty"` // a tracker's tracks in this frame
+	Steps          []*Step                `protobuf:"bytes,12,rep,name=steps,proto3" json:"steps,omitempty"`   // earlier items a window or sequence carries
+	Events         []*Event               `protobuf:"bytes,13,rep,name=events,proto3" json:"events,omitempty"` // what activity rules saw
+	Audio          *Audio                 `protobuf:"bytes,14,opt,name=audio,proto3" json:"audio,omitempty"`   // audio apps: the PCM chunk (no frame)
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1040,6 +1132,311 @@ func (x *Item) GetCounts() map[string]int64 {
 	return nil
 }
 
+func (x *Item) GetTracks() []*Track {
+	if x != nil {
+		return x.Tracks
+	}
+	return nil
+}
+
+func (x *Item) GetSteps() []*Step {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *Item) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *Item) GetAudio() *Audio {
+	if x != nil {
+		return x.Audio
+	}
+	return nil
+}
+
+// Track is one object a tracker follows (media.Track).
+type Track struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`         // unique within the stream, never reused
+	Box           *Box                   `protobuf:"bytes,2,opt,name=box,proto3" json:"box,omitempty"`        // in this frame (predicted when missed > 0)
+	Age           int32                  `protobuf:"varint,3,opt,name=age,proto3" json:"age,omitempty"`       // frames since the track started
+	Hits          int32                  `protobuf:"varint,4,opt,name=hits,proto3" json:"hits,omitempty"`     // frames it was matched to a detection
+	Missed        int32                  `protobuf:"varint,5,opt,name=missed,proto3" json:"missed,omitempty"` // frames in a row without a match
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Track) Reset() {
+	*x = Track{}
+	mi := &file_api_mdag_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Track) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Track) ProtoMessage() {}
+
+func (x *Track) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Track.ProtoReflect.Descriptor instead.
+func (*Track) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Track) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Track) GetBox() *Box {
+	if x != nil {
+		return x.Box
+	}
+	return nil
+}
+
+func (x *Track) GetAge() int32 {
+	if x != nil {
+		return x.Age
+	}
+	return 0
+}
+
+func (x *Track) GetHits() int32 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *Track) GetMissed() int32 {
+	if x != nil {
+		return x.Missed
+	}
+	return 0
+}
+
+// Step is an earlier item of a stream that a stateful op carries forward
+// (media.Step): its frame number and results, never pixels.
+type Step struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Boxes         []*Box                 `protobuf:"bytes,2,rep,name=boxes,proto3" json:"boxes,omitempty"`
+	Labels        []string               `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty"`
+	Tracks        []*Track               `protobuf:"bytes,4,rep,name=tracks,proto3" json:"tracks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Step) Reset() {
+	*x = Step{}
+	mi := &file_api_mdag_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Step) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Step) ProtoMessage() {}
+
+func (x *Step) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Step.ProtoReflect.Descriptor instead.
+func (*Step) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Step) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Step) GetBoxes() []*Box {
+	if x != nil {
+		return x.Boxes
+	}
+	return nil
+}
+
+func (x *Step) GetLabels() []string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *Step) GetTracks() []*Track {
+	if x != nil {
+		return x.Tracks
+	}
+	return nil
+}
+
+// Event is something an activity rule saw (media.Event).
+type Event struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`    // "line-cross", "dwell", "loiter"
+	Rule          string                 `protobuf:"bytes,2,opt,name=rule,proto3" json:"rule,omitempty"`    // the rule's name as configured
+	Track         uint64                 `protobuf:"varint,3,opt,name=track,proto3" json:"track,omitempty"` // the track it concerns
+	Detail        string                 `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Event) Reset() {
+	*x = Event{}
+	mi := &file_api_mdag_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Event) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Event) ProtoMessage() {}
+
+func (x *Event) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Event.ProtoReflect.Descriptor instead.
+func (*Event) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Event) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Event) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *Event) GetTrack() uint64 {
+	if x != nil {
+		return x.Track
+	}
+	return 0
+}
+
+func (x *Event) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+// Audio is a chunk of 16-bit PCM interleaved by channel (media.Audio).
+type Audio struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rate          int32                  `protobuf:"varint,1,opt,name=rate,proto3" json:"rate,omitempty"`         // samples per second per channel, 1..384000
+	Channels      int32                  `protobuf:"varint,2,opt,name=channels,proto3" json:"channels,omitempty"` // 1 or 2
+	Pcm           []byte                 `protobuf:"bytes,3,opt,name=pcm,proto3" json:"pcm,omitempty"`            // little-endian int16 samples: an even number of bytes
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Audio) Reset() {
+	*x = Audio{}
+	mi := &file_api_mdag_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Audio) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Audio) ProtoMessage() {}
+
+func (x *Audio) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Audio.ProtoReflect.Descriptor instead.
+func (*Audio) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Audio) GetRate() int32 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *Audio) GetChannels() int32 {
+	if x != nil {
+		return x.Channels
+	}
+	return 0
+}
+
+func (x *Audio) GetPcm() []byte {
+	if x != nil {
+		return x.Pcm
+	}
+	return nil
+}
+
 // Frame is 8-bit BGR, row-major, width*height*3 bytes.
 type Frame struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1052,7 +1449,7 @@ type Frame struct {
 
 func (x *Frame) Reset() {
 	*x = Frame{}
-	mi := &file_api_mdag_proto_msgTypes[12]
+	mi := &file_api_mdag_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1461,7 @@ func (x *Frame) String() string {
 func (*Frame) ProtoMessage() {}
 
 func (x *Frame) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[12]
+	mi := &file_api_mdag_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1474,7 @@ func (x *Frame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frame.ProtoReflect.Descriptor instead.
 func (*Frame) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{12}
+	return file_api_mdag_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Frame) GetWidth() int32 {
@@ -1115,7 +1512,7 @@ type Box struct {
 
 func (x *Box) Reset() {
 	*x = Box{}
-	mi := &file_api_mdag_proto_msgTypes[13]
+	mi := &file_api_mdag_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1524,7 @@ func (x *Box) String() string {
 func (*Box) ProtoMessage() {}
 
 func (x *Box) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[13]
+	mi := &file_api_mdag_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1537,7 @@ func (x *Box) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Box.ProtoReflect.Descriptor instead.
 func (*Box) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{13}
+	return file_api_mdag_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Box) GetX() int32 {
@@ -1192,13 +1589,14 @@ type IngestMessage struct {
 	CaptureUnixNs int64                  `protobuf:"varint,3,opt,name=capture_unix_ns,json=captureUnixNs,proto3" json:"capture_unix_ns,omitempty"`
 	Frame         *Frame                 `protobuf:"bytes,4,opt,name=frame,proto3" json:"frame,omitempty"`
 	Truth         []*Box                 `protobuf:"bytes,5,rep,name=truth,proto3" json:"truth,omitempty"` // objects a synthetic source drew
+	Audio         *Audio                 `protobuf:"bytes,6,opt,name=audio,proto3" json:"audio,omitempty"` // an audio app's chunk (instead of frame)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *IngestMessage) Reset() {
 	*x = IngestMessage{}
-	mi := &file_api_mdag_proto_msgTypes[14]
+	mi := &file_api_mdag_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1608,7 @@ func (x *IngestMessage) String() string {
 func (*IngestMessage) ProtoMessage() {}
 
 func (x *IngestMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[14]
+	mi := &file_api_mdag_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1621,7 @@ func (x *IngestMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestMessage.ProtoReflect.Descriptor instead.
 func (*IngestMessage) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{14}
+	return file_api_mdag_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *IngestMessage) GetJoin() *Join {
@@ -1261,6 +1659,13 @@ func (x *IngestMessage) GetTruth() []*Box {
 	return nil
 }
 
+func (x *IngestMessage) GetAudio() *Audio {
+	if x != nil {
+		return x.Audio
+	}
+	return nil
+}
+
 type Join struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
@@ -1271,7 +1676,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_api_mdag_proto_msgTypes[15]
+	mi := &file_api_mdag_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1688,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[15]
+	mi := &file_api_mdag_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1701,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{15}
+	return file_api_mdag_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Join) GetApp() string {
@@ -1324,7 +1729,7 @@ type IngestReply struct {
 
 func (x *IngestReply) Reset() {
 	*x = IngestReply{}
-	mi := &file_api_mdag_proto_msgTypes[16]
+	mi := &file_api_mdag_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1741,7 @@ func (x *IngestReply) String() string {
 func (*IngestReply) ProtoMessage() {}
 
 func (x *IngestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[16]
+	mi := &file_api_mdag_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1754,7 @@ func (x *IngestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestReply.ProtoReflect.Descriptor instead.
 func (*IngestReply) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{16}
+	return file_api_mdag_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *IngestReply) GetAccepted() uint64 {
@@ -1430,23 +1835,27 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x05model\x18\x06 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
 	"latency_ns\x18\a \x03(\x03R\tlatencyNs\x12 \n" +
-	"\vconcurrency\x18\b \x01(\x05R\vconcurrency\"\xb5\x01\n" +
+	"\vconcurrency\x18\b \x01(\x05R\vconcurrency\"\x8a\x02\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x16\n" +
 	"\x06module\x18\x03 \x01(\tR\x06module\x12#\n" +
 	"\x05items\x18\x04 \x03(\v2\r.mdag.v1.ItemR\x05items\x12(\n" +
 	"\x10earliest_unix_ns\x18\x05 \x01(\x03R\x0eearliestUnixNs\x12$\n" +
-	"\x0elatest_unix_ns\x18\x06 \x01(\x03R\flatestUnixNs\"\xd7\x01\n" +
+	"\x0elatest_unix_ns\x18\x06 \x01(\x03R\flatestUnixNs\x12%\n" +
+	"\x04kind\x18\a \x01(\x0e2\x11.mdag.v1.TaskKindR\x04kind\x12\x16\n" +
+	"\x06stream\x18\b \x01(\tR\x06stream\x12\x14\n" +
+	"\x05state\x18\t \x01(\fR\x05state\"\xed\x01\n" +
 	"\x06Result\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\x04R\x04task\x12+\n" +
 	"\aoutputs\x18\x02 \x03(\v2\x11.mdag.v1.ItemListR\aoutputs\x12\x1f\n" +
 	"\vmeasured_ns\x18\x06 \x01(\x03R\n" +
 	"measuredNs\x12*\n" +
 	"\aoutcome\x18\a \x01(\x0e2\x10.mdag.v1.OutcomeR\aoutcome\x12\x16\n" +
-	"\x06detail\x18\b \x01(\tR\x06detailJ\x04\b\x03\x10\x04J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06R\x05errorR\brejectedR\x04full\"/\n" +
+	"\x06detail\x18\b \x01(\tR\x06detail\x12\x14\n" +
+	"\x05state\x18\t \x01(\fR\x05stateJ\x04\b\x03\x10\x04J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06R\x05errorR\brejectedR\x04full\"/\n" +
 	"\bItemList\x12#\n" +
-	"\x05items\x18\x01 \x03(\v2\r.mdag.v1.ItemR\x05items\"\x9c\x03\n" +
+	"\x05items\x18\x01 \x03(\v2\r.mdag.v1.ItemR\x05items\"\xb7\x04\n" +
 	"\x04Item\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12&\n" +
@@ -1458,10 +1867,34 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x05truth\x18\b \x03(\v2\f.mdag.v1.BoxR\x05truth\x12\x16\n" +
 	"\x06labels\x18\t \x03(\tR\x06labels\x121\n" +
 	"\x06counts\x18\n" +
-	" \x03(\v2\x19.mdag.v1.Item.CountsEntryR\x06counts\x1a9\n" +
+	" \x03(\v2\x19.mdag.v1.Item.CountsEntryR\x06counts\x12&\n" +
+	"\x06tracks\x18\v \x03(\v2\x0e.mdag.v1.TrackR\x06tracks\x12#\n" +
+	"\x05steps\x18\f \x03(\v2\r.mdag.v1.StepR\x05steps\x12&\n" +
+	"\x06events\x18\r \x03(\v2\x0e.mdag.v1.EventR\x06events\x12$\n" +
+	"\x05audio\x18\x0e \x01(\v2\x0e.mdag.v1.AudioR\x05audio\x1a9\n" +
 	"\vCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"G\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"u\n" +
+	"\x05Track\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1e\n" +
+	"\x03box\x18\x02 \x01(\v2\f.mdag.v1.BoxR\x03box\x12\x10\n" +
+	"\x03age\x18\x03 \x01(\x05R\x03age\x12\x12\n" +
+	"\x04hits\x18\x04 \x01(\x05R\x04hits\x12\x16\n" +
+	"\x06missed\x18\x05 \x01(\x05R\x06missed\"|\n" +
+	"\x04Step\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\"\n" +
+	"\x05boxes\x18\x02 \x03(\v2\f.mdag.v1.BoxR\x05boxes\x12\x16\n" +
+	"\x06labels\x18\x03 \x03(\tR\x06labels\x12&\n" +
+	"\x06tracks\x18\x04 \x03(\v2\x0e.mdag.v1.TrackR\x06tracks\"]\n" +
+	"\x05Event\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x14\n" +
+	"\x05track\x18\x03 \x01(\x04R\x05track\x12\x16\n" +
+	"\x06detail\x18\x04 \x01(\tR\x06detail\"I\n" +
+	"\x05Audio\x12\x12\n" +
+	"\x04rate\x18\x01 \x01(\x05R\x04rate\x12\x1a\n" +
+	"\bchannels\x18\x02 \x01(\x05R\bchannels\x12\x10\n" +
+	"\x03pcm\x18\x03 \x01(\fR\x03pcm\"G\n" +
 	"\x05Frame\x12\x14\n" +
 	"\x05width\x18\x01 \x01(\x05R\x05width\x12\x16\n" +
 	"\x06height\x18\x02 \x01(\x05R\x06height\x12\x10\n" +
@@ -1472,13 +1905,14 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x01w\x18\x03 \x01(\x05R\x01w\x12\f\n" +
 	"\x01h\x18\x04 \x01(\x05R\x01h\x12\x14\n" +
 	"\x05class\x18\x05 \x01(\tR\x05class\x12\x14\n" +
-	"\x05score\x18\x06 \x01(\x02R\x05score\"\xb6\x01\n" +
+	"\x05score\x18\x06 \x01(\x02R\x05score\"\xdc\x01\n" +
 	"\rIngestMessage\x12!\n" +
 	"\x04join\x18\x01 \x01(\v2\r.mdag.v1.JoinR\x04join\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12&\n" +
 	"\x0fcapture_unix_ns\x18\x03 \x01(\x03R\rcaptureUnixNs\x12$\n" +
 	"\x05frame\x18\x04 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\x12\"\n" +
-	"\x05truth\x18\x05 \x03(\v2\f.mdag.v1.BoxR\x05truth\"0\n" +
+	"\x05truth\x18\x05 \x03(\v2\f.mdag.v1.BoxR\x05truth\x12$\n" +
+	"\x05audio\x18\x06 \x01(\v2\x0e.mdag.v1.AudioR\x05audio\"0\n" +
 	"\x04Join\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\"d\n" +
@@ -1486,7 +1920,12 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\baccepted\x18\x01 \x01(\x04R\baccepted\x12\x1a\n" +
 	"\brejected\x18\x02 \x01(\x04R\brejected\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x03 \x01(\tR\tlastError*\xf3\x01\n" +
+	"last_error\x18\x03 \x01(\tR\tlastError*O\n" +
+	"\bTaskKind\x12\f\n" +
+	"\bTASK_RUN\x10\x00\x12\x0f\n" +
+	"\vTASK_EXPORT\x10\x01\x12\x13\n" +
+	"\x0fTASK_CHECKPOINT\x10\x02\x12\x0f\n" +
+	"\vTASK_IMPORT\x10\x03*\xf3\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1515,59 +1954,73 @@ func file_api_mdag_proto_rawDescGZIP() []byte {
 	return file_api_mdag_proto_rawDescData
 }
 
-var file_api_mdag_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_api_mdag_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_api_mdag_proto_goTypes = []any{
-	(Outcome)(0),               // 0: mdag.v1.Outcome
-	(*WorkerMessage)(nil),      // 1: mdag.v1.WorkerMessage
-	(*CoordinatorMessage)(nil), // 2: mdag.v1.CoordinatorMessage
-	(*Register)(nil),           // 3: mdag.v1.Register
-	(*Registered)(nil),         // 4: mdag.v1.Registered
-	(*Heartbeat)(nil),          // 5: mdag.v1.Heartbeat
-	(*Load)(nil),               // 6: mdag.v1.Load
-	(*LoadReply)(nil),          // 7: mdag.v1.LoadReply
-	(*ModuleSpec)(nil),         // 8: mdag.v1.ModuleSpec
-	(*Task)(nil),               // 9: mdag.v1.Task
-	(*Result)(nil),             // 10: mdag.v1.Result
-	(*ItemList)(nil),           // 11: mdag.v1.ItemList
-	(*Item)(nil),               // 12: mdag.v1.Item
-	(*Frame)(nil),              // 13: mdag.v1.Frame
-	(*Box)(nil),                // 14: mdag.v1.Box
-	(*IngestMessage)(nil),      // 15: mdag.v1.IngestMessage
-	(*Join)(nil),               // 16: mdag.v1.Join
-	(*IngestReply)(nil),        // 17: mdag.v1.IngestReply
-	nil,                        // 18: mdag.v1.Item.CountsEntry
+	(TaskKind)(0),              // 0: mdag.v1.TaskKind
+	(Outcome)(0),               // 1: mdag.v1.Outcome
+	(*WorkerMessage)(nil),      // 2: mdag.v1.WorkerMessage
+	(*CoordinatorMessage)(nil), // 3: mdag.v1.CoordinatorMessage
+	(*Register)(nil),           // 4: mdag.v1.Register
+	(*Registered)(nil),         // 5: mdag.v1.Registered
+	(*Heartbeat)(nil),          // 6: mdag.v1.Heartbeat
+	(*Load)(nil),               // 7: mdag.v1.Load
+	(*LoadReply)(nil),          // 8: mdag.v1.LoadReply
+	(*ModuleSpec)(nil),         // 9: mdag.v1.ModuleSpec
+	(*Task)(nil),               // 10: mdag.v1.Task
+	(*Result)(nil),             // 11: mdag.v1.Result
+	(*ItemList)(nil),           // 12: mdag.v1.ItemList
+	(*Item)(nil),               // 13: mdag.v1.Item
+	(*Track)(nil),              // 14: mdag.v1.Track
+	(*Step)(nil),               // 15: mdag.v1.Step
+	(*Event)(nil),              // 16: mdag.v1.Event
+	(*Audio)(nil),              // 17: mdag.v1.Audio
+	(*Frame)(nil),              // 18: mdag.v1.Frame
+	(*Box)(nil),                // 19: mdag.v1.Box
+	(*IngestMessage)(nil),      // 20: mdag.v1.IngestMessage
+	(*Join)(nil),               // 21: mdag.v1.Join
+	(*IngestReply)(nil),        // 22: mdag.v1.IngestReply
+	nil,                        // 23: mdag.v1.Item.CountsEntry
 }
 var file_api_mdag_proto_depIdxs = []int32{
-	3,  // 0: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
-	10, // 1: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
-	5,  // 2: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
-	7,  // 3: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
-	4,  // 4: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
-	6,  // 5: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
-	9,  // 6: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
-	8,  // 7: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
-	12, // 8: mdag.v1.Task.items:type_name -> mdag.v1.Item
-	11, // 9: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
-	0,  // 10: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
-	12, // 11: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
-	13, // 12: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
-	14, // 13: mdag.v1.Item.region:type_name -> mdag.v1.Box
-	14, // 14: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
-	14, // 15: mdag.v1.Item.truth:type_name -> mdag.v1.Box
-	18, // 16: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
-	16, // 17: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
-	13, // 18: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
-	14, // 19: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
-	1,  // 20: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
-	15, // 21: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
-	2,  // 22: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
-	17, // 23: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
-	22, // [22:24] is the sub-list for method output_type
-	20, // [20:22] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	4,  // 0: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
+	11, // 1: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
+	6,  // 2: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
+	8,  // 3: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
+	5,  // 4: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
+	7,  // 5: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
+	10, // 6: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
+	9,  // 7: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
+	13, // 8: mdag.v1.Task.items:type_name -> mdag.v1.Item
+	0,  // 9: mdag.v1.Task.kind:type_name -> mdag.v1.TaskKind
+	12, // 10: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
+	1,  // 11: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
+	13, // 12: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
+	18, // 13: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
+	19, // 14: mdag.v1.Item.region:type_name -> mdag.v1.Box
+	19, // 15: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
+	19, // 16: mdag.v1.Item.truth:type_name -> mdag.v1.Box
+	23, // 17: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
+	14, // 18: mdag.v1.Item.tracks:type_name -> mdag.v1.Track
+	15, // 19: mdag.v1.Item.steps:type_name -> mdag.v1.Step
+	16, // 20: mdag.v1.Item.events:type_name -> mdag.v1.Event
+	17, // 21: mdag.v1.Item.audio:type_name -> mdag.v1.Audio
+	19, // 22: mdag.v1.Track.box:type_name -> mdag.v1.Box
+	19, // 23: mdag.v1.Step.boxes:type_name -> mdag.v1.Box
+	14, // 24: mdag.v1.Step.tracks:type_name -> mdag.v1.Track
+	21, // 25: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
+	18, // 26: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
+	19, // 27: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
+	17, // 28: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
+	2,  // 29: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
+	20, // 30: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
+	3,  // 31: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
+	22, // 32: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
+	31, // [31:33] is the sub-list for method output_type
+	29, // [29:31] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_api_mdag_proto_init() }
@@ -1591,8 +2044,8 @@ func file_api_mdag_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_mdag_proto_rawDesc), len(file_api_mdag_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   18,
+			NumEnums:      2,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

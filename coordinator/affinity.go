@@ -86,11 +86,12 @@ type stateOp struct {
 
 // StateStatus is a stateful module's state handling in the status.
 type StateStatus struct {
-	Streams    int            `json:"streams"`              // streams with state at the module
-	Moving     int            `json:"moving"`               // state moves in progress
-	Events     map[string]int `json:"events,omitempty"`     // migrate, restore, reset, failed: since deploy
-	LastEvent  string         `json:"last_event,omitempty"` // the last one, said in words
-	PauseP50MS float64        `json:"migration_pause_p50_ms,omitempty"`
+	Streams    int            `json:"streams"`                          // streams with state at the module
+	Moving     int            `json:"moving"`                           // state moves in progress
+	Events     map[string]int `json:"events,omitempty"`                 // migrate, restore, reset, failed: since deploy
+	LastEvent  string         `json:"last_event,omitempty"`             // the last one, said in words
+	PauseP50MS float64        `json:"migration_pause_p50_ms,omitempty"` // over the last 1024 moves
+	PauseP99MS float64        `json:"migration_pause_p99_ms,omitempty"`
 	PauseMaxMS float64        `json:"migration_pause_max_ms,omitempty"`
 	Checkpoint float64        `json:"checkpoint_s,omitempty"` // the checkpoint period
 }
@@ -261,7 +262,7 @@ func (e *Engine) dispatchStateful(s *session, ms *modState, a *affinity) {
 			return
 		}
 		if len(a.queue) == 0 {
-			if a.closed && len(a.gather) == 0 {
+			if a.closed && len(a.gather) == 0 && len(s.open[a.stream]) == 0 {
 				// The stream left and its last frame passed: forget its
 				// state where it is held.
 				e.submitState(in, s, ms, a, worker.Import, nil, false)
@@ -305,6 +306,11 @@ func (e *Engine) holder(s *session, ms *modState, a *affinity) (in *instState, r
 			a.move = &migration{from: a.inst, started: e.now(), why: "the plan moved " + ms.key + " from " + a.inst}
 			e.submitState(cur, s, ms, a, worker.Export, nil, false)
 			return nil, false
+		}
+		if cur == nil && !a.closed {
+			// Gone without a word (released or closed): its state is
+			// lost all the same, and said.
+			a.lost = "instance " + a.inst + " is gone"
 		}
 		a.inst = ""
 	}
@@ -352,6 +358,19 @@ func (e *Engine) released(ms *modState, id string) {
 	if err := in.inst.Load(e.specsFor(in, false)); err != nil {
 		e.log.Warn("unloading a stateful module whose streams left failed", "instance", id, "module", ms.key, "err", err)
 	}
+}
+
+// holdsState says whether any stateful module holds a stream's state on
+// instance id.
+func (e *Engine) holdsState(id string) bool {
+	for _, s := range e.sessions {
+		for _, m := range s.statefulMods {
+			if s.mods[m].holdsOn(id) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // routed says whether the plan routes the module to instance id.
@@ -423,6 +442,11 @@ func (e *Engine) onStateResult(t *taskState, r *worker.Result) {
 		}
 	case worker.Export:
 		mv := a.move
+		if !ok && r != nil && r.Outcome == worker.QueueFull {
+			// Back-pressure: the state is still there; try again.
+			a.move = nil
+			break
+		}
 		if !ok {
 			// The state could not leave: restore from the checkpoint on
 			// the new instance, or start fresh.
@@ -560,7 +584,7 @@ func (e *Engine) checkpointsDue(now time.Time) {
 	for _, s := range e.sessions {
 		for _, m := range s.statefulMods {
 			for st, a := range s.mods[m].affs {
-				if a.inst != "" && a.sent && a.lastSq != a.ckptSq && now.Sub(a.ckptAt) >= e.cfg.Checkpoint {
+				if a.inst != "" && a.sent && (a.lastSq != a.ckptSq || a.ckptAt.IsZero()) && now.Sub(a.ckptAt) >= e.cfg.Checkpoint {
 					a.ckptDo = true
 					e.dirty(s, st)
 				}
@@ -609,6 +633,7 @@ func (e *Engine) stateStatus(ms *modState) *StateStatus {
 		p := slices.Clone(ms.pauses)
 		slices.Sort(p)
 		st.PauseP50MS = millis(p[len(p)/2])
+		st.PauseP99MS = millis(p[len(p)*99/100])
 		st.PauseMaxMS = millis(p[len(p)-1])
 	}
 	return st
@@ -621,4 +646,18 @@ func frameOutputs(outs [][]*media.Item) []*media.Item {
 		return nil
 	}
 	return outs[0]
+}
+
+// HasCheckpoint says whether stream's state at app's module has a
+// checkpoint (for tests and tools).
+func (e *Engine) HasCheckpoint(app dag.AppID, module dag.ModuleID, stream string) bool {
+	var out bool
+	e.call(func() {
+		if s := e.sessions[app]; s != nil && s.mods[module] != nil {
+			if a := s.mods[module].affs[stream]; a != nil {
+				out = a.ckpt != nil
+			}
+		}
+	})
+	return out
 }

@@ -25,6 +25,7 @@ type ledger struct {
 	mu    sync.Mutex
 	calls []ledgerCall
 	procs int
+	pad   int // bytes of padding in each snapshot (a tracker's state is a few KiB)
 }
 
 // ledgerCall is one ProcessFrame call.
@@ -87,6 +88,7 @@ func (p *ledgerProc) Snapshot(stream string) ([]byte, error) {
 	if st := p.st[stream]; st != nil && st.seen {
 		b = binary.BigEndian.AppendUint64(b, uint64(st.frames))
 		b = binary.BigEndian.AppendUint64(b, st.last)
+		b = append(b, make([]byte, p.l.pad)...)
 	}
 	return modules.EncodeState("track", 1, b), nil
 }
@@ -105,7 +107,7 @@ func (p *ledgerProc) Restore(stream string, b []byte) error {
 	if len(pl) == 0 {
 		return nil
 	}
-	if len(pl) != 16 {
+	if len(pl) < 16 {
 		return fmt.Errorf("ledger state of %d bytes", len(pl))
 	}
 	p.st[stream] = &ledgerState{frames: int(binary.BigEndian.Uint64(pl)), last: binary.BigEndian.Uint64(pl[8:]), seen: true}
@@ -122,6 +124,7 @@ func (l *ledger) snapshot() []ledgerCall {
 
 // ledgerOps is the builtin ops with `track` played by l.
 func ledgerOps(t testing.TB, l *ledger) *modules.Registry {
+	t.Helper()
 	r := modules.Builtin()
 	if err := r.Replace("track", l.factory); err != nil {
 		t.Fatal(err)
@@ -149,10 +152,10 @@ func trackerRun(t *testing.T, l *ledger, limits map[profile.WorkerTypeID]int) (*
 }
 
 // holderOf is the instance holding stream's state at the tracker's track.
-func holderOf(f *fakeRun, stream string) string {
+func holderOf(e *Engine, stream string) string {
 	var out string
-	f.e.call(func() {
-		if a := f.e.sessions["tracker"].mods["track"].affs[stream]; a != nil {
+	e.call(func() {
+		if a := e.sessions["tracker"].mods["track"].affs[stream]; a != nil {
 			out = a.inst
 		}
 	})
@@ -238,30 +241,14 @@ func TestStatefulOrderAndGather(t *testing.T) {
 func TestStatefulMigrationOnDrain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := &ledger{}
-		f, _ := trackerRun(t, l, everyType)
-		f.advance(2 * time.Second)
-		from := holderOf(f, "cam-a")
-		if from == "" || holderOf(f, "cam-b") != from {
-			t.Fatalf("holders: cam-a %q, cam-b %q (one partial CPU instance expected)", from, holderOf(f, "cam-b"))
-		}
-		if err := f.e.Drain(from); err != nil {
-			t.Fatal(err)
-		}
-		f.advance(2 * time.Second)
-		to := holderOf(f, "cam-a")
-		if to == "" || to == from {
-			t.Fatalf("after draining %s the state is on %q", from, to)
-		}
-		f.stop("cam-a")
-		f.stop("cam-b")
-		ss := checkAccounting(t, f)
+		m := runMigration(t, onFakeClock(t), l, 2)
 		checkLedger(t, l.snapshot(), false)
-		st := stateOf(ss, "track")
-		if st == nil || st.Events["migrate"] != 2 || st.Events["reset"] != 0 || st.Events["restore"] != 0 {
+		st := m.state
+		if st == nil || st.Events["migrate"] != m.on || m.on == 0 || st.Events["reset"] != 0 || st.Events["restore"] != 0 {
 			t.Fatalf("state status %+v: want 2 migrations and nothing else", st)
 		}
-		if ss.Total.Dropped > 0 {
-			t.Errorf("drops: %v", ss.Drops)
+		if m.ss.Total.Dropped > 0 {
+			t.Errorf("drops: %v", m.ss.Drops)
 		}
 		procs := map[int]bool{}
 		for _, c := range l.snapshot() {
@@ -270,8 +257,83 @@ func TestStatefulMigrationOnDrain(t *testing.T) {
 		if len(procs) < 2 {
 			t.Errorf("frames ran on %d processors, want the old and the new instance's", len(procs))
 		}
-		t.Logf("moved %s -> %s, pause p50 %.2f ms max %.2f ms, %d frames", from, to, st.PauseP50MS, st.PauseMaxMS, ss.Total.Sent)
+		t.Logf("moved %s -> %s, pause p50 %.2f ms max %.2f ms, %d frames", m.from, m.to, st.PauseP50MS, st.PauseMaxMS, m.ss.Total.Sent)
 	})
+}
+
+// migrationRun is what runMigration saw.
+type migrationRun struct {
+	from, to string
+	on       int // streams whose state was on from
+	ss       SessionStatus
+	state    *StateStatus
+	pauses   []time.Duration
+}
+
+// runMigration runs the tracker example (the ledger as its tracker) with
+// n streams of three people a frame at 5 fps, drains the instance holding
+// their state after 2 s, runs 2 s more and lets every frame end.
+func runMigration(tb testing.TB, start starter, l *ledger, n int) migrationRun {
+	app, prof := loadExample(tb, "tracker")
+	w := start(Config{Ops: ledgerOps(tb, l), Checkpoint: 500 * time.Millisecond}, everyType)
+	defer w.close()
+	e := w.engine()
+	if err := e.Deploy(app, prof); err != nil {
+		tb.Fatal(err)
+	}
+	pat, err := synth.NewPattern(320, 240, 3)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pat.Classes = []string{"person"}
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("cam-%02d", i)
+		w.stream(app.Name, ids[i], i, pat, 5, 0)
+	}
+	var m migrationRun
+	w.until("every stream's state placed", 5*time.Second, func() bool {
+		m.from = holderOf(e, ids[0])
+		return m.from != "" && holderOf(e, ids[n-1]) != ""
+	})
+	end := w.now().Add(2 * time.Second)
+	w.until("2 s of frames", 3*time.Second, func() bool { return !w.now().Before(end) })
+	if err := e.Drain(m.from); err != nil {
+		tb.Fatal(err)
+	}
+	on := 0 // streams whose state is on the drained instance
+	for _, id := range ids {
+		if holderOf(e, id) == m.from {
+			on++
+		}
+	}
+	w.until("the state to move", 10*time.Second, func() bool {
+		st := stateOf(e.Status().Sessions[0], "track")
+		if st == nil || st.Events["migrate"] < on {
+			return false
+		}
+		for _, id := range ids {
+			if h := holderOf(e, id); h == m.from || h == "" {
+				return false
+			}
+		}
+		return true
+	})
+	m.to, m.on = holderOf(e, ids[0]), on
+	end = w.now().Add(2 * time.Second)
+	w.until("2 s more", 3*time.Second, func() bool { return !w.now().Before(end) })
+	for _, id := range ids {
+		w.stop(id)
+	}
+	w.until("every frame to end", 20*time.Second, func() bool { return e.Status().Sessions[0].Open == 0 })
+	m.ss = e.Status().Sessions[0]
+	tot := m.ss.Total
+	if tot.Sent == 0 || tot.Finished+tot.Late+tot.Dropped != tot.Sent {
+		tb.Fatalf("accounting: %+v", tot)
+	}
+	m.state = stateOf(m.ss, "track")
+	e.call(func() { m.pauses = slices.Clone(e.sessions["tracker"].mods["track"].pauses) })
+	return m
 }
 
 // TestStatefulWorkerLost: losing the instance that holds the state
@@ -298,11 +360,11 @@ func TestStatefulWorkerLost(t *testing.T) {
 				pat.Classes = []string{"person"}
 				f.stream(app.Name, "cam-a", 0, pat, 5, 0)
 				f.advance(2 * time.Second)
-				from := holderOf(f, "cam-a")
+				from := holderOf(f.e, "cam-a")
 				f.e.LostInstance(from, "test: killed")
 				f.advance(2 * time.Second)
 				// (The new instance may take the lost one's name.)
-				if to := holderOf(f, "cam-a"); to == "" {
+				if to := holderOf(f.e, "cam-a"); to == "" {
 					t.Fatalf("after losing %s the state is nowhere", from)
 				}
 				f.stop("cam-a")

@@ -16,6 +16,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -485,16 +486,7 @@ func (e *Engine) Ingest(streamID string, seq uint64, capture time.Time, f *media
 	if err := f.Valid(); err != nil {
 		return fmt.Errorf("stream %s frame %d: %w", streamID, seq, err)
 	}
-	var out error
-	e.call(func() {
-		st := e.streams[streamID]
-		if st == nil {
-			out = fmt.Errorf("stream %q: %w", streamID, ErrUnknownStream)
-			return
-		}
-		e.ingest(st, seq, capture, &media.Item{Frame: f, Truth: truth})
-	})
-	return out
+	return e.ingestMedia(streamID, seq, capture, dag.Video, &media.Item{Frame: f, Truth: truth})
 }
 
 // IngestAudio hands one chunk of an audio stream (an app with `media:
@@ -503,16 +495,22 @@ func (e *Engine) IngestAudio(streamID string, seq uint64, capture time.Time, a *
 	if err := a.Valid(); err != nil {
 		return fmt.Errorf("stream %s chunk %d: %w", streamID, seq, err)
 	}
+	return e.ingestMedia(streamID, seq, capture, dag.Audio, &media.Item{Audio: a})
+}
+
+// ingestMedia starts payload (of kind m) as frame seq of the stream, if
+// the stream's app takes m.
+func (e *Engine) ingestMedia(streamID string, seq uint64, capture time.Time, m dag.Media, payload *media.Item) error {
 	var out error
 	e.call(func() {
 		st := e.streams[streamID]
 		switch {
 		case st == nil:
 			out = fmt.Errorf("stream %q: %w", streamID, ErrUnknownStream)
-		case st.s.app.Media != dag.Audio:
-			out = fmt.Errorf("stream %s: app %s takes %s, not audio", streamID, st.s.app.Name, st.s.app.Media)
+		case cmp.Or(st.s.app.Media, dag.Video) != m:
+			out = fmt.Errorf("stream %s: app %s takes %s, not %s", streamID, st.s.app.Name, cmp.Or(st.s.app.Media, dag.Video), m)
 		default:
-			e.ingest(st, seq, capture, &media.Item{Audio: a})
+			e.ingest(st, seq, capture, payload)
 		}
 	})
 	return out
@@ -903,6 +901,11 @@ func (e *Engine) finishFrame(s *session, fr *frame) {
 			}
 			res.Counts[k] += v
 		}
+	}
+	if len(s.streams) == 0 && len(s.frames) == 0 && s.plan != nil && s.rate > 0 {
+		// The streams left and their last frame ended: the session can
+		// give its instances back now.
+		defer e.trigger("leave", fmt.Sprintf("the last frames of %s's streams ended", s.app.Name))
 	}
 	s.acct.outcome(fr.capture, res)
 	s.mx.Frame(string(res.Outcome), string(res.Module), res.Reason, res.Latency)

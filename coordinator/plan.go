@@ -99,7 +99,14 @@ func (e *Engine) replan(trigger string) {
 	now := e.now()
 	inputs := map[dag.AppID]planInput{}
 	for id, s := range e.sessions {
-		inputs[id] = planInput{app: s.app, g: s.g, cat: s.cat, rate: s.ingress(), scale: copyMap(s.scale), balloon: copyMap(s.balloon),
+		rate := s.ingress()
+		if rate == 0 && len(s.frames) > 0 && s.plan != nil {
+			// The last stream left with frames still in flight: they keep
+			// the plan they were admitted under until they end (finishFrame
+			// re-plans then), rather than meet unloaded modules.
+			rate = s.rate
+		}
+		inputs[id] = planInput{app: s.app, g: s.g, cat: s.cat, rate: rate, scale: copyMap(s.scale), balloon: copyMap(s.balloon),
 			reserve: s.ingestReserve(), extra: s.headroom}
 	}
 	limits := map[profile.WorkerTypeID]int{}
@@ -350,8 +357,9 @@ func (e *Engine) apply(out planOutput) {
 			in.state, in.loads = placement.Warm, nil
 			continue
 		}
-		if len(in.outstanding) > 0 {
-			// Work still runs there: keep it warm, released by a later plan.
+		if len(in.outstanding) > 0 || e.holdsState(in.id) {
+			// Work still runs there, or streams' state is still to move
+			// out: keep it warm, released by a later plan.
 			in.state, in.loads, in.releaseAt = placement.Warm, nil, now
 			continue
 		}
@@ -592,6 +600,9 @@ func (e *Engine) specsFor(in *instState, routed bool) []worker.ModuleSpec {
 		ms := s.mods[a.spec.Module]
 		ms.routes = append(ms.routes, route{inst: in.id, weight: a.rate})
 		ms.conc[in.id] = a.spec.Concurrency
+		if ms.stateful {
+			ms.hostConc[in.id] = a.spec.Concurrency // kept while its streams' state drains out
+		}
 		if a.spec.Kind == dag.GPU {
 			ms.gpuProf[in.id] = a.spec.Latency
 			ms.gpuLat[in.id] = latencyTable(s.cat.ConfigsOn(a.spec.Module, in.typ), a.spec.Concurrency, s.balloon[a.spec.Module])
@@ -614,7 +625,8 @@ func (e *Engine) specsFor(in *instState, routed bool) []worker.ModuleSpec {
 		for _, m := range s.statefulMods {
 			ms := s.mods[m]
 			if byKey[ms.key] == nil && ms.holdsOn(in.id) {
-				out = append(out, worker.ModuleSpec{App: s.app.Name, Module: m, Kind: dag.CPU, Op: ms.mod.Op, Params: ms.mod.Params, Concurrency: 1})
+				out = append(out, worker.ModuleSpec{App: s.app.Name, Module: m, Kind: dag.CPU, Op: ms.mod.Op, Params: ms.mod.Params,
+					Concurrency: max(1, ms.hostConc[in.id])})
 			}
 		}
 	}

@@ -71,6 +71,7 @@ type modState struct {
 	// deploy, the last said in words, and recent migration pauses.
 	stateful  bool
 	affs      map[string]*affinity
+	hostConc  map[string]int // per instance: the pool size it last hosted the module with
 	events    map[string]int
 	lastEvent string
 	pauses    []time.Duration
@@ -136,7 +137,7 @@ func newSession(app *dag.App, g *dag.Graph, cat *profile.Catalog, ac AdaptConfig
 		s.upstream[m] = slices.Compact(up)
 		ms := s.mods[m]
 		if ms.mod.Kind == dag.CPU && statefulOp(ms.mod) {
-			ms.stateful, ms.affs = true, map[string]*affinity{}
+			ms.stateful, ms.affs, ms.hostConc = true, map[string]*affinity{}, map[string]int{}
 			s.stateful = true
 			s.statefulMods = append(s.statefulMods, m)
 		}

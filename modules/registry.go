@@ -13,7 +13,8 @@
 //   - a Registry of factories (Processor constructors) that the binary fills
 //     explicitly: RegisterBuiltin adds the pure-Go ops (crop, count, sink
 //     and the stateful track, window, sequence, activity and segment),
-//     modules/cv adds the OpenCV ones (resize, haar-face). A worker builds
+//     modules/cv adds the OpenCV ones (resize, haar-face, hog-people,
+//     motion, annotate, letterbox). A worker builds
 //     processors only from its registry and refuses an op it lacks by name.
 //
 // The processor of every op declared Stateful implements Stateful
@@ -89,6 +90,28 @@ var declared = []Op{
 		{Name: "cascade", Kind: String, Doc: "cascade XML file (default: Debian's frontal-face cascade)"},
 		{Name: "scale_factor", Kind: Number, Default: 1.1, Check: above(1), Doc: "image pyramid step, > 1"},
 		{Name: "min_neighbors", Kind: Int, Default: 3, Check: nonNegative, Doc: "detections needed to keep a face"}}},
+	// The vision ops of issue 23 (modules/cv implements them).
+	{Name: "hog-people", Summary: "detect people with OpenCV's HOG people detector (boxes of class person)", Params: []Param{
+		{Name: "scale", Kind: Number, Default: 1.05, Check: above(1), Doc: "image pyramid step, > 1 (larger: faster, misses more)"},
+		{Name: "hit_threshold", Kind: Number, Default: 0.0, Doc: "SVM margin a window needs; higher: fewer, surer detections (may be negative)"},
+		{Name: "width", Kind: Int, Default: 640, Check: zeroOrAtLeast(64),
+			Doc: "frames wider than this are downscaled to it before detection (boxes scaled back); 0: never; else >= 64, the detection window's width"},
+		{Name: "min_score", Kind: Number, Default: 0.0, Check: unit,
+			Doc: "only people scoring at least this (the score is the logistic of the SVM margin: 0.5 at hit_threshold 0's boundary)"}}},
+	{Name: "motion", Summary: "moving regions by background subtraction (OpenCV MOG2), one model per stream; a snapshot cannot hold the model: a restored stream relearns it for warmup frames", Stateful: true, Params: []Param{
+		{Name: "min_area", Kind: Number, Default: 0.002, Check: unitOpen, Doc: "smallest region reported, as a fraction of the frame (0..1)"},
+		{Name: "drop_still", Kind: Int, Default: 0, Check: flag,
+			Doc: "1: a frame with no motion after the warm-up goes no further (nothing is emitted); 0: it is emitted with no boxes"},
+		{Name: "warmup", Kind: Int, Default: 5, Check: positive,
+			Doc: "frames the background model learns before reporting (at a stream's start, after a size change and after a restore)"},
+		{Name: "class", Kind: String, Doc: "class of every region (default: person when taller than wide, else car)"}}},
+	{Name: "annotate", Summary: "draw the item's boxes, labels, tracks and events onto a copy of its frame", Params: []Param{
+		{Name: "thickness", Kind: Int, Default: 2, Check: between(1, 32), Doc: "line thickness in pixels (1..32)"},
+		{Name: "labels", Kind: Int, Default: 1, Check: flag, Doc: "1: write class, score, track ids, labels and events as text; 0: outlines only"}}},
+	{Name: "letterbox", Summary: "scale a frame into width x height keeping its aspect, padding the rest (YOLO input)", Params: []Param{
+		{Name: "width", Kind: Int, Default: 640, Check: between(1, 16384), Doc: "output width in pixels"},
+		{Name: "height", Kind: Int, Default: 640, Check: between(1, 16384), Doc: "output height in pixels"},
+		{Name: "pad", Kind: Int, Default: 114, Check: between(0, 255), Doc: "grey value of the padding (0..255; 114 is YOLO's)"}}},
 	{Name: "count", Summary: "count items per frame by class", Params: []Param{
 		{Name: "classes", Kind: Strings, Doc: "only these classes (default: all)"}}},
 	{Name: "track", Summary: "associate detections across frames into tracks", Stateful: true, Params: []Param{
@@ -313,15 +336,6 @@ func unit(v any) error {
 	return nil
 }
 
-func between(lo, hi int) func(any) error {
-	return func(v any) error {
-		if f := asFloat(v); f < float64(lo) || f > float64(hi) {
-			return fmt.Errorf("must be between %d and %d, got %v", lo, hi, v)
-		}
-		return nil
-	}
-}
-
 func durationUpTo(hi time.Duration) func(any) error {
 	return func(v any) error {
 		if d, _ := v.(time.Duration); d <= 0 || d > hi {
@@ -350,4 +364,38 @@ func asFloat(v any) float64 {
 		return float64(x)
 	}
 	return 0
+}
+
+// flag accepts 0 (off) and 1 (on): the params that switch something.
+func flag(v any) error {
+	if f := asFloat(v); f != 0 && f != 1 {
+		return fmt.Errorf("must be 0 (off) or 1 (on), got %v", v)
+	}
+	return nil
+}
+
+func between(lo, hi float64) func(any) error {
+	return func(v any) error {
+		if f := asFloat(v); f < lo || f > hi {
+			return fmt.Errorf("must be between %g and %g, got %v", lo, hi, v)
+		}
+		return nil
+	}
+}
+
+// unitOpen accepts a fraction strictly between 0 and 1.
+func unitOpen(v any) error {
+	if f := asFloat(v); f <= 0 || f >= 1 {
+		return fmt.Errorf("must be > 0 and < 1, got %v", v)
+	}
+	return nil
+}
+
+func zeroOrAtLeast(lo float64) func(any) error {
+	return func(v any) error {
+		if f := asFloat(v); f != 0 && f < lo {
+			return fmt.Errorf("must be 0 or >= %g, got %v", lo, v)
+		}
+		return nil
+	}
 }

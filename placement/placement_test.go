@@ -305,3 +305,63 @@ func TestPlacementCostRatio(t *testing.T) {
 		t.Logf("| %s | %d | %.4f | %.4f | %.3f |", name, active, plan.CostFractional, plan.CostWhole, plan.CostWhole/plan.CostFractional)
 	}
 }
+
+// partial is a demand for a partial allocation of rate on a CPU instance
+// of capacity 100/s.
+func partial(module dag.ModuleID, stateful bool, rate float64) placement.Demand {
+	return placement.Demand{App: "a", Module: module, Stateful: stateful,
+		Choice: profile.Choice{T: rate, Partial: profile.Config{Module: module, Worker: "CPU", Batch: 1, Concurrency: 1, Cap: 100}}}
+}
+
+// TestStatefulKeptFirst: when two modules shared an instance and only one
+// still fits there, the stateful one stays (moving it moves its streams'
+// state) and the stateless one, though larger, moves.
+func TestStatefulKeptFirst(t *testing.T) {
+	before := []placement.Instance{{ID: "CPU-0", Type: "CPU", State: placement.Active, Loads: []placement.Load{
+		{App: "a", Module: "track", Fraction: 0.4, Rate: 40, Batch: 1, Concurrency: 1, Stateful: true},
+		{App: "a", Module: "crop", Fraction: 0.5, Rate: 50, Batch: 1, Concurrency: 1}}, Loaded: []dag.ModuleID{"track", "crop"}}}
+	plan := placement.Place(placement.Snapshot{Now: t0, Instances: before, Prices: map[profile.WorkerTypeID]float64{"CPU": 1}},
+		[]placement.Demand{partial("track", true, 40), partial("crop", false, 70)})
+	where := map[dag.ModuleID]placement.InstanceID{}
+	for _, in := range plan.Instances {
+		for _, l := range in.Loads {
+			where[l.Module] = in.ID
+		}
+	}
+	if where["track"] != "CPU-0" || where["crop"] == "CPU-0" || where["crop"] == "" {
+		t.Fatalf("track on %q, crop on %q: want track kept on CPU-0 and crop moved", where["track"], where["crop"])
+	}
+	for _, m := range plan.Moves {
+		if m.Kind == placement.MigrateState {
+			t.Errorf("a migrate move: %+v", m)
+		}
+	}
+}
+
+// TestDrainingInstance: a draining instance takes no loads; its loads move
+// (the stateful one with a migrate move), it stays in the plan, draining,
+// and counts towards its type's limit.
+func TestDrainingInstance(t *testing.T) {
+	before := []placement.Instance{{ID: "CPU-0", Type: "CPU", State: placement.Draining, Loads: []placement.Load{
+		{App: "a", Module: "track", Fraction: 0.4, Rate: 40, Batch: 1, Concurrency: 1, Stateful: true}}, Loaded: []dag.ModuleID{"track"}}}
+	snap := placement.Snapshot{Now: t0, Instances: before, Prices: map[profile.WorkerTypeID]float64{"CPU": 1}}
+	plan := placement.Place(snap, []placement.Demand{partial("track", true, 40)})
+	var kinds []placement.MoveKind
+	for _, m := range plan.Moves {
+		kinds = append(kinds, m.Kind)
+	}
+	if len(plan.Instances) != 2 || plan.Instances[0].State != placement.Draining || len(plan.Instances[0].Loads) != 0 ||
+		len(plan.Instances[1].Loads) != 1 {
+		t.Fatalf("instances %+v (moves %v): want CPU-0 draining and empty, track on a new one", plan.Instances, kinds)
+	}
+	if fmt.Sprint(kinds) != "[start load migrate unload]" {
+		t.Errorf("moves %v", kinds)
+	}
+	if plan.CostWhole != 1 {
+		t.Errorf("whole cost %v: a draining instance serves nothing", plan.CostWhole)
+	}
+	snap.Limits = map[profile.WorkerTypeID]int{"CPU": 1}
+	if plan := placement.Place(snap, []placement.Demand{partial("track", true, 40)}); len(plan.Shortages) != 1 {
+		t.Errorf("with a limit of 1 the draining instance leaves no room: shortages %+v", plan.Shortages)
+	}
+}

@@ -32,9 +32,19 @@ type Limits struct {
 	MaxFrameW, MaxFrameH int
 	// MaxBoxes caps the boxes (detections or ground truth) on one frame.
 	MaxBoxes int
+	// MaxAudioBytes caps the PCM of one audio chunk a source sends (an
+	// audio app's IngestMessage.audio), checked before it is decoded, and
+	// of an item in a worker's result.
+	MaxAudioBytes int
 	// MaxResultItems caps the output items in one result, all outputs
 	// together.
 	MaxResultItems int
+	// MaxTracks, MaxSteps, MaxEvents and MaxLabels cap what one item of a
+	// worker's result carries (tracks and labels on each of its steps too);
+	// MaxStateBytes the state snapshot of a worker's export or checkpoint
+	// (stateful modules).
+	MaxTracks, MaxSteps, MaxEvents, MaxLabels int
+	MaxStateBytes                             int
 	// MaxSourceStreams caps the Ingest streams (cameras) one source has open
 	// at once; a source is its certificate's name with TLS, its IP address
 	// without.
@@ -56,7 +66,13 @@ var DefaultLimits = Limits{
 	MaxFrameW:        1920,
 	MaxFrameH:        1080,
 	MaxBoxes:         256,
+	MaxAudioBytes:    1 << 20, // 5.4 s of 48 kHz stereo
 	MaxResultItems:   4096,
+	MaxTracks:        wire.DefaultTracks,
+	MaxSteps:         wire.DefaultSteps,
+	MaxEvents:        wire.DefaultEvents,
+	MaxLabels:        wire.DefaultLabels,
+	MaxStateBytes:    wire.MaxStateBytes,
 	MaxSourceStreams: 64,
 	PeerRate:         1,
 	PeerBurst:        20,
@@ -81,7 +97,14 @@ func (l Limits) withDefaults() Limits {
 	set(&l.MaxFrameW, d.MaxFrameW)
 	set(&l.MaxFrameH, d.MaxFrameH)
 	set(&l.MaxBoxes, d.MaxBoxes)
+	set(&l.MaxAudioBytes, d.MaxAudioBytes)
 	set(&l.MaxResultItems, d.MaxResultItems)
+	set(&l.MaxTracks, d.MaxTracks)
+	set(&l.MaxSteps, d.MaxSteps)
+	set(&l.MaxEvents, d.MaxEvents)
+	set(&l.MaxLabels, d.MaxLabels)
+	set(&l.MaxAudioBytes, d.MaxAudioBytes)
+	set(&l.MaxStateBytes, d.MaxStateBytes)
 	set(&l.MaxSourceStreams, d.MaxSourceStreams)
 	setF(&l.PeerRate, d.PeerRate)
 	setF(&l.PeerBurst, d.PeerBurst)
@@ -115,7 +138,10 @@ const (
 	RefusedMessage     = "message-size"   // over MaxMessage, or a source's over SourceMessage
 	RefusedFrameSize   = "frame-size"     // a frame over MaxFrameW x MaxFrameH
 	RefusedBoxes       = "boxes"          // more than MaxBoxes on a frame
+	RefusedAudioSize   = "audio-size"     // an audio chunk over MaxAudioBytes
 	RefusedResultItems = "result-items"   // a result with more than MaxResultItems
+	RefusedItemContent = "item-content"   // an item over MaxTracks, MaxSteps, MaxEvents, MaxLabels or MaxAudioBytes
+	RefusedStateSize   = "state-size"     // a result's state over MaxStateBytes
 	RefusedStreams     = "source-streams" // a source over MaxSourceStreams
 	RefusedRatePeer    = "rate-peer"      // Connect over the peer's rate
 	RefusedRateGlobal  = "rate-global"    // Connect over the global rate

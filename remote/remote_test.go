@@ -53,7 +53,12 @@ func startCoordinator(t testing.TB, app *dag.App, prof *profile.File, hb time.Du
 // here).
 func startServer(t testing.TB, app *dag.App, prof *profile.File, srv *Server) *loopback {
 	t.Helper()
-	e := coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}})
+	return startEngine(t, coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}}), app, prof, srv)
+}
+
+// startEngine is startServer with the engine e (not started yet).
+func startEngine(t testing.TB, e *coordinator.Engine, app *dag.App, prof *profile.File, srv *Server) *loopback {
+	t.Helper()
 	e.Start()
 	if err := e.Deploy(app, prof); err != nil {
 		t.Fatal(err)
@@ -201,18 +206,19 @@ func runWorkerLoss(t testing.TB) workerLoss {
 			replies[i] = r
 		}()
 	}
-	waitFor(t, "two complete windows", 20*time.Second, func() bool {
-		ss := c.e.Status().Sessions
-		return len(ss) > 0 && len(ss[0].Windows) >= 2
-	})
 	// Lose a GPU worker that hosts modules (its process ends: the stream
-	// closes under it).
+	// closes under it), once it does and two windows are complete (under
+	// load the windows may complete before the workers register).
 	victim := ""
-	for _, in := range c.e.Status().Instances {
-		if len(in.Modules) > 0 && in.Type == "V100" {
-			victim = in.ID
+	waitFor(t, "two complete windows and a V100 worker hosting a module", 20*time.Second, func() bool {
+		st := c.e.Status()
+		for _, in := range st.Instances {
+			if len(in.Modules) > 0 && in.Type == "V100" {
+				victim = in.ID
+			}
 		}
-	}
+		return victim != "" && len(st.Sessions) > 0 && len(st.Sessions[0].Windows) >= 2
+	})
 	if victim == "" {
 		cancel()
 		wg.Wait()

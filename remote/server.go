@@ -50,6 +50,10 @@ type Server struct {
 	// zero fields take DefaultLimits. Set before serving.
 	Limits Limits
 
+	// insts is what Connect reports workers' registrations, losses and
+	// results to: Engine, unless a test set a stand-in before serving.
+	insts instances
+
 	once    sync.Once
 	limits  Limits // Limits with defaults
 	caps    wire.Caps
@@ -59,6 +63,14 @@ type Server struct {
 	mu      sync.Mutex
 	workers map[string]*conn
 	sources map[string]int // open Ingest streams per source
+}
+
+// instances is the part of coordinator.Engine that hosts remote workers.
+type instances interface {
+	WorkerTypes() map[profile.WorkerTypeID]bool
+	AddInstance(id string, typ profile.WorkerTypeID, inst coordinator.Instance)
+	LostInstance(id, why string)
+	Result(instance string, r worker.Result)
 }
 
 // NewGRPC returns a plaintext gRPC server with s's message limit
@@ -79,6 +91,9 @@ func (s *Server) defaults() {
 		if s.Clock == nil {
 			s.Clock = clock.Real{}
 		}
+		if s.insts == nil {
+			s.insts = s.Engine
+		}
 		if s.Log == nil {
 			s.Log = slog.New(slog.DiscardHandler)
 		}
@@ -86,7 +101,9 @@ func (s *Server) defaults() {
 			s.Heartbeat = wire.DefaultHeartbeat
 		}
 		s.limits = s.Limits.withDefaults()
-		s.caps = wire.Caps{FrameW: s.limits.MaxFrameW, FrameH: s.limits.MaxFrameH, Boxes: s.limits.MaxBoxes, ResultItems: s.limits.MaxResultItems}
+		l := s.limits
+		s.caps = wire.Caps{FrameW: l.MaxFrameW, FrameH: l.MaxFrameH, Boxes: l.MaxBoxes, ResultItems: l.MaxResultItems,
+			Tracks: l.MaxTracks, Steps: l.MaxSteps, Events: l.MaxEvents, Labels: l.MaxLabels, AudioBytes: l.MaxAudioBytes, StateBytes: l.MaxStateBytes}
 		s.refused = newRefusals(s.Clock, s.Log, s.limits.LogEvery)
 	})
 }
@@ -107,7 +124,7 @@ type conn struct {
 	id     string
 	out    chan *api.CoordinatorMessage
 	cancel context.CancelCauseFunc
-	engine *coordinator.Engine
+	engine instances
 	gen    atomic.Uint64
 	beat   atomic.Int64 // unix ns of the last message from the worker
 	closed atomic.Bool
@@ -200,12 +217,12 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 		return status.Errorf(codes.InvalidArgument, "register: id and type are required (got id %q, type %q)", reg.Id, reg.Type)
 	}
 	typ := profile.WorkerTypeID(reg.Type)
-	if known := s.Engine.WorkerTypes(); !known[typ] {
+	if known := s.insts.WorkerTypes(); !known[typ] {
 		return status.Errorf(codes.InvalidArgument, "register %s: worker type %q is in no deployed app's profiles (known: %s)", reg.Id, reg.Type, joinTypes(known))
 	}
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	c := &conn{id: reg.Id, out: make(chan *api.CoordinatorMessage, wire.DefaultSendQueue), cancel: cancel, engine: s.Engine, given: map[uint64]struct{}{}}
+	c := &conn{id: reg.Id, out: make(chan *api.CoordinatorMessage, wire.DefaultSendQueue), cancel: cancel, engine: s.insts, given: map[uint64]struct{}{}}
 	c.beat.Store(s.Clock.Now().UnixNano())
 	s.mu.Lock()
 	if s.workers == nil {
@@ -226,7 +243,7 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 		return err
 	}
 	s.Log.Info("worker connected", "instance", reg.Id, "type", reg.Type, "executor", reg.Executor, "cpus", reg.Cpus, "gpu", reg.Gpu, "cert", certName(stream.Context()))
-	s.Engine.AddInstance(reg.Id, typ, c)
+	s.insts.AddInstance(reg.Id, typ, c)
 
 	// Sender: the only goroutine that writes the stream.
 	sendErr := make(chan error, 1)
@@ -306,7 +323,7 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 	}
 	c.closed.Store(true)
 	s.Log.Warn("worker disconnected", "instance", reg.Id, "why", why)
-	s.Engine.LostInstance(reg.Id, why.Error())
+	s.insts.LostInstance(reg.Id, why.Error())
 	<-sendErr
 	// The handler returning ends the stream, which ends Recv.
 	go func() { <-recvErr }()
@@ -336,14 +353,19 @@ func (s *Server) result(c *conn, p *api.Result) {
 			reason = RefusedBoxes
 		case errors.Is(err, wire.ErrResultItems):
 			reason = RefusedResultItems
+		case errors.Is(err, wire.ErrTracks), errors.Is(err, wire.ErrSteps), errors.Is(err, wire.ErrEvents),
+			errors.Is(err, wire.ErrLabels), errors.Is(err, wire.ErrAudioSize):
+			reason = RefusedItemContent
+		case errors.Is(err, wire.ErrStateSize):
+			reason = RefusedStateSize
 		}
 		if reason != "" {
 			_ = s.refuse(reason, status.Errorf(codes.InvalidArgument, "worker %s: %v", c.id, err), "instance", c.id, "task", p.Task)
-			s.Engine.Result(c.id, worker.Result{Task: p.Task, Outcome: worker.BadResult, Detail: "refused by the coordinator: " + err.Error(), Measured: time.Duration(p.MeasuredNs)})
+			s.insts.Result(c.id, worker.Result{Task: p.Task, Outcome: worker.BadResult, Detail: "refused by the coordinator: " + err.Error(), Measured: time.Duration(p.MeasuredNs)})
 			return
 		}
 	}
-	s.Engine.Result(c.id, wire.ResultFromPB(p))
+	s.insts.Result(c.id, wire.ResultFromPB(p))
 }
 
 func joinTypes(m map[profile.WorkerTypeID]bool) string {
@@ -400,20 +422,38 @@ func (s *Server) Ingest(stream grpc.ClientStreamingServer[api.IngestMessage, api
 		if err := s.checkIngest(j.Stream, m); err != nil {
 			return err
 		}
-		f, err := wire.FrameFromPB(m.Frame)
-		if err == nil && f == nil {
-			err = errors.New("no frame")
-		}
-		if err == nil {
-			err = s.Engine.Ingest(j.Stream, m.Seq, wire.FromNS(m.CaptureUnixNs), f, wire.BoxesFromPB(m.Truth))
-		}
-		if err != nil {
+		if err := s.ingestOne(j.Stream, m); err != nil {
 			reply.Rejected++
 			reply.LastError = fmt.Sprintf("frame %d: %v", m.Seq, err)
 			continue
 		}
 		reply.Accepted++
 	}
+}
+
+// ingestOne hands one message's frame, or audio chunk (an audio app's
+// stream), to the engine; an error rejects it (counted, the stream goes
+// on).
+func (s *Server) ingestOne(stream string, m *api.IngestMessage) error {
+	capture := wire.FromNS(m.CaptureUnixNs)
+	switch {
+	case m.Audio != nil && m.Frame != nil:
+		return errors.New("both a frame and audio: a message carries one")
+	case m.Audio != nil:
+		a, err := wire.IngestAudioFromPB(m.Audio, s.limits.MaxAudioBytes)
+		if err != nil {
+			return err
+		}
+		return s.Engine.IngestAudio(stream, m.Seq, capture, a)
+	}
+	f, err := wire.FrameFromPB(m.Frame)
+	if err == nil && f == nil {
+		err = errors.New("no frame and no audio")
+	}
+	if err != nil {
+		return err
+	}
+	return s.Engine.Ingest(stream, m.Seq, capture, f, wire.BoxesFromPB(m.Truth))
 }
 
 // checkIngest applies the source caps to one message; a message over them
@@ -427,6 +467,9 @@ func (s *Server) checkIngest(stream string, m *api.IngestMessage) error {
 	}
 	if err := s.caps.CheckBoxes("ground-truth boxes", len(m.Truth)); err != nil {
 		return s.refuse(RefusedBoxes, status.Errorf(codes.InvalidArgument, "%s: %v", where, err), "stream", stream)
+	}
+	if n := len(m.GetAudio().GetPcm()); n > s.limits.MaxAudioBytes {
+		return s.refuse(RefusedAudioSize, status.Errorf(codes.InvalidArgument, "%s: an audio chunk of %d bytes of PCM; a source may send at most %d (--max-audio)", where, n, s.limits.MaxAudioBytes), "stream", stream)
 	}
 	if n, limit := proto.Size(m), s.limits.SourceMessage(); n > limit {
 		return s.refuse(RefusedMessage, status.Errorf(codes.ResourceExhausted, "%s: the message is %d bytes; a source may send at most %d (a %dx%d frame and %d boxes)", where, n, limit, s.limits.MaxFrameW, s.limits.MaxFrameH, s.limits.MaxBoxes), "stream", stream)

@@ -257,13 +257,26 @@ func sameOp(a, b ModuleSpec) bool {
 	return a.Kind == b.Kind && a.Op == b.Op && fmt.Sprint(a.Params) == fmt.Sprint(b.Params)
 }
 
+// queueSize is a CPU module's queue: 8 tasks per pool goroutine, or for a
+// stateful module room for one frame task and one state task per stream
+// (the engine sends a stream's next task only when its last one is done,
+// so its queue grows with the streams, not with their rate).
+func queueSize(h *hosted) int {
+	n := 8 * max(1, h.spec.Concurrency)
+	if h.stateful != nil {
+		n = max(n, 2048)
+	}
+	return n
+}
+
 // restart starts a stateful CPU module's new pool on old's processor: its
 // streams' state stays (the engine sends a stream's next frame only after
 // its last one finished, so the two pools never share a stream).
 func (w *Worker) restart(s ModuleSpec, old *hosted) *hosted {
 	n := max(1, s.Concurrency)
 	ctx, stop := context.WithCancel(w.ctx)
-	h := &hosted{spec: s, proc: old.proc, stateful: old.stateful, q: make(chan Task, 8*n), stop: stop}
+	h := &hosted{spec: s, proc: old.proc, stateful: old.stateful, stop: stop}
+	h.q = make(chan Task, queueSize(h))
 	w.pool(n, func() { w.cpuLoop(ctx, h) }, w.closeProc(h))
 	return h
 }
@@ -302,7 +315,7 @@ func (w *Worker) start(s ModuleSpec) (*hosted, error) {
 			}
 			h.stateful = st
 		}
-		h.q = make(chan Task, 8*n)
+		h.q = make(chan Task, queueSize(h))
 		w.pool(n, func() { w.cpuLoop(ctx, h) }, w.closeProc(h))
 	case dag.GPU:
 		if w.exec == nil {

@@ -25,7 +25,7 @@ import (
 )
 
 func runClient(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("client", "--app APP [--server URL] [--source pattern|FILE|camera:N] [flags]", stderr)
+	fs := newFlags("client", "--app APP [--server URL] [--source pattern|FILE|camera:N | --audio FILE.wav|FILE.opus] [flags]", stderr)
 	server := fs.String("server", "http://127.0.0.1:8080", "the mdag server (serve or coordinator)")
 	app := fs.String("app", "", "the app to stream into (required)")
 	token := fs.String("token", "", "bearer token (default: $MDAG_TOKEN)")
@@ -39,6 +39,9 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 	bitrate := fs.Int("bitrate", 1000, "video target bitrate, kbit/s")
 	replay := fs.Int("encode-once", 0, "load tests: encode the source's first N frames once (a key frame every second) and send that clip in a loop on every stream, so encoding does not bound the clients (0: encode each stream's frames)")
 	codec := fs.String("codec", whip.CodecVP8, "video codec to send: vp8 (libvpx) or h264 (x264, constrained baseline)")
+	audio := fs.String("audio", "", "stream this audio FILE as an Opus track instead of video (for apps with media: audio): "+
+		"a WAV of 16-bit PCM, mono or stereo, any rate (resampled to 48 kHz, encoded at --audio-bitrate), or an Ogg Opus file (.opus, .ogg: its packets sent as they are); --loop repeats it")
+	audioRate := fs.Int("audio-bitrate", 32, "Opus bitrate for a WAV, kbit/s per channel")
 	verbose := fs.Bool("v", false, "print every result")
 	out := fs.String("o", "table", "summary: table or json")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -63,6 +66,10 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 	}
 	if *token == "" {
 		*token = os.Getenv("MDAG_TOKEN")
+	}
+	if *audio != "" {
+		return runAudioClient(*audio, *audioRate, *clients, *loop, *duration, *verbose, *out,
+			clientOpts{server: *server, app: *app, token: *token}, stdout, stderr)
 	}
 	open, err := sourceOpener(*source, *size, *objects, *loop)
 	if err != nil {
@@ -100,26 +107,7 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 		}()
 	}
 	wg.Wait()
-	total := sumClients(sums)
-	if *out == "json" {
-		writeJSON(stdout, map[string]any{"clients": sums, "total": total}, true)
-	} else {
-		writeClientTable(stdout, sums, total)
-	}
-	ended := 0
-	for _, s := range sums {
-		if s.Ended != "" {
-			ended++
-			fmt.Fprintf(stderr, "mdag client: stream %s: %s\n", s.Stream, s.Ended)
-		}
-	}
-	if total.Errors > 0 && total.Sent == 0 {
-		return exitFailure
-	}
-	if ended > 0 {
-		return exitEnded
-	}
-	return exitOK
+	return clientReport(sums, *out, stdout, stderr)
 }
 
 // exitEnded: a stream was ended by the server (DELETE by someone else, its
@@ -180,23 +168,7 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 		}
 	}
 	var mu sync.Mutex
-	onResult := func(r whip.Result) {
-		mu.Lock()
-		sum.Results++
-		switch r.Outcome {
-		case "finished":
-			sum.Finished++
-		case "late":
-			sum.Late++
-		default:
-			sum.Dropped++
-		}
-		if r.Outcome != "dropped" {
-			sum.latencies = append(sum.latencies, r.LatencyMS)
-		}
-		mu.Unlock()
-		each(r)
-	}
+	onResult := countResult(&sum, &mu, each)
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	p, err := whip.Publish(cctx, whip.ClientConfig{Server: o.server, App: o.app, Token: o.token, Width: first.W, Height: first.H,
 		FPS: int(o.fps + 0.5), BitrateKbps: o.bitrate, Codec: o.codec, OnResult: onResult})
@@ -252,31 +224,9 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 			break
 		}
 	}
-	var ended *whip.EndedError
-	if errors.As(p.Err(), &ended) {
-		sum.Errors++
-		sum.Error, sum.Ended = ended.Error(), ended.Reason
-	}
-	// Results of the last frames are still on their way: wait for the
-	// server to answer for everything it ingested (at most 2 s).
-	deadline := time.Now().Add(2 * time.Second)
-	for ended == nil && time.Now().Before(deadline) {
-		in := serverIngested(o, p.Stream)
-		mu.Lock()
-		done := in > 0 && uint64(sum.Results) >= in
-		mu.Unlock()
-		if done {
-			break
-		}
-		time.Sleep(50 * time.Millisecond) // polling a remote server
-	}
-	sum.Sent = p.Sent()
-	_ = p.Close()
-	sum.Ingested = serverIngested(o, p.Stream)
-	mu.Lock()
-	defer mu.Unlock()
-	sum.summarise()
-	return sum
+	// Results of the last frames are still on their way: finishClient
+	// waits for the server to answer for everything it ingested.
+	return finishClient(p, o, &sum, &mu)
 }
 
 // encodedClip is a clip encoded once for every stream (--encode-once).

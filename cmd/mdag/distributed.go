@@ -200,6 +200,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 type grpcLimitFlags struct {
 	frame                      *string
 	messageMiB, boxes, items   *int
+	audioKiB                   *int
 	streams                    *int
 	rate, burst, grate, gburst *float64
 }
@@ -211,6 +212,7 @@ func addGRPCLimitFlags(fs *flag.FlagSet) *grpcLimitFlags {
 		messageMiB: fs.Int("max-message", d.MaxMessage>>20, "largest gRPC message in MiB from anyone (a worker's result carries its output frames); gRPC refuses larger ones unread"),
 		boxes:      fs.Int("max-boxes", d.MaxBoxes, "most boxes (detections or ground truth) on one frame"),
 		items:      fs.Int("max-result-items", d.MaxResultItems, "most output items in one result"),
+		audioKiB:   fs.Int("max-audio", d.MaxAudioBytes>>10, "largest audio chunk (PCM, KiB) a source may send into an app with media: audio; a larger one ends its stream"),
 		streams:    fs.Int("max-source-streams", d.MaxSourceStreams, "most Ingest streams (cameras) one source has open at once (a source: its certificate's name, or its IP address in plaintext)"),
 		rate:       fs.Float64("register-rate", d.PeerRate, "worker registrations a second per peer (certificate name, or IP address in plaintext); more get ResourceExhausted"),
 		burst:      fs.Float64("register-burst", d.PeerBurst, "registrations a peer may make at once before --register-rate applies"),
@@ -227,7 +229,7 @@ func (f *grpcLimitFlags) limits() (remote.Limits, error) {
 	for _, v := range []struct {
 		name string
 		n    float64
-	}{{"--max-message", float64(*f.messageMiB)}, {"--max-boxes", float64(*f.boxes)}, {"--max-result-items", float64(*f.items)}, {"--max-source-streams", float64(*f.streams)},
+	}{{"--max-message", float64(*f.messageMiB)}, {"--max-boxes", float64(*f.boxes)}, {"--max-result-items", float64(*f.items)}, {"--max-source-streams", float64(*f.streams)}, {"--max-audio", float64(*f.audioKiB)},
 		{"--register-rate", *f.rate}, {"--register-burst", *f.burst}, {"--register-global-rate", *f.grate}, {"--register-global-burst", *f.gburst}} {
 		if v.n <= 0 {
 			return remote.Limits{}, fmt.Errorf("%s %g: want > 0", v.name, v.n)
@@ -237,7 +239,7 @@ func (f *grpcLimitFlags) limits() (remote.Limits, error) {
 		return remote.Limits{}, fmt.Errorf("--max-message %d: at most 2047 MiB (gRPC's limit)", *f.messageMiB)
 	}
 	l := remote.Limits{MaxMessage: *f.messageMiB << 20, MaxFrameW: w, MaxFrameH: h, MaxBoxes: *f.boxes, MaxResultItems: *f.items, MaxSourceStreams: *f.streams,
-		PeerRate: *f.rate, PeerBurst: *f.burst, GlobalRate: *f.grate, GlobalBurst: *f.gburst}
+		MaxAudioBytes: *f.audioKiB << 10, PeerRate: *f.rate, PeerBurst: *f.burst, GlobalRate: *f.grate, GlobalBurst: *f.gburst}
 	if src := l.SourceMessage(); src > l.MaxMessage {
 		return remote.Limits{}, fmt.Errorf("--max-message %d MiB is smaller than one --max-frame %s frame with --max-boxes %d (%d bytes)", *f.messageMiB, *f.frame, *f.boxes, src)
 	}
@@ -409,6 +411,7 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 	objects := fs.Int("objects", 3, "objects per frame")
 	size := fs.String("size", "320x240", "frame size WxH")
 	count := fs.Uint64("count", 0, "frames per camera (0: until --duration or interrupted)")
+	audio := fs.Bool("audio", false, "send synthetic audio (chirps with silence between them, 48 kHz mono, chunks of 1/fps) instead of frames: for an app with media: audio")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted or --count)")
 	cf := addCameraFlags(fs)
 	tf := addTLSFlags(fs, true)
@@ -446,7 +449,13 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 			id := fmt.Sprintf("%s-%d", *prefix, i)
 			// rejoins under the same ID when the stream breaks (a
 			// coordinator restart), numbering on
-			r, err := client.StreamReconnecting(ctx, cc, *app, id, pat, i, *fps, *count, client.Reconnect{Log: log})
+			var r *client.StreamResult
+			var err error
+			if *audio {
+				r, err = client.StreamAudioReconnecting(ctx, cc, *app, id, synth.NewTone(), i, *fps, *count, client.Reconnect{Log: log})
+			} else {
+				r, err = client.StreamReconnecting(ctx, cc, *app, id, pat, i, *fps, *count, client.Reconnect{Log: log})
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

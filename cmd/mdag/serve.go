@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -20,6 +19,7 @@ import (
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/scheduler"
@@ -34,8 +34,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	workers := fs.String("workers", "", "in-process instances allowed per worker type, e.g. V100=4,CPU=2 (default 8 of every type in the profiles)")
 	policy := fs.String("policy", string(coordinator.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
 	checkpoint := fs.Duration("checkpoint", 2*time.Second, "copy each stream's state at a stateful module (track, window...) to the coordinator this often, to restore it when its worker is lost; 0: never (a lost worker's streams start fresh)")
-	synthetic := fs.Int("synthetic", 0, "streams of the synthetic moving-shapes source to run (0: none)")
-	fps := fs.Float64("fps", 0, "synthetic source frame rate (default: the app's fps)")
+	synthetic := fs.Int("synthetic", 0, "streams of the synthetic source to run (0: none): moving shapes, or for an app with media: audio chirps with silence between them (48 kHz mono)")
+	fps := fs.Float64("fps", 0, "synthetic source frame rate (default: the app's fps); an audio app's chunks per second, each 1/fps long")
 	objects := fs.String("objects", "3", "objects per synthetic frame; a list (e.g. 2,6,1,8) steps through its values every --objects-every, so the app's fan-out changes (scaling)")
 	objectsEvery := fs.Duration("objects-every", time.Minute, "how long each value of an --objects list lasts")
 	size := fs.String("size", "320x240", "synthetic frame size WxH")
@@ -202,7 +202,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := pat.Generate(ctx, clock.Real{}, i, id, *fps, 0, obs.ingest); err != nil {
+			var err error
+			if app.Media == dag.Audio {
+				// an audio app: chirps and silence, chunks of 1/fps at fps
+				err = synth.NewTone().Generate(ctx, clock.Real{}, i, id, *fps, 0, e.IngestAudio)
+			} else {
+				err = pat.Generate(ctx, clock.Real{}, i, id, *fps, 0, obs.ingest)
+			}
+			if err != nil {
 				log.Error("synthetic source stopped", "stream", id, "err", err)
 			}
 		}()
@@ -508,8 +515,9 @@ func writeStatusTable(w io.Writer, st coordinator.Status) {
 			fmt.Fprintf(tw, "  %s\t%s\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%.1f\t%d\t%d\n", m.Module, m.Kind, m.RateIn, m.Scale, m.ExecMS, m.Balloon, m.MeanBatch, m.BudgetMS, m.Instances, m.Dropped)
 		}
 		for _, m := range s.Modules {
-			if m.State != nil {
-				fmt.Fprintf(tw, "  %s\n", stateLine(string(m.Module), m.State))
+			if st := m.State; st != nil {
+				fmt.Fprintf(tw, "  state of %s: %d streams, migrations %d (pause p50 %.2f ms, p99 %.2f ms), restores %d, resets %d, failed moves %d\n",
+					m.Module, st.Streams, st.Events["migrate"], st.PauseP50MS, st.PauseP99MS, st.Events["restore"], st.Events["reset"], st.Events["failed"])
 			}
 		}
 	}
@@ -524,34 +532,4 @@ func writeStatusTable(w io.Writer, st coordinator.Status) {
 			fmt.Fprintf(w, "  #%d %s: %s (moves: %d, $%.2f/h)\n", r.N, r.At.Format("15:04:05.000"), r.Trigger, len(r.Moves), r.CostWhole)
 		}
 	}
-}
-
-// stateLine says a stateful module's state in one line: the streams it
-// holds, moves in progress, the checkpoint period, the state events since
-// deploy (migrate, restore, reset, failed), the migration pauses and the
-// last event.
-func stateLine(module string, st *coordinator.StateStatus) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "state %s: %d streams, %d moving", module, st.Streams, st.Moving)
-	if st.Checkpoint > 0 {
-		fmt.Fprintf(&b, "; checkpoint every %gs", st.Checkpoint)
-	} else {
-		b.WriteString("; no checkpoints")
-	}
-	if len(st.Events) > 0 {
-		keys := slices.Sorted(maps.Keys(st.Events))
-		for i, k := range keys {
-			keys[i] = fmt.Sprintf("%s=%d", k, st.Events[k])
-		}
-		fmt.Fprintf(&b, "; events %s", strings.Join(keys, " "))
-	} else {
-		b.WriteString("; no state events")
-	}
-	if st.PauseMaxMS > 0 {
-		fmt.Fprintf(&b, "; migration pause p50 %.1f ms, max %.1f ms", st.PauseP50MS, st.PauseMaxMS)
-	}
-	if st.LastEvent != "" {
-		fmt.Fprintf(&b, "; last: %s", st.LastEvent)
-	}
-	return b.String()
 }

@@ -69,39 +69,14 @@ func TestServeSynthetic(t *testing.T) {
 				}
 			}
 			for _, mod := range c.stateful {
-				if want := "  state " + mod + ": 2 streams, 0 moving; checkpoint every 2s"; !strings.Contains(s, want) {
+				if want := "  state of " + mod + ": 2 streams, migrations 0 "; !strings.Contains(s, want) {
 					t.Errorf("summary lacks %q:\n%s", want, s)
 				}
 			}
-			if n := strings.Count(s, "  state "); n != len(c.stateful) {
+			if n := strings.Count(s, "  state of "); n != len(c.stateful) {
 				t.Errorf("%d state lines, want %d (the stateful modules %v):\n%s", n, len(c.stateful), c.stateful, s)
 			}
 			t.Logf("%s: %s", c.app, m[0])
-		})
-	}
-}
-
-// TestStateLine: a stateful module's line in the summary says its
-// streams, moves, checkpoints, events, pauses and the last event.
-func TestStateLine(t *testing.T) {
-	cases := []struct {
-		name string
-		st   coordinator.StateStatus
-		want string
-	}{
-		{"quiet", coordinator.StateStatus{Streams: 2, Checkpoint: 2},
-			"state track: 2 streams, 0 moving; checkpoint every 2s; no state events"},
-		{"no checkpoints", coordinator.StateStatus{Streams: 1, Checkpoint: -1},
-			"state track: 1 streams, 0 moving; no checkpoints; no state events"},
-		{"moved and reset", coordinator.StateStatus{Streams: 3, Moving: 1, Checkpoint: 0.5, Events: map[string]int{"reset": 1, "migrate": 4},
-			PauseP50MS: 3.25, PauseMaxMS: 12, LastEvent: "stream cam-a reset: its worker was lost"},
-			"state track: 3 streams, 1 moving; checkpoint every 0.5s; events migrate=4 reset=1; migration pause p50 3.2 ms, max 12.0 ms; last: stream cam-a reset: its worker was lost"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			if got := stateLine("track", &c.st); got != c.want {
-				t.Errorf("got  %q\nwant %q", got, c.want)
-			}
 		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/ingest/whip"
 	"github.com/mdag/mdag/internal/auth"
+	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/modules/cv"
 )
 
@@ -98,7 +99,7 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 // server builds the WHIP server for app on e, refusing an open server on a
 // non-loopback address unless --open. It says at startup how it is secured.
 func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, store *auth.Store, log *slog.Logger) (*whip.Server, error) {
-	cfg := whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Scale: scaler, MaxStreams: *wf.maxStreams, Auth: store,
+	cfg := whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Media: map[dag.AppID]dag.Media{app.Name: app.Media}, Scale: scaler, MaxStreams: *wf.maxStreams, Auth: store,
 		OfferRates: auth.Rates{PerClient: *wf.ipRate, PerClientBurst: *wf.ipBurst, Global: *wf.offerRate, GlobalBurst: *wf.offerBurst},
 		MaxPending: *wf.maxPending, ConnectTimeout: *wf.connect, CPUCores: *wf.cores, CPUCeiling: *wf.ceiling,
 		StreamCost: *wf.streamCost, ShedAfter: *wf.shedAfter, MachineWide: *wf.cpuMachine, Oversize: whip.Oversize(*wf.oversize),
@@ -243,6 +244,12 @@ func (o *observed) setWhip(ws *whip.Server) {
 	o.rec.SetIngest(ws.Admission)
 	publish := func(r coordinator.FrameResult) { ws.Publish(clientResult(r)) }
 	o.results.publish.Store(&publish)
+}
+
+// IngestAudio makes tapSink a whip.AudioSink: an audio app's WHIP streams
+// hand their PCM chunks to the engine (no thumbnail: there is no picture).
+func (t tapSink) IngestAudio(id string, seq uint64, capture time.Time, a *media.Audio) error {
+	return t.e.IngestAudio(id, seq, capture, a)
 }
 
 // motionObjects is a stream's motion estimator as WHIP's Objects.

@@ -1,6 +1,7 @@
 // Package synth is the synthetic video source: a moving-shapes pattern drawn
 // in pure Go, whose objects per frame can be changed while it runs (the
-// scaling test's knob). Each frame carries its shapes as ground truth, which
+// scaling test's knob); and the synthetic audio source (Tone: chirps with
+// silence between them, for apps with `media: audio`). Each frame carries its shapes as ground truth, which
 // emulated detectors report back. It imports media and clock only, so the
 // lean binary's `mdag source` and `serve --synthetic` have it. Live cameras
 // come in over WebRTC through ingest/whip.
@@ -160,6 +161,22 @@ type FrameSink func(stream string, seq uint64, capture time.Time, f *media.Frame
 // start time (no drift); a frame whose time has passed while the previous
 // one was drawn is sent late rather than skipped, so every frame is sent.
 func (p *Pattern) Generate(ctx context.Context, clk clock.Clock, index int, stream string, fps float64, count uint64, sink FrameSink) error {
+	return pace(ctx, clk, fps, count, func(seq uint64, at time.Time) error {
+		f, truth, err := p.Frame(index, seq)
+		if err != nil {
+			return err
+		}
+		// The capture time is the frame's slot in the schedule, as a camera
+		// stamps frames: a source that falls behind shows up as latency.
+		return sink(stream, seq, at, f, truth)
+	})
+}
+
+// pace calls each with seq 0, 1, ... at fps on clk from now until ctx
+// ends or count calls were made (count 0: no limit); at is the call's slot
+// in the schedule (no drift; a slot that passed is served late, never
+// skipped). An error from each ends it.
+func pace(ctx context.Context, clk clock.Clock, fps float64, count uint64, each func(seq uint64, at time.Time) error) error {
 	if fps <= 0 {
 		return fmt.Errorf("fps %g: want > 0", fps)
 	}
@@ -180,13 +197,7 @@ func (p *Pattern) Generate(ctx context.Context, clk clock.Clock, index int, stre
 		if ctx.Err() != nil {
 			return nil
 		}
-		f, truth, err := p.Frame(index, seq)
-		if err != nil {
-			return err
-		}
-		// The capture time is the frame's slot in the schedule, as a camera
-		// stamps frames: a source that falls behind shows up as latency.
-		if err := sink(stream, seq, at, f, truth); err != nil {
+		if err := each(seq, at); err != nil {
 			return err
 		}
 	}

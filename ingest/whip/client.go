@@ -22,6 +22,7 @@ import (
 	"github.com/pion/webrtc/v3"
 
 	"github.com/mdag/mdag/ingest/avc"
+	"github.com/mdag/mdag/ingest/opus"
 	"github.com/mdag/mdag/ingest/vpx"
 	"github.com/mdag/mdag/media"
 )
@@ -38,6 +39,14 @@ type ClientConfig struct {
 	// Codec is what the client offers and sends: CodecVP8 (default, libvpx)
 	// or CodecH264 (constrained baseline, x264 through libavcodec).
 	Codec string
+	// Audio makes the Publisher send one Opus audio track instead of
+	// video (for apps with `media: audio`): WriteAudio takes 48 kHz PCM of
+	// AudioChannels channels (1 default, or 2), encoded at AudioBitrate
+	// bits per second (default 32000 per channel) in 20 ms packets;
+	// Width, Height, Codec and the video writes do not apply.
+	Audio         bool
+	AudioChannels int
+	AudioBitrate  int
 	// OnResult is called (from one goroutine, in order) with each result
 	// the server sends on the DataChannel.
 	OnResult func(Result)
@@ -58,7 +67,10 @@ type Publisher struct {
 	cfg      ClientConfig
 	pc       *webrtc.PeerConnection
 	track    *webrtc.TrackLocalStaticRTP
-	enc      encoder
+	enc      encoder       // nil for audio
+	aenc     *opus.Encoder // audio: nil for video
+	apend    []int16       // audio: samples waiting for a whole 20 ms packet
+	asamples uint32        // audio: samples per channel sent (the RTP clock)
 	pack     rtp.Packetizer
 	resource string
 	// resourceURL is the stream's WHIP resource (kept after DELETE).
@@ -213,13 +225,25 @@ func Publish(ctx context.Context, cfg ClientConfig) (*Publisher, error) {
 	if cfg.Codec == "" {
 		cfg.Codec = CodecVP8
 	}
-	enc, err := newEncoder(cfg)
-	if err != nil {
-		return nil, err
+	p := &Publisher{cfg: cfg, done: make(chan struct{})}
+	if cfg.Audio {
+		if cfg.AudioChannels == 0 {
+			cfg.AudioChannels = 1
+		}
+		aenc, err := opus.NewEncoder(opus.EncoderConfig{Channels: cfg.AudioChannels, Bitrate: cfg.AudioBitrate})
+		if err != nil {
+			return nil, err
+		}
+		p.cfg, p.aenc = cfg, aenc
+	} else {
+		enc, err := newEncoder(cfg)
+		if err != nil {
+			return nil, err
+		}
+		p.enc = enc
 	}
-	p := &Publisher{cfg: cfg, enc: enc, done: make(chan struct{})}
 	if err := p.connect(ctx); err != nil {
-		enc.Close()
+		p.closeEncoder()
 		if p.pc != nil {
 			_ = p.pc.Close()
 		}
@@ -239,7 +263,13 @@ const (
 
 // clientAPI is the client's WebRTC stack.
 func clientAPI(codecs []string) (*webrtc.API, error) {
-	return newAPI(codecs, func(se *webrtc.SettingEngine) error {
+	return clientAPIOpus(codecs, opusFmtp)
+}
+
+// clientAPIOpus is clientAPI offering Opus with fmtp (a stereo sender
+// says so: opusStereoFmtp).
+func clientAPIOpus(codecs []string, fmtp string) (*webrtc.API, error) {
+	return newAPIOpus(codecs, fmtp, func(se *webrtc.SettingEngine) error {
 		se.SetICETimeouts(iceDisconnected, iceFailed, time.Second)
 		return nil
 	})
@@ -249,8 +279,16 @@ func clientAPI(codecs []string) (*webrtc.API, error) {
 // reports, IPv4 UDP host candidates including loopback, no mDNS; tune
 // adjusts the settings (ports, NAT) and may refuse them.
 func newAPI(codecs []string, tune func(*webrtc.SettingEngine) error) (*webrtc.API, error) {
+	return newAPIOpus(codecs, opusFmtp, tune)
+}
+
+// newAPIOpus is newAPI with Opus's fmtp.
+func newAPIOpus(codecs []string, fmtp string, tune func(*webrtc.SettingEngine) error) (*webrtc.API, error) {
 	m := &webrtc.MediaEngine{}
 	if err := registerCodecs(m, codecs); err != nil {
+		return nil, err
+	}
+	if err := registerOpus(m, fmtp); err != nil {
 		return nil, err
 	}
 	// Simulcast: the mid and rid header extensions tell the layers apart
@@ -285,7 +323,11 @@ func newAPI(codecs []string, tune func(*webrtc.SettingEngine) error) (*webrtc.AP
 }
 
 func (p *Publisher) connect(ctx context.Context) error {
-	api, err := clientAPI([]string{p.cfg.Codec})
+	fmtp := opusFmtp
+	if p.cfg.Audio && p.cfg.AudioChannels == 2 {
+		fmtp = opusStereoFmtp
+	}
+	api, err := clientAPIOpus([]string{p.cfg.Codec}, fmtp)
 	if err != nil {
 		return err
 	}
@@ -298,7 +340,12 @@ func (p *Publisher) connect(ctx context.Context) error {
 	if p.cfg.Codec == CodecH264 {
 		capability.SDPFmtpLine = "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"
 	}
-	track, err := webrtc.NewTrackLocalStaticRTP(capability, "video", "mdag")
+	kind := "video"
+	if p.cfg.Audio {
+		kind = "audio"
+		capability = webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: opusClockRate, Channels: 2, SDPFmtpLine: fmtp}
+	}
+	track, err := webrtc.NewTrackLocalStaticRTP(capability, kind, "mdag")
 	if err != nil {
 		return err
 	}
@@ -434,7 +481,97 @@ func (p *Publisher) connect(ctx context.Context) error {
 	}
 	// The payload type is rewritten by the track to the negotiated one.
 	p.pack = rtp.NewPacketizer(1200, 96, 0, payloader, rtp.NewRandomSequencer(), videoClockRate)
+	if p.cfg.Audio {
+		p.pack = rtp.NewPacketizer(1200, 111, 0, &codecs.OpusPayloader{}, rtp.NewRandomSequencer(), opusClockRate)
+	}
 	p.ts0 = rand.Uint32()
+	return nil
+}
+
+// closeEncoder frees the encoder (video or audio).
+func (p *Publisher) closeEncoder() {
+	if p.enc != nil {
+		p.enc.Close()
+	}
+	if p.aenc != nil {
+		p.aenc.Close()
+	}
+}
+
+// audioFrame is the samples per channel of one audio packet: 20 ms.
+const audioFrame = opusClockRate / 50
+
+// WriteAudio encodes interleaved 48 kHz PCM of the Publisher's
+// AudioChannels and sends it in 20 ms Opus packets; a remainder shorter
+// than 20 ms waits for the next call. RTP timestamps count samples from
+// the first (the capture time of the first call anchors the stream); the
+// caller paces the calls in real time, as a microphone would.
+func (p *Publisher) WriteAudio(pcm []int16, capture time.Time) error {
+	if p.aenc == nil {
+		return errors.New("WriteAudio: the publisher sends video (ClientConfig.Audio is off)")
+	}
+	ch := p.cfg.AudioChannels
+	if len(pcm)%ch != 0 {
+		return fmt.Errorf("WriteAudio: %d samples do not divide into %d channels", len(pcm), ch)
+	}
+	if p.closed.Load() {
+		return errors.New("publisher closed")
+	}
+	if err := p.Err(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.t0.IsZero() {
+		p.t0 = capture
+	}
+	p.apend = append(p.apend, pcm...)
+	for len(p.apend) >= audioFrame*ch {
+		pkt, err := p.aenc.Encode(p.apend[:audioFrame*ch])
+		if err != nil {
+			return err
+		}
+		p.apend = p.apend[audioFrame*ch:]
+		if err := p.sendOpusLocked(pkt, audioFrame); err != nil {
+			return err
+		}
+	}
+	p.apend = append([]int16(nil), p.apend...) // do not keep the caller's array
+	return nil
+}
+
+// WriteOpus sends one Opus packet encoded beforehand (an Ogg Opus file's),
+// samples long per channel at 48 kHz: its RTP timestamp counts the samples
+// sent before it. The caller paces the packets in real time.
+func (p *Publisher) WriteOpus(pkt []byte, samples int) error {
+	if p.aenc == nil {
+		return errors.New("WriteOpus: the publisher sends video (ClientConfig.Audio is off)")
+	}
+	if len(pkt) == 0 || samples <= 0 || samples > 5760 {
+		return fmt.Errorf("WriteOpus: a packet of %d bytes, %d samples: want a packet of 1..5760 samples (120 ms)", len(pkt), samples)
+	}
+	if p.closed.Load() {
+		return errors.New("publisher closed")
+	}
+	if err := p.Err(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sendOpusLocked(pkt, samples)
+}
+
+// sendOpusLocked sends one Opus packet at the RTP time of the samples sent
+// so far (p.mu held).
+func (p *Publisher) sendOpusLocked(pkt []byte, samples int) error {
+	for _, rp := range p.pack.Packetize(pkt, uint32(samples)) {
+		rp.Timestamp = p.ts0 + p.asamples
+		if err := p.track.WriteRTP(rp); err != nil {
+			return err
+		}
+	}
+	p.asamples += uint32(samples)
+	p.sent.Add(1)
 	return nil
 }
 
@@ -532,6 +669,9 @@ func (e *HTTPError) Error() string {
 
 // WriteFrame encodes f (captured at capture) and sends it.
 func (p *Publisher) WriteFrame(f *media.Frame, capture time.Time) error {
+	if p.enc == nil {
+		return errors.New("WriteFrame: the publisher sends audio (use WriteAudio)")
+	}
 	return p.write(capture, func() ([]encoded, error) {
 		pkts, err := p.enc.Encode(f, p.pts, p.keyReq.Swap(false) || p.pts == 0)
 		p.pts++
@@ -545,6 +685,9 @@ func (p *Publisher) WriteFrame(f *media.Frame, capture time.Time) error {
 // frame requests (PLI) are not answered: the clip's own key frames come
 // at its interval.
 func (p *Publisher) WriteEncoded(data []byte, capture time.Time) error {
+	if p.enc == nil {
+		return errors.New("WriteEncoded: the publisher sends audio (use WriteAudio)")
+	}
 	return p.write(capture, func() ([]encoded, error) {
 		p.keyReq.Store(false)
 		return []encoded{{data}}, nil
@@ -590,7 +733,7 @@ func (p *Publisher) sendLocked(data []byte, capture time.Time) error {
 	return nil
 }
 
-// Sent is the number of frames written.
+// Sent is the number of frames written (audio: 20 ms packets sent).
 func (p *Publisher) Sent() uint64 { return p.sent.Load() }
 
 func (p *Publisher) deleteResource() {
@@ -625,7 +768,7 @@ func (p *Publisher) Close() error {
 	err := p.pc.Close()
 	p.wg.Wait()
 	p.mu.Lock()
-	p.enc.Close()
+	p.closeEncoder()
 	p.mu.Unlock()
 	return err
 }

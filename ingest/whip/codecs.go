@@ -17,7 +17,21 @@ import (
 const (
 	CodecVP8  = "vp8"
 	CodecH264 = "h264"
+	// CodecOpus is the one audio codec (RFC 7587, opus/48000/2), for apps
+	// with `media: audio`; it is always registered, not in Codecs.
+	CodecOpus = "opus"
 )
+
+// Opus's format parameters (RFC 7587 7): what the server registers and a
+// mono client offers; a stereo client adds that it sends stereo.
+const (
+	opusFmtp       = "minptime=10;useinbandfec=1"
+	opusStereoFmtp = opusFmtp + ";stereo=1;sprop-stereo=1"
+)
+
+// opusClockRate is Opus's RTP clock (RFC 7587: 48 kHz whatever the
+// source's rate).
+const opusClockRate = 48000
 
 // DefaultCodecs is the order of preference when none is configured: VP8
 // first, so that a sender offering both (browsers) keeps what it sent
@@ -64,8 +78,11 @@ func checkCodecs(codecs []string) error {
 }
 
 func codecMime(c string) string {
-	if c == CodecH264 {
+	switch c {
+	case CodecH264:
 		return webrtc.MimeTypeH264
+	case CodecOpus:
+		return webrtc.MimeTypeOpus
 	}
 	return webrtc.MimeTypeVP8
 }
@@ -77,8 +94,20 @@ func codecOf(mime string) string {
 		return CodecVP8
 	case strings.EqualFold(mime, webrtc.MimeTypeH264):
 		return CodecH264
+	case strings.EqualFold(mime, webrtc.MimeTypeOpus):
+		return CodecOpus
 	}
 	return ""
+}
+
+// registerOpus adds Opus (audio) to a media engine: every server and
+// client can carry it; the server decodes it for audio apps only.
+func registerOpus(m *webrtc.MediaEngine, fmtp string) error {
+	return m.RegisterCodec(webrtc.RTPCodecParameters{
+		RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: opusClockRate, Channels: 2,
+			SDPFmtpLine: fmtp},
+		PayloadType: 111,
+	}, webrtc.RTPCodecTypeAudio)
 }
 
 // registerCodecs adds the codecs to a media engine (payload types are the
@@ -109,12 +138,14 @@ func registerCodecs(m *webrtc.MediaEngine, codecs []string) error {
 	return nil
 }
 
-// offeredCodec is one video payload type of an offer.
+// offeredCodec is one payload type of an offer's video (or audio)
+// section.
 type offeredCodec struct {
-	pt    uint8
-	name  string // as written (VP8, H264, ...)
-	clock uint32
-	fmtp  string
+	pt       uint8
+	name     string // as written (VP8, H264, opus, ...)
+	clock    uint32
+	channels uint32 // audio: the rtpmap's channel count (0: not given)
+	fmtp     string
 }
 
 // ours is the server codec it is, if it can be answered: VP8, or H.264 in
@@ -123,6 +154,11 @@ func (o offeredCodec) ours() string {
 	switch {
 	case strings.EqualFold(o.name, "VP8"):
 		return CodecVP8
+	case strings.EqualFold(o.name, "opus"):
+		if o.clock == opusClockRate && o.channels == 2 {
+			return CodecOpus // RFC 7587 7: always opus/48000/2
+		}
+		return ""
 	case strings.EqualFold(o.name, "H264"):
 		params := fmtpParams(o.fmtp)
 		plid := params["profile-level-id"]
@@ -169,8 +205,8 @@ func fmtpParams(line string) map[string]string {
 	return out
 }
 
-// videoCodecs lists a video media section's payload types in the offer's
-// order.
+// videoCodecs lists a media section's payload types (video or audio) in
+// the offer's order.
 func videoCodecs(m *sdp.MediaDescription) []offeredCodec {
 	var out []offeredCodec
 	fmtps := map[string]string{}
@@ -185,14 +221,17 @@ func videoCodecs(m *sdp.MediaDescription) []offeredCodec {
 			continue
 		}
 		ptS, enc, _ := strings.Cut(a.Value, " ")
-		var pt, clock uint64
+		var pt, clock, channels uint64
 		if _, err := fmt.Sscan(ptS, &pt); err != nil || pt > 127 {
 			continue
 		}
 		name, rate, _ := strings.Cut(enc, "/")
-		rate, _, _ = strings.Cut(rate, "/")
+		rate, chans, _ := strings.Cut(rate, "/")
 		fmt.Sscan(rate, &clock)
-		out = append(out, offeredCodec{pt: uint8(pt), name: name, clock: uint32(clock), fmtp: fmtps[ptS]})
+		if chans != "" {
+			fmt.Sscan(chans, &channels)
+		}
+		out = append(out, offeredCodec{pt: uint8(pt), name: name, clock: uint32(clock), channels: uint32(min(channels, 255)), fmtp: fmtps[ptS]})
 	}
 	return out
 }

@@ -10,6 +10,13 @@
 // requested (PLI) at start, after a lost frame and after a decode error;
 // frames until the next key frame are skipped and counted, never fatal.
 //
+// An app with `media: audio` (Config.Media) takes an Opus track instead
+// (audio.go): RTP (RFC 7587) -> libopus (ingest/opus, with loss
+// concealment for gaps) -> PCM chunks of 1/fps of the app ->
+// AudioSink.IngestAudio, with capture times from the RTP timestamps and
+// sender reports as for video; an offer without the track its app takes
+// is refused at offer time (400 with the reason).
+//
 // Results (Server.Publish, fed by the engine's OnFrame) go back per frame as
 // JSON on the client's DataChannel and as Server-Sent Events on
 // GET /v1/streams/{id}/results. Publisher is the Go WHIP client used by

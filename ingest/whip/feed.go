@@ -26,6 +26,9 @@ func (s *Server) OpenFeed(cfg ingest.FeedConfig) (ingest.Feed, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown app %q (deployed: %s)", cfg.App, s.appList())
 	}
+	if s.mediaOf(app) == dag.Audio {
+		return nil, fmt.Errorf("app %s takes audio: a camera's stream is video (stream audio into it over WHIP with Opus)", app)
+	}
 	if cfg.FPS > 0 {
 		fps = cfg.FPS
 	}

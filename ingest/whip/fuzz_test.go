@@ -190,8 +190,10 @@ func FuzzOffer(f *testing.F) {
 	f.Add(offerSDP(f))
 	f.Add("v=0\r\n")
 	f.Add("v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\na=rtpmap:96 VP8/90000\r\n")
+	f.Add("v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=rtpmap:111 opus/48000/2\r\n")
 	sink := newSink()
-	srv, err := New(Config{Apps: map[dag.AppID]float64{"a": 5}, MaxStreams: 1 << 20,
+	// a takes video, b audio (Opus): each body goes to both.
+	srv, err := New(Config{Apps: map[dag.AppID]float64{"a": 5, "b": 25}, Media: map[dag.AppID]dag.Media{"b": dag.Audio}, MaxStreams: 1 << 20,
 		CPUTime: func() time.Duration { return 0 }}, sink)
 	if err != nil {
 		f.Fatal(err)
@@ -199,24 +201,32 @@ func FuzzOffer(f *testing.F) {
 	f.Cleanup(srv.Close)
 	h := srv.Handler()
 	f.Fuzz(func(t *testing.T, body string) {
-		req := httptest.NewRequest(http.MethodPost, "/whip/a", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/sdp")
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, req)
-		switch {
-		case w.Code == http.StatusCreated:
-			id := w.Header().Get("Mdag-Stream")
-			if st := srv.lookup(id); st != nil {
-				st.endAs(EndClient, "fuzz")
-			}
-		case w.Code >= 400 && w.Code < 500:
-			if len(bytes.TrimSpace(w.Body.Bytes())) == 0 {
-				t.Errorf("%d without a reason", w.Code)
-			}
-		default:
-			t.Errorf("answer %d %q", w.Code, w.Body.String())
+		for _, app := range []string{"a", "b"} {
+			fuzzOffer(t, srv, h, app, body)
 		}
 	})
+}
+
+// fuzzOffer posts body to app's WHIP endpoint: 201 (the stream is ended
+// again) or a 4xx with a reason.
+func fuzzOffer(t *testing.T, srv *Server, h http.Handler, app, body string) {
+	req := httptest.NewRequest(http.MethodPost, "/whip/"+app, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/sdp")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	switch {
+	case w.Code == http.StatusCreated:
+		id := w.Header().Get("Mdag-Stream")
+		if st := srv.lookup(id); st != nil {
+			st.endAs(EndClient, "fuzz")
+		}
+	case w.Code >= 400 && w.Code < 500:
+		if len(bytes.TrimSpace(w.Body.Bytes())) == 0 {
+			t.Errorf("%d without a reason", w.Code)
+		}
+	default:
+		t.Errorf("answer %d %q", w.Code, w.Body.String())
+	}
 }
 
 func TestNTPTime(t *testing.T) {

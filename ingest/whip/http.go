@@ -28,7 +28,7 @@ func (s *Server) handlePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_ = pageTmpl.Execute(w, map[string]any{"App": app, "Open": s.Open()})
+	_ = pageTmpl.Execute(w, map[string]any{"App": app, "Open": s.Open(), "Media": string(s.mediaOf(dag.AppID(app)))})
 }
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {

@@ -38,6 +38,14 @@ type Sink interface {
 	Ingest(streamID string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error
 }
 
+// AudioSink is a Sink that takes audio too (IngestAudio of
+// *coordinator.Engine): a server with an audio app (Config.Media) needs
+// one. A stream of an audio app hands it PCM chunks, numbered from 1 like
+// frames, each 1/fps of the app long.
+type AudioSink interface {
+	IngestAudio(streamID string, seq uint64, capture time.Time, a *media.Audio) error
+}
+
 // Oversize is what happens to frames above the configured resolution.
 type Oversize string
 
@@ -49,8 +57,14 @@ const (
 // Config configures a Server.
 type Config struct {
 	// Apps are the deployed apps and the rate each samples frames at (0:
-	// every frame).
+	// every frame); for an audio app, chunks per second (each chunk is
+	// 1/fps of audio; 0: 20 ms).
 	Apps map[dag.AppID]float64
+	// Media is each app's kind of stream (dag.App.Media); an app not in
+	// it takes video. An audio app's offers must send Opus audio (video in
+	// them is read and discarded); a video app's must send video (audio
+	// is read and discarded).
+	Media map[dag.AppID]dag.Media
 	// Codecs are the video codecs accepted (CodecVP8, CodecH264), in
 	// order of preference: a stream is answered with the first of them its
 	// offer has (default DefaultCodecs).
@@ -255,6 +269,17 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	if cfg.CPUCeiling > 1 {
 		return nil, fmt.Errorf("whip: CPU ceiling %g: want a share of the cores in (0, 1]", cfg.CPUCeiling)
 	}
+	for app, m := range cfg.Media {
+		if _, ok := cfg.Apps[app]; !ok {
+			return nil, fmt.Errorf("whip: Config.Media names app %s, which is not in Config.Apps", app)
+		}
+		if m != dag.Video && m != dag.Audio {
+			return nil, fmt.Errorf("whip: Config.Media[%s] = %q: want video or audio", app, m)
+		}
+		if _, ok := sink.(AudioSink); m == dag.Audio && !ok {
+			return nil, fmt.Errorf("whip: app %s takes audio but the sink (%T) has no IngestAudio", app, sink)
+		}
+	}
 	s := &Server{cfg: cfg, sink: sink, api: api, clk: cfg.Clock, log: cfg.Log, streams: map[string]*stream{},
 		totals: map[string]*ingest.Totals{}, origins: origins, auth: cfg.Auth, byToken: map[string]int{},
 		offers: auth.NewLimiter(cfg.OfferRates, cfg.Clock), logs: &auth.LogLimiter{Clock: cfg.Clock, Log: cfg.Log, Every: 10 * time.Second}}
@@ -434,7 +459,17 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("offer: %v (limit %d bytes)", err, maxOffer))
 		return
 	}
-	pick, code, msg := checkOffer(body, s.cfg.Codecs)
+	var pick offeredCodec
+	var code int
+	var msg string
+	if s.mediaOf(app) == dag.Audio {
+		pick, code, msg = checkAudioOffer(body, app)
+	} else {
+		pick, code, msg = checkOffer(body, s.cfg.Codecs)
+		if code == http.StatusBadRequest && strings.HasPrefix(msg, noVideo) {
+			msg = fmt.Sprintf("app %s takes video: %s", app, msg)
+		}
+	}
 	if code != 0 {
 		if code == statusRecvonly {
 			code = http.StatusBadRequest
@@ -536,25 +571,86 @@ func checkOfferVideo(body []byte) (int, string, []offeredCodec) {
 			continue
 		}
 		video = true
-		// The direction: the media section's, else the session's (RFC
-		// 8866 6.7), else sendrecv.
-		dir := ""
-		for _, attrs := range [][]sdp.Attribute{m.Attributes, d.Attributes} {
-			for _, a := range attrs {
-				if dir == "" && (a.Key == "sendonly" || a.Key == "sendrecv" || a.Key == "recvonly" || a.Key == "inactive") {
-					dir = a.Key
-				}
-			}
-		}
+		dir := direction(m, &d)
 		if dir == "recvonly" || dir == "inactive" {
 			return statusRecvonly, fmt.Sprintf("the offer's video section is %s: a WHIP offer must send video (sendonly or sendrecv)", dir), nil
 		}
 		offer = append(offer, videoCodecs(m)...)
 	}
 	if !video {
-		return http.StatusBadRequest, "the offer has no video media section (m=video); mdag ingests video (VP8, H264)", nil
+		return http.StatusBadRequest, noVideo + "; mdag ingests video (VP8, H264)", nil
 	}
 	return 0, "", offer
+}
+
+// noVideo begins checkOfferVideo's answer to an offer without video.
+const noVideo = "the offer has no video media section (m=video)"
+
+// mediaOf is app's kind of stream (video unless Config.Media says audio).
+func (s *Server) mediaOf(app dag.AppID) dag.Media {
+	if m := s.cfg.Media[app]; m != "" {
+		return m
+	}
+	return dag.Video
+}
+
+// checkAudioOffer is checkOffer for an audio app: the offer must have an
+// audio section that sends (sendonly or sendrecv) with Opus
+// (opus/48000/2); else 400 with the reason (an offer that only sends
+// video, a recvonly audio section: statusRecvonly, an audio section
+// without Opus). Video sections are allowed: their media is read and
+// discarded.
+func checkAudioOffer(body []byte, app dag.AppID) (offeredCodec, int, string) {
+	var d sdp.SessionDescription
+	if err := d.Unmarshal(body); err != nil {
+		return offeredCodec{}, http.StatusBadRequest, fmt.Sprintf("malformed SDP offer: %v", err)
+	}
+	audio, video := false, false
+	var offered []string
+	for _, m := range d.MediaDescriptions {
+		switch m.MediaName.Media {
+		case "video":
+			video = true
+			continue
+		case "audio":
+		default:
+			continue
+		}
+		audio = true
+		if dir := direction(m, &d); dir == "recvonly" || dir == "inactive" {
+			return offeredCodec{}, statusRecvonly, fmt.Sprintf("app %s takes audio and the offer's audio section is %s: a WHIP offer must send audio (sendonly or sendrecv)", app, dir)
+		}
+		for _, o := range videoCodecs(m) {
+			if o.ours() == CodecOpus {
+				return o, 0, ""
+			}
+			if d := o.name; !slices.Contains(offered, d) {
+				offered = append(offered, d)
+			}
+		}
+	}
+	switch {
+	case !audio && video:
+		return offeredCodec{}, http.StatusBadRequest, fmt.Sprintf("app %s takes audio: the offer sends only video (no m=audio section); send an Opus audio track", app)
+	case !audio:
+		return offeredCodec{}, http.StatusBadRequest, fmt.Sprintf("app %s takes audio: the offer has no audio media section (m=audio); send an Opus audio track", app)
+	case len(offered) == 0:
+		return offeredCodec{}, http.StatusBadRequest, fmt.Sprintf("app %s takes audio: the offer's audio section lists no codecs (a=rtpmap); supported: opus/48000/2", app)
+	}
+	return offeredCodec{}, http.StatusBadRequest, fmt.Sprintf("app %s takes audio: no Opus in the offer (offered: %s); supported: opus/48000/2 (RFC 7587)", app, strings.Join(offered, ", "))
+}
+
+// direction is a media section's direction: its own attribute, else the
+// session's (RFC 8866 6.7), else sendrecv ("").
+func direction(m *sdp.MediaDescription, d *sdp.SessionDescription) string {
+	for _, attrs := range [][]sdp.Attribute{m.Attributes, d.Attributes} {
+		for _, a := range attrs {
+			if a.Key == "sendonly" || a.Key == "sendrecv" || a.Key == "recvonly" || a.Key == "inactive" {
+				return a.Key
+			}
+		}
+	}
+	return ""
 }
 
 // reserve takes a pending slot for a POST, or says why not: the stream
@@ -601,6 +697,9 @@ func (s *Server) start(app dag.AppID, caps streamCaps, offer string, pick offere
 	}
 	st := newStream(s, id, app, caps.fps, pc)
 	st.maxW, st.maxH = caps.maxW, caps.maxH
+	if pick.ours() == CodecOpus {
+		st.audioFmtp = pick.fmtp
+	}
 	fail := func(code int, err error) (*stream, string, int, error) {
 		st.endAs(EndSetupFailed, "setup failed: "+err.Error())
 		return nil, "", code, err
@@ -609,13 +708,18 @@ func (s *Server) start(app dag.AppID, caps streamCaps, offer string, pick offere
 		return fail(http.StatusBadRequest, fmt.Errorf("offer rejected: %v", err))
 	}
 	// Answer with the one codec chosen (the server's preference, not the
-	// offer's): the sender then has no other to send.
+	// offer's): the sender then has no other to send. An audio app's pick
+	// is Opus, for the audio sections.
+	kind := webrtc.RTPCodecTypeVideo
+	if pick.ours() == CodecOpus {
+		kind = webrtc.RTPCodecTypeAudio
+	}
 	for _, t := range pc.GetTransceivers() {
-		if t.Kind() != webrtc.RTPCodecTypeVideo {
+		if t.Kind() != kind {
 			continue
 		}
 		if err := t.SetCodecPreferences([]webrtc.RTPCodecParameters{{
-			RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: codecMime(pick.ours()), ClockRate: pick.clock, SDPFmtpLine: pick.fmtp},
+			RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: codecMime(pick.ours()), ClockRate: pick.clock, Channels: uint16(pick.channels), SDPFmtpLine: pick.fmtp},
 			PayloadType:        webrtc.PayloadType(pick.pt),
 		}}); err != nil {
 			return fail(http.StatusBadRequest, fmt.Errorf("cannot answer with %s: %v", pick.describe(), err))

@@ -104,6 +104,11 @@ type StreamInfo struct {
 	// a later frame).
 	Refused   uint64 `json:"refused_frames,omitempty"`
 	NoPicture uint64 `json:"no_picture,omitempty"`
+	// Concealed counts, for an audio stream (Codec opus), the Opus frames
+	// made up by loss concealment for packets lost (Lost counts the
+	// packets; at most 5 are concealed a gap); its Frames are the Opus
+	// packets decoded, Ingested the PCM chunks handed to the session.
+	Concealed uint64 `json:"concealed,omitempty"`
 	Restarts  uint64 `json:"timeline_restarts"`
 	LastError string `json:"last_error,omitempty"`
 	// Simulcast (simulcast.go): the layer decoded ("h 640x360": its rid
@@ -128,9 +133,9 @@ const (
 )
 
 type counters struct {
-	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped, discarded, restarts, cameraLost, padding, refused, noPicture atomic.Uint64
-	busy                                                                                                                                                                atomic.Int64 // ns the media goroutine spent on frames (decode, convert, resize, objects)
-	gap                                                                                                                                                                 atomic.Int64 // ns a camera's stream went without frames after its camera was lost
+	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped, discarded, restarts, cameraLost, padding, refused, noPicture, concealed atomic.Uint64
+	busy                                                                                                                                                                           atomic.Int64 // ns the media goroutine spent on frames (decode, convert, resize, objects)
+	gap                                                                                                                                                                            atomic.Int64 // ns a camera's stream went without frames after its camera was lost
 }
 
 // admState is a stream's admission state, guarded by the server's mu.
@@ -177,7 +182,9 @@ type stream struct {
 	lastMedia time.Time
 	idle      clock.Timer
 	connect   clock.Timer
-	video     bool                      // a video track is being read (one per stream)
+	video     bool                      // a video track (an audio app: an Opus track) is being read (one per stream)
+	audio     bool                      // the app takes audio (Config.Media)
+	audioFmtp string                    // the offer's Opus fmtp (stereo=1: decoded to stereo), set before the track starts
 	sim       atomic.Pointer[simulcast] // a simulcast offer's layers (nil: one video track); set under mu
 
 	done  chan struct{}
@@ -188,7 +195,7 @@ type stream struct {
 
 func newStream(s *Server, id string, app dag.AppID, fps float64, pc *webrtc.PeerConnection) *stream {
 	st := &stream{s: s, id: id, app: app, fps: fps, pc: pc, source: "whip", started: s.clk.Now(), subs: map[chan Result]struct{}{},
-		lastMedia: s.clk.Now(), done: make(chan struct{})}
+		lastMedia: s.clk.Now(), done: make(chan struct{}), audio: s.mediaOf(app) == dag.Audio}
 	if pc == nil {
 		return st
 	}
@@ -241,11 +248,14 @@ func (st *stream) armConnectAfter(d time.Duration) {
 		admitted := st.adm.admitted
 		st.s.mu.Unlock()
 		if !admitted {
-			what := "the offer"
+			what, unit := "the offer", "video frame"
 			if st.pc == nil {
 				what = "the camera's stream opening"
 			}
-			st.endAs(EndConnectTimeout, fmt.Sprintf("no video frame decoded within %v of %s (connect timeout)", d, what))
+			if st.audio {
+				unit = "audio chunk"
+			}
+			st.endAs(EndConnectTimeout, fmt.Sprintf("no %s decoded within %v of %s (connect timeout)", unit, d, what))
 		}
 	})
 }
@@ -313,7 +323,7 @@ func (st *stream) info() StreamInfo {
 		Packets: st.c.packets.Load(), Frames: st.c.frames.Load(), Ingested: st.c.ingested.Load(), Sampled: st.c.sampled.Load(),
 		Lost: st.c.lost.Load(), DecodeErrors: st.c.decodeErrors.Load(), WaitingKey: st.c.waitingKey.Load(), PLIs: st.c.plis.Load(),
 		ResultsSent: st.c.resultsSent.Load(), ResultsDropped: st.c.resultsDropped.Load(),
-		Discarded: st.c.discarded.Load(), Padding: st.c.padding.Load(), Refused: st.c.refused.Load(), NoPicture: st.c.noPicture.Load(), Restarts: st.c.restarts.Load(), LastError: st.lastErr}
+		Discarded: st.c.discarded.Load(), Padding: st.c.padding.Load(), Refused: st.c.refused.Load(), NoPicture: st.c.noPicture.Load(), Concealed: st.c.concealed.Load(), Restarts: st.c.restarts.Load(), LastError: st.lastErr}
 }
 
 // ---- results ----
@@ -453,6 +463,10 @@ func (st *stream) waitGoodbyes() {
 
 func (st *stream) onTrack(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver) {
 	codec := codecOf(track.Codec().MimeType)
+	if st.audio {
+		st.onAudioTrack(track, recv, codec)
+		return
+	}
 	if track.Kind() == webrtc.RTPCodecTypeVideo && codec != "" && track.RID() != "" {
 		st.onLayer(track, recv, codec) // a simulcast layer
 		return
@@ -467,13 +481,7 @@ func (st *stream) onTrack(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver) {
 	if !first {
 		// Audio or a second video track: read and discard, so the
 		// interceptors (RTCP) keep working.
-		go func() {
-			for {
-				if _, _, err := track.ReadRTP(); err != nil {
-					return
-				}
-			}
-		}()
+		discard(track)
 		return
 	}
 	st.s.mu.Lock()
@@ -481,24 +489,40 @@ func (st *stream) onTrack(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver) {
 	st.s.mu.Unlock()
 	st.s.wg.Add(2)
 	sync := &captureClock{}
-	go func() {
-		defer st.s.wg.Done()
-		for {
-			pkts, _, err := recv.ReadRTCP()
-			if err != nil {
-				return
-			}
-			for _, p := range pkts {
-				if sr, ok := p.(*rtcp.SenderReport); ok {
-					sync.senderReport(sr.NTPTime, sr.RTPTime, st.s.clk.Now())
-				}
-			}
-		}
-	}()
+	go st.readSenderReports(recv, sync)
 	go func() {
 		defer st.s.wg.Done()
 		st.readVideo(track, codec, sync)
 	}()
+}
+
+// discard reads a track the stream does not use (audio of a video app, a
+// second track) and drops it, so the interceptors (RTCP) keep working.
+func discard(track *webrtc.TrackRemote) {
+	go func() {
+		for {
+			if _, _, err := track.ReadRTP(); err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// readSenderReports feeds the RTCP sender reports of recv to sync until
+// the receiver closes (st.s.wg counted by the caller).
+func (st *stream) readSenderReports(recv *webrtc.RTPReceiver, sync *captureClock) {
+	defer st.s.wg.Done()
+	for {
+		pkts, _, err := recv.ReadRTCP()
+		if err != nil {
+			return
+		}
+		for _, p := range pkts {
+			if sr, ok := p.(*rtcp.SenderReport); ok {
+				sync.senderReport(sr.NTPTime, sr.RTPTime, st.s.clk.Now())
+			}
+		}
+	}
 }
 
 func (st *stream) readVideo(track *webrtc.TrackRemote, codec string, sync *captureClock) {
@@ -680,20 +704,25 @@ func (p *pipeline) frame(fr codedFrame, now time.Time) bool {
 		p.joined = true
 	}
 	p.seq++
-	if err := st.s.sink.Ingest(st.id, p.seq, capture, img, truth); err != nil {
-		// Refused by the session (the stream is not in it, the
-		// coordinator is unreachable): counted; maxRefusedRun in a row
-		// end the stream, so it is not decoded for nothing (a camera then
-		// opens a new stream).
+	return st.handed(st.s.sink.Ingest(st.id, p.seq, capture, img, truth), &p.refusedRun, "frames")
+}
+
+// handed counts what the session said to one frame or chunk (what: its
+// kind, plural) and says whether the stream goes on. A refusal (the stream
+// is not in the session, the coordinator is unreachable) is counted;
+// maxRefusedRun in a row (run) end the stream, so it is not decoded for
+// nothing (a camera then opens a new stream).
+func (st *stream) handed(err error, run *int, what string) bool {
+	if err != nil {
 		st.c.refused.Add(1)
 		st.fail(err)
-		if p.refusedRun++; p.refusedRun >= maxRefusedRun {
-			go st.endAs(EndError, fmt.Sprintf("the session refused %d frames in a row: %v", p.refusedRun, err))
+		if *run++; *run >= maxRefusedRun {
+			go st.endAs(EndError, fmt.Sprintf("the session refused %d %s in a row: %v", *run, what, err))
 			return false
 		}
 		return true
 	}
-	p.refusedRun = 0
+	*run = 0
 	st.c.ingested.Add(1)
 	return true
 }
@@ -863,6 +892,7 @@ func (st *stream) setSize(w, h int) {
 // that is earlier, dropped for one that is later), so capture times stay
 // steady and never after arrival.
 type captureClock struct {
+	rate      int64 // the RTP clock (0: video's 90 kHz; Opus: 48 kHz)
 	mu        sync.Mutex
 	base      bool
 	bRTP      uint32
@@ -929,12 +959,12 @@ func (c *captureClock) capture(ts uint32, arrival time.Time) time.Time {
 	if !c.base {
 		c.base, c.bRTP, c.bAt = true, ts, arrival
 	}
-	at := c.bAt.Add(rtpDelta(ts, c.bRTP))
+	at := c.bAt.Add(c.delta(ts, c.bRTP))
 	if len(c.srs) > 0 {
 		best := c.srs[0]
-		sr := best.at.Add(rtpDelta(ts, best.rtp))
+		sr := best.at.Add(c.delta(ts, best.rtp))
 		for _, x := range c.srs[1:] {
-			if t := x.at.Add(rtpDelta(ts, x.rtp)); t.Before(sr) {
+			if t := x.at.Add(c.delta(ts, x.rtp)); t.Before(sr) {
 				best, sr = x, t
 			}
 		}
@@ -945,7 +975,7 @@ func (c *captureClock) capture(ts uint32, arrival time.Time) time.Time {
 			// later than the old mapping (the old report left the window:
 			// the sender's delay really grew) starts afresh.
 			if c.late > 0 && c.lateFor != (srSample{}) {
-				if d := c.lateFor.at.Add(rtpDelta(ts, c.lateFor.rtp)).Sub(sr); d >= 0 {
+				if d := c.lateFor.at.Add(c.delta(ts, c.lateFor.rtp)).Sub(sr); d >= 0 {
 					c.late = max(0, c.late-d)
 				} else {
 					c.late = 0
@@ -974,8 +1004,13 @@ func (c *captureClock) capture(ts uint32, arrival time.Time) time.Time {
 	return at
 }
 
-func rtpDelta(ts, ref uint32) time.Duration {
-	return time.Duration(int64(int32(ts-ref)) * int64(time.Second) / videoClockRate)
+// delta is the time from RTP timestamp ref to ts on the clock's rate.
+func (c *captureClock) delta(ts, ref uint32) time.Duration {
+	rate := c.rate
+	if rate <= 0 {
+		rate = videoClockRate
+	}
+	return time.Duration(int64(int32(ts-ref)) * int64(time.Second) / rate)
 }
 
 // ntpTime converts a 64-bit NTP timestamp (RFC 3550) to time.

@@ -37,6 +37,7 @@ type fakeSink struct {
 	joined    map[string]dag.AppID
 	left      map[string]bool
 	frames    map[string][]ingested
+	audio     map[string][]chunk // IngestAudio's (audio_test.go)
 	srv       *Server
 	joinErr   error
 	ingestErr error // Ingest's answer while set

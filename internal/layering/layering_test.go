@@ -20,14 +20,14 @@ var pure = []string{
 	"media", "modules", "dag", "profile", "allocator", "placement", "placement/squishy",
 	"scheduler", "scheduler/sim", "gpu", "gpu/decode", "gpu/registry", "gpu/prep", "gpu/kserve", "worker", "coordinator",
 	// beyond the list: what the lean worker and the observers need
-	"ingest", "ingest/synth", "remote/wire", "remote/client", "internal/pki", "observe/metrics",
+	"ingest", "ingest/synth", "ingest/audiofile", "remote/wire", "remote/client", "internal/pki", "observe/metrics",
 	"profile/serf", "profile/measure", "coordinator/store",
 }
 
 // native are the import paths (prefixes) that link native code at the edges.
 // (onnxruntime_go links no library, it dlopens ONNX Runtime, but it is cgo
 // and an edge all the same: only gpu/onnx and the binary reach it.)
-var native = []string{"gocv.io/x/gocv", "github.com/draffensperger/golp", "github.com/pion/", module + "ingest/vpx", module + "ingest/avc", module + "internal/lpsolve",
+var native = []string{"gocv.io/x/gocv", "github.com/draffensperger/golp", "github.com/pion/", module + "ingest/vpx", module + "ingest/avc", module + "ingest/opus", module + "internal/lpsolve",
 	"github.com/yalue/onnxruntime_go", module + "gpu/onnx"}
 
 // allowed lists, per package, the mdag packages it may import (tests
@@ -45,6 +45,7 @@ var allowed = map[string][]string{
 	"internal/pki":          {},
 	"internal/auth":         {"internal/clock", "internal/yamlx"},
 	"ingest":                {},
+	"ingest/audiofile":      {"media"},
 	"modules":               {"media"},
 	"dag":                   {"modules", "internal/yamlx"},
 	"profile":               {"dag", "internal/yamlx"},
@@ -83,7 +84,8 @@ var allowed = map[string][]string{
 	"gpu/nvml":    {},
 	"ingest/vpx":  {"media"},
 	"ingest/avc":  {"media"},
-	"ingest/whip": {"dag", "ingest", "ingest/avc", "ingest/vpx", "internal/auth", "internal/clock", "internal/defaults", "media"},
+	"ingest/opus": {"media"},
+	"ingest/whip": {"dag", "ingest", "ingest/avc", "ingest/opus", "ingest/vpx", "internal/auth", "internal/clock", "internal/defaults", "media"},
 	"ingest/rtsp": {"ingest", "internal/clock", "internal/yamlx"},
 	// the binary wires everything
 	"cmd/mdag": nil,

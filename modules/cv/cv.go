@@ -1,5 +1,7 @@
 // Package cv holds the CPU ops and frame helpers that need OpenCV (gocv):
-// the resize and haar-face ops (Register adds them to a modules.Registry),
+// the resize, haar-face, hog-people, motion (stateful: one background model
+// per stream), annotate and letterbox ops (Register adds them to a
+// modules.Registry),
 // Resize and ResizeArea (the full binary's media.Scaler), ToMat/FromMat,
 // Thumbnail (the dashboard's JPEG encoder) and Motion, the
 // background-subtraction detector of the live sources. It is an edge
@@ -23,14 +25,27 @@ import (
 // DefaultCascade is Debian's frontal-face Haar cascade (package opencv-data).
 const DefaultCascade = "/usr/share/opencv4/haarcascades/haarcascade_frontalface_default.xml"
 
-// Register adds the OpenCV ops to r: resize and haar-face.
+// Register adds the OpenCV ops to r: resize, haar-face, hog-people,
+// motion, annotate and letterbox.
 func Register(r *modules.Registry) error {
-	if err := r.Register("resize", func(p modules.Params) (modules.Processor, error) {
-		return resize{w: p.Int("width"), h: p.Int("height")}, nil
-	}); err != nil {
-		return err
+	for _, op := range []struct {
+		name modules.OpID
+		f    modules.Factory
+	}{
+		{"resize", func(p modules.Params) (modules.Processor, error) {
+			return resize{w: p.Int("width"), h: p.Int("height")}, nil
+		}},
+		{"haar-face", newHaar},
+		{"hog-people", newHOG},
+		{"motion", newMotionOp},
+		{"annotate", newAnnotate},
+		{"letterbox", newLetterbox},
+	} {
+		if err := r.Register(op.name, op.f); err != nil {
+			return err
+		}
 	}
-	return r.Register("haar-face", newHaar)
+	return nil
 }
 
 // resize scales the frame (and its boxes) to width x height.

@@ -95,13 +95,22 @@ func TestNewErrors(t *testing.T) {
 		is     error
 		msg    string
 	}{
-		{"track", nil, modules.ErrNotImplemented, "op track: op has no implementation in this binary (implemented: count, crop, haar-face, resize, sink)"},
 		{"warp", nil, nil, `unknown op "warp"`},
 		{"resize", map[string]any{"width": 0, "height": 10}, nil, "op resize: params.width: must be > 0, got 0"},
 		{"crop", map[string]any{"pad": "x"}, nil, "op crop: params.pad: want an integer, got x"},
 		{"crop", map[string]any{"classes": []any{1}}, nil, "op crop: params.classes[0]: want a string, got 1"},
 		{"haar-face", map[string]any{"cascade": "/nonexistent.xml"}, nil, "haar-face: cascade /nonexistent.xml"},
 		{"haar-face", map[string]any{"scale_factor": 1.0}, nil, "op haar-face: params.scale_factor: must be > 1, got 1"},
+		{"hog-people", map[string]any{"scale": 1}, nil, "op hog-people: params.scale: must be > 1, got 1"},
+		{"hog-people", map[string]any{"width": 32}, nil, "op hog-people: params.width: must be 0 or >= 64, got 32"},
+		{"hog-people", map[string]any{"min_score": 2}, nil, "op hog-people: params.min_score: must be between 0 and 1, got 2"},
+		{"motion", map[string]any{"drop_still": true}, nil, "op motion: params.drop_still: want an integer, got true"},
+		{"motion", map[string]any{"drop_still": 2}, nil, "op motion: params.drop_still: must be 0 (off) or 1 (on), got 2"},
+		{"motion", map[string]any{"min_area": 1}, nil, "op motion: params.min_area: must be > 0 and < 1, got 1"},
+		{"motion", map[string]any{"warmup": 0}, nil, "op motion: params.warmup: must be > 0, got 0"},
+		{"annotate", map[string]any{"thickness": 0, "labels": "yes"}, nil, "op annotate: params.labels: want an integer, got yes; params.thickness: must be between 1 and 32, got 0"},
+		{"letterbox", map[string]any{"pad": 256}, nil, "op letterbox: params.pad: must be between 0 and 255, got 256"},
+		{"letterbox", map[string]any{"width": 0}, nil, "op letterbox: params.width: must be between 1 and 16384, got 0"},
 	}
 	for _, tc := range tests {
 		_, err := New(tc.op, tc.params)

@@ -26,6 +26,8 @@ type Motion struct {
 	kernel       gocv.Mat
 	w, h, sw, sh int // frame size the model learnt, and its small copy's
 	seen         int
+	warmup       int     // frames learnt before reporting
+	minArea      float64 // smallest region, a fraction of the frame
 }
 
 // motionWidth is the width the background model runs at; motionWarmup the
@@ -39,10 +41,19 @@ const (
 )
 
 // NewMotion returns a motion estimator for one stream.
-func NewMotion() *Motion {
+func NewMotion() *Motion { return newMotion(motionWarmup, motionMinArea) }
+
+// newMotion is NewMotion learning warmup frames before reporting and
+// reporting regions of at least minArea of the frame (the motion op's
+// params).
+func newMotion(warmup int, minArea float64) *Motion {
 	return &Motion{mog: gocv.NewBackgroundSubtractorMOG2WithParams(300, 32, false), small: gocv.NewMat(), mask: gocv.NewMat(),
-		kernel: gocv.GetStructuringElement(gocv.MorphEllipse, image.Pt(3, 3))}
+		kernel: gocv.GetStructuringElement(gocv.MorphEllipse, image.Pt(3, 3)), warmup: warmup, minArea: minArea}
 }
+
+// Warm reports whether the model has learnt its warm-up frames at the
+// current frame size: from then on no regions means no motion.
+func (m *Motion) Warm() bool { return m.seen > m.warmup }
 
 // Close releases the estimator.
 func (m *Motion) Close() {
@@ -73,7 +84,7 @@ func (m *Motion) Boxes(f *media.Frame) []media.Box {
 	defer mat.Close()
 	gocv.Resize(mat, &m.small, image.Pt(m.sw, m.sh), 0, 0, gocv.InterpolationArea)
 	m.mog.Apply(m.small, &m.mask)
-	if m.seen++; m.seen <= motionWarmup {
+	if m.seen++; m.seen <= m.warmup {
 		return nil
 	}
 	gocv.MorphologyEx(m.mask, &m.mask, gocv.MorphOpen, m.kernel)
@@ -81,7 +92,7 @@ func (m *Motion) Boxes(f *media.Frame) []media.Box {
 	gocv.Dilate(m.mask, &m.mask, m.kernel)
 	cs := gocv.FindContours(m.mask, gocv.RetrievalExternal, gocv.ChainApproxSimple)
 	defer cs.Close()
-	minArea := motionMinArea * float64(m.sw*m.sh)
+	minArea := m.minArea * float64(m.sw*m.sh)
 	sx, sy := float64(f.W)/float64(m.sw), float64(f.H)/float64(m.sh)
 	var out []media.Box
 	for i := range cs.Size() {

@@ -76,6 +76,23 @@ func permanent(err error, connected bool) bool {
 // a camera that never connected (no coordinator, a refused handshake)
 // returns the last error when it stops.
 func StreamReconnecting(ctx context.Context, cc *grpc.ClientConn, app, stream string, pat *synth.Pattern, index int, fps float64, count uint64, rc Reconnect) (*StreamResult, error) {
+	return streamReconnecting(ctx, cc, app, stream, rc, func(r *reconnecting) error {
+		return pat.Generate(ctx, r.rc.Clock, index, stream, fps, count, r.sink)
+	})
+}
+
+// StreamAudioReconnecting is StreamReconnecting for an app with media:
+// audio: the synthetic tone's chunks (1/fps long, fps a second) instead of
+// frames, in IngestMessage.audio.
+func StreamAudioReconnecting(ctx context.Context, cc *grpc.ClientConn, app, stream string, tone *synth.Tone, index int, fps float64, count uint64, rc Reconnect) (*StreamResult, error) {
+	return streamReconnecting(ctx, cc, app, stream, rc, func(r *reconnecting) error {
+		return tone.Generate(ctx, r.rc.Clock, index, stream, fps, count, r.audioSink)
+	})
+}
+
+// streamReconnecting runs generate (a source feeding r's sinks) over a
+// connection that is opened again when it breaks.
+func streamReconnecting(ctx context.Context, cc *grpc.ClientConn, app, stream string, rc Reconnect, generate func(r *reconnecting) error) (*StreamResult, error) {
 	if rc.Backoff <= 0 {
 		rc.Backoff = 100 * time.Millisecond
 	}
@@ -90,7 +107,7 @@ func StreamReconnecting(ctx context.Context, cc *grpc.ClientConn, app, stream st
 	}
 	r := &reconnecting{ctx: ctx, cc: cc, app: app, stream: stream, rc: rc, backoff: rc.Backoff, res: &StreamResult{}, cancelConn: func() {}}
 	defer func() { r.cancelConn() }()
-	genErr := pat.Generate(ctx, rc.Clock, index, stream, fps, count, r.sink)
+	genErr := generate(r)
 	if r.cl != nil {
 		if err := r.closeConn(); err != nil && genErr == nil {
 			genErr = err
@@ -123,6 +140,22 @@ type reconnecting struct {
 }
 
 func (r *reconnecting) sink(_ string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error {
+	return r.send(seq, func() *api.IngestMessage {
+		return &api.IngestMessage{Seq: seq, CaptureUnixNs: capture.UnixNano(), Frame: wire.FrameToPB(f), Truth: wire.BoxesToPB(truth)}
+	})
+}
+
+// audioSink is sink for an audio chunk.
+func (r *reconnecting) audioSink(_ string, seq uint64, capture time.Time, a *media.Audio) error {
+	return r.send(seq, func() *api.IngestMessage {
+		return &api.IngestMessage{Seq: seq, CaptureUnixNs: capture.UnixNano(), Audio: wire.AudioToPB(a)}
+	})
+}
+
+// send sends message seq (made by msg only when there is a connection to
+// send it on), opening a connection first if there is none and its time
+// has come; a message that cannot go is skipped (counted).
+func (r *reconnecting) send(seq uint64, msg func() *api.IngestMessage) error {
 	r.res.Generated = seq + 1
 	now := r.rc.Clock.Now()
 	if r.cl == nil {
@@ -135,7 +168,7 @@ func (r *reconnecting) sink(_ string, seq uint64, capture time.Time, f *media.Fr
 			return r.broke(err)
 		}
 	}
-	err := r.cl.Send(&api.IngestMessage{Seq: seq, CaptureUnixNs: capture.UnixNano(), Frame: wire.FrameToPB(f), Truth: wire.BoxesToPB(truth)})
+	err := r.cl.Send(msg())
 	if err == nil {
 		r.sentOnConn++
 		return nil

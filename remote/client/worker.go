@@ -249,8 +249,13 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 			}
 			send(&api.WorkerMessage{Msg: &api.WorkerMessage_LoadReply{LoadReply: reply}})
 		case *api.CoordinatorMessage_Task:
+			// Every kind of task (a frame, or a stateful module's export,
+			// checkpoint or import) goes to the worker; one this side
+			// cannot decode (a kind it does not know, too much state, a
+			// bad item) is answered BadTask with the reason.
 			t, err := wire.TaskFromPB(m.Task)
 			if err != nil {
+				cfg.Log.Warn("bad task from the coordinator", "task", m.Task.Id, "err", err)
 				send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: wire.ResultToPB(worker.Result{Task: m.Task.Id, Outcome: worker.BadTask, Detail: err.Error()})}})
 				continue
 			}

@@ -6,6 +6,7 @@
 package wire
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,7 +112,8 @@ func FrameFromPB(f *api.Frame) (*media.Frame, error) {
 
 func ItemToPB(it *media.Item) *api.Item {
 	out := &api.Item{Stream: it.Stream, Seq: it.Seq, CaptureUnixNs: UnixNS(it.Capture), DeadlineUnixNs: UnixNS(it.Deadline),
-		Frame: FrameToPB(it.Frame), Boxes: BoxesToPB(it.Boxes), Truth: BoxesToPB(it.Truth), Labels: it.Labels}
+		Frame: FrameToPB(it.Frame), Boxes: BoxesToPB(it.Boxes), Truth: BoxesToPB(it.Truth), Labels: it.Labels,
+		Tracks: TracksToPB(it.Tracks), Steps: StepsToPB(it.Steps), Events: EventsToPB(it.Events), Audio: AudioToPB(it.Audio)}
 	if it.Region != nil {
 		out.Region = BoxesToPB([]media.Box{*it.Region})[0]
 	}
@@ -124,13 +126,20 @@ func ItemToPB(it *media.Item) *api.Item {
 	return out
 }
 
+// ItemFromPB decodes an item; its frame and audio are checked (outside
+// input), the rest is taken as it is (Caps.CheckItem bounds the counts).
 func ItemFromPB(p *api.Item) (*media.Item, error) {
 	f, err := FrameFromPB(p.Frame)
 	if err != nil {
 		return nil, fmt.Errorf("stream %s frame %d: %w", p.Stream, p.Seq, err)
 	}
+	a, err := AudioFromPB(p.Audio)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s frame %d: %w", p.Stream, p.Seq, err)
+	}
 	it := &media.Item{Stream: p.Stream, Seq: p.Seq, Capture: FromNS(p.CaptureUnixNs), Deadline: FromNS(p.DeadlineUnixNs),
-		Frame: f, Boxes: BoxesFromPB(p.Boxes), Truth: BoxesFromPB(p.Truth), Labels: p.Labels}
+		Frame: f, Boxes: BoxesFromPB(p.Boxes), Truth: BoxesFromPB(p.Truth), Labels: p.Labels,
+		Tracks: TracksFromPB(p.Tracks), Steps: StepsFromPB(p.Steps), Events: EventsFromPB(p.Events), Audio: a}
 	if p.Region != nil {
 		r := BoxFromPB(p.Region)
 		it.Region = &r
@@ -144,8 +153,136 @@ func ItemFromPB(p *api.Item) (*media.Item, error) {
 	return it, nil
 }
 
+func TracksToPB(ts []media.Track) []*api.Track {
+	if len(ts) == 0 {
+		return nil
+	}
+	out := make([]*api.Track, len(ts))
+	for i, t := range ts {
+		out[i] = &api.Track{Id: t.ID, Box: BoxesToPB([]media.Box{t.Box})[0], Age: int32(t.Age), Hits: int32(t.Hits), Missed: int32(t.Missed)}
+	}
+	return out
+}
+
+// TracksFromPB decodes tracks; a track without a box has the zero box.
+func TracksFromPB(ts []*api.Track) []media.Track {
+	if len(ts) == 0 {
+		return nil
+	}
+	out := make([]media.Track, len(ts))
+	for i, t := range ts {
+		out[i] = media.Track{ID: t.GetId(), Box: BoxFromPB(t.GetBox()), Age: int(t.GetAge()), Hits: int(t.GetHits()), Missed: int(t.GetMissed())}
+	}
+	return out
+}
+
+func StepsToPB(ss []media.Step) []*api.Step {
+	if len(ss) == 0 {
+		return nil
+	}
+	out := make([]*api.Step, len(ss))
+	for i, s := range ss {
+		out[i] = &api.Step{Seq: s.Seq, Boxes: BoxesToPB(s.Boxes), Labels: s.Labels, Tracks: TracksToPB(s.Tracks)}
+	}
+	return out
+}
+
+func StepsFromPB(ss []*api.Step) []media.Step {
+	if len(ss) == 0 {
+		return nil
+	}
+	out := make([]media.Step, len(ss))
+	for i, s := range ss {
+		out[i] = media.Step{Seq: s.GetSeq(), Boxes: BoxesFromPB(s.GetBoxes()), Labels: s.GetLabels(), Tracks: TracksFromPB(s.GetTracks())}
+	}
+	return out
+}
+
+func EventsToPB(es []media.Event) []*api.Event {
+	if len(es) == 0 {
+		return nil
+	}
+	out := make([]*api.Event, len(es))
+	for i, e := range es {
+		out[i] = &api.Event{Kind: e.Kind, Rule: e.Rule, Track: e.Track, Detail: e.Detail}
+	}
+	return out
+}
+
+func EventsFromPB(es []*api.Event) []media.Event {
+	if len(es) == 0 {
+		return nil
+	}
+	out := make([]media.Event, len(es))
+	for i, e := range es {
+		out[i] = media.Event{Kind: e.GetKind(), Rule: e.GetRule(), Track: e.GetTrack(), Detail: e.GetDetail()}
+	}
+	return out
+}
+
+// AudioToPB encodes a chunk's samples as little-endian int16.
+func AudioToPB(a *media.Audio) *api.Audio {
+	if a == nil {
+		return nil
+	}
+	pcm := make([]byte, 2*len(a.PCM))
+	for i, v := range a.PCM {
+		binary.LittleEndian.PutUint16(pcm[2*i:], uint16(v))
+	}
+	return &api.Audio{Rate: int32(a.Rate), Channels: int32(a.Channels), Pcm: pcm}
+}
+
+// AudioFromPB checks the chunk: whole samples (an even number of bytes)
+// and a consistent shape (media.Audio.Valid). Nil is no audio and passes.
+func AudioFromPB(p *api.Audio) (*media.Audio, error) {
+	if p == nil {
+		return nil, nil
+	}
+	if len(p.Pcm)%2 != 0 {
+		return nil, fmt.Errorf("audio: %d bytes of PCM, want whole 16-bit samples (an even number)", len(p.Pcm))
+	}
+	a := &media.Audio{Rate: int(p.Rate), Channels: int(p.Channels), PCM: make([]int16, len(p.Pcm)/2)}
+	for i := range a.PCM {
+		a.PCM[i] = int16(binary.LittleEndian.Uint16(p.Pcm[2*i:]))
+	}
+	if err := a.Valid(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// taskKindToPB maps every worker.TaskKind to its wire value; taskKindFromPB
+// is its inverse.
+var (
+	taskKindToPB = map[worker.TaskKind]api.TaskKind{
+		worker.Run:        api.TaskKind_TASK_RUN,
+		worker.Export:     api.TaskKind_TASK_EXPORT,
+		worker.Checkpoint: api.TaskKind_TASK_CHECKPOINT,
+		worker.Import:     api.TaskKind_TASK_IMPORT,
+	}
+	taskKindFromPB = func() map[api.TaskKind]worker.TaskKind {
+		m := make(map[api.TaskKind]worker.TaskKind, len(taskKindToPB))
+		for k, p := range taskKindToPB {
+			m[p] = k
+		}
+		return m
+	}()
+)
+
+// MaxStateBytes bounds a state snapshot on the wire, both ways: modules'
+// own bound on a snapshot (modules.EncodeState's envelope).
+const MaxStateBytes = 16 << 20
+
+// TaskToPB encodes t. A Kind that is not one of worker's constants goes
+// out as its number, which the worker refuses (BadTask).
 func TaskToPB(t worker.Task) *api.Task {
-	out := &api.Task{Id: t.ID, App: string(t.App), Module: string(t.Module), EarliestUnixNs: UnixNS(t.Earliest), LatestUnixNs: UnixNS(t.Latest)}
+	out := &api.Task{Id: t.ID, App: string(t.App), Module: string(t.Module), EarliestUnixNs: UnixNS(t.Earliest), LatestUnixNs: UnixNS(t.Latest),
+		Stream: t.Stream, State: t.State}
+	k, ok := taskKindToPB[t.Kind]
+	if !ok {
+		k = api.TaskKind(t.Kind)
+	}
+	out.Kind = k
 	out.Items = make([]*api.Item, len(t.Items))
 	for i, it := range t.Items {
 		out.Items[i] = ItemToPB(it)
@@ -153,8 +290,28 @@ func TaskToPB(t worker.Task) *api.Task {
 	return out
 }
 
+// TaskFromPB decodes a task from the coordinator. A kind this side does not
+// know (a newer coordinator's), a state operation without a stream, state
+// bytes on a task that is no import or over MaxStateBytes, and an item
+// that does not decode are errors, which the worker answers with BadTask.
 func TaskFromPB(p *api.Task) (worker.Task, error) {
-	t := worker.Task{ID: p.Id, App: dag.AppID(p.App), Module: dag.ModuleID(p.Module), Earliest: FromNS(p.EarliestUnixNs), Latest: FromNS(p.LatestUnixNs)}
+	t := worker.Task{ID: p.Id, App: dag.AppID(p.App), Module: dag.ModuleID(p.Module), Earliest: FromNS(p.EarliestUnixNs), Latest: FromNS(p.LatestUnixNs),
+		Stream: p.Stream}
+	k, ok := taskKindFromPB[p.Kind]
+	switch {
+	case !ok:
+		return t, fmt.Errorf("task %d for %s/%s: unknown task kind %d on the wire (known: run, export, checkpoint, import)", p.Id, p.App, p.Module, int32(p.Kind))
+	case k != worker.Run && p.Stream == "":
+		return t, fmt.Errorf("task %d for %s/%s: a %s task names no stream", p.Id, p.App, p.Module, k)
+	case len(p.State) > MaxStateBytes:
+		return t, fmt.Errorf("task %d for %s/%s: %d bytes of state, more than the %d allowed", p.Id, p.App, p.Module, len(p.State), MaxStateBytes)
+	case len(p.State) > 0 && k != worker.Import:
+		return t, fmt.Errorf("task %d for %s/%s: a %s task carries state (only import does)", p.Id, p.App, p.Module, k)
+	}
+	t.Kind = k
+	if len(p.State) > 0 {
+		t.State = p.State
+	}
 	t.Items = make([]*media.Item, len(p.Items))
 	for i, pi := range p.Items {
 		it, err := ItemFromPB(pi)
@@ -194,6 +351,9 @@ var (
 // with a detail naming it.
 func ResultToPB(r worker.Result) *api.Result {
 	out := &api.Result{Task: r.Task, Detail: r.Detail, MeasuredNs: int64(r.Measured)}
+	if r.Outcome == worker.Done {
+		out.State = r.State
+	}
 	po, ok := outcomeToPB[r.Outcome]
 	if !ok {
 		po, out.Detail = api.Outcome_OUTCOME_BAD_RESULT, withDetail(fmt.Sprintf("task %d: the worker produced unknown outcome %d", r.Task, uint8(r.Outcome)), r.Detail)
@@ -214,8 +374,9 @@ func ResultToPB(r worker.Result) *api.Result {
 }
 
 // ResultFromPB never fails: an outcome this side does not know (a newer
-// peer's, or none at all) or an output it cannot decode turns the result
-// into BadResult, so its frames are still accounted.
+// peer's, or none at all), an output it cannot decode or state over
+// MaxStateBytes turns the result into BadResult, so its frames are still
+// accounted. State travels with a Done result only.
 func ResultFromPB(p *api.Result) worker.Result {
 	r := worker.Result{Task: p.Task, Detail: p.Detail, Measured: time.Duration(p.MeasuredNs)}
 	o, ok := outcomeFromPB[p.Outcome]
@@ -230,6 +391,12 @@ func ResultFromPB(p *api.Result) worker.Result {
 	r.Outcome = o
 	if o != worker.Done {
 		return r
+	}
+	if len(p.State) > MaxStateBytes {
+		return worker.Result{Task: p.Task, Outcome: worker.BadResult, Detail: fmt.Sprintf("task %d: %d bytes of state, more than the %d allowed", p.Task, len(p.State), MaxStateBytes), Measured: r.Measured}
+	}
+	if len(p.State) > 0 {
+		r.State = p.State
 	}
 	r.Outputs = make([][]*media.Item, len(p.Outputs))
 	for i, l := range p.Outputs {
@@ -266,22 +433,47 @@ const (
 // bytes; it sizes the headroom a message gets for its boxes.
 const MaxBoxBytes = 96
 
+// Defaults for the caps on what items carry besides frames and boxes
+// (remote.Limits takes them where its fields are zero).
+const (
+	DefaultTracks = 1024    // tracks on one item, and on one step of it
+	DefaultSteps  = 256     // steps one item carries (a window's items, a sequence's context)
+	DefaultEvents = 1024    // events on one item
+	DefaultLabels = 1024    // labels on one item, and on one step of it
+	MaxAudioBytes = 4 << 20 // PCM bytes of one audio chunk: ~21 s of 48 kHz stereo
+)
+
 // Caps are the coordinator's limits on what a peer sends (remote.Limits):
-// a frame's declared width and height, boxes per frame, and items per
-// result. Checks run on the decoded message before anything is built from
-// it; each error says what and the limit.
+// a frame's declared width and height, boxes per frame, items per result;
+// tracks, steps, events and labels per item (tracks, boxes and labels per
+// step too), an audio chunk's PCM bytes, and a result's state bytes.
+// Checks run on the decoded message before anything is built from it;
+// each error says what and the limit.
 type Caps struct {
 	FrameW, FrameH int
 	Boxes          int
 	ResultItems    int
+	Tracks         int
+	Steps          int
+	Events         int
+	Labels         int
+	AudioBytes     int
+	StateBytes     int
 }
 
-// ErrFrameSize, ErrBoxes and ErrResultItems tell which cap a message broke
+// ErrFrameSize, ErrBoxes, ErrResultItems, ErrTracks, ErrSteps, ErrEvents,
+// ErrLabels, ErrAudioSize and ErrStateSize tell which cap a message broke
 // (errors.Is).
 var (
 	ErrFrameSize   = errors.New("frame over the size limit")
 	ErrBoxes       = errors.New("too many boxes")
 	ErrResultItems = errors.New("too many items in a result")
+	ErrTracks      = errors.New("too many tracks")
+	ErrSteps       = errors.New("too many steps")
+	ErrEvents      = errors.New("too many events")
+	ErrLabels      = errors.New("too many labels")
+	ErrAudioSize   = errors.New("audio chunk over the size limit")
+	ErrStateSize   = errors.New("state snapshot over the size limit")
 )
 
 // CheckFrame checks f's declared size against the caps, and its payload
@@ -309,7 +501,8 @@ func (c Caps) CheckBoxes(what string, n int) error {
 	return nil
 }
 
-// CheckItem checks one item: its frame, boxes and ground truth.
+// CheckItem checks one item: its frame, boxes and ground truth, labels,
+// tracks, events, steps (each step's boxes, labels and tracks) and audio.
 func (c Caps) CheckItem(p *api.Item) error {
 	if err := c.CheckFrame(p.GetFrame()); err != nil {
 		return err
@@ -317,12 +510,74 @@ func (c Caps) CheckItem(p *api.Item) error {
 	if err := c.CheckBoxes("boxes", len(p.GetBoxes())); err != nil {
 		return err
 	}
-	return c.CheckBoxes("ground-truth boxes", len(p.GetTruth()))
+	if err := c.CheckBoxes("ground-truth boxes", len(p.GetTruth())); err != nil {
+		return err
+	}
+	if err := c.checkResults("", p.GetLabels(), p.GetTracks()); err != nil {
+		return err
+	}
+	if n := len(p.GetEvents()); n > c.Events {
+		return fmt.Errorf("%w: %d events on one item, the limit is %d", ErrEvents, n, c.Events)
+	}
+	if n := len(p.GetSteps()); n > c.Steps {
+		return fmt.Errorf("%w: %d steps on one item, the limit is %d", ErrSteps, n, c.Steps)
+	}
+	for i, st := range p.GetSteps() {
+		where := fmt.Sprintf(" on step %d (seq %d)", i, st.GetSeq())
+		if n := len(st.GetBoxes()); n > c.Boxes {
+			return fmt.Errorf("%w: %d boxes%s, the limit is %d", ErrBoxes, n, where, c.Boxes)
+		}
+		if err := c.checkResults(where, st.GetLabels(), st.GetTracks()); err != nil {
+			return err
+		}
+	}
+	return c.CheckAudio(p.GetAudio())
 }
 
-// CheckResult checks a worker's result: the number of output items, all
-// outputs together, then each item.
+// checkResults checks the labels and tracks of an item or a step (where).
+func (c Caps) checkResults(where string, labels []string, tracks []*api.Track) error {
+	if where == "" {
+		where = " on one item"
+	}
+	if n := len(labels); n > c.Labels {
+		return fmt.Errorf("%w: %d labels%s, the limit is %d", ErrLabels, n, where, c.Labels)
+	}
+	if n := len(tracks); n > c.Tracks {
+		return fmt.Errorf("%w: %d tracks%s, the limit is %d", ErrTracks, n, where, c.Tracks)
+	}
+	return nil
+}
+
+// CheckAudio checks a chunk's PCM bytes against the cap, and that they are
+// whole 16-bit samples, before a media.Audio is made of it. A nil a is no
+// audio and passes.
+func (c Caps) CheckAudio(a *api.Audio) error {
+	if a == nil {
+		return nil
+	}
+	if n := len(a.Pcm); n > c.AudioBytes {
+		return fmt.Errorf("%w: %d bytes of PCM, the limit is %d", ErrAudioSize, n, c.AudioBytes)
+	}
+	if len(a.Pcm)%2 != 0 {
+		return fmt.Errorf("audio: %d bytes of PCM, want whole 16-bit samples (an even number)", len(a.Pcm))
+	}
+	return nil
+}
+
+// CheckState checks a snapshot's size (a worker's export or checkpoint).
+func (c Caps) CheckState(task uint64, state []byte) error {
+	if n := len(state); n > c.StateBytes {
+		return fmt.Errorf("%w: task %d has %d bytes of state, the limit is %d", ErrStateSize, task, n, c.StateBytes)
+	}
+	return nil
+}
+
+// CheckResult checks a worker's result: its state's size, the number of
+// output items, all outputs together, then each item.
 func (c Caps) CheckResult(p *api.Result) error {
+	if err := c.CheckState(p.GetTask(), p.GetState()); err != nil {
+		return err
+	}
 	n := 0
 	for _, l := range p.GetOutputs() {
 		n += len(l.GetItems())

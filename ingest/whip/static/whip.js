@@ -1,5 +1,6 @@
-// mdag's browser client: camera -> WHIP (RFC 9725) -> mdag; results from
-// the "results" DataChannel drawn over the video. No dependencies: the WHIP
+// mdag's browser client: camera (or, for an app with media: audio, the
+// microphone: Opus) -> WHIP (RFC 9725) -> mdag; results from the "results"
+// DataChannel drawn over the video. No dependencies: the WHIP
 // exchange is one POST (offer -> answer, Location) and one DELETE.
 "use strict";
 
@@ -15,13 +16,14 @@ function codecSupport() {
   return {choose, vp8: caps.includes("video/vp8"), h264: caps.includes("video/h264")};
 }
 
-// codecsOf lists the video codecs of an SDP's first video section in
-// its order ("VP8", "H264", "rtx", ...; each name once).
-function codecsOf(sdp) {
+// codecsOf lists the codecs of an SDP's kind ("video", the default, or
+// "audio") sections in their order ("VP8", "H264", "rtx", ...; each name
+// once).
+function codecsOf(sdp, kind = "video") {
   const out = [];
   let video = false;
   for (const line of sdp.split(/\r?\n/)) {
-    if (line.startsWith("m=")) video = line.startsWith("m=video");
+    if (line.startsWith("m=")) video = line.startsWith("m=" + kind);
     const m = video && /^a=rtpmap:\d+ ([^/]+)\//.exec(line);
     if (m && !out.includes(m[1])) out.push(m[1]);
   }
@@ -57,6 +59,9 @@ async function whipPublish(url, stream, token, onResult, opts = {}) {
       tr.setCodecPreferences(prefs);
     }
   }
+  for (const track of stream.getAudioTracks()) { // an audio app's microphone: Opus, the browser's default
+    pc.addTransceiver(track, {direction: "sendonly"});
+  }
   const dc = pc.createDataChannel("results");
   dc.onmessage = (ev) => onResult(JSON.parse(ev.data));
   await pc.setLocalDescription(await pc.createOffer());
@@ -79,8 +84,9 @@ async function whipPublish(url, stream, token, onResult, opts = {}) {
   const answer = await resp.text();
   await pc.setRemoteDescription({type: "answer", sdp: answer});
   // The server answers exactly one codec: the first of the answer's.
-  const answered = codecsOf(answer).filter(c => !/^(rtx|red|ulpfec)$/i.test(c));
-  return {pc, dc, resource, offered: codecsOf(pc.localDescription.sdp), codec: answered[0] || ""};
+  const kind = stream.getVideoTracks().length ? "video" : "audio";
+  const answered = codecsOf(answer, kind).filter(c => !/^(rtx|red|ulpfec|CN|telephone-event)$/i.test(c));
+  return {pc, dc, resource, offered: codecsOf(pc.localDescription.sdp, kind), codec: answered[0] || ""};
 }
 
 async function whipStop(session, token) {
@@ -90,7 +96,10 @@ async function whipStop(session, token) {
 }
 
 // mdagStreamPage wires the page; window.mdagStats is what tests read.
-function mdagStreamPage({app}) {
+// media "audio" (an app with media: audio) sends the microphone instead of
+// the camera: no codec choice (Opus), no simulcast.
+function mdagStreamPage({app, media}) {
+  const audio = media === "audio";
   const $ = (id) => document.getElementById(id);
   const video = $("video"), canvas = $("overlay"), status = $("status");
   const token = new URLSearchParams(location.hash.slice(1)).get("token") ||
@@ -112,7 +121,8 @@ function mdagStreamPage({app}) {
       picker.querySelector(`option[value=${c}]`).disabled = true;
     }
   }
-  $("codecnote").textContent = notes.join(" ");
+  $("codecnote").textContent = audio ? "" : notes.join(" ");
+  if (audio) $("videoopts").hidden = true;
   let session = null, camera = null;
 
   function show() {
@@ -156,14 +166,14 @@ function mdagStreamPage({app}) {
   async function start() {
     $("start").disabled = true; stats.error = "";
     try {
-      stats.state = "opening camera"; show();
+      stats.state = audio ? "opening microphone" : "opening camera"; show();
       // Simulcast needs a large enough picture: browsers send fewer
       // layers below 960x540 (Chromium: one at 320x180, two at 640x360).
       const size = $("simulcast").checked ? {width: 1280, height: 720} : {width: 640, height: 480};
-      camera = await navigator.mediaDevices.getUserMedia({video: size, audio: false});
-      video.srcObject = camera;
+      camera = await navigator.mediaDevices.getUserMedia(audio ? {audio: true, video: false} : {video: size, audio: false});
+      if (!audio) video.srcObject = camera;
       stats.state = "connecting"; show();
-      stats.simulcast = $("simulcast").checked;
+      stats.simulcast = !audio && $("simulcast").checked;
       session = await whipPublish("/whip/" + encodeURIComponent(app), camera, token, draw,
                                   {codec: picker.value, simulcast: stats.simulcast});
       stats.codec = session.codec; stats.offered = session.offered;

@@ -1,0 +1,239 @@
+//go:build !lean
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/mdag/mdag/ingest/audiofile"
+	"github.com/mdag/mdag/ingest/whip"
+)
+
+// audioClip is what `mdag client --audio` sends: 48 kHz PCM to encode (a
+// WAV) or Opus packets as they are (an Ogg Opus file).
+type audioClip struct {
+	channels int
+	pcm      []int16  // WAV: interleaved, 48 kHz
+	packets  [][]byte // Ogg Opus
+	samples  []int    // each packet's samples per channel
+}
+
+// frames is the clip's packets to send: 20 ms of PCM each (a WAV; the
+// last one padded with silence) or the file's packets.
+func (c *audioClip) frames() int {
+	if c.packets != nil {
+		return len(c.packets)
+	}
+	per := 960 * c.channels
+	return (len(c.pcm) + per - 1) / per
+}
+
+// loadAudio reads a WAV or an Ogg Opus file by its first bytes.
+func loadAudio(path string) (*audioClip, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var magic [4]byte
+	if _, err := io.ReadFull(f, magic[:]); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	switch string(magic[:]) {
+	case "RIFF":
+		a, err := audiofile.ReadWAV(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if a, err = audiofile.Resample(a, 48000); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return &audioClip{channels: a.Channels, pcm: a.PCM}, nil
+	case "OggS":
+		o, err := audiofile.ReadOggOpus(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		c := &audioClip{channels: o.Channels, packets: o.Packets}
+		for _, p := range o.Packets {
+			n, _ := audiofile.PacketSamples(p) // checked by ReadOggOpus
+			c.samples = append(c.samples, n)
+		}
+		return c, nil
+	}
+	return nil, fmt.Errorf("%s: neither a WAV (RIFF) nor an Ogg Opus (OggS) file", path)
+}
+
+// runAudioClient is `mdag client --audio FILE`: clients streams of the
+// file, each paced in real time, with the video client's summary (sent:
+// Opus packets; ingested: the chunks the server handed to the session).
+func runAudioClient(path string, kbps, clients int, loop bool, duration time.Duration, verbose bool, out string, o clientOpts, stdout, stderr io.Writer) int {
+	clip, err := loadAudio(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag client: --audio: %v\n", err)
+		return exitInvalid
+	}
+	if kbps < 6 || kbps > 255 {
+		fmt.Fprintf(stderr, "mdag client: --audio-bitrate %d: want 6..255 kbit/s per channel\n", kbps)
+		return exitInvalid
+	}
+	ctx, cancel := runContext(duration)
+	defer cancel()
+	sums := make([]clientSummary, clients)
+	var wg sync.WaitGroup
+	var printMu sync.Mutex
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sums[i] = runOneAudioClient(ctx, clip, kbps*1000*clip.channels, loop, o, func(r whip.Result) {
+				if verbose {
+					printMu.Lock()
+					writeJSON(stdout, r, false)
+					printMu.Unlock()
+				}
+			})
+		}()
+	}
+	wg.Wait()
+	return clientReport(sums, out, stdout, stderr)
+}
+
+func runOneAudioClient(ctx context.Context, clip *audioClip, bitrate int, loop bool, o clientOpts, each func(whip.Result)) clientSummary {
+	var sum clientSummary
+	var mu sync.Mutex
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	p, err := whip.Publish(cctx, whip.ClientConfig{Server: o.server, App: o.app, Token: o.token, Audio: true,
+		AudioChannels: clip.channels, AudioBitrate: bitrate, OnResult: countResult(&sum, &mu, each)})
+	cancel()
+	if err != nil {
+		sum.Errors++
+		sum.Error, sum.err = err.Error(), err
+		return sum
+	}
+	sum.Stream = p.Stream
+	start := time.Now()
+	var sent time.Duration // audio sent so far: the next packet's time
+	per := 960 * clip.channels
+	n := clip.frames()
+	for i := 0; ; i++ {
+		if i == n {
+			if !loop {
+				break
+			}
+			i = 0
+		}
+		select {
+		case <-ctx.Done():
+		case <-p.Done():
+		case <-time.After(time.Until(start.Add(sent))):
+		}
+		if ctx.Err() != nil || p.Err() != nil {
+			break
+		}
+		if clip.packets != nil {
+			err = p.WriteOpus(clip.packets[i], clip.samples[i])
+			sent += time.Duration(clip.samples[i]) * time.Second / 48000
+		} else {
+			frame := clip.pcm[i*per : min(len(clip.pcm), (i+1)*per)]
+			if len(frame) < per {
+				frame = append(frame[:len(frame):len(frame)], make([]int16, per-len(frame))...)
+			}
+			err = p.WriteAudio(frame, start.Add(sent))
+			sent += 20 * time.Millisecond
+		}
+		if err != nil {
+			if p.Err() == nil {
+				sum.Errors++
+				sum.Error = err.Error()
+			}
+			break
+		}
+	}
+	return finishClient(p, o, &sum, &mu)
+}
+
+// clientReport prints the clients' summary (table or JSON) and returns the
+// exit status.
+func clientReport(sums []clientSummary, out string, stdout, stderr io.Writer) int {
+	total := sumClients(sums)
+	if out == "json" {
+		writeJSON(stdout, map[string]any{"clients": sums, "total": total}, true)
+	} else {
+		writeClientTable(stdout, sums, total)
+	}
+	ended := 0
+	for _, s := range sums {
+		if s.Ended != "" {
+			ended++
+			fmt.Fprintf(stderr, "mdag client: stream %s: %s\n", s.Stream, s.Ended)
+		}
+	}
+	if total.Errors > 0 && total.Sent == 0 {
+		return exitFailure
+	}
+	if ended > 0 {
+		return exitEnded
+	}
+	return exitOK
+}
+
+// countResult counts each result into sum (under mu) and hands it on.
+func countResult(sum *clientSummary, mu *sync.Mutex, each func(whip.Result)) func(whip.Result) {
+	return func(r whip.Result) {
+		mu.Lock()
+		sum.Results++
+		switch r.Outcome {
+		case "finished":
+			sum.Finished++
+		case "late":
+			sum.Late++
+		default:
+			sum.Dropped++
+		}
+		if r.Outcome != "dropped" {
+			sum.latencies = append(sum.latencies, r.LatencyMS)
+		}
+		mu.Unlock()
+		each(r)
+	}
+}
+
+// finishClient notes why the stream ended (if the server ended it), waits
+// (at most 2 s) for the results of what the server ingested (those of the
+// last frames are still on their way), closes the publisher and completes
+// the summary.
+func finishClient(p *whip.Publisher, o clientOpts, sum *clientSummary, mu *sync.Mutex) clientSummary {
+	var ended *whip.EndedError
+	if errors.As(p.Err(), &ended) {
+		sum.Errors++
+		sum.Error, sum.Ended = ended.Error(), ended.Reason
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for ended == nil && time.Now().Before(deadline) {
+		in := serverIngested(o, p.Stream)
+		mu.Lock()
+		done := in > 0 && uint64(sum.Results) >= in
+		mu.Unlock()
+		if done {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // polling a remote server
+	}
+	sum.Sent = p.Sent()
+	_ = p.Close()
+	sum.Ingested = serverIngested(o, p.Stream)
+	mu.Lock()
+	defer mu.Unlock()
+	sum.summarise()
+	return *sum
+}
