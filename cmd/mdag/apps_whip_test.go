@@ -25,9 +25,11 @@ type whipApp struct {
 	// stateful are the app's stateful modules: each must hold the
 	// stream's state while it streams.
 	stateful []dag.ModuleID
-	// span is how long the client streams (0: 1.5 s): caption's 5 fps
-	// need longer for the motion estimator's 5 frames of warm-up to
-	// leave frames with people.
+	// span is how long the client streams (0: 1.5 s). caption's 5 fps
+	// need longer: the motion estimator's 5 frames of warm-up come first,
+	// and a WHIP stream's first seconds lose most frames at features
+	// (cannot-finish: the plan gives features ~50 ms of the 2.5 s SLO;
+	// docs/benchmarks.md, "all seven apps live").
 	span time.Duration
 	// check looks at the engine's results of the finished frames and at
 	// what came back on the client's DataChannel.
@@ -76,7 +78,7 @@ func TestAppsWhip(t *testing.T) {
 		{"face", nil, 0, finishedWith("keypoints of a crop", func(r coordinator.FrameResult) bool { return len(r.Labels) > 0 })},
 		{"tracker", []dag.ModuleID{"track"}, 0, checkWhipTracks},
 		{"pose", []dag.ModuleID{"window"}, 0, boxesBack},
-		{"caption", []dag.ModuleID{"order"}, 3 * time.Second, boxesBack},
+		{"caption", []dag.ModuleID{"order"}, 4 * time.Second, boxesBack},
 		{"actdet", []dag.ModuleID{"track", "activity"}, 0,
 			finishedWith("tracks", func(r coordinator.FrameResult) bool { return len(r.Tracks) > 0 })},
 	}
@@ -175,8 +177,12 @@ func runAppWhip(t *testing.T, c whipApp) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), span)
+	// The client streams for span from its first result (setting up
+	// WebRTC on a loaded machine takes what it takes); 60 s bounds a
+	// stream that never gets one.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	var first sync.Once
 	var back []whip.Result
 	// While the client streams, the stateful modules hold its state.
 	watch := make(chan struct{})
@@ -197,6 +203,7 @@ func runAppWhip(t *testing.T, c whipApp) {
 		}
 	}()
 	sum := runOneClient(ctx, 0, open, clientOpts{server: base, app: c.app, fps: app.FPS, bitrate: 600, clip: clip}, func(r whip.Result) {
+		first.Do(func() { time.AfterFunc(span, cancel) })
 		mu.Lock()
 		back = append(back, r)
 		mu.Unlock()
