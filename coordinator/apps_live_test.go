@@ -106,7 +106,11 @@ type liveApp struct {
 	streams int
 	motion  synth.Motion
 	classes []string // nil: the pattern's default (car, person, truck, bus)
-	check   func(t *testing.T, r *appRun)
+	// items is how many items each frame brings to each stateful module
+	// (all of them gathered into one call: one per person after a crop,
+	// plus track's one at activity)
+	items map[dag.ModuleID]int
+	check func(t *testing.T, r *appRun)
 }
 
 // appRun is what TestAppsLive's run of one app left to check.
@@ -148,16 +152,18 @@ const liveSpan = 10 * time.Second
 // must be accounted for (sent = finished + late + dropped, none open),
 // at least 95% must finish within the SLO, every stateful module must have
 // processed every frame that finished, in seq order per stream, holding
-// state for every stream, and each app's outputs must be what its
-// pipeline computes from the cameras' objects (see each case).
+// state for every stream, with all of a frame's items in one call, and
+// each app's outputs must be what its pipeline computes from the
+// cameras' objects (see each case).
 func TestAppsLive(t *testing.T) {
 	cases := []liveApp{
 		{name: "traffic", streams: 4, check: checkTraffic},
 		{name: "face", streams: 3, check: checkFace},
-		{name: "tracker", streams: 3, motion: synth.Lanes, classes: []string{"person"}, check: checkTracker},
-		{name: "pose", streams: 3, motion: synth.Lanes, classes: []string{"person"}, check: checkSteps("window", 8)},
-		{name: "caption", streams: 2, check: checkSteps("order", 16)},
-		{name: "actdet", streams: 2, motion: synth.Lanes, classes: []string{"person"}, check: checkActdet},
+		{name: "tracker", streams: 3, motion: synth.Lanes, classes: []string{"person"}, items: map[dag.ModuleID]int{"track": liveObjects}, check: checkTracker},
+		{name: "pose", streams: 3, motion: synth.Lanes, classes: []string{"person"}, items: map[dag.ModuleID]int{"window": 1}, check: checkSteps("window", 8)},
+		{name: "caption", streams: 2, items: map[dag.ModuleID]int{"order": 1}, check: checkSteps("order", 16)},
+		{name: "actdet", streams: 2, motion: synth.Lanes, classes: []string{"person"},
+			items: map[dag.ModuleID]int{"track": liveObjects, "activity": liveObjects + 1}, check: checkActdet},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -217,6 +223,11 @@ func runAppLive(t *testing.T, c liveApp) {
 			}
 			if len(calls) < finished {
 				t.Errorf("module %s, %s: %d frames processed, fewer than the %d that finished", m.Name, id, len(calls), finished)
+			}
+			for _, call := range calls {
+				if call.in != c.items[m.Name] {
+					t.Errorf("module %s, %s frame %d: %d items in one call, want the frame's %d (gathered)", m.Name, id, call.seq, call.in, c.items[m.Name])
+				}
 			}
 			for i := 1; i < len(calls); i++ {
 				if calls[i].seq <= calls[i-1].seq {
