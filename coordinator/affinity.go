@@ -40,21 +40,24 @@ var stateEvents = []string{"migrate", "restore", "reset", "failed"}
 // affinity is one stream's place at one stateful module.
 type affinity struct {
 	stream string
-	inst   string             // the instance holding the state ("" none yet)
-	busy   uint64             // the task in flight for the stream (a frame or a state op); 0: none
-	gather map[uint64]*group  // frames still gathering their items, by seq
-	queue  []*group           // complete frames waiting for their turn, by seq
-	held   []byte             // state exported and not yet imported anywhere
-	move   *migration         // a state move in progress
-	ckpt   []byte             // the last checkpoint
-	ckptAt time.Time          // when it was taken (zero: none)
-	ckptSq uint64             // the last frame it includes
-	ckptDo bool               // a checkpoint is due at the next idle moment
-	lastSq uint64             // the last frame sent to the module
-	sent   bool               // lastSq is set
-	closed bool               // the stream left: forget its state once idle
-	lost   string             // the state was lost (why): the next holder restores the checkpoint or starts fresh
-	ops    map[uint64]stateOp // state tasks in flight (at most one)
+	inst   string            // the instance holding the state ("" none yet)
+	busy   uint64            // the task in flight for the stream (a frame or a state op); 0: none
+	gather map[uint64]*group // frames still gathering their items, by seq
+	queue  []*group          // complete frames waiting for their turn, by seq
+	held   []byte            // state exported and not yet imported anywhere
+	move   *migration        // a state move in progress
+	ckpt   []byte            // the last checkpoint
+	ckptAt time.Time         // when it was taken (zero: none)
+	ckptSq uint64            // the last frame it includes
+	ckptDo bool              // a checkpoint is due at the next idle moment
+	lastSq uint64            // the last frame sent to the module
+	sent   bool              // lastSq is set
+	closed bool              // the stream left: forget its state once idle
+	lost   string            // the state was lost (why): the next holder restores the checkpoint or starts fresh
+	// restarted: the stream was resumed after a coordinator restart; its
+	// first holder forgets any copy it holds and the reset is counted.
+	restarted bool
+	ops       map[uint64]stateOp // state tasks in flight (at most one)
 }
 
 // group is one frame's items at a stateful module.
@@ -334,6 +337,12 @@ func (e *Engine) holder(s *session, ms *modState, a *affinity) (in *instState, r
 		return nil, false
 	}
 	a.inst = to.id
+	if a.restarted {
+		a.restarted = false
+		e.stateEvent(s, ms, "reset", fmt.Sprintf("stream %s: resumed after a coordinator restart, its state at the module is not known here; it starts fresh on %s", a.stream, to.id))
+		e.submitState(to, s, ms, a, worker.Import, nil, false)
+		return nil, false
+	}
 	return to, true
 }
 

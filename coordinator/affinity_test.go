@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -489,5 +490,55 @@ func TestStatefulReorderedInput(t *testing.T) {
 			t.Fatalf("frames left count in order (%v): the test did not reorder anything", done)
 		}
 		t.Logf("%d frames in order; latency p50 %.0f ms p99 %.0f ms", len(arrivals), ss.P50MS, ss.P99MS)
+	})
+}
+
+// TestStatefulAfterRestart: a stream resumed after a coordinator restart
+// has no known state at its stateful module: its first holder is told to
+// forget any copy, the reset is counted and said, and its frames go on.
+func TestStatefulAfterRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		app, prof := loadExample(t, "tracker")
+		pat, _ := synth.NewPattern(320, 240, 3)
+		pat.Classes = []string{"person"}
+		disk := &memStore{}
+		l1 := &ledger{}
+		f1 := startFake(t, Config{Store: disk, Epoch: time.Hour, Ops: ledgerOps(t, l1)}, everyType)
+		if err := f1.e.Deploy(app, prof); err != nil {
+			t.Fatal(err)
+		}
+		f1.stream(app.Name, "cam-a", 0, pat, 5, 0)
+		f1.advance(2 * time.Second)
+		next := f1.streams[0].seq
+		f1.stop("cam-a")
+		f1.until("every frame to end", 5*time.Second, func() bool { return f1.e.Status().Sessions[0].Open == 0 })
+		if err := f1.e.SaveState(); err != nil {
+			t.Fatal(err)
+		}
+		crashed, _ := disk.crashCopy(t)
+		f1.close()
+
+		l2 := &ledger{}
+		f2 := startFake(t, Config{Store: crashed, Epoch: time.Hour, Ops: ledgerOps(t, l2)}, everyType)
+		if err := f2.e.Deploy(app, prof); err != nil {
+			t.Fatal(err)
+		}
+		if err := f2.e.Join(app.Name, "cam-a"); err != nil {
+			t.Fatal(err)
+		}
+		f2.settle()
+		f2.streams = append(f2.streams, &fakeStream{id: "cam-a", pat: pat, period: 200 * time.Millisecond, next: f2.now(), seq: next})
+		f2.advance(2 * time.Second)
+		f2.stop("cam-a")
+		ss := checkAccounting(t, f2)
+		st := stateOf(ss, "track")
+		if st == nil || st.Events["reset"] != 1 || !strings.Contains(st.LastEvent, "coordinator restart") {
+			t.Fatalf("state status %+v: want one reset for the restart", st)
+		}
+		calls := l2.snapshot()
+		if len(calls) == 0 || calls[0].frames != 0 || calls[0].seq < next {
+			t.Fatalf("after the restart the tracker saw %+v", calls)
+		}
+		checkLedger(t, calls, false)
 	})
 }

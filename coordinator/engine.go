@@ -593,6 +593,12 @@ func (e *Engine) ingest(st *stream, seq uint64, capture time.Time, payload *medi
 		return
 	}
 	if st.resumed {
+		for _, m := range s.statefulMods {
+			// The state this stream had before the coordinator restarted
+			// is not known here: its next holder starts it fresh (a
+			// worker may hold a stale copy: forgotten), counted reset.
+			s.mods[m].aff(st.id).restarted = true
+		}
 		e.resumed(st, seq)
 	}
 	st.next = max(st.next, seq+1)
