@@ -9,6 +9,7 @@ export CGO_LDFLAGS := -lcolamd -lm
 DEB_PACKAGES := libopencv-dev opencv-data opencv-doc liblpsolve55-dev libvpx-dev libopus-dev libavcodec-dev libswscale-dev python3-aiortc chromium python3-onnx python3-numpy gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-ugly gstreamer1.0-plugins-bad gstreamer1.0-plugins-good gstreamer1.0-tools python3-gi python3-grpcio python3-protobuf python3-torch python3-torchvision
 DURATION ?=
 DEMO_FLAGS ?=
+APP ?=
 BIN := bin/mdag
 # The lean build (-tags lean, cmd/mdag/edges_lean.go): no OpenCV, no WebRTC/VP8. lp_solve is static
 # already (Debian ships only liblpsolve55.a); colamd and SuiteSparse_config, which it needs, are linked
@@ -67,8 +68,8 @@ test: deps build lean vet models-check ## deps, build, lean (checked by tools/le
 	$(GO) test -race -count=1 -tags lean -run Lean ./cmd/mdag
 	MDAG_REQUIRE_INTEROP=1 MDAG_REQUIRE_MODELS=1 MDAG_REQUIRE_ORT=1 MDAG_REQUIRE_TORCH=1 $(GO) test -race -count=1 -timeout 15m ./...
 
-demo: build ## the whole system live: the traffic app, WHIP clients joining and leaving, the dashboard (DURATION=30s stops it; DEMO_FLAGS="--listen 127.0.0.1:0" and more)
-	./$(BIN) demo $(if $(DURATION),--duration $(DURATION)) $(DEMO_FLAGS)
+demo: build ## the whole system live: the traffic app (APP=tracker, pose, caption, actdet, face or face-live for another), WHIP clients joining and leaving, the dashboard (DURATION=30s stops it; DEMO_FLAGS="--listen 127.0.0.1:0" and more)
+	./$(BIN) demo $(if $(APP),--app $(APP)) $(if $(DURATION),--duration $(DURATION)) $(DEMO_FLAGS)
 
 tour: build ## the planning CLI on the traffic example: validate, allocate, place, simulate the GPU scheduler
 	@echo "== 1. validate: the traffic app, its graph and the fastest it can go (12 streams)"

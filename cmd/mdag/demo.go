@@ -52,71 +52,136 @@ type demoApp struct {
 	look     string // the dashboard's module rates, in words
 }
 
-// loadDemoApp prepares --app: traffic on emulated GPUs, or face-live with
-// BlazeFace on the onnx executor (the registry models, 1 intra-op thread,
-// 2 sessions).
+// emulatedDemo is how the demo runs an example app on emulated GPUs: the
+// worker limits (a few of each GPU type, so the allocator's mix changes
+// with the load), the video the clients stream, their schedule, and what
+// to say: the pipeline (intro, which gets the SLO and fps) and what to
+// look at on the dashboard.
+type emulatedDemo struct {
+	limits   map[profile.WorkerTypeID]int
+	video    string
+	schedule []int
+	pipeline string
+	look     string
+}
+
+// motionLook is what the emulated detector does with the demo's video.
+const motionLook = `the emulated detector reports the moving
+    regions of the video (background subtraction; tall ones are people)`
+
+// emulatedDemos are the example apps the demo runs on emulated GPUs, by
+// --app. The people apps stream vtest.avi (people walking); caption, whose
+// S2VT takes about a second per frame at batch 1 on a GPU of its own, the
+// pattern, at most two streams. The audio app is not here: its clients
+// send audio, the demo's send video.
+var emulatedDemos = map[string]emulatedDemo{
+	"traffic": {map[profile.WorkerTypeID]int{"P100": 2, "V100": 4, "CPU": 2}, vtest, demoSchedule,
+		`detect -> crop -> classify / face -> count`,
+		motionLook + `; as people walk in and out the
+    crop and face rates change, and 'scaling' re-plans resize the downstream modules`},
+	"face": {map[profile.WorkerTypeID]int{"P100": 2, "V100": 2, "CPU": 2}, vtest, []int{2, 4, 3, 4, 2},
+		`detect -> crop -> PRNet keypoints per face`,
+		motionLook + `; each region is cropped and
+    its keypoints extracted, so the keypoints rate follows the people in view`},
+	"tracker": {map[profile.WorkerTypeID]int{"P100": 2, "V100": 2, "CPU": 2}, vtest, []int{2, 4, 3, 4, 2},
+		`detect -> crop people -> re-identification -> track (stateful: each stream's tracks live on one instance)`,
+		motionLook + `; track keeps each stream's
+    tracks (its state on the dashboard: streams held, moves); each result carries the tracked boxes`},
+	"pose": {map[profile.WorkerTypeID]int{"P100": 2, "V100": 2, "CPU": 2}, vtest, demoSchedule,
+		`OpenPose keypoints -> window of each stream's last 8 poses (stateful) -> action recogniser`,
+		`window turns each frame into one item
+    carrying the stream's last 8 poses; its state line says how many streams it holds`},
+	"caption": {map[profile.WorkerTypeID]int{"P100": 12, "V100": 4, "CPU": 2}, "pattern", []int{1, 2, 1},
+		`AlexNet features -> sequence (stateful: frame order and context per stream) -> S2VT captions`,
+		`S2VT takes about a second per frame at batch 1,
+    so each stream needs several GPUs: watch the instances chart grow with the second stream`},
+	"actdet": {map[profile.WorkerTypeID]int{"P100": 2, "V100": 2, "CPU": 2}, vtest, demoSchedule,
+		`detect -> crop people -> track (stateful) and re-identification -> activity rules (stateful; a fork-join)`,
+		motionLook + `; activity fires the rules of
+    examples/actdet/app.yaml (people crossing x = 160, staying 2 s at the left edge): each result's labels
+    name the events of its frame`},
+}
+
+// demoAppNames are the apps --app takes: the emulated ones, sorted, then
+// face-live.
+func demoAppNames() []string {
+	names := make([]string, 0, len(emulatedDemos)+1)
+	for n := range emulatedDemos {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return append(names, "face-live")
+}
+
+// loadDemoApp prepares --app: an example on emulated GPUs (emulatedDemos),
+// or face-live with BlazeFace on the onnx executor (the registry models, 1
+// intra-op thread, 2 sessions).
 func loadDemoApp(name, models string) (*demoApp, error) {
+	ed, emulated := emulatedDemos[name]
+	if !emulated && name != "face-live" {
+		return nil, fmt.Errorf("--app %q: want one of %s", name, strings.Join(demoAppNames(), ", "))
+	}
 	app, prof, err := examples.Parse(name)
 	if err != nil {
 		return nil, err
 	}
 	d := &demoApp{app: app, prof: prof, close: func() {}}
-	switch name {
-	case "traffic":
-		// Few of the cheaper GPU type, so the allocator's mix changes with the load.
-		d.limits = map[profile.WorkerTypeID]int{"P100": 2, "V100": 4, "CPU": 2}
-		d.video, d.schedule = vtest, demoSchedule
-		d.intro = fmt.Sprintf(`the traffic app (detect -> crop -> classify / face -> count, SLO %v at %g fps per camera)
-  on emulated GPU workers (at most 2 P100s, the cheaper type, and 4 V100s: busy moments need both) and
-  real OpenCV CPU modules, in this one process.`, app.SLO, app.FPS)
-		d.look = `the emulated detector reports the moving
-    regions of the video (background subtraction; tall ones are people); as people walk in and out the
-    crop and face rates change, and 'scaling' re-plans resize the downstream modules`
-	case "face-live":
-		reg, err := registry.Load(models)
-		if err != nil {
-			return nil, err
-		}
-		if err := checkAppModels(app, reg); err != nil {
-			return nil, err
-		}
-		// load only the app's models (the registry has larger ones)
-		keep := map[string]*registry.Model{}
-		for _, m := range app.Modules {
-			if m.Kind == dag.GPU {
-				keep[m.Model] = reg.Models[m.Model]
+	if emulated {
+		d.limits, d.video, d.schedule, d.look = ed.limits, ed.video, ed.schedule, ed.look
+		var gpus []string
+		for _, w := range prof.Workers {
+			if n := ed.limits[w.Type]; n > 0 && w.Type != "CPU" {
+				gpus = append(gpus, fmt.Sprintf("%d %ss", n, w.Type))
 			}
 		}
-		reg.Models = keep
-		x, err := onnx.New(reg, onnx.Config{IntraThreads: 1, Sessions: 2})
-		if err != nil {
-			return nil, fmt.Errorf("%w (make models builds the model files)", err)
+		sort.Strings(gpus)
+		d.intro = fmt.Sprintf(`the %s app (%s; SLO %v at %g fps per camera)
+  on emulated GPU workers (at most %s: the allocator picks the cheapest mix for the streams of the moment) and
+  the real CPU ops, in this one process.`, name, ed.pipeline, app.SLO, app.FPS, strings.Join(gpus, " and "))
+		return d, nil
+	}
+	reg, err := registry.Load(models)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkAppModels(app, reg); err != nil {
+		return nil, err
+	}
+	// load only the app's models (the registry has larger ones)
+	keep := map[string]*registry.Model{}
+	for _, m := range app.Modules {
+		if m.Kind == dag.GPU {
+			keep[m.Model] = reg.Models[m.Model]
 		}
-		d.exec = func(string, profile.WorkerTypeID) (gpu.Executor, error) { return x, nil }
-		d.close = x.Close
-		d.limits = map[profile.WorkerTypeID]int{"ORT-CPU": 1}
-		d.video, d.schedule = megamindVideo, faceLiveSchedule
-		d.intro = fmt.Sprintf(`the face-live app (detect -> faces / boxes, SLO %v at %g fps per camera): BlazeFace with its
+	}
+	reg.Models = keep
+	x, err := onnx.New(reg, onnx.Config{IntraThreads: 1, Sessions: 2})
+	if err != nil {
+		return nil, fmt.Errorf("%w (make models builds the model files)", err)
+	}
+	d.exec = func(string, profile.WorkerTypeID) (gpu.Executor, error) { return x, nil }
+	d.close = x.Close
+	d.limits = map[profile.WorkerTypeID]int{"ORT-CPU": 1}
+	d.video, d.schedule = megamindVideo, faceLiveSchedule
+	d.intro = fmt.Sprintf(`the face-live app (detect -> faces / boxes, SLO %v at %g fps per camera): BlazeFace with its
   real weights on %s,
   batched across the streams, then CPU ops counting the faces and returning the boxes, in this one process.
   The boxes come back to each client on its DataChannel; the stream page draws them over the video and
   the dashboard draws the latest ones on each stream's thumbnail.`, app.SLO, app.FPS, x.Describe())
-		d.look = `detect's batch size grows with the streams
+	d.look = `detect's batch size grows with the streams
     (one model call for the frames of every stream that are waiting); its latency is ONNX Runtime's, measured`
-	default:
-		return nil, fmt.Errorf("--app %q: want traffic or face-live", name)
-	}
 	return d, nil
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("demo", "[--app traffic|face-live] [--duration D] [flags]", stderr)
-	appName := fs.String("app", "traffic", "the app: traffic (emulated GPUs, vtest.avi) or face-live (BlazeFace on ONNX Runtime, Megamind.avi; needs make models)")
+	fs := newFlags("demo", "[--app "+strings.Join(demoAppNames(), "|")+"] [--duration D] [flags]", stderr)
+	appName := fs.String("app", "traffic", "the app: "+strings.Join(demoAppNames()[:len(emulatedDemos)], ", ")+
+		" (emulated GPUs; vtest.avi, caption the pattern), or face-live (BlazeFace on ONNX Runtime, Megamind.avi; needs make models)")
 	models := fs.String("models", "examples/models.yaml", "with --app face-live: the model registry")
 	duration := fs.Duration("duration", 0, "run this long, then print the summary (0: until Ctrl-C)")
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address of the dashboard, /metrics and WHIP (loopback only)")
-	source := fs.String("source", "", "video FILE the clients stream, or pattern (default: "+vtest+", or with --app face-live "+megamindVideo+", when installed, else the pattern)")
-	step := fs.Duration("step", 8*time.Second, "clients join or leave every step (schedule "+fmt.Sprint(demoSchedule)+", face-live "+fmt.Sprint(faceLiveSchedule)+", repeating)")
+	source := fs.String("source", "", "video FILE the clients stream, or pattern (default: "+vtest+", with --app caption the pattern, with --app face-live "+megamindVideo+", when installed, else the pattern)")
+	step := fs.Duration("step", 8*time.Second, "clients join or leave every step (schedule "+fmt.Sprint(demoSchedule)+" for traffic, pose and actdet, [2 4 3 4 2] for face and tracker, [1 2 1] for caption, face-live "+fmt.Sprint(faceLiveSchedule)+", repeating)")
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -129,8 +194,12 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag demo: --step %v: want > 0\n", *step)
 		return exitInvalid
 	}
-	if *appName != "traffic" && *appName != "face-live" {
-		fmt.Fprintf(stderr, "mdag demo: --app %q: want traffic or face-live\n", *appName)
+	if _, ok := emulatedDemos[*appName]; !ok && *appName != "face-live" {
+		why := ""
+		if *appName == "audio" {
+			why = " (the audio app takes audio; the demo's clients send video)"
+		}
+		fmt.Fprintf(stderr, "mdag demo: --app %q: want one of %s%s\n", *appName, strings.Join(demoAppNames(), ", "), why)
 		return exitInvalid
 	}
 	d, err := loadDemoApp(*appName, *models)
@@ -143,7 +212,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	src := *source
 	if src == "" {
 		src = "pattern"
-		if _, err := os.Stat(d.video); err == nil {
+		if _, err := os.Stat(d.video); err == nil && d.video != "pattern" {
 			src = d.video
 		}
 	}
@@ -176,7 +245,10 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	defer hs.Close()
 	srcName := src
-	if src == "pattern" {
+	switch {
+	case src == "pattern" && d.video == "pattern":
+		srcName = "the generated moving-shapes pattern"
+	case src == "pattern":
 		srcName = "the generated moving-shapes pattern (" + d.video + " is not installed)"
 	}
 	stop := "Ctrl-C stops it and prints the summary"

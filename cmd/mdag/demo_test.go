@@ -3,12 +3,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +19,10 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/mdag/mdag/allocator/milp"
+	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/internal/browsertest"
+	"github.com/mdag/mdag/profile"
 )
 
 // TestDemo is the main job end to end: `make demo DURATION=30s` (the
@@ -200,4 +205,68 @@ func artifactDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// TestDemoApps: every app `mdag demo --app` takes on emulated GPUs loads,
+// its worker limits name only the app's worker types, its default video
+// is vtest.avi (people) or the pattern, and at the most streams of its
+// client schedule the engine plans it within those limits at the full
+// rate (not degraded): the demo's limits are enough for its schedule.
+// Apps it does not take are refused, naming the ones it does.
+func TestDemoApps(t *testing.T) {
+	for _, name := range demoAppNames() {
+		if name == "face-live" {
+			continue // needs make models; TestServeFaceLive runs it
+		}
+		t.Run(name, func(t *testing.T) {
+			d, err := loadDemoApp(name, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.close()
+			if d.video != vtest && d.video != "pattern" {
+				t.Errorf("video %q, want vtest.avi or the pattern", d.video)
+			}
+			types := map[profile.WorkerTypeID]bool{}
+			for _, w := range d.prof.Workers {
+				types[w.Type] = true
+			}
+			for ty := range d.limits {
+				if !types[ty] {
+					t.Errorf("limit for %s, not a worker type of the app's profiles", ty)
+				}
+			}
+			if !strings.Contains(d.intro, "the "+name+" app") || d.look == "" {
+				t.Errorf("intro %q, look %q: want the app named and something to look at", d.intro, d.look)
+			}
+			e, _, err := coordinator.NewEmbedded(coordinator.Config{MILPSolver: milp.Solver{}, Ops: ops()}, d.limits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.Start()
+			defer e.Close()
+			if err := e.Deploy(d.app, d.prof); err != nil {
+				t.Fatal(err)
+			}
+			most := slices.Max(d.schedule)
+			for i := range most {
+				if err := e.Join(d.app.Name, fmt.Sprintf("demo-%d", i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, "a plan for every stream", 20*time.Second, func() bool {
+				rs := e.Replans()
+				return len(rs) > 0 && strings.Contains(rs[len(rs)-1].Trigger, fmt.Sprintf("(%d streams)", most))
+			})
+			if s := e.Status().Sessions[0]; s.Degraded != "" {
+				t.Errorf("%d streams within the demo's limits %v: %s", most, d.limits, s.Degraded)
+			}
+		})
+	}
+	for _, name := range []string{"audio", "nexus-game", "nope"} {
+		var out, errb bytes.Buffer
+		if code := run([]string{"demo", "--app", name}, &out, &errb); code != exitInvalid || !strings.Contains(errb.String(), "want one of actdet, caption, face, pose, tracker, traffic, face-live") {
+			t.Errorf("--app %s: exit %d, %q; want %d naming the apps", name, code, errb.String(), exitInvalid)
+		}
+	}
 }

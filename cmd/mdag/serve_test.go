@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,24 +16,68 @@ import (
 	"github.com/mdag/mdag/ingest"
 )
 
-// TestServeSynthetic runs the embedded server with synthetic streams for
-// two seconds: every frame is accounted for in the summary it prints.
+// TestServeSynthetic serves each of Scrooge's six video apps with two
+// synthetic cameras for 2 s on the real clock (`mdag serve --example X
+// --synthetic 2 --duration 2s`): it exits 0, its summary accounts for
+// every frame (none left open), and each stateful module has its state
+// line holding both streams. Finish rates are not asserted here (two
+// loaded cores under -race); docs/benchmarks.md has them measured.
 func TestServeSynthetic(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs 2 s of live streams")
+		t.Skip("runs 2 s of live streams per app")
 	}
-	var out, errb bytes.Buffer
-	code := run(strings.Fields("serve --example traffic --synthetic 2 --duration 2s --listen 127.0.0.1:0"), &out, &errb)
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, errb.String())
+	cases := []struct {
+		app      string
+		modules  []string // every module of the app, in its table
+		stateful []string
+	}{
+		{"traffic", []string{"detect", "crop-vehicles", "crop-people", "classify", "face", "count"}, nil},
+		{"face", []string{"detect", "crop", "keypoints"}, nil},
+		{"tracker", []string{"detect", "crop", "reid", "track"}, []string{"track"}},
+		{"pose", []string{"keypoints", "window", "action"}, []string{"window"}},
+		{"caption", []string{"features", "order", "caption"}, []string{"order"}},
+		{"actdet", []string{"detect", "crop", "track", "reid", "activity"}, []string{"track", "activity"}},
 	}
-	for _, want := range []string{"app traffic: 2 streams", "frames sent", "detect", "INSTANCE", "last re-plans"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("summary lacks %q:\n%s", want, out.String())
-		}
-	}
-	if !strings.Contains(out.String(), "open 0;") {
-		t.Errorf("frames left open at exit:\n%s", out.String())
+	sent := regexp.MustCompile(`frames sent (\d+), finished (\d+), late (\d+), dropped (\d+), open 0;`)
+	for _, c := range cases {
+		t.Run(c.app, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(strings.Fields("serve --example "+c.app+" --synthetic 2 --duration 2s --listen 127.0.0.1:0"), &out, &errb)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+			s := out.String()
+			for _, want := range []string{"app " + c.app + ": 2 streams", "INSTANCE", "last re-plans"} {
+				if !strings.Contains(s, want) {
+					t.Errorf("summary lacks %q:\n%s", want, s)
+				}
+			}
+			m := sent.FindStringSubmatch(s)
+			if m == nil {
+				t.Fatalf("no frame line with every frame ended (open 0):\n%s", s)
+			}
+			n := make([]int, 4)
+			for i := range n {
+				n[i], _ = strconv.Atoi(m[i+1])
+			}
+			if n[0] == 0 || n[1]+n[2]+n[3] != n[0] {
+				t.Errorf("frames sent %d, finished %d + late %d + dropped %d: not every frame accounted for:\n%s", n[0], n[1], n[2], n[3], s)
+			}
+			for _, mod := range c.modules {
+				if !regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(mod) + ` +(cpu|gpu) `).MatchString(s) {
+					t.Errorf("module %s not in the table:\n%s", mod, s)
+				}
+			}
+			for _, mod := range c.stateful {
+				if want := "  state of " + mod + ": 2 streams, migrations 0 "; !strings.Contains(s, want) {
+					t.Errorf("summary lacks %q:\n%s", want, s)
+				}
+			}
+			if n := strings.Count(s, "  state of "); n != len(c.stateful) {
+				t.Errorf("%d state lines, want %d (the stateful modules %v):\n%s", n, len(c.stateful), c.stateful, s)
+			}
+			t.Logf("%s: %s", c.app, m[0])
+		})
 	}
 }
 
