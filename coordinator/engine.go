@@ -374,7 +374,7 @@ func (e *Engine) Join(app dag.AppID, streamID string) error {
 		case e.streams[streamID] != nil:
 			out = fmt.Errorf("stream %q: %w", streamID, ErrDuplicate)
 		default:
-			st := &stream{id: streamID, s: s}
+			st := &stream{id: streamID, s: s, credit: 1} // a stream's first frame is admitted (a share just under 1 must not shed it)
 			if next, ok := s.resume[streamID]; ok {
 				// a stream of the previous run, back
 				st.next, st.resumed = next, true

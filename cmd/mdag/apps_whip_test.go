@@ -108,16 +108,27 @@ func checkWhipTracks(t *testing.T, frames []coordinator.FrameResult, back []whip
 	if reports == 0 || len(ids)*3 > reports {
 		t.Errorf("%d track ids over %d track reports: want tracks, each followed over several frames", len(ids), reports)
 	}
-	n := 0
+	n, backIDs := 0, map[uint64]bool{}
 	for _, r := range back {
 		for _, b := range r.Boxes {
 			if b.Class == "person" {
 				n++
 			}
 		}
+		for _, tr := range r.Tracks {
+			backIDs[tr.ID] = true
+		}
 	}
 	if n == 0 {
 		t.Error("no tracked person's box came back on the DataChannel")
+	}
+	for id := range backIDs {
+		if !ids[id] {
+			t.Errorf("track %d came back on the DataChannel but the engine reported no such track", id)
+		}
+	}
+	if len(backIDs) == 0 {
+		t.Error("no track (with its id) came back on the DataChannel")
 	}
 	t.Logf("tracker: %d track ids, %d track reports, %d boxes back", len(ids), reports, n)
 }

@@ -260,7 +260,17 @@ func clientResult(r coordinator.FrameResult) whip.Result {
 	out := whip.Result{Stream: r.Stream, Frame: r.Seq, Outcome: string(r.Outcome), LatencyMS: float64(r.Latency.Microseconds()) / 1000,
 		Module: string(r.Module), Reason: r.Reason, Labels: r.Labels, Counts: r.Counts}
 	for _, b := range r.Boxes {
-		out.Boxes = append(out.Boxes, whip.Box{X: b.X, Y: b.Y, W: b.W, H: b.H, Class: b.Class, Score: b.Score})
+		out.Boxes = append(out.Boxes, whipBox(b))
+	}
+	for _, t := range r.Tracks {
+		out.Tracks = append(out.Tracks, whip.Track{ID: t.ID, Box: whipBox(t.Box), Age: t.Age, Missed: t.Missed})
+	}
+	for _, e := range r.Events {
+		out.Events = append(out.Events, whip.Event{Kind: e.Kind, Rule: e.Rule, Track: e.Track, Detail: e.Detail})
 	}
 	return out
+}
+
+func whipBox(b media.Box) whip.Box {
+	return whip.Box{X: b.X, Y: b.Y, W: b.W, H: b.H, Class: b.Class, Score: b.Score}
 }

@@ -32,6 +32,25 @@ type Result struct {
 	Boxes     []Box          `json:"boxes,omitempty"`
 	Labels    []string       `json:"labels,omitempty"`
 	Counts    map[string]int `json:"counts,omitempty"`
+	Tracks    []Track        `json:"tracks,omitempty"` // a tracker's tracks (stable ids)
+	Events    []Event        `json:"events,omitempty"` // what activity rules saw
+}
+
+// Track is a tracked object: its id (stable across the stream's frames),
+// its box (predicted while Missed > 0) and how many frames it lived.
+type Track struct {
+	ID     uint64 `json:"id"`
+	Box    Box    `json:"box"`
+	Age    int    `json:"age"`
+	Missed int    `json:"missed,omitempty"`
+}
+
+// Event is what an activity rule saw about a track.
+type Event struct {
+	Kind   string `json:"kind"`
+	Rule   string `json:"rule"`
+	Track  uint64 `json:"track"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // Box is a detection in frame coordinates.
