@@ -16,7 +16,8 @@ import (
 	"github.com/mdag/mdag/ingest"
 )
 
-// TestServeSynthetic serves each of Scrooge's six video apps with two
+// TestServeSynthetic serves each of Scrooge's seven apps (six video, one
+// audio) with two
 // synthetic cameras for 2 s on the real clock (`mdag serve --example X
 // --synthetic 2 --duration 2s`): it exits 0, its summary accounts for
 // every frame (none left open), and each stateful module has its state
@@ -37,6 +38,9 @@ func TestServeSynthetic(t *testing.T) {
 		{"pose", []string{"keypoints", "window", "action"}, []string{"window"}},
 		{"caption", []string{"features", "order", "caption"}, []string{"order"}},
 		{"actdet", []string{"detect", "crop", "track", "reid", "activity"}, []string{"track", "activity"}},
+		// the synthetic source of an audio app sends chirps (48 kHz PCM)
+		// through IngestAudio; segment cuts them into 40 ms chunks
+		{"audio", []string{"segment", "asr", "translate", "synthesize"}, []string{"segment"}},
 	}
 	sent := regexp.MustCompile(`frames sent (\d+), finished (\d+), late (\d+), dropped (\d+), open 0;`)
 	for _, c := range cases {
