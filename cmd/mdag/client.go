@@ -29,7 +29,7 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 	server := fs.String("server", "http://127.0.0.1:8080", "the mdag server (serve or coordinator)")
 	app := fs.String("app", "", "the app to stream into (required)")
 	token := fs.String("token", "", "bearer token (default: $MDAG_TOKEN)")
-	source := fs.String("source", "pattern", "pattern (moving shapes), a video FILE, or camera:N")
+	source := fs.String("source", "pattern", "pattern (moving shapes), people (the synthetic people scene: upright people walking in lanes), a video FILE, or camera:N")
 	fps := fs.Float64("fps", 15, "frames per second sent (the server samples to the app's fps)")
 	size := fs.String("size", "640x480", "frame size WxH for the pattern (files and cameras keep theirs)")
 	objects := fs.Int("objects", 3, "objects per pattern frame")
@@ -352,8 +352,12 @@ type frameSource interface {
 // sourceOpener parses --source: each client opens its own source.
 func sourceOpener(spec, size string, objects int, loop bool) (func() (frameSource, error), error) {
 	switch {
-	case spec == "pattern":
-		pat, err := newPattern(size, objects)
+	case spec == "pattern" || spec == "people":
+		scene := "shapes"
+		if spec == "people" {
+			scene = "people"
+		}
+		pat, err := newPattern(size, objects, scene)
 		if err != nil {
 			return nil, err
 		}

@@ -43,13 +43,27 @@ func runContext(d time.Duration) (context.Context, context.CancelFunc) {
 	return ctx, func() { cancel(); stop() }
 }
 
-// newPattern is the synthetic source of --size WxH and --objects.
-func newPattern(size string, objects int) (*synth.Pattern, error) {
+// sceneHelp is the --scene flag's help.
+const sceneHelp = "synthetic scene: shapes (cars, people, trucks and buses circling; their paths cross) or people (people only, drawn upright, walking back and forth in their own lanes: stable tracks for track, window and activity)"
+
+// newPattern is the synthetic source of --size WxH, --objects and --scene.
+func newPattern(size string, objects int, scene string) (*synth.Pattern, error) {
 	w, h, err := parseSize(size)
 	if err != nil {
 		return nil, fmt.Errorf("--size: %w", err)
 	}
-	return synth.NewPattern(w, h, objects)
+	p, err := synth.NewPattern(w, h, objects)
+	if err != nil {
+		return nil, err
+	}
+	switch scene {
+	case "shapes":
+	case "people":
+		p.Classes, p.Motion, p.Upright = []string{"person"}, synth.Lanes, true
+	default:
+		return nil, fmt.Errorf("--scene %q: want shapes or people", scene)
+	}
+	return p, nil
 }
 
 func newLogger(w io.Writer, verbose bool) *slog.Logger {
@@ -410,6 +424,7 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 	fps := fs.Float64("fps", 10, "frames per second per camera (synthetic; with --camera: the rate frames are sampled at)")
 	objects := fs.Int("objects", 3, "objects per frame")
 	size := fs.String("size", "320x240", "frame size WxH")
+	scene := fs.String("scene", "shapes", sceneHelp)
 	count := fs.Uint64("count", 0, "frames per camera (0: until --duration or interrupted)")
 	audio := fs.Bool("audio", false, "send synthetic audio (chirps with silence between them, 48 kHz mono, chunks of 1/fps) instead of frames: for an app with media: audio")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted or --count)")
@@ -422,7 +437,7 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mdag source: need --app, --streams >= 1 and --fps > 0")
 		return exitInvalid
 	}
-	pat, err := newPattern(*size, *objects)
+	pat, err := newPattern(*size, *objects, *scene)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag source: %v\n", err)
 		return exitInvalid

@@ -39,6 +39,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	objects := fs.String("objects", "3", "objects per synthetic frame; a list (e.g. 2,6,1,8) steps through its values every --objects-every, so the app's fan-out changes (scaling)")
 	objectsEvery := fs.Duration("objects-every", time.Minute, "how long each value of an --objects list lasts")
 	size := fs.String("size", "320x240", "synthetic frame size WxH")
+	scene := fs.String("scene", "shapes", sceneHelp)
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
 	executor := fs.String("executor", "emulated", "GPU executor of the in-process workers: emulated (profiled times), onnx (registry models on ONNX Runtime; --models) "+
@@ -124,7 +125,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
 		return exitInvalid
 	}
-	pat, err := newPattern(*size, counts[0])
+	pat, err := newPattern(*size, counts[0], *scene)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
 		return exitInvalid
