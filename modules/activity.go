@@ -309,6 +309,7 @@ func (a *activity) ProcessFrame(stream string, seq uint64, items []*media.Item) 
 		return nil, err
 	}
 	o := items[0].Derive()
+	o.Frame = wholeFrame(items) // annotate after it draws on the frame
 	seen := map[uint64]bool{}
 	for _, it := range items {
 		for _, tr := range it.Tracks {

@@ -26,6 +26,7 @@ package modules
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -126,7 +127,7 @@ var declared = []Op{
 	{Name: "activity", Summary: "match tracks and identities against activity rules", Stateful: true, Params: []Param{
 		{Name: "rules", Kind: Strings, Check: checkRules, Doc: "rules: `line NAME x1,y1,x2,y2`, `zone NAME x1,y1,x2,y2 dwell DURATION`, `loiter NAME x1,y1,x2,y2 DURATION [radius PIXELS]` (DURATION: 5s or 150f frames)"}}},
 	{Name: "segment", Summary: "cut an audio stream into fixed-length chunks", Stateful: true, Params: []Param{
-		{Name: "chunk", Kind: Duration, Default: 40 * time.Millisecond, Check: durationUpTo(time.Minute), Doc: "chunk length (a whole number of samples at the audio's rate)"}}},
+		{Name: "chunk", Kind: Duration, Default: 40 * time.Millisecond, Check: durationUpTo(10*time.Second), Doc: "chunk length, at most 10 s (a whole number of samples at the audio's rate; a chunk crosses the wire in one message)"}}},
 	{Name: "sink", Summary: "deliver results to the client"},
 }
 
@@ -266,6 +267,9 @@ func decodeValue(p Param, v any) (any, error) {
 		case int64:
 			return float64(x), nil
 		case float64:
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return nil, fmt.Errorf("want a finite number, got %v", x)
+			}
 			return x, nil
 		}
 	case String:
@@ -298,8 +302,14 @@ func decodeValue(p Param, v any) (any, error) {
 		case time.Duration:
 			return x, nil
 		case int:
+			if x > math.MaxInt64/int(time.Second) || x < math.MinInt64/int(time.Second) {
+				return nil, fmt.Errorf("%d seconds is out of range", x)
+			}
 			return time.Duration(x) * time.Second, nil
 		case float64:
+			if math.IsNaN(x) || math.Abs(x) > float64(math.MaxInt64/int64(time.Second)) {
+				return nil, fmt.Errorf("%v seconds is out of range", x)
+			}
 			return time.Duration(x * float64(time.Second)), nil
 		}
 	}

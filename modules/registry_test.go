@@ -49,7 +49,7 @@ func TestDecode(t *testing.T) {
 		{"segment", map[string]any{"chunk": "soon"}, nil, []string{`params.chunk: want a duration like 40ms, got "soon"`}},
 		{"sink", map[string]any{"x": 1}, nil, []string{`params.x: op sink takes no param "x" (known: none)`}},
 		{"segment", nil, modules.Params{"chunk": 40 * time.Millisecond}, nil},
-		{"segment", map[string]any{"chunk": "2m"}, nil, []string{"params.chunk: must be > 0 and at most 1m0s, got 2m0s"}},
+		{"segment", map[string]any{"chunk": "2m"}, nil, []string{"params.chunk: must be > 0 and at most 10s, got 2m0s"}},
 		{"track", nil, modules.Params{"max_age": 15, "iou": 0.3, "min_hits": 2}, nil},
 		{"track", map[string]any{"iou": 1.5, "min_hits": 0}, nil, []string{"params.iou: must be between 0 and 1", "params.min_hits: must be > 0"}},
 		{"window", nil, modules.Params{"size": 8}, nil},

@@ -3,6 +3,8 @@ package modules
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"math"
 	"testing"
 )
 
@@ -43,4 +45,39 @@ func FuzzDecodeState(f *testing.F) {
 			t.Fatalf("decoded snapshot does not re-encode to its bytes")
 		}
 	})
+}
+
+// TestParamsFinite: a Number param is finite, a Duration in range.
+func TestParamsFinite(t *testing.T) {
+	for _, tc := range []struct {
+		op  OpID
+		raw map[string]any
+	}{
+		{"track", map[string]any{"iou": math.NaN()}},
+		{"crop", map[string]any{"min_score": math.Inf(1)}},
+		{"segment", map[string]any{"chunk": 18446744074}},
+		{"segment", map[string]any{"chunk": math.NaN()}},
+	} {
+		if _, err := DecodeParams(tc.op, tc.raw); err == nil {
+			t.Errorf("%s %v: accepted", tc.op, tc.raw)
+		}
+	}
+}
+
+// TestSnapshotUnseenStream: a snapshot of a stream never seen is a valid
+// empty state and leaves nothing behind.
+func TestSnapshotUnseenStream(t *testing.T) {
+	p, err := Builtin().New("window", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := p.(Stateful)
+	for i := range 100 {
+		if _, err := w.Snapshot(fmt.Sprint("ghost-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(p.(*window).streams.m); n != 0 {
+		t.Errorf("%d streams kept after snapshots of unseen ones", n)
+	}
 }

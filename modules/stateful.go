@@ -90,18 +90,39 @@ func (t *streamStates[S]) clear() {
 // snapshot serialises stream's state (a fresh one for an unseen stream)
 // in op's envelope.
 func (t *streamStates[S]) snapshot(op OpID, stream string, fresh func() S) ([]byte, error) {
-	st := t.get(stream, fresh)
+	t.mu.Lock()
+	st := t.m[stream] // an unseen stream is not added
+	t.mu.Unlock()
+	if st == nil {
+		st = &streamState[S]{s: fresh()}
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	var payload []byte
 	if t.encode != nil {
-		return EncodeState(op, stateVersion, t.encode(&st.s)), nil
+		payload = t.encode(&st.s)
+	} else {
+		var err error
+		if payload, err = json.Marshal(st.s); err != nil {
+			return nil, fmt.Errorf("%s: snapshot of stream %q: %w", op, stream, err)
+		}
+		if len(payload) > maxJSONState {
+			// Refused here, the export fails and the state stays where
+			// it is; a restore would refuse it anyway.
+			return nil, fmt.Errorf("%s: snapshot of stream %q: %d bytes, more than the %d a restore takes", op, stream, len(payload), maxJSONState)
+		}
 	}
-	payload, err := json.Marshal(st.s)
-	if err != nil {
-		return nil, fmt.Errorf("%s: snapshot of stream %q: %w", op, stream, err)
+	b := EncodeState(op, stateVersion, payload)
+	if len(b) > maxStateBytes {
+		return nil, fmt.Errorf("%s: snapshot of stream %q: %d bytes, more than the %d a snapshot may have", op, stream, len(b), maxStateBytes)
 	}
-	return EncodeState(op, stateVersion, payload), nil
+	return b, nil
 }
+
+// maxJSONState bounds the JSON payload of a snapshot (window, sequence,
+// activity, segment): decoding JSON allocates many times its size, so a
+// hostile 16 MiB payload must not reach the decoder.
+const maxJSONState = 2 << 20
 
 // restore replaces stream's state with b's (nil or empty: forget it):
 // the envelope is checked, the payload decoded strictly (unknown fields
@@ -125,6 +146,9 @@ func (t *streamStates[S]) restore(op OpID, stream string, b []byte, check func(*
 			return fmt.Errorf("%s: restore stream %q: %w for op %s: payload: %v", op, stream, ErrState, op, err)
 		}
 	} else {
+		if len(payload) > maxJSONState {
+			return fmt.Errorf("%s: restore stream %q: %w for op %s: a payload of %d bytes, more than %d", op, stream, ErrState, op, len(payload), maxJSONState)
+		}
 		dec := json.NewDecoder(bytes.NewReader(payload))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&s); err != nil {
@@ -324,4 +348,16 @@ func (r *payloadReader) end() error {
 
 func appendString(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+// wholeFrame is the frame of the first item that carries the whole frame
+// (a frame, no Region: not a crop), or nil: what a frame's single output
+// keeps, so that an op after it (annotate) sees the pixels.
+func wholeFrame(items []*media.Item) *media.Frame {
+	for _, it := range items {
+		if it.Frame != nil && it.Region == nil {
+			return it.Frame
+		}
+	}
+	return nil
 }

@@ -34,8 +34,9 @@ import (
 // numbers: frames dropped upstream count) is deleted: one unmatched on
 // max_age frames and matched on the next keeps its id.
 //
-// Output: one item per frame (Derive of the first input, no Region, no
-// Frame) whose Tracks are the confirmed tracks, by id: a track is
+// Output: one item per frame (Derive of the first input, no Region; the
+// whole frame when an input carries it, for annotate) whose Tracks are the
+// confirmed tracks, by id: a track is
 // confirmed once it has been matched `min_hits` times, and from then on is
 // reported every frame until deleted, with Missed = 0 when matched in this
 // frame (its box is the detection) or Missed > 0 while it coasts (its box
@@ -186,8 +187,8 @@ func (t *tracker) Restore(stream string, b []byte) error {
 }
 
 func checkTrackState(s *trackState) error {
-	if s.NextID == 0 {
-		return fmt.Errorf("next track id 0: ids start at 1")
+	if s.NextID == 0 || s.NextID > 1<<62 {
+		return fmt.Errorf("next track id %d: want 1..2^62 (ids start at 1 and must never wrap)", s.NextID)
 	}
 	if len(s.Tracks) > maxTracks {
 		return fmt.Errorf("%d tracks: at most %d", len(s.Tracks), maxTracks)
@@ -317,6 +318,7 @@ func (t *tracker) ProcessFrame(stream string, seq uint64, items []*media.Item) (
 	s := &st.s
 	dets := detections(items)
 	o := items[0].Derive()
+	o.Frame = wholeFrame(items) // annotate after it draws on the frame
 	if s.Started && seq <= s.Last {
 		t.late(s, seq, dets, o)
 		return []*media.Item{o}, nil

@@ -117,7 +117,8 @@ func (l Limits) withDefaults() Limits {
 }
 
 // SourceMessage is the largest message a source may send: one frame at
-// the cap in BGR, its boxes, and 64 KiB for the rest of the message.
+// the cap in BGR, its boxes, and 64 KiB for the rest of the message (an
+// audio chunk must fit too: --max-audio above that is refused at start).
 func (l Limits) SourceMessage() int {
 	return l.MaxFrameW*l.MaxFrameH*3 + l.MaxBoxes*wire.MaxBoxBytes + 64<<10
 }

@@ -102,8 +102,11 @@ func (s *Server) defaults() {
 		}
 		s.limits = s.Limits.withDefaults()
 		l := s.limits
+		// A worker's results may carry audio chunks up to segment's
+		// longest (10 s of 96 kHz stereo fits wire.MaxAudioBytes) even
+		// when sources are held to a smaller --max-audio.
 		s.caps = wire.Caps{FrameW: l.MaxFrameW, FrameH: l.MaxFrameH, Boxes: l.MaxBoxes, ResultItems: l.MaxResultItems,
-			Tracks: l.MaxTracks, Steps: l.MaxSteps, Events: l.MaxEvents, Labels: l.MaxLabels, AudioBytes: l.MaxAudioBytes, StateBytes: l.MaxStateBytes}
+			Tracks: l.MaxTracks, Steps: l.MaxSteps, Events: l.MaxEvents, Labels: l.MaxLabels, AudioBytes: max(l.MaxAudioBytes, wire.MaxAudioBytes), StateBytes: l.MaxStateBytes}
 		s.refused = newRefusals(s.Clock, s.Log, s.limits.LogEvery)
 	})
 }

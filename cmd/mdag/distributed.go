@@ -254,6 +254,9 @@ func (f *grpcLimitFlags) limits() (remote.Limits, error) {
 	}
 	l := remote.Limits{MaxMessage: *f.messageMiB << 20, MaxFrameW: w, MaxFrameH: h, MaxBoxes: *f.boxes, MaxResultItems: *f.items, MaxSourceStreams: *f.streams,
 		MaxAudioBytes: *f.audioKiB << 10, PeerRate: *f.rate, PeerBurst: *f.burst, GlobalRate: *f.grate, GlobalBurst: *f.gburst}
+	if room := l.SourceMessage() - 64<<10; l.MaxAudioBytes > room {
+		return remote.Limits{}, fmt.Errorf("--max-audio %d KiB does not fit a source's message (one --max-frame %s frame with --max-boxes %d: %d KiB): raise --max-frame or lower --max-audio", *f.audioKiB, *f.frame, *f.boxes, room>>10)
+	}
 	if src := l.SourceMessage(); src > l.MaxMessage {
 		return remote.Limits{}, fmt.Errorf("--max-message %d MiB is smaller than one --max-frame %s frame with --max-boxes %d (%d bytes)", *f.messageMiB, *f.frame, *f.boxes, src)
 	}

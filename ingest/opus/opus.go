@@ -254,6 +254,18 @@ func (d *Decoder) DecodeRTP(seq uint16, payload []byte) ([]*media.Audio, error) 
 	return append(out, a), nil
 }
 
+// Skip takes seq as used without audio (an RTP padding-only packet has
+// its own sequence number): the next packet after it is no loss. A seq
+// that is not just ahead of the last one is ignored.
+func (d *Decoder) Skip(seq uint16) {
+	if !d.haveSeq {
+		return
+	}
+	if diff := int16(seq - d.seq); diff > 0 && diff < MaxSeqJump {
+		d.seq = seq
+	}
+}
+
 // Close frees the decoder; it may be called more than once.
 func (d *Decoder) Close() {
 	if d.d != nil {

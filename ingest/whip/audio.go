@@ -121,14 +121,25 @@ func (a *audioPipeline) packet(pkt *rtp.Packet) bool {
 		return false
 	}
 	if len(pkt.Payload) == 0 {
-		st.c.padding.Add(1) // padding only: nothing to decode, not a loss
+		// padding only (its own sequence number, RFC 3550): nothing to
+		// decode, not a loss
+		a.dec.Skip(pkt.SequenceNumber)
+		st.c.padding.Add(1)
 		return true
 	}
 	work := time.Now() // decoding is real CPU time, whatever the injected clock says
-	capture := a.sync.capture(pkt.Timestamp, now)
+	before := a.dec.Stats()
 	chunks, err := a.dec.DecodeRTP(pkt.SequenceNumber, pkt.Payload)
 	a.account()
 	st.c.busy.Add(int64(time.Since(work)))
+	after := a.dec.Stats()
+	if after.Late > before.Late {
+		return true // late or a duplicate: dropped, and its timestamp must not move the clock
+	}
+	if after.Restarts > before.Restarts {
+		a.sync.restart(now) // a new sequence: its timestamps start a new timeline, as for video
+	}
+	capture := a.sync.capture(pkt.Timestamp, now)
 	if err != nil {
 		st.c.decodeErrors.Add(1)
 		st.fail(fmt.Errorf("packet %d: %w", pkt.SequenceNumber, err))
