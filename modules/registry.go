@@ -127,7 +127,7 @@ var declared = []Op{
 	{Name: "activity", Summary: "match tracks and identities against activity rules", Stateful: true, Params: []Param{
 		{Name: "rules", Kind: Strings, Check: checkRules, Doc: "rules: `line NAME x1,y1,x2,y2`, `zone NAME x1,y1,x2,y2 dwell DURATION`, `loiter NAME x1,y1,x2,y2 DURATION [radius PIXELS]` (DURATION: 5s or 150f frames)"}}},
 	{Name: "segment", Summary: "cut an audio stream into fixed-length chunks", Stateful: true, Params: []Param{
-		{Name: "chunk", Kind: Duration, Default: 40 * time.Millisecond, Check: durationUpTo(10*time.Second), Doc: "chunk length, at most 10 s (a whole number of samples at the audio's rate; a chunk crosses the wire in one message)"}}},
+		{Name: "chunk", Kind: Duration, Default: 40 * time.Millisecond, Check: durationUpTo(10 * time.Second), Doc: "chunk length, at most 10 s (a whole number of samples at the audio's rate; a chunk crosses the wire in one message)"}}},
 	{Name: "sink", Summary: "deliver results to the client"},
 }
 
