@@ -100,6 +100,7 @@ func (q *sequence) ProcessFrame(stream string, seq uint64, items []*media.Item) 
 		step.Tracks = append(step.Tracks, it.Tracks...)
 		labels = append(labels, it.Labels...)
 	}
+	step = admitStep(step)
 	st := q.streams.get(stream, freshSequenceState)
 	st.mu.Lock()
 	defer st.mu.Unlock()

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
+
+	"github.com/mdag/mdag/media"
 )
 
 func TestStateEnvelope(t *testing.T) {
@@ -79,5 +82,40 @@ func TestSnapshotUnseenStream(t *testing.T) {
 	}
 	if n := len(p.(*window).streams.m); n != 0 {
 		t.Errorf("%d streams kept after snapshots of unseen ones", n)
+	}
+}
+
+// TestLiveStateSurvivesMove: what a frame feeds a stateful op (odd boxes
+// included: no size, a score that is not a number, far outside the frame)
+// never builds a state that a restore refuses: a stream's state always
+// survives a move.
+func TestLiveStateSurvivesMove(t *testing.T) {
+	odd := []media.Box{{X: 1, Y: 1, W: 0, H: 3, Class: "person"}, {X: 2, Y: 2, W: 4, H: 4, Class: "person", Score: float32(math.NaN())},
+		{X: 1 << 31, Y: 0, W: 4, H: 4, Class: "person"}, {X: 5, Y: 5, W: 10, H: 10, Class: "person", Score: 0.9}}
+	long := strings.Repeat("x", 2000)
+	for _, op := range []OpID{"track", "window", "sequence"} {
+		p, err := Builtin().New(op, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := p.(Stateful)
+		for seq := range uint64(3) {
+			items := []*media.Item{{Stream: "s", Seq: seq, Boxes: odd, Labels: []string{long, "ok"}}}
+			for i := range odd {
+				b := odd[i]
+				items = append(items, &media.Item{Stream: "s", Seq: seq, Region: &b, Labels: []string{long}})
+			}
+			if _, err := st.ProcessFrame("s", seq, items); err != nil {
+				t.Fatalf("%s frame %d: %v", op, seq, err)
+			}
+		}
+		b, err := st.Snapshot("s")
+		if err != nil {
+			t.Fatalf("%s: snapshot: %v", op, err)
+		}
+		q, _ := Builtin().New(op, nil)
+		if err := q.(Stateful).Restore("s", b); err != nil {
+			t.Errorf("%s: the live state does not restore: %v", op, err)
+		}
 	}
 }

@@ -222,6 +222,42 @@ func checkStep(s *media.Step) error {
 	return nil
 }
 
+// admitStep keeps of a step what a snapshot can hold and a restore takes
+// (checkStep): boxes and tracks that checkBox accepts, labels up to
+// maxLabelLength, at most maxStepItems of each. The state a frame builds
+// must always survive a move: a stream whose snapshot a restore refused
+// would lose its state.
+func admitStep(s media.Step) media.Step {
+	keep := func(bs []media.Box) []media.Box {
+		var out []media.Box
+		for _, b := range bs {
+			if checkBox(b) == nil && len(out) < maxStepItems {
+				out = append(out, b)
+			}
+		}
+		return out
+	}
+	out := media.Step{Seq: s.Seq, Boxes: keep(s.Boxes)}
+	for _, tr := range s.Tracks {
+		if checkBox(tr.Box) == nil && tr.Age >= 0 && tr.Hits >= 0 && tr.Missed >= 0 && len(out.Tracks) < maxStepItems {
+			out.Tracks = append(out.Tracks, tr)
+		}
+	}
+	for _, l := range s.Labels {
+		if len(l) <= maxLabelLength && len(out.Labels) < maxStepItems {
+			out.Labels = append(out.Labels, l)
+		}
+	}
+	out.Boxes, out.Labels, out.Tracks = nilIfEmpty(out.Boxes), nilIfEmpty(out.Labels), nilIfEmpty(out.Tracks)
+	return out
+}
+
+// admitLabels is ls without the labels a snapshot cannot hold (see
+// admitStep).
+func admitLabels(ls []string) []string {
+	return admitStep(media.Step{Labels: ls}).Labels
+}
+
 func nilIfEmpty[T any](s []T) []T {
 	if len(s) == 0 {
 		return nil

@@ -239,14 +239,16 @@ type detection struct {
 func detections(items []*media.Item) []detection {
 	var out []detection
 	for _, it := range items {
+		// Boxes a snapshot could not hold (no size, far outside, a score
+		// that is not a number) are not detections.
 		if it.Region != nil {
-			if it.Region.W > 0 && it.Region.H > 0 {
-				out = append(out, detection{*it.Region, it.Labels})
+			if checkBox(*it.Region) == nil {
+				out = append(out, detection{*it.Region, admitLabels(it.Labels)})
 			}
 			continue
 		}
 		for _, b := range it.Boxes {
-			if b.W > 0 && b.H > 0 {
+			if checkBox(b) == nil {
 				out = append(out, detection{b, nil})
 			}
 		}

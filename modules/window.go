@@ -80,8 +80,7 @@ func checkSteps(steps []media.Step) error {
 // stepOf is an item's step: its results, copied (the state never shares
 // slices with items that flow on).
 func stepOf(it *media.Item) media.Step {
-	return media.Step{Seq: it.Seq, Boxes: nilIfEmpty(slices.Clone(it.Boxes)), Labels: nilIfEmpty(slices.Clone(it.Labels)),
-		Tracks: nilIfEmpty(slices.Clone(it.Tracks))}
+	return admitStep(media.Step{Seq: it.Seq, Boxes: it.Boxes, Labels: it.Labels, Tracks: it.Tracks})
 }
 
 // insertStep inserts s after every step with a seq <= s.Seq.
