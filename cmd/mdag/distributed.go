@@ -212,6 +212,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 // grpcLimitFlags are the coordinator's limits on its gRPC port (issue 22,
 // docs/security.md).
 type grpcLimitFlags struct {
+	fs                         *flag.FlagSet
 	frame                      *string
 	messageMiB, boxes, items   *int
 	audioKiB                   *int
@@ -222,6 +223,7 @@ type grpcLimitFlags struct {
 func addGRPCLimitFlags(fs *flag.FlagSet) *grpcLimitFlags {
 	d := remote.DefaultLimits
 	return &grpcLimitFlags{
+		fs:         fs,
 		frame:      fs.String("max-frame", fmt.Sprintf("%dx%d", d.MaxFrameW, d.MaxFrameH), "largest frame (WxH) a source or a worker's result may carry; a source's messages are capped at its BGR size plus room for its boxes"),
 		messageMiB: fs.Int("max-message", d.MaxMessage>>20, "largest gRPC message in MiB from anyone (a worker's result carries its output frames); gRPC refuses larger ones unread"),
 		boxes:      fs.Int("max-boxes", d.MaxBoxes, "most boxes (detections or ground truth) on one frame"),
@@ -255,7 +257,15 @@ func (f *grpcLimitFlags) limits() (remote.Limits, error) {
 	l := remote.Limits{MaxMessage: *f.messageMiB << 20, MaxFrameW: w, MaxFrameH: h, MaxBoxes: *f.boxes, MaxResultItems: *f.items, MaxSourceStreams: *f.streams,
 		MaxAudioBytes: *f.audioKiB << 10, PeerRate: *f.rate, PeerBurst: *f.burst, GlobalRate: *f.grate, GlobalBurst: *f.gburst}
 	if room := l.SourceMessage() - 64<<10; l.MaxAudioBytes > room {
-		return remote.Limits{}, fmt.Errorf("--max-audio %d KiB does not fit a source's message (one --max-frame %s frame with --max-boxes %d: %d KiB): raise --max-frame or lower --max-audio", *f.audioKiB, *f.frame, *f.boxes, room>>10)
+		// A source's message holds one frame or one audio chunk: the
+		// default audio cap shrinks to a small --max-frame; one asked for
+		// that does not fit is an error.
+		explicit := false
+		f.fs.Visit(func(fl *flag.Flag) { explicit = explicit || fl.Name == "max-audio" })
+		if explicit {
+			return remote.Limits{}, fmt.Errorf("--max-audio %d KiB does not fit a source's message (one --max-frame %s frame with --max-boxes %d: %d KiB): raise --max-frame or lower --max-audio", *f.audioKiB, *f.frame, *f.boxes, room>>10)
+		}
+		l.MaxAudioBytes = room
 	}
 	if src := l.SourceMessage(); src > l.MaxMessage {
 		return remote.Limits{}, fmt.Errorf("--max-message %d MiB is smaller than one --max-frame %s frame with --max-boxes %d (%d bytes)", *f.messageMiB, *f.frame, *f.boxes, src)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mdag/mdag/remote"
+	"github.com/mdag/mdag/remote/wire"
 )
 
 // TestGRPCLimitFlags: the coordinator's limit flags become remote.Limits,
@@ -22,8 +23,11 @@ func TestGRPCLimitFlags(t *testing.T) {
 			return l.MaxFrameW == 1920 && l.MaxFrameH == 1080 && l.MaxMessage == d.MaxMessage && l.MaxBoxes == d.MaxBoxes && l.MaxSourceStreams == d.MaxSourceStreams && l.PeerBurst == d.PeerBurst && l.GlobalRate == d.GlobalRate
 		}, ""},
 		{[]string{"--max-frame", "640x480", "--max-message", "8", "--max-source-streams", "2", "--register-rate", "0.5"}, func(l remote.Limits) bool {
-			return l.MaxFrameW == 640 && l.MaxFrameH == 480 && l.MaxMessage == 8<<20 && l.MaxSourceStreams == 2 && l.PeerRate == 0.5
+			// the default audio cap shrinks to what a 640x480 source message holds
+			return l.MaxFrameW == 640 && l.MaxFrameH == 480 && l.MaxMessage == 8<<20 && l.MaxSourceStreams == 2 && l.PeerRate == 0.5 &&
+				l.MaxAudioBytes == 640*480*3+256*wire.MaxBoxBytes
 		}, ""},
+		{[]string{"--max-frame", "640x480", "--max-audio", "2048"}, nil, "--max-audio 2048 KiB does not fit a source's message"},
 		{[]string{"--max-frame", "640"}, nil, "--max-frame: frame size \"640\": want WIDTHxHEIGHT"},
 		{[]string{"--max-frame", "0x480"}, nil, "want WIDTHxHEIGHT with positive integers"},
 		{[]string{"--max-frame", "20000x10"}, nil, "at most 16384 pixels a side"},
