@@ -22,7 +22,8 @@ import (
 // video frames are. Its counters: packets received, frames (Opus packets
 // decoded), lost (packets missing in the sequence), concealed (frames made
 // up for them), discarded (late packets), padding (empty packets),
-// decode errors, ingested and refused chunks.
+// decode errors, ingested and refused chunks, and the audio of an
+// unfinished chunk left when the stream ended (partial_ms).
 
 // onAudioTrack takes the first Opus track of an audio app's stream; any
 // other track (video, a second audio track) is read and discarded.
@@ -70,8 +71,20 @@ func (st *stream) readAudio(track *webrtc.TrackRemote, sync *captureClock) {
 		return
 	}
 	defer dec.Close()
-	readRTP(track, newAudioPipeline(st, dec, sync).packet)
+	a := newAudioPipeline(st, dec, sync)
+	readRTP(track, a.packet)
+	a.end()
 }
+
+// end counts what was left of an unfinished chunk when the stream ended:
+// said (partial_ms), not lost silently.
+func (a *audioPipeline) end() {
+	a.st.c.partialSamples.Add(uint64(len(a.acc) / a.dec.Channels()))
+	a.acc = a.acc[:0]
+}
+
+// opusRate is Opus's sample rate, as a float for the stats.
+const opusRate = float64(opus.SampleRate)
 
 // chunkSamples is the samples per channel of an audio chunk at fps chunks
 // a second: 1/fps of audio, 20 ms for fps 0, between 2.5 ms and 10 s.

@@ -79,3 +79,19 @@ func TestAudioLatePacketKeepsClock(t *testing.T) {
 		t.Errorf("a dropped duplicate moved capture times %v into the past", lag)
 	}
 }
+
+// TestAudioPartialChunkCounted: the audio of an unfinished chunk when the
+// stream ends is counted (partial_ms), not lost silently.
+func TestAudioPartialChunkCounted(t *testing.T) {
+	pkts := opusPackets(t, 6, 1)
+	sink := newSink()
+	p, st, clk := testAudioPipeline(t, sink, 10, 1) // 100 ms chunks
+	for i, pl := range pkts {
+		clk.Advance(20 * time.Millisecond)
+		p.packet(&rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 111, SequenceNumber: uint16(100 + i), Timestamp: uint32(960 * i)}, Payload: pl})
+	}
+	p.end()
+	if n, got := len(sink.chunks("s")), st.info().PartialMS; n != 1 || got != 20 {
+		t.Errorf("%d chunks and %v ms partial: want 1 chunk of 100 ms and 20 ms left", n, got)
+	}
+}

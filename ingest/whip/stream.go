@@ -128,8 +128,12 @@ type StreamInfo struct {
 	// packets; at most 5 are concealed a gap); its Frames are the Opus
 	// packets decoded, Ingested the PCM chunks handed to the session.
 	Concealed uint64 `json:"concealed,omitempty"`
-	Restarts  uint64 `json:"timeline_restarts"`
-	LastError string `json:"last_error,omitempty"`
+	// PartialMS is, for an audio stream, the audio left in an unfinished
+	// chunk when the stream ended (shorter than a chunk: never handed to
+	// the session), in milliseconds.
+	PartialMS float64 `json:"partial_ms,omitempty"`
+	Restarts  uint64  `json:"timeline_restarts"`
+	LastError string  `json:"last_error,omitempty"`
 	// Simulcast (simulcast.go): the layer decoded ("h 640x360": its rid
 	// and size), the layers offered, the times the decoded layer changed,
 	// and the steps taken below the layer that fits the app because
@@ -152,9 +156,9 @@ const (
 )
 
 type counters struct {
-	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped, discarded, restarts, cameraLost, padding, refused, noPicture, concealed atomic.Uint64
-	busy                                                                                                                                                                           atomic.Int64 // ns the media goroutine spent on frames (decode, convert, resize, objects)
-	gap                                                                                                                                                                            atomic.Int64 // ns a camera's stream went without frames after its camera was lost
+	packets, frames, ingested, sampled, lost, decodeErrors, waitingKey, plis, resultsSent, resultsDropped, discarded, restarts, cameraLost, padding, refused, noPicture, concealed, partialSamples atomic.Uint64
+	busy                                                                                                                                                                                           atomic.Int64 // ns the media goroutine spent on frames (decode, convert, resize, objects)
+	gap                                                                                                                                                                                            atomic.Int64 // ns a camera's stream went without frames after its camera was lost
 }
 
 // admState is a stream's admission state, guarded by the server's mu.
@@ -342,7 +346,7 @@ func (st *stream) info() StreamInfo {
 		Packets: st.c.packets.Load(), Frames: st.c.frames.Load(), Ingested: st.c.ingested.Load(), Sampled: st.c.sampled.Load(),
 		Lost: st.c.lost.Load(), DecodeErrors: st.c.decodeErrors.Load(), WaitingKey: st.c.waitingKey.Load(), PLIs: st.c.plis.Load(),
 		ResultsSent: st.c.resultsSent.Load(), ResultsDropped: st.c.resultsDropped.Load(),
-		Discarded: st.c.discarded.Load(), Padding: st.c.padding.Load(), Refused: st.c.refused.Load(), NoPicture: st.c.noPicture.Load(), Concealed: st.c.concealed.Load(), Restarts: st.c.restarts.Load(), LastError: st.lastErr}
+		Discarded: st.c.discarded.Load(), Padding: st.c.padding.Load(), Refused: st.c.refused.Load(), NoPicture: st.c.noPicture.Load(), Concealed: st.c.concealed.Load(), PartialMS: float64(st.c.partialSamples.Load()) * 1000 / opusRate, Restarts: st.c.restarts.Load(), LastError: st.lastErr}
 }
 
 // ---- results ----
