@@ -323,3 +323,19 @@ func FuzzWAV(f *testing.F) {
 		}
 	})
 }
+
+// TestOggPacketCap: a file of more audio packets than MaxOggPackets (tiny
+// ones: each would be its own allocation) is refused, saying why.
+func TestOggPacketCap(t *testing.T) {
+	packets := make([][]byte, MaxOggPackets+1)
+	for i := range packets {
+		packets[i] = opusPacket(16, 0) // 2.5 ms, one byte
+	}
+	_, err := ReadOggOpus(bytes.NewReader(oggBytes(t, 1, packets)))
+	if err == nil || !strings.Contains(err.Error(), "audio packets") {
+		t.Fatalf("got %v, want the packet cap", err)
+	}
+	if _, err := ReadOggOpus(bytes.NewReader(oggBytes(t, 1, packets[:MaxOggPackets]))); err != nil {
+		t.Fatalf("at the cap: %v", err)
+	}
+}

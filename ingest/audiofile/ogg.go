@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // OggOpus is an Ogg Opus file (RFC 7845): its identification header and
@@ -188,9 +189,17 @@ func (o *OggOpus) packet(n, page int, p []byte) error {
 	if _, err := PacketSamples(p); err != nil {
 		return fmt.Errorf("Ogg: page %d, audio packet %d: %w", page, n-2, err)
 	}
+	if len(o.Packets) >= MaxOggPackets {
+		return fmt.Errorf("Ogg: page %d: more than %d audio packets (%v of audio at 20 ms a packet): a longer file is not read", page, MaxOggPackets, time.Duration(MaxOggPackets)*20*time.Millisecond)
+	}
 	o.Packets = append(o.Packets, p)
 	return nil
 }
+
+// MaxOggPackets bounds the audio packets read from one Ogg Opus file: 2^18
+// (87 minutes at 20 ms a packet). Tiny packets could otherwise make a file
+// within MaxBytes hold millions, each its own allocation.
+const MaxOggPackets = 1 << 18
 
 // PacketSamples is the length of an Opus packet at 48 kHz, per channel,
 // from its TOC byte and frame count (RFC 6716 3.1, 3.2.5): frames of 2.5 to
