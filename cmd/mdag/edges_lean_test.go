@@ -28,6 +28,7 @@ func TestLeanRefusals(t *testing.T) {
 		{"validate -f examples/traffic/app.yaml --cameras c.yaml", exitInvalid, "RTSP cameras are not in the lean build"},
 		{"source --app traffic --coordinator 127.0.0.1:1 --camera rtsp://cam/x --duration 1ms", exitInvalid, "mdag source: RTSP cameras are not in the lean build"},
 		{"serve -h", exitOK, "\nWHIP ingest is not in the lean build (the full build has it: bin/mdag (make build)); refused flags: -allow-origin -codecs -connect-timeout"},
+		{"trace --video x.avi --detector hog", exitInvalid, "mdag trace: reading videos and running detectors needs OpenCV, which the lean build has not; the full build has it"},
 		{"worker --type V100 --executor opencv", exitInvalid, `mdag worker: --executor "opencv": the lean build has emulated, onnx and kserve`},
 		{"worker -h", exitOK, "decoders: none in the lean build"},
 		{"validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml", exitOK, "app traffic: valid"},

@@ -30,7 +30,8 @@ type command struct {
 }
 
 // commands are every build's commands and this build's edge commands
-// (edgeCommands: demo and client, which need WebRTC and VP8).
+// (edgeCommands: demo and client, which need WebRTC and VP8, and trace,
+// which needs OpenCV).
 func commands() []command {
 	return append([]command{
 		{"validate", "check an app (and its profiles) and summarise its graph and feasibility", runValidate},
