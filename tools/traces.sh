@@ -44,8 +44,9 @@ cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
 	echo "# Objects-per-frame traces (issue 24)"
 	echo
 	echo "Measured by running real detectors over the sample videos of Debian's opencv-doc"
-	echo "(\`$data\`) with \`mdag trace\` at $fps fps (frames sampled by timestamp: the first frame at or"
-	echo "after each k/$fps s). Each CSV is \`t_s,objects\` per sampled frame after one comment line naming the"
+	echo "(\`$data\`)"
+	echo "with \`mdag trace\` at $fps fps (frames sampled by timestamp: the first frame at or after each"
+	echo "k/$fps s). Each CSV is \`t_s,objects\` per sampled frame after one comment line naming the"
 	echo "video and its sha256, the detector with all its params, the rates, the frame size and the mdag"
 	echo "commit that made it. \`make traces\` regenerates all of them and this file (\`tools/traces.sh\`);"
 	echo "\`go test ./cmd/mdag -run TestCommittedTraces\` checks they parse, match the videos' sha256 and that"
@@ -56,6 +57,12 @@ cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
 	echo "BlazeFace model (real MediaPipe weights, \`make models\`) on ONNX Runtime's CPU provider, and"
 	echo "\`motion\` the motion op (MOG2 background subtraction on a 192 px wide copy, one model over the"
 	echo "sampled frames, its first 5 frames learning, so they report 0)."
+	echo
+	echo "What they measure: vtest.avi is a still camera over a walkway, so hog counts people and motion counts"
+	echo "moving blobs (a group walking together is one; a walker split in parts is several). Megamind.avi is a"
+	echo "film clip with cuts and a moving camera: haar and blazeface count faces (haar with some false ones),"
+	echo "while motion counts fragments of a changing picture, often at the op's cap of 16 regions: it is"
+	echo "change, not objects, and is kept as the extreme of an objects-per-frame trace."
 	echo
 	echo "| trace | video | detector | frames | video s | mean objects | max | frames with none | run s |"
 	echo "|---|---|---|---|---|---|---|---|---|"
