@@ -60,7 +60,7 @@ cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
 	echo
 	echo "What they measure: vtest.avi is a still camera over a walkway, so hog counts people and motion counts"
 	echo "moving blobs (a group walking together is one; a walker split in parts is several). Megamind.avi is a"
-	echo "film clip with cuts and a moving camera: haar and blazeface count faces (haar with some false ones),"
+	echo "film clip with cuts and a moving camera: haar and blazeface count faces (they disagree on many frames),"
 	echo "while motion counts fragments of a changing picture, often at the op's cap of 16 regions: it is"
 	echo "change, not objects, and is kept as the extreme of an objects-per-frame trace."
 	echo
