@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"runtime"
 	"sort"
@@ -132,6 +133,14 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 	}
 	reg := &api.Register{Id: cfg.ID, Type: cfg.Type, Executor: kind, Cpus: int32(runtime.NumCPU()), Gpu: cfg.GPU}
 	if err := stream.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: reg}}); err != nil {
+		if errors.Is(err, io.EOF) {
+			// The coordinator ended the call before it read the
+			// registration (it refused the call: a wrong role, a rate
+			// limit): the status says why, and Recv has it.
+			if _, rerr := stream.Recv(); rerr != nil {
+				err = rerr
+			}
+		}
 		return fmt.Errorf("register: %w", err)
 	}
 	m, err := stream.Recv()
