@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/dag"
-	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/worker"
 )
 
@@ -59,9 +58,6 @@ type affinity struct {
 	restarted bool
 	// fresh: the next holder is told to forget any copy first (a reset).
 	fresh bool
-	// forgetting: the stream left and the holder was told to forget it;
-	// the affinity goes when that lands.
-	forgetting bool
 	// backoff: a state task was refused for back-pressure (queue full);
 	// it is tried again after stateRetry.
 	backoff bool
@@ -109,9 +105,6 @@ type StateStatus struct {
 	PauseMaxMS float64        `json:"migration_pause_max_ms,omitempty"`
 	Checkpoint float64        `json:"checkpoint_s,omitempty"` // the checkpoint period
 }
-
-// stateful says whether the module keeps per-stream state.
-func (ms *modState) isStateful() bool { return ms.stateful }
 
 // aff returns stream's affinity at ms, creating it.
 func (ms *modState) aff(stream string) *affinity {
@@ -281,7 +274,6 @@ func (e *Engine) dispatchStateful(s *session, ms *modState, a *affinity) {
 				// state where it is held (the affinity goes when that is
 				// done: a frame of the stream rejoining must not run
 				// before it).
-				a.forgetting = true
 				e.submitStateOp(in, s, ms, a, worker.Import, nil, stateOp{forget: true})
 			}
 			return
@@ -556,7 +548,6 @@ func (e *Engine) onImport(t *taskState, op stateOp, r *worker.Result, ok, full b
 	mv := a.move
 	switch {
 	case op.forget:
-		a.forgetting = false
 		if !ok && a.closed {
 			// Refused or lost: the holder may still have it; told again
 			// (or, lost, it went with the instance).
@@ -767,15 +758,6 @@ func (e *Engine) stateStatus(ms *modState) *StateStatus {
 		st.PauseMaxMS = millis(p[len(p)-1])
 	}
 	return st
-}
-
-// frameOutputs is what a stateful module's frame task made: all of it in
-// the first list (the worker's convention).
-func frameOutputs(outs [][]*media.Item) []*media.Item {
-	if len(outs) == 0 {
-		return nil
-	}
-	return outs[0]
 }
 
 // HasCheckpoint says whether stream's state at app's module has a

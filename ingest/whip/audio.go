@@ -28,20 +28,9 @@ import (
 // onAudioTrack takes the first Opus track of an audio app's stream; any
 // other track (video, a second audio track) is read and discarded.
 func (st *stream) onAudioTrack(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver, codec string) {
-	st.mu.Lock()
-	first := track.Kind() == webrtc.RTPCodecTypeAudio && codec == CodecOpus && !st.video
-	st.video = st.video || first
-	if first {
-		st.codec = codec
-	}
-	st.mu.Unlock()
-	if !first {
-		discard(track)
+	if !st.claimMedia(track, track.Kind() == webrtc.RTPCodecTypeAudio && codec == CodecOpus, codec) {
 		return
 	}
-	st.s.mu.Lock()
-	st.adm.media = true
-	st.s.mu.Unlock()
 	st.s.wg.Add(2)
 	sync := &captureClock{rate: opusClockRate}
 	go st.readSenderReports(recv, sync)

@@ -484,6 +484,29 @@ func (st *stream) waitGoodbyes() {
 
 // ---- media ----
 
+// claimMedia makes track the stream's media when it is of the kind the
+// app takes (ok) and the stream has none yet: the stream counts in the
+// predicted load until it is measured. Any other track (audio for a video
+// app, a second track) is read and discarded, so the interceptors (RTCP)
+// keep working; false then.
+func (st *stream) claimMedia(track *webrtc.TrackRemote, ok bool, codec string) bool {
+	st.mu.Lock()
+	first := ok && !st.video
+	st.video = st.video || first
+	if first {
+		st.codec = codec
+	}
+	st.mu.Unlock()
+	if !first {
+		discard(track)
+		return false
+	}
+	st.s.mu.Lock()
+	st.adm.media = true
+	st.s.mu.Unlock()
+	return true
+}
+
 func (st *stream) onTrack(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver) {
 	codec := codecOf(track.Codec().MimeType)
 	if st.audio {
@@ -494,22 +517,9 @@ func (st *stream) onTrack(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver) {
 		st.onLayer(track, recv, codec) // a simulcast layer
 		return
 	}
-	st.mu.Lock()
-	first := track.Kind() == webrtc.RTPCodecTypeVideo && !st.video && codec != ""
-	st.video = st.video || first
-	if first {
-		st.codec = codec
-	}
-	st.mu.Unlock()
-	if !first {
-		// Audio or a second video track: read and discard, so the
-		// interceptors (RTCP) keep working.
-		discard(track)
+	if !st.claimMedia(track, track.Kind() == webrtc.RTPCodecTypeVideo && codec != "", codec) {
 		return
 	}
-	st.s.mu.Lock()
-	st.adm.media = true // counts in the predicted load until it is measured
-	st.s.mu.Unlock()
 	st.s.wg.Add(2)
 	sync := &captureClock{}
 	go st.readSenderReports(recv, sync)
