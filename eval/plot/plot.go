@@ -1,0 +1,299 @@
+// Package plot draws the evaluation's figures as SVG with gonum.org/v1/plot:
+// line charts of time series in panels stacked over one shared x axis
+// (Scrooge Figures 7-9: cost and finish rate over time), grouped bar charts
+// (Figure 6: per app, one bar per system) and empirical CDFs (Figures 10 and
+// 11: cost ratios, solve times).
+//
+// Output is deterministic: the same input gives byte-identical SVG (no
+// timestamps, no random ids, fonts referenced by name and not embedded), so
+// committed figures do not churn when regenerated. Every input is checked
+// first: empty charts, mismatched lengths and NaN or infinite values are
+// errors that name the panel, series and index.
+package plot
+
+import (
+	"errors"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"slices"
+
+	gplot "gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+// Series is one named line: X and Y of equal length.
+type Series struct {
+	Name   string
+	X, Y   []float64
+	Dashed bool
+}
+
+// Panel is one chart of a Lines figure: its y axis label, its lines and,
+// optionally, fixed y bounds (nil: from the data).
+type Panel struct {
+	YLabel     string
+	Series     []Series
+	YMin, YMax *float64
+}
+
+// BarSeries is one bar per group, named in the legend.
+type BarSeries struct {
+	Name   string
+	Values []float64
+}
+
+// Sample is a set of observations drawn as one empirical CDF.
+type Sample struct {
+	Name   string
+	Values []float64
+}
+
+// Lines writes an SVG line chart to w: the panels stacked vertically, top
+// to bottom, over one shared x axis (the range of every series' X), the
+// title above the first panel and xlabel under the last, each panel with its
+// own y label and legend. widthCM and heightCM size the whole figure.
+func Lines(w io.Writer, title, xlabel string, panels []Panel, widthCM, heightCM float64) error {
+	if err := checkSize(widthCM, heightCM); err != nil {
+		return err
+	}
+	if len(panels) == 0 {
+		return errors.New("plot: Lines needs at least one panel")
+	}
+	xmin, xmax := math.Inf(1), math.Inf(-1)
+	for pi, pn := range panels {
+		where := fmt.Sprintf("panel %d (%q)", pi, pn.YLabel)
+		if len(pn.Series) == 0 {
+			return fmt.Errorf("plot: %s has no series", where)
+		}
+		if pn.YMin != nil && pn.YMax != nil && !(*pn.YMin < *pn.YMax) {
+			return fmt.Errorf("plot: %s: YMin %v must be below YMax %v", where, *pn.YMin, *pn.YMax)
+		}
+		for _, b := range []*float64{pn.YMin, pn.YMax} {
+			if b != nil && !finite(*b) {
+				return fmt.Errorf("plot: %s: y bound %v is not a finite number", where, *b)
+			}
+		}
+		for _, s := range pn.Series {
+			if len(s.X) != len(s.Y) {
+				return fmt.Errorf("plot: %s series %q: %d x values but %d y values", where, s.Name, len(s.X), len(s.Y))
+			}
+			if len(s.X) == 0 {
+				return fmt.Errorf("plot: %s series %q has no points", where, s.Name)
+			}
+			if err := checkValues(where+" series "+quote(s.Name)+" x", s.X); err != nil {
+				return err
+			}
+			if err := checkValues(where+" series "+quote(s.Name)+" y", s.Y); err != nil {
+				return err
+			}
+			xmin, xmax = min(xmin, slices.Min(s.X)), max(xmax, slices.Max(s.X))
+		}
+	}
+	if xmin == xmax { // one x value: give the axis some width
+		xmin, xmax = xmin-1, xmax+1
+	}
+	plots := make([][]*gplot.Plot, len(panels))
+	for pi, pn := range panels {
+		p := newPlot()
+		if pi == 0 {
+			p.Title.Text = title
+		}
+		if pi == len(panels)-1 {
+			p.X.Label.Text = xlabel
+		} else {
+			p.X.Tick.Label.Color = color.Transparent // shared axis: ticks labelled once, at the bottom
+		}
+		p.Y.Label.Text = pn.YLabel
+		p.X.Min, p.X.Max = xmin, xmax
+		for si, s := range pn.Series {
+			pts := make(plotter.XYs, len(s.X))
+			for i := range s.X {
+				pts[i].X, pts[i].Y = s.X[i], s.Y[i]
+			}
+			l, err := plotter.NewLine(pts)
+			if err != nil {
+				return fmt.Errorf("plot: panel %d series %q: %w", pi, s.Name, err)
+			}
+			l.Color = plotutil.Color(si)
+			l.Width = vg.Points(1.2)
+			if s.Dashed {
+				l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
+			}
+			p.Add(l)
+			p.Legend.Add(s.Name, l)
+		}
+		p.X.Min, p.X.Max = xmin, xmax // Add widened them to the data; keep the shared range
+		if pn.YMin != nil {
+			p.Y.Min = *pn.YMin
+		}
+		if pn.YMax != nil {
+			p.Y.Max = *pn.YMax
+		}
+		if p.Y.Min == p.Y.Max {
+			p.Y.Min, p.Y.Max = p.Y.Min-1, p.Y.Max+1
+		}
+		plots[pi] = []*gplot.Plot{p}
+	}
+	c := vgsvg.New(cm(widthCM), cm(heightCM))
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadX: vg.Millimeter, PadY: vg.Millimeter,
+		PadTop: vg.Millimeter, PadBottom: vg.Millimeter, PadLeft: vg.Millimeter, PadRight: 2 * vg.Millimeter}
+	canvases := gplot.Align(plots, tiles, draw.New(c))
+	for i := range plots {
+		plots[i][0].Draw(canvases[i][0])
+	}
+	_, err := c.WriteTo(w)
+	return err
+}
+
+// Bars writes a grouped bar chart to w: the groups along x (apps, say), one
+// bar per series in each group (systems), side by side, with a legend.
+// Every series has one value per group.
+func Bars(w io.Writer, title, ylabel string, groups []string, series []BarSeries, widthCM, heightCM float64) error {
+	if err := checkSize(widthCM, heightCM); err != nil {
+		return err
+	}
+	if len(groups) == 0 {
+		return errors.New("plot: Bars needs at least one group")
+	}
+	if len(series) == 0 {
+		return errors.New("plot: Bars needs at least one series")
+	}
+	for _, s := range series {
+		if len(s.Values) != len(groups) {
+			return fmt.Errorf("plot: bar series %q: %d values for %d groups", s.Name, len(s.Values), len(groups))
+		}
+		if err := checkValues("bar series "+quote(s.Name), s.Values); err != nil {
+			return err
+		}
+	}
+	p := newPlot()
+	p.Title.Text = title
+	p.Y.Label.Text = ylabel
+	// The bar width is a length on the page: share about 70% of each
+	// group's slot of the data area (roughly 80% of the width) among the bars.
+	bw := cm(widthCM) * 0.8 * 0.7 / vg.Length(len(groups)*len(series))
+	for si, s := range series {
+		bars, err := plotter.NewBarChart(plotter.Values(s.Values), bw)
+		if err != nil {
+			return fmt.Errorf("plot: bar series %q: %w", s.Name, err)
+		}
+		bars.Color = plotutil.Color(si)
+		bars.LineStyle.Width = vg.Points(0.5)
+		bars.Offset = bw * (vg.Length(si) - vg.Length(len(series)-1)/2)
+		p.Add(bars)
+		p.Legend.Add(s.Name, bars)
+	}
+	p.Legend.Top = true
+	p.NominalX(groups...)
+	return writeOne(w, p, widthCM, heightCM)
+}
+
+// CDF writes the empirical CDF of each sample to w: for every x, the share
+// of the sample's values at most x, as a step line from 0 to 1. With logX
+// the x axis is logarithmic and every value must be positive.
+func CDF(w io.Writer, title, xlabel string, samples []Sample, logX bool, widthCM, heightCM float64) error {
+	if err := checkSize(widthCM, heightCM); err != nil {
+		return err
+	}
+	if len(samples) == 0 {
+		return errors.New("plot: CDF needs at least one sample")
+	}
+	for _, s := range samples {
+		if len(s.Values) == 0 {
+			return fmt.Errorf("plot: CDF sample %q has no values", s.Name)
+		}
+		if err := checkValues("CDF sample "+quote(s.Name), s.Values); err != nil {
+			return err
+		}
+		if logX {
+			for i, v := range s.Values {
+				if v <= 0 {
+					return fmt.Errorf("plot: CDF sample %q: value [%d] = %v is not positive, which a log x axis cannot show", s.Name, i, v)
+				}
+			}
+		}
+	}
+	p := newPlot()
+	p.Title.Text = title
+	p.X.Label.Text = xlabel
+	p.Y.Label.Text = "CDF"
+	if logX {
+		p.X.Scale = gplot.LogScale{}
+		p.X.Tick.Marker = gplot.LogTicks{Prec: -1}
+	}
+	for si, s := range samples {
+		v := slices.Sorted(slices.Values(s.Values))
+		pts := make(plotter.XYs, 0, len(v)+1)
+		pts = append(pts, plotter.XY{X: v[0], Y: 0})
+		for i, x := range v {
+			pts = append(pts, plotter.XY{X: x, Y: float64(i+1) / float64(len(v))})
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return fmt.Errorf("plot: CDF sample %q: %w", s.Name, err)
+		}
+		l.StepStyle = plotter.PostStep
+		l.Color = plotutil.Color(si)
+		l.Width = vg.Points(1.2)
+		l.Dashes = plotutil.Dashes(si)
+		p.Add(l)
+		p.Legend.Add(s.Name, l)
+	}
+	p.Y.Min, p.Y.Max = 0, 1.05
+	if p.X.Min == p.X.Max {
+		if logX {
+			p.X.Min, p.X.Max = p.X.Min/2, p.X.Max*2
+		} else {
+			p.X.Min, p.X.Max = p.X.Min-1, p.X.Max+1
+		}
+	}
+	p.Legend.Top = false
+	return writeOne(w, p, widthCM, heightCM)
+}
+
+func newPlot() *gplot.Plot {
+	p := gplot.New()
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = true
+	p.Legend.Left = false
+	p.Legend.XOffs = -vg.Millimeter
+	return p
+}
+
+func writeOne(w io.Writer, p *gplot.Plot, widthCM, heightCM float64) error {
+	c := vgsvg.New(cm(widthCM), cm(heightCM))
+	p.Draw(draw.New(c))
+	_, err := c.WriteTo(w)
+	return err
+}
+
+func cm(x float64) vg.Length { return vg.Length(x) * vg.Centimeter }
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+func quote(s string) string { return fmt.Sprintf("%q", s) }
+
+func checkSize(w, h float64) error {
+	if !finite(w) || !finite(h) || w <= 0 || h <= 0 || w > 1000 || h > 1000 {
+		return fmt.Errorf("plot: figure size %vx%v cm: width and height must be in (0, 1000] cm", w, h)
+	}
+	return nil
+}
+
+func checkValues(where string, v []float64) error {
+	for i, x := range v {
+		if math.IsNaN(x) {
+			return fmt.Errorf("plot: %s[%d] is NaN", where, i)
+		}
+		if math.IsInf(x, 0) {
+			return fmt.Errorf("plot: %s[%d] is %v", where, i, x)
+		}
+	}
+	return nil
+}

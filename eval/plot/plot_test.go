@@ -1,0 +1,206 @@
+package plot
+
+import (
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"io"
+	"math"
+	"strings"
+	"testing"
+)
+
+// chart is one call of the package, named for the test tables.
+type chart struct {
+	name  string
+	draw  func(w io.Writer) error
+	names []string // what the legend must hold
+}
+
+func f64(x float64) *float64 { return &x }
+
+func charts() []chart {
+	return []chart{
+		{"lines, two panels", func(w io.Writer) error {
+			return Lines(w, "traffic: cost and finish rate", "time (s)", []Panel{
+				{YLabel: "cost ($/h)", Series: []Series{
+					{Name: "mdag", X: []float64{0, 10, 20, 30}, Y: []float64{1.5, 2.25, 2.25, 1.75}},
+					{Name: "nexus-style", X: []float64{0, 15, 30}, Y: []float64{2, 3, 2.5}, Dashed: true},
+				}},
+				{YLabel: "finish rate", YMin: f64(0.8), YMax: f64(1), Series: []Series{
+					{Name: "mdag finish", X: []float64{0, 10, 20, 30}, Y: []float64{1, 0.99, 0.97, 1}},
+					{Name: "nexus finish", X: []float64{0, 10, 20, 30}, Y: []float64{1, 0.93, 0.95, 0.96}, Dashed: true},
+				}},
+			}, 16, 12)
+		}, []string{"mdag", "nexus-style", "mdag finish", "nexus finish", "traffic: cost and finish rate", "time (s)", "cost ($/h)"}},
+		{"lines, one point, names to escape", func(w io.Writer) error {
+			return Lines(w, "a<b & c", "x", []Panel{{YLabel: "y", Series: []Series{{Name: `"q" <r>`, X: []float64{5}, Y: []float64{5}}}}}, 10, 6)
+		}, []string{"a&lt;b &amp; c", "&lt;r&gt;"}},
+		{"bars", func(w io.Writer) error {
+			return Bars(w, "cost per app", "cost ($/h)", []string{"traffic", "face", "tracker"}, []BarSeries{
+				{Name: "mdag", Values: []float64{1, 2, 3}},
+				{Name: "nexus-style", Values: []float64{1.3, 2.4, 3.9}},
+			}, 14, 8)
+		}, []string{"mdag", "nexus-style", "traffic", "face", "tracker", "cost per app"}},
+		{"cdf, linear", func(w io.Writer) error {
+			return CDF(w, "cost ratio", "ratio", []Sample{
+				{Name: "greedy/MILP", Values: []float64{1, 1, 1.02, 1.05, 1}},
+				{Name: "MILP/brute force", Values: []float64{1, 1, 1}},
+			}, false, 12, 8)
+		}, []string{"greedy/MILP", "MILP/brute force", "cost ratio", "CDF"}},
+		{"cdf, log x", func(w io.Writer) error {
+			return CDF(w, "solve time", "ms", []Sample{
+				{Name: "milp", Values: []float64{3.5, 12, 40, 0.8}},
+				{Name: "greedy", Values: []float64{0.01, 0.02}},
+			}, true, 12, 8)
+		}, []string{"milp", "greedy", "solve time"}},
+	}
+}
+
+// TestChartsAreValidDeterministicSVG: every chart kind gives well-formed
+// XML with an <svg> root, holds its legend names and labels (escaped), is
+// byte-identical when drawn twice, and stays small (no embedded fonts).
+func TestChartsAreValidDeterministicSVG(t *testing.T) {
+	for _, c := range charts() {
+		t.Run(c.name, func(t *testing.T) {
+			var a, b bytes.Buffer
+			if err := c.draw(&a); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.draw(&b); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(a.Bytes(), b.Bytes()) {
+				t.Fatalf("two draws differ (%d and %d bytes): output is not deterministic", a.Len(), b.Len())
+			}
+			dec := xml.NewDecoder(bytes.NewReader(a.Bytes()))
+			root := ""
+			for {
+				tok, err := dec.Token()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("not valid XML: %v", err)
+				}
+				if se, ok := tok.(xml.StartElement); ok && root == "" {
+					root = se.Name.Local
+				}
+			}
+			if root != "svg" {
+				t.Fatalf("root element %q, want svg", root)
+			}
+			for _, n := range c.names {
+				if !strings.Contains(a.String(), n) {
+					t.Errorf("the SVG does not hold %q", n)
+				}
+			}
+			if a.Len() > 60<<10 {
+				t.Errorf("%d bytes: a figure should stay under 60 KB", a.Len())
+			}
+			if strings.Contains(a.String(), "@font-face") {
+				t.Error("fonts are embedded")
+			}
+		})
+	}
+}
+
+// TestChartsRejectBadInput: each kind of bad input is an error naming what
+// and where, never a panic or a silent figure.
+func TestChartsRejectBadInput(t *testing.T) {
+	ok := []Series{{Name: "ok", X: []float64{0, 1}, Y: []float64{0, 1}}}
+	cases := []struct {
+		name string
+		draw func(w io.Writer) error
+		want string
+	}{
+		{"lines: no panels", func(w io.Writer) error { return Lines(w, "t", "x", nil, 10, 10) }, "at least one panel"},
+		{"lines: panel without series", func(w io.Writer) error {
+			return Lines(w, "t", "x", []Panel{{YLabel: "cost", Series: ok}, {YLabel: "rate"}}, 10, 10)
+		}, `panel 1 ("rate") has no series`},
+		{"lines: mismatched lengths", func(w io.Writer) error {
+			return Lines(w, "t", "x", []Panel{{YLabel: "cost", Series: []Series{{Name: "s", X: []float64{1, 2, 3}, Y: []float64{1, 2}}}}}, 10, 10)
+		}, `series "s": 3 x values but 2 y values`},
+		{"lines: empty series", func(w io.Writer) error {
+			return Lines(w, "t", "x", []Panel{{YLabel: "cost", Series: []Series{{Name: "s"}}}}, 10, 10)
+		}, `series "s" has no points`},
+		{"lines: NaN y", func(w io.Writer) error {
+			return Lines(w, "t", "x", []Panel{{YLabel: "cost", Series: append(ok, Series{Name: "bad", X: []float64{0, 1, 2}, Y: []float64{1, 2, math.NaN()}})}}, 10, 10)
+		}, `series "bad" y[2] is NaN`},
+		{"lines: Inf x", func(w io.Writer) error {
+			return Lines(w, "t", "x", []Panel{{YLabel: "cost", Series: []Series{{Name: "bad", X: []float64{math.Inf(1)}, Y: []float64{1}}}}}, 10, 10)
+		}, `series "bad" x[0] is +Inf`},
+		{"lines: YMin above YMax", func(w io.Writer) error {
+			return Lines(w, "t", "x", []Panel{{YLabel: "cost", Series: ok, YMin: f64(2), YMax: f64(1)}}, 10, 10)
+		}, "YMin 2 must be below YMax 1"},
+		{"lines: NaN bound", func(w io.Writer) error {
+			return Lines(w, "t", "x", []Panel{{YLabel: "cost", Series: ok, YMax: f64(math.NaN())}}, 10, 10)
+		}, "not a finite number"},
+		{"lines: zero size", func(w io.Writer) error { return Lines(w, "t", "x", []Panel{{Series: ok}}, 0, 10) }, "figure size"},
+		{"bars: NaN size", func(w io.Writer) error {
+			return Bars(w, "t", "y", []string{"a"}, []BarSeries{{Name: "s", Values: []float64{1}}}, 10, math.NaN())
+		}, "figure size"},
+		{"bars: no groups", func(w io.Writer) error { return Bars(w, "t", "y", nil, []BarSeries{{Name: "s"}}, 10, 10) }, "at least one group"},
+		{"bars: no series", func(w io.Writer) error { return Bars(w, "t", "y", []string{"a"}, nil, 10, 10) }, "at least one series"},
+		{"bars: values do not match groups", func(w io.Writer) error {
+			return Bars(w, "t", "y", []string{"a", "b"}, []BarSeries{{Name: "s", Values: []float64{1}}}, 10, 10)
+		}, `bar series "s": 1 values for 2 groups`},
+		{"bars: NaN value", func(w io.Writer) error {
+			return Bars(w, "t", "y", []string{"a", "b"}, []BarSeries{{Name: "s", Values: []float64{1, math.NaN()}}}, 10, 10)
+		}, `bar series "s"[1] is NaN`},
+		{"cdf: no samples", func(w io.Writer) error { return CDF(w, "t", "x", nil, false, 10, 10) }, "at least one sample"},
+		{"cdf: empty sample", func(w io.Writer) error {
+			return CDF(w, "t", "x", []Sample{{Name: "a", Values: []float64{1}}, {Name: "e"}}, false, 10, 10)
+		}, `sample "e" has no values`},
+		{"cdf: NaN value", func(w io.Writer) error {
+			return CDF(w, "t", "x", []Sample{{Name: "a", Values: []float64{1, 2, 3, math.NaN()}}}, false, 10, 10)
+		}, `sample "a"[3] is NaN`},
+		{"cdf: zero on a log axis", func(w io.Writer) error {
+			return CDF(w, "t", "x", []Sample{{Name: "a", Values: []float64{1, 0}}}, true, 10, 10)
+		}, `sample "a": value [1] = 0 is not positive`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var b bytes.Buffer
+			err := c.draw(&b)
+			if err == nil {
+				t.Fatalf("no error; want one holding %q", c.want)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not hold %q", err, c.want)
+			}
+			if b.Len() != 0 {
+				t.Errorf("%d bytes written before the error", b.Len())
+			}
+		})
+	}
+}
+
+// TestCDFSteps: the CDF's line reaches 1 and starts at 0 at the smallest
+// value; with one value repeated the figure still draws (zero-width x range).
+func TestCDFSteps(t *testing.T) {
+	for _, vals := range [][]float64{{2, 2, 2}, {1}, {3, 1, 2}} {
+		var b bytes.Buffer
+		if err := CDF(&b, "t", "x", []Sample{{Name: "s", Values: vals}}, false, 10, 8); err != nil {
+			t.Fatalf("%v: %v", vals, err)
+		}
+		if err := CDF(&b, "t", "x", []Sample{{Name: "s", Values: vals}}, true, 10, 8); err != nil {
+			t.Fatalf("%v, log x: %v", vals, err)
+		}
+	}
+}
+
+// failWriter fails every write.
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+// TestWriteErrorsReturned: a failing writer's error comes back from every
+// chart kind.
+func TestWriteErrorsReturned(t *testing.T) {
+	for _, c := range charts() {
+		if err := c.draw(failWriter{}); err == nil || !strings.Contains(err.Error(), "disk full") {
+			t.Errorf("%s: error %v, want the writer's", c.name, err)
+		}
+	}
+}
