@@ -2,7 +2,9 @@
 // line charts of time series in panels stacked over one shared x axis
 // (Scrooge Figures 7-9: cost and finish rate over time), grouped bar charts
 // (Figure 6: per app, one bar per system) and empirical CDFs (Figures 10 and
-// 11: cost ratios, solve times).
+// 11: cost ratios, solve times). The legend sits under the chart, in one or
+// two columns, so it never hides data; tick labels carry as many decimals
+// as tell them apart.
 //
 // Output is deterministic: the same input gives byte-identical SVG (no
 // timestamps, no random ids, fonts referenced by name and not embedded), so
@@ -14,10 +16,10 @@ package plot
 import (
 	"errors"
 	"fmt"
-	"image/color"
 	"io"
 	"math"
 	"slices"
+	"strconv"
 
 	gplot "gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -99,6 +101,13 @@ func Lines(w io.Writer, title, xlabel string, panels []Panel, widthCM, heightCM 
 		xmin, xmax = xmin-1, xmax+1
 	}
 	plots := make([][]*gplot.Plot, len(panels))
+	leg := newLegend()
+	type key struct {
+		name   string
+		index  int
+		dashed bool
+	}
+	listed := map[key]bool{}
 	for pi, pn := range panels {
 		p := newPlot()
 		if pi == 0 {
@@ -107,7 +116,7 @@ func Lines(w io.Writer, title, xlabel string, panels []Panel, widthCM, heightCM 
 		if pi == len(panels)-1 {
 			p.X.Label.Text = xlabel
 		} else {
-			p.X.Tick.Label.Color = color.Transparent // shared axis: ticks labelled once, at the bottom
+			p.X.Tick.Marker = unlabelled{} // shared axis: ticks labelled once, at the bottom
 		}
 		p.Y.Label.Text = pn.YLabel
 		p.X.Min, p.X.Max = xmin, xmax
@@ -126,7 +135,10 @@ func Lines(w io.Writer, title, xlabel string, panels []Panel, widthCM, heightCM 
 				l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
 			}
 			p.Add(l)
-			p.Legend.Add(s.Name, l)
+			if k := (key{s.Name, si, s.Dashed}); !listed[k] { // the same line in several panels: listed once
+				listed[k] = true
+				leg.Add(s.Name, l)
+			}
 		}
 		p.X.Min, p.X.Max = xmin, xmax // Add widened them to the data; keep the shared range
 		if pn.YMin != nil {
@@ -140,15 +152,7 @@ func Lines(w io.Writer, title, xlabel string, panels []Panel, widthCM, heightCM 
 		}
 		plots[pi] = []*gplot.Plot{p}
 	}
-	c := vgsvg.New(cm(widthCM), cm(heightCM))
-	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadX: vg.Millimeter, PadY: vg.Millimeter,
-		PadTop: vg.Millimeter, PadBottom: vg.Millimeter, PadLeft: vg.Millimeter, PadRight: 2 * vg.Millimeter}
-	canvases := gplot.Align(plots, tiles, draw.New(c))
-	for i := range plots {
-		plots[i][0].Draw(canvases[i][0])
-	}
-	_, err := c.WriteTo(w)
-	return err
+	return write(w, plots, leg, widthCM, heightCM)
 }
 
 // Bars writes a grouped bar chart to w: the groups along x (apps, say), one
@@ -173,6 +177,7 @@ func Bars(w io.Writer, title, ylabel string, groups []string, series []BarSeries
 		}
 	}
 	p := newPlot()
+	leg := newLegend()
 	p.Title.Text = title
 	p.Y.Label.Text = ylabel
 	// The bar width is a length on the page: share about 70% of each
@@ -187,11 +192,10 @@ func Bars(w io.Writer, title, ylabel string, groups []string, series []BarSeries
 		bars.LineStyle.Width = vg.Points(0.5)
 		bars.Offset = bw * (vg.Length(si) - vg.Length(len(series)-1)/2)
 		p.Add(bars)
-		p.Legend.Add(s.Name, bars)
+		leg.Add(s.Name, bars)
 	}
-	p.Legend.Top = true
 	p.NominalX(groups...)
-	return writeOne(w, p, widthCM, heightCM)
+	return write(w, [][]*gplot.Plot{{p}}, leg, widthCM, heightCM)
 }
 
 // CDF writes the empirical CDF of each sample to w: for every x, the share
@@ -223,6 +227,7 @@ func CDF(w io.Writer, title, xlabel string, samples []Sample, logX bool, widthCM
 	p.Title.Text = title
 	p.X.Label.Text = xlabel
 	p.Y.Label.Text = "CDF"
+	leg := newLegend()
 	if logX {
 		p.X.Scale = gplot.LogScale{}
 		p.X.Tick.Marker = gplot.LogTicks{Prec: -1}
@@ -243,9 +248,9 @@ func CDF(w io.Writer, title, xlabel string, samples []Sample, logX bool, widthCM
 		l.Width = vg.Points(1.2)
 		l.Dashes = plotutil.Dashes(si)
 		p.Add(l)
-		p.Legend.Add(s.Name, l)
+		leg.Add(s.Name, l)
 	}
-	p.Y.Min, p.Y.Max = 0, 1.05
+	p.Y.Min, p.Y.Max = 0, 1.03 // headroom: a line at 1 stays off the frame
 	if p.X.Min == p.X.Max {
 		if logX {
 			p.X.Min, p.X.Max = p.X.Min/2, p.X.Max*2
@@ -253,26 +258,144 @@ func CDF(w io.Writer, title, xlabel string, samples []Sample, logX bool, widthCM
 			p.X.Min, p.X.Max = p.X.Min-1, p.X.Max+1
 		}
 	}
-	p.Legend.Top = false
-	return writeOne(w, p, widthCM, heightCM)
+	return write(w, [][]*gplot.Plot{{p}}, leg, widthCM, heightCM)
 }
 
 func newPlot() *gplot.Plot {
 	p := gplot.New()
 	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
-	p.Legend.Left = false
-	p.Legend.XOffs = -vg.Millimeter
+	p.X.Tick.Marker = ticks{}
+	p.Y.Tick.Marker = ticks{}
 	return p
 }
 
-func writeOne(w io.Writer, p *gplot.Plot, widthCM, heightCM float64) error {
+// legend collects a figure's entries; write lays them out under the chart.
+type legend struct {
+	names  []string
+	thumbs []gplot.Thumbnailer
+}
+
+func newLegend() *legend { return &legend{} }
+
+func (l *legend) Add(name string, t gplot.Thumbnailer) {
+	l.names, l.thumbs = append(l.names, name), append(l.thumbs, t)
+}
+
+// write draws the plots (one column, stacked) over the legend, which sits
+// under them in up to legendColumns columns, so that it never hides data,
+// and writes the SVG.
+func write(w io.Writer, plots [][]*gplot.Plot, leg *legend, widthCM, heightCM float64) error {
 	c := vgsvg.New(cm(widthCM), cm(heightCM))
-	p.Draw(draw.New(c))
+	dc := draw.New(c)
+	cols := legendColumns(leg)
+	var legH vg.Length
+	for _, l := range cols {
+		r := l.Rectangle(dc)
+		legH = max(legH, r.Max.Y-r.Min.Y)
+	}
+	if legH > 0 {
+		legH += 2 * vg.Millimeter
+	}
+	if legH > dc.Max.Y-dc.Min.Y-2*vg.Centimeter {
+		return fmt.Errorf("plot: the legend (%d entries) needs %.1f cm: a figure %.1f cm high leaves too little for the chart",
+			len(leg.names), float64(legH/vg.Centimeter), heightCM)
+	}
+	area := draw.Crop(dc, 0, 0, legH, 0)
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: vg.Millimeter,
+		PadTop: vg.Millimeter, PadLeft: vg.Millimeter, PadRight: 3 * vg.Millimeter}
+	canvases := gplot.Align(plots, tiles, area)
+	for i := range plots {
+		plots[i][0].Draw(canvases[i][0])
+	}
+	if legH > 0 {
+		strip := draw.Crop(dc, 0, 0, 0, -(dc.Max.Y - dc.Min.Y - legH))
+		strip = draw.Crop(strip, 1.5*vg.Centimeter, 0, 0, -vg.Millimeter)
+		colW := (strip.Max.X - strip.Min.X) / vg.Length(len(cols))
+		for i, l := range cols {
+			l.Draw(draw.Crop(strip, vg.Length(i)*colW, -(vg.Length(len(cols)-1-i) * colW), 0, 0))
+		}
+	}
 	_, err := c.WriteTo(w)
 	return err
 }
 
+// legendColumns lays a legend's entries out in columns: one for up to 3
+// entries, else two, filled top to bottom, left column first.
+func legendColumns(leg *legend) []*gplot.Legend {
+	n := len(leg.names)
+	if n == 0 {
+		return nil
+	}
+	per := n
+	if n > 3 {
+		per = (n + 1) / 2
+	}
+	var cols []*gplot.Legend
+	for start := 0; start < n; start += per {
+		l := gplot.NewLegend()
+		l.Top, l.Left = true, true
+		l.ThumbnailWidth = vg.Points(24)
+		l.Padding = vg.Points(1)
+		for i := start; i < min(n, start+per); i++ {
+			l.Add(leg.names[i], leg.thumbs[i])
+		}
+		cols = append(cols, &l)
+	}
+	return cols
+}
+
+// unlabelled are ticks' positions with blank labels (a space: gonum
+// draws major ticks and grid lines where a label is not empty).
+type unlabelled struct{}
+
+func (unlabelled) Ticks(lo, hi float64) []gplot.Tick {
+	t := ticks{}.Ticks(lo, hi)
+	for i := range t {
+		if t[i].Label != "" {
+			t[i].Label = " "
+		}
+	}
+	return t
+}
+
+// ticks are gonum's default tick positions, labelled with as few decimals
+// as tell the labelled ticks apart exactly (gonum's own labels can repeat,
+// as 1, 1, 1 for 1, 1.01, 1.02).
+type ticks struct{}
+
+func (ticks) Ticks(lo, hi float64) []gplot.Tick {
+	t := gplot.DefaultTicks{}.Ticks(lo, hi)
+	var step float64
+	var prev *float64
+	for i := range t {
+		if t[i].Label == "" {
+			continue
+		}
+		if prev != nil && step == 0 {
+			step = t[i].Value - *prev
+		}
+		prev = &t[i].Value
+	}
+	d := 0
+	for ; d < 10 && step > 0; d++ {
+		ok := true
+		for _, x := range t {
+			if x.Label != "" {
+				r, _ := strconv.ParseFloat(strconv.FormatFloat(x.Value, 'f', d, 64), 64)
+				ok = ok && math.Abs(r-x.Value) <= step*1e-6
+			}
+		}
+		if ok {
+			break
+		}
+	}
+	for i := range t {
+		if t[i].Label != "" {
+			t[i].Label = strconv.FormatFloat(t[i].Value, 'f', d, 64)
+		}
+	}
+	return t
+}
 func cm(x float64) vg.Length { return vg.Length(x) * vg.Centimeter }
 
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

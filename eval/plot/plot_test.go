@@ -204,3 +204,58 @@ func TestWriteErrorsReturned(t *testing.T) {
 		}
 	}
 }
+
+// TestTickLabelsDistinct: labelled ticks never repeat a label and read back
+// as their values (gonum's own labels gave 1, 1, 1 for 1, 1.01, 1.02).
+func TestTickLabelsDistinct(t *testing.T) {
+	for _, r := range [][2]float64{{1, 1.036}, {0, 1.03}, {0.001, 0.0012}, {0, 1e6}, {-5, 5}, {1.99999, 2.00001}} {
+		seen := map[string]bool{}
+		n := 0
+		for _, tk := range (ticks{}).Ticks(r[0], r[1]) {
+			if tk.Label == "" {
+				continue
+			}
+			n++
+			if seen[tk.Label] {
+				t.Errorf("range %v: label %q twice", r, tk.Label)
+			}
+			seen[tk.Label] = true
+		}
+		if n < 2 {
+			t.Errorf("range %v: %d labelled ticks", r, n)
+		}
+	}
+}
+
+// TestLinesLegendOncePerLine: a line drawn in several panels under the same
+// name and style is listed once in the shared legend; another style is
+// listed again.
+func TestLinesLegendOncePerLine(t *testing.T) {
+	xs, ys := []float64{0, 1}, []float64{1, 2}
+	var b bytes.Buffer
+	err := Lines(&b, "t", "x", []Panel{
+		{YLabel: "cost", Series: []Series{{Name: "mdag-system", X: xs, Y: ys}, {Name: "other-system", X: xs, Y: ys, Dashed: true}}},
+		{YLabel: "rate", Series: []Series{{Name: "mdag-system", X: xs, Y: ys}, {Name: "other-system", X: xs, Y: ys}}},
+	}, 12, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{">mdag-system<": 1, ">other-system<": 2} {
+		if got := strings.Count(b.String(), name); got != want {
+			t.Errorf("%s in the legend %d times, want %d", name, got, want)
+		}
+	}
+}
+
+// TestLegendTooTall: a legend that leaves no room for the chart is an error
+// that says so, not an unreadable figure.
+func TestLegendTooTall(t *testing.T) {
+	var samples []Sample
+	for i := range 40 {
+		samples = append(samples, Sample{Name: strings.Repeat("x", i+1), Values: []float64{1}})
+	}
+	err := CDF(io.Discard, "t", "x", samples, false, 10, 4)
+	if err == nil || !strings.Contains(err.Error(), "legend (40 entries)") {
+		t.Fatalf("error %v, want one about the legend", err)
+	}
+}
