@@ -21,7 +21,7 @@ var pure = []string{
 	"scheduler", "scheduler/sim", "gpu", "gpu/decode", "gpu/registry", "gpu/prep", "gpu/kserve", "worker", "coordinator",
 	// beyond the list: what the lean worker and the observers need
 	"ingest", "ingest/synth", "ingest/audiofile", "remote/wire", "remote/client", "internal/pki", "observe/metrics",
-	"profile/serf", "profile/measure", "coordinator/store",
+	"profile/serf", "profile/measure", "coordinator/store", "eval/plot",
 }
 
 // native are the import paths (prefixes) that link native code at the edges.
@@ -77,6 +77,9 @@ var allowed = map[string][]string{
 	"ingest/synth":          {"internal/clock", "media"},
 	"observe/metrics":       {"ingest"},
 	"observe/dashboard":     {"coordinator", "ingest", "internal/clock", "media"},
+	"eval/plot":             {},
+	// the allocator ablation links lp_solve through allocator/milp
+	"eval/alloccmp": {"allocator", "allocator/milp", "dag", "eval/plot", "examples", "profile"},
 	// the native edges
 	"modules/cv":  {"media", "modules"},
 	"gpu/opencv":  {"gpu", "gpu/decode", "media", "modules/cv"},
