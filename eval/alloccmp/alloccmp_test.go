@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/xml"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -415,6 +416,32 @@ func BenchmarkAllocators(b *testing.B) {
 				b.ReportMetric(ms(tm.P99), "p99-ms")
 				b.ReportMetric(float64(len(reqs)), "apps")
 			})
+		}
+	}
+}
+
+var (
+	report   = flag.Bool("ablation", false, "run DefaultConfig and print its Markdown and wall time (TestAblationReport)")
+	plotsDir = flag.String("plots", "", "with -ablation: write the two figures into this directory")
+)
+
+// TestAblationReport runs the default ablation, as docs/benchmarks.md
+// reports it, and prints the table:
+//
+//	go test ./eval/alloccmp -run TestAblationReport -ablation -v [-plots DIR]
+func TestAblationReport(t *testing.T) {
+	if !*report {
+		t.Skip("run with -ablation to print the report")
+	}
+	start := time.Now()
+	r, err := Run(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Run(DefaultConfig()) took %v\n%s", time.Since(start).Round(time.Millisecond), r.Markdown())
+	if *plotsDir != "" {
+		if err := r.Plots(*plotsDir); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
