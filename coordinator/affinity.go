@@ -398,12 +398,13 @@ func (e *Engine) released(ms *modState, id string) {
 	e.releaseDrained()
 }
 
-// releaseDrained gives back the provisioned instances an operator drained
-// once they are empty: no loads, no work, no stream's state. (A
-// registered worker stays, idle, until it is stopped.)
+// releaseDrained gives back the provisioned instances an operator drained,
+// or a plan released while they still worked, once they are empty: no
+// loads, no work, no stream's state. (A registered worker stays, idle,
+// until it is stopped.)
 func (e *Engine) releaseDrained() {
 	for _, in := range e.sortedInsts() {
-		if !in.draining || in.registered || len(in.loads) > 0 || len(in.outstanding) > 0 || e.holdsState(in.id) {
+		if !in.draining && !in.releasing || in.registered || len(in.loads) > 0 || len(in.outstanding) > 0 || e.holdsState(in.id) {
 			continue
 		}
 		delete(e.insts, in.id)
@@ -411,7 +412,7 @@ func (e *Engine) releaseDrained() {
 		if e.cfg.Provisioner != nil {
 			e.cfg.Provisioner.Release(in.id)
 		}
-		e.log.Info("drained instance released", "instance", in.id, "type", in.typ)
+		e.log.Info("drained instance released", "instance", in.id, "type", in.typ, "drained_by", map[bool]string{true: "operator", false: "plan"}[in.draining])
 	}
 }
 

@@ -54,6 +54,12 @@ func (cfg Config) withDefaults() (Config, error) {
 		bad("TurnOff", cfg.TurnOff, "must be >= 0 (0: placement's default)")
 	}
 	c.AtLeast("Headroom", &cfg.Headroom, 1, 1.25, false)
+	if cfg.MinReplanGap < 0 {
+		bad("MinReplanGap", cfg.MinReplanGap, "must be >= 0 (0: none)")
+	}
+	if cfg.Stepped && cfg.Store != nil {
+		bad("Stepped", true, "a Stepped engine keeps no Store (its saver runs on a goroutine of its own)")
+	}
 
 	cfg.Adapt.check(&c)
 	return cfg, c.Err()

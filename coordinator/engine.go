@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -80,6 +81,17 @@ type Config struct {
 	// so a lost worker's streams restore from it instead of starting fresh;
 	// default 2 s, negative: never.
 	Checkpoint time.Duration
+	// Stepped runs the engine with no goroutine of its own: events queue
+	// until RunPending runs them on the caller's goroutine, and planning
+	// rounds run inline. Virtual-time experiments (package eval) drive it
+	// that way, with a fake clock, so that every run of a seed is the
+	// same; one goroutine must make every call.
+	Stepped bool
+	// MinReplanGap, when set, is the least time between the starts of two
+	// planning rounds: a trigger sooner than that waits for the gap's end
+	// (Nexus's epoch scheduler: at least 10 s between epochs). Default 0:
+	// every trigger plans at once.
+	MinReplanGap time.Duration
 }
 
 // ExecutorFactory returns the GPU executor for in-process worker id of
@@ -132,11 +144,13 @@ type Engine struct {
 	log    *slog.Logger
 	epoch0 time.Time
 
-	events chan func()
-	done   chan struct{}
-	wg     sync.WaitGroup
-	closed bool
-	mu     sync.Mutex // guards closed
+	events   chan func()
+	queue    []func() // Stepped: events not yet run
+	stepping bool     // Stepped: RunPending is running
+	done     chan struct{}
+	wg       sync.WaitGroup
+	closed   bool
+	mu       sync.Mutex // guards closed
 
 	// Loop-owned state.
 	sessions    map[dag.AppID]*session
@@ -163,6 +177,8 @@ type Engine struct {
 	unchanged   int     // recorded re-plans that changed nothing
 	tickTm      clock.Timer
 	turnOffTm   clock.Timer
+	gapTm       clock.Timer // MinReplanGap: the deferred re-plan
+	lastPlanAt  time.Time   // when the last planning round started
 	lastEpoch   time.Time
 	ps          persist
 	dirtyS      map[*session]map[string]bool // streams whose stateful modules may move on (affinity.go)
@@ -209,23 +225,22 @@ func NewEmbedded(cfg Config, limit map[profile.WorkerTypeID]int) (*Engine, *Loca
 	return e, l, nil
 }
 
-// Start runs the loop.
+// Start runs the loop (Stepped: arms it; RunPending runs it).
 func (e *Engine) Start() {
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		for {
-			select {
-			case f := <-e.events:
-				f()
-				if len(e.dirtyS) > 0 {
-					e.advanceDirty()
+	if !e.cfg.Stepped {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			for {
+				select {
+				case f := <-e.events:
+					e.runEvent(f)
+				case <-e.done:
+					return
 				}
-			case <-e.done:
-				return
 			}
-		}
-	}()
+		}()
+	}
 	e.post(func() { e.lastEpoch = e.clk.Now(); e.armTick() })
 	if e.cfg.Store != nil {
 		e.startSaver()
@@ -257,6 +272,9 @@ func (e *Engine) Close() {
 		if e.turnOffTm != nil {
 			e.turnOffTm.Stop()
 		}
+		if e.gapTm != nil {
+			e.gapTm.Stop()
+		}
 		for _, in := range e.insts {
 			in.inst.Close()
 		}
@@ -282,12 +300,46 @@ func (e *Engine) Close() {
 	}
 }
 
+// runEvent runs one event of the loop.
+func (e *Engine) runEvent(f func()) {
+	f()
+	if len(e.dirtyS) > 0 {
+		e.advanceDirty()
+	}
+}
+
+// RunPending runs the queued events of a Stepped engine, and those they
+// queue, until none is left; it reports how many ran. It must not be
+// called on an engine that is not Stepped.
+func (e *Engine) RunPending() int {
+	if !e.cfg.Stepped {
+		panic("coordinator: RunPending on an engine that is not Stepped")
+	}
+	if e.stepping {
+		return 0 // called from an event (call inside the loop): the outer RunPending goes on
+	}
+	e.stepping = true
+	defer func() { e.stepping = false }()
+	n := 0
+	for ; n < len(e.queue); n++ { // events append to e.queue as they run
+		f := e.queue[n]
+		e.queue[n] = nil
+		e.runEvent(f)
+	}
+	e.queue = e.queue[:0]
+	return n
+}
+
 // post queues f on the loop; after Close it is dropped.
 func (e *Engine) post(f func()) {
 	e.mu.Lock()
 	closed := e.closed
 	e.mu.Unlock()
 	if closed {
+		return
+	}
+	if e.cfg.Stepped {
+		e.queue = append(e.queue, f)
 		return
 	}
 	select {
@@ -298,6 +350,15 @@ func (e *Engine) post(f func()) {
 
 // call runs f on the loop and waits for it.
 func (e *Engine) call(f func()) {
+	if e.cfg.Stepped {
+		if e.stepping { // from an event: run it now, as the loop would have before returning
+			f()
+			return
+		}
+		e.post(f)
+		e.RunPending()
+		return
+	}
 	ch := make(chan struct{})
 	e.post(func() { f(); close(ch) })
 	select {
@@ -363,7 +424,15 @@ func (e *Engine) Deploy(app *dag.App, f *profile.File) error {
 // Join adds a stream to an app's session and re-plans for the new rate.
 // The session's first stream waits (up to 10 s) for the first plan to be
 // applied, so its first frames find instances to run on.
-func (e *Engine) Join(app dag.AppID, streamID string) error {
+func (e *Engine) Join(app dag.AppID, streamID string) error { return e.JoinAt(app, streamID, 0) }
+
+// JoinAt is Join for a stream that sends fps frames per second rather than
+// the app's fps (a camera configured slower or faster): the plan is for
+// the sum of the streams' rates. fps 0 is the app's.
+func (e *Engine) JoinAt(app dag.AppID, streamID string, fps float64) error {
+	if fps < 0 || math.IsNaN(fps) || math.IsInf(fps, 0) {
+		return fmt.Errorf("stream %q: fps %v: must be a finite number >= 0 (0: the app's)", streamID, fps)
+	}
 	var out error
 	var wait chan struct{}
 	e.call(func() {
@@ -374,7 +443,7 @@ func (e *Engine) Join(app dag.AppID, streamID string) error {
 		case e.streams[streamID] != nil:
 			out = fmt.Errorf("stream %q: %w", streamID, ErrDuplicate)
 		default:
-			st := &stream{id: streamID, s: s, credit: 1} // a stream's first frame is admitted (a share just under 1 must not shed it)
+			st := &stream{id: streamID, s: s, credit: 1, fps: fps} // a stream's first frame is admitted (a share just under 1 must not shed it)
 			if next, ok := s.resume[streamID]; ok {
 				// a stream of the previous run, back
 				st.next, st.resumed = next, true
@@ -396,7 +465,7 @@ func (e *Engine) Join(app dag.AppID, streamID string) error {
 			}
 		}
 	})
-	if wait != nil {
+	if wait != nil && !e.cfg.Stepped { // Stepped: the plan was applied inside call
 		select {
 		case <-wait:
 		case <-e.clk.After(10 * time.Second):
@@ -562,6 +631,7 @@ type stream struct {
 	credit  float64 // shedding: admitted share accumulated; a frame is admitted when it reaches 1
 	next    uint64  // the sequence number after the highest one seen (persisted)
 	resumed bool    // restored from the store: its first frame may say what it sent meanwhile
+	fps     float64 // its frame rate; 0: the app's
 }
 
 type frameKey struct {
@@ -852,6 +922,9 @@ func (e *Engine) forget(t *taskState) {
 		if m := in.byMod[t.key]; m != nil {
 			delete(m, t.id)
 		}
+		if in.releasing && len(in.outstanding) == 0 {
+			e.post(e.releaseDrained) // after this result is handled
+		}
 	}
 }
 
@@ -1030,6 +1103,7 @@ type instState struct {
 	lost        bool
 	draining    bool // Drain: no loads; its stateful modules' streams move out with their state
 	outstanding map[uint64]bool
+	releasing   bool // a plan released it while it still worked: released once idle (releaseDrained)
 	byMod       map[string]map[uint64]bool
 }
 

@@ -95,8 +95,23 @@ func (e *Engine) replan(trigger string) {
 		e.replanDue = append(e.replanDue, trigger)
 		return
 	}
-	e.planning = true
 	now := e.now()
+	if gap := e.cfg.MinReplanGap; gap > 0 && !e.lastPlanAt.IsZero() && now.Sub(e.lastPlanAt) < gap && !e.unplanned() {
+		e.replanDue = append(e.replanDue, trigger)
+		if e.gapTm == nil {
+			e.gapTm = e.clk.AfterFunc(e.lastPlanAt.Add(gap).Sub(now), func() {
+				e.post(func() {
+					e.gapTm = nil
+					if len(e.replanDue) > 0 && !e.planning {
+						e.replan(e.takeDue())
+					}
+				})
+			})
+		}
+		return
+	}
+	e.lastPlanAt = now
+	e.planning = true
 	inputs := map[dag.AppID]planInput{}
 	for id, s := range e.sessions {
 		rate := s.ingress()
@@ -146,13 +161,29 @@ func (e *Engine) replan(trigger string) {
 			prev[id] = s.alloc
 		}
 	}
-	go func() {
+	round := func() {
 		start := time.Now()
 		out := planOutput{trigger: trigger, kinds: kinds, snapIDs: ids, inputs: inputs}
 		planRound(&out, snap, limits, prev, method, milpSolver, headroom, mx)
 		out.took = time.Since(start)
 		e.post(func() { e.apply(out) })
-	}()
+	}
+	if e.cfg.Stepped {
+		round() // virtual time: planning takes none of it
+		return
+	}
+	go round()
+}
+
+// unplanned says whether a session has streams but no plan yet: its first
+// plan does not wait for MinReplanGap.
+func (e *Engine) unplanned() bool {
+	for _, s := range e.sessions {
+		if len(s.streams) > 0 && s.plan == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // planRound allocates every session within the worker limits and places the
@@ -339,7 +370,7 @@ func (e *Engine) apply(out planOutput) {
 			in = &instState{id: id, typ: pi.Type, inst: inst, outstanding: map[uint64]bool{}}
 			e.insts[id] = in
 		}
-		in.state, in.releaseAt, in.loads = pi.State, pi.ReleaseAt, pi.Loads
+		in.state, in.releaseAt, in.loads, in.releasing = pi.State, pi.ReleaseAt, pi.Loads, false
 		if in.state == placement.Starting {
 			in.state = placement.Active // local and registered instances serve at once
 		}
@@ -359,8 +390,11 @@ func (e *Engine) apply(out planOutput) {
 		}
 		if len(in.outstanding) > 0 || e.holdsState(in.id) {
 			// Work still runs there, or streams' state is still to move
-			// out: keep it warm, released by a later plan.
-			in.state, in.loads, in.releaseAt = placement.Warm, nil, now
+			// out: keep it warm, released once that is done
+			// (releaseDrained, after its last result) or by a later plan.
+			// Not timed: a turn-off timer at now would re-plan in a loop
+			// while the work runs.
+			in.state, in.loads, in.releaseAt, in.releasing = placement.Warm, nil, now, true
 			continue
 		}
 		delete(e.insts, in.id)
@@ -510,7 +544,7 @@ func sameOutcome(prev, cur Replan) bool {
 func (e *Engine) armTurnOff(now time.Time) {
 	var first time.Time
 	for _, in := range e.insts {
-		if in.state == placement.Warm && !in.registered && !in.releaseAt.IsZero() && (first.IsZero() || in.releaseAt.Before(first)) {
+		if in.state == placement.Warm && !in.registered && !in.releasing && !in.releaseAt.IsZero() && (first.IsZero() || in.releaseAt.Before(first)) {
 			first = in.releaseAt
 		}
 	}
@@ -731,9 +765,19 @@ func (e *Engine) rebuildScheduler() {
 			if slo <= 0 {
 				slo = s.app.SLO
 			}
-			cfg.Models = append(cfg.Models, scheduler.Model{ID: ms.model, SLO: slo, Latency: table, GPUs: ids})
+			// The nexus policy packs models onto GPUs by their expected
+			// rates: the allocation's (the others estimate online).
+			rate := 0.0
+			if e.cfg.Policy == scheduler.Nexus && s.alloc != nil {
+				for _, ma := range s.alloc.Modules {
+					if ma.Module == m {
+						rate = ma.Rate
+					}
+				}
+			}
+			cfg.Models = append(cfg.Models, scheduler.Model{ID: ms.model, SLO: slo, Latency: table, GPUs: ids, Rate: rate})
 			ms.scheduled = true
-			fmt.Fprintf(&sig, "%s %v %v %v|", ms.model, slo, table, ids)
+			fmt.Fprintf(&sig, "%s %v %v %v %.6g|", ms.model, slo, table, ids, rate)
 		}
 	}
 	for g := range gpuSet {

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -187,8 +188,20 @@ func heads(g *dag.Graph, lat func(dag.ModuleID) time.Duration) map[dag.ModuleID]
 	return out
 }
 
-// ingress is the session's frame rate: streams x fps.
-func (s *session) ingress() float64 { return float64(len(s.streams)) * s.app.FPS }
+// ingress is the session's frame rate: the sum of its streams' (each the
+// app's fps unless it joined with its own, JoinAt).
+func (s *session) ingress() float64 {
+	r := 0.0
+	for _, id := range slices.Sorted(maps.Keys(s.streams)) { // one order: the same sum every run
+		st := s.streams[id]
+		if st.fps > 0 {
+			r += st.fps
+		} else {
+			r += s.app.FPS
+		}
+	}
+	return r
+}
 
 // ingestRing is how many recent ingest delays a session keeps.
 const ingestRing = 512

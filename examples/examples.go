@@ -9,12 +9,13 @@ import (
 	"embed"
 	"io/fs"
 	"sort"
+	"strings"
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/profile"
 )
 
-//go:embed */app.yaml */profiles.yaml */README.md
+//go:embed */app.yaml */profiles.yaml */README.md traces/*.csv
 var files embed.FS
 
 // FS holds every example as <name>/app.yaml, <name>/profiles.yaml and
@@ -36,6 +37,23 @@ func Names() []string {
 
 // App returns the app.yaml of an example.
 func App(name string) ([]byte, error) { return files.ReadFile(name + "/app.yaml") }
+
+// Traces lists the committed objects-per-frame traces (examples/traces,
+// made by `mdag trace`), by file name without ".csv", sorted.
+func Traces() []string {
+	entries, _ := fs.ReadDir(files, "traces")
+	var out []string
+	for _, e := range entries {
+		if n := e.Name(); strings.HasSuffix(n, ".csv") {
+			out = append(out, strings.TrimSuffix(n, ".csv"))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Trace returns a committed trace's CSV (see Traces).
+func Trace(name string) ([]byte, error) { return files.ReadFile("traces/" + name + ".csv") }
 
 // Profiles returns the profiles.yaml of an example.
 func Profiles(name string) ([]byte, error) { return files.ReadFile(name + "/profiles.yaml") }

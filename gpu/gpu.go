@@ -86,6 +86,14 @@ func (e *Emulated) Run(ctx context.Context, model string, items []*media.Item) (
 		t.Stop()
 		return nil, ctx.Err()
 	}
+	return EmulatedOutputs(items), nil
+}
+
+// EmulatedOutputs is what an emulated model answers for a batch: a crop
+// (an item with a Region) is labelled with its region's class, a frame
+// gets its ground-truth boxes (Item.Truth) as detections. One output per
+// item.
+func EmulatedOutputs(items []*media.Item) [][]*media.Item {
 	out := make([][]*media.Item, len(items))
 	for i, it := range items {
 		o := *it
@@ -96,7 +104,7 @@ func (e *Emulated) Run(ctx context.Context, model string, items []*media.Item) (
 		}
 		out[i] = []*media.Item{&o}
 	}
-	return out, nil
+	return out
 }
 
 // ModelFile names a real model an OpenCV executor loads: the model name

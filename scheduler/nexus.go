@@ -58,15 +58,18 @@ func newNexus(cfg Config) (*nexus, error) {
 		}
 		sessions = append(sessions, squishy.Session{ID: string(m.ID), Model: string(m.ID), SLO: m.SLO, Rate: m.Rate, Profile: p})
 	}
-	packed := squishy.Pack(sessions, squishy.PackOptions{})
-	if len(packed.Unschedulable) > 0 {
-		u := packed.Unschedulable[0]
-		return nil, fmt.Errorf("scheduler: nexus cannot schedule %s: %s", u.Session, u.Reason)
-	}
 	for _, id := range cfg.GPUs {
 		g := &nexusGPU{id: id}
 		s.gpus = append(s.gpus, g)
 		s.byGPU[id] = g
+	}
+	if subClusters(cfg.Models) {
+		return s, s.packEach(sessions)
+	}
+	packed := squishy.Pack(sessions, squishy.PackOptions{})
+	if len(packed.Unschedulable) > 0 {
+		u := packed.Unschedulable[0]
+		return nil, fmt.Errorf("scheduler: nexus cannot schedule %s: %s", u.Session, u.Reason)
 	}
 	// Packed GPUs onto real ones; more packed than real wrap around
 	// (overload), fewer leave spares.
@@ -90,6 +93,54 @@ func newNexus(cfg Config) (*nexus, error) {
 		s.addSlot(s.gpus[i], best, b, float64(b)/s.models[best].Latency[b-1].Seconds())
 	}
 	return s, nil
+}
+
+// subClusters says whether every model names the GPUs it is loaded on
+// (the runtime's case: placement chose them).
+func subClusters(models []Model) bool {
+	for _, m := range models {
+		if len(m.GPUs) == 0 {
+			return false
+		}
+	}
+	return len(models) > 0
+}
+
+// packEach is the packing when placement has already put each model on
+// its GPUs: each model's rate is split evenly over its GPUs, and each GPU
+// squishy-packs the shares of the models it holds (their batch sizes and
+// duty cycle). Sessions that do not fit one GPU stay on it all the same
+// (overload: its round robin serves them all, early drop sheds the excess).
+func (s *nexus) packEach(sessions []squishy.Session) error {
+	onGPU := map[GPUID][]squishy.Session{}
+	for _, sess := range sessions {
+		m := s.models[ModelID(sess.ID)]
+		share := sess
+		share.Rate = m.Rate / float64(len(m.GPUs))
+		for _, g := range m.GPUs {
+			if s.byGPU[g] == nil {
+				return fmt.Errorf("scheduler: model %s is on GPU %d, which is not in the configuration", m.ID, g)
+			}
+			onGPU[g] = append(onGPU[g], share)
+		}
+	}
+	for _, g := range s.gpus {
+		if len(onGPU[g.id]) == 0 {
+			continue
+		}
+		packed := squishy.Pack(onGPU[g.id], squishy.PackOptions{})
+		for _, pg := range packed.GPUs {
+			for _, a := range pg.Sessions {
+				s.addSlot(g, ModelID(a.Session), a.Batch, a.Rate)
+			}
+		}
+		for _, u := range packed.Unschedulable {
+			// Its SLO is below l(1) on this GPU's profile: it still runs
+			// at batch 1, and early drop sheds what cannot finish.
+			s.addSlot(g, ModelID(u.Session), 1, s.models[ModelID(u.Session)].Rate/float64(len(s.models[ModelID(u.Session)].GPUs)))
+		}
+	}
+	return nil
 }
 
 func saturatingBatch(m Model) int {

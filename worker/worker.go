@@ -468,14 +468,26 @@ func (w *Worker) cpuLoop(ctx context.Context, h *hosted) {
 // through ProcessFrame, or a state operation.
 func (w *Worker) runStateful(h *hosted, t Task) Result {
 	start := w.clk.Now()
+	r := RunStateTask(h.stateful, h.spec.Op, t)
+	if r.Outcome != Done {
+		w.count(func(s *WorkerStats) { s.Failed++ })
+	}
+	r.Measured = w.clk.Now().Sub(start)
+	return r
+}
+
+// RunStateTask runs task t of a module of op whose processor keeps
+// per-stream state (st; nil: the op keeps none, a BadTask): one frame's
+// items through ProcessFrame, or a state operation. It is what a Worker
+// does with such a task; mdag eval's virtual workers run the same. The
+// caller sets Measured.
+func RunStateTask(st modules.Stateful, op string, t Task) Result {
 	r := Result{Task: t.ID}
 	fail := func(o Outcome, format string, args ...any) Result {
-		w.count(func(s *WorkerStats) { s.Failed++ })
-		return Result{Task: t.ID, Outcome: o, Detail: fmt.Sprintf(format, args...), Measured: w.clk.Now().Sub(start)}
+		return Result{Task: t.ID, Outcome: o, Detail: fmt.Sprintf(format, args...)}
 	}
-	st := h.stateful
 	if st == nil {
-		return fail(BadTask, "%s task for module %s/%s, which keeps no per-stream state (op %s)", t.Kind, t.App, t.Module, h.spec.Op)
+		return fail(BadTask, "%s task for module %s/%s, which keeps no per-stream state (op %s)", t.Kind, t.App, t.Module, op)
 	}
 	var err error
 	switch t.Kind {
@@ -508,7 +520,6 @@ func (w *Worker) runStateful(h *hosted, t Task) Result {
 	if err != nil {
 		return fail(ModuleError, "%v", err)
 	}
-	r.Measured = w.clk.Now().Sub(start)
 	return r
 }
 

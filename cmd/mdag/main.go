@@ -49,6 +49,7 @@ func commands() []command {
 		{"token", "make a bearer token for WHIP ingest or the HTTP API and its --tokens file entry (stored hashed)", runToken},
 		{"status", "show a running server's sessions, finish rate, modules, instances and re-plans", runStatus},
 		{"sim", "simulate the batch scheduler on emulated GPUs: goodput, bad rate, latency, batches", runSim},
+		{"eval", "reproduce Scrooge's evaluation in virtual time: mdag against a Nexus-style system, ablations, plots", runEval},
 		{"version", "print the version and the build (full or lean)", runVersion},
 	}, edgeCommands()...)
 }

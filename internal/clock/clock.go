@@ -4,7 +4,7 @@
 package clock
 
 import (
-	"sort"
+	"container/heap"
 	"sync"
 	"time"
 )
@@ -44,11 +44,14 @@ func (c *Fake) After(d time.Duration) <-chan time.Time {
 }
 
 // Fake is a manual clock: time moves only when Advance or Set is called, and
-// due timers run, in time order, inside that call.
+// due timers run, in time order, inside that call. Pending timers sit in a
+// heap ordered by (time, set order), so a virtual-time run with many
+// thousands of timers steps in O(log n) each.
 type Fake struct {
 	mu     sync.Mutex
 	now    time.Time
-	timers []*fakeTimer
+	timers timerHeap
+	live   int // timers neither run nor stopped
 	seq    int
 }
 
@@ -58,6 +61,27 @@ type fakeTimer struct {
 	seq  int
 	f    func()
 	done bool
+}
+
+// timerHeap is a min-heap of timers by (at, seq); stopped timers stay in it
+// until they reach the top.
+type timerHeap []*fakeTimer
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if !h[i].at.Equal(h[j].at) {
+		return h[i].at.Before(h[j].at)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)   { *h = append(*h, x.(*fakeTimer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return x
 }
 
 // NewFake returns a fake clock reading start.
@@ -77,7 +101,8 @@ func (c *Fake) AfterFunc(d time.Duration, f func()) Timer {
 	defer c.mu.Unlock()
 	c.seq++
 	t := &fakeTimer{c: c, at: c.now.Add(d), seq: c.seq, f: f}
-	c.timers = append(c.timers, t)
+	heap.Push(&c.timers, t)
+	c.live++
 	return t
 }
 
@@ -86,7 +111,10 @@ func (t *fakeTimer) Stop() bool {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
 	was := !t.done
-	t.done = true
+	if was {
+		t.done = true
+		t.c.live--
+	}
 	return was
 }
 
@@ -104,6 +132,18 @@ func (c *Fake) Set(t time.Time) {
 	c.mu.Unlock()
 }
 
+// top drops stopped timers off the heap and returns the earliest pending
+// one (nil if none). c.mu is held.
+func (c *Fake) top() *fakeTimer {
+	for len(c.timers) > 0 {
+		if t := c.timers[0]; !t.done {
+			return t
+		}
+		heap.Pop(&c.timers)
+	}
+	return nil
+}
+
 // Step runs the earliest pending timer due at or before limit (the first
 // set among those due at the same instant), moving the clock to its time
 // (never backwards), and reports whether one ran. A test that must see
@@ -112,27 +152,14 @@ func (c *Fake) Set(t time.Time) {
 // at a time with a barrier between steps, then Sets the clock to limit.
 func (c *Fake) Step(limit time.Time) bool {
 	c.mu.Lock()
-	live := c.timers[:0]
-	for _, x := range c.timers {
-		if !x.done {
-			live = append(live, x)
-		}
-	}
-	clear(c.timers[len(live):])
-	c.timers = live
-	sort.Slice(c.timers, func(i, j int) bool {
-		a, b := c.timers[i], c.timers[j]
-		if !a.at.Equal(b.at) {
-			return a.at.Before(b.at)
-		}
-		return a.seq < b.seq
-	})
-	if len(c.timers) == 0 || c.timers[0].at.After(limit) {
+	next := c.top()
+	if next == nil || next.at.After(limit) {
 		c.mu.Unlock()
 		return false
 	}
-	next := c.timers[0]
+	heap.Pop(&c.timers)
 	next.done = true
+	c.live--
 	if next.at.After(c.now) {
 		c.now = next.at
 	}
@@ -145,25 +172,15 @@ func (c *Fake) Step(limit time.Time) bool {
 func (c *Fake) Next() (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var next time.Time
-	found := false
-	for _, x := range c.timers {
-		if !x.done && (!found || x.at.Before(next)) {
-			next, found = x.at, true
-		}
+	if t := c.top(); t != nil {
+		return t.at, true
 	}
-	return next, found
+	return time.Time{}, false
 }
 
 // Pending is the number of timers not yet run or stopped.
 func (c *Fake) Pending() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := 0
-	for _, x := range c.timers {
-		if !x.done {
-			n++
-		}
-	}
-	return n
+	return c.live
 }

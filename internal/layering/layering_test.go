@@ -80,6 +80,8 @@ var allowed = map[string][]string{
 	"eval/plot":             {},
 	// the allocator ablation links lp_solve through allocator/milp
 	"eval/alloccmp": {"allocator", "allocator/milp", "dag", "eval/plot", "examples", "profile"},
+	// mdag eval: the coordinator in virtual time (links lp_solve through allocator/milp)
+	"eval": {"allocator", "allocator/milp", "coordinator", "dag", "eval/plot", "examples", "gpu", "internal/clock", "media", "modules", "profile", "scheduler", "worker"},
 	// the native edges
 	"modules/cv":  {"media", "modules"},
 	"gpu/opencv":  {"gpu", "gpu/decode", "media", "modules/cv"},
