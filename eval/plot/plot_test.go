@@ -36,6 +36,9 @@ func charts() []chart {
 		{"lines, one point, names to escape", func(w io.Writer) error {
 			return Lines(w, "a<b & c", "x", []Panel{{YLabel: "y", Series: []Series{{Name: `"q" <r>`, X: []float64{5}, Y: []float64{5}}}}}, 10, 6)
 		}, []string{"a&lt;b &amp; c", "&lt;r&gt;"}},
+		{"lines, values equal to 12 digits", func(w io.Writer) error {
+			return Lines(w, "t", "x", []Panel{{YLabel: "y", Series: []Series{{Name: "flat", X: []float64{0, 1e-250}, Y: []float64{1, 1 + 1e-12}}}}}, 10, 6)
+		}, []string{"flat"}},
 		{"bars", func(w io.Writer) error {
 			return Bars(w, "cost per app", "cost ($/h)", []string{"traffic", "face", "tracker"}, []BarSeries{
 				{Name: "mdag", Values: []float64{1, 2, 3}},
@@ -136,6 +139,15 @@ func TestChartsRejectBadInput(t *testing.T) {
 		{"lines: NaN bound", func(w io.Writer) error {
 			return Lines(w, "t", "x", []Panel{{YLabel: "cost", Series: ok, YMax: f64(math.NaN())}}, 10, 10)
 		}, "not a finite number"},
+		{"lines: a range wider than float64 (gonum's tick search never ended)", func(w io.Writer) error {
+			return Lines(w, "t", "x", []Panel{{YLabel: "cost", Series: []Series{{Name: "s", X: []float64{-1e308, 1e308}, Y: []float64{1, 2}}}}}, 10, 10)
+		}, "x values up to 1e+308 are too large to plot"},
+		{"bars: a huge value", func(w io.Writer) error {
+			return Bars(w, "t", "y", []string{"a"}, []BarSeries{{Name: "s", Values: []float64{-1e301}}}, 10, 10)
+		}, "too large to plot"},
+		{"cdf: a subnormal on a log axis", func(w io.Writer) error {
+			return CDF(w, "t", "x", []Sample{{Name: "a", Values: []float64{5e-324, 1}}}, true, 10, 10)
+		}, "too small for a log axis"},
 		{"lines: zero size", func(w io.Writer) error { return Lines(w, "t", "x", []Panel{{Series: ok}}, 0, 10) }, "figure size"},
 		{"bars: NaN size", func(w io.Writer) error {
 			return Bars(w, "t", "y", []string{"a"}, []BarSeries{{Name: "s", Values: []float64{1}}}, 10, math.NaN())
