@@ -59,7 +59,9 @@ type Sample struct {
 // Lines writes an SVG line chart to w: the panels stacked vertically, top
 // to bottom, over one shared x axis (the range of every series' X), the
 // title above the first panel and xlabel under the last, each panel with its
-// own y label and legend. widthCM and heightCM size the whole figure.
+// own y label; one legend under the figure lists each line once (a series
+// with the same name, place and style in several panels is one entry).
+// widthCM and heightCM size the whole figure.
 func Lines(w io.Writer, title, xlabel string, panels []Panel, widthCM, heightCM float64) error {
 	if err := checkSize(widthCM, heightCM); err != nil {
 		return err
