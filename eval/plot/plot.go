@@ -124,11 +124,7 @@ func Lines(w io.Writer, title, xlabel string, panels []Panel, widthCM, heightCM 
 		p.Y.Label.Text = pn.YLabel
 		p.X.Min, p.X.Max = xmin, xmax
 		for si, s := range pn.Series {
-			pts := make(plotter.XYs, len(s.X))
-			for i := range s.X {
-				pts[i].X, pts[i].Y = s.X[i], s.Y[i]
-			}
-			l, err := plotter.NewLine(pts)
+			l, err := plotter.NewLine(thin(s.X, s.Y))
 			if err != nil {
 				return fmt.Errorf("plot: panel %d series %q: %w", pi, s.Name, err)
 			}
@@ -399,6 +395,24 @@ func (ticks) Ticks(lo, hi float64) []gplot.Tick {
 		}
 	}
 	return t
+}
+
+// thin returns the points of a line without those that lie exactly on the
+// straight segment between their neighbours (the runs of a step-like time
+// series such as cost): the same line drawn, in a smaller file.
+func thin(x, y []float64) plotter.XYs {
+	pts := plotter.XYs{{X: x[0], Y: y[0]}}
+	for i := 1; i < len(x); i++ {
+		if i+1 < len(x) {
+			a, c := pts[len(pts)-1], plotter.XY{X: x[i+1], Y: y[i+1]}
+			between := (x[i]-a.X)*(c.X-x[i]) >= 0 && (y[i]-a.Y)*(c.Y-y[i]) >= 0
+			if between && (y[i]-a.Y)*(c.X-x[i]) == (c.Y-y[i])*(x[i]-a.X) {
+				continue
+			}
+		}
+		pts = append(pts, plotter.XY{X: x[i], Y: y[i]})
+	}
+	return pts
 }
 
 // span returns an axis range gonum can draw (its tick search does not end

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -269,5 +270,29 @@ func TestLegendTooTall(t *testing.T) {
 	err := CDF(io.Discard, "t", "x", samples, false, 10, 4)
 	if err == nil || !strings.Contains(err.Error(), "legend (40 entries)") {
 		t.Fatalf("error %v, want one about the legend", err)
+	}
+}
+
+// TestThin: points exactly on the segment between their neighbours go;
+// corners, ends, and points that turn back stay.
+func TestThin(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		x, y, want []float64 // want: the x of the points kept
+	}{
+		{"one point", []float64{0}, []float64{1}, []float64{0}},
+		{"flat run", []float64{0, 1, 2, 3}, []float64{1, 1, 1, 1}, []float64{0, 3}},
+		{"steps", []float64{0, 1, 2, 2, 3, 4}, []float64{1, 1, 1, 2, 2, 2}, []float64{0, 2, 2, 4}},
+		{"straight slope", []float64{0, 1, 2}, []float64{0, 2, 4}, []float64{0, 2}},
+		{"corner", []float64{0, 1, 2}, []float64{0, 1, 0}, []float64{0, 1, 2}},
+		{"turns back on itself", []float64{0, 2, 1}, []float64{0, 0, 0}, []float64{0, 2, 1}},
+	} {
+		var got []float64
+		for _, p := range thin(tc.x, tc.y) {
+			got = append(got, p.X)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: kept x %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
