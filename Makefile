@@ -97,6 +97,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./placement/spec || exit 1; done
 	$(GO) test -run '^$$' -fuzz FuzzParseWorkload -fuzztime $${FUZZTIME:-30s} ./scheduler/sim
 	$(GO) test -run '^$$' -fuzz FuzzParseTrace -fuzztime $${FUZZTIME:-30s} ./eval
+	$(GO) test -run '^$$' -fuzz FuzzCharts -fuzztime $${FUZZTIME:-30s} ./eval/plot
 	for f in FuzzParseRegistry FuzzParseGraph; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $${FUZZTIME:-30s} ./gpu/registry || exit 1; done
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./ingest/vpx

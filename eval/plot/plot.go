@@ -59,7 +59,9 @@ type Sample struct {
 // Lines writes an SVG line chart to w: the panels stacked vertically, top
 // to bottom, over one shared x axis (the range of every series' X), the
 // title above the first panel and xlabel under the last, each panel with its
-// own y label and legend. widthCM and heightCM size the whole figure.
+// own y label; one legend under the figure lists each line once (a series
+// with the same name, place and style in several panels is one entry).
+// widthCM and heightCM size the whole figure.
 func Lines(w io.Writer, title, xlabel string, panels []Panel, widthCM, heightCM float64) error {
 	if err := checkSize(widthCM, heightCM); err != nil {
 		return err
@@ -97,8 +99,9 @@ func Lines(w io.Writer, title, xlabel string, panels []Panel, widthCM, heightCM 
 			xmin, xmax = min(xmin, slices.Min(s.X)), max(xmax, slices.Max(s.X))
 		}
 	}
-	if xmin == xmax { // one x value: give the axis some width
-		xmin, xmax = xmin-1, xmax+1
+	xmin, xmax, err := span("x", xmin, xmax, false)
+	if err != nil {
+		return err
 	}
 	plots := make([][]*gplot.Plot, len(panels))
 	leg := newLegend()
@@ -121,11 +124,7 @@ func Lines(w io.Writer, title, xlabel string, panels []Panel, widthCM, heightCM 
 		p.Y.Label.Text = pn.YLabel
 		p.X.Min, p.X.Max = xmin, xmax
 		for si, s := range pn.Series {
-			pts := make(plotter.XYs, len(s.X))
-			for i := range s.X {
-				pts[i].X, pts[i].Y = s.X[i], s.Y[i]
-			}
-			l, err := plotter.NewLine(pts)
+			l, err := plotter.NewLine(thin(s.X, s.Y))
 			if err != nil {
 				return fmt.Errorf("plot: panel %d series %q: %w", pi, s.Name, err)
 			}
@@ -147,8 +146,8 @@ func Lines(w io.Writer, title, xlabel string, panels []Panel, widthCM, heightCM 
 		if pn.YMax != nil {
 			p.Y.Max = *pn.YMax
 		}
-		if p.Y.Min == p.Y.Max {
-			p.Y.Min, p.Y.Max = p.Y.Min-1, p.Y.Max+1
+		if p.Y.Min, p.Y.Max, err = span(fmt.Sprintf("panel %d (%q) y", pi, pn.YLabel), p.Y.Min, p.Y.Max, false); err != nil {
+			return err
 		}
 		plots[pi] = []*gplot.Plot{p}
 	}
@@ -195,6 +194,10 @@ func Bars(w io.Writer, title, ylabel string, groups []string, series []BarSeries
 		leg.Add(s.Name, bars)
 	}
 	p.NominalX(groups...)
+	var err error
+	if p.Y.Min, p.Y.Max, err = span("y", p.Y.Min, p.Y.Max, false); err != nil {
+		return err
+	}
 	return write(w, [][]*gplot.Plot{{p}}, leg, widthCM, heightCM)
 }
 
@@ -251,12 +254,9 @@ func CDF(w io.Writer, title, xlabel string, samples []Sample, logX bool, widthCM
 		leg.Add(s.Name, l)
 	}
 	p.Y.Min, p.Y.Max = 0, 1.03 // headroom: a line at 1 stays off the frame
-	if p.X.Min == p.X.Max {
-		if logX {
-			p.X.Min, p.X.Max = p.X.Min/2, p.X.Max*2
-		} else {
-			p.X.Min, p.X.Max = p.X.Min-1, p.X.Max+1
-		}
+	var err error
+	if p.X.Min, p.X.Max, err = span("x", p.X.Min, p.X.Max, logX); err != nil {
+		return err
 	}
 	return write(w, [][]*gplot.Plot{{p}}, leg, widthCM, heightCM)
 }
@@ -396,6 +396,56 @@ func (ticks) Ticks(lo, hi float64) []gplot.Tick {
 	}
 	return t
 }
+
+// thin returns the points of a line without those that lie exactly on the
+// straight segment between their neighbours (the runs of a step-like time
+// series such as cost): the same line drawn, in a smaller file.
+func thin(x, y []float64) plotter.XYs {
+	pts := plotter.XYs{{X: x[0], Y: y[0]}}
+	for i := 1; i < len(x); i++ {
+		if i+1 < len(x) {
+			a, c := pts[len(pts)-1], plotter.XY{X: x[i+1], Y: y[i+1]}
+			between := (x[i]-a.X)*(c.X-x[i]) >= 0 && (y[i]-a.Y)*(c.Y-y[i]) >= 0
+			if between && (y[i]-a.Y)*(c.X-x[i]) == (c.Y-y[i])*(x[i]-a.X) {
+				continue
+			}
+		}
+		pts = append(pts, plotter.XY{X: x[i], Y: y[i]})
+	}
+	return pts
+}
+
+// span returns an axis range gonum can draw (its tick search does not end
+// on a range wider than float64 holds, and needs some width): values beyond
+// 1e300 in magnitude are refused; a range narrower than a millionth of its
+// magnitude, one value say, is widened to 10% of the magnitude either side
+// (a log axis: halved and doubled), or to -1..1 around values near 0.
+func span(what string, lo, hi float64, log bool) (float64, float64, error) {
+	m := max(math.Abs(lo), math.Abs(hi))
+	if m > 1e300 {
+		return 0, 0, fmt.Errorf("plot: %s values up to %v are too large to plot (at most 1e300)", what, m)
+	}
+	if log {
+		if lo < 1e-300 {
+			return 0, 0, fmt.Errorf("plot: %s values down to %v are too small for a log axis (at least 1e-300)", what, lo)
+		}
+		if hi < lo*(1+1e-6) {
+			return lo / 2, hi * 2, nil
+		}
+		return lo, hi, nil
+	}
+	if hi-lo > 1e-6*m && m >= 1e-200 {
+		return lo, hi, nil
+	}
+	c, pad := lo/2+hi/2, 1.0
+	if m >= 1e-200 {
+		pad = 0.1 * m
+	} else {
+		c = 0
+	}
+	return c - pad, c + pad, nil
+}
+
 func cm(x float64) vg.Length { return vg.Length(x) * vg.Centimeter }
 
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

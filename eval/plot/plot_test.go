@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -36,6 +37,9 @@ func charts() []chart {
 		{"lines, one point, names to escape", func(w io.Writer) error {
 			return Lines(w, "a<b & c", "x", []Panel{{YLabel: "y", Series: []Series{{Name: `"q" <r>`, X: []float64{5}, Y: []float64{5}}}}}, 10, 6)
 		}, []string{"a&lt;b &amp; c", "&lt;r&gt;"}},
+		{"lines, values equal to 12 digits", func(w io.Writer) error {
+			return Lines(w, "t", "x", []Panel{{YLabel: "y", Series: []Series{{Name: "flat", X: []float64{0, 1e-250}, Y: []float64{1, 1 + 1e-12}}}}}, 10, 6)
+		}, []string{"flat"}},
 		{"bars", func(w io.Writer) error {
 			return Bars(w, "cost per app", "cost ($/h)", []string{"traffic", "face", "tracker"}, []BarSeries{
 				{Name: "mdag", Values: []float64{1, 2, 3}},
@@ -136,6 +140,15 @@ func TestChartsRejectBadInput(t *testing.T) {
 		{"lines: NaN bound", func(w io.Writer) error {
 			return Lines(w, "t", "x", []Panel{{YLabel: "cost", Series: ok, YMax: f64(math.NaN())}}, 10, 10)
 		}, "not a finite number"},
+		{"lines: a range wider than float64 (gonum's tick search never ended)", func(w io.Writer) error {
+			return Lines(w, "t", "x", []Panel{{YLabel: "cost", Series: []Series{{Name: "s", X: []float64{-1e308, 1e308}, Y: []float64{1, 2}}}}}, 10, 10)
+		}, "x values up to 1e+308 are too large to plot"},
+		{"bars: a huge value", func(w io.Writer) error {
+			return Bars(w, "t", "y", []string{"a"}, []BarSeries{{Name: "s", Values: []float64{-1e301}}}, 10, 10)
+		}, "too large to plot"},
+		{"cdf: a subnormal on a log axis", func(w io.Writer) error {
+			return CDF(w, "t", "x", []Sample{{Name: "a", Values: []float64{5e-324, 1}}}, true, 10, 10)
+		}, "too small for a log axis"},
 		{"lines: zero size", func(w io.Writer) error { return Lines(w, "t", "x", []Panel{{Series: ok}}, 0, 10) }, "figure size"},
 		{"bars: NaN size", func(w io.Writer) error {
 			return Bars(w, "t", "y", []string{"a"}, []BarSeries{{Name: "s", Values: []float64{1}}}, 10, math.NaN())
@@ -257,5 +270,29 @@ func TestLegendTooTall(t *testing.T) {
 	err := CDF(io.Discard, "t", "x", samples, false, 10, 4)
 	if err == nil || !strings.Contains(err.Error(), "legend (40 entries)") {
 		t.Fatalf("error %v, want one about the legend", err)
+	}
+}
+
+// TestThin: points exactly on the segment between their neighbours go;
+// corners, ends, and points that turn back stay.
+func TestThin(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		x, y, want []float64 // want: the x of the points kept
+	}{
+		{"one point", []float64{0}, []float64{1}, []float64{0}},
+		{"flat run", []float64{0, 1, 2, 3}, []float64{1, 1, 1, 1}, []float64{0, 3}},
+		{"steps", []float64{0, 1, 2, 2, 3, 4}, []float64{1, 1, 1, 2, 2, 2}, []float64{0, 2, 2, 4}},
+		{"straight slope", []float64{0, 1, 2}, []float64{0, 2, 4}, []float64{0, 2}},
+		{"corner", []float64{0, 1, 2}, []float64{0, 1, 0}, []float64{0, 1, 2}},
+		{"turns back on itself", []float64{0, 2, 1}, []float64{0, 0, 0}, []float64{0, 2, 1}},
+	} {
+		var got []float64
+		for _, p := range thin(tc.x, tc.y) {
+			got = append(got, p.X)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: kept x %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
