@@ -26,6 +26,8 @@ func TestConfigOutOfRange(t *testing.T) {
 		{"adaptation bounds", Config{Adapt: AdaptConfig{MaxBalloon: 0.5, FinishTarget: 1.5, HeadroomStep: 1, Windows: -2}},
 			[]string{"Adapt.MaxBalloon = 0.5: must be >= 1", "Adapt.FinishTarget = 1.5: must be at most 1", "Adapt.HeadroomStep = 1: must be > 1", "Adapt.Windows = -2"}},
 		{"negative turn-off", Config{TurnOff: -time.Second}, []string{"Config.TurnOff = -1s"}},
+		{"negative re-plan gap", Config{MinReplanGap: -time.Second}, []string{"Config.MinReplanGap = -1s: must be >= 0"}},
+		{"stepped with a store", Config{Stepped: true, Store: &memStore{}}, []string{"Config.Stepped = true: a Stepped engine keeps no Store"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

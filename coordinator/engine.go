@@ -321,25 +321,30 @@ func (e *Engine) RunPending() int {
 	e.stepping = true
 	defer func() { e.stepping = false }()
 	n := 0
-	for ; n < len(e.queue); n++ { // events append to e.queue as they run
-		f := e.queue[n]
-		e.queue[n] = nil
+	for {
+		e.mu.Lock() // an instance may post from another goroutine (then the order is its)
+		if len(e.queue) == 0 {
+			e.mu.Unlock()
+			return n
+		}
+		f := e.queue[0]
+		e.queue[0] = nil
+		e.queue = e.queue[1:]
+		e.mu.Unlock()
 		e.runEvent(f)
+		n++
 	}
-	e.queue = e.queue[:0]
-	return n
 }
 
 // post queues f on the loop; after Close it is dropped.
 func (e *Engine) post(f func()) {
 	e.mu.Lock()
 	closed := e.closed
-	e.mu.Unlock()
-	if closed {
-		return
-	}
-	if e.cfg.Stepped {
+	if e.cfg.Stepped && !closed {
 		e.queue = append(e.queue, f)
+	}
+	e.mu.Unlock()
+	if closed || e.cfg.Stepped {
 		return
 	}
 	select {
