@@ -217,9 +217,10 @@ func (s *Suite) Markdown(figDir string) string {
 	}
 	if a := s.Adaptation; a != nil {
 		p("### Adaptation to an objects-per-frame jump\n\n")
-		p("12 %s clients at 20 fps (random phases), 2 people per frame, then %gx from %v on. The finish rate per second was back at "+
-			">= 95%% for good **%s** after the jump (goal: <= 2 s); the lowest second finished %.1f%%. Re-plans around the jump:\n\n",
-			a.App, a.Factor, a.Jump, fmtRecovered(a.Recovered), 100*a.Worst)
+		p("%d %s clients at %g fps (random phases), %d objects per frame, then %gx from %v on. The finish rate per second was back at "+
+			">= 95%% for good **%s** after the jump (goal: <= 2 s; seconds are whole, so 1s means the first full second after it); "+
+			"the lowest second finished %.1f%%. Re-plans around the jump:\n\n",
+			a.Clients, a.App, a.FPS, a.Base, a.Factor, a.Jump, fmtRecovered(a.Recovered), 100*a.Worst)
 		for _, pl := range a.Result.Plans {
 			if pl.T >= a.Jump.Seconds()-1 && pl.T <= a.Jump.Seconds()+15 {
 				p("- t=%.2f s: %s ($%.2f/h)\n", pl.T, pl.Trigger, pl.Cost)

@@ -62,10 +62,13 @@ type Ablation struct {
 // Adaptation is the objects-per-frame jump experiment: a steady workload
 // whose objects per frame jump 4x at Jump.
 type Adaptation struct {
-	App    dag.AppID
-	Jump   time.Duration
-	Factor float64
-	Result *Result
+	App     dag.AppID
+	Clients int     // at FPS each, random phases
+	FPS     float64 //
+	Base    int     // objects per frame before the jump
+	Jump    time.Duration
+	Factor  float64
+	Result  *Result
 	// Recovered is how long after the jump the finish rate was back at
 	// >= 95% in every second to the end of the run (-1: never).
 	Recovered time.Duration
@@ -149,7 +152,7 @@ func RunSuite(cfg SuiteConfig) (*Suite, error) {
 		}
 	}
 	if cfg.Ablations {
-		s.Adaptation = &Adaptation{App: "tracker", Jump: min(60*time.Second, cfg.Duration/2), Factor: 4}
+		s.Adaptation = &Adaptation{App: "tracker", Clients: 12, FPS: 25, Base: 2, Jump: min(60*time.Second, cfg.Duration/2), Factor: 4}
 		x, err := adaptationExperiment(s.Adaptation, cfg)
 		if err != nil {
 			return nil, err
@@ -203,10 +206,11 @@ func runJobs(jobs []job, n int, progress func(done, total int, r *Result)) error
 	return first
 }
 
-// adaptationExperiment is 12 tracker clients at 20 fps, each seeing 2
-// people per frame until the jump and 8 after: the cluster the plan for 2
-// holds cannot carry 8 (its re-identification module's input goes from
-// 480 to 1920 crops/s).
+// adaptationExperiment is a.Clients clients of a.App at a.FPS, each seeing
+// a.Base objects per frame until the jump and a.Factor times as many
+// after. The suite's: 12 tracker clients at 25 fps, 2 people then 8: the
+// re-identification module's input goes from 600 to 2400 crops/s, more
+// than the instances planned for 2 carry.
 func adaptationExperiment(a *Adaptation, cfg SuiteConfig) (Experiment, error) {
 	setup, err := Setup(string(a.App))
 	if err != nil {
@@ -217,14 +221,14 @@ func adaptationExperiment(a *Adaptation, cfg SuiteConfig) (Experiment, error) {
 		return Experiment{}, err
 	}
 	d := min(cfg.Duration, a.Jump*2)
-	flat := &Trace{Name: "flat-2", Period: time.Second, Counts: []int{2, 2}}
-	w := Workload{Duration: d, Objects: []Objects{{Class: "person", Trace: flat}}, Jump: a.Jump, JumpFactor: a.Factor}
+	flat := &Trace{Name: "flat", Period: time.Second, Counts: []int{a.Base, a.Base}}
+	w := Workload{Duration: d, Objects: []Objects{{Class: setup.Objects[0].Class, Trace: flat}}, Jump: a.Jump, JumpFactor: a.Factor}
 	r := rand.New(rand.NewPCG(cfg.Seed, 0x6a756d70)) // "jump"
-	for i := range 12 {
+	for i := range a.Clients {
 		// Cameras are not in phase: each joins at a random point of the
 		// first second.
 		join := time.Duration(r.Int64N(int64(time.Second))).Truncate(time.Millisecond)
-		w.Clients = append(w.Clients, Client{ID: fmt.Sprintf("c%02d", i), FPS: 20, Join: join, Leave: d})
+		w.Clients = append(w.Clients, Client{ID: fmt.Sprintf("c%02d", i), FPS: a.FPS, Join: join, Leave: d})
 	}
 	return Experiment{App: app, Profiles: pf, Workload: w, Cluster: Cluster(), Seed: cfg.Seed, System: System{Name: "mdag"}}, nil
 }
