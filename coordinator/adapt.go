@@ -58,6 +58,9 @@ type AdaptConfig struct {
 	FinishWindows int
 	HeadroomStep  float64
 	MaxHeadroom   float64
+	// NoFinishRate turns the finish-rate trigger off: no headroom is ever
+	// added (mdag eval's Nexus-style system, which has no such rule).
+	NoFinishRate bool
 }
 
 // MinScale is the smallest observed scaling factor a re-plan assumes.
@@ -457,7 +460,7 @@ var capacityReasons = map[string]bool{
 // asked for.
 func (d *Detector) FinishRate(now time.Time, ws []WindowStatus) (Trigger, bool) {
 	n := d.cfg.FinishWindows
-	if d.frAsked || len(ws) < n || d.planned.IsZero() {
+	if d.cfg.NoFinishRate || d.frAsked || len(ws) < n || d.planned.IsZero() {
 		return Trigger{}, false
 	}
 	ws = ws[len(ws)-n:]

@@ -184,6 +184,7 @@ type Engine struct {
 	lastEpoch   time.Time
 	ps          persist
 	dirtyS      map[*session]map[string]bool // streams whose stateful modules may move on (affinity.go)
+	releaseDue  bool                         // an instance a plan released finished its last work (releaseDrained)
 }
 
 // New returns an engine; call Start before use and Close after. Zero
@@ -307,6 +308,10 @@ func (e *Engine) runEvent(f func()) {
 	f()
 	if len(e.dirtyS) > 0 {
 		e.advanceDirty()
+	}
+	if e.releaseDue {
+		e.releaseDue = false
+		e.releaseDrained()
 	}
 }
 
@@ -930,7 +935,7 @@ func (e *Engine) forget(t *taskState) {
 			delete(m, t.id)
 		}
 		if in.releasing && len(in.outstanding) == 0 {
-			e.post(e.releaseDrained) // after this result is handled
+			e.releaseDue = true // after this event (runEvent)
 		}
 	}
 }

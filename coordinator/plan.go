@@ -649,6 +649,7 @@ func (e *Engine) specsFor(in *instState, routed bool) []worker.ModuleSpec {
 			}
 			ms.cpuProf[in.id] = lat
 			ms.latency[in.id] = time.Duration(float64(lat) * math.Max(1, s.balloon[a.spec.Module]))
+			a.spec.Latency = []time.Duration{lat} // its profiled time per item (virtual workers take it; real ones measure)
 		}
 		out = append(out, a.spec)
 	}
@@ -742,6 +743,7 @@ func (e *Engine) rebuildScheduler() {
 				continue
 			}
 			var ids []scheduler.GPUID
+			share := map[scheduler.GPUID]float64{} // placement's rate for each slot (the nexus policy's packing)
 			var table []time.Duration
 			for _, r := range ms.routes {
 				in := e.insts[r.inst]
@@ -752,6 +754,7 @@ func (e *Engine) rebuildScheduler() {
 					gid := e.gpuID(fmt.Sprintf("%s#%d", r.inst, slot))
 					ids = append(ids, gid)
 					gpuSet[gid] = true
+					share[gid] += r.weight / float64(max(1, ms.conc[r.inst]))
 				}
 				if l := ms.gpuLat[r.inst]; len(table) == 0 || len(l) > 0 && l[0] > table[0] {
 					table = l
@@ -775,9 +778,15 @@ func (e *Engine) rebuildScheduler() {
 					}
 				}
 			}
-			cfg.Models = append(cfg.Models, scheduler.Model{ID: ms.model, SLO: slo, Latency: table, GPUs: ids, Rate: rate})
+			var shares []float64
+			if e.cfg.Policy == scheduler.Nexus {
+				for _, g := range ids {
+					shares = append(shares, share[g])
+				}
+			}
+			cfg.Models = append(cfg.Models, scheduler.Model{ID: ms.model, SLO: slo, Latency: table, GPUs: ids, Rate: rate, Shares: shares})
 			ms.scheduled = true
-			fmt.Fprintf(&sig, "%s %v %v %v %.6g|", ms.model, slo, table, ids, rate)
+			fmt.Fprintf(&sig, "%s %v %v %v %.6g %.6g|", ms.model, slo, table, ids, rate, shares)
 		}
 	}
 	for g := range gpuSet {

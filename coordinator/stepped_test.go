@@ -14,20 +14,31 @@ import (
 
 // idleProvisioner starts instances that accept work and never answer (the
 // planning side alone).
-type idleProvisioner struct{ started []string }
+type idleProvisioner struct {
+	started []string
+	specs   map[string]worker.ModuleSpec // the last loaded, by module key
+}
 
-type idleInstance struct{}
+type idleInstance struct{ p *idleProvisioner }
 
-func (idleInstance) Load([]worker.ModuleSpec) error { return nil }
-func (idleInstance) Submit(worker.Task)             {}
-func (idleInstance) Close()                         {}
+func (in idleInstance) Load(specs []worker.ModuleSpec) error {
+	if in.p.specs == nil {
+		in.p.specs = map[string]worker.ModuleSpec{}
+	}
+	for _, s := range specs {
+		in.p.specs[s.Key()] = s
+	}
+	return nil
+}
+func (idleInstance) Submit(worker.Task) {}
+func (idleInstance) Close()             {}
 
 func (p *idleProvisioner) Limits() map[profile.WorkerTypeID]int {
 	return map[profile.WorkerTypeID]int{"P100": 8, "V100": 8, "CPU": 8}
 }
 func (p *idleProvisioner) Start(id string, _ profile.WorkerTypeID) (Instance, error) {
 	p.started = append(p.started, id)
-	return idleInstance{}, nil
+	return idleInstance{p}, nil
 }
 func (p *idleProvisioner) Release(string) {}
 
@@ -60,6 +71,13 @@ func TestSteppedJoinAtAndReplanGap(t *testing.T) {
 	rps := e.Replans()
 	if len(rps) != 1 || len(rps[0].Sessions) != 1 || rps[0].Sessions[0].Rate != 3 || len(p.started) == 0 {
 		t.Fatalf("after the first join: %d plans %+v, started %v", len(rps), rps, p.started)
+	}
+	// Every module's spec carries its profiled time: l(b) for a GPU one,
+	// the time per item for a CPU one (what virtual workers take).
+	for _, k := range []string{"traffic/detect", "traffic/crop-vehicles", "traffic/count"} {
+		if sp, ok := p.specs[k]; !ok || len(sp.Latency) == 0 || sp.Latency[0] <= 0 {
+			t.Fatalf("spec %s: %+v (loaded: %v)", k, sp, p.specs)
+		}
 	}
 	clk.Advance(2 * time.Second)
 	e.RunPending()

@@ -58,6 +58,10 @@ type System struct {
 	TurnOff time.Duration
 	// Method overrides the allocation method (default milp).
 	Method allocator.Method
+	// Headroom overrides the engine's (the factor the rate is planned
+	// for; default 1.25): the Nexus-style system over-provisioned to
+	// find what a finish rate comparable to mdag's costs it.
+	Headroom float64
 }
 
 // Experiment is one run: an app under a workload, served by a system on a
@@ -98,6 +102,9 @@ func (s Second) FinishRate() float64 {
 // Result is what came of a run.
 type Result struct {
 	System     string            `json:"system"`
+	NexusGPU   string            `json:"nexus_gpu,omitempty"`  // the Nexus-style system's GPU type
+	FrontEnds  int               `json:"front_ends,omitempty"` // and its front-ends
+	Headroom   float64           `json:"headroom,omitempty"`   // and its headroom, when not the engine's
 	App        dag.AppID         `json:"app"`
 	Duration   time.Duration     `json:"duration"`
 	Sent       uint64            `json:"sent"`
@@ -163,8 +170,12 @@ func Run(x Experiment) (*Result, error) {
 	for _, w := range pf.Workers {
 		prices[w.Type] = w.Price
 	}
-	p := &provisioner{clk: clk, limits: limits, prices: prices, ops: modules.Builtin(), insts: map[string]*vinst{}, bill: newBill()}
+	end := start.Add(x.Workload.Duration)
+	p := &provisioner{clk: clk, limits: limits, prices: prices, ops: modules.Builtin(), insts: map[string]*vinst{}, bill: newBill(end, fixed.exclude)}
 	res := &Result{System: x.System.Name, App: app.Name, Duration: x.Workload.Duration, Drops: map[string]uint64{}}
+	if x.System.Nexus {
+		res.NexusGPU, res.FrontEnds, res.Headroom = string(x.System.NexusGPU), x.System.FrontEnds, x.System.Headroom
+	}
 	secs := int(math.Ceil(x.Workload.Duration.Seconds()))
 	res.Seconds = make([]Second, secs)
 	for i := range res.Seconds {
@@ -206,12 +217,15 @@ func Run(x Experiment) (*Result, error) {
 	}
 	method := x.System.Method
 	cfg := coordinator.Config{Clock: clk, Stepped: true, Provisioner: p, Method: method, MILPSolver: milp.Solver{},
-		OnFrame: onFrame, Log: x.Log, TurnOff: max(0, x.System.TurnOff)}
+		OnFrame: onFrame, Log: x.Log, TurnOff: max(0, x.System.TurnOff), Headroom: x.System.Headroom}
 	if x.System.TurnOff < 0 {
 		cfg.TurnOff = time.Nanosecond // placement's 0 means its default: the least delay there is
 	}
 	if x.System.Nexus {
 		cfg.Method, cfg.Policy, cfg.Epoch, cfg.MinReplanGap = allocator.NexusDP, scheduler.Nexus, 30*time.Second, 10*time.Second
+		// Nexus re-plans for the load it sees (rates, objects per frame),
+		// not for a finish rate: mdag's headroom rule is not its.
+		cfg.Adapt.NoFinishRate = true
 	}
 	e, err := coordinator.New(cfg)
 	if err != nil {
@@ -224,7 +238,6 @@ func Run(x Experiment) (*Result, error) {
 		return nil, fmt.Errorf("eval: deploy %s for %s: %w", app.Name, x.System.Name, err)
 	}
 	frame := media.NewFrame(frameW, frameH)
-	end := start.Add(x.Workload.Duration)
 	// After the last frame, time runs on until every frame has ended
 	// (finished, late, dropped or, past LostAfter, lost).
 	drainEnd := end.Add(app.SLO + 5*time.Second + 2*time.Second)
@@ -267,7 +280,7 @@ func Run(x Experiment) (*Result, error) {
 		if cam == nil { // a second boundary
 			k := int(t.Sub(start) / time.Second)
 			s := &res.Seconds[k]
-			s.CostRate = p.bill.rate(fixed.exclude) + fixed.rate
+			s.CostRate = p.bill.rate() + fixed.rate
 			for _, c := range cams {
 				if c.on {
 					s.Streams++
@@ -304,12 +317,8 @@ func Run(x Experiment) (*Result, error) {
 			cam.next = start.Add(cam.c.Join + time.Duration(cam.seq)*cam.period)
 		}
 	}
-	now := clk.Now()
 	for _, id := range p.bill.ids() {
-		x := p.bill.running[id]
-		if !fixed.exclude[x.typ] {
-			p.bill.spent += x.price * now.Sub(x.since).Hours()
-		}
+		p.bill.stop(id, clk.Now())
 	}
 	res.Cost = p.bill.spent + fixed.rate*x.Workload.Duration.Hours()
 	res.CostRate = res.Cost / x.Workload.Duration.Hours()

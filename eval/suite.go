@@ -75,6 +75,17 @@ type Adaptation struct {
 	Worst     float64 // the lowest per-second finish rate after the jump
 }
 
+// HeadroomOne names the ablation that plans mdag for the rate it sees
+// (headroom 1 instead of 1.25), leaving bursts to the finish-rate rule.
+const HeadroomOne = "headroom 1 (no planned slack; the finish-rate rule alone)"
+
+// NexusHeadrooms are the over-provisioned Nexus-style variants (planned
+// for 1.5x and 2x the rate, with the fewest front-ends): what it takes the
+// Nexus-style system to finish as many frames as mdag, and what that
+// costs. (Nexus over-provisions for bursts: its models are statically
+// partitioned for an epoch.)
+var NexusHeadrooms = []float64{1.5, 2}
+
 // job is one run of the suite.
 type job struct {
 	x   Experiment
@@ -113,6 +124,7 @@ func RunSuite(cfg SuiteConfig) (*Suite, error) {
 		{"turn-off delay 0 s", System{Name: "mdag-turnoff-0s", TurnOff: -1}, 0},
 		{"turn-off delay 120 s", System{Name: "mdag-turnoff-120s", TurnOff: 120 * time.Second}, 0},
 		{"SLO 1000 ms", System{Name: "mdag-slo-1000ms"}, time.Second},
+		{HeadroomOne, System{Name: "mdag-headroom-1", Headroom: 1}, 0},
 	}
 	s.Comparisons = make([]Comparison, len(cfg.Apps))
 	if cfg.Ablations {
@@ -133,13 +145,21 @@ func RunSuite(cfg SuiteConfig) (*Suite, error) {
 		x := base
 		x.System = System{Name: "mdag"}
 		jobs = append(jobs, job{x, &c.Mdag})
-		c.Nexus = make([]*Result, len(cfg.NexusGPUs)*len(setup.FrontEnds)) // sized first: jobs point into it
-		for gi, g := range cfg.NexusGPUs {
-			for fi, fe := range setup.FrontEnds {
-				x := base
-				x.System = System{Name: fmt.Sprintf("nexus-%s-%df", g, fe), Nexus: true, FrontEnds: fe, NexusGPU: g}
-				jobs = append(jobs, job{x, &c.Nexus[gi*len(setup.FrontEnds)+fi]})
+		var variants []System
+		for _, g := range cfg.NexusGPUs {
+			for _, fe := range setup.FrontEnds {
+				variants = append(variants, System{Name: fmt.Sprintf("nexus-%s-%df", g, fe), Nexus: true, FrontEnds: fe, NexusGPU: g})
 			}
+			for _, h := range NexusHeadrooms {
+				variants = append(variants, System{Name: fmt.Sprintf("nexus-%s-%df-x%g", g, setup.FrontEnds[0], h), Nexus: true,
+					FrontEnds: setup.FrontEnds[0], NexusGPU: g, Headroom: h})
+			}
+		}
+		c.Nexus = make([]*Result, len(variants)) // sized first: jobs point into it
+		for i, v := range variants {
+			x := base
+			x.System = v
+			jobs = append(jobs, job{x, &c.Nexus[i]})
 		}
 		if cfg.Ablations {
 			for j, a := range ablations {

@@ -36,11 +36,16 @@ type provisioner struct {
 	bill   *bill
 }
 
-// bill is what the instances cost: each one from its start to its release.
+// bill is what the instances cost: each one from its start to its release,
+// within the run (the drain after it, while the last frames end, is not
+// billed: every system pays for the same span); types the system pays for
+// regardless (the Nexus-style front-ends) are left out.
 type bill struct {
 	running map[string]billed // by instance ID
 	spent   float64           // dollars of the instances released
 	starts  int
+	end     time.Time
+	exclude map[profile.WorkerTypeID]bool
 }
 
 type billed struct {
@@ -49,13 +54,27 @@ type billed struct {
 	price float64 // per hour
 }
 
-func newBill() *bill { return &bill{running: map[string]billed{}} }
+func newBill(end time.Time, exclude map[profile.WorkerTypeID]bool) *bill {
+	return &bill{running: map[string]billed{}, end: end, exclude: exclude}
+}
+
+// stop ends instance id's bill at now (at most the run's end).
+func (b *bill) stop(id string, now time.Time) {
+	x, ok := b.running[id]
+	if !ok {
+		return
+	}
+	delete(b.running, id)
+	if !b.exclude[x.typ] && now.After(x.since) {
+		b.spent += x.price * minTime(now, b.end).Sub(minTime(x.since, b.end)).Hours()
+	}
+}
 
 // rate is the cost per hour of the instances running.
-func (b *bill) rate(excluded map[profile.WorkerTypeID]bool) float64 {
+func (b *bill) rate() float64 {
 	r := 0.0
 	for _, id := range b.ids() {
-		if x := b.running[id]; !excluded[x.typ] {
+		if x := b.running[id]; !b.exclude[x.typ] {
 			r += x.price
 		}
 	}
@@ -100,10 +119,7 @@ func (p *provisioner) Release(id string) {
 	}
 	in.Close()
 	delete(p.insts, id)
-	if x, ok := p.bill.running[id]; ok {
-		p.bill.spent += x.price * p.clk.Now().Sub(x.since).Hours()
-		delete(p.bill.running, id)
-	}
+	p.bill.stop(id, p.clk.Now())
 }
 
 // vinst is one virtual worker instance.
@@ -315,6 +331,13 @@ func (in *vinst) Close() {
 		}
 	}
 	in.mods = map[string]*vmod{}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func maxTime(ts ...time.Time) time.Time {

@@ -25,7 +25,7 @@ func newVHarness(t *testing.T, specs ...worker.ModuleSpec) *vharness {
 	t.Helper()
 	h := &vharness{clk: clock.NewFake(start)}
 	p := &provisioner{clk: h.clk, limits: map[profile.WorkerTypeID]int{"X": 1}, prices: map[profile.WorkerTypeID]float64{"X": 1},
-		ops: modules.Builtin(), insts: map[string]*vinst{}, bill: newBill()}
+		ops: modules.Builtin(), insts: map[string]*vinst{}, bill: newBill(start.Add(time.Hour), nil)}
 	inst, err := p.Start("X-0", "X")
 	if err != nil {
 		t.Fatal(err)

@@ -107,7 +107,8 @@ func subClusters(models []Model) bool {
 }
 
 // packEach is the packing when placement has already put each model on
-// its GPUs: each model's rate is split evenly over its GPUs, and each GPU
+// its GPUs: each model's rate is split over its GPUs by their Shares (the
+// part placement sized each for; evenly without), and each GPU
 // squishy-packs the shares of the models it holds (their batch sizes and
 // duty cycle). Sessions that do not fit one GPU stay on it all the same
 // (overload: its round robin serves them all, early drop sheds the excess).
@@ -115,11 +116,24 @@ func (s *nexus) packEach(sessions []squishy.Session) error {
 	onGPU := map[GPUID][]squishy.Session{}
 	for _, sess := range sessions {
 		m := s.models[ModelID(sess.ID)]
-		share := sess
-		share.Rate = m.Rate / float64(len(m.GPUs))
-		for _, g := range m.GPUs {
+		if len(m.Shares) > 0 && len(m.Shares) != len(m.GPUs) {
+			return fmt.Errorf("scheduler: model %s has %d shares for %d GPUs", m.ID, len(m.Shares), len(m.GPUs))
+		}
+		total := 0.0
+		for _, w := range m.Shares {
+			total += max(0, w)
+		}
+		for i, g := range m.GPUs {
 			if s.byGPU[g] == nil {
 				return fmt.Errorf("scheduler: model %s is on GPU %d, which is not in the configuration", m.ID, g)
+			}
+			share := sess
+			share.Rate = m.Rate / float64(len(m.GPUs))
+			if total > 0 {
+				share.Rate = m.Rate * max(0, m.Shares[i]) / total
+			}
+			if share.Rate <= 0 {
+				continue // sized for none of it: it gets none
 			}
 			onGPU[g] = append(onGPU[g], share)
 		}
@@ -137,7 +151,11 @@ func (s *nexus) packEach(sessions []squishy.Session) error {
 		for _, u := range packed.Unschedulable {
 			// Its SLO is below l(1) on this GPU's profile: it still runs
 			// at batch 1, and early drop sheds what cannot finish.
-			s.addSlot(g, ModelID(u.Session), 1, s.models[ModelID(u.Session)].Rate/float64(len(s.models[ModelID(u.Session)].GPUs)))
+			for _, x := range onGPU[g.id] {
+				if x.ID == u.Session {
+					s.addSlot(g, ModelID(u.Session), 1, x.Rate)
+				}
+			}
 		}
 	}
 	return nil

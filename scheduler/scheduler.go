@@ -64,6 +64,9 @@ type Model struct {
 	// Rate is the expected request rate, used by the nexus policy's static
 	// packing; the symphony policy estimates the rate online.
 	Rate float64
+	// Shares, when set (one per GPUs entry), are the parts of Rate each of
+	// GPUs is sized for (placement's), for the nexus policy; nil: even.
+	Shares []float64
 }
 
 // LinearLatency returns l(b) = alpha*b + beta for b = 1..maxBatch.

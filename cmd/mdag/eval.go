@@ -125,7 +125,12 @@ func runEval(args []string, stdout, stderr io.Writer) int {
 			}
 			return exitFailure
 		}
-		fmt.Fprintln(stdout, "check: mdag finishes at least as many frames as every Nexus-style variant, and costs no more than any that finishes comparably")
+		msg := "check: mdag finishes at least as many frames as every Nexus-style variant, and costs no more than any that finishes comparably"
+		if *out == "json" {
+			fmt.Fprintln(stderr, msg) // stdout is the JSON document alone
+		} else {
+			fmt.Fprintln(stdout, msg)
+		}
 	}
 	return exitOK
 }
