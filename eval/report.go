@@ -159,8 +159,8 @@ func (s *Suite) Markdown(figDir string) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("### Against the Nexus-style system (Scrooge 4.2, Figure 6)\n\n")
-	p("%d clients per app over %v of virtual time, seed %d. Cost is what the instances cost from start to release "+
-		"(the Nexus-style system's front-ends for the whole run); finish rate is frames finished within the SLO over frames sent. "+
+	p("%d clients per app over %v of virtual time, seed %d. Cost is what the instances cost from start to release within the run "+
+		"(the Nexus-style system's front-ends for all of it); finish rate is frames finished within the SLO over frames sent. "+
 		"**Held against** is the Nexus-style variant compared: the cheapest whose finish rate is within %.0f points of mdag's, "+
 		"else the one that finished most.\n\n", s.Config.Clients, s.Config.Duration, s.Config.Seed, 100*Comparable)
 	p("| app | system | finish rate | cost $ | mean $/h | cost / mdag | drops |\n|---|---|---|---|---|---|---|\n")
@@ -295,8 +295,9 @@ Every number below comes from one run of that command, and the same seed gives t
   windows (a batch that cannot start by its window's end is rejected), queue-full back-pressure and instance
   start/release are the runtime's.
 - **Cost** is what the instances cost from the moment the engine starts them to the moment it releases
-  them (warm instances in their turn-off delay included), at the examples' prices (P100 $2.07/h, V100
-  $3.06/h, CPU-only $0.83/h).
+  them (warm instances in their turn-off delay included) within the run (the few seconds after it, while
+  the last frames end, are not billed), at the examples' prices (P100 $2.07/h, V100 $3.06/h, CPU-only
+  $0.83/h).
 - **Finish rate** is frames finished within the SLO over frames sent; every frame ends finished, late or
   dropped with a reason (drops column), none is left open.
 - **Workloads (Scrooge 4.2).** 1000 s (` + "`--short`" + `: 120 s), 12 clients per app joining at a random time in the

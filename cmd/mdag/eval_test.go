@@ -37,12 +37,12 @@ func TestEvalSmall(t *testing.T) {
 	if code := run(args, &out, &errb); code != exitOK {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
-	for _, want := range []string{"traffic  mdag", "nexus-P100-1f", "nexus-P100-6f", "4 runs of 20s virtual"} {
+	for _, want := range []string{"traffic  mdag", "nexus-P100-1f", "nexus-P100-6f", "nexus-P100-1f-x2", "6 runs of 20s virtual"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out.String())
 		}
 	}
-	if !strings.Contains(errb.String(), "eval: 4/4 traffic") {
+	if !strings.Contains(errb.String(), "eval: 6/6 ") {
 		t.Errorf("no progress on stderr: %q", errb.String())
 	}
 	doc, err := os.ReadFile(filepath.Join(dir, "evaluation.md"))
@@ -76,7 +76,7 @@ func TestEvalSmall(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Comparisons) != 1 || len(got.Comparisons[0].Nexus) != 3 || got.Comparisons[0].Mdag.Digest == "" || got.Violations == nil {
+	if len(got.Comparisons) != 1 || len(got.Comparisons[0].Nexus) != 5 || got.Comparisons[0].Mdag.Digest == "" || got.Violations == nil {
 		t.Fatalf("json: %s", out.String())
 	}
 }

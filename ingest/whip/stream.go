@@ -194,21 +194,28 @@ type stream struct {
 	c          counters
 	adm        admState // guarded by s.mu
 
-	mu        sync.Mutex
-	subs      map[chan Result]struct{}
-	ended     string
-	endKind   string
-	inSession bool // joined the sink: leaves it at the end
-	lastErr   string
-	waiting   string // a camera's stream waiting for its camera
-	w, h      int
-	lastMedia time.Time
-	idle      clock.Timer
-	connect   clock.Timer
-	video     bool                      // a video track (an audio app: an Opus track) is being read (one per stream)
-	audio     bool                      // the app takes audio (Config.Media)
-	audioFmtp string                    // the offer's Opus fmtp (stereo=1: decoded to stereo), set before the track starts
-	sim       atomic.Pointer[simulcast] // a simulcast offer's layers (nil: one video track); set under mu
+	mu   sync.Mutex
+	subs map[chan Result]struct{}
+	// early holds the results published before the stream's first
+	// subscriber (its DataChannel opening, an SSE reader) arrived: the
+	// first results of a fast pipeline can beat the channel's opening.
+	// The first subscriber gets them; after it, results with no one to
+	// take them are dropped (counted).
+	early      []Result
+	subscribed bool
+	ended      string
+	endKind    string
+	inSession  bool // joined the sink: leaves it at the end
+	lastErr    string
+	waiting    string // a camera's stream waiting for its camera
+	w, h       int
+	lastMedia  time.Time
+	idle       clock.Timer
+	connect    clock.Timer
+	video      bool                      // a video track (an audio app: an Opus track) is being read (one per stream)
+	audio      bool                      // the app takes audio (Config.Media)
+	audioFmtp  string                    // the offer's Opus fmtp (stereo=1: decoded to stereo), set before the track starts
+	sim        atomic.Pointer[simulcast] // a simulcast offer's layers (nil: one video track); set under mu
 
 	done  chan struct{}
 	once  sync.Once
@@ -292,6 +299,10 @@ func (st *stream) endAs(kind, why string) {
 	st.once.Do(func() {
 		st.mu.Lock()
 		st.ended, st.endKind = why, kind
+		// Results held for a first subscriber that never came: dropped,
+		// counted; later ones are dropped as they come.
+		st.c.resultsDropped.Add(uint64(len(st.early)))
+		st.early, st.subscribed = nil, true
 		inSession := st.inSession
 		if st.idle != nil {
 			st.idle.Stop()
@@ -357,6 +368,13 @@ func (st *stream) subscribe() (chan Result, func()) {
 	ch := make(chan Result, subBuffer)
 	st.mu.Lock()
 	st.subs[ch] = struct{}{}
+	if !st.subscribed {
+		st.subscribed = true
+		for _, r := range st.early { // len(early) <= subBuffer: they fit
+			ch <- r
+		}
+		st.early = nil
+	}
 	st.mu.Unlock()
 	return ch, func() {
 		st.mu.Lock()
@@ -378,6 +396,10 @@ func (st *stream) publish(r Result) {
 		r.Width, r.Height = st.w, st.h
 	}
 	if len(st.subs) == 0 {
+		if !st.subscribed && len(st.early) < subBuffer {
+			st.early = append(st.early, r) // for the first subscriber, not yet there
+			return
+		}
 		// No one to deliver it to (a sender without a DataChannel or SSE
 		// reader, or one whose channel just closed while its last frames
 		// were still in the session): counted, so that a stream's results
