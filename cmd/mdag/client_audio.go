@@ -219,14 +219,19 @@ func finishClient(p *whip.Publisher, o clientOpts, sum *clientSummary, mu *sync.
 		sum.Error, sum.Ended = ended.Error(), ended.Reason
 	}
 	deadline := time.Now().Add(2 * time.Second)
+	last := uint64(0)
 	for ended == nil && time.Now().Before(deadline) {
 		in := serverIngested(o, p.Stream)
 		mu.Lock()
-		done := in > 0 && uint64(sum.Results) >= in
+		// Settled: every ingested frame answered, and the count the same
+		// as one poll ago (the last frames sent may still be on their way
+		// to the session when the answers for the others are all in).
+		done := in > 0 && uint64(sum.Results) >= in && in == last
 		mu.Unlock()
 		if done {
 			break
 		}
+		last = in
 		time.Sleep(50 * time.Millisecond) // polling a remote server
 	}
 	sum.Sent = p.Sent()
