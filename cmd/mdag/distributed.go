@@ -82,6 +82,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address for /v1/status and /healthz")
 	grpcAddr := fs.String("grpc", "127.0.0.1:7070", "gRPC address workers and sources connect to")
 	policy := fs.String("policy", string(coordinator.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
+	headroom := fs.Float64("headroom", 1.25, headroomHelp)
 	checkpoint := fs.Duration("checkpoint", 2*time.Second, "copy each stream's state at a stateful module (track, window...) to the coordinator this often, to restore it when its worker is lost; 0: never (a lost worker's streams start fresh)")
 	heartbeat := fs.Duration("heartbeat", wire.DefaultHeartbeat, "heartbeat interval workers are told to keep; 4 missed = worker lost")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
@@ -108,6 +109,10 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag coordinator: --heartbeat %v: want > 0\n", *heartbeat)
 		return exitInvalid
 	}
+	if !validHeadroom(*headroom) {
+		fmt.Fprintf(stderr, "mdag coordinator: --headroom %v: want a number >= 1\n", *headroom)
+		return exitInvalid
+	}
 	limits, err := lf.limits()
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag coordinator: %v\n", err)
@@ -120,7 +125,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	// No provisioner: the instances are the workers that connect.
-	cfg := coordinator.Config{Policy: scheduler.Policy(*policy), Log: log}
+	cfg := coordinator.Config{Policy: scheduler.Policy(*policy), Log: log, Headroom: *headroom}
 	cfg.Checkpoint = checkpointFlag(*checkpoint)
 	closeState, err := openState("coordinator", *stateDir, &cfg, log)
 	if err != nil {

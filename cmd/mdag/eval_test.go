@@ -80,3 +80,21 @@ func TestEvalSmall(t *testing.T) {
 		t.Fatalf("json: %s", out.String())
 	}
 }
+
+// --headroom is checked before anything starts (serve and coordinator).
+func TestHeadroomFlag(t *testing.T) {
+	for _, cmd := range []string{"serve", "coordinator"} {
+		for _, h := range []string{"0.5", "NaN", "+Inf"} {
+			var out, errb bytes.Buffer
+			args := []string{cmd, "--headroom", h}
+			if cmd == "serve" {
+				args = append(args, "--example", "traffic")
+			} else {
+				args = append(args, "--example", "traffic", "--insecure")
+			}
+			if code := run(args, &out, &errb); code != exitInvalid || !strings.Contains(errb.String(), "--headroom "+h+": want a number >= 1") {
+				t.Errorf("%v: exit %d, stderr %q", args, code, errb.String())
+			}
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"slices"
@@ -33,6 +34,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address for /v1/status and /healthz")
 	workers := fs.String("workers", "", "in-process instances allowed per worker type, e.g. V100=4,CPU=2 (default 8 of every type in the profiles)")
 	policy := fs.String("policy", string(coordinator.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
+	headroom := fs.Float64("headroom", 1.25, headroomHelp)
 	checkpoint := fs.Duration("checkpoint", 2*time.Second, "copy each stream's state at a stateful module (track, window...) to the coordinator this often, to restore it when its worker is lost; 0: never (a lost worker's streams start fresh)")
 	synthetic := fs.Int("synthetic", 0, "streams of the synthetic source to run (0: none): moving shapes, or for an app with media: audio chirps with silence between them (48 kHz mono)")
 	fps := fs.Float64("fps", 0, "synthetic source frame rate (default: the app's fps); an audio app's chunks per second, each 1/fps long")
@@ -58,7 +60,11 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		printErrors(stderr, err)
 		return exitInvalid
 	}
-	cfg := coordinator.Config{Policy: scheduler.Policy(*policy)}
+	if !validHeadroom(*headroom) {
+		fmt.Fprintf(stderr, "mdag serve: --headroom %v: want a number >= 1\n", *headroom)
+		return exitInvalid
+	}
+	cfg := coordinator.Config{Policy: scheduler.Policy(*policy), Headroom: *headroom}
 	cfg.Checkpoint = checkpointFlag(*checkpoint)
 	note := "embedded mode: coordinator, GPU scheduler and in-process workers with emulated GPUs in one process"
 	if err := executorFlags(*executor, ox.set(fs), kx.set(fs)); err != nil && (*executor == "emulated" || *executor == "onnx" || *executor == "kserve") {
@@ -534,3 +540,9 @@ func writeStatusTable(w io.Writer, st coordinator.Status) {
 		}
 	}
 }
+
+// headroomHelp is --headroom's (serve and coordinator).
+const headroomHelp = "plan for this many times the ingress rate, so instances run below saturation (1.25: 80% planned utilisation); 1 plans for the rate seen and leaves bursts to the finish-rate rule (cheaper: docs/evaluation.md's headroom ablation)"
+
+// validHeadroom says whether --headroom is a finite number >= 1.
+func validHeadroom(h float64) bool { return h >= 1 && !math.IsInf(h, 0) }
