@@ -2,8 +2,10 @@ package eval
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,7 +53,7 @@ func (s *Suite) Table() string {
 
 func fmtDrops(r *Result) string {
 	var parts []string
-	for _, k := range sortedKeys(r.Drops) {
+	for _, k := range slices.Sorted(maps.Keys(r.Drops)) {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, r.Drops[k]))
 	}
 	if r.Late > 0 {

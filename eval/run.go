@@ -20,7 +20,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/mdag/mdag/allocator"
@@ -427,9 +426,7 @@ func (r *Result) digest() string {
 	fmt.Fprint(h, r.System, "|", r.App, "|")
 	put([]uint64{r.Sent, r.Finished, r.Late, r.Dropped, r.Open, uint64(r.Starts), uint64(r.Replans)})
 	put(math.Float64bits(r.Cost))
-	keys := slices.Collect(maps.Keys(r.Drops))
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(r.Drops)) {
 		fmt.Fprint(h, k, "=", r.Drops[k], ";")
 	}
 	for _, s := range r.Seconds {

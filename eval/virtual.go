@@ -2,6 +2,7 @@ package eval
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -81,14 +82,7 @@ func (b *bill) rate() float64 {
 	return r
 }
 
-func (b *bill) ids() []string {
-	ids := make([]string, 0, len(b.running))
-	for id := range b.running {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
+func (b *bill) ids() []string { return slices.Sorted(maps.Keys(b.running)) }
 
 func (p *provisioner) Limits() map[profile.WorkerTypeID]int { return p.limits }
 
@@ -152,7 +146,7 @@ func (in *vinst) Load(specs []worker.ModuleSpec) error {
 	for _, s := range specs {
 		want[s.Key()] = s
 	}
-	for _, k := range sortedKeys(in.mods) {
+	for _, k := range slices.Sorted(maps.Keys(in.mods)) {
 		m := in.mods[k]
 		s, ok := want[k]
 		if !ok || s.Kind != m.spec.Kind || s.Op != m.spec.Op || s.Model != m.spec.Model || fmt.Sprint(s.Params) != fmt.Sprint(m.spec.Params) {
@@ -166,7 +160,7 @@ func (in *vinst) Load(specs []worker.ModuleSpec) error {
 		m.resize(max(1, s.Concurrency))
 	}
 	var errs []error
-	for _, k := range sortedKeys(want) {
+	for _, k := range slices.Sorted(maps.Keys(want)) {
 		if in.mods[k] != nil {
 			continue
 		}
@@ -198,7 +192,7 @@ func (in *vinst) Load(specs []worker.ModuleSpec) error {
 	return nil
 }
 
-// resize sets the number of slots, keeping the busiest ones' times.
+// resize sets the number of slots, keeping the first ones' free times.
 func (m *vmod) resize(n int) {
 	for len(m.free) < n {
 		m.free = append(m.free, time.Time{})
@@ -325,7 +319,7 @@ func (in *vinst) Close() {
 		return
 	}
 	in.closed = true
-	for _, k := range sortedKeys(in.mods) {
+	for _, k := range slices.Sorted(maps.Keys(in.mods)) {
 		if p := in.mods[k].proc; p != nil {
 			p.Close()
 		}
@@ -348,13 +342,4 @@ func maxTime(ts ...time.Time) time.Time {
 		}
 	}
 	return m
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
