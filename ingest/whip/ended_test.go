@@ -35,7 +35,10 @@ func TestServerEndsStream(t *testing.T) {
 				t.Fatalf("DELETE: %s", resp.Status)
 			}
 		}, "ended by the server: deleted by the client"},
-		{"idle timeout", Config{IdleTimeout: 500 * time.Millisecond}, 64, nil, "ended by the server: no media for 500ms"},
+		// The idle clock starts at the answer: a timeout shorter than ICE
+		// takes to connect on 2 busy cores under -race ended the stream
+		// before it connected ("ICE did not connect"): 3 s, not 500 ms.
+		{"idle timeout", Config{IdleTimeout: 3 * time.Second}, 64, nil, "ended by the server: no media for 3s"},
 		{"server shutdown", Config{}, 64, func(t *testing.T, srv *Server, _ string, _ *Publisher) { srv.Close() },
 			"ended by the server: server shutting down"},
 		{"refused mid-stream", Config{MaxWidth: 32, MaxHeight: 32, Oversize: Reject}, 64, nil,
