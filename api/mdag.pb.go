@@ -86,31 +86,33 @@ func (TaskKind) EnumDescriptor() ([]byte, []int) {
 type Outcome int32
 
 const (
-	Outcome_OUTCOME_UNSPECIFIED       Outcome = 0 // never sent on purpose
-	Outcome_OUTCOME_OK                Outcome = 1 // ran; outputs has one list per input item
-	Outcome_OUTCOME_REJECTED          Outcome = 2 // a GPU task could not start inside its window
-	Outcome_OUTCOME_QUEUE_FULL        Outcome = 3 // the module's queue (or the stream to the worker) was full
-	Outcome_OUTCOME_MODULE_NOT_LOADED Outcome = 4 // the task's module is not loaded on the worker
-	Outcome_OUTCOME_UNLOADED          Outcome = 5 // the module was unloaded before the task ran
-	Outcome_OUTCOME_MODULE_ERROR      Outcome = 6 // a CPU op failed
-	Outcome_OUTCOME_EXECUTOR          Outcome = 7 // the GPU executor failed
-	Outcome_OUTCOME_BAD_RESULT        Outcome = 8 // the result could not be used
-	Outcome_OUTCOME_BAD_TASK          Outcome = 9 // the worker could not decode the task
+	Outcome_OUTCOME_UNSPECIFIED       Outcome = 0  // never sent on purpose
+	Outcome_OUTCOME_OK                Outcome = 1  // ran; outputs has one list per input item
+	Outcome_OUTCOME_REJECTED          Outcome = 2  // a GPU task could not start inside its window
+	Outcome_OUTCOME_QUEUE_FULL        Outcome = 3  // the module's queue (or the stream to the worker) was full
+	Outcome_OUTCOME_MODULE_NOT_LOADED Outcome = 4  // the task's module is not loaded on the worker
+	Outcome_OUTCOME_UNLOADED          Outcome = 5  // the module was unloaded before the task ran
+	Outcome_OUTCOME_MODULE_ERROR      Outcome = 6  // a CPU op failed
+	Outcome_OUTCOME_EXECUTOR          Outcome = 7  // the GPU executor failed
+	Outcome_OUTCOME_BAD_RESULT        Outcome = 8  // the result could not be used
+	Outcome_OUTCOME_BAD_TASK          Outcome = 9  // the worker could not decode the task
+	Outcome_OUTCOME_PEER_LOST         Outcome = 10 // an input frame could not be fetched from the worker holding it
 )
 
 // Enum value maps for Outcome.
 var (
 	Outcome_name = map[int32]string{
-		0: "OUTCOME_UNSPECIFIED",
-		1: "OUTCOME_OK",
-		2: "OUTCOME_REJECTED",
-		3: "OUTCOME_QUEUE_FULL",
-		4: "OUTCOME_MODULE_NOT_LOADED",
-		5: "OUTCOME_UNLOADED",
-		6: "OUTCOME_MODULE_ERROR",
-		7: "OUTCOME_EXECUTOR",
-		8: "OUTCOME_BAD_RESULT",
-		9: "OUTCOME_BAD_TASK",
+		0:  "OUTCOME_UNSPECIFIED",
+		1:  "OUTCOME_OK",
+		2:  "OUTCOME_REJECTED",
+		3:  "OUTCOME_QUEUE_FULL",
+		4:  "OUTCOME_MODULE_NOT_LOADED",
+		5:  "OUTCOME_UNLOADED",
+		6:  "OUTCOME_MODULE_ERROR",
+		7:  "OUTCOME_EXECUTOR",
+		8:  "OUTCOME_BAD_RESULT",
+		9:  "OUTCOME_BAD_TASK",
+		10: "OUTCOME_PEER_LOST",
 	}
 	Outcome_value = map[string]int32{
 		"OUTCOME_UNSPECIFIED":       0,
@@ -123,6 +125,7 @@ var (
 		"OUTCOME_EXECUTOR":          7,
 		"OUTCOME_BAD_RESULT":        8,
 		"OUTCOME_BAD_TASK":          9,
+		"OUTCOME_PEER_LOST":         10,
 	}
 )
 
@@ -153,6 +156,110 @@ func (Outcome) EnumDescriptor() ([]byte, []int) {
 	return file_api_mdag_proto_rawDescGZIP(), []int{1}
 }
 
+type FetchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Holder        string                 `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`   // the worker expected to hold them
+	Ids           []uint64               `protobuf:"varint,2,rep,packed,name=ids,proto3" json:"ids,omitempty"` // at most 4096
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchRequest) Reset() {
+	*x = FetchRequest{}
+	mi := &file_api_mdag_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchRequest) ProtoMessage() {}
+
+func (x *FetchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
+func (*FetchRequest) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *FetchRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *FetchRequest) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type FetchedFrame struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Frame         *Frame                 `protobuf:"bytes,2,opt,name=frame,proto3" json:"frame,omitempty"` // with its pixels, never a ref
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchedFrame) Reset() {
+	*x = FetchedFrame{}
+	mi := &file_api_mdag_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchedFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchedFrame) ProtoMessage() {}
+
+func (x *FetchedFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchedFrame.ProtoReflect.Descriptor instead.
+func (*FetchedFrame) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *FetchedFrame) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *FetchedFrame) GetFrame() *Frame {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
 type WorkerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -168,7 +275,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_api_mdag_proto_msgTypes[0]
+	mi := &file_api_mdag_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -180,7 +287,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[0]
+	mi := &file_api_mdag_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -193,7 +300,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{0}
+	return file_api_mdag_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -281,7 +388,7 @@ type CoordinatorMessage struct {
 
 func (x *CoordinatorMessage) Reset() {
 	*x = CoordinatorMessage{}
-	mi := &file_api_mdag_proto_msgTypes[1]
+	mi := &file_api_mdag_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -293,7 +400,7 @@ func (x *CoordinatorMessage) String() string {
 func (*CoordinatorMessage) ProtoMessage() {}
 
 func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[1]
+	mi := &file_api_mdag_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -306,7 +413,7 @@ func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoordinatorMessage.ProtoReflect.Descriptor instead.
 func (*CoordinatorMessage) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{1}
+	return file_api_mdag_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CoordinatorMessage) GetMsg() isCoordinatorMessage_Msg {
@@ -372,14 +479,15 @@ type Register struct {
 	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`         // a worker type of the deployed profiles
 	Executor      string                 `protobuf:"bytes,3,opt,name=executor,proto3" json:"executor,omitempty"` // "emulated" or "opencv"
 	Cpus          int32                  `protobuf:"varint,4,opt,name=cpus,proto3" json:"cpus,omitempty"`
-	Gpu           string                 `protobuf:"bytes,5,opt,name=gpu,proto3" json:"gpu,omitempty"` // GPU telemetry summary ("no NVIDIA driver" when none)
+	Gpu           string                 `protobuf:"bytes,5,opt,name=gpu,proto3" json:"gpu,omitempty"`                           // GPU telemetry summary ("no NVIDIA driver" when none)
+	PeerAddr      string                 `protobuf:"bytes,6,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"` // where its Peer service listens (host:port); empty: none
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Register) Reset() {
 	*x = Register{}
-	mi := &file_api_mdag_proto_msgTypes[2]
+	mi := &file_api_mdag_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +499,7 @@ func (x *Register) String() string {
 func (*Register) ProtoMessage() {}
 
 func (x *Register) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[2]
+	mi := &file_api_mdag_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +512,7 @@ func (x *Register) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Register.ProtoReflect.Descriptor instead.
 func (*Register) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{2}
+	return file_api_mdag_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Register) GetId() string {
@@ -442,17 +550,27 @@ func (x *Register) GetGpu() string {
 	return ""
 }
 
+func (x *Register) GetPeerAddr() string {
+	if x != nil {
+		return x.PeerAddr
+	}
+	return ""
+}
+
 type Registered struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Id                  string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	HeartbeatIntervalNs int64                  `protobuf:"varint,2,opt,name=heartbeat_interval_ns,json=heartbeatIntervalNs,proto3" json:"heartbeat_interval_ns,omitempty"` // send a heartbeat at least this often
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// direct: keep the frames of results at the worker and send FrameRefs
+	// (needs a peer_addr); false: results carry their pixels (the relay).
+	Direct        bool `protobuf:"varint,3,opt,name=direct,proto3" json:"direct,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Registered) Reset() {
 	*x = Registered{}
-	mi := &file_api_mdag_proto_msgTypes[3]
+	mi := &file_api_mdag_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -464,7 +582,7 @@ func (x *Registered) String() string {
 func (*Registered) ProtoMessage() {}
 
 func (x *Registered) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[3]
+	mi := &file_api_mdag_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -477,7 +595,7 @@ func (x *Registered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registered.ProtoReflect.Descriptor instead.
 func (*Registered) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{3}
+	return file_api_mdag_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Registered) GetId() string {
@@ -494,6 +612,13 @@ func (x *Registered) GetHeartbeatIntervalNs() int64 {
 	return 0
 }
 
+func (x *Registered) GetDirect() bool {
+	if x != nil {
+		return x.Direct
+	}
+	return false
+}
+
 type Heartbeat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tasks         uint64                 `protobuf:"varint,1,opt,name=tasks,proto3" json:"tasks,omitempty"`
@@ -507,7 +632,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_api_mdag_proto_msgTypes[4]
+	mi := &file_api_mdag_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +644,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[4]
+	mi := &file_api_mdag_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +657,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{4}
+	return file_api_mdag_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Heartbeat) GetTasks() uint64 {
@@ -581,7 +706,7 @@ type Load struct {
 
 func (x *Load) Reset() {
 	*x = Load{}
-	mi := &file_api_mdag_proto_msgTypes[5]
+	mi := &file_api_mdag_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +718,7 @@ func (x *Load) String() string {
 func (*Load) ProtoMessage() {}
 
 func (x *Load) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[5]
+	mi := &file_api_mdag_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +731,7 @@ func (x *Load) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Load.ProtoReflect.Descriptor instead.
 func (*Load) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{5}
+	return file_api_mdag_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Load) GetGeneration() uint64 {
@@ -633,7 +758,7 @@ type LoadReply struct {
 
 func (x *LoadReply) Reset() {
 	*x = LoadReply{}
-	mi := &file_api_mdag_proto_msgTypes[6]
+	mi := &file_api_mdag_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +770,7 @@ func (x *LoadReply) String() string {
 func (*LoadReply) ProtoMessage() {}
 
 func (x *LoadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[6]
+	mi := &file_api_mdag_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +783,7 @@ func (x *LoadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReply.ProtoReflect.Descriptor instead.
 func (*LoadReply) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{6}
+	return file_api_mdag_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LoadReply) GetGeneration() uint64 {
@@ -691,7 +816,7 @@ type ModuleSpec struct {
 
 func (x *ModuleSpec) Reset() {
 	*x = ModuleSpec{}
-	mi := &file_api_mdag_proto_msgTypes[7]
+	mi := &file_api_mdag_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +828,7 @@ func (x *ModuleSpec) String() string {
 func (*ModuleSpec) ProtoMessage() {}
 
 func (x *ModuleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[7]
+	mi := &file_api_mdag_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +841,7 @@ func (x *ModuleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModuleSpec.ProtoReflect.Descriptor instead.
 func (*ModuleSpec) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{7}
+	return file_api_mdag_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ModuleSpec) GetApp() string {
@@ -792,7 +917,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_api_mdag_proto_msgTypes[8]
+	mi := &file_api_mdag_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +929,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[8]
+	mi := &file_api_mdag_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +942,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{8}
+	return file_api_mdag_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Task) GetId() uint64 {
@@ -897,7 +1022,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_api_mdag_proto_msgTypes[9]
+	mi := &file_api_mdag_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +1034,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[9]
+	mi := &file_api_mdag_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1047,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{9}
+	return file_api_mdag_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Result) GetTask() uint64 {
@@ -976,7 +1101,7 @@ type ItemList struct {
 
 func (x *ItemList) Reset() {
 	*x = ItemList{}
-	mi := &file_api_mdag_proto_msgTypes[10]
+	mi := &file_api_mdag_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1113,7 @@ func (x *ItemList) String() string {
 func (*ItemList) ProtoMessage() {}
 
 func (x *ItemList) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[10]
+	mi := &file_api_mdag_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1126,7 @@ func (x *ItemList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemList.ProtoReflect.Descriptor instead.
 func (*ItemList) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{10}
+	return file_api_mdag_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ItemList) GetItems() []*Item {
@@ -1034,7 +1159,7 @@ type Item struct {
 
 func (x *Item) Reset() {
 	*x = Item{}
-	mi := &file_api_mdag_proto_msgTypes[11]
+	mi := &file_api_mdag_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1171,7 @@ func (x *Item) String() string {
 func (*Item) ProtoMessage() {}
 
 func (x *Item) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[11]
+	mi := &file_api_mdag_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1184,7 @@ func (x *Item) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Item.ProtoReflect.Descriptor instead.
 func (*Item) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{11}
+	return file_api_mdag_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Item) GetStream() string {
@@ -1174,7 +1299,7 @@ type Track struct {
 
 func (x *Track) Reset() {
 	*x = Track{}
-	mi := &file_api_mdag_proto_msgTypes[12]
+	mi := &file_api_mdag_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1311,7 @@ func (x *Track) String() string {
 func (*Track) ProtoMessage() {}
 
 func (x *Track) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[12]
+	mi := &file_api_mdag_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1324,7 @@ func (x *Track) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Track.ProtoReflect.Descriptor instead.
 func (*Track) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{12}
+	return file_api_mdag_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Track) GetId() uint64 {
@@ -1251,7 +1376,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_api_mdag_proto_msgTypes[13]
+	mi := &file_api_mdag_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1388,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[13]
+	mi := &file_api_mdag_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1401,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{13}
+	return file_api_mdag_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Step) GetSeq() uint64 {
@@ -1320,7 +1445,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_api_mdag_proto_msgTypes[14]
+	mi := &file_api_mdag_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1457,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[14]
+	mi := &file_api_mdag_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1470,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{14}
+	return file_api_mdag_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Event) GetKind() string {
@@ -1388,7 +1513,7 @@ type Audio struct {
 
 func (x *Audio) Reset() {
 	*x = Audio{}
-	mi := &file_api_mdag_proto_msgTypes[15]
+	mi := &file_api_mdag_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1525,7 @@ func (x *Audio) String() string {
 func (*Audio) ProtoMessage() {}
 
 func (x *Audio) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[15]
+	mi := &file_api_mdag_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1538,7 @@ func (x *Audio) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Audio.ProtoReflect.Descriptor instead.
 func (*Audio) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{15}
+	return file_api_mdag_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Audio) GetRate() int32 {
@@ -1437,19 +1562,22 @@ func (x *Audio) GetPcm() []byte {
 	return nil
 }
 
-// Frame is 8-bit BGR, row-major, width*height*3 bytes.
+// Frame is 8-bit BGR, row-major, width*height*3 bytes; or, on the direct
+// data plane, a reference to a frame of that size that a worker holds
+// (bgr empty).
 type Frame struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Width         int32                  `protobuf:"varint,1,opt,name=width,proto3" json:"width,omitempty"`
 	Height        int32                  `protobuf:"varint,2,opt,name=height,proto3" json:"height,omitempty"`
 	Bgr           []byte                 `protobuf:"bytes,3,opt,name=bgr,proto3" json:"bgr,omitempty"`
+	Ref           *FrameRef              `protobuf:"bytes,4,opt,name=ref,proto3" json:"ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Frame) Reset() {
 	*x = Frame{}
-	mi := &file_api_mdag_proto_msgTypes[16]
+	mi := &file_api_mdag_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1589,7 @@ func (x *Frame) String() string {
 func (*Frame) ProtoMessage() {}
 
 func (x *Frame) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[16]
+	mi := &file_api_mdag_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1602,7 @@ func (x *Frame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frame.ProtoReflect.Descriptor instead.
 func (*Frame) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{16}
+	return file_api_mdag_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Frame) GetWidth() int32 {
@@ -1498,6 +1626,74 @@ func (x *Frame) GetBgr() []byte {
 	return nil
 }
 
+func (x *Frame) GetRef() *FrameRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+// FrameRef names a frame a worker holds (media.FrameRef).
+type FrameRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Holder        string                 `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"` // the worker's instance ID
+	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`     // its Peer service (host:port)
+	Id            uint64                 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`        // the frame's key there
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FrameRef) Reset() {
+	*x = FrameRef{}
+	mi := &file_api_mdag_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FrameRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FrameRef) ProtoMessage() {}
+
+func (x *FrameRef) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FrameRef.ProtoReflect.Descriptor instead.
+func (*FrameRef) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *FrameRef) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *FrameRef) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *FrameRef) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
 type Box struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	X             int32                  `protobuf:"varint,1,opt,name=x,proto3" json:"x,omitempty"`
@@ -1512,7 +1708,7 @@ type Box struct {
 
 func (x *Box) Reset() {
 	*x = Box{}
-	mi := &file_api_mdag_proto_msgTypes[17]
+	mi := &file_api_mdag_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1720,7 @@ func (x *Box) String() string {
 func (*Box) ProtoMessage() {}
 
 func (x *Box) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[17]
+	mi := &file_api_mdag_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1733,7 @@ func (x *Box) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Box.ProtoReflect.Descriptor instead.
 func (*Box) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{17}
+	return file_api_mdag_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Box) GetX() int32 {
@@ -1596,7 +1792,7 @@ type IngestMessage struct {
 
 func (x *IngestMessage) Reset() {
 	*x = IngestMessage{}
-	mi := &file_api_mdag_proto_msgTypes[18]
+	mi := &file_api_mdag_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1804,7 @@ func (x *IngestMessage) String() string {
 func (*IngestMessage) ProtoMessage() {}
 
 func (x *IngestMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[18]
+	mi := &file_api_mdag_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1817,7 @@ func (x *IngestMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestMessage.ProtoReflect.Descriptor instead.
 func (*IngestMessage) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{18}
+	return file_api_mdag_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *IngestMessage) GetJoin() *Join {
@@ -1676,7 +1872,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_api_mdag_proto_msgTypes[19]
+	mi := &file_api_mdag_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1884,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[19]
+	mi := &file_api_mdag_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1897,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{19}
+	return file_api_mdag_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Join) GetApp() string {
@@ -1729,7 +1925,7 @@ type IngestReply struct {
 
 func (x *IngestReply) Reset() {
 	*x = IngestReply{}
-	mi := &file_api_mdag_proto_msgTypes[20]
+	mi := &file_api_mdag_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1937,7 @@ func (x *IngestReply) String() string {
 func (*IngestReply) ProtoMessage() {}
 
 func (x *IngestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[20]
+	mi := &file_api_mdag_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1950,7 @@ func (x *IngestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestReply.ProtoReflect.Descriptor instead.
 func (*IngestReply) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{20}
+	return file_api_mdag_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *IngestReply) GetAccepted() uint64 {
@@ -1782,7 +1978,13 @@ var File_api_mdag_proto protoreflect.FileDescriptor
 
 const file_api_mdag_proto_rawDesc = "" +
 	"\n" +
-	"\x0eapi/mdag.proto\x12\amdag.v1\"\xdb\x01\n" +
+	"\x0eapi/mdag.proto\x12\amdag.v1\"8\n" +
+	"\fFetchRequest\x12\x16\n" +
+	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x10\n" +
+	"\x03ids\x18\x02 \x03(\x04R\x03ids\"D\n" +
+	"\fFetchedFrame\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12$\n" +
+	"\x05frame\x18\x02 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\"\xdb\x01\n" +
 	"\rWorkerMessage\x12/\n" +
 	"\bregister\x18\x01 \x01(\v2\x11.mdag.v1.RegisterH\x00R\bregister\x12)\n" +
 	"\x06result\x18\x02 \x01(\v2\x0f.mdag.v1.ResultH\x00R\x06result\x122\n" +
@@ -1796,17 +1998,19 @@ const file_api_mdag_proto_rawDesc = "" +
 	"registered\x12#\n" +
 	"\x04load\x18\x02 \x01(\v2\r.mdag.v1.LoadH\x00R\x04load\x12#\n" +
 	"\x04task\x18\x03 \x01(\v2\r.mdag.v1.TaskH\x00R\x04taskB\x05\n" +
-	"\x03msg\"p\n" +
+	"\x03msg\"\x8d\x01\n" +
 	"\bRegister\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
 	"\bexecutor\x18\x03 \x01(\tR\bexecutor\x12\x12\n" +
 	"\x04cpus\x18\x04 \x01(\x05R\x04cpus\x12\x10\n" +
-	"\x03gpu\x18\x05 \x01(\tR\x03gpu\"P\n" +
+	"\x03gpu\x18\x05 \x01(\tR\x03gpu\x12\x1b\n" +
+	"\tpeer_addr\x18\x06 \x01(\tR\bpeerAddr\"h\n" +
 	"\n" +
 	"Registered\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +
-	"\x15heartbeat_interval_ns\x18\x02 \x01(\x03R\x13heartbeatIntervalNs\"\x8e\x01\n" +
+	"\x15heartbeat_interval_ns\x18\x02 \x01(\x03R\x13heartbeatIntervalNs\x12\x16\n" +
+	"\x06direct\x18\x03 \x01(\bR\x06direct\"\x8e\x01\n" +
 	"\tHeartbeat\x12\x14\n" +
 	"\x05tasks\x18\x01 \x01(\x04R\x05tasks\x12\x1a\n" +
 	"\brejected\x18\x02 \x01(\x04R\brejected\x12\x16\n" +
@@ -1894,11 +2098,16 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x05Audio\x12\x12\n" +
 	"\x04rate\x18\x01 \x01(\x05R\x04rate\x12\x1a\n" +
 	"\bchannels\x18\x02 \x01(\x05R\bchannels\x12\x10\n" +
-	"\x03pcm\x18\x03 \x01(\fR\x03pcm\"G\n" +
+	"\x03pcm\x18\x03 \x01(\fR\x03pcm\"l\n" +
 	"\x05Frame\x12\x14\n" +
 	"\x05width\x18\x01 \x01(\x05R\x05width\x12\x16\n" +
 	"\x06height\x18\x02 \x01(\x05R\x06height\x12\x10\n" +
-	"\x03bgr\x18\x03 \x01(\fR\x03bgr\"i\n" +
+	"\x03bgr\x18\x03 \x01(\fR\x03bgr\x12#\n" +
+	"\x03ref\x18\x04 \x01(\v2\x11.mdag.v1.FrameRefR\x03ref\"F\n" +
+	"\bFrameRef\x12\x16\n" +
+	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\x04R\x02id\"i\n" +
 	"\x03Box\x12\f\n" +
 	"\x01x\x18\x01 \x01(\x05R\x01x\x12\f\n" +
 	"\x01y\x18\x02 \x01(\x05R\x01y\x12\f\n" +
@@ -1925,7 +2134,7 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\bTASK_RUN\x10\x00\x12\x0f\n" +
 	"\vTASK_EXPORT\x10\x01\x12\x13\n" +
 	"\x0fTASK_CHECKPOINT\x10\x02\x12\x0f\n" +
-	"\vTASK_IMPORT\x10\x03*\xf3\x01\n" +
+	"\vTASK_IMPORT\x10\x03*\x8a\x02\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1937,10 +2146,14 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x14OUTCOME_MODULE_ERROR\x10\x06\x12\x14\n" +
 	"\x10OUTCOME_EXECUTOR\x10\a\x12\x16\n" +
 	"\x12OUTCOME_BAD_RESULT\x10\b\x12\x14\n" +
-	"\x10OUTCOME_BAD_TASK\x10\t2\x8b\x01\n" +
+	"\x10OUTCOME_BAD_TASK\x10\t\x12\x15\n" +
+	"\x11OUTCOME_PEER_LOST\x10\n" +
+	"2\x8b\x01\n" +
 	"\vCoordinator\x12B\n" +
 	"\aConnect\x12\x16.mdag.v1.WorkerMessage\x1a\x1b.mdag.v1.CoordinatorMessage(\x010\x01\x128\n" +
-	"\x06Ingest\x12\x16.mdag.v1.IngestMessage\x1a\x14.mdag.v1.IngestReply(\x01B\x1eZ\x1cgithub.com/mdag/mdag/api;apib\x06proto3"
+	"\x06Ingest\x12\x16.mdag.v1.IngestMessage\x1a\x14.mdag.v1.IngestReply(\x012?\n" +
+	"\x04Peer\x127\n" +
+	"\x05Fetch\x12\x15.mdag.v1.FetchRequest\x1a\x15.mdag.v1.FetchedFrame0\x01B\x1eZ\x1cgithub.com/mdag/mdag/api;apib\x06proto3"
 
 var (
 	file_api_mdag_proto_rawDescOnce sync.Once
@@ -1955,72 +2168,79 @@ func file_api_mdag_proto_rawDescGZIP() []byte {
 }
 
 var file_api_mdag_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_api_mdag_proto_goTypes = []any{
 	(TaskKind)(0),              // 0: mdag.v1.TaskKind
 	(Outcome)(0),               // 1: mdag.v1.Outcome
-	(*WorkerMessage)(nil),      // 2: mdag.v1.WorkerMessage
-	(*CoordinatorMessage)(nil), // 3: mdag.v1.CoordinatorMessage
-	(*Register)(nil),           // 4: mdag.v1.Register
-	(*Registered)(nil),         // 5: mdag.v1.Registered
-	(*Heartbeat)(nil),          // 6: mdag.v1.Heartbeat
-	(*Load)(nil),               // 7: mdag.v1.Load
-	(*LoadReply)(nil),          // 8: mdag.v1.LoadReply
-	(*ModuleSpec)(nil),         // 9: mdag.v1.ModuleSpec
-	(*Task)(nil),               // 10: mdag.v1.Task
-	(*Result)(nil),             // 11: mdag.v1.Result
-	(*ItemList)(nil),           // 12: mdag.v1.ItemList
-	(*Item)(nil),               // 13: mdag.v1.Item
-	(*Track)(nil),              // 14: mdag.v1.Track
-	(*Step)(nil),               // 15: mdag.v1.Step
-	(*Event)(nil),              // 16: mdag.v1.Event
-	(*Audio)(nil),              // 17: mdag.v1.Audio
-	(*Frame)(nil),              // 18: mdag.v1.Frame
-	(*Box)(nil),                // 19: mdag.v1.Box
-	(*IngestMessage)(nil),      // 20: mdag.v1.IngestMessage
-	(*Join)(nil),               // 21: mdag.v1.Join
-	(*IngestReply)(nil),        // 22: mdag.v1.IngestReply
-	nil,                        // 23: mdag.v1.Item.CountsEntry
+	(*FetchRequest)(nil),       // 2: mdag.v1.FetchRequest
+	(*FetchedFrame)(nil),       // 3: mdag.v1.FetchedFrame
+	(*WorkerMessage)(nil),      // 4: mdag.v1.WorkerMessage
+	(*CoordinatorMessage)(nil), // 5: mdag.v1.CoordinatorMessage
+	(*Register)(nil),           // 6: mdag.v1.Register
+	(*Registered)(nil),         // 7: mdag.v1.Registered
+	(*Heartbeat)(nil),          // 8: mdag.v1.Heartbeat
+	(*Load)(nil),               // 9: mdag.v1.Load
+	(*LoadReply)(nil),          // 10: mdag.v1.LoadReply
+	(*ModuleSpec)(nil),         // 11: mdag.v1.ModuleSpec
+	(*Task)(nil),               // 12: mdag.v1.Task
+	(*Result)(nil),             // 13: mdag.v1.Result
+	(*ItemList)(nil),           // 14: mdag.v1.ItemList
+	(*Item)(nil),               // 15: mdag.v1.Item
+	(*Track)(nil),              // 16: mdag.v1.Track
+	(*Step)(nil),               // 17: mdag.v1.Step
+	(*Event)(nil),              // 18: mdag.v1.Event
+	(*Audio)(nil),              // 19: mdag.v1.Audio
+	(*Frame)(nil),              // 20: mdag.v1.Frame
+	(*FrameRef)(nil),           // 21: mdag.v1.FrameRef
+	(*Box)(nil),                // 22: mdag.v1.Box
+	(*IngestMessage)(nil),      // 23: mdag.v1.IngestMessage
+	(*Join)(nil),               // 24: mdag.v1.Join
+	(*IngestReply)(nil),        // 25: mdag.v1.IngestReply
+	nil,                        // 26: mdag.v1.Item.CountsEntry
 }
 var file_api_mdag_proto_depIdxs = []int32{
-	4,  // 0: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
-	11, // 1: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
-	6,  // 2: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
-	8,  // 3: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
-	5,  // 4: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
-	7,  // 5: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
-	10, // 6: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
-	9,  // 7: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
-	13, // 8: mdag.v1.Task.items:type_name -> mdag.v1.Item
-	0,  // 9: mdag.v1.Task.kind:type_name -> mdag.v1.TaskKind
-	12, // 10: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
-	1,  // 11: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
-	13, // 12: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
-	18, // 13: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
-	19, // 14: mdag.v1.Item.region:type_name -> mdag.v1.Box
-	19, // 15: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
-	19, // 16: mdag.v1.Item.truth:type_name -> mdag.v1.Box
-	23, // 17: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
-	14, // 18: mdag.v1.Item.tracks:type_name -> mdag.v1.Track
-	15, // 19: mdag.v1.Item.steps:type_name -> mdag.v1.Step
-	16, // 20: mdag.v1.Item.events:type_name -> mdag.v1.Event
-	17, // 21: mdag.v1.Item.audio:type_name -> mdag.v1.Audio
-	19, // 22: mdag.v1.Track.box:type_name -> mdag.v1.Box
-	19, // 23: mdag.v1.Step.boxes:type_name -> mdag.v1.Box
-	14, // 24: mdag.v1.Step.tracks:type_name -> mdag.v1.Track
-	21, // 25: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
-	18, // 26: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
-	19, // 27: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
-	17, // 28: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
-	2,  // 29: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
-	20, // 30: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
-	3,  // 31: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
-	22, // 32: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
-	31, // [31:33] is the sub-list for method output_type
-	29, // [29:31] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	20, // 0: mdag.v1.FetchedFrame.frame:type_name -> mdag.v1.Frame
+	6,  // 1: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
+	13, // 2: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
+	8,  // 3: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
+	10, // 4: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
+	7,  // 5: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
+	9,  // 6: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
+	12, // 7: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
+	11, // 8: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
+	15, // 9: mdag.v1.Task.items:type_name -> mdag.v1.Item
+	0,  // 10: mdag.v1.Task.kind:type_name -> mdag.v1.TaskKind
+	14, // 11: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
+	1,  // 12: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
+	15, // 13: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
+	20, // 14: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
+	22, // 15: mdag.v1.Item.region:type_name -> mdag.v1.Box
+	22, // 16: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
+	22, // 17: mdag.v1.Item.truth:type_name -> mdag.v1.Box
+	26, // 18: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
+	16, // 19: mdag.v1.Item.tracks:type_name -> mdag.v1.Track
+	17, // 20: mdag.v1.Item.steps:type_name -> mdag.v1.Step
+	18, // 21: mdag.v1.Item.events:type_name -> mdag.v1.Event
+	19, // 22: mdag.v1.Item.audio:type_name -> mdag.v1.Audio
+	22, // 23: mdag.v1.Track.box:type_name -> mdag.v1.Box
+	22, // 24: mdag.v1.Step.boxes:type_name -> mdag.v1.Box
+	16, // 25: mdag.v1.Step.tracks:type_name -> mdag.v1.Track
+	21, // 26: mdag.v1.Frame.ref:type_name -> mdag.v1.FrameRef
+	24, // 27: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
+	20, // 28: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
+	22, // 29: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
+	19, // 30: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
+	4,  // 31: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
+	23, // 32: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
+	2,  // 33: mdag.v1.Peer.Fetch:input_type -> mdag.v1.FetchRequest
+	5,  // 34: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
+	25, // 35: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
+	3,  // 36: mdag.v1.Peer.Fetch:output_type -> mdag.v1.FetchedFrame
+	34, // [34:37] is the sub-list for method output_type
+	31, // [31:34] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_api_mdag_proto_init() }
@@ -2028,13 +2248,13 @@ func file_api_mdag_proto_init() {
 	if File_api_mdag_proto != nil {
 		return
 	}
-	file_api_mdag_proto_msgTypes[0].OneofWrappers = []any{
+	file_api_mdag_proto_msgTypes[2].OneofWrappers = []any{
 		(*WorkerMessage_Register)(nil),
 		(*WorkerMessage_Result)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
 		(*WorkerMessage_LoadReply)(nil),
 	}
-	file_api_mdag_proto_msgTypes[1].OneofWrappers = []any{
+	file_api_mdag_proto_msgTypes[3].OneofWrappers = []any{
 		(*CoordinatorMessage_Registered)(nil),
 		(*CoordinatorMessage_Load)(nil),
 		(*CoordinatorMessage_Task)(nil),
@@ -2045,9 +2265,9 @@ func file_api_mdag_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_mdag_proto_rawDesc), len(file_api_mdag_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   25,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_api_mdag_proto_goTypes,
 		DependencyIndexes: file_api_mdag_proto_depIdxs,

@@ -170,3 +170,126 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "api/mdag.proto",
 }
+
+const (
+	Peer_Fetch_FullMethodName = "/mdag.v1.Peer/Fetch"
+)
+
+// PeerClient is the client API for Peer service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Peer is served by every `mdag worker` with a peer address (the direct
+// data plane, issue 25): a frame a module made stays at its worker, the
+// coordinator routes a FrameRef to it, and the worker that runs the next
+// module fetches the pixels here. Only workers may call it.
+type PeerClient interface {
+	// Fetch streams the frames named, one FetchedFrame per id in the order
+	// asked. NOT_FOUND when one is not held (it expired past its deadline
+	// or was evicted); FAILED_PRECONDITION when this worker is not holder
+	// (the address now belongs to another worker).
+	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FetchedFrame], error)
+}
+
+type peerClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewPeerClient(cc grpc.ClientConnInterface) PeerClient {
+	return &peerClient{cc}
+}
+
+func (c *peerClient) Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FetchedFrame], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[0], Peer_Fetch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[FetchRequest, FetchedFrame]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_FetchClient = grpc.ServerStreamingClient[FetchedFrame]
+
+// PeerServer is the server API for Peer service.
+// All implementations must embed UnimplementedPeerServer
+// for forward compatibility.
+//
+// Peer is served by every `mdag worker` with a peer address (the direct
+// data plane, issue 25): a frame a module made stays at its worker, the
+// coordinator routes a FrameRef to it, and the worker that runs the next
+// module fetches the pixels here. Only workers may call it.
+type PeerServer interface {
+	// Fetch streams the frames named, one FetchedFrame per id in the order
+	// asked. NOT_FOUND when one is not held (it expired past its deadline
+	// or was evicted); FAILED_PRECONDITION when this worker is not holder
+	// (the address now belongs to another worker).
+	Fetch(*FetchRequest, grpc.ServerStreamingServer[FetchedFrame]) error
+	mustEmbedUnimplementedPeerServer()
+}
+
+// UnimplementedPeerServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedPeerServer struct{}
+
+func (UnimplementedPeerServer) Fetch(*FetchRequest, grpc.ServerStreamingServer[FetchedFrame]) error {
+	return status.Error(codes.Unimplemented, "method Fetch not implemented")
+}
+func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
+func (UnimplementedPeerServer) testEmbeddedByValue()              {}
+
+// UnsafePeerServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to PeerServer will
+// result in compilation errors.
+type UnsafePeerServer interface {
+	mustEmbedUnimplementedPeerServer()
+}
+
+func RegisterPeerServer(s grpc.ServiceRegistrar, srv PeerServer) {
+	// If the following call panics, it indicates UnimplementedPeerServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Peer_ServiceDesc, srv)
+}
+
+func _Peer_Fetch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(FetchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(PeerServer).Fetch(m, &grpc.GenericServerStream[FetchRequest, FetchedFrame]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_FetchServer = grpc.ServerStreamingServer[FetchedFrame]
+
+// Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Peer_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "mdag.v1.Peer",
+	HandlerType: (*PeerServer)(nil),
+	Methods:     []grpc.MethodDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Fetch",
+			Handler:       _Peer_Fetch_Handler,
+			ServerStreams: true,
+		},
+	},
+	Metadata: "api/mdag.proto",
+}

@@ -17,6 +17,19 @@ import (
 type Frame struct {
 	W, H int
 	Pix  []byte // len W*H*3, row-major BGR
+	// Ref, on the direct data plane (issue 25), names the worker that
+	// holds the pixels; Pix is then nil. The coordinator routes such a
+	// frame by reference; the worker that runs the next module fetches
+	// the pixels before its op sees the item.
+	Ref *FrameRef
+}
+
+// FrameRef names a frame a worker holds: its instance ID, the address of
+// its peer service and the frame's key there.
+type FrameRef struct {
+	Holder string
+	Addr   string
+	ID     uint64
 }
 
 // NewFrame allocates a black frame.

@@ -148,6 +148,7 @@ const (
 	RefusedRateGlobal  = "rate-global"    // Connect over the global rate
 	RefusedUnknownTask = "unknown-task"   // a result for a task the worker was not given
 	RefusedHandshakes  = "handshakes"     // a connection while MaxHandshakes TLS handshakes are in progress
+	RefusedFrameRef    = "frame-ref"      // a result's frame reference the worker may not make (not its own, or it relays)
 )
 
 // refusals counts refusals by reason and logs each reason at most once per

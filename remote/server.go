@@ -49,6 +49,11 @@ type Server struct {
 	// Limits bound what peers may send and how often workers register;
 	// zero fields take DefaultLimits. Set before serving.
 	Limits Limits
+	// Relay makes every worker send its outputs' frames through the
+	// coordinator, as before the direct data plane (issue 25). By
+	// default a worker that registers a peer address keeps them and
+	// sends references; the next module's worker fetches them from it.
+	Relay bool
 
 	// insts is what Connect reports workers' registrations, losses and
 	// results to: Engine, unless a test set a stand-in before serving.
@@ -63,6 +68,27 @@ type Server struct {
 	mu      sync.Mutex
 	workers map[string]*conn
 	sources map[string]int // open Ingest streams per source
+
+	plane planeCounters
+}
+
+// planeCounters count the frames of workers' results by how they came.
+type planeCounters struct {
+	relayed, relayedBytes, refs atomic.Uint64
+}
+
+// PlaneStats says how the frames of workers' results reached the
+// coordinator: with their pixels (the relay) or as references to the
+// worker holding them (the direct data plane).
+type PlaneStats struct {
+	RelayedFrames uint64 `json:"relayed_frames"`
+	RelayedBytes  uint64 `json:"relayed_bytes"`
+	RefFrames     uint64 `json:"ref_frames"`
+}
+
+// Plane returns the data plane's counters.
+func (s *Server) Plane() PlaneStats {
+	return PlaneStats{RelayedFrames: s.plane.relayed.Load(), RelayedBytes: s.plane.relayedBytes.Load(), RefFrames: s.plane.refs.Load()}
 }
 
 // instances is the part of coordinator.Engine that hosts remote workers.
@@ -125,6 +151,7 @@ func (s *Server) Workers() []string {
 // conn is the coordinator's coordinator.Instance for one connected worker.
 type conn struct {
 	id     string
+	peer   string // its peer address when it holds its outputs' frames (direct); "" relays them
 	out    chan *api.CoordinatorMessage
 	cancel context.CancelCauseFunc
 	engine instances
@@ -225,6 +252,10 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 	}
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
+	if len(reg.PeerAddr) > wire.MaxRefField {
+		return status.Errorf(codes.InvalidArgument, "register %s: peer address of %d bytes; at most %d", reg.Id, len(reg.PeerAddr), wire.MaxRefField)
+	}
+	direct := reg.PeerAddr != "" && !s.Relay
 	c := &conn{id: reg.Id, out: make(chan *api.CoordinatorMessage, wire.DefaultSendQueue), cancel: cancel, engine: s.insts, given: map[uint64]struct{}{}}
 	c.beat.Store(s.Clock.Now().UnixNano())
 	s.mu.Lock()
@@ -235,6 +266,9 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 		s.mu.Unlock()
 		return status.Errorf(codes.AlreadyExists, "register: a worker with id %q is already connected", reg.Id)
 	}
+	if direct {
+		c.peer = reg.PeerAddr
+	}
 	s.workers[reg.Id] = c
 	s.mu.Unlock()
 	defer func() {
@@ -242,10 +276,17 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 		delete(s.workers, reg.Id)
 		s.mu.Unlock()
 	}()
-	if err := stream.Send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_Registered{Registered: &api.Registered{Id: reg.Id, HeartbeatIntervalNs: int64(s.Heartbeat)}}}); err != nil {
+	if err := stream.Send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_Registered{Registered: &api.Registered{Id: reg.Id, HeartbeatIntervalNs: int64(s.Heartbeat), Direct: direct}}}); err != nil {
 		return err
 	}
-	s.Log.Info("worker connected", "instance", reg.Id, "type", reg.Type, "executor", reg.Executor, "cpus", reg.Cpus, "gpu", reg.Gpu, "cert", certName(stream.Context()))
+	plane := "direct: its outputs' frames stay there, peers fetch them from " + reg.PeerAddr
+	switch {
+	case reg.PeerAddr == "":
+		plane = "relay: it has no peer address (mdag worker --peer-listen), so its outputs' frames come through the coordinator"
+	case s.Relay:
+		plane = "relay: the coordinator runs with --data-plane relay"
+	}
+	s.Log.Info("worker connected", "instance", reg.Id, "type", reg.Type, "executor", reg.Executor, "cpus", reg.Cpus, "gpu", reg.Gpu, "cert", certName(stream.Context()), "data_plane", plane)
 	s.insts.AddInstance(reg.Id, typ, c)
 
 	// Sender: the only goroutine that writes the stream.
@@ -368,7 +409,37 @@ func (s *Server) result(c *conn, p *api.Result) {
 			return
 		}
 	}
+	if err := s.countFrames(c, p); err != nil {
+		_ = s.refuse(RefusedFrameRef, status.Errorf(codes.InvalidArgument, "worker %s: %v", c.id, err), "instance", c.id, "task", p.Task)
+		s.insts.Result(c.id, worker.Result{Task: p.Task, Outcome: worker.BadResult, Detail: "refused by the coordinator: " + err.Error(), Measured: time.Duration(p.MeasuredNs)})
+		return
+	}
 	s.insts.Result(c.id, wire.ResultFromPB(p))
+}
+
+// countFrames counts a result's output frames by how they came, and
+// refuses a reference a worker may not make: one from a worker that
+// relays, or one that names another holder or address than the worker's
+// own (a worker cannot send its peers to fetch elsewhere).
+func (s *Server) countFrames(c *conn, p *api.Result) error {
+	for _, list := range p.Outputs {
+		for _, it := range list.Items {
+			f := it.GetFrame()
+			switch {
+			case f == nil:
+			case f.Ref == nil:
+				s.plane.relayed.Add(1)
+				s.plane.relayedBytes.Add(uint64(len(f.Bgr)))
+			case c.peer == "":
+				return fmt.Errorf("output frame %d of stream %s is a reference, but this worker relays its frames (it registered no peer address, or the coordinator runs --data-plane relay)", f.Ref.Id, it.Stream)
+			case f.Ref.Holder != c.id || f.Ref.Addr != c.peer:
+				return fmt.Errorf("output frame %d of stream %s names holder %q at %q; a worker may only hand out its own frames (%q at %q)", f.Ref.Id, it.Stream, f.Ref.Holder, f.Ref.Addr, c.id, c.peer)
+			default:
+				s.plane.refs.Add(1)
+			}
+		}
+	}
+	return nil
 }
 
 func joinTypes(m map[profile.WorkerTypeID]bool) string {
@@ -448,6 +519,9 @@ func (s *Server) ingestOne(stream string, m *api.IngestMessage) error {
 			return err
 		}
 		return s.Engine.IngestAudio(stream, m.Seq, capture, a)
+	}
+	if m.Frame.GetRef() != nil {
+		return errors.New("a frame reference: a source sends pixels (references are for workers' outputs)")
 	}
 	f, err := wire.FrameFromPB(m.Frame)
 	if err == nil && f == nil {

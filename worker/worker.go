@@ -109,6 +109,7 @@ const (
 	ExecutorError                // the GPU executor failed on the batch
 	BadResult                    // the result could not be used (undecodable, wrong output count, unknown outcome)
 	BadTask                      // the worker could not decode the task
+	PeerLost                     // an input frame could not be fetched from the worker holding it (direct data plane)
 	numOutcomes
 )
 
@@ -122,6 +123,7 @@ var outcomeNames = [numOutcomes]string{
 	ExecutorError: "executor",
 	BadResult:     "bad-result",
 	BadTask:       "bad-task",
+	PeerLost:      "peer-lost",
 }
 
 // String is the outcome's reason code ("outcome(N)" for a value that is

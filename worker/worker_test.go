@@ -30,7 +30,8 @@ func TestOutcomeString(t *testing.T) {
 		{ExecutorError, "executor", true},
 		{BadResult, "bad-result", true},
 		{BadTask, "bad-task", true},
-		{numOutcomes, "outcome(9)", false},
+		{PeerLost, "peer-lost", true},
+		{numOutcomes, "outcome(10)", false},
 		{Outcome(200), "outcome(200)", false},
 	} {
 		if got := tc.o.String(); got != tc.want || tc.o.Valid() != tc.valid {

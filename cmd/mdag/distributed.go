@@ -82,6 +82,8 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address for /v1/status and /healthz")
 	grpcAddr := fs.String("grpc", "127.0.0.1:7070", "gRPC address workers and sources connect to")
 	policy := fs.String("policy", string(coordinator.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
+	plane := fs.String("data-plane", "direct", "how frames go between modules on different workers: direct (a worker with a peer address keeps the frames its modules make; "+
+		"the next module's worker fetches them from it, and the coordinator routes references) or relay (every frame through the coordinator)")
 	headroom := fs.Float64("headroom", 1.25, headroomHelp)
 	checkpoint := fs.Duration("checkpoint", 2*time.Second, "copy each stream's state at a stateful module (track, window...) to the coordinator this often, to restore it when its worker is lost; 0: never (a lost worker's streams start fresh)")
 	heartbeat := fs.Duration("heartbeat", wire.DefaultHeartbeat, "heartbeat interval workers are told to keep; 4 missed = worker lost")
@@ -107,6 +109,10 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	}
 	if *heartbeat <= 0 {
 		fmt.Fprintf(stderr, "mdag coordinator: --heartbeat %v: want > 0\n", *heartbeat)
+		return exitInvalid
+	}
+	if *plane != "direct" && *plane != "relay" {
+		fmt.Fprintf(stderr, "mdag coordinator: --data-plane %q: want direct or relay\n", *plane)
 		return exitInvalid
 	}
 	if !validHeadroom(*headroom) {
@@ -175,7 +181,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag coordinator: listen %s: %v\n", *listen, err)
 		return exitFailure
 	}
-	srv := &remote.Server{Engine: e, Log: log, Heartbeat: *heartbeat, Limits: limits}
+	srv := &remote.Server{Engine: e, Log: log, Heartbeat: *heartbeat, Limits: limits, Relay: *plane == "relay"}
 	obs.mx.SetGRPC(srv.Refused)
 	g := grpcServer(srv, tm)
 	go func() { _ = g.Serve(gl) }()
@@ -304,6 +310,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		"(profiled times; detections echo the synthetic sources' objects), e.g. the detector in front of a real classifier")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
 	verbose := fs.Bool("v", false, "log debug events")
+	pf := addPeerFlags(fs)
 	tf := addTLSFlags(fs, true)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -394,12 +401,18 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		}
 		log.Info("kserve executor", "runs", kserveX.Describe())
 	}
-	cc, err := tf.dial("worker", pki.Worker, *coord, log)
+	cc, mat, err := tf.dialMaterial("worker", pki.Worker, *coord, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid
 	}
 	defer cc.Close()
+	dp, stopPeer, err := pf.start(*id, *coord, mat, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag worker: %v\n", err)
+		return exitInvalid
+	}
+	defer stopPeer()
 	ctx, cancel := runContext(*duration)
 	defer cancel()
 	// Serve; reconnect with backoff when the stream breaks, give up on
@@ -407,7 +420,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := client.RunWorker(ctx, cc, client.WorkerConfig{ID: *id, Type: *typ, Exec: exec, Ops: ops(), GPU: nvml.Telemetry().Summary(), Log: log, Slowdown: *slowdown, Emulate: emulated})
+		err := client.RunWorker(ctx, cc, client.WorkerConfig{ID: *id, Type: *typ, Exec: exec, Ops: ops(), GPU: nvml.Telemetry().Summary(), Log: log, Slowdown: *slowdown, Emulate: emulated, Data: dp})
 		if ctx.Err() != nil {
 			break
 		}

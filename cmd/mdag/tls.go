@@ -92,9 +92,15 @@ func (f *tlsFlags) material(cmd string, role pki.Role, flagName, addr string, lo
 // dial connects a worker or source to the coordinator at addr, with
 // mutual TLS or, where allowed, in plaintext.
 func (f *tlsFlags) dial(cmd string, role pki.Role, addr string, log *slog.Logger) (*grpc.ClientConn, error) {
+	cc, _, err := f.dialMaterial(cmd, role, addr, log)
+	return cc, err
+}
+
+// dialMaterial is dial that also returns the TLS material (nil: plaintext).
+func (f *tlsFlags) dialMaterial(cmd string, role pki.Role, addr string, log *slog.Logger) (*grpc.ClientConn, *pki.Material, error) {
 	m, err := f.material(cmd, role, "--coordinator", addr, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var cc *grpc.ClientConn
 	f.plain = m == nil
@@ -104,9 +110,9 @@ func (f *tlsFlags) dial(cmd string, role pki.Role, addr string, log *slog.Logger
 		cc, err = client.DialTLS(addr, m, *f.serverName)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("mdag %s: --coordinator %s: %w", cmd, addr, err)
+		return nil, nil, fmt.Errorf("mdag %s: --coordinator %s: %w", cmd, addr, err)
 	}
-	return cc, nil
+	return cc, m, nil
 }
 
 // explain adds what a mismatch of TLS and plaintext between this client

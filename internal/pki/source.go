@@ -215,3 +215,75 @@ func (s *Material) ClientConfig(serverName string) *tls.Config {
 		},
 	}
 }
+
+// PeerServerConfig is a worker's TLS configuration for its peer port (the
+// direct data plane, issue 25): it presents its worker certificate and
+// requires a worker's certificate from the current CA (a coordinator's or
+// a source's is refused in the handshake). Each handshake takes the
+// material as it is then.
+func (s *Material) PeerServerConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		NextProtos: h2,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			m := s.material()
+			return &tls.Config{
+				MinVersion:       tls.VersionTLS13,
+				NextProtos:       h2,
+				Certificates:     []tls.Certificate{m.cert},
+				ClientAuth:       tls.RequireAndVerifyClientCert,
+				ClientCAs:        m.pool,
+				Time:             s.now,
+				VerifyConnection: func(cs tls.ConnectionState) error { return peerIsWorker(cs, "client") },
+			}, nil
+		},
+	}
+}
+
+// PeerClientConfig is a worker's TLS configuration for fetching frames from
+// another worker's peer port: it presents its certificate and accepts only
+// a worker's certificate from the current CA. The server's host name is
+// not checked: workers come and go at addresses no certificate can name
+// (pod IPs); what a peer is comes from its certificate's role, as on the
+// coordinator's port.
+func (s *Material) PeerClientConfig() *tls.Config {
+	m := s.material()
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		NextProtos: h2,
+		// The chain is verified below, against the CA, without the host
+		// name (and for a worker's key usage, client authentication: a
+		// worker's certificate serves both ends of the peer port).
+		InsecureSkipVerify:   true,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &m.cert, nil },
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if err := peerIsWorker(cs, "server"); err != nil {
+				return err
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			if _, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: m.pool, Intermediates: inter, CurrentTime: s.now(),
+				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+				return fmt.Errorf("the peer server's certificate: %w", err)
+			}
+			return nil
+		},
+	}
+}
+
+// peerIsWorker checks that the other end of a peer connection is a worker.
+func peerIsWorker(cs tls.ConnectionState, side string) error {
+	if len(cs.PeerCertificates) == 0 {
+		return fmt.Errorf("the peer %s presented no certificate", side)
+	}
+	role, name, err := RoleOf(cs.PeerCertificates[0])
+	if err != nil {
+		return fmt.Errorf("the peer %s's certificate: %w", side, err)
+	}
+	if role != Worker {
+		return fmt.Errorf("the peer %s's certificate is a %s's (mdag://%s/%s); only workers talk on the peer port", side, role, role, name)
+	}
+	return nil
+}

@@ -23,6 +23,14 @@ func DialTLS(addr string, m *pki.Material, serverName string) (*grpc.ClientConn,
 	return dial(addr, &tlsCreds{m: m, serverName: serverName})
 }
 
+// DialPeerTLS connects to another worker's peer port with mutual TLS (the
+// direct data plane, issue 25): it presents m's worker certificate and
+// accepts only a worker's certificate from m's CA (pki.PeerClientConfig),
+// read afresh at each handshake.
+func DialPeerTLS(addr string, m *pki.Material) (*grpc.ClientConn, error) {
+	return dial(addr, &tlsCreds{m: m, peer: true})
+}
+
 // reconnect is the channel's backoff between connection attempts: gRPC's
 // default (1 s growing to 2 min) would keep workers and sources away from
 // a coordinator that restarted long after it is back; this retries from
@@ -41,10 +49,15 @@ func dial(addr string, creds credentials.TransportCredentials) (*grpc.ClientConn
 type tlsCreds struct {
 	m          *pki.Material
 	serverName string
+	peer       bool // another worker's peer port, not the coordinator
 }
 
 func (c *tlsCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	return credentials.NewTLS(c.m.ClientConfig(c.serverName)).ClientHandshake(ctx, authority, raw)
+	cfg := c.m.ClientConfig(c.serverName)
+	if c.peer {
+		cfg = c.m.PeerClientConfig()
+	}
+	return credentials.NewTLS(cfg).ClientHandshake(ctx, authority, raw)
 }
 
 func (c *tlsCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {

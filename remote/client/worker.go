@@ -12,7 +12,9 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -21,6 +23,7 @@ import (
 	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/modules"
 	"github.com/mdag/mdag/remote/wire"
 	"github.com/mdag/mdag/worker"
@@ -62,6 +65,11 @@ type WorkerConfig struct {
 	// models) is probed, on Clock; default 1 s. HealthTimeout bounds one
 	// probe (real time: it is gRPC's deadline); default 2 s.
 	HealthInterval, HealthTimeout time.Duration
+	// Data is the worker's side of the direct data plane (issue 25): its
+	// peer address and store, and how it reaches other workers. nil: no
+	// peer address (its outputs travel through the coordinator); frames
+	// other workers hold are still fetched, in plaintext.
+	Data *DataPlane
 }
 
 // healthProber is an executor that can say whether it can serve: one
@@ -131,7 +139,14 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	reg := &api.Register{Id: cfg.ID, Type: cfg.Type, Executor: kind, Cpus: int32(runtime.NumCPU()), Gpu: cfg.GPU}
+	dp := cfg.Data
+	if dp == nil {
+		dp = &DataPlane{}
+	}
+	if dp.Addr != "" && dp.Store == nil {
+		dp.Store = &Store{Clock: cfg.Clock}
+	}
+	reg := &api.Register{Id: cfg.ID, Type: cfg.Type, Executor: kind, Cpus: int32(runtime.NumCPU()), Gpu: cfg.GPU, PeerAddr: dp.Addr}
 	if err := stream.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: reg}}); err != nil {
 		if errors.Is(err, io.EOF) {
 			// The coordinator ended the call before it read the
@@ -162,10 +177,21 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 		case <-ctx.Done():
 		}
 	}
+	direct := ack.Direct && dp.Addr != ""
 	w := worker.NewWorker(cfg.ID, cfg.Type, cfg.Clock, nil, cfg.Ops, func(r worker.Result) {
+		if direct {
+			r = holdOutputs(r, cfg.ID, dp)
+		}
 		send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: wire.ResultToPB(r)}})
 	})
 	defer w.Close()
+	fx := newFetcher(cfg.ID, dp, cfg.Clock)
+	defer fx.close()
+	order := &inOrder{w: w, fx: fx, queues: map[string][]worker.Task{}, fail: func(t worker.Task, err error) {
+		cfg.Log.Warn("task's frames could not be fetched", "task", t.ID, "app", t.App, "module", t.Module, "err", err)
+		send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: wire.ResultToPB(worker.Result{Task: t.ID, Outcome: worker.PeerLost, Detail: err.Error()})}})
+	}}
+	defer order.wait() // before w.Close: its goroutines submit to w
 	var em *gpu.Emulated
 	if cfg.Exec == nil || len(cfg.Emulate) > 0 {
 		em = gpu.NewEmulated(cfg.Clock, w.Latency)
@@ -188,7 +214,11 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 	default:
 		w.SetExecutor(cfg.Exec)
 	}
-	cfg.Log.Info("registered", "coordinator", cc.Target(), "id", cfg.ID, "type", cfg.Type, "executor", kind, "heartbeat", beat)
+	plane := "relay (outputs' frames through the coordinator)"
+	if direct {
+		plane = "direct (outputs' frames held here for peers at " + dp.Addr + ")"
+	}
+	cfg.Log.Info("registered", "coordinator", cc.Target(), "id", cfg.ID, "type", cfg.Type, "executor", kind, "heartbeat", beat, "data_plane", plane)
 
 	// Sender and heartbeats: the only goroutine that writes the stream.
 	sent := make(chan struct{})
@@ -268,7 +298,7 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 				send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: wire.ResultToPB(worker.Result{Task: m.Task.Id, Outcome: worker.BadTask, Detail: err.Error()})}})
 				continue
 			}
-			w.Submit(t)
+			order.submit(ctx, t)
 		default:
 			cfg.Log.Warn("unexpected message from the coordinator", "type", fmt.Sprintf("%T", m))
 		}
@@ -295,3 +325,114 @@ func moduleNames(l *api.Load) []string {
 	sort.Strings(out)
 	return out
 }
+
+// holdOutputs keeps the frames of a Done result's outputs in dp's store
+// and returns the result with references in their place (the items are
+// copied: the worker's own may still be in use). A frame shared by several
+// outputs is held once.
+func holdOutputs(r worker.Result, self string, dp *DataPlane) worker.Result {
+	if r.Outcome != worker.Done {
+		return r
+	}
+	var keys map[*media.Frame]uint64
+	outs := make([][]*media.Item, len(r.Outputs))
+	for i, list := range r.Outputs {
+		outs[i] = list
+		cloned := false
+		for j, it := range list {
+			f := it.Frame
+			if f == nil || f.Ref != nil || len(f.Pix) == 0 {
+				continue
+			}
+			if keys == nil {
+				keys = map[*media.Frame]uint64{}
+			}
+			id, ok := keys[f]
+			if !ok {
+				id = dp.Store.Put(f, it.Deadline)
+				keys[f] = id
+			}
+			if !cloned {
+				outs[i], cloned = slices.Clone(list), true
+			}
+			cp := *it
+			cp.Frame = &media.Frame{W: f.W, H: f.H, Ref: &media.FrameRef{Holder: self, Addr: dp.Addr, ID: id}}
+			outs[i][j] = &cp
+		}
+	}
+	r.Outputs = outs
+	return r
+}
+
+// inOrder hands tasks to the worker in the order they came, per module,
+// while the frames of some are fetched from their holders: a task whose
+// frames are all here goes at once unless an earlier task of its module is
+// still fetching; the others wait their turn on one goroutine per module.
+// A task whose frames cannot be had is answered PeerLost (fail).
+type inOrder struct {
+	w      *worker.Worker
+	fx     *fetcher
+	fail   func(worker.Task, error)
+	mu     sync.Mutex
+	queues map[string][]worker.Task // by app/module: the head is being resolved
+	wg     sync.WaitGroup
+}
+
+func (o *inOrder) submit(ctx context.Context, t worker.Task) {
+	refs := refsOf(t.Items)
+	key := string(t.App) + "/" + string(t.Module)
+	o.mu.Lock()
+	q := o.queues[key]
+	if len(q) == 0 && o.allLocal(refs) {
+		o.mu.Unlock()
+		o.run(ctx, t, refs) // nothing to wait for: no network
+		return
+	}
+	o.queues[key] = append(q, t)
+	if len(q) == 0 {
+		o.wg.Add(1)
+		go o.drain(ctx, key)
+	}
+	o.mu.Unlock()
+}
+
+// allLocal says whether every reference is to this worker's own store.
+func (o *inOrder) allLocal(refs []*media.Item) bool {
+	for _, it := range refs {
+		if it.Frame.Ref.Holder != o.fx.self || o.fx.dp.Store == nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (o *inOrder) run(ctx context.Context, t worker.Task, refs []*media.Item) {
+	if len(refs) > 0 {
+		if err := o.fx.resolve(ctx, refs); err != nil {
+			o.fail(t, err)
+			return
+		}
+	}
+	o.w.Submit(t)
+}
+
+func (o *inOrder) drain(ctx context.Context, key string) {
+	defer o.wg.Done()
+	for {
+		o.mu.Lock()
+		t := o.queues[key][0]
+		o.mu.Unlock()
+		o.run(ctx, t, refsOf(t.Items))
+		o.mu.Lock()
+		q := o.queues[key][1:]
+		if len(q) == 0 {
+			delete(o.queues, key)
+			o.mu.Unlock()
+			return
+		}
+		o.queues[key] = q
+		o.mu.Unlock()
+	}
+}
+
+func (o *inOrder) wait() { o.wg.Wait() }

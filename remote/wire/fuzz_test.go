@@ -117,7 +117,9 @@ func checkFrameAgrees(t *testing.T, p *api.Frame) {
 		}
 	case capErr == nil && err != nil:
 		t.Fatalf("frame %dx%d (%d bytes) passes the caps but does not decode: %v", p.Width, p.Height, len(p.Bgr), err)
-	case capErr == nil && f.Valid() != nil:
+	case capErr == nil && p.Ref != nil && (f.Ref == nil || f.Pix != nil || f.W != int(p.Width) || f.H != int(p.Height)):
+		t.Fatalf("reference %v decoded as %+v", p, f)
+	case capErr == nil && p.Ref == nil && f.Valid() != nil:
 		t.Fatalf("decoded frame invalid: %v", f.Valid())
 	case errors.Is(capErr, ErrFrameSize) && p.Width <= int32(fuzzCaps.FrameW) && p.Height <= int32(fuzzCaps.FrameH):
 		t.Fatalf("frame %dx%d refused as too large: %v", p.Width, p.Height, capErr)
@@ -233,7 +235,9 @@ func FuzzDecodeItem(f *testing.F) {
 	addSeeds(f, seedItem(), seedAudio(), &api.Item{Frame: &api.Frame{Width: 3, Height: 3, Bgr: make([]byte, 5)}},
 		&api.Item{Audio: &api.Audio{Rate: 8000, Channels: 1, Pcm: []byte{1, 2, 3}}},
 		&api.Item{Audio: &api.Audio{Rate: 8000, Channels: 2, Pcm: []byte{1, 2}}},
-		&api.Item{Steps: []*api.Step{{}, {}, {Tracks: []*api.Track{{}, {}, {}, {}}}}})
+		&api.Item{Steps: []*api.Step{{}, {}, {Tracks: []*api.Track{{}, {}, {}, {}}}}},
+		&api.Item{Frame: &api.Frame{Width: 3, Height: 3, Ref: &api.FrameRef{Holder: "gpu-a", Addr: "10.0.0.7:7071", Id: 9}}},
+		&api.Item{Frame: &api.Frame{Width: 3, Height: 3, Bgr: make([]byte, 27), Ref: &api.FrameRef{Holder: "gpu-a"}}})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var p api.Item
 		if err := proto.Unmarshal(b, &p); err != nil {

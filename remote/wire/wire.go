@@ -95,19 +95,50 @@ func FrameToPB(f *media.Frame) *api.Frame {
 	if f == nil {
 		return nil
 	}
-	return &api.Frame{Width: int32(f.W), Height: int32(f.H), Bgr: f.Pix}
+	out := &api.Frame{Width: int32(f.W), Height: int32(f.H), Bgr: f.Pix}
+	if f.Ref != nil {
+		out.Bgr, out.Ref = nil, &api.FrameRef{Holder: f.Ref.Holder, Addr: f.Ref.Addr, Id: f.Ref.ID}
+	}
+	return out
 }
 
-// FrameFromPB checks the size: a frame from the wire is outside input.
+// MaxRefField bounds a FrameRef's holder and address.
+const MaxRefField = 256
+
+// FrameFromPB checks the size: a frame from the wire is outside input. A
+// reference (the direct data plane) has a size, a holder and an address
+// and no pixels.
 func FrameFromPB(f *api.Frame) (*media.Frame, error) {
 	if f == nil {
 		return nil, nil
+	}
+	if r := f.Ref; r != nil {
+		if err := checkRef(f); err != nil {
+			return nil, err
+		}
+		return &media.Frame{W: int(f.Width), H: int(f.Height), Ref: &media.FrameRef{Holder: r.Holder, Addr: r.Addr, ID: r.Id}}, nil
 	}
 	out := &media.Frame{W: int(f.Width), H: int(f.Height), Pix: f.Bgr}
 	if err := out.Valid(); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// checkRef checks a frame reference's fields.
+func checkRef(f *api.Frame) error {
+	r := f.Ref
+	switch {
+	case f.Width <= 0 || f.Height <= 0:
+		return fmt.Errorf("frame reference %dx%d: want a positive size", f.Width, f.Height)
+	case len(f.Bgr) > 0:
+		return fmt.Errorf("frame reference with %d bytes of pixels: a reference carries none", len(f.Bgr))
+	case r.Holder == "" || r.Addr == "":
+		return fmt.Errorf("frame reference %d: holder %q and address %q are both required", r.Id, r.Holder, r.Addr)
+	case len(r.Holder) > MaxRefField || len(r.Addr) > MaxRefField:
+		return fmt.Errorf("frame reference %d: holder or address longer than %d bytes", r.Id, MaxRefField)
+	}
+	return nil
 }
 
 func ItemToPB(it *media.Item) *api.Item {
@@ -336,6 +367,7 @@ var (
 		worker.ExecutorError: api.Outcome_OUTCOME_EXECUTOR,
 		worker.BadResult:     api.Outcome_OUTCOME_BAD_RESULT,
 		worker.BadTask:       api.Outcome_OUTCOME_BAD_TASK,
+		worker.PeerLost:      api.Outcome_OUTCOME_PEER_LOST,
 	}
 	outcomeFromPB = func() map[api.Outcome]worker.Outcome {
 		m := make(map[api.Outcome]worker.Outcome, len(outcomeToPB))
@@ -486,6 +518,9 @@ func (c Caps) CheckFrame(f *api.Frame) error {
 	w, h := int64(f.Width), int64(f.Height)
 	if w > int64(c.FrameW) || h > int64(c.FrameH) {
 		return fmt.Errorf("%w: %dx%d is larger than %dx%d (--max-frame)", ErrFrameSize, w, h, c.FrameW, c.FrameH)
+	}
+	if f.Ref != nil {
+		return checkRef(f)
 	}
 	if w <= 0 || h <= 0 || int64(len(f.Bgr)) != w*h*3 {
 		return fmt.Errorf("frame %dx%d has %d bytes, want %d", w, h, len(f.Bgr), max(0, w*h*3))

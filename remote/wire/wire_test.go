@@ -34,6 +34,7 @@ func TestResultRoundTrip(t *testing.T) {
 		{"executor", worker.Result{Task: 7, Outcome: worker.ExecutorError, Detail: "model m: out of memory", Measured: 2 * time.Millisecond}, api.Outcome_OUTCOME_EXECUTOR},
 		{"bad result", worker.Result{Task: 8, Outcome: worker.BadResult, Detail: "2 outputs for 1 items"}, api.Outcome_OUTCOME_BAD_RESULT},
 		{"bad task", worker.Result{Task: 9, Outcome: worker.BadTask, Detail: "stream s frame 1: no frame"}, api.Outcome_OUTCOME_BAD_TASK},
+		{"peer lost", worker.Result{Task: 10, Outcome: worker.PeerLost, Detail: "fetch 1 frames from worker gpu-a at 10.0.0.7:7071: connection refused"}, api.Outcome_OUTCOME_PEER_LOST},
 	}
 	covered := map[worker.Outcome]bool{}
 	for _, tc := range cases {
@@ -325,5 +326,57 @@ func TestCapsItem(t *testing.T) {
 	r.State = r.State[:4]
 	if err := c.CheckResult(r); err != nil {
 		t.Errorf("state at the cap: %v", err)
+	}
+}
+
+// TestFrameRef: a reference (the direct data plane) crosses the wire as
+// itself, with its size and no pixels; a malformed one is refused with
+// what is wrong, by FrameFromPB and by the caps.
+func TestFrameRef(t *testing.T) {
+	in := &media.Frame{W: 64, H: 48, Ref: &media.FrameRef{Holder: "gpu-a", Addr: "10.0.0.7:7071", ID: 42}}
+	p := FrameToPB(in)
+	if p.Bgr != nil || p.Ref == nil {
+		t.Fatalf("on the wire %+v: want a reference without pixels", p)
+	}
+	b, err := proto.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back api.Frame
+	if err := proto.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	got, err := FrameFromPB(&back)
+	if err != nil || !reflect.DeepEqual(got, in) {
+		t.Fatalf("came back as %+v, %v; want %+v", got, err, in)
+	}
+	caps := Caps{FrameW: 64, FrameH: 48}
+	if err := caps.CheckFrame(p); err != nil {
+		t.Errorf("caps refuse a valid reference: %v", err)
+	}
+	long := strings.Repeat("x", MaxRefField+1)
+	for _, c := range []struct {
+		name string
+		f    *api.Frame
+		want string
+	}{
+		{"pixels too", &api.Frame{Width: 1, Height: 1, Bgr: []byte{1, 2, 3}, Ref: &api.FrameRef{Holder: "a", Addr: "b:1"}}, "carries none"},
+		{"no holder", &api.Frame{Width: 1, Height: 1, Ref: &api.FrameRef{Addr: "b:1"}}, "holder"},
+		{"no address", &api.Frame{Width: 1, Height: 1, Ref: &api.FrameRef{Holder: "a"}}, "address"},
+		{"long address", &api.Frame{Width: 1, Height: 1, Ref: &api.FrameRef{Holder: "a", Addr: long}}, "longer than"},
+		{"no size", &api.Frame{Ref: &api.FrameRef{Holder: "a", Addr: "b:1"}}, "positive size"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := FrameFromPB(c.f); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("FrameFromPB: %v, want an error about %q", err, c.want)
+			}
+			if err := caps.CheckFrame(c.f); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("CheckFrame: %v, want an error about %q", err, c.want)
+			}
+		})
+	}
+	big := &api.Frame{Width: 65, Height: 48, Ref: &api.FrameRef{Holder: "a", Addr: "b:1"}}
+	if err := caps.CheckFrame(big); !errors.Is(err, ErrFrameSize) {
+		t.Errorf("a reference to a frame over the caps: %v, want ErrFrameSize", err)
 	}
 }

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/mdag/mdag/internal/pki"
+	"github.com/mdag/mdag/remote/client"
+)
+
+// peerFlags are a worker's direct data plane flags (issue 25): where its
+// Peer service listens, the address other workers reach it at, and how
+// many frames it holds for them.
+type peerFlags struct {
+	listen, advertise *string
+	storeMiB          *int
+}
+
+func addPeerFlags(fs *flag.FlagSet) *peerFlags {
+	return &peerFlags{
+		listen: fs.String("peer-listen", "", "the direct data plane: `ADDR` where other workers fetch the frames this worker's modules make "+
+			"(the coordinator routes references, not pixels); default 127.0.0.1:0 when --coordinator is loopback, otherwise none; "+
+			"\"off\": none (this worker's outputs travel through the coordinator)"),
+		advertise: fs.String("advertise", "", "the `HOST:PORT` other workers reach --peer-listen at (default: --peer-listen's address when it names a host; "+
+			"on Kubernetes: $(POD_IP):PORT)"),
+		storeMiB: fs.Int("peer-store", client.DefaultStoreBytes>>20, "MiB of frames held for other workers; past it the frame due to expire first goes "+
+			"(a fetch of it fails and its frame is dropped peer-lost)"),
+	}
+}
+
+// start listens and serves the Peer service, with mutual TLS when m is
+// set (plaintext on loopback only, as on the coordinator's port), and
+// returns the worker's data plane and how to stop it.
+func (f *peerFlags) start(id, coord string, m *pki.Material, log *slog.Logger) (*client.DataPlane, func(), error) {
+	dial := client.Dial
+	if m != nil {
+		dial = func(addr string) (*grpc.ClientConn, error) { return client.DialPeerTLS(addr, m) }
+	}
+	dp := &client.DataPlane{Dial: dial}
+	listen := *f.listen
+	switch {
+	case listen == "off":
+		listen = ""
+	case listen == "" && loopbackTarget(coord):
+		listen = "127.0.0.1:0"
+	case listen == "" && *f.advertise != "":
+		return nil, nil, errors.New("--advertise without --peer-listen: give the address to listen at too")
+	}
+	if *f.storeMiB <= 0 {
+		return nil, nil, fmt.Errorf("--peer-store %d: want > 0 MiB", *f.storeMiB)
+	}
+	if listen == "" {
+		log.Info("data plane: relay: this worker's outputs travel through the coordinator (give --peer-listen and --advertise for the direct data plane)")
+		return dp, func() {}, nil
+	}
+	if m == nil && !loopback(listen) {
+		return nil, nil, fmt.Errorf("--peer-listen %s is not a loopback address, so the peer port needs mutual TLS: give --tls-dir (mdag certs init)", listen)
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--peer-listen %s: %w", listen, err)
+	}
+	adv := *f.advertise
+	if adv == "" {
+		a := ln.Addr().(*net.TCPAddr)
+		if a.IP.IsUnspecified() {
+			ln.Close()
+			return nil, nil, fmt.Errorf("--peer-listen %s listens on every interface: give --advertise HOST:PORT, the address other workers reach it at", listen)
+		}
+		adv = a.String()
+	} else if _, _, err := net.SplitHostPort(adv); err != nil {
+		ln.Close()
+		return nil, nil, fmt.Errorf("--advertise %q: want HOST:PORT: %w", adv, err)
+	}
+	dp.Addr = adv
+	dp.Store = &client.Store{MaxBytes: int64(*f.storeMiB) << 20}
+	var opts []grpc.ServerOption
+	if m != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(m.PeerServerConfig())))
+	}
+	g := client.NewPeerGRPC(&client.PeerServer{ID: id, Store: dp.Store}, opts...)
+	go func() { _ = g.Serve(ln) }()
+	tlsMode := "mutual TLS"
+	if m == nil {
+		tlsMode = "plaintext, loopback"
+	}
+	log.Info("data plane: direct: frames this worker makes stay here for the next module's worker", "peer_listen", ln.Addr().String(), "advertise", adv, "tls", tlsMode, "store_mib", *f.storeMiB)
+	return dp, g.Stop, nil
+}

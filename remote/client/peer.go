@@ -1,0 +1,406 @@
+package client
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/mdag/mdag/api"
+	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/media"
+	"github.com/mdag/mdag/remote/wire"
+)
+
+// The direct data plane (issue 25). A worker with a peer address keeps the
+// frames its modules make in a Store and sends the coordinator references
+// (media.FrameRef) instead of pixels; the worker that runs the next module
+// fetches them from the holder's Peer service. The coordinator routes,
+// schedules and accounts, but frame bytes go worker to worker, once, or not
+// at all when the next module runs on the same worker.
+
+// Store defaults.
+const (
+	// DefaultStoreBytes bounds the pixels one worker holds for others.
+	DefaultStoreBytes = 1 << 30
+	// DefaultHoldAfter is how long a frame stays after its item's
+	// deadline: a late frame's next module may still fetch it.
+	DefaultHoldAfter = 2 * time.Second
+	// MaxFetchIDs bounds the frames one Fetch asks for.
+	MaxFetchIDs = 4096
+)
+
+// Store holds the frames a worker made until their items' deadlines (plus
+// HoldAfter) pass, up to MaxBytes: past it the frame due to expire first is
+// evicted. A fetch of a frame no longer held fails NOT_FOUND, and the
+// fetching worker reports the task peer-lost: the frame is accounted as
+// dropped, never lost silently. Safe for concurrent use.
+type Store struct {
+	Clock     clock.Clock   // nil: real time
+	MaxBytes  int64         // 0: DefaultStoreBytes
+	HoldAfter time.Duration // 0: DefaultHoldAfter
+
+	mu     sync.Mutex
+	next   uint64
+	frames map[uint64]*held
+	due    heldHeap
+	bytes  int64
+	stats  StoreStats
+}
+
+// StoreStats counts what a Store did.
+type StoreStats struct {
+	Held    int    // frames held now
+	Bytes   int64  // their pixels
+	Put     uint64 // frames stored
+	Served  uint64 // frames fetched by other workers
+	Local   uint64 // frames taken by this worker's own next module (no transfer)
+	Expired uint64 // dropped past their deadline and HoldAfter
+	Evicted uint64 // dropped early to stay under MaxBytes
+	Missing uint64 // asked for and not held
+}
+
+type held struct {
+	id     uint64
+	f      *media.Frame
+	expiry time.Time
+	index  int
+}
+
+type heldHeap []*held
+
+func (h heldHeap) Len() int { return len(h) }
+func (h heldHeap) Less(i, j int) bool {
+	if !h[i].expiry.Equal(h[j].expiry) {
+		return h[i].expiry.Before(h[j].expiry)
+	}
+	return h[i].id < h[j].id
+}
+func (h heldHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
+func (h *heldHeap) Push(x any)   { e := x.(*held); e.index = len(*h); *h = append(*h, e) }
+func (h *heldHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+func (s *Store) init() {
+	if s.frames == nil {
+		s.frames = map[uint64]*held{}
+		if s.Clock == nil {
+			s.Clock = clock.Real{}
+		}
+		if s.MaxBytes <= 0 {
+			s.MaxBytes = DefaultStoreBytes
+		}
+		if s.HoldAfter <= 0 {
+			s.HoldAfter = DefaultHoldAfter
+		}
+	}
+}
+
+// Put holds f until deadline plus HoldAfter and returns its key.
+func (s *Store) Put(f *media.Frame, deadline time.Time) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.init()
+	s.expire()
+	s.next++
+	e := &held{id: s.next, f: f, expiry: deadline.Add(s.HoldAfter)}
+	s.frames[e.id] = e
+	heap.Push(&s.due, e)
+	s.bytes += int64(len(f.Pix))
+	s.stats.Put++
+	for s.bytes > s.MaxBytes && len(s.due) > 1 {
+		s.remove(heap.Pop(&s.due).(*held))
+		s.stats.Evicted++
+	}
+	return e.id
+}
+
+// Get returns the frame held under id; local says whether this worker's
+// own module takes it (counted apart from fetches by peers).
+func (s *Store) Get(id uint64, local bool) (*media.Frame, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.init()
+	s.expire()
+	e := s.frames[id]
+	if e == nil {
+		s.stats.Missing++
+		return nil, false
+	}
+	if local {
+		s.stats.Local++
+	} else {
+		s.stats.Served++
+	}
+	return e.f, true
+}
+
+// Stats returns the counters.
+func (s *Store) Stats() StoreStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.init()
+	s.expire()
+	st := s.stats
+	st.Held, st.Bytes = len(s.frames), s.bytes
+	return st
+}
+
+// expire drops the frames past their expiry; s.mu is held.
+func (s *Store) expire() {
+	now := s.Clock.Now()
+	for len(s.due) > 0 && !s.due[0].expiry.After(now) {
+		s.remove(heap.Pop(&s.due).(*held))
+		s.stats.Expired++
+	}
+}
+
+func (s *Store) remove(e *held) {
+	delete(s.frames, e.id)
+	s.bytes -= int64(len(e.f.Pix))
+}
+
+// PeerServer is a worker's Peer service: other workers fetch the frames
+// its Store holds. Register it on a gRPC server with NewPeerGRPC (or
+// api.RegisterPeerServer) and serve it on the worker's peer address.
+type PeerServer struct {
+	api.UnimplementedPeerServer
+	ID    string // the worker's instance ID: a Fetch for another holder is refused
+	Store *Store
+}
+
+// Fetch implements api.PeerServer.
+func (p *PeerServer) Fetch(req *api.FetchRequest, stream grpc.ServerStreamingServer[api.FetchedFrame]) error {
+	if req.Holder != p.ID {
+		return status.Errorf(codes.FailedPrecondition, "this is worker %q, not %q: the frames are not here", p.ID, req.Holder)
+	}
+	if n := len(req.Ids); n == 0 || n > MaxFetchIDs {
+		return status.Errorf(codes.InvalidArgument, "fetch %d frames: want 1 to %d", n, MaxFetchIDs)
+	}
+	for _, id := range req.Ids {
+		f, ok := p.Store.Get(id, false)
+		if !ok {
+			return status.Errorf(codes.NotFound, "frame %d is not held by worker %s (past its deadline, or evicted to stay under the store's limit)", id, p.ID)
+		}
+		if err := stream.Send(&api.FetchedFrame{Id: id, Frame: wire.FrameToPB(f)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NewPeerGRPC returns a gRPC server with p registered and mdag's message
+// limits; opts add credentials (mutual TLS: pki.Material.PeerServerConfig).
+func NewPeerGRPC(p *PeerServer, opts ...grpc.ServerOption) *grpc.Server {
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20), grpc.MaxSendMsgSize(wire.MaxMessage)}, opts...)...)
+	api.RegisterPeerServer(g, p)
+	return g
+}
+
+// DataPlane is a worker's side of the direct data plane.
+type DataPlane struct {
+	// Addr is where this worker's Peer service is reachable (host:port),
+	// told to the coordinator at registration; empty: none, and this
+	// worker's outputs travel through the coordinator (it still fetches
+	// the frames other workers hold).
+	Addr string
+	// Store holds the frames this worker made (Addr set); nil: a Store
+	// with defaults.
+	Store *Store
+	// Dial reaches another worker's Peer service; nil: plaintext (Dial).
+	Dial func(addr string) (*grpc.ClientConn, error)
+	// FetchTimeout bounds one fetch past the latest deadline of the
+	// items it serves; default 1 s.
+	FetchTimeout time.Duration
+}
+
+// fetcher resolves frame references into frames: from this worker's own
+// store, or over one Fetch per holder. Connections to peers are kept.
+type fetcher struct {
+	self    string
+	dp      *DataPlane
+	clk     clock.Clock
+	mu      sync.Mutex
+	conns   map[string]*grpc.ClientConn
+	fetched uint64 // frames fetched from peers
+	failed  uint64 // fetches that failed
+}
+
+func newFetcher(self string, dp *DataPlane, clk clock.Clock) *fetcher {
+	return &fetcher{self: self, dp: dp, clk: clk, conns: map[string]*grpc.ClientConn{}}
+}
+
+func (f *fetcher) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for a, c := range f.conns {
+		_ = c.Close()
+		delete(f.conns, a)
+	}
+}
+
+func (f *fetcher) conn(addr string) (*grpc.ClientConn, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.conns[addr]; c != nil {
+		return c, nil
+	}
+	dial := f.dp.Dial
+	if dial == nil {
+		dial = Dial
+	}
+	c, err := dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	f.conns[addr] = c
+	return c, nil
+}
+
+// refsOf lists the items of items whose frames are references.
+func refsOf(items []*media.Item) []*media.Item {
+	var out []*media.Item
+	for _, it := range items {
+		if it.Frame != nil && it.Frame.Ref != nil {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// errPeerLost marks a failed resolution: the task is answered PeerLost.
+var errPeerLost = errors.New("peer lost")
+
+// resolve replaces the references among items by their frames, fetching
+// from each holder once (holders in parallel). An error names the holder
+// and why; then no item is changed.
+func (f *fetcher) resolve(ctx context.Context, items []*media.Item) error {
+	type key struct{ holder, addr string }
+	groups := map[key][]uint64{}
+	var latest time.Time
+	for _, it := range items {
+		r := it.Frame.Ref
+		k := key{r.Holder, r.Addr}
+		if r.Holder == f.self && f.dp.Store != nil {
+			continue
+		}
+		groups[k] = append(groups[k], r.ID)
+		if it.Deadline.After(latest) {
+			latest = it.Deadline
+		}
+	}
+	got := map[key]map[uint64]*media.Frame{}
+	if len(groups) > 0 {
+		timeout := f.dp.FetchTimeout
+		if timeout <= 0 {
+			timeout = time.Second
+		}
+		if d := latest.Sub(f.clk.Now()); d > 0 {
+			timeout += d
+		}
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var errs []error
+		for k, ids := range groups {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				frames, err := f.fetch(ctx, k.holder, k.addr, ids)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("fetch %d frames from worker %s at %s: %w", len(ids), k.holder, k.addr, err))
+					return
+				}
+				got[k] = frames
+			}()
+		}
+		wg.Wait()
+		if len(errs) > 0 {
+			f.mu.Lock()
+			f.failed++
+			f.mu.Unlock()
+			return fmt.Errorf("%w: %w", errPeerLost, errors.Join(errs...))
+		}
+	}
+	out := make([]*media.Frame, len(items))
+	for i, it := range items {
+		r := it.Frame.Ref
+		k := key{r.Holder, r.Addr}
+		if fr, ok := got[k][r.ID]; ok {
+			out[i] = fr
+			continue
+		}
+		fr, ok := f.dp.Store.Get(r.ID, true)
+		if !ok {
+			return fmt.Errorf("%w: frame %d of stream %s seq %d is no longer held here (past its deadline, or evicted)", errPeerLost, r.ID, it.Stream, it.Seq)
+		}
+		out[i] = fr
+	}
+	for i, it := range items {
+		if out[i].W != it.Frame.W || out[i].H != it.Frame.H {
+			return fmt.Errorf("%w: frame %d from worker %s is %dx%d, the reference said %dx%d", errPeerLost, it.Frame.Ref.ID, it.Frame.Ref.Holder, out[i].W, out[i].H, it.Frame.W, it.Frame.H)
+		}
+	}
+	for i, it := range items {
+		it.Frame = out[i]
+	}
+	return nil
+}
+
+// fetch asks holder at addr for ids (deduplicated) and checks each frame.
+func (f *fetcher) fetch(ctx context.Context, holder, addr string, ids []uint64) (map[uint64]*media.Frame, error) {
+	want := map[uint64]bool{}
+	uniq := ids[:0:0]
+	for _, id := range ids {
+		if !want[id] {
+			want[id] = true
+			uniq = append(uniq, id)
+		}
+	}
+	out := make(map[uint64]*media.Frame, len(uniq))
+	for start := 0; start < len(uniq); start += MaxFetchIDs {
+		batch := uniq[start:min(len(uniq), start+MaxFetchIDs)]
+		cc, err := f.conn(addr)
+		if err != nil {
+			return nil, err
+		}
+		stream, err := api.NewPeerClient(cc).Fetch(ctx, &api.FetchRequest{Holder: holder, Ids: batch})
+		if err != nil {
+			return nil, err
+		}
+		for range batch {
+			m, err := stream.Recv()
+			if err != nil {
+				return nil, err
+			}
+			if !want[m.Id] || out[m.Id] != nil {
+				return nil, fmt.Errorf("frame %d was not asked for, or came twice", m.Id)
+			}
+			if m.Frame.GetRef() != nil {
+				return nil, fmt.Errorf("frame %d came as a reference, not pixels", m.Id)
+			}
+			fr, err := wire.FrameFromPB(m.Frame)
+			if err != nil || fr == nil {
+				return nil, fmt.Errorf("frame %d: %v", m.Id, err)
+			}
+			out[m.Id] = fr
+		}
+	}
+	f.mu.Lock()
+	f.fetched += uint64(len(out))
+	f.mu.Unlock()
+	return out, nil
+}

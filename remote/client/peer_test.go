@@ -1,0 +1,286 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/mdag/mdag/api"
+	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/media"
+	"github.com/mdag/mdag/remote/wire"
+	"github.com/mdag/mdag/worker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+
+func frameOf(w, h int, fill byte) *media.Frame {
+	f := media.NewFrame(w, h)
+	for i := range f.Pix {
+		f.Pix[i] = fill
+	}
+	return f
+}
+
+// TestStoreExpiresAndEvicts: a frame is held until its deadline plus
+// HoldAfter, and past MaxBytes the one due to expire first goes; every
+// miss is counted.
+func TestStoreExpiresAndEvicts(t *testing.T) {
+	clk := clock.NewFake(t0)
+	s := &Store{Clock: clk, MaxBytes: 3 * 12, HoldAfter: time.Second} // three 2x2 frames
+	a := s.Put(frameOf(2, 2, 1), t0.Add(100*time.Millisecond))
+	b := s.Put(frameOf(2, 2, 2), t0.Add(50*time.Millisecond))
+	c := s.Put(frameOf(2, 2, 3), t0.Add(300*time.Millisecond))
+	if st := s.Stats(); st.Held != 3 || st.Bytes != 36 || st.Evicted != 0 {
+		t.Fatalf("after three puts: %+v", st)
+	}
+	d := s.Put(frameOf(2, 2, 4), t0.Add(200*time.Millisecond)) // over MaxBytes: b (due first) goes
+	if _, ok := s.Get(b, false); ok {
+		t.Error("b should have been evicted: it was due to expire first")
+	}
+	for _, id := range []uint64{a, c, d} {
+		if _, ok := s.Get(id, false); !ok {
+			t.Errorf("frame %d evicted; only b should be", id)
+		}
+	}
+	clk.Advance(1100 * time.Millisecond) // a expires (deadline +100ms, +1s hold)
+	if _, ok := s.Get(a, true); ok {
+		t.Error("a is past its deadline plus HoldAfter and still held")
+	}
+	if f, ok := s.Get(d, true); !ok || f.Pix[0] != 4 {
+		t.Errorf("d: %v %v", f, ok)
+	}
+	st := s.Stats()
+	if st.Held != 2 || st.Evicted != 1 || st.Expired != 1 || st.Missing != 2 || st.Served != 3 || st.Local != 1 || st.Put != 4 {
+		t.Errorf("stats %+v", st)
+	}
+	clk.Advance(time.Second)
+	if st := s.Stats(); st.Held != 0 || st.Bytes != 0 || st.Expired != 3 {
+		t.Errorf("after every deadline: %+v", st)
+	}
+}
+
+// TestHoldOutputs: a Done result's frames are held and replaced by
+// references (a frame shared by outputs once); the worker's own items are
+// not changed; other results pass as they are.
+func TestHoldOutputs(t *testing.T) {
+	dp := &DataPlane{Addr: "10.0.0.7:7071", Store: &Store{Clock: clock.NewFake(t0)}}
+	shared := frameOf(4, 2, 9)
+	in := []*media.Item{{Stream: "s", Seq: 1, Deadline: t0.Add(time.Second), Frame: shared}, {Stream: "s", Seq: 1, Deadline: t0.Add(time.Second), Frame: shared, Boxes: []media.Box{{W: 1}}}}
+	crop := &media.Item{Stream: "s", Seq: 1, Deadline: t0.Add(time.Second), Frame: frameOf(1, 1, 5)}
+	noFrame := &media.Item{Stream: "s", Seq: 1, Counts: map[string]int{"car": 2}}
+	r := worker.Result{Task: 3, Outputs: [][]*media.Item{in, {crop, noFrame}}}
+	got := holdOutputs(r, "gpu-a", dp)
+	if in[0].Frame != shared || crop.Frame.Ref != nil {
+		t.Fatal("holdOutputs changed the worker's own items")
+	}
+	r0, r1 := got.Outputs[0][0].Frame.Ref, got.Outputs[0][1].Frame.Ref
+	if r0 == nil || r1 == nil || r0.ID != r1.ID || r0.Holder != "gpu-a" || r0.Addr != dp.Addr {
+		t.Fatalf("shared frame refs %+v %+v: want one reference to gpu-a at %s", r0, r1, dp.Addr)
+	}
+	if f := got.Outputs[0][0].Frame; f.Pix != nil || f.W != 4 || f.H != 2 {
+		t.Errorf("reference frame %+v: want 4x2 and no pixels", f)
+	}
+	if got.Outputs[1][1] != noFrame || got.Outputs[1][0].Frame.Ref == nil {
+		t.Errorf("second list %+v", got.Outputs[1])
+	}
+	if st := dp.Store.Stats(); st.Put != 2 {
+		t.Errorf("%d frames held, want 2 (the shared one once)", st.Put)
+	}
+	failed := worker.Result{Task: 4, Outcome: worker.Rejected}
+	if g := holdOutputs(failed, "gpu-a", dp); g.Outcome != worker.Rejected || g.Outputs != nil {
+		t.Errorf("a failed result changed: %+v", g)
+	}
+}
+
+// peerAt serves srv on a loopback port; the returned stop ends it.
+func peerAt(t *testing.T, srv api.PeerServer) (addr string, stop func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	api.RegisterPeerServer(g, srv)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = g.Serve(ln) }()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			g.Stop()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	return ln.Addr().String(), stop
+}
+
+func refItem(seq uint64, f *media.Frame, holder, addr string, id uint64) *media.Item {
+	return &media.Item{Stream: "cam", Seq: seq, Deadline: t0.Add(time.Hour), Frame: &media.Frame{W: f.W, H: f.H, Ref: &media.FrameRef{Holder: holder, Addr: addr, ID: id}}}
+}
+
+// TestResolve: references are fetched from their holders (one holder
+// here, the worker's own store there), sizes are checked, and a frame a
+// holder no longer has, a wrong holder or a dead address is a peer-lost
+// error that names the holder and changes no item.
+func TestResolve(t *testing.T) {
+	clk := clock.NewFake(t0)
+	remote := &Store{Clock: clk}
+	a := frameOf(2, 2, 1)
+	idA := remote.Put(a, t0.Add(time.Hour))
+	idB := remote.Put(frameOf(3, 1, 2), t0.Add(time.Hour))
+	addr, _ := peerAt(t, &PeerServer{ID: "gpu-a", Store: remote})
+	mine := &Store{Clock: clk}
+	own := mine.Put(frameOf(1, 1, 7), t0.Add(time.Hour))
+	dead, stopDead := peerAt(t, &PeerServer{ID: "gpu-z", Store: &Store{Clock: clk}})
+	stopDead()
+
+	fx := newFetcher("cpu-a", &DataPlane{Addr: "127.0.0.1:1", Store: mine}, clk)
+	defer fx.close()
+	cases := []struct {
+		name  string
+		items []*media.Item
+		err   string // "" = resolves
+	}{
+		{"peer and own", []*media.Item{refItem(1, a, "gpu-a", addr, idA), refItem(1, a, "gpu-a", addr, idA), refItem(2, frameOf(3, 1, 0), "gpu-a", addr, idB), refItem(3, frameOf(1, 1, 0), "cpu-a", "127.0.0.1:1", own)}, ""},
+		{"not held", []*media.Item{refItem(1, a, "gpu-a", addr, 999)}, "NotFound"},
+		{"another holder at the address", []*media.Item{refItem(1, a, "gpu-b", addr, idA)}, "FailedPrecondition"},
+		{"size differs from the reference", []*media.Item{refItem(1, frameOf(2, 3, 0), "gpu-a", addr, idA)}, "the reference said 2x3"},
+		{"own store misses", []*media.Item{refItem(1, a, "cpu-a", "127.0.0.1:1", 12345)}, "no longer held here"},
+		{"holder gone", []*media.Item{refItem(1, a, "gpu-z", dead, 1)}, "gpu-z"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := make([]*media.Frame, len(c.items))
+			for i, it := range c.items {
+				before[i] = it.Frame
+			}
+			err := fx.resolve(context.Background(), c.items)
+			if c.err == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, it := range c.items {
+					if it.Frame.Ref != nil || it.Frame.Valid() != nil {
+						t.Errorf("item %d: %+v not resolved", it.Seq, it.Frame)
+					}
+				}
+				if c.items[0].Frame.Pix[0] != 1 || c.items[2].Frame.Pix[0] != 2 || c.items[3].Frame.Pix[0] != 7 {
+					t.Error("wrong pixels")
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, errPeerLost) || !strings.Contains(err.Error(), c.err) {
+				t.Fatalf("err %v: want peer lost mentioning %q", err, c.err)
+			}
+			for i, it := range c.items {
+				if it.Frame != before[i] {
+					t.Errorf("item %d changed by a failed resolve", i)
+				}
+			}
+		})
+	}
+	if st := remote.Stats(); st.Served != 3 {
+		t.Errorf("holder served %d frames, want 3 (two distinct ones asked by one fetch, deduplicated, and one for the size check)", st.Served)
+	}
+}
+
+// stalling sends all but the last frame asked for, says so, and then
+// holds the stream open until it is cut: a holder that dies
+// mid-transfer.
+type stalling struct {
+	*PeerServer
+	stalled chan struct{}
+}
+
+func (p *stalling) Fetch(req *api.FetchRequest, stream grpc.ServerStreamingServer[api.FetchedFrame]) error {
+	for _, id := range req.Ids[:len(req.Ids)-1] {
+		f, _ := p.Store.Get(id, false)
+		if err := stream.Send(&api.FetchedFrame{Id: id, Frame: wire.FrameToPB(f)}); err != nil {
+			return err
+		}
+	}
+	close(p.stalled)
+	<-stream.Context().Done()
+	return status.Error(codes.Unavailable, "cut")
+}
+
+// TestHolderDiesMidTransfer: the holder sends one of two frames and its
+// process ends: the fetch fails at once (not at its timeout) as peer lost,
+// naming the holder.
+func TestHolderDiesMidTransfer(t *testing.T) {
+	clk := clock.NewFake(t0)
+	st := &Store{Clock: clk}
+	f1, f2 := frameOf(2, 2, 1), frameOf(2, 2, 2)
+	id1, id2 := st.Put(f1, t0.Add(time.Hour)), st.Put(f2, t0.Add(time.Hour))
+	p := &stalling{PeerServer: &PeerServer{ID: "gpu-a", Store: st}, stalled: make(chan struct{})}
+	addr, kill := peerAt(t, p)
+	fx := newFetcher("cpu-a", &DataPlane{FetchTimeout: time.Hour}, clk)
+	defer fx.close()
+	items := []*media.Item{refItem(1, f1, "gpu-a", addr, id1), refItem(2, f2, "gpu-a", addr, id2)}
+	errc := make(chan error, 1)
+	go func() { errc <- fx.resolve(context.Background(), items) }()
+	<-p.stalled
+	kill()
+	err := <-errc
+	if !errors.Is(err, errPeerLost) || !strings.Contains(err.Error(), "gpu-a") {
+		t.Fatalf("err %v: want peer lost naming gpu-a", err)
+	}
+	if items[0].Frame.Ref == nil {
+		t.Error("a failed fetch left a half-resolved task")
+	}
+}
+
+// TestInOrder: per module, a task without remote frames waits behind an
+// earlier one still fetching; another module's task does not; a task
+// whose frames are lost is answered PeerLost and the next goes on.
+func TestInOrder(t *testing.T) {
+	clk := clock.NewFake(t0)
+	st := &Store{Clock: clk}
+	id := st.Put(frameOf(2, 2, 1), t0.Add(time.Hour))
+	p := &stalling{PeerServer: &PeerServer{ID: "gpu-a", Store: st}, stalled: make(chan struct{})}
+	addr, kill := peerAt(t, p)
+
+	results := make(chan worker.Result, 10)
+	w := worker.NewWorker("cpu-a", "CPU", clk, nil, nil, func(r worker.Result) { results <- r })
+	defer w.Close()
+	fx := newFetcher("cpu-a", &DataPlane{FetchTimeout: time.Hour}, clk)
+	defer fx.close()
+	o := &inOrder{w: w, fx: fx, queues: map[string][]worker.Task{}, fail: func(tk worker.Task, err error) {
+		results <- worker.Result{Task: tk.ID, Outcome: worker.PeerLost, Detail: err.Error()}
+	}}
+	ctx := context.Background()
+	// Module crop is not loaded: tasks reaching the worker come back
+	// NotLoaded at once, which is all this test needs to see the order.
+	o.submit(ctx, worker.Task{ID: 1, App: "a", Module: "crop", Items: []*media.Item{refItem(1, frameOf(2, 2, 0), "gpu-a", addr, id)}})
+	<-p.stalled
+	o.submit(ctx, worker.Task{ID: 2, App: "a", Module: "crop", Items: []*media.Item{{Stream: "cam", Seq: 2}}})
+	o.submit(ctx, worker.Task{ID: 3, App: "a", Module: "count", Items: []*media.Item{{Stream: "cam", Seq: 2}}})
+	if r := <-results; r.Task != 3 {
+		t.Fatalf("first result for task %d, want 3 (another module: not held up)", r.Task)
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("task %d answered while task 1 of its module still fetches", r.Task)
+	default:
+	}
+	kill()
+	if r := <-results; r.Task != 1 || r.Outcome != worker.PeerLost {
+		t.Fatalf("got %+v, want task 1 peer-lost", r)
+	}
+	if r := <-results; r.Task != 2 || r.Outcome != worker.NotLoaded {
+		t.Fatalf("got %+v, want task 2 next", r)
+	}
+	o.wait()
+}
