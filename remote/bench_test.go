@@ -18,9 +18,12 @@ import (
 // BenchmarkHop sends one 320x240 frame at a time through chains of 1 and 5
 // no-op modules, on an in-process worker (embedded) and on a worker behind
 // loopback gRPC. Per extra hop = (p50 of 5 - p50 of 1) / 4, likewise p99.
-// Every hop over gRPC carries the frame both ways (task down, result up).
+// Every hop over gRPC carries the frame both ways (task down, result up);
+// on grpc-direct (the direct data plane) the frame goes down once and the
+// worker keeps what its modules make: the next module on the same worker
+// takes it from its store, and results carry references.
 func BenchmarkHop(b *testing.B) {
-	for _, mode := range []string{"embedded", "grpc"} {
+	for _, mode := range []string{"embedded", "grpc", "grpc-direct"} {
 		for _, n := range []int{1, 5} {
 			b.Run(fmt.Sprintf("%s/modules-%d", mode, n), func(b *testing.B) {
 				done := make(chan time.Duration, 1)
@@ -59,7 +62,7 @@ func startChain(b *testing.B, mode string, n int, onFrame func(coordinator.Frame
 	if err := e.Deploy(app, prof); err != nil {
 		b.Fatal(err)
 	}
-	if mode == "grpc" {
+	if mode != "embedded" {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			b.Fatal(err)
@@ -73,8 +76,20 @@ func startChain(b *testing.B, mode string, n int, onFrame func(coordinator.Frame
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		stopped := make(chan struct{})
-		go func() { defer close(stopped); _ = client.RunWorker(ctx, cc, client.WorkerConfig{ID: "w", Type: "CPU"}) }()
-		b.Cleanup(func() { cancel(); <-stopped; cc.Close(); g.Stop() })
+		var dp *client.DataPlane
+		stopPeer := func() {}
+		if mode == "grpc-direct" {
+			pl, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			dp = &client.DataPlane{Addr: pl.Addr().String(), Store: &client.Store{}}
+			pg := client.NewPeerGRPC(&client.PeerServer{ID: "w", Store: dp.Store})
+			go func() { _ = pg.Serve(pl) }()
+			stopPeer = pg.Stop
+		}
+		go func() { defer close(stopped); _ = client.RunWorker(ctx, cc, client.WorkerConfig{ID: "w", Type: "CPU", Data: dp}) }()
+		b.Cleanup(func() { cancel(); <-stopped; cc.Close(); g.Stop(); stopPeer() })
 		deadline := time.Now().Add(5 * time.Second)
 		for len(srv.Workers()) == 0 && time.Now().Before(deadline) {
 			<-time.After(time.Millisecond)

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -75,20 +76,88 @@ type Server struct {
 // planeCounters count the frames of workers' results by how they came.
 type planeCounters struct {
 	relayed, relayedBytes, refs atomic.Uint64
+	hops                        hopRing
+}
+
+// HopBuckets are the upper bounds (seconds) of PlaneStats.HopBuckets.
+var HopBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
+
+// hopRing keeps the last hops for their quantiles, and a histogram of all.
+type hopRing struct {
+	mu      sync.Mutex
+	ring    [4096]time.Duration
+	n       uint64
+	buckets [14]uint64 // by HopBuckets, the last one above them all
+	sum     time.Duration
+}
+
+func (h *hopRing) add(d time.Duration) {
+	d = max(d, 0)
+	i, _ := slices.BinarySearch(HopBuckets, d.Seconds())
+	h.mu.Lock()
+	h.ring[h.n%uint64(len(h.ring))] = d
+	h.n++
+	h.buckets[i]++
+	h.sum += d
+	h.mu.Unlock()
+}
+
+// histogram returns the cumulative counts by HopBuckets and the sum.
+func (h *hopRing) histogram() (map[float64]uint64, time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[float64]uint64, len(HopBuckets))
+	var c uint64
+	for i, b := range HopBuckets {
+		c += h.buckets[i]
+		out[b] = c
+	}
+	return out, h.sum
+}
+
+// quantiles returns the p50 and p99 of the kept hops and how many there
+// were in all.
+func (h *hopRing) quantiles() (p50, p99 time.Duration, n uint64) {
+	h.mu.Lock()
+	k := min(h.n, uint64(len(h.ring)))
+	v := slices.Clone(h.ring[:k])
+	n = h.n
+	h.mu.Unlock()
+	if k == 0 {
+		return 0, 0, n
+	}
+	slices.Sort(v)
+	at := func(q float64) time.Duration { return v[min(int(q*float64(k)), int(k)-1)] }
+	return at(0.5), at(0.99), n
 }
 
 // PlaneStats says how the frames of workers' results reached the
 // coordinator: with their pixels (the relay) or as references to the
 // worker holding them (the direct data plane).
+//
+// A hop is what a task spends outside its module's run, from the
+// coordinator sending it to the result coming back: the task down, the
+// worker's queue, the fetch of its frames on the direct data plane, and
+// the result up. HopP50 and HopP99 are over the last 4096 tasks that ran.
 type PlaneStats struct {
-	RelayedFrames uint64 `json:"relayed_frames"`
-	RelayedBytes  uint64 `json:"relayed_bytes"`
-	RefFrames     uint64 `json:"ref_frames"`
+	RelayedFrames uint64        `json:"relayed_frames"`
+	RelayedBytes  uint64        `json:"relayed_bytes"`
+	RefFrames     uint64        `json:"ref_frames"`
+	Hops          uint64        `json:"hops"`
+	HopP50        time.Duration `json:"hop_p50_ns"`
+	HopP99        time.Duration `json:"hop_p99_ns"`
+	// HopBuckets counts every hop by HopBuckets (cumulative, Prometheus'
+	// le), HopSum adds them up.
+	HopBuckets map[float64]uint64 `json:"-"`
+	HopSum     time.Duration      `json:"-"`
 }
 
 // Plane returns the data plane's counters.
 func (s *Server) Plane() PlaneStats {
-	return PlaneStats{RelayedFrames: s.plane.relayed.Load(), RelayedBytes: s.plane.relayedBytes.Load(), RefFrames: s.plane.refs.Load()}
+	p50, p99, n := s.plane.hops.quantiles()
+	b, sum := s.plane.hops.histogram()
+	return PlaneStats{RelayedFrames: s.plane.relayed.Load(), RelayedBytes: s.plane.relayedBytes.Load(), RefFrames: s.plane.refs.Load(),
+		Hops: n, HopP50: p50, HopP99: p99, HopBuckets: b, HopSum: sum}
 }
 
 // instances is the part of coordinator.Engine that hosts remote workers.
@@ -159,26 +228,29 @@ type conn struct {
 	beat   atomic.Int64 // unix ns of the last message from the worker
 	closed atomic.Bool
 
+	clk   clock.Clock
 	mu    sync.Mutex
-	given map[uint64]struct{} // tasks sent down the stream and not answered yet
+	given map[uint64]time.Time // tasks sent down the stream and not answered yet: when
 }
 
 // give records that task id goes to the worker; answer takes it back and
-// reports whether it was given (a result for any other is refused).
+// reports whether it was given (a result for any other is refused) and
+// when.
 func (c *conn) give(id uint64) {
 	c.mu.Lock()
-	c.given[id] = struct{}{}
+	c.given[id] = c.clk.Now()
 	c.mu.Unlock()
 }
 
-func (c *conn) answer(id uint64) bool {
+func (c *conn) answer(id uint64) (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.given[id]; !ok {
-		return false
+	at, ok := c.given[id]
+	if !ok {
+		return time.Time{}, false
 	}
 	delete(c.given, id)
-	return true
+	return at, true
 }
 
 // Load implements coordinator.Instance. It is asynchronous: the worker answers
@@ -204,7 +276,7 @@ func (c *conn) Load(specs []worker.ModuleSpec) error {
 func (c *conn) Submit(t worker.Task) {
 	c.give(t.ID) // before it is sent: the answer may come at once
 	if !c.send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_Task{Task: wire.TaskToPB(t)}}) {
-		c.answer(t.ID)
+		_, _ = c.answer(t.ID)
 		// Result posts to the engine loop, which is calling us: not inline.
 		go c.engine.Result(c.id, worker.Result{Task: t.ID, Outcome: worker.QueueFull, Detail: "the stream to worker " + c.id + " is backed up or closed"})
 	}
@@ -256,7 +328,7 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 		return status.Errorf(codes.InvalidArgument, "register %s: peer address of %d bytes; at most %d", reg.Id, len(reg.PeerAddr), wire.MaxRefField)
 	}
 	direct := reg.PeerAddr != "" && !s.Relay
-	c := &conn{id: reg.Id, out: make(chan *api.CoordinatorMessage, wire.DefaultSendQueue), cancel: cancel, engine: s.insts, given: map[uint64]struct{}{}}
+	c := &conn{id: reg.Id, out: make(chan *api.CoordinatorMessage, wire.DefaultSendQueue), cancel: cancel, engine: s.insts, clk: s.Clock, given: map[uint64]time.Time{}}
 	c.beat.Store(s.Clock.Now().UnixNano())
 	s.mu.Lock()
 	if s.workers == nil {
@@ -382,7 +454,14 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 // with the worker's ID) and never reaches the engine. A result over the
 // caps is accounted as BadResult: its frames are dropped, not lost.
 func (s *Server) result(c *conn, p *api.Result) {
-	if !c.answer(p.Task) {
+	sent, ok := c.answer(p.Task)
+	if ok && p.Outcome == api.Outcome_OUTCOME_OK {
+		// What the task spent outside its module's run: the task down,
+		// the worker's queue and, on the direct data plane, the fetch of
+		// its frames, and the result up.
+		s.plane.hops.add(s.Clock.Now().Sub(sent) - time.Duration(p.MeasuredNs))
+	}
+	if !ok {
 		_ = s.refuse(RefusedUnknownTask, status.Errorf(codes.InvalidArgument, "worker %s: result for task %d, which was not given to it or was already answered; ignored", c.id, p.Task), "instance", c.id, "task", p.Task)
 		return
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/mdag/mdag/gpu/onnx"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/pki"
+	"github.com/mdag/mdag/observe/metrics"
 	"github.com/mdag/mdag/remote"
 	"github.com/mdag/mdag/remote/client"
 	"github.com/mdag/mdag/remote/wire"
@@ -182,7 +183,11 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	srv := &remote.Server{Engine: e, Log: log, Heartbeat: *heartbeat, Limits: limits, Relay: *plane == "relay"}
-	obs.mx.SetGRPC(srv.Refused)
+	obs.mx.SetGRPC(func() metrics.GRPC {
+		p := srv.Plane()
+		return metrics.GRPC{Refused: srv.Refused(), RelayedFrames: p.RelayedFrames, RelayedBytes: p.RelayedBytes, RefFrames: p.RefFrames,
+			Hops: p.Hops, HopBuckets: p.HopBuckets, HopSum: p.HopSum}
+	})
 	g := grpcServer(srv, tm)
 	go func() { _ = g.Serve(gl) }()
 	hs := &http.Server{Handler: obs.handler(), ReadHeaderTimeout: 5 * time.Second}
@@ -217,6 +222,9 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	}
 	writeStatusTable(stdout, final)
 	writeCameraTable(stdout, cams.Status())
+	p := srv.Plane()
+	fmt.Fprintf(stdout, "data plane %s: %d result frames by reference, %d relayed (%d bytes); %d hops, p50 %.3f ms, p99 %.3f ms\n",
+		*plane, p.RefFrames, p.RelayedFrames, p.RelayedBytes, p.Hops, float64(p.HopP50.Microseconds())/1000, float64(p.HopP99.Microseconds())/1000)
 	return exitOK
 }
 

@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/mdag/mdag/ingest"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -62,14 +64,28 @@ func (m *Metrics) SetCameras(f func() []Camera) {
 	m.mu.Unlock()
 }
 
-// SetGRPC registers the source of the coordinator's gRPC refusals by
-// reason (remote.Server.Refused).
-func (m *Metrics) SetGRPC(refused func() map[string]uint64) {
+// GRPC is what the coordinator's gRPC port reports (remote.Server's
+// Refused and Plane).
+type GRPC struct {
+	Refused map[string]uint64 // refusals by reason
+	// The frames of workers' results by how they came: with their pixels
+	// (relayed: frames and bytes) or as references (the direct data plane).
+	RelayedFrames, RelayedBytes, RefFrames uint64
+	// Hops: tasks that ran, by what each spent outside its module's run
+	// (down, the worker's queue, the fetch, up): cumulative counts by
+	// upper bound in seconds, and their sum.
+	Hops       uint64
+	HopBuckets map[float64]uint64
+	HopSum     time.Duration
+}
+
+// SetGRPC registers the source of the coordinator's gRPC figures.
+func (m *Metrics) SetGRPC(f func() GRPC) {
 	if m == nil {
 		return
 	}
 	m.mu.Lock()
-	m.grpcRefused = refused
+	m.grpc = f
 	m.mu.Unlock()
 }
 
@@ -113,22 +129,36 @@ var (
 	gpuProcs     = desc("gpu", "processes", "Compute processes on the GPU.", "gpu", "name")
 )
 
-var grpcRefused = desc("grpc", "refused_total", "Requests the coordinator's gRPC port refused, by reason (message-size, frame-size, boxes, result-items, source-streams, rate-peer, rate-global: limits; unknown-task: a result for a task the worker was not given or had answered).", "reason")
+var (
+	grpcRefused = desc("grpc", "refused_total", "Requests the coordinator's gRPC port refused, by reason (message-size, frame-size, boxes, result-items, source-streams, rate-peer, rate-global: limits; unknown-task: a result for a task the worker was not given or had answered; frame-ref: a frame reference the worker may not make).", "reason")
+	grpcFrames  = desc("grpc", "result_frames_total", "Frames in workers' results by data plane: relay (the pixels came through the coordinator) or direct (a reference; the next module's worker fetches the pixels from the worker holding them).", "plane")
+	grpcBytes   = desc("grpc", "relayed_bytes_total", "Pixel bytes of workers' results that came through the coordinator (0 on the direct data plane).")
+	grpcHops    = desc("grpc", "hop_seconds", "What a task spent outside its module's run, from the coordinator sending it to its result: the task down, the worker's queue, the fetch of its frames (direct data plane) and the result up.")
+)
 
 type grpcCollector struct{ m *Metrics }
 
-func (grpcCollector) Describe(ch chan<- *prometheus.Desc) { ch <- grpcRefused }
+func (grpcCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{grpcRefused, grpcFrames, grpcBytes, grpcHops} {
+		ch <- d
+	}
+}
 
 func (c grpcCollector) Collect(ch chan<- prometheus.Metric) {
 	c.m.mu.Lock()
-	f := c.m.grpcRefused
+	f := c.m.grpc
 	c.m.mu.Unlock()
 	if f == nil {
 		return
 	}
-	for r, n := range f() {
+	g := f()
+	for r, n := range g.Refused {
 		ch <- prometheus.MustNewConstMetric(grpcRefused, prometheus.CounterValue, float64(n), r)
 	}
+	ch <- prometheus.MustNewConstMetric(grpcFrames, prometheus.CounterValue, float64(g.RelayedFrames), "relay")
+	ch <- prometheus.MustNewConstMetric(grpcFrames, prometheus.CounterValue, float64(g.RefFrames), "direct")
+	ch <- prometheus.MustNewConstMetric(grpcBytes, prometheus.CounterValue, float64(g.RelayedBytes))
+	ch <- prometheus.MustNewConstHistogram(grpcHops, g.Hops, g.HopSum.Seconds(), g.HopBuckets)
 }
 
 type ingestCollector struct{ m *Metrics }

@@ -65,8 +65,8 @@ type Metrics struct {
 	load    func() float64
 	gpu     func() GPUSnapshot
 	cameras func() []Camera
-	// grpcRefused is the coordinator's gRPC refusals by reason.
-	grpcRefused func() map[string]uint64
+	// grpc is the coordinator's gRPC port: refusals, data plane, hops.
+	grpc func() GRPC
 	instSet     map[[2]string]bool // (type, state) series set last time
 }
 

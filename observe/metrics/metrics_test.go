@@ -69,7 +69,10 @@ func scripted() *Metrics {
 	m.SetCameras(func() []Camera {
 		return []Camera{{App: "traffic", State: "streaming", Reconnects: 3}, {App: "traffic", State: "reconnecting", Reconnects: 4}, {App: "traffic", State: "streaming"}}
 	})
-	m.SetGRPC(func() map[string]uint64 { return map[string]uint64{"frame-size": 2, "unknown-task": 1} })
+	m.SetGRPC(func() GRPC {
+		return GRPC{Refused: map[string]uint64{"frame-size": 2, "unknown-task": 1}, RelayedFrames: 3, RelayedBytes: 3 * 230400, RefFrames: 40,
+			Hops: 43, HopBuckets: map[float64]uint64{0.0005: 10, 0.001: 40, 0.0025: 43}, HopSum: 30 * time.Millisecond}
+	})
 	m.SetGPU(func() GPUSnapshot {
 		return GPUSnapshot{Available: true, Devices: []GPUDevice{{Index: "0", Name: "NVIDIA H100", UtilRatio: 0.42,
 			MemUsed: 3 << 30, MemTotal: 80 << 30, Processes: 1, CurrentUsed: 1 << 30}}}

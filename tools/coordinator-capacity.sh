@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# coordinator-capacity.sh: how far one `mdag coordinator` goes, on the relay
+# data plane (every frame through it) and the direct one (frames worker to
+# worker, the coordinator routes references), in one run (issue 25).
+#
+#   tools/coordinator-capacity.sh [BIN] [PLANES] [STREAM COUNTS] [SECONDS]
+#   tools/coordinator-capacity.sh bin/mdag "relay direct" "4 8 16 24 32" 20
+#
+# The traffic example with emulated GPUs: the coordinator pinned to core 0
+# with GOMAXPROCS=1 (taskset), so what it carries is what one core of it
+# carries; 8 worker processes (3 V100, 2 P100, 3 CPU: the CPU workers run
+# the real crop and count ops) and the synthetic sources on core 1
+# (640x480 frames, 10 fps a stream, 3 objects a frame: detect's frame goes
+# to crop, and 4 vehicle and 1 person crops to the classifiers). Per run:
+# frames sent and finished within the SLO (from the coordinator's status),
+# the coordinator's CPU per frame sent (/proc utime+stime), the hop p50/p99
+# (a task's time outside its module's run: down, the worker's queue, the
+# fetch on the direct plane, up; the coordinator's summary line), the
+# frames' end-to-end p50/p99 (capture to result) and the result pixel
+# bytes it relayed. The capacity is the most streams at >= 99%
+# finished.
+set -euo pipefail
+BIN=${1:-bin/mdag}
+PLANES=${2:-"relay direct"}
+COUNTS=${3:-"4 8 16 24 32"}
+SECS=${4:-20}
+SIZE=${SIZE:-640x480}
+HTTP=${HTTP_PORT:-18281}
+GRPC=${GRPC_PORT:-17171}
+command -v taskset >/dev/null || { echo "coordinator-capacity: taskset (util-linux) is needed" >&2; exit 2; }
+command -v curl >/dev/null || { echo "coordinator-capacity: curl is needed" >&2; exit 2; }
+[ "$(nproc)" -ge 2 ] || { echo "coordinator-capacity: needs 2 cores (the coordinator on one, workers and sources on the other)" >&2; exit 2; }
+tmp=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+printf "%-6s %7s %7s %8s %8s %9s %6s %8s %8s %8s %8s %11s\n" plane streams sent finished finish cpu_us/fr cores hop_p50 hop_p99 e2e_p50 e2e_p99 relayed_MB
+for plane in $PLANES; do
+  for n in $COUNTS; do
+    GOMAXPROCS=1 taskset -c 0 "$BIN" coordinator --example traffic --grpc 127.0.0.1:$GRPC --listen 127.0.0.1:$HTTP \
+      --data-plane "$plane" >"$tmp/coord.out" 2>"$tmp/coord.log" &
+    coord=$!; pids=($coord)
+    for _ in $(seq 100); do curl -sf http://127.0.0.1:$HTTP/healthz >/dev/null 2>&1 && break; sleep 0.1; done
+    i=0
+    for typ in V100 V100 V100 P100 P100 CPU CPU CPU; do
+      taskset -c 1 "$BIN" worker --coordinator 127.0.0.1:$GRPC --type $typ --id "w$i-$typ" >/dev/null 2>>"$tmp/workers.log" &
+      pids+=($!); i=$((i+1))
+    done
+    for _ in $(seq 100); do
+      [ "$(curl -sf http://127.0.0.1:$HTTP/v1/status | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["instances"]))' 2>/dev/null)" = 8 ] && break
+      sleep 0.1
+    done
+    t0=$(awk '{print $14+$15}' /proc/$coord/stat)
+    taskset -c 1 "$BIN" source --coordinator 127.0.0.1:$GRPC --app traffic --streams "$n" --fps 10 --size "$SIZE" --objects 3 \
+      --duration "${SECS}s" >/dev/null 2>&1 || true
+    sleep 2 # the last frames end (the SLO is 400 ms)
+    t1=$(awk '{print $14+$15}' /proc/$coord/stat)
+    curl -sf http://127.0.0.1:$HTTP/v1/status >"$tmp/status.json" || echo '{}' >"$tmp/status.json"
+    for p in "${pids[@]:1}"; do kill -INT "$p" 2>/dev/null || true; done
+    kill -INT $coord; wait 2>/dev/null || true
+    pids=()
+    python3 - "$plane" "$n" "$SECS" "$((t1-t0))" "$tmp/status.json" "$tmp/coord.out" <<'EOF'
+import json, re, sys
+plane, n, secs, ticks, status, out = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
+try:
+    ss = json.load(open(status))["sessions"][0]
+    tot = ss["total"]
+except Exception:
+    print(f"{plane:6} {n:7d}  no status"); sys.exit()
+sent, fin = tot["sent"], tot["finished"]
+m = re.search(r"data plane \S+: (\d+) result frames by reference, (\d+) relayed \((\d+) bytes\); (\d+) hops, p50 ([\d.]+) ms, p99 ([\d.]+) ms", open(out).read())
+refs, rel, relb, hops, p50, p99 = (m.groups() if m else ("?",) * 6)
+cpu_us = ticks * 10000 / max(1, sent)
+mb = float(relb) / 1e6 if m else float("nan")
+print(f"{plane:6} {n:7d} {sent:7d} {fin:8d} {100*fin/max(1,sent):7.2f}% {cpu_us:9.0f} {ticks/100/secs:6.2f} {p50:>8} {p99:>8} {ss['p50_ms']:8.1f} {ss['p99_ms']:8.1f} {mb:11.1f}")
+EOF
+  done
+done
