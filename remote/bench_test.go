@@ -88,7 +88,10 @@ func startChain(b *testing.B, mode string, n int, onFrame func(coordinator.Frame
 			go func() { _ = pg.Serve(pl) }()
 			stopPeer = pg.Stop
 		}
-		go func() { defer close(stopped); _ = client.RunWorker(ctx, cc, client.WorkerConfig{ID: "w", Type: "CPU", Data: dp}) }()
+		go func() {
+			defer close(stopped)
+			_ = client.RunWorker(ctx, cc, client.WorkerConfig{ID: "w", Type: "CPU", Data: dp})
+		}()
 		b.Cleanup(func() { cancel(); <-stopped; cc.Close(); g.Stop(); stopPeer() })
 		deadline := time.Now().Add(5 * time.Second)
 		for len(srv.Workers()) == 0 && time.Now().Before(deadline) {

@@ -66,8 +66,8 @@ type Metrics struct {
 	gpu     func() GPUSnapshot
 	cameras func() []Camera
 	// grpc is the coordinator's gRPC port: refusals, data plane, hops.
-	grpc func() GRPC
-	instSet     map[[2]string]bool // (type, state) series set last time
+	grpc    func() GRPC
+	instSet map[[2]string]bool // (type, state) series set last time
 }
 
 // Frame outcomes, as the engine names them.
