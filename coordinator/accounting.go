@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -136,7 +137,7 @@ func (a *accounting) windowsBefore(cutoff time.Time, n int) []WindowStatus {
 		ws := WindowStatus{Start: time.Unix(k, 0).UTC(), Counts: w.Counts, FinishRate: w.FinishRate(),
 			P50MS: pct(w.lat, 0.5), P99MS: pct(w.lat, 0.99)}
 		if len(w.drops) > 0 {
-			ws.Drops = w.drops
+			ws.Drops = maps.Clone(w.drops)
 		}
 		out = append(out, ws)
 	}

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -271,7 +272,7 @@ func (e *Engine) Status() Status {
 			s := e.sessions[id]
 			ss := SessionStatus{App: id, Streams: len(s.streams), FPS: s.app.FPS, SLOMS: s.app.SLO.Seconds() * 1000,
 				Total: s.acct.total, Open: s.acct.total.Open(), FinishRateAll: s.acct.total.FinishRate(),
-				P50MS: pct(s.acct.lat, 0.5), P99MS: pct(s.acct.lat, 0.99), Drops: s.acct.drops, Planned: s.plan != nil}
+				P50MS: pct(s.acct.lat, 0.5), P99MS: pct(s.acct.lat, 0.99), Drops: maps.Clone(s.acct.drops), Planned: s.plan != nil}
 			if d, ok := s.ingestP95(); ok {
 				ss.IngestP95MS = millis(d)
 			}

@@ -73,7 +73,7 @@ func (c *loopback) directWorker(t *testing.T, id, typ string) *directWorker {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = client.RunWorker(ctx, c.cc, client.WorkerConfig{ID: id, Type: typ, Data: &client.DataPlane{Addr: ln.Addr().String(), Store: store}})
+		_ = client.RunWorker(ctx, c.cc, client.WorkerConfig{ID: id, Type: typ, Data: &client.DataPlane{Addr: ln.Addr().String(), Store: store, InlineBelow: -1}})
 	}()
 	waitFor(t, "worker "+id+" to register", 5*time.Second, func() bool {
 		for _, w := range c.srv.Workers() {

@@ -19,7 +19,7 @@ import (
 // many frames it holds for them.
 type peerFlags struct {
 	listen, advertise *string
-	storeMiB          *int
+	storeMiB, inline  *int
 }
 
 func addPeerFlags(fs *flag.FlagSet) *peerFlags {
@@ -31,6 +31,7 @@ func addPeerFlags(fs *flag.FlagSet) *peerFlags {
 			"on Kubernetes: $(POD_IP):PORT)"),
 		storeMiB: fs.Int("peer-store", client.DefaultStoreBytes>>20, "MiB of frames held for other workers; past it the frame due to expire first goes "+
 			"(a fetch of it fails and its frame is dropped peer-lost)"),
+		inline: fs.Int("peer-inline", client.DefaultInlineBelow, "output frames of fewer `BYTES` of pixels (crops) travel inline through the coordinator: cheaper than a fetch; 0: every frame by reference"),
 	}
 }
 
@@ -51,6 +52,13 @@ func (f *peerFlags) start(id, coord string, m *pki.Material, log *slog.Logger) (
 		listen = "127.0.0.1:0"
 	case listen == "" && *f.advertise != "":
 		return nil, nil, errors.New("--advertise without --peer-listen: give the address to listen at too")
+	}
+	if *f.inline < 0 {
+		return nil, nil, fmt.Errorf("--peer-inline %d: want >= 0 bytes", *f.inline)
+	}
+	dp.InlineBelow = *f.inline
+	if *f.inline == 0 {
+		dp.InlineBelow = -1
 	}
 	if *f.storeMiB <= 0 {
 		return nil, nil, fmt.Errorf("--peer-store %d: want > 0 MiB", *f.storeMiB)

@@ -34,6 +34,10 @@ const (
 	DefaultHoldAfter = 2 * time.Second
 	// MaxFetchIDs bounds the frames one Fetch asks for.
 	MaxFetchIDs = 4096
+	// DefaultInlineBelow: frames of fewer pixel bytes (crops) travel
+	// inline in results, as on the relay: carrying a few KiB through the
+	// coordinator costs less than a fetch (a round trip to the holder).
+	DefaultInlineBelow = 32 << 10
 )
 
 // Store holds the frames a worker made until their items' deadlines (plus
@@ -222,6 +226,17 @@ type DataPlane struct {
 	// FetchTimeout bounds one fetch past the latest deadline of the
 	// items it serves; default 1 s.
 	FetchTimeout time.Duration
+	// InlineBelow: output frames of fewer pixel bytes go inline, not by
+	// reference; 0: DefaultInlineBelow; negative: every frame by
+	// reference.
+	InlineBelow int
+}
+
+func (dp *DataPlane) inlineBelow() int {
+	if dp.InlineBelow == 0 {
+		return DefaultInlineBelow
+	}
+	return dp.InlineBelow
 }
 
 // fetcher resolves frame references into frames: from this worker's own

@@ -71,15 +71,17 @@ func TestStoreExpiresAndEvicts(t *testing.T) {
 }
 
 // TestHoldOutputs: a Done result's frames are held and replaced by
-// references (a frame shared by outputs once); the worker's own items are
-// not changed; other results pass as they are.
+// references (a frame shared by outputs once), but for one under
+// InlineBelow; the worker's own items are not changed; other results pass
+// as they are.
 func TestHoldOutputs(t *testing.T) {
-	dp := &DataPlane{Addr: "10.0.0.7:7071", Store: &Store{Clock: clock.NewFake(t0)}}
+	dp := &DataPlane{Addr: "10.0.0.7:7071", Store: &Store{Clock: clock.NewFake(t0)}, InlineBelow: 2 * 3}
 	shared := frameOf(4, 2, 9)
 	in := []*media.Item{{Stream: "s", Seq: 1, Deadline: t0.Add(time.Second), Frame: shared}, {Stream: "s", Seq: 1, Deadline: t0.Add(time.Second), Frame: shared, Boxes: []media.Box{{W: 1}}}}
-	crop := &media.Item{Stream: "s", Seq: 1, Deadline: t0.Add(time.Second), Frame: frameOf(1, 1, 5)}
+	crop := &media.Item{Stream: "s", Seq: 1, Deadline: t0.Add(time.Second), Frame: frameOf(2, 1, 5)}
+	tiny := &media.Item{Stream: "s", Seq: 1, Deadline: t0.Add(time.Second), Frame: frameOf(1, 1, 6)} // under InlineBelow
 	noFrame := &media.Item{Stream: "s", Seq: 1, Counts: map[string]int{"car": 2}}
-	r := worker.Result{Task: 3, Outputs: [][]*media.Item{in, {crop, noFrame}}}
+	r := worker.Result{Task: 3, Outputs: [][]*media.Item{in, {crop, noFrame, tiny}}}
 	got := holdOutputs(r, "gpu-a", dp)
 	if in[0].Frame != shared || crop.Frame.Ref != nil {
 		t.Fatal("holdOutputs changed the worker's own items")
@@ -91,7 +93,7 @@ func TestHoldOutputs(t *testing.T) {
 	if f := got.Outputs[0][0].Frame; f.Pix != nil || f.W != 4 || f.H != 2 {
 		t.Errorf("reference frame %+v: want 4x2 and no pixels", f)
 	}
-	if got.Outputs[1][1] != noFrame || got.Outputs[1][0].Frame.Ref == nil {
+	if got.Outputs[1][1] != noFrame || got.Outputs[1][0].Frame.Ref == nil || got.Outputs[1][2] != tiny {
 		t.Errorf("second list %+v", got.Outputs[1])
 	}
 	if st := dp.Store.Stats(); st.Put != 2 {

@@ -329,7 +329,8 @@ func moduleNames(l *api.Load) []string {
 // holdOutputs keeps the frames of a Done result's outputs in dp's store
 // and returns the result with references in their place (the items are
 // copied: the worker's own may still be in use). A frame shared by several
-// outputs is held once.
+// outputs is held once; one smaller than dp.InlineBelow (a crop) stays
+// inline.
 func holdOutputs(r worker.Result, self string, dp *DataPlane) worker.Result {
 	if r.Outcome != worker.Done {
 		return r
@@ -341,7 +342,7 @@ func holdOutputs(r worker.Result, self string, dp *DataPlane) worker.Result {
 		cloned := false
 		for j, it := range list {
 			f := it.Frame
-			if f == nil || f.Ref != nil || len(f.Pix) == 0 {
+			if f == nil || f.Ref != nil || len(f.Pix) == 0 || len(f.Pix) < dp.inlineBelow() {
 				continue
 			}
 			if keys == nil {
