@@ -139,12 +139,12 @@ func TestGeneratedConfigMaps(t *testing.T) {
 // they came from, whatever the file's ending and its blank or indented lines.
 func TestRenderRoundTrips(t *testing.T) {
 	cases := map[string]string{
-		"one newline":      "a: 1\nb:\n  - c\n",
-		"no newline":       "{\"a\": 1}",
-		"blank lines":      "a: 1\n\n\nb: 2\n",
-		"trailing blanks":  "a: 1\n\n\n",
-		"leading # and ws": "# x\n  y: \"z\"  \n\t{}\n",
-		"leading space":    "  a\nb\n",
+		"one newline":               "a: 1\nb:\n  - c\n",
+		"no newline":                "{\"a\": 1}",
+		"blank lines":               "a: 1\n\n\nb: 2\n",
+		"trailing blanks":           "a: 1\n\n\n",
+		"leading # and ws":          "# x\n  y: \"z\"  \n\t{}\n",
+		"leading space":             "  a\nb\n",
 		"leading space, no newline": "  a",
 	}
 	dir := t.TempDir()

@@ -30,16 +30,16 @@ const kubeDir = "kubernetes"
 // under deploy/kubernetes must be one of these. A kind not listed fails the
 // test: add its type here when a manifest needs it.
 var kinds = map[string]func() any{
-	"v1/Namespace":             func() any { return &corev1.Namespace{} },
-	"v1/ServiceAccount":        func() any { return &corev1.ServiceAccount{} },
-	"v1/ConfigMap":             func() any { return &corev1.ConfigMap{} },
-	"v1/Secret":                func() any { return &corev1.Secret{} },
-	"v1/Service":               func() any { return &corev1.Service{} },
-	"v1/PersistentVolumeClaim": func() any { return &corev1.PersistentVolumeClaim{} },
-	"apps/v1/Deployment":       func() any { return &appsv1.Deployment{} },
-	"rbac.authorization.k8s.io/v1/Role":        func() any { return &rbacv1.Role{} },
-	"rbac.authorization.k8s.io/v1/RoleBinding": func() any { return &rbacv1.RoleBinding{} },
-	"monitoring.coreos.com/v1/ServiceMonitor":  func() any { return &monitoringv1.ServiceMonitor{} },
+	"v1/Namespace":                                  func() any { return &corev1.Namespace{} },
+	"v1/ServiceAccount":                             func() any { return &corev1.ServiceAccount{} },
+	"v1/ConfigMap":                                  func() any { return &corev1.ConfigMap{} },
+	"v1/Secret":                                     func() any { return &corev1.Secret{} },
+	"v1/Service":                                    func() any { return &corev1.Service{} },
+	"v1/PersistentVolumeClaim":                      func() any { return &corev1.PersistentVolumeClaim{} },
+	"apps/v1/Deployment":                            func() any { return &appsv1.Deployment{} },
+	"rbac.authorization.k8s.io/v1/Role":             func() any { return &rbacv1.Role{} },
+	"rbac.authorization.k8s.io/v1/RoleBinding":      func() any { return &rbacv1.RoleBinding{} },
+	"monitoring.coreos.com/v1/ServiceMonitor":       func() any { return &monitoringv1.ServiceMonitor{} },
 	"kustomize.config.k8s.io/v1beta1/Kustomization": func() any { return &kustomization{} },
 }
 
