@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/gpu/registry"
@@ -119,6 +120,7 @@ func (p *problems) add(where fmt.Stringer, format string, args ...any) {
 func (c *cluster) check() problems {
 	var p problems
 	c.checkNamespaces(&p)
+	c.checkNames(&p)
 	c.checkPods(&p)
 	c.checkWorkers(&p)
 	c.checkCoordinator(&p)
@@ -146,6 +148,66 @@ func (c *cluster) checkNamespaces(p *problems) {
 	}
 	if !hasNS {
 		*p = append(*p, "no Namespace "+namespace)
+	}
+}
+
+// checkNames: names, labels, ports and env names are what the API server
+// accepts (strict decoding checks the fields, not these values): object
+// names DNS-1123 subdomains (a Service's or Namespace's a label), label keys
+// qualified names and values label values, container, volume and port names
+// DNS-1123 labels (ports at most 15 characters), env names C identifiers.
+func (c *cluster) checkNames(p *problems) {
+	bad := func(m manifest, what, v string, errs []string) {
+		if len(errs) > 0 {
+			p.add(m, "%s %q: %s", what, v, strings.Join(errs, "; "))
+		}
+	}
+	labelMap := func(m manifest, what string, l map[string]string) {
+		for k, v := range l {
+			bad(m, what+" key", k, validation.IsQualifiedName(k))
+			bad(m, what+" value", v, validation.IsValidLabelValue(v))
+		}
+	}
+	for _, m := range c.objs {
+		o, ok := m.obj.(metav1.Object)
+		if !ok {
+			continue
+		}
+		switch m.obj.(type) {
+		case *corev1.Service, *corev1.Namespace:
+			bad(m, "name", o.GetName(), validation.IsDNS1123Label(o.GetName()))
+		default:
+			bad(m, "name", o.GetName(), validation.IsDNS1123Subdomain(o.GetName()))
+		}
+		labelMap(m, "label", o.GetLabels())
+		switch o := m.obj.(type) {
+		case *corev1.Service:
+			labelMap(m, "selector", o.Spec.Selector)
+			for _, sp := range o.Spec.Ports {
+				bad(m, "port name", sp.Name, validation.IsValidPortName(sp.Name))
+				bad(m, "port", fmt.Sprint(sp.Port), validation.IsValidPortNum(int(sp.Port)))
+			}
+		case *appsv1.Deployment:
+			if o.Spec.Selector != nil {
+				labelMap(m, "selector", o.Spec.Selector.MatchLabels)
+			}
+			ps := o.Spec.Template.Spec
+			labelMap(m, "pod label", o.Spec.Template.Labels)
+			labelMap(m, "nodeSelector", ps.NodeSelector)
+			for _, v := range ps.Volumes {
+				bad(m, "volume name", v.Name, validation.IsDNS1123Label(v.Name))
+			}
+			for _, ct := range ps.Containers {
+				bad(m, "container name", ct.Name, validation.IsDNS1123Label(ct.Name))
+				for _, cp := range ct.Ports {
+					bad(m, "container port name", cp.Name, validation.IsValidPortName(cp.Name))
+					bad(m, "container port", fmt.Sprint(cp.ContainerPort), validation.IsValidPortNum(int(cp.ContainerPort)))
+				}
+				for _, e := range ct.Env {
+					bad(m, "env name", e.Name, validation.IsEnvVarName(e.Name))
+				}
+			}
+		}
 	}
 }
 

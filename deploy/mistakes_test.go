@@ -217,6 +217,15 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"object in another namespace", func(t *testing.T, c *cluster) {
 			c.deployment(t, "mdag-worker-cpu").Namespace = "default"
 		}, `mdag-worker-cpu is in namespace "default", want "mdag"`},
+		{"label value the API refuses", func(t *testing.T, c *cluster) {
+			c.deployment(t, "mdag-worker-cpu").Spec.Template.Labels["mdag.io/instance"] = "gpu 1"
+		}, `pod label value "gpu 1": a valid label must be`},
+		{"port name over 15 characters", func(t *testing.T, c *cluster) {
+			container(t, c.deployment(t, "mdag-coordinator"), "coordinator").Ports[2].Name = "prometheus-metrics"
+		}, `container port name "prometheus-metrics": must be no more than 15 characters`},
+		{"container name with capitals", func(t *testing.T, c *cluster) {
+			container(t, c.deployment(t, "mdag-worker-v100"), "torch-runner").Name = "torchRunner"
+		}, `container name "torchRunner": a lowercase RFC 1123 label`},
 		{"an image of neither kind", func(t *testing.T, c *cluster) {
 			container(t, c.deployment(t, "mdag-worker-cpu"), "worker").Image = "busybox"
 		}, "image busybox: neither mdag nor mdag-torch-runner"},
