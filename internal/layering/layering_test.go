@@ -68,6 +68,7 @@ var allowed = map[string][]string{
 	"gpu/kserve":            {"api/kserve", "gpu", "gpu/decode", "gpu/prep", "gpu/registry", "internal/clock", "media"},
 	"api/kserve":            {},
 	"runners/torch":         {},
+	"deploy":                {},
 	"worker":                {"dag", "gpu", "internal/clock", "media", "modules"},
 	"coordinator":           {"allocator", "dag", "gpu", "internal/defaults", "internal/clock", "media", "modules", "placement", "profile", "scheduler", "worker"},
 	"coordinator/store":     {"coordinator"},

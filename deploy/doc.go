@@ -1,0 +1,16 @@
+// Package deploy holds what runs mdag outside this repository: the Grafana
+// dashboard (deploy/grafana/mdag.json) and the Kubernetes manifests
+// (deploy/kubernetes: the base, the optional monitoring objects and the GKE
+// overlay; docs/deploy.md says how to use them).
+//
+// It has no Go code of its own. Its tests decode every manifest strictly into
+// its Kubernetes type (k8s.io/api, the Prometheus operator's ServiceMonitor, a
+// mirror of kustomize's Kustomization) and check that the manifests agree
+// with each other, with the deployed app's profiles, with the mdag CLI's
+// flags and with the torch runner's: a misspelt field, a worker Deployment
+// that breaks the conventions the kubernetes provisioner relies on, a Service
+// that selects no pod or a flag the binary does not have fails them. The
+// ConfigMaps that copy a file of the repository (the traffic app and its
+// profiles, the Grafana dashboard) are generated from it: go test ./deploy
+// -update writes them again, and the test fails while they differ.
+package deploy
