@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -174,7 +175,7 @@ func TestParseHelp(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]bool{"coordinator": false, "insecure": true, "state": false, "v": true, "x": false}
-	if !mapsEqualBool(f.flags, want) {
+	if !maps.Equal(f.flags, want) {
 		t.Fatalf("flags %v, want %v", f.flags, want)
 	}
 	if strings.Join(f.refused, " ") != "open udp-ports" {
@@ -201,25 +202,13 @@ func TestParseHelp(t *testing.T) {
 			t.Errorf("%v: error %v, want one with %q", c.args, err, c.err)
 		case c.err == "" && err != nil:
 			t.Errorf("%v: %v", c.args, err)
-		case c.err == "" && !mapsEqual(got, c.want):
+		case c.err == "" && !maps.Equal(got, c.want):
 			t.Errorf("%v: %v, want %v", c.args, got, c.want)
 		}
 	}
 	if _, err := parseHelp("x", "Usage: mdag x\n"); err == nil {
 		t.Error("usage without flags parsed")
 	}
-}
-
-func mapsEqualBool(a, b map[string]bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // TestPendingFlags: a pending flag the CLI now has must leave pendingFlags

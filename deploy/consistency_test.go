@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"regexp"
@@ -483,7 +484,7 @@ func (c *cluster) checkWorkers(p *problems) {
 			p.add(m, "replicas %v, want 0 (scaled by hand in static mode; provisioned mode creates bare pods)", ptrString(d.Spec.Replicas))
 		}
 		wantSel := map[string]string{labelName: workerApp, labelType: typ, labelPool: "static"}
-		if d.Spec.Selector == nil || !mapsEqual(d.Spec.Selector.MatchLabels, wantSel) || len(d.Spec.Selector.MatchExpressions) > 0 {
+		if d.Spec.Selector == nil || !maps.Equal(d.Spec.Selector.MatchLabels, wantSel) || len(d.Spec.Selector.MatchExpressions) > 0 {
 			p.add(m, "selector %v, want matchLabels %v", d.Spec.Selector, wantSel)
 		}
 		for k, v := range wantSel {
@@ -514,18 +515,6 @@ func ptrString(r *int32) string {
 		return "unset (1)"
 	}
 	return fmt.Sprint(*r)
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // checkWorkerPod: the worker container's args and env per the conventions,

@@ -167,19 +167,25 @@ var h2 = []string{"h2"}
 // certificate, and client certificates required and verified against the
 // current CA (the role is checked per RPC, by the server). Each handshake
 // takes the material as it is then.
-func (s *Material) ServerConfig() *tls.Config {
+func (s *Material) ServerConfig() *tls.Config { return s.serverConfig(nil) }
+
+// serverConfig is a server's TLS configuration with this material: client
+// certificates required and verified against the current CA, then checked
+// by verify (nil: no more).
+func (s *Material) serverConfig(verify func(tls.ConnectionState) error) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		NextProtos: h2,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			m := s.material()
 			return &tls.Config{
-				MinVersion:   tls.VersionTLS13,
-				NextProtos:   h2,
-				Certificates: []tls.Certificate{m.cert},
-				ClientAuth:   tls.RequireAndVerifyClientCert,
-				ClientCAs:    m.pool,
-				Time:         s.now,
+				MinVersion:       tls.VersionTLS13,
+				NextProtos:       h2,
+				Certificates:     []tls.Certificate{m.cert},
+				ClientAuth:       tls.RequireAndVerifyClientCert,
+				ClientCAs:        m.pool,
+				Time:             s.now,
+				VerifyConnection: verify,
 			}, nil
 		},
 	}
@@ -222,22 +228,7 @@ func (s *Material) ClientConfig(serverName string) *tls.Config {
 // a source's is refused in the handshake). Each handshake takes the
 // material as it is then.
 func (s *Material) PeerServerConfig() *tls.Config {
-	return &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		NextProtos: h2,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			m := s.material()
-			return &tls.Config{
-				MinVersion:       tls.VersionTLS13,
-				NextProtos:       h2,
-				Certificates:     []tls.Certificate{m.cert},
-				ClientAuth:       tls.RequireAndVerifyClientCert,
-				ClientCAs:        m.pool,
-				Time:             s.now,
-				VerifyConnection: func(cs tls.ConnectionState) error { return peerIsWorker(cs, "client") },
-			}, nil
-		},
-	}
+	return s.serverConfig(func(cs tls.ConnectionState) error { return peerIsWorker(cs, "client") })
 }
 
 // PeerClientConfig is a worker's TLS configuration for fetching frames from
