@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mdag/mdag/api"
-	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/remote/client"
 	"github.com/mdag/mdag/remote/wire"
 )
@@ -113,25 +112,8 @@ func TestDirectDataPlane(t *testing.T) {
 	for _, w := range []struct{ id, typ string }{{"gpu-a", "V100"}, {"gpu-b", "V100"}, {"cpu-a", "CPU"}, {"cpu-b", "CPU"}} {
 		workers[w.id] = c.directWorker(t, w.id, w.typ)
 	}
-	pat, err := synth.NewPattern(320, 240, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var wg sync.WaitGroup
-	replies := make([]*api.IngestReply, 2)
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := client.Stream(ctx, c.cc, "traffic", "cam-"+string(rune('a'+i)), pat, i, 10, 0)
-			if err != nil {
-				t.Error(err)
-			}
-			replies[i] = r
-		}()
-	}
+	cams := c.cameras(t, 2)
+	defer cams.stop()
 	// Frames flow by reference: some worker served another's fetch.
 	served := func() (id string) {
 		for wid, w := range workers {
@@ -185,8 +167,7 @@ func TestDirectDataPlane(t *testing.T) {
 		}
 		return false
 	})
-	cancel()
-	wg.Wait()
+	replies := cams.stop()
 	waitFor(t, "every frame to end", 30*time.Second, func() bool { return c.e.Status().Sessions[0].Open == 0 })
 	st := c.e.Status().Sessions[0]
 	var accepted uint64

@@ -106,6 +106,43 @@ func (c *loopback) worker(t testing.TB, id, typ string) (cancel func()) {
 	return cancel
 }
 
+// cameras streams n synthetic 320x240 cameras (3 objects, 10 fps) into
+// the traffic app, cam-a, cam-b...; stop ends them and returns the
+// coordinator's replies (nil for a stream that got none).
+type cameras struct {
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	replies []*api.IngestReply
+}
+
+func (c *loopback) cameras(t testing.TB, n int) *cameras {
+	t.Helper()
+	pat, err := synth.NewPattern(320, 240, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cs := &cameras{cancel: cancel, replies: make([]*api.IngestReply, n)}
+	for i := range n {
+		cs.wg.Add(1)
+		go func() {
+			defer cs.wg.Done()
+			r, err := client.Stream(ctx, c.cc, "traffic", "cam-"+string(rune('a'+i)), pat, i, 10, 0)
+			if err != nil {
+				t.Error(err)
+			}
+			cs.replies[i] = r
+		}()
+	}
+	return cs
+}
+
+func (cs *cameras) stop() []*api.IngestReply {
+	cs.cancel()
+	cs.wg.Wait()
+	return cs.replies
+}
+
 func waitFor(t testing.TB, what string, limit time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
@@ -188,24 +225,7 @@ func runWorkerLoss(t testing.TB) workerLoss {
 	for _, w := range []struct{ id, typ string }{{"gpu-a", "V100"}, {"gpu-b", "V100"}, {"cpu-a", "CPU"}} {
 		stop[w.id] = c.worker(t, w.id, w.typ)
 	}
-	pat, err := synth.NewPattern(320, 240, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	replies := make([]*api.IngestReply, 2)
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := client.Stream(ctx, c.cc, "traffic", "cam-"+string(rune('a'+i)), pat, i, 10, 0)
-			if err != nil {
-				t.Error(err)
-			}
-			replies[i] = r
-		}()
-	}
+	cams := c.cameras(t, 2)
 	// Lose a GPU worker that hosts modules (its process ends: the stream
 	// closes under it), once it does and two windows are complete (under
 	// load the windows may complete before the workers register).
@@ -220,8 +240,7 @@ func runWorkerLoss(t testing.TB) workerLoss {
 		return victim != "" && len(st.Sessions) > 0 && len(st.Sessions[0].Windows) >= 2
 	})
 	if victim == "" {
-		cancel()
-		wg.Wait()
+		cams.stop()
 		t.Fatalf("no V100 worker hosts a module: %+v", c.e.Status().Instances)
 	}
 	lostAt := time.Now()
@@ -246,8 +265,7 @@ func runWorkerLoss(t testing.TB) workerLoss {
 		}
 		return n >= 3
 	})
-	cancel()
-	wg.Wait()
+	replies := cams.stop()
 	waitFor(t, "every frame to end", 20*time.Second, func() bool { return c.e.Status().Sessions[0].Open == 0 })
 	st := c.e.Status().Sessions[0]
 	var r workerLoss
