@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"sort"
 	"sync"
@@ -25,6 +26,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -102,33 +104,26 @@ func (h *hopRing) add(d time.Duration) {
 	h.mu.Unlock()
 }
 
-// histogram returns the cumulative counts by HopBuckets and the sum.
-func (h *hopRing) histogram() (map[float64]uint64, time.Duration) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make(map[float64]uint64, len(HopBuckets))
-	var c uint64
-	for i, b := range HopBuckets {
-		c += h.buckets[i]
-		out[b] = c
-	}
-	return out, h.sum
-}
-
-// quantiles returns the p50 and p99 of the kept hops and how many there
-// were in all.
-func (h *hopRing) quantiles() (p50, p99 time.Duration, n uint64) {
+// read returns, at one instant, the p50 and p99 of the kept hops, how many
+// there were in all, the cumulative counts by HopBuckets and their sum.
+func (h *hopRing) read() (p50, p99 time.Duration, n uint64, buckets map[float64]uint64, sum time.Duration) {
 	h.mu.Lock()
 	k := min(h.n, uint64(len(h.ring)))
 	v := slices.Clone(h.ring[:k])
-	n = h.n
+	n, sum = h.n, h.sum
+	buckets = make(map[float64]uint64, len(HopBuckets))
+	var c uint64
+	for i, b := range HopBuckets {
+		c += h.buckets[i]
+		buckets[b] = c
+	}
 	h.mu.Unlock()
 	if k == 0 {
-		return 0, 0, n
+		return 0, 0, n, buckets, sum
 	}
 	slices.Sort(v)
 	at := func(q float64) time.Duration { return v[min(int(q*float64(k)), int(k)-1)] }
-	return at(0.5), at(0.99), n
+	return at(0.5), at(0.99), n, buckets, sum
 }
 
 // PlaneStats says how the frames of workers' results reached the
@@ -154,8 +149,7 @@ type PlaneStats struct {
 
 // Plane returns the data plane's counters.
 func (s *Server) Plane() PlaneStats {
-	p50, p99, n := s.plane.hops.quantiles()
-	b, sum := s.plane.hops.histogram()
+	p50, p99, n, b, sum := s.plane.hops.read()
 	return PlaneStats{RelayedFrames: s.plane.relayed.Load(), RelayedBytes: s.plane.relayedBytes.Load(), RefFrames: s.plane.refs.Load(),
 		Hops: n, HopP50: p50, HopP99: p99, HopBuckets: b, HopSum: sum}
 }
@@ -328,6 +322,12 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 		return status.Errorf(codes.InvalidArgument, "register %s: peer address of %d bytes; at most %d", reg.Id, len(reg.PeerAddr), wire.MaxRefField)
 	}
 	direct := reg.PeerAddr != "" && !s.Relay
+	var peerRefused error
+	if direct {
+		if peerRefused = peerHostIsCaller(stream.Context(), reg.PeerAddr); peerRefused != nil {
+			direct = false
+		}
+	}
 	c := &conn{id: reg.Id, out: make(chan *api.CoordinatorMessage, wire.DefaultSendQueue), cancel: cancel, engine: s.insts, clk: s.Clock, given: map[uint64]time.Time{}}
 	c.beat.Store(s.Clock.Now().UnixNano())
 	s.mu.Lock()
@@ -353,6 +353,9 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 	}
 	plane := "direct: its outputs' frames stay there, peers fetch them from " + reg.PeerAddr
 	switch {
+	case peerRefused != nil:
+		plane = "relay: " + peerRefused.Error()
+		s.Log.Warn("worker's peer address refused: its outputs' frames come through the coordinator", "instance", reg.Id, "err", peerRefused)
 	case reg.PeerAddr == "":
 		plane = "relay: it has no peer address (mdag worker --peer-listen), so its outputs' frames come through the coordinator"
 	case s.Relay:
@@ -455,10 +458,10 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 // caps is accounted as BadResult: its frames are dropped, not lost.
 func (s *Server) result(c *conn, p *api.Result) {
 	sent, ok := c.answer(p.Task)
-	if ok && p.Outcome == api.Outcome_OUTCOME_OK {
+	if ok && (p.Outcome == api.Outcome_OUTCOME_OK || p.Outcome == api.Outcome_OUTCOME_PEER_LOST) {
 		// What the task spent outside its module's run: the task down,
 		// the worker's queue and, on the direct data plane, the fetch of
-		// its frames, and the result up.
+		// its frames (a failed fetch too: the slowest), and the result up.
 		s.plane.hops.add(s.Clock.Now().Sub(sent) - time.Duration(p.MeasuredNs))
 	}
 	if !ok {
@@ -496,25 +499,61 @@ func (s *Server) result(c *conn, p *api.Result) {
 	s.insts.Result(c.id, wire.ResultFromPB(p))
 }
 
+// peerHostIsCaller checks that a worker's peer address names the host its
+// connection comes from (an IP literal equal to the caller's address), so
+// no worker can send the workers that fetch its frames to another host (a
+// service inside the network, say). Behind NAT the two differ: the worker
+// then relays.
+func peerHostIsCaller(ctx context.Context, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" || port == "" {
+		return fmt.Errorf("peer address %q: want IP:PORT", addr)
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return fmt.Errorf("peer address %q: want an IP address, not a name (the coordinator checks it is the address the worker connects from)", addr)
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return fmt.Errorf("peer address %q: the connection's address is unknown", addr)
+	}
+	ch, _, err := net.SplitHostPort(p.Addr.String())
+	if err != nil {
+		return fmt.Errorf("peer address %q: the connection's address %q: %v", addr, p.Addr, err)
+	}
+	if c := net.ParseIP(ch); c == nil || !c.Equal(ip) {
+		return fmt.Errorf("peer address %q is not the address the worker connects from (%s): another host's address is refused", addr, ch)
+	}
+	return nil
+}
+
 // countFrames counts a result's output frames by how they came, and
 // refuses a reference a worker may not make: one from a worker that
 // relays, or one that names another holder or address than the worker's
 // own (a worker cannot send its peers to fetch elsewhere).
 func (s *Server) countFrames(c *conn, p *api.Result) error {
+	var relayed, bytes, refs uint64
+	defer func() {
+		s.plane.relayed.Add(relayed)
+		s.plane.relayedBytes.Add(bytes)
+		s.plane.refs.Add(refs)
+	}()
 	for _, list := range p.Outputs {
 		for _, it := range list.Items {
 			f := it.GetFrame()
 			switch {
 			case f == nil:
 			case f.Ref == nil:
-				s.plane.relayed.Add(1)
-				s.plane.relayedBytes.Add(uint64(len(f.Bgr)))
+				relayed++
+				bytes += uint64(len(f.Bgr))
 			case c.peer == "":
+				relayed, bytes, refs = 0, 0, 0
 				return fmt.Errorf("output frame %d of stream %s is a reference, but this worker relays its frames (it registered no peer address, or the coordinator runs --data-plane relay)", f.Ref.Id, it.Stream)
 			case f.Ref.Holder != c.id || f.Ref.Addr != c.peer:
+				relayed, bytes, refs = 0, 0, 0
 				return fmt.Errorf("output frame %d of stream %s names holder %q at %q; a worker may only hand out its own frames (%q at %q)", f.Ref.Id, it.Stream, f.Ref.Holder, f.Ref.Addr, c.id, c.peer)
 			default:
-				s.plane.refs.Add(1)
+				refs++
 			}
 		}
 	}

@@ -27,8 +27,8 @@ func addPeerFlags(fs *flag.FlagSet) *peerFlags {
 		listen: fs.String("peer-listen", "", "the direct data plane: `ADDR` where other workers fetch the frames this worker's modules make "+
 			"(the coordinator routes references, not pixels); default 127.0.0.1:0 when --coordinator is loopback, otherwise none; "+
 			"\"off\": none (this worker's outputs travel through the coordinator)"),
-		advertise: fs.String("advertise", "", "the `HOST:PORT` other workers reach --peer-listen at (default: --peer-listen's address when it names a host; "+
-			"on Kubernetes: $(POD_IP):PORT)"),
+		advertise: fs.String("advertise", "", "the `IP:PORT` other workers reach --peer-listen at: the IP this worker connects to the coordinator from (the coordinator checks; "+
+			"default: --peer-listen's address when it names an IP; on Kubernetes: $(POD_IP):PORT)"),
 		storeMiB: fs.Int("peer-store", client.DefaultStoreBytes>>20, "MiB of frames held for other workers; past it the frame due to expire first goes "+
 			"(a fetch of it fails and its frame is dropped peer-lost)"),
 		inline: fs.Int("peer-inline", client.DefaultInlineBelow, "output frames of fewer `BYTES` of pixels (crops) travel inline through the coordinator: cheaper than a fetch; 0: every frame by reference"),
@@ -46,12 +46,14 @@ func (f *peerFlags) start(id, coord string, m *pki.Material, log *slog.Logger) (
 	dp := &client.DataPlane{Dial: dial}
 	listen := *f.listen
 	switch {
+	case listen == "" && *f.advertise != "":
+		return nil, nil, errors.New("--advertise without --peer-listen: give the address to listen at too")
+	case listen == "off" && *f.advertise != "":
+		return nil, nil, errors.New("--advertise with --peer-listen off: there is no peer port to advertise")
 	case listen == "off":
 		listen = ""
 	case listen == "" && loopbackTarget(coord):
 		listen = "127.0.0.1:0"
-	case listen == "" && *f.advertise != "":
-		return nil, nil, errors.New("--advertise without --peer-listen: give the address to listen at too")
 	}
 	if *f.inline < 0 {
 		return nil, nil, fmt.Errorf("--peer-inline %d: want >= 0 bytes", *f.inline)
@@ -82,9 +84,9 @@ func (f *peerFlags) start(id, coord string, m *pki.Material, log *slog.Logger) (
 			return nil, nil, fmt.Errorf("--peer-listen %s listens on every interface: give --advertise HOST:PORT, the address other workers reach it at", listen)
 		}
 		adv = a.String()
-	} else if _, _, err := net.SplitHostPort(adv); err != nil {
+	} else if h, p, err := net.SplitHostPort(adv); err != nil || net.ParseIP(h) == nil || p == "" {
 		ln.Close()
-		return nil, nil, fmt.Errorf("--advertise %q: want HOST:PORT: %w", adv, err)
+		return nil, nil, fmt.Errorf("--advertise %q: want IP:PORT, the address other workers reach this one at (the coordinator checks it is the address this worker connects from)", adv)
 	}
 	dp.Addr = adv
 	dp.Store = &client.Store{MaxBytes: int64(*f.storeMiB) << 20}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -91,6 +92,7 @@ func (h *heldHeap) Push(x any)   { e := x.(*held); e.index = len(*h); *h = appen
 func (h *heldHeap) Pop() any {
 	old := *h
 	e := old[len(old)-1]
+	old[len(old)-1] = nil // the frame may go
 	*h = old[:len(old)-1]
 	return e
 }
@@ -110,23 +112,37 @@ func (s *Store) init() {
 	}
 }
 
-// Put holds f until deadline plus HoldAfter and returns its key.
-func (s *Store) Put(f *media.Frame, deadline time.Time) uint64 {
+// Put holds f until deadline plus HoldAfter and returns its key: a random
+// 64-bit number, so a worker restarted under the same ID and address
+// answers an old key NOT_FOUND instead of another frame, and a peer cannot
+// guess the keys of frames it was not routed. ok is false when f itself
+// would not fit under MaxBytes (it is larger, or due before everything
+// else held): then it is not held, and the caller sends it inline.
+func (s *Store) Put(f *media.Frame, deadline time.Time) (id uint64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.init()
 	s.expire()
-	s.next++
-	e := &held{id: s.next, f: f, expiry: deadline.Add(s.HoldAfter)}
-	s.frames[e.id] = e
-	heap.Push(&s.due, e)
-	s.bytes += int64(len(f.Pix))
-	s.stats.Put++
-	for s.bytes > s.MaxBytes && len(s.due) > 1 {
+	e := &held{f: f, expiry: deadline.Add(s.HoldAfter)}
+	size := int64(len(f.Pix))
+	if size > s.MaxBytes {
+		return 0, false
+	}
+	for s.bytes+size > s.MaxBytes {
+		if len(s.due) == 0 || s.due[0].expiry.After(e.expiry) {
+			return 0, false // everything held is due after f
+		}
 		s.remove(heap.Pop(&s.due).(*held))
 		s.stats.Evicted++
 	}
-	return e.id
+	for e.id == 0 || s.frames[e.id] != nil {
+		e.id = rand.Uint64()
+	}
+	s.frames[e.id] = e
+	heap.Push(&s.due, e)
+	s.bytes += size
+	s.stats.Put++
+	return e.id, true
 }
 
 // Get returns the frame held under id; local says whether this worker's
@@ -205,8 +221,10 @@ func (p *PeerServer) Fetch(req *api.FetchRequest, stream grpc.ServerStreamingSer
 
 // NewPeerGRPC returns a gRPC server with p registered and mdag's message
 // limits; opts add credentials (mutual TLS: pki.Material.PeerServerConfig).
+//
+// A connection must finish its TLS handshake within 10 s.
 func NewPeerGRPC(p *PeerServer, opts ...grpc.ServerOption) *grpc.Server {
-	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20), grpc.MaxSendMsgSize(wire.MaxMessage)}, opts...)...)
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20), grpc.MaxSendMsgSize(wire.MaxMessage), grpc.ConnectionTimeout(10 * time.Second)}, opts...)...)
 	api.RegisterPeerServer(g, p)
 	return g
 }
@@ -224,7 +242,7 @@ type DataPlane struct {
 	// Dial reaches another worker's Peer service; nil: plaintext (Dial).
 	Dial func(addr string) (*grpc.ClientConn, error)
 	// FetchTimeout bounds one fetch past the latest deadline of the
-	// items it serves; default 1 s.
+	// items it serves; default DefaultFetchTimeout.
 	FetchTimeout time.Duration
 	// InlineBelow: output frames of fewer pixel bytes go inline, not by
 	// reference; 0: DefaultInlineBelow; negative: every frame by
@@ -240,19 +258,38 @@ func (dp *DataPlane) inlineBelow() int {
 }
 
 // fetcher resolves frame references into frames: from this worker's own
-// store, or over one Fetch per holder. Connections to peers are kept.
+// store, or over one Fetch per holder. Connections to peers are kept; a
+// holder whose fetch just failed fails the next ones at once for
+// failFast, rather than have each wait for its own timeout.
 type fetcher struct {
 	self    string
 	dp      *DataPlane
 	clk     clock.Clock
 	mu      sync.Mutex
 	conns   map[string]*grpc.ClientConn
-	fetched uint64 // frames fetched from peers
-	failed  uint64 // fetches that failed
+	down    map[string]downHolder // by address: a fetch failed recently
+	fetched uint64                // frames fetched from peers
+	failed  uint64                // fetches that failed
 }
 
+type downHolder struct {
+	until time.Time
+	err   error
+}
+
+// failFast is how long a holder's failed fetch fails the next ones.
+const failFast = time.Second
+
+type fetchStats struct{ fetched, failed uint64 }
+
 func newFetcher(self string, dp *DataPlane, clk clock.Clock) *fetcher {
-	return &fetcher{self: self, dp: dp, clk: clk, conns: map[string]*grpc.ClientConn{}}
+	return &fetcher{self: self, dp: dp, clk: clk, conns: map[string]*grpc.ClientConn{}, down: map[string]downHolder{}}
+}
+
+func (f *fetcher) stats() fetchStats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return fetchStats{f.fetched, f.failed}
 }
 
 func (f *fetcher) close() {
@@ -267,6 +304,12 @@ func (f *fetcher) close() {
 func (f *fetcher) conn(addr string) (*grpc.ClientConn, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if d, ok := f.down[addr]; ok {
+		if f.clk.Now().Before(d.until) {
+			return nil, fmt.Errorf("a fetch from it failed %v ago: %w", failFast-d.until.Sub(f.clk.Now()).Round(time.Millisecond), d.err)
+		}
+		delete(f.down, addr)
+	}
 	if c := f.conns[addr]; c != nil {
 		return c, nil
 	}
@@ -282,6 +325,19 @@ func (f *fetcher) conn(addr string) (*grpc.ClientConn, error) {
 	return c, nil
 }
 
+// markDown remembers that a fetch from addr failed, unless the peer there
+// answered (a frame it no longer holds, another worker at the address, a
+// request it refused): then its connection is fine.
+func (f *fetcher) markDown(addr string, err error) {
+	switch status.Code(err) {
+	case codes.NotFound, codes.FailedPrecondition, codes.InvalidArgument:
+		return
+	}
+	f.mu.Lock()
+	f.down[addr] = downHolder{until: f.clk.Now().Add(failFast), err: err}
+	f.mu.Unlock()
+}
+
 // refsOf lists the items of items whose frames are references.
 func refsOf(items []*media.Item) []*media.Item {
 	var out []*media.Item
@@ -293,22 +349,39 @@ func refsOf(items []*media.Item) []*media.Item {
 	return out
 }
 
+// local says whether a reference is to this worker's own store.
+func (f *fetcher) local(r *media.FrameRef) bool { return r.Holder == f.self && f.dp.Store != nil }
+
+// allLocal says whether every reference among refs is local.
+func (f *fetcher) allLocal(refs []*media.Item) bool {
+	for _, it := range refs {
+		if !f.local(it.Frame.Ref) {
+			return false
+		}
+	}
+	return true
+}
+
 // errPeerLost marks a failed resolution: the task is answered PeerLost.
 var errPeerLost = errors.New("peer lost")
 
+// DefaultFetchTimeout is DataPlane.FetchTimeout's default.
+const DefaultFetchTimeout = 500 * time.Millisecond
+
 // resolve replaces the references among items by their frames, fetching
-// from each holder once (holders in parallel). An error names the holder
-// and why; then no item is changed.
+// from each holder once (holders in parallel). A fetch may take until the
+// latest of the items' deadlines plus FetchTimeout. An error names the
+// holder and why; then no item is changed.
 func (f *fetcher) resolve(ctx context.Context, items []*media.Item) error {
 	type key struct{ holder, addr string }
 	groups := map[key][]uint64{}
 	var latest time.Time
 	for _, it := range items {
 		r := it.Frame.Ref
-		k := key{r.Holder, r.Addr}
-		if r.Holder == f.self && f.dp.Store != nil {
+		if f.local(r) {
 			continue
 		}
+		k := key{r.Holder, r.Addr}
 		groups[k] = append(groups[k], r.ID)
 		if it.Deadline.After(latest) {
 			latest = it.Deadline
@@ -318,7 +391,7 @@ func (f *fetcher) resolve(ctx context.Context, items []*media.Item) error {
 	if len(groups) > 0 {
 		timeout := f.dp.FetchTimeout
 		if timeout <= 0 {
-			timeout = time.Second
+			timeout = DefaultFetchTimeout
 		}
 		if d := latest.Sub(f.clk.Now()); d > 0 {
 			timeout += d
@@ -353,9 +426,8 @@ func (f *fetcher) resolve(ctx context.Context, items []*media.Item) error {
 	out := make([]*media.Frame, len(items))
 	for i, it := range items {
 		r := it.Frame.Ref
-		k := key{r.Holder, r.Addr}
-		if fr, ok := got[k][r.ID]; ok {
-			out[i] = fr
+		if !f.local(r) {
+			out[i] = got[key{r.Holder, r.Addr}][r.ID] // fetch checked every id came
 			continue
 		}
 		fr, ok := f.dp.Store.Get(r.ID, true)
@@ -365,8 +437,8 @@ func (f *fetcher) resolve(ctx context.Context, items []*media.Item) error {
 		out[i] = fr
 	}
 	for i, it := range items {
-		if out[i].W != it.Frame.W || out[i].H != it.Frame.H {
-			return fmt.Errorf("%w: frame %d from worker %s is %dx%d, the reference said %dx%d", errPeerLost, it.Frame.Ref.ID, it.Frame.Ref.Holder, out[i].W, out[i].H, it.Frame.W, it.Frame.H)
+		if out[i] == nil || out[i].W != it.Frame.W || out[i].H != it.Frame.H {
+			return fmt.Errorf("%w: frame %d from worker %s is not the %dx%d the reference said", errPeerLost, it.Frame.Ref.ID, it.Frame.Ref.Holder, it.Frame.W, it.Frame.H)
 		}
 	}
 	for i, it := range items {
@@ -375,47 +447,61 @@ func (f *fetcher) resolve(ctx context.Context, items []*media.Item) error {
 	return nil
 }
 
-// fetch asks holder at addr for ids (deduplicated) and checks each frame.
+// fetch asks holder at addr for ids (deduplicated) and checks that each
+// batch brings exactly the frames it asked for.
 func (f *fetcher) fetch(ctx context.Context, holder, addr string, ids []uint64) (map[uint64]*media.Frame, error) {
-	want := map[uint64]bool{}
+	seen := map[uint64]bool{}
 	uniq := ids[:0:0]
 	for _, id := range ids {
-		if !want[id] {
-			want[id] = true
+		if !seen[id] {
+			seen[id] = true
 			uniq = append(uniq, id)
 		}
 	}
 	out := make(map[uint64]*media.Frame, len(uniq))
 	for start := 0; start < len(uniq); start += MaxFetchIDs {
 		batch := uniq[start:min(len(uniq), start+MaxFetchIDs)]
-		cc, err := f.conn(addr)
-		if err != nil {
+		if err := f.fetchBatch(ctx, holder, addr, batch, out); err != nil {
+			f.markDown(addr, err)
 			return nil, err
-		}
-		stream, err := api.NewPeerClient(cc).Fetch(ctx, &api.FetchRequest{Holder: holder, Ids: batch})
-		if err != nil {
-			return nil, err
-		}
-		for range batch {
-			m, err := stream.Recv()
-			if err != nil {
-				return nil, err
-			}
-			if !want[m.Id] || out[m.Id] != nil {
-				return nil, fmt.Errorf("frame %d was not asked for, or came twice", m.Id)
-			}
-			if m.Frame.GetRef() != nil {
-				return nil, fmt.Errorf("frame %d came as a reference, not pixels", m.Id)
-			}
-			fr, err := wire.FrameFromPB(m.Frame)
-			if err != nil || fr == nil {
-				return nil, fmt.Errorf("frame %d: %v", m.Id, err)
-			}
-			out[m.Id] = fr
 		}
 	}
 	f.mu.Lock()
 	f.fetched += uint64(len(out))
 	f.mu.Unlock()
 	return out, nil
+}
+
+func (f *fetcher) fetchBatch(ctx context.Context, holder, addr string, batch []uint64, out map[uint64]*media.Frame) error {
+	want := make(map[uint64]bool, len(batch))
+	for _, id := range batch {
+		want[id] = true
+	}
+	cc, err := f.conn(addr)
+	if err != nil {
+		return err
+	}
+	stream, err := api.NewPeerClient(cc).Fetch(ctx, &api.FetchRequest{Holder: holder, Ids: batch})
+	if err != nil {
+		return err
+	}
+	for range batch {
+		m, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if !want[m.Id] {
+			return fmt.Errorf("frame %d was not asked for in this fetch, or came twice", m.Id)
+		}
+		delete(want, m.Id)
+		if m.Frame.GetRef() != nil {
+			return fmt.Errorf("frame %d came as a reference, not pixels", m.Id)
+		}
+		fr, err := wire.FrameFromPB(m.Frame)
+		if err != nil || fr == nil {
+			return fmt.Errorf("frame %d: %v", m.Id, err)
+		}
+		out[m.Id] = fr
+	}
+	return nil
 }

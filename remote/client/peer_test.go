@@ -38,15 +38,21 @@ func frameOf(w, h int, fill byte) *media.Frame {
 func TestStoreExpiresAndEvicts(t *testing.T) {
 	clk := clock.NewFake(t0)
 	s := &Store{Clock: clk, MaxBytes: 3 * 12, HoldAfter: time.Second} // three 2x2 frames
-	a := s.Put(frameOf(2, 2, 1), t0.Add(100*time.Millisecond))
-	b := s.Put(frameOf(2, 2, 2), t0.Add(50*time.Millisecond))
-	c := s.Put(frameOf(2, 2, 3), t0.Add(300*time.Millisecond))
+	a, _ := s.Put(frameOf(2, 2, 1), t0.Add(100*time.Millisecond))
+	b, _ := s.Put(frameOf(2, 2, 2), t0.Add(50*time.Millisecond))
+	c, _ := s.Put(frameOf(2, 2, 3), t0.Add(300*time.Millisecond))
 	if st := s.Stats(); st.Held != 3 || st.Bytes != 36 || st.Evicted != 0 {
 		t.Fatalf("after three puts: %+v", st)
 	}
-	d := s.Put(frameOf(2, 2, 4), t0.Add(200*time.Millisecond)) // over MaxBytes: b (due first) goes
+	d, _ := s.Put(frameOf(2, 2, 4), t0.Add(200*time.Millisecond)) // over MaxBytes: b (due first) goes
 	if _, ok := s.Get(b, false); ok {
 		t.Error("b should have been evicted: it was due to expire first")
+	}
+	if _, ok := s.Put(frameOf(2, 2, 5), t0.Add(10*time.Millisecond)); ok {
+		t.Error("a frame due before everything held was stored by evicting frames due after it")
+	}
+	if _, ok := s.Put(frameOf(4, 4, 6), t0.Add(time.Hour)); ok {
+		t.Error("a frame larger than MaxBytes was stored")
 	}
 	for _, id := range []uint64{a, c, d} {
 		if _, ok := s.Get(id, false); !ok {
@@ -140,11 +146,11 @@ func TestResolve(t *testing.T) {
 	clk := clock.NewFake(t0)
 	remote := &Store{Clock: clk}
 	a := frameOf(2, 2, 1)
-	idA := remote.Put(a, t0.Add(time.Hour))
-	idB := remote.Put(frameOf(3, 1, 2), t0.Add(time.Hour))
+	idA, _ := remote.Put(a, t0.Add(time.Hour))
+	idB, _ := remote.Put(frameOf(3, 1, 2), t0.Add(time.Hour))
 	addr, _ := peerAt(t, &PeerServer{ID: "gpu-a", Store: remote})
 	mine := &Store{Clock: clk}
-	own := mine.Put(frameOf(1, 1, 7), t0.Add(time.Hour))
+	own, _ := mine.Put(frameOf(1, 1, 7), t0.Add(time.Hour))
 	dead, stopDead := peerAt(t, &PeerServer{ID: "gpu-z", Store: &Store{Clock: clk}})
 	stopDead()
 
@@ -158,7 +164,7 @@ func TestResolve(t *testing.T) {
 		{"peer and own", []*media.Item{refItem(1, a, "gpu-a", addr, idA), refItem(1, a, "gpu-a", addr, idA), refItem(2, frameOf(3, 1, 0), "gpu-a", addr, idB), refItem(3, frameOf(1, 1, 0), "cpu-a", "127.0.0.1:1", own)}, ""},
 		{"not held", []*media.Item{refItem(1, a, "gpu-a", addr, 999)}, "NotFound"},
 		{"another holder at the address", []*media.Item{refItem(1, a, "gpu-b", addr, idA)}, "FailedPrecondition"},
-		{"size differs from the reference", []*media.Item{refItem(1, frameOf(2, 3, 0), "gpu-a", addr, idA)}, "the reference said 2x3"},
+		{"size differs from the reference", []*media.Item{refItem(1, frameOf(2, 3, 0), "gpu-a", addr, idA)}, "the 2x3 the reference said"},
 		{"own store misses", []*media.Item{refItem(1, a, "cpu-a", "127.0.0.1:1", 12345)}, "no longer held here"},
 		{"holder gone", []*media.Item{refItem(1, a, "gpu-z", dead, 1)}, "gpu-z"},
 	}
@@ -225,7 +231,8 @@ func TestHolderDiesMidTransfer(t *testing.T) {
 	clk := clock.NewFake(t0)
 	st := &Store{Clock: clk}
 	f1, f2 := frameOf(2, 2, 1), frameOf(2, 2, 2)
-	id1, id2 := st.Put(f1, t0.Add(time.Hour)), st.Put(f2, t0.Add(time.Hour))
+	id1, _ := st.Put(f1, t0.Add(time.Hour))
+	id2, _ := st.Put(f2, t0.Add(time.Hour))
 	p := &stalling{PeerServer: &PeerServer{ID: "gpu-a", Store: st}, stalled: make(chan struct{})}
 	addr, kill := peerAt(t, p)
 	fx := newFetcher("cpu-a", &DataPlane{FetchTimeout: time.Hour}, clk)
@@ -244,13 +251,14 @@ func TestHolderDiesMidTransfer(t *testing.T) {
 	}
 }
 
-// TestInOrder: per module, a task without remote frames waits behind an
-// earlier one still fetching; another module's task does not; a task
-// whose frames are lost is answered PeerLost and the next goes on.
-func TestInOrder(t *testing.T) {
+// TestPending: a task whose frames are here is not held up by another
+// task of its module still fetching; a module load waits for that fetch
+// (barrier); a lost fetch is answered PeerLost; past maxFetches tasks
+// fetching, the next is answered QueueFull at once.
+func TestPending(t *testing.T) {
 	clk := clock.NewFake(t0)
 	st := &Store{Clock: clk}
-	id := st.Put(frameOf(2, 2, 1), t0.Add(time.Hour))
+	id, _ := st.Put(frameOf(2, 2, 1), t0.Add(time.Hour))
 	p := &stalling{PeerServer: &PeerServer{ID: "gpu-a", Store: st}, stalled: make(chan struct{})}
 	addr, kill := peerAt(t, p)
 
@@ -259,30 +267,77 @@ func TestInOrder(t *testing.T) {
 	defer w.Close()
 	fx := newFetcher("cpu-a", &DataPlane{FetchTimeout: time.Hour}, clk)
 	defer fx.close()
-	o := &inOrder{w: w, fx: fx, queues: map[string][]worker.Task{}, fail: func(tk worker.Task, err error) {
-		results <- worker.Result{Task: tk.ID, Outcome: worker.PeerLost, Detail: err.Error()}
+	o := &pending{w: w, fx: fx, maxFetches: 1, fail: func(tk worker.Task, out worker.Outcome, detail string) {
+		results <- worker.Result{Task: tk.ID, Outcome: out, Detail: detail}
 	}}
 	ctx := context.Background()
 	// Module crop is not loaded: tasks reaching the worker come back
-	// NotLoaded at once, which is all this test needs to see the order.
+	// NotLoaded at once, which is all this test needs to see when.
 	o.submit(ctx, worker.Task{ID: 1, App: "a", Module: "crop", Items: []*media.Item{refItem(1, frameOf(2, 2, 0), "gpu-a", addr, id)}})
 	<-p.stalled
 	o.submit(ctx, worker.Task{ID: 2, App: "a", Module: "crop", Items: []*media.Item{{Stream: "cam", Seq: 2}}})
-	o.submit(ctx, worker.Task{ID: 3, App: "a", Module: "count", Items: []*media.Item{{Stream: "cam", Seq: 2}}})
-	if r := <-results; r.Task != 3 {
-		t.Fatalf("first result for task %d, want 3 (another module: not held up)", r.Task)
+	if r := <-results; r.Task != 2 || r.Outcome != worker.NotLoaded {
+		t.Fatalf("got %+v, want task 2 at once (its frames are here)", r)
 	}
+	o.submit(ctx, worker.Task{ID: 3, App: "a", Module: "crop", Items: []*media.Item{refItem(3, frameOf(2, 2, 0), "gpu-a", addr, id)}})
+	if r := <-results; r.Task != 3 || r.Outcome != worker.QueueFull {
+		t.Fatalf("got %+v, want task 3 queue-full (one fetch at most)", r)
+	}
+	barrier := make(chan struct{})
+	go func() { o.barrier(); close(barrier) }()
 	select {
+	case <-barrier:
+		t.Fatal("the barrier passed while task 1 still fetches")
 	case r := <-results:
-		t.Fatalf("task %d answered while task 1 of its module still fetches", r.Task)
+		t.Fatalf("task %d answered while task 1 still fetches", r.Task)
 	default:
 	}
 	kill()
 	if r := <-results; r.Task != 1 || r.Outcome != worker.PeerLost {
 		t.Fatalf("got %+v, want task 1 peer-lost", r)
 	}
-	if r := <-results; r.Task != 2 || r.Outcome != worker.NotLoaded {
-		t.Fatalf("got %+v, want task 2 next", r)
+	<-barrier
+}
+
+// TestFailFast: once a holder's fetch failed, the next fetches from it
+// fail at once (not each after its timeout) until failFast passes.
+func TestFailFast(t *testing.T) {
+	clk := clock.NewFake(t0)
+	dead, stop := peerAt(t, &PeerServer{ID: "gpu-z", Store: &Store{Clock: clk}})
+	stop()
+	calls := 0
+	fx := newFetcher("cpu-a", &DataPlane{FetchTimeout: time.Hour, Dial: func(a string) (*grpc.ClientConn, error) { calls++; return Dial(a) }}, clk)
+	defer fx.close()
+	try := func() error {
+		return fx.resolve(context.Background(), []*media.Item{refItem(1, frameOf(2, 2, 0), "gpu-z", dead, 1)})
 	}
-	o.wait()
+	if err := try(); !errors.Is(err, errPeerLost) {
+		t.Fatalf("first fetch: %v", err)
+	}
+	if err := try(); err == nil || !strings.Contains(err.Error(), "failed") || calls != 1 {
+		t.Fatalf("second fetch: %v after %d dials; want the first failure again, no new dial", err, calls)
+	}
+	clk.Advance(failFast)
+	fx.close() // a new connection
+	_ = try()
+	if calls != 2 {
+		t.Errorf("%d dials after failFast passed, want 2", calls)
+	}
+}
+
+// TestStoreKeysAreNotReused: a holder restarted under the same ID and
+// address (a new Store) answers an old key NOT_FOUND, not with its own
+// frame of the same size that happens to have the same key.
+func TestStoreKeysAreNotReused(t *testing.T) {
+	clk := clock.NewFake(t0)
+	before, after := &Store{Clock: clk}, &Store{Clock: clk}
+	for range 100 {
+		old, _ := before.Put(frameOf(2, 2, 1), t0.Add(time.Hour))
+		if _, ok := after.Put(frameOf(2, 2, 2), t0.Add(time.Hour)); !ok {
+			t.Fatal("not held")
+		}
+		if f, ok := after.Get(old, false); ok {
+			t.Fatalf("the restarted store answered the old key %d with its frame %v", old, f.Pix[:1])
+		}
+	}
 }

@@ -39,7 +39,7 @@ func TestPeerMutualTLS(t *testing.T) {
 	clk := clock.NewFake(t0)
 	serve := func(serverCfg *tls.Config) (string, uint64) {
 		st := &Store{Clock: clk}
-		id := st.Put(frameOf(2, 2, 5), t0.Add(time.Hour))
+		id, _ := st.Put(frameOf(2, 2, 5), t0.Add(time.Hour))
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)

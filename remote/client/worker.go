@@ -187,11 +187,21 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 	defer w.Close()
 	fx := newFetcher(cfg.ID, dp, cfg.Clock)
 	defer fx.close()
-	order := &inOrder{w: w, fx: fx, queues: map[string][]worker.Task{}, fail: func(t worker.Task, err error) {
-		cfg.Log.Warn("task's frames could not be fetched", "task", t.ID, "app", t.App, "module", t.Module, "err", err)
-		send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: wire.ResultToPB(worker.Result{Task: t.ID, Outcome: worker.PeerLost, Detail: err.Error()})}})
+	order := &pending{w: w, fx: fx, maxFetches: maxFetching, fail: func(t worker.Task, o worker.Outcome, detail string) {
+		cfg.Log.Warn("task refused before it ran", "task", t.ID, "app", t.App, "module", t.Module, "outcome", o, "detail", detail)
+		send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: wire.ResultToPB(worker.Result{Task: t.ID, Outcome: o, Detail: detail})}})
 	}}
-	defer order.wait() // before w.Close: its goroutines submit to w
+	defer func() {
+		order.barrier() // before w.Close: its goroutines submit to w
+		st := fx.stats()
+		args := []any{"fetched", st.fetched, "fetches_failed", st.failed}
+		if dp.Store != nil {
+			ss := dp.Store.Stats()
+			args = append(args, "held", ss.Held, "held_bytes", ss.Bytes, "put", ss.Put, "served", ss.Served, "local", ss.Local,
+				"expired", ss.Expired, "evicted", ss.Evicted, "missing", ss.Missing)
+		}
+		cfg.Log.Info("data plane", args...)
+	}()
 	var em *gpu.Emulated
 	if cfg.Exec == nil || len(cfg.Emulate) > 0 {
 		em = gpu.NewEmulated(cfg.Clock, w.Latency)
@@ -279,6 +289,9 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 		}
 		switch m := m.Msg.(type) {
 		case *api.CoordinatorMessage_Load:
+			// The tasks sent before this load reach the modules they
+			// were sent to (those fetching their frames too).
+			order.barrier()
 			reply := &api.LoadReply{Generation: m.Load.Generation}
 			if err := load(w, m.Load); err != nil {
 				reply.Error = err.Error()
@@ -350,7 +363,9 @@ func holdOutputs(r worker.Result, self string, dp *DataPlane) worker.Result {
 			}
 			id, ok := keys[f]
 			if !ok {
-				id = dp.Store.Put(f, it.Deadline)
+				if id, ok = dp.Store.Put(f, it.Deadline); !ok {
+					continue // over the store's limit at once: inline
+				}
 				keys[f] = id
 			}
 			if !cloned {
@@ -365,75 +380,61 @@ func holdOutputs(r worker.Result, self string, dp *DataPlane) worker.Result {
 	return r
 }
 
-// inOrder hands tasks to the worker in the order they came, per module,
-// while the frames of some are fetched from their holders: a task whose
-// frames are all here goes at once unless an earlier task of its module is
-// still fetching; the others wait their turn on one goroutine per module.
-// A task whose frames cannot be had is answered PeerLost (fail).
-type inOrder struct {
-	w      *worker.Worker
-	fx     *fetcher
-	fail   func(worker.Task, error)
-	mu     sync.Mutex
-	queues map[string][]worker.Task // by app/module: the head is being resolved
-	wg     sync.WaitGroup
+// pending hands tasks to the worker once their frames are here: a task
+// whose frames are all in this worker's store (or inline) goes at once; one
+// with frames held by other workers is fetched on its own goroutine, so a
+// slow or dead holder delays only the tasks that need its frames. Order
+// between tasks is not needed: the coordinator sends a stateful module
+// one task at a time per stream. A module load waits for the fetches of
+// the tasks that came before it (barrier), so no task meets a module
+// unloaded after it was sent. At most maxFetching tasks fetch at once;
+// past it a task is answered QueueFull at once, as a full module queue is.
+type pending struct {
+	w          *worker.Worker
+	fx         *fetcher
+	fail       func(worker.Task, worker.Outcome, string)
+	maxFetches int
+	mu         sync.Mutex
+	n          int
+	wg         sync.WaitGroup
 }
 
-func (o *inOrder) submit(ctx context.Context, t worker.Task) {
+// maxFetching is pending.maxFetches' default.
+const maxFetching = 256
+
+func (o *pending) submit(ctx context.Context, t worker.Task) {
 	refs := refsOf(t.Items)
-	key := string(t.App) + "/" + string(t.Module)
-	o.mu.Lock()
-	q := o.queues[key]
-	if len(q) == 0 && o.allLocal(refs) {
-		o.mu.Unlock()
-		o.run(ctx, t, refs) // nothing to wait for: no network
+	if o.fx.allLocal(refs) {
+		if err := o.fx.resolve(ctx, refs); err != nil {
+			o.fail(t, worker.PeerLost, err.Error())
+			return
+		}
+		o.w.Submit(t)
 		return
 	}
-	o.queues[key] = append(q, t)
-	if len(q) == 0 {
-		o.wg.Add(1)
-		go o.drain(ctx, key)
+	o.mu.Lock()
+	if o.n >= o.maxFetches {
+		o.mu.Unlock()
+		o.fail(t, worker.QueueFull, fmt.Sprintf("%d tasks are fetching their frames from other workers on this worker", o.maxFetches))
+		return
 	}
+	o.n++
+	o.wg.Add(1)
 	o.mu.Unlock()
-}
-
-// allLocal says whether every reference is to this worker's own store.
-func (o *inOrder) allLocal(refs []*media.Item) bool {
-	for _, it := range refs {
-		if it.Frame.Ref.Holder != o.fx.self || o.fx.dp.Store == nil {
-			return false
-		}
-	}
-	return true
-}
-
-func (o *inOrder) run(ctx context.Context, t worker.Task, refs []*media.Item) {
-	if len(refs) > 0 {
-		if err := o.fx.resolve(ctx, refs); err != nil {
-			o.fail(t, err)
-			return
-		}
-	}
-	o.w.Submit(t)
-}
-
-func (o *inOrder) drain(ctx context.Context, key string) {
-	defer o.wg.Done()
-	for {
-		o.mu.Lock()
-		t := o.queues[key][0]
-		o.mu.Unlock()
-		o.run(ctx, t, refsOf(t.Items))
-		o.mu.Lock()
-		q := o.queues[key][1:]
-		if len(q) == 0 {
-			delete(o.queues, key)
+	go func() {
+		defer func() {
+			o.mu.Lock()
+			o.n--
 			o.mu.Unlock()
+			o.wg.Done()
+		}()
+		if err := o.fx.resolve(ctx, refs); err != nil {
+			o.fail(t, worker.PeerLost, err.Error())
 			return
 		}
-		o.queues[key] = q
-		o.mu.Unlock()
-	}
+		o.w.Submit(t)
+	}()
 }
 
-func (o *inOrder) wait() { o.wg.Wait() }
+// barrier waits for the tasks fetching now to reach the worker (or fail).
+func (o *pending) barrier() { o.wg.Wait() }
