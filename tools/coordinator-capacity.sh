@@ -35,8 +35,8 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
 printf "%-6s %7s %7s %8s %8s %9s %6s %8s %8s %8s %8s %11s\n" plane streams sent finished finish cpu_us/fr cores hop_p50 hop_p99 e2e_p50 e2e_p99 relayed_MB
-for plane in $PLANES; do
-  for n in $COUNTS; do
+for n in $COUNTS; do
+  for plane in $PLANES; do # the planes back to back at each load: what loads the machine meanwhile weighs on both
     GOMAXPROCS=1 taskset -c 0 "$BIN" coordinator --example traffic --grpc 127.0.0.1:$GRPC --listen 127.0.0.1:$HTTP \
       --data-plane "$plane" >"$tmp/coord.out" 2>"$tmp/coord.log" &
     coord=$!; pids=($coord)

@@ -251,10 +251,11 @@ func TestHolderDiesMidTransfer(t *testing.T) {
 	}
 }
 
-// TestPending: a task whose frames are here is not held up by another
-// task of its module still fetching; a module load waits for that fetch
-// (barrier); a lost fetch is answered PeerLost; past maxFetches tasks
-// fetching, the next is answered QueueFull at once.
+// TestPending: a task whose frames are here is not held up by tasks
+// waiting for theirs; tasks waiting go oldest first to the fetchers; a
+// module load waits for the fetches of a module it removes, not of one it
+// keeps (barrier); a lost fetch is answered PeerLost; past maxQueue tasks
+// waiting, the next is answered QueueFull at once.
 func TestPending(t *testing.T) {
 	clk := clock.NewFake(t0)
 	st := &Store{Clock: clk}
@@ -267,36 +268,42 @@ func TestPending(t *testing.T) {
 	defer w.Close()
 	fx := newFetcher("cpu-a", &DataPlane{FetchTimeout: time.Hour}, clk)
 	defer fx.close()
-	o := &pending{w: w, fx: fx, maxFetches: 1, fail: func(tk worker.Task, out worker.Outcome, detail string) {
+	o := newPending(context.Background(), w, fx, func(tk worker.Task, out worker.Outcome, detail string) {
 		results <- worker.Result{Task: tk.ID, Outcome: out, Detail: detail}
-	}}
-	ctx := context.Background()
+	})
+	o.maxRun, o.maxQueue = 1, 1
 	// Module crop is not loaded: tasks reaching the worker come back
 	// NotLoaded at once, which is all this test needs to see when.
-	o.submit(ctx, worker.Task{ID: 1, App: "a", Module: "crop", Items: []*media.Item{refItem(1, frameOf(2, 2, 0), "gpu-a", addr, id)}})
-	<-p.stalled
-	o.submit(ctx, worker.Task{ID: 2, App: "a", Module: "crop", Items: []*media.Item{{Stream: "cam", Seq: 2}}})
+	o.submit(worker.Task{ID: 1, App: "a", Module: "crop", Items: []*media.Item{refItem(1, frameOf(2, 2, 0), "gpu-a", addr, id)}})
+	<-p.stalled // task 1 is fetching: the queue is empty again
+	o.submit(worker.Task{ID: 2, App: "a", Module: "crop", Items: []*media.Item{{Stream: "cam", Seq: 2}}})
 	if r := <-results; r.Task != 2 || r.Outcome != worker.NotLoaded {
 		t.Fatalf("got %+v, want task 2 at once (its frames are here)", r)
 	}
-	o.submit(ctx, worker.Task{ID: 3, App: "a", Module: "crop", Items: []*media.Item{refItem(3, frameOf(2, 2, 0), "gpu-a", addr, id)}})
-	if r := <-results; r.Task != 3 || r.Outcome != worker.QueueFull {
-		t.Fatalf("got %+v, want task 3 queue-full (one fetch at most)", r)
+	o.submit(worker.Task{ID: 3, App: "a", Module: "count", Items: []*media.Item{refItem(3, frameOf(2, 2, 0), "gpu-a", addr, id)}})
+	o.submit(worker.Task{ID: 4, App: "a", Module: "crop", Items: []*media.Item{refItem(4, frameOf(2, 2, 0), "gpu-a", addr, id)}})
+	if r := <-results; r.Task != 4 || r.Outcome != worker.QueueFull {
+		t.Fatalf("got %+v, want task 4 queue-full (task 3 waits, one may)", r)
 	}
+	o.barrier(map[string]bool{"a/crop": true, "a/count": true}) // a load that keeps both does not wait
 	barrier := make(chan struct{})
-	go func() { o.barrier(); close(barrier) }()
+	go func() { o.barrier(map[string]bool{"a/crop": true}); close(barrier) }() // removes count: waits for task 3
 	select {
 	case <-barrier:
-		t.Fatal("the barrier passed while task 1 still fetches")
+		t.Fatal("the barrier passed while task 3 still waits for its frames")
 	case r := <-results:
 		t.Fatalf("task %d answered while task 1 still fetches", r.Task)
 	default:
 	}
 	kill()
 	if r := <-results; r.Task != 1 || r.Outcome != worker.PeerLost {
-		t.Fatalf("got %+v, want task 1 peer-lost", r)
+		t.Fatalf("got %+v, want task 1 peer-lost (oldest first)", r)
+	}
+	if r := <-results; r.Task != 3 || r.Outcome != worker.PeerLost {
+		t.Fatalf("got %+v, want task 3 peer-lost", r)
 	}
 	<-barrier
+	o.wait()
 }
 
 // TestFailFast: once a holder's fetch failed, the next fetches from it
@@ -339,5 +346,22 @@ func TestStoreKeysAreNotReused(t *testing.T) {
 		if f, ok := after.Get(old, false); ok {
 			t.Fatalf("the restarted store answered the old key %d with its frame %v", old, f.Pix[:1])
 		}
+	}
+}
+
+// TestUnchanged: a load keeps the modules it carries exactly as before;
+// a module it drops, changes or adds is not kept.
+func TestUnchanged(t *testing.T) {
+	m := func(mod string, conc int32) *api.ModuleSpec {
+		return &api.ModuleSpec{App: "a", Module: mod, Kind: "cpu", Op: "crop", Concurrency: conc}
+	}
+	prev := &api.Load{Modules: []*api.ModuleSpec{m("crop", 1), m("count", 1), m("gone", 1)}}
+	next := &api.Load{Modules: []*api.ModuleSpec{m("crop", 1), m("count", 2), m("new", 1)}}
+	got := unchanged(prev, next)
+	if len(got) != 1 || !got["a/crop"] {
+		t.Errorf("kept %v, want only a/crop", got)
+	}
+	if got := unchanged(nil, next); len(got) != 0 {
+		t.Errorf("first load kept %v", got)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/gpu"
@@ -187,12 +188,12 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 	defer w.Close()
 	fx := newFetcher(cfg.ID, dp, cfg.Clock)
 	defer fx.close()
-	order := &pending{w: w, fx: fx, maxFetches: maxFetching, fail: func(t worker.Task, o worker.Outcome, detail string) {
+	order := newPending(ctx, w, fx, func(t worker.Task, o worker.Outcome, detail string) {
 		cfg.Log.Warn("task refused before it ran", "task", t.ID, "app", t.App, "module", t.Module, "outcome", o, "detail", detail)
 		send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: wire.ResultToPB(worker.Result{Task: t.ID, Outcome: o, Detail: detail})}})
-	}}
+	})
 	defer func() {
-		order.barrier() // before w.Close: its goroutines submit to w
+		order.wait() // before w.Close: its goroutines submit to w
 		st := fx.stats()
 		args := []any{"fetched", st.fetched, "fetches_failed", st.failed}
 		if dp.Store != nil {
@@ -279,6 +280,7 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 		// the stream may end without ctx: end the prober
 		defer func() { cancel(nil); <-probed }()
 	}
+	var loaded *api.Load // the modules hosted now
 	for {
 		m, err := stream.Recv()
 		if err != nil {
@@ -290,8 +292,10 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 		switch m := m.Msg.(type) {
 		case *api.CoordinatorMessage_Load:
 			// The tasks sent before this load reach the modules they
-			// were sent to (those fetching their frames too).
-			order.barrier()
+			// were sent to, those fetching their frames too: the load
+			// waits for the fetches of modules it removes or changes.
+			order.barrier(unchanged(loaded, m.Load))
+			loaded = m.Load
 			reply := &api.LoadReply{Generation: m.Load.Generation}
 			if err := load(w, m.Load); err != nil {
 				reply.Error = err.Error()
@@ -311,7 +315,7 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 				send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: wire.ResultToPB(worker.Result{Task: m.Task.Id, Outcome: worker.BadTask, Detail: err.Error()})}})
 				continue
 			}
-			order.submit(ctx, t)
+			order.submit(t)
 		default:
 			cfg.Log.Warn("unexpected message from the coordinator", "type", fmt.Sprintf("%T", m))
 		}
@@ -328,6 +332,26 @@ func load(w *worker.Worker, l *api.Load) error {
 		specs = append(specs, s)
 	}
 	return w.Load(specs)
+}
+
+// unchanged lists the modules (app/module) that next keeps as prev had
+// them.
+func unchanged(prev, next *api.Load) map[string]bool {
+	out := map[string]bool{}
+	if prev == nil {
+		return out
+	}
+	was := map[string]*api.ModuleSpec{}
+	for _, m := range prev.Modules {
+		was[m.App+"/"+m.Module] = m
+	}
+	for _, m := range next.Modules {
+		k := m.App + "/" + m.Module
+		if p := was[k]; p != nil && proto.Equal(p, m) {
+			out[k] = true
+		}
+	}
+	return out
 }
 
 func moduleNames(l *api.Load) []string {
@@ -381,31 +405,51 @@ func holdOutputs(r worker.Result, self string, dp *DataPlane) worker.Result {
 }
 
 // pending hands tasks to the worker once their frames are here: a task
-// whose frames are all in this worker's store (or inline) goes at once; one
-// with frames held by other workers is fetched on its own goroutine, so a
-// slow or dead holder delays only the tasks that need its frames. Order
-// between tasks is not needed: the coordinator sends a stateful module
-// one task at a time per stream. A module load waits for the fetches of
-// the tasks that came before it (barrier), so no task meets a module
-// unloaded after it was sent. At most maxFetching tasks fetch at once;
-// past it a task is answered QueueFull at once, as a full module queue is.
+// whose frames are all in this worker's store (or inline) goes at once;
+// the others wait their turn in one queue, oldest first, for one of
+// maxRun fetchers (oldest first: under overload the oldest frames still
+// finish, rather than every frame sharing the CPU and none finishing).
+// A dead holder holds up at most the fetchers on it, until its first
+// fetch fails; its later ones then fail at once (fetcher.markDown).
+// Order between tasks is not needed: the coordinator sends a stateful
+// module one task at a time per stream. A module load that removes or
+// changes a module waits for that module's tasks queued or fetching before
+// it (barrier), so none meets its module unloaded after it was sent. Past
+// maxQueue tasks waiting, the next is answered QueueFull at once, as a
+// full module queue is.
 type pending struct {
-	w          *worker.Worker
-	fx         *fetcher
-	fail       func(worker.Task, worker.Outcome, string)
-	maxFetches int
-	mu         sync.Mutex
-	n          int
-	wg         sync.WaitGroup
+	ctx      context.Context
+	w        *worker.Worker
+	fx       *fetcher
+	fail     func(worker.Task, worker.Outcome, string)
+	maxRun   int
+	maxQueue int
+	mu       sync.Mutex
+	idle     *sync.Cond // on mu: a module's last queued task left
+	queue    []worker.Task
+	running  int
+	by       map[string]int // tasks queued or fetching, by module (app/module)
+	wg       sync.WaitGroup
 }
 
-// maxFetching is pending.maxFetches' default.
-const maxFetching = 256
+// pending's defaults.
+const (
+	maxFetchers  = 4
+	maxFetchWait = 256
+)
 
-func (o *pending) submit(ctx context.Context, t worker.Task) {
+func newPending(ctx context.Context, w *worker.Worker, fx *fetcher, fail func(worker.Task, worker.Outcome, string)) *pending {
+	o := &pending{ctx: ctx, w: w, fx: fx, fail: fail, maxRun: maxFetchers, maxQueue: maxFetchWait, by: map[string]int{}}
+	o.idle = sync.NewCond(&o.mu)
+	return o
+}
+
+func moduleKey(t worker.Task) string { return string(t.App) + "/" + string(t.Module) }
+
+func (o *pending) submit(t worker.Task) {
 	refs := refsOf(t.Items)
 	if o.fx.allLocal(refs) {
-		if err := o.fx.resolve(ctx, refs); err != nil {
+		if err := o.fx.resolve(o.ctx, refs); err != nil {
 			o.fail(t, worker.PeerLost, err.Error())
 			return
 		}
@@ -413,28 +457,69 @@ func (o *pending) submit(ctx context.Context, t worker.Task) {
 		return
 	}
 	o.mu.Lock()
-	if o.n >= o.maxFetches {
+	if len(o.queue) >= o.maxQueue {
 		o.mu.Unlock()
-		o.fail(t, worker.QueueFull, fmt.Sprintf("%d tasks are fetching their frames from other workers on this worker", o.maxFetches))
+		o.fail(t, worker.QueueFull, fmt.Sprintf("%d tasks are waiting for their frames from other workers on this worker", o.maxQueue))
 		return
 	}
-	o.n++
-	o.wg.Add(1)
+	o.queue = append(o.queue, t)
+	o.by[moduleKey(t)]++
+	if o.running < o.maxRun {
+		o.running++
+		o.wg.Add(1)
+		go o.run()
+	}
 	o.mu.Unlock()
-	go func() {
-		defer func() {
-			o.mu.Lock()
-			o.n--
-			o.mu.Unlock()
-			o.wg.Done()
-		}()
-		if err := o.fx.resolve(ctx, refs); err != nil {
-			o.fail(t, worker.PeerLost, err.Error())
-			return
-		}
-		o.w.Submit(t)
-	}()
 }
 
-// barrier waits for the tasks fetching now to reach the worker (or fail).
-func (o *pending) barrier() { o.wg.Wait() }
+// run fetches the frames of the queue's tasks, oldest first, until it is
+// empty.
+func (o *pending) run() {
+	defer o.wg.Done()
+	for {
+		o.mu.Lock()
+		if len(o.queue) == 0 {
+			o.running--
+			o.mu.Unlock()
+			return
+		}
+		t := o.queue[0]
+		o.queue[0] = worker.Task{}
+		o.queue = o.queue[1:]
+		o.mu.Unlock()
+		if err := o.fx.resolve(o.ctx, refsOf(t.Items)); err != nil {
+			o.fail(t, worker.PeerLost, err.Error())
+		} else {
+			o.w.Submit(t)
+		}
+		o.mu.Lock()
+		k := moduleKey(t)
+		if o.by[k]--; o.by[k] == 0 {
+			delete(o.by, k)
+			o.idle.Broadcast()
+		}
+		o.mu.Unlock()
+	}
+}
+
+// barrier waits until no task of the modules keep does not list (by
+// key) is fetching: those a load removes or changes.
+func (o *pending) barrier(keep map[string]bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for {
+		busy := false
+		for k := range o.by {
+			if !keep[k] {
+				busy = true
+			}
+		}
+		if !busy {
+			return
+		}
+		o.idle.Wait()
+	}
+}
+
+// wait waits for every task fetching now.
+func (o *pending) wait() { o.wg.Wait() }
