@@ -369,9 +369,15 @@ func (e *Engine) apply(out planOutput) {
 			}
 			in = &instState{id: id, typ: pi.Type, inst: inst, outstanding: map[uint64]bool{}}
 			e.insts[id] = in
+			if _, later := inst.(Pending); later {
+				e.startPending(in)
+			}
 		}
 		in.state, in.releaseAt, in.loads, in.releasing = pi.State, pi.ReleaseAt, pi.Loads, false
-		if in.state == placement.Starting {
+		switch {
+		case in.pending && in.state == placement.Active:
+			in.state = placement.Starting // serves once its worker registers (bind)
+		case !in.pending && in.state == placement.Starting:
 			in.state = placement.Active // local and registered instances serve at once
 		}
 		if in.registered && in.state == placement.Warm {
@@ -465,6 +471,9 @@ func (e *Engine) apply(out planOutput) {
 	sort.Slice(rp.Sessions, func(i, j int) bool { return rp.Sessions[i].App < rp.Sessions[j].App })
 	// Loads onto instances.
 	for _, in := range e.sortedInsts() {
+		if in.pending {
+			continue // its loads wait for its worker (bind); nothing is routed to it
+		}
 		specs := e.specs(in)
 		if err := in.inst.Load(specs); err != nil {
 			rp.Problems = append(rp.Problems, fmt.Sprintf("load %s: %v", in.id, err))
