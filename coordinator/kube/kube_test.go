@@ -585,3 +585,93 @@ func toSet(xs []string) map[string]uint64 {
 	}
 	return out
 }
+
+// The watch restarts when the server ends it, and a pod deleted while no
+// watch ran is found by the list that starts the next one; a pod that
+// becomes ready is no loss, one that exits is.
+func TestWatchRestarts(t *testing.T) {
+	cs := fake.NewClientset(deployment("CPU"))
+	first := watch.NewFake()
+	watches := make(chan struct{}, 4)
+	n := 0
+	cs.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		n++
+		defer func() { watches <- struct{}{} }()
+		if n == 1 {
+			return true, first, nil
+		}
+		w, err := cs.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		return true, w, err
+	})
+	p, err := New(context.Background(), Config{Client: cs, Limits: map[profile.WorkerTypeID]int{"CPU": 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"CPU-0", "CPU-1", "CPU-2"} {
+		if _, err := p.Start(id, "CPU"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	losses := make(lossChan, 4)
+	p.Watch(losses)
+	defer p.Close()
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-watches:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no watch within 30 s", what)
+		}
+	}
+	next := func() loss {
+		t.Helper()
+		select {
+		case l := <-losses:
+			return l
+		case <-time.After(30 * time.Second):
+			t.Fatal("no loss reported within 30 s")
+			return loss{}
+		}
+	}
+	wait("first")
+	// CPU-0 becomes ready (on the manual watch): no loss.
+	po, err := cs.CoreV1().Pods("mdag").Get(context.Background(), PodName("CPU-0", "CPU"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	po.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	first.Modify(po)
+	// CPU-1 goes while the watch misses it; the server ends the watch.
+	if err := cs.CoreV1().Pods("mdag").Delete(context.Background(), PodName("CPU-1", "CPU"), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first.Stop()
+	wait("restart")
+	if l := next(); l != (loss{"CPU-1", "pod mdag-worker-cpu-cpu-1 deleted"}) {
+		t.Fatalf("loss %+v, want CPU-1's pod deleted", l)
+	}
+	// CPU-2's worker exits (on the new watch).
+	po, err = cs.CoreV1().Pods("mdag").Get(context.Background(), PodName("CPU-2", "CPU"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	po.Status.Phase = corev1.PodFailed
+	po.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error"}}}}
+	if _, err := cs.CoreV1().Pods("mdag").UpdateStatus(context.Background(), po, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if l := next(); l != (loss{"CPU-2", "pod mdag-worker-cpu-cpu-2 failed: container worker exited 2 (Error)"}) {
+		t.Fatalf("loss %+v, want CPU-2's pod failed", l)
+	}
+	// Released pods are deleted and their deletion is no loss.
+	p.Release("CPU-0")
+	p.Release("CPU-2")
+	if _, err := cs.CoreV1().Pods("mdag").Get(context.Background(), PodName("CPU-0", "CPU"), metav1.GetOptions{}); err == nil {
+		t.Fatal("CPU-0's pod still there after Release")
+	}
+	select {
+	case l := <-losses:
+		t.Fatalf("loss %+v after a Release", l)
+	default:
+	}
+}
