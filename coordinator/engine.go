@@ -191,6 +191,7 @@ type Engine struct {
 	ps          persist
 	dirtyS      map[*session]map[string]bool // streams whose stateful modules may move on (affinity.go)
 	releaseDue  bool                         // an instance a plan released finished its last work (releaseDrained)
+	pendingIDs  map[profile.WorkerTypeID]int // one past the highest ID number started as Pending, per type (placement.Snapshot.NextID)
 }
 
 // New returns an engine; call Start before use and Close after. Zero

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -130,7 +131,8 @@ func (e *Engine) replan(trigger string) {
 			limits[t] += n
 		}
 	}
-	snap := placement.Snapshot{Now: now, TurnOffDelay: e.cfg.TurnOff, Limits: limits, Prices: map[profile.WorkerTypeID]float64{}}
+	snap := placement.Snapshot{Now: now, TurnOffDelay: e.cfg.TurnOff, Limits: limits, Prices: map[profile.WorkerTypeID]float64{},
+		NextID: maps.Clone(e.pendingIDs)}
 	ids := map[string]bool{}
 	for _, in := range e.sortedInsts() {
 		if in.registered {
@@ -371,6 +373,16 @@ func (e *Engine) apply(out planOutput) {
 			e.insts[id] = in
 			if _, later := inst.(Pending); later {
 				e.startPending(in)
+				// Its ID is not given again this run: a late report
+				// about it (its gRPC stream ending after the engine
+				// closed it, its terminating pod, a worker reconnecting
+				// under it) cannot reach the instance that replaces it.
+				if n, ok := idNumber(id, pi.Type); ok {
+					if e.pendingIDs == nil {
+						e.pendingIDs = map[profile.WorkerTypeID]int{}
+					}
+					e.pendingIDs[pi.Type] = max(e.pendingIDs[pi.Type], n+1)
+				}
 			}
 		}
 		in.state, in.releaseAt, in.loads, in.releasing = pi.State, pi.ReleaseAt, pi.Loads, false
@@ -841,6 +853,16 @@ func (e *Engine) gpuID(slot string) scheduler.GPUID {
 	inst, _, _ := strings.Cut(slot, "#")
 	e.gpuInst[e.nextGPU] = inst
 	return e.nextGPU
+}
+
+// idNumber is N of placement's instance ID TYPE-N.
+func idNumber(id string, typ profile.WorkerTypeID) (int, bool) {
+	rest, ok := strings.CutPrefix(id, string(typ)+"-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	return n, err == nil && n >= 0
 }
 
 // millis is d in milliseconds.

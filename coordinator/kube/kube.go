@@ -96,11 +96,12 @@ type pod struct {
 	up   bool // seen ready (logged once)
 }
 
-// New returns a Provisioner. It deletes the provisioned pods a previous
-// coordinator left (label mdag.io/pool=provisioned): this coordinator
-// starts with no instance planned, so each would be an unplanned worker
-// (a pod of the plan's it is not); the plan starts what it needs. Errors
-// from the API server are returned.
+// New returns a Provisioner. It deletes, at once (grace period 0), the
+// provisioned pods a previous coordinator left (label
+// mdag.io/pool=provisioned), rather than adopt them: this coordinator
+// starts with no instance planned (its saved state keeps none of them),
+// so each would be a worker no plan counts on, holding a node; the plan
+// starts what it needs. Errors from the API server are returned.
 func New(ctx context.Context, cfg Config) (*Provisioner, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("kube: Config.Client is nil")
@@ -132,8 +133,9 @@ func New(ctx context.Context, cfg Config) (*Provisioner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube: list leftover provisioned pods in namespace %s: %w", cfg.Namespace, err)
 	}
+	now := int64(0) // at once: they serve nothing, and this run's first pods may take their names
 	for _, o := range old.Items {
-		err := cfg.Client.CoreV1().Pods(cfg.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
+		err := cfg.Client.CoreV1().Pods(cfg.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{GracePeriodSeconds: &now})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("kube: delete leftover provisioned pod %s/%s: %w", cfg.Namespace, o.Name, err)
 		}
@@ -172,6 +174,9 @@ func (p *Provisioner) Start(id string, typ profile.WorkerTypeID) (coordinator.In
 		return nil, err
 	}
 	made, err := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace).Create(ctx, po, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("kube: create pod %s/%s for instance %s: a pod of that name exists (an earlier one still terminating, or not this coordinator's: delete it); the next plan retries", p.cfg.Namespace, po.Name, id)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kube: create pod %s/%s for instance %s: %w", p.cfg.Namespace, po.Name, id, err)
 	}

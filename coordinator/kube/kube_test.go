@@ -363,6 +363,19 @@ func TestLosses(t *testing.T) {
 			r.loss()
 			return "pod " + po.Name + " failed: Evicted The node was low on resource: memory."
 		}, true},
+		{"registered as another type", func(r *rig, id string, po corev1.Pod) string {
+			other := profile.WorkerTypeID("CPU")
+			if po.Labels[LabelType] == "CPU" {
+				other = "V100"
+			}
+			f := &fakeInst{}
+			r.e.AddInstance(id, other, f)
+			r.e.RunPending()
+			if !f.closed || len(f.loads) > 0 {
+				r.t.Fatalf("a worker of the wrong type: closed %v, loads %v; want closed, unloaded", f.closed, f.loads)
+			}
+			return "its worker registered as type " + string(other) + ", the plan started it as " + po.Labels[LabelType]
+		}, false},
 		{"start timeout", func(r *rig, id string, po corev1.Pod) string {
 			r.advance(2*time.Minute + time.Second)
 			return "not up within the start timeout of 2m0s"
@@ -423,6 +436,17 @@ func TestLosses(t *testing.T) {
 			}
 			if n == 0 {
 				t.Fatalf("no %s pod after the re-plan (pods %v; problems %v)", typ, slices.Collect(mapsKeys(now)), rps[len(rps)-1].Problems)
+			}
+			// The replacement has an ID of its own: a late report about
+			// the victim (its gRPC stream ending after the engine
+			// closed it) reaches nothing.
+			if _, reused := now[victim]; reused {
+				t.Fatalf("the replacement of %s took its ID (pods %v)", victim, slices.Collect(mapsKeys(now)))
+			}
+			r.e.LostInstance(victim, "released by the coordinator")
+			r.e.RunPending()
+			if after := r.pods(); len(after) != len(now) {
+				t.Fatalf("a stale loss report about %s changed the pods: %v, then %v", victim, slices.Collect(mapsKeys(now)), slices.Collect(mapsKeys(after)))
 			}
 			if err := r.e.Leave("cam"); err != nil {
 				t.Fatal(err)
@@ -498,6 +522,14 @@ func TestNewCleansUpAndLimits(t *testing.T) {
 	want := map[profile.WorkerTypeID]int{"CPU": DefaultLimit, "P100": DefaultLimit}
 	if got := p.Limits(); len(got) != len(want) || got["CPU"] != want["CPU"] || got["P100"] != want["P100"] {
 		t.Fatalf("limits %v, want %v", got, want)
+	}
+	// A pod under the name of the next one (not ours) makes Start's
+	// error say so.
+	if _, err := cs.CoreV1().Pods("mdag").Create(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: PodName("CPU-9", "CPU"), Namespace: "mdag"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Start("CPU-9", "CPU"); err == nil || !strings.Contains(err.Error(), "a pod of that name exists") {
+		t.Fatalf("Start over an existing pod: %v", err)
 	}
 	// The limit holds.
 	p2, err := New(context.Background(), Config{Client: cs, Limits: map[profile.WorkerTypeID]int{"CPU": 1}})
