@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -82,9 +81,9 @@ func (k *kubeFlags) provisioner(cfg *coordinator.Config, log *slog.Logger) (*kub
 	if err != nil {
 		return nil, fmt.Errorf("mdag coordinator: kubernetes client config (--kubeconfig %q): %w", *k.kubeconfig, err)
 	}
-	cs, err := kubernetes.NewForConfig(rc)
+	cs, err := kube.NewClient(rc)
 	if err != nil {
-		return nil, fmt.Errorf("mdag coordinator: kubernetes client: %w", err)
+		return nil, fmt.Errorf("mdag coordinator: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -32,7 +32,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
+	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/internal/clock"
@@ -62,9 +64,41 @@ type Losses interface {
 	LostInstance(id, why string)
 }
 
+// Client is the part of the API the provisioner uses: pods and
+// Deployments. A kubernetes.Interface (client-go's Clientset, or its fake)
+// is one; NewClient makes the smaller one the binary links.
+type Client interface {
+	CoreV1() corev1client.CoreV1Interface
+	AppsV1() appsv1client.AppsV1Interface
+}
+
+// typed is a Client of the two typed clients alone.
+type typed struct {
+	core corev1client.CoreV1Interface
+	apps appsv1client.AppsV1Interface
+}
+
+func (t typed) CoreV1() corev1client.CoreV1Interface { return t.core }
+func (t typed) AppsV1() appsv1client.AppsV1Interface { return t.apps }
+
+// NewClient is a Client for the API server of rc with only the core and
+// apps typed clients (client-go's whole Clientset would link every API
+// group into the binary).
+func NewClient(rc *rest.Config) (Client, error) {
+	core, err := corev1client.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kube: core/v1 client: %w", err)
+	}
+	apps, err := appsv1client.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kube: apps/v1 client: %w", err)
+	}
+	return typed{core: core, apps: apps}, nil
+}
+
 // Config configures a Provisioner.
 type Config struct {
-	Client    kubernetes.Interface
+	Client    Client
 	Namespace string // default "mdag"
 	// Limits is the most pods per worker type; nil: DefaultLimit for each
 	// type with a worker Deployment at New (a type absent has none).
