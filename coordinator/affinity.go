@@ -408,6 +408,7 @@ func (e *Engine) releaseDrained() {
 			continue
 		}
 		delete(e.insts, in.id)
+		e.giveUp(in)
 		in.inst.Close()
 		if e.cfg.Provisioner != nil {
 			e.cfg.Provisioner.Release(in.id)

@@ -192,6 +192,7 @@ type Engine struct {
 	dirtyS      map[*session]map[string]bool // streams whose stateful modules may move on (affinity.go)
 	releaseDue  bool                         // an instance a plan released finished its last work (releaseDrained)
 	pendingIDs  map[profile.WorkerTypeID]int // one past the highest ID number started as Pending, per type (placement.Snapshot.NextID)
+	givenUp     map[string]time.Time         // instances started as Pending since released or lost: when (a late registration under the ID is refused)
 }
 
 // New returns an engine; call Start before use and Close after. Zero
@@ -627,6 +628,13 @@ func (e *Engine) AddInstance(id string, typ profile.WorkerTypeID, inst Instance)
 			e.bind(in, typ, inst)
 			return
 		}
+		if at, ok := e.givenUp[id]; ok && e.insts[id] == nil {
+			// The worker of a pod the engine gave up (its pod is being
+			// deleted): it is no instance of the plan's.
+			e.log.Warn("a worker registered under the ID of a provisioned instance given up; closed", "instance", id, "type", typ, "given_up", at)
+			inst.Close()
+			return
+		}
 		e.insts[id] = &instState{id: id, typ: typ, inst: inst, state: placement.Warm, registered: true,
 			releaseAt: e.clk.Now().Add(24 * time.Hour), outstanding: map[uint64]bool{}}
 		e.log.Info("worker registered", "instance", id, "type", typ)
@@ -668,10 +676,29 @@ func (e *Engine) bind(in *instState, typ profile.WorkerTypeID, inst Instance) {
 	e.log.Info("provisioned instance up", "instance", in.id, "type", in.typ, "took", took.Round(time.Millisecond), "modules", len(in.loads))
 }
 
+// giveUp records that a provisioned instance (started as Pending) is gone
+// from the engine, so that a late registration under its ID is refused;
+// records older than the start timeout and 10 minutes more go.
+func (e *Engine) giveUp(in *instState) {
+	if !in.provisioned {
+		return
+	}
+	now := e.now()
+	if e.givenUp == nil {
+		e.givenUp = map[string]time.Time{}
+	}
+	for id, at := range e.givenUp {
+		if now.Sub(at) > e.cfg.StartTimeout+10*time.Minute {
+			delete(e.givenUp, id)
+		}
+	}
+	e.givenUp[in.id] = now
+}
+
 // startPending watches a Pending instance's start: one whose worker has
 // not registered within Config.StartTimeout is lost.
 func (e *Engine) startPending(in *instState) {
-	in.pending, in.startedAt = true, e.now()
+	in.pending, in.provisioned, in.startedAt = true, true, e.now()
 	timeout := e.cfg.StartTimeout
 	in.startTm = e.clk.AfterFunc(timeout, func() {
 		e.post(func() {
@@ -1212,9 +1239,10 @@ type instState struct {
 	byMod       map[string]map[uint64]bool
 	// pending: the provisioner started it as Pending and its worker has
 	// not registered yet (since startedAt; startTm is the start timeout).
-	pending   bool
-	startedAt time.Time
-	startTm   clock.Timer
+	pending     bool
+	provisioned bool // started as Pending (stays true once bound)
+	startedAt   time.Time
+	startTm     clock.Timer
 }
 
 func (e *Engine) loseInstance(id, why string) {
@@ -1250,6 +1278,7 @@ func (e *Engine) loseInstance(id, why string) {
 		}
 	}
 	delete(e.insts, id)
+	e.giveUp(in)
 	in.inst.Close()
 	if !in.registered && e.cfg.Provisioner != nil {
 		e.cfg.Provisioner.Release(id)

@@ -416,6 +416,7 @@ func (e *Engine) apply(out planOutput) {
 			continue
 		}
 		delete(e.insts, in.id)
+		e.giveUp(in)
 		in.inst.Close()
 		if e.cfg.Provisioner != nil {
 			e.cfg.Provisioner.Release(in.id)

@@ -448,6 +448,19 @@ func TestLosses(t *testing.T) {
 			if after := r.pods(); len(after) != len(now) {
 				t.Fatalf("a stale loss report about %s changed the pods: %v, then %v", victim, slices.Collect(mapsKeys(now)), slices.Collect(mapsKeys(after)))
 			}
+			// Nor does its worker registering again (its pod not gone
+			// yet): it is closed, not made an instance.
+			late := &fakeInst{}
+			r.e.AddInstance(victim, profile.WorkerTypeID(typ), late)
+			r.e.RunPending()
+			if !late.closed || len(late.loads) > 0 {
+				t.Fatalf("a late registration under %s: closed %v, loads %v; want closed", victim, late.closed, late.loads)
+			}
+			for _, is := range r.e.Status().Instances {
+				if is.ID == victim {
+					t.Fatalf("a late registration under %s made it an instance again: %+v", victim, is)
+				}
+			}
 			if err := r.e.Leave("cam"); err != nil {
 				t.Fatal(err)
 			}
