@@ -2,6 +2,8 @@ package kube
 
 import (
 	"context"
+	"errors"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -718,5 +720,62 @@ func TestWatchRestarts(t *testing.T) {
 	case l := <-losses:
 		t.Fatalf("loss %+v after a Release", l)
 	default:
+	}
+}
+
+// A watch that cannot start (the API server refuses the list) is retried
+// after a backoff on the injected clock, and then reports what it missed.
+func TestWatchRetriesAfterError(t *testing.T) {
+	cs := fake.NewClientset(deployment("CPU"))
+	clk := clock.NewFake(start)
+	p, err := New(context.Background(), Config{Client: cs, Clock: clk, Limits: map[profile.WorkerTypeID]int{"CPU": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Start("CPU-0", "CPU"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.CoreV1().Pods("mdag").Delete(context.Background(), PodName("CPU-0", "CPU"), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lists := make(chan int, 8)
+	n := 0
+	cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		n++
+		lists <- n
+		if n == 1 {
+			return true, nil, errors.New("the server is unavailable")
+		}
+		return false, nil, nil
+	})
+	losses := make(lossChan, 4)
+	p.Watch(losses)
+	defer p.Close()
+	deadline := time.After(30 * time.Second)
+	if got := <-lists; got != 1 {
+		t.Fatalf("list %d first", got)
+	}
+	// The retry waits on the fake clock: move it on until the second
+	// list comes (the goroutine arms its timer at its own pace).
+	for again := false; !again; {
+		select {
+		case <-lists:
+			again = true
+		case <-deadline:
+			t.Fatal("no second list within 30 s")
+		default:
+			if clk.Pending() > 0 {
+				clk.Advance(time.Second)
+			}
+			goruntime.Gosched()
+		}
+	}
+	select {
+	case l := <-losses:
+		if l != (loss{"CPU-0", "pod mdag-worker-cpu-cpu-0 deleted"}) {
+			t.Fatalf("loss %+v", l)
+		}
+	case <-deadline:
+		t.Fatal("the pod deleted while the watch failed was not reported")
 	}
 }
