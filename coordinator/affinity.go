@@ -254,7 +254,7 @@ func (e *Engine) dispatchStateful(s *session, ms *modState, a *affinity) {
 			// No instance hosts the module: what waits is dropped.
 			for _, g := range a.queue {
 				for _, w := range g.works {
-					e.drop(w, "no-instance", "no live instance hosts the stateful module")
+					e.drop(w, "no-instance", "no live instance hosts the stateful module"+e.startingFor(w.s.app.Name, w.m))
 				}
 			}
 			a.queue = nil
@@ -408,6 +408,7 @@ func (e *Engine) releaseDrained() {
 			continue
 		}
 		delete(e.insts, in.id)
+		e.giveUp(in)
 		in.inst.Close()
 		if e.cfg.Provisioner != nil {
 			e.cfg.Provisioner.Release(in.id)

@@ -47,6 +47,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	c.Duration("DispatchDelay", &cfg.DispatchDelay, 10*time.Millisecond)
 	c.Duration("LostAfter", &cfg.LostAfter, 5*time.Second)
 	c.Duration("SaveEvery", &cfg.SaveEvery, 200*time.Millisecond)
+	c.Duration("StartTimeout", &cfg.StartTimeout, 3*time.Minute)
 	if cfg.Checkpoint == 0 {
 		cfg.Checkpoint = 2 * time.Second
 	}

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,6 +95,11 @@ type Config struct {
 	// (Nexus's epoch scheduler: at least 10 s between epochs). Default 0:
 	// every trigger plans at once.
 	MinReplanGap time.Duration
+	// StartTimeout is how long an instance the provisioner starts as
+	// Pending (a Kubernetes pod) may take to come up (its worker to
+	// register) before it is counted lost and re-planned; default 3 min
+	// (a pod's image pull and scheduling onto a node being added).
+	StartTimeout time.Duration
 }
 
 // ExecutorFactory returns the GPU executor for in-process worker id of
@@ -185,6 +191,8 @@ type Engine struct {
 	ps          persist
 	dirtyS      map[*session]map[string]bool // streams whose stateful modules may move on (affinity.go)
 	releaseDue  bool                         // an instance a plan released finished its last work (releaseDrained)
+	pendingIDs  map[profile.WorkerTypeID]int // one past the highest ID number started as Pending, per type (placement.Snapshot.NextID)
+	givenUp     map[string]time.Time         // instances started as Pending since released or lost: when (a late registration under the ID is refused)
 }
 
 // New returns an engine; call Start before use and Close after. Zero
@@ -279,6 +287,9 @@ func (e *Engine) Close() {
 			e.gapTm.Stop()
 		}
 		for _, in := range e.insts {
+			if in.startTm != nil {
+				in.startTm.Stop()
+			}
 			in.inst.Close()
 		}
 	})
@@ -604,16 +615,119 @@ func (e *Engine) ingestMedia(streamID string, seq uint64, capture time.Time, m d
 	return out
 }
 
-// AddInstance adds a running instance the provisioner did not start (a
-// worker that registered over gRPC) and re-plans.
+// AddInstance adds a running instance: a worker that registered over
+// gRPC. Under the ID of an instance the provisioner started as Pending (a
+// Kubernetes pod) it binds the worker to that planned instance, which gets
+// its loads and serves from then on (see Pending); under any other ID it is
+// a worker the provisioner did not start: a registered instance, which
+// no plan releases, and the engine re-plans.
 func (e *Engine) AddInstance(id string, typ profile.WorkerTypeID, inst Instance) {
 	e.post(func() {
 		delete(e.ps.expect, id)
+		if in := e.insts[id]; in != nil && in.pending {
+			e.bind(in, typ, inst)
+			return
+		}
+		if at, ok := e.givenUp[id]; ok && e.insts[id] == nil {
+			// The worker of a pod the engine gave up (its pod is being
+			// deleted): it is no instance of the plan's.
+			e.log.Warn("a worker registered under the ID of a provisioned instance given up; closed", "instance", id, "type", typ, "given_up", at)
+			inst.Close()
+			return
+		}
 		e.insts[id] = &instState{id: id, typ: typ, inst: inst, state: placement.Warm, registered: true,
 			releaseAt: e.clk.Now().Add(24 * time.Hour), outstanding: map[uint64]bool{}}
 		e.log.Info("worker registered", "instance", id, "type", typ)
 		e.trigger("worker-registered", "worker "+id+" ("+string(typ)+") registered")
 	})
+}
+
+// bind gives a Pending instance the connection of its worker, which just
+// registered: it takes its planned loads and serves.
+func (e *Engine) bind(in *instState, typ profile.WorkerTypeID, inst Instance) {
+	if typ != in.typ {
+		e.loseInstance(in.id, fmt.Sprintf("its worker registered as type %s, the plan started it as %s", typ, in.typ))
+		inst.Close()
+		return
+	}
+	if in.startTm != nil {
+		in.startTm.Stop()
+		in.startTm = nil
+	}
+	old := in.inst
+	in.inst, in.pending = inst, false
+	old.Close()
+	if in.state == placement.Starting {
+		in.state = placement.Active
+	}
+	took := e.now().Sub(in.startedAt)
+	if err := inst.Load(e.specs(in)); err != nil {
+		e.log.Error("loading a provisioned instance that came up failed", "instance", in.id, "err", err)
+	}
+	e.rebuildScheduler()
+	// Stateful modules' streams may now move their state onto it.
+	for _, s := range e.sessions {
+		for _, m := range s.statefulMods {
+			for st := range s.mods[m].affs {
+				e.dirty(s, st)
+			}
+		}
+	}
+	e.log.Info("provisioned instance up", "instance", in.id, "type", in.typ, "took", took.Round(time.Millisecond), "modules", len(in.loads))
+}
+
+// giveUp records that a provisioned instance (started as Pending) is gone
+// from the engine, so that a late registration under its ID is refused;
+// records older than the start timeout and 10 minutes more go.
+func (e *Engine) giveUp(in *instState) {
+	if !in.provisioned {
+		return
+	}
+	now := e.now()
+	if e.givenUp == nil {
+		e.givenUp = map[string]time.Time{}
+	}
+	for id, at := range e.givenUp {
+		if now.Sub(at) > e.cfg.StartTimeout+10*time.Minute {
+			delete(e.givenUp, id)
+		}
+	}
+	e.givenUp[in.id] = now
+}
+
+// startPending watches a Pending instance's start: one whose worker has
+// not registered within Config.StartTimeout is lost.
+func (e *Engine) startPending(in *instState) {
+	in.pending, in.provisioned, in.startedAt = true, true, e.now()
+	timeout := e.cfg.StartTimeout
+	in.startTm = e.clk.AfterFunc(timeout, func() {
+		e.post(func() {
+			if e.insts[in.id] == in && in.pending {
+				e.loseInstance(in.id, fmt.Sprintf("not up within the start timeout of %v: its worker never registered", timeout))
+			}
+		})
+	})
+}
+
+// startingFor lists the Pending instances (not up yet) the plan loaded
+// module m of app onto, for the reason of a drop that found none up.
+func (e *Engine) startingFor(app dag.AppID, m dag.ModuleID) string {
+	var ids []string
+	for _, in := range e.sortedInsts() {
+		if !in.pending {
+			continue
+		}
+		for _, l := range in.loads {
+			if l.App == app && l.Module == m {
+				ids = append(ids, in.id)
+				break
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return ""
+	}
+	return " (planned on " + strings.Join(ids, ", ") + ", still starting)"
 }
 
 // LostInstance reports that an instance is gone (missed heartbeats, its
@@ -761,7 +875,7 @@ func (e *Engine) emit(s *session, fr *frame, m dag.ModuleID, it *media.Item) {
 	}
 	in, ok := e.pick(ms)
 	if !ok {
-		e.drop(w, "no-instance", "no live instance hosts the module")
+		e.drop(w, "no-instance", "no live instance hosts the module"+e.startingFor(s.app.Name, m))
 		return
 	}
 	// Early drop on the instance's queue: waiting behind what is
@@ -1020,7 +1134,7 @@ func (e *Engine) finishFrame(s *session, fr *frame) {
 func (e *Engine) arriveGPU(w *work) {
 	ms := w.s.mods[w.m]
 	if e.sched == nil || !ms.scheduled {
-		e.drop(w, "no-instance", "no live GPU hosts the model")
+		e.drop(w, "no-instance", "no live GPU hosts the model"+e.startingFor(w.s.app.Name, w.m))
 		return
 	}
 	now := e.now()
@@ -1123,6 +1237,12 @@ type instState struct {
 	outstanding map[uint64]bool
 	releasing   bool // a plan released it while it still worked: released once idle (releaseDrained)
 	byMod       map[string]map[uint64]bool
+	// pending: the provisioner started it as Pending and its worker has
+	// not registered yet (since startedAt; startTm is the start timeout).
+	pending     bool
+	provisioned bool // started as Pending (stays true once bound)
+	startedAt   time.Time
+	startTm     clock.Timer
 }
 
 func (e *Engine) loseInstance(id, why string) {
@@ -1131,6 +1251,10 @@ func (e *Engine) loseInstance(id, why string) {
 		return
 	}
 	in.lost = true
+	if in.startTm != nil {
+		in.startTm.Stop()
+		in.startTm = nil
+	}
 	ids := make([]uint64, 0, len(in.outstanding))
 	for t := range in.outstanding {
 		ids = append(ids, t)
@@ -1154,6 +1278,7 @@ func (e *Engine) loseInstance(id, why string) {
 		}
 	}
 	delete(e.insts, id)
+	e.giveUp(in)
 	in.inst.Close()
 	if !in.registered && e.cfg.Provisioner != nil {
 		e.cfg.Provisioner.Release(id)

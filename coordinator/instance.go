@@ -30,6 +30,24 @@ type Provisioner interface {
 	Release(id string)
 }
 
+// Pending is implemented by an Instance that is not up when
+// Provisioner.Start returns it: the provisioner has asked for it (a
+// Kubernetes pod) and its worker registers over gRPC later under the same
+// ID (Engine.AddInstance). Until then the engine routes nothing to it and
+// loads nothing onto it (Load and Submit are never called; its planned
+// loads wait), and it shows as "starting" in Status. The registration binds
+// the worker's connection to the planned instance: it gets its loads,
+// serves, and stays the provisioner's (the turn-off delay releases it and
+// Provisioner.Release stops it), unlike a worker that registered on its
+// own. One not up within Config.StartTimeout is counted lost and
+// re-planned. The engine calls Close when it gives the instance up before
+// it is up, then Provisioner.Release.
+type Pending interface {
+	Instance
+	// Pending marks the instance as one that comes up later.
+	Pending()
+}
+
 // Local provisions in-process workers with emulated GPUs (or Executor's),
 // up to a per-type limit: the embedded default's provisioner.
 type Local struct {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -130,7 +131,8 @@ func (e *Engine) replan(trigger string) {
 			limits[t] += n
 		}
 	}
-	snap := placement.Snapshot{Now: now, TurnOffDelay: e.cfg.TurnOff, Limits: limits, Prices: map[profile.WorkerTypeID]float64{}}
+	snap := placement.Snapshot{Now: now, TurnOffDelay: e.cfg.TurnOff, Limits: limits, Prices: map[profile.WorkerTypeID]float64{},
+		NextID: maps.Clone(e.pendingIDs)}
 	ids := map[string]bool{}
 	for _, in := range e.sortedInsts() {
 		if in.registered {
@@ -369,9 +371,25 @@ func (e *Engine) apply(out planOutput) {
 			}
 			in = &instState{id: id, typ: pi.Type, inst: inst, outstanding: map[uint64]bool{}}
 			e.insts[id] = in
+			if _, later := inst.(Pending); later {
+				e.startPending(in)
+				// Its ID is not given again this run: a late report
+				// about it (its gRPC stream ending after the engine
+				// closed it, its terminating pod, a worker reconnecting
+				// under it) cannot reach the instance that replaces it.
+				if n, ok := idNumber(id, pi.Type); ok {
+					if e.pendingIDs == nil {
+						e.pendingIDs = map[profile.WorkerTypeID]int{}
+					}
+					e.pendingIDs[pi.Type] = max(e.pendingIDs[pi.Type], n+1)
+				}
+			}
 		}
 		in.state, in.releaseAt, in.loads, in.releasing = pi.State, pi.ReleaseAt, pi.Loads, false
-		if in.state == placement.Starting {
+		switch {
+		case in.pending && in.state == placement.Active:
+			in.state = placement.Starting // serves once its worker registers (bind)
+		case !in.pending && in.state == placement.Starting:
 			in.state = placement.Active // local and registered instances serve at once
 		}
 		if in.registered && in.state == placement.Warm {
@@ -398,6 +416,7 @@ func (e *Engine) apply(out planOutput) {
 			continue
 		}
 		delete(e.insts, in.id)
+		e.giveUp(in)
 		in.inst.Close()
 		if e.cfg.Provisioner != nil {
 			e.cfg.Provisioner.Release(in.id)
@@ -465,6 +484,9 @@ func (e *Engine) apply(out planOutput) {
 	sort.Slice(rp.Sessions, func(i, j int) bool { return rp.Sessions[i].App < rp.Sessions[j].App })
 	// Loads onto instances.
 	for _, in := range e.sortedInsts() {
+		if in.pending {
+			continue // its loads wait for its worker (bind); nothing is routed to it
+		}
 		specs := e.specs(in)
 		if err := in.inst.Load(specs); err != nil {
 			rp.Problems = append(rp.Problems, fmt.Sprintf("load %s: %v", in.id, err))
@@ -832,6 +854,16 @@ func (e *Engine) gpuID(slot string) scheduler.GPUID {
 	inst, _, _ := strings.Cut(slot, "#")
 	e.gpuInst[e.nextGPU] = inst
 	return e.nextGPU
+}
+
+// idNumber is N of placement's instance ID TYPE-N.
+func idNumber(id string, typ profile.WorkerTypeID) (int, bool) {
+	rest, ok := strings.CutPrefix(id, string(typ)+"-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	return n, err == nil && n >= 0
 }
 
 // millis is d in milliseconds.

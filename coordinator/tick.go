@@ -254,10 +254,15 @@ type ModuleStatus struct {
 
 // InstanceStatus is one worker instance.
 type InstanceStatus struct {
-	ID          string   `json:"id"`
-	Type        string   `json:"type"`
-	State       string   `json:"state"`
-	Registered  bool     `json:"registered"`
+	ID         string `json:"id"`
+	Type       string `json:"type"`
+	State      string `json:"state"`
+	Registered bool   `json:"registered"`
+	// Pending: the provisioner started it (a Kubernetes pod) and its
+	// worker has not registered yet; State is "starting" (or "warm" once
+	// a plan unloaded it meanwhile). StartingS is for how long.
+	Pending     bool     `json:"pending,omitempty"`
+	StartingS   float64  `json:"starting_s,omitempty"`
 	Modules     []string `json:"modules"`
 	Outstanding int      `json:"outstanding"`
 }
@@ -314,6 +319,9 @@ func (e *Engine) Status() Status {
 		}
 		for _, in := range e.sortedInsts() {
 			is := InstanceStatus{ID: in.id, Type: string(in.typ), State: string(in.state), Registered: in.registered, Outstanding: len(in.outstanding)}
+			if in.pending {
+				is.Pending, is.StartingS = true, now.Sub(in.startedAt).Seconds()
+			}
 			for _, l := range in.loads {
 				is.Modules = append(is.Modules, string(l.App)+"/"+string(l.Module))
 			}

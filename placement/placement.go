@@ -88,6 +88,10 @@ type Snapshot struct {
 	// Idle lists apps that need nothing now (no streams): their loads are
 	// removed like those of planned apps, though they have no demands.
 	Idle []dag.AppID
+	// NextID is, per type, the least number a new instance's ID (TYPE-N)
+	// may take, so that a caller's IDs of instances gone are not given
+	// again; absent: one past the snapshot's highest of the type.
+	NextID map[profile.WorkerTypeID]int
 }
 
 // Demand is one module's allocation to place.
@@ -273,6 +277,9 @@ type placer struct {
 func (p *placer) init() {
 	p.prev = map[InstanceID][]Load{}
 	p.nextID = map[profile.WorkerTypeID]int{}
+	for t, n := range p.snap.NextID {
+		p.nextID[t] = n
+	}
 	p.where = map[string][]InstanceID{}
 	ids := slices.Clone(p.snap.Instances)
 	slices.SortFunc(ids, func(a, b Instance) int { return cmp.Compare(a.ID, b.ID) })

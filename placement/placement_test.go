@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -363,5 +364,44 @@ func TestDrainingInstance(t *testing.T) {
 	snap.Limits = map[profile.WorkerTypeID]int{"CPU": 1}
 	if plan := placement.Place(snap, []placement.Demand{partial("track", true, 40)}); len(plan.Shortages) != 1 {
 		t.Errorf("with a limit of 1 the draining instance leaves no room: shortages %+v", plan.Shortages)
+	}
+}
+
+// TestNextID: a new instance's ID numbers from Snapshot.NextID when that
+// is past the snapshot's own highest (IDs of instances gone are not given
+// again), from one past the highest otherwise.
+func TestNextID(t *testing.T) {
+	cpu1 := []placement.Instance{{ID: "CPU-1", Type: "CPU", State: placement.Active}}
+	cases := []struct {
+		name   string
+		before []placement.Instance
+		next   map[profile.WorkerTypeID]int
+		want   placement.InstanceID
+	}{
+		{"none", nil, nil, "CPU-0"},
+		{"past the snapshot", cpu1, nil, "CPU-2"},
+		{"NextID higher", cpu1, map[profile.WorkerTypeID]int{"CPU": 7}, "CPU-7"},
+		{"NextID lower", cpu1, map[profile.WorkerTypeID]int{"CPU": 1}, "CPU-2"},
+		{"NextID of another type", nil, map[profile.WorkerTypeID]int{"GPU": 7}, "CPU-0"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// The existing instance is full: the demand needs a new one.
+			before := slices.Clone(c.before)
+			for i := range before {
+				before[i].Loads = []placement.Load{{App: "b", Module: "x", Fraction: 1, Rate: 100, Batch: 1, Concurrency: 1}}
+			}
+			plan := placement.Place(placement.Snapshot{Now: t0, Instances: before, NextID: c.next, Prices: map[profile.WorkerTypeID]float64{"CPU": 1}},
+				[]placement.Demand{partial("crop", false, 50)})
+			var started []placement.InstanceID
+			for _, m := range plan.Moves {
+				if m.Kind == placement.StartInstance {
+					started = append(started, m.Instance)
+				}
+			}
+			if len(started) != 1 || started[0] != c.want {
+				t.Fatalf("started %v, want [%s]", started, c.want)
+			}
+		})
 	}
 }

@@ -96,6 +96,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	cf := addCameraFlags(fs)
 	tf := addTLSFlags(fs, false)
 	stateDir := addStateFlag(fs)
+	kf := addKubeFlags(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -131,9 +132,15 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid
 	}
-	// No provisioner: the instances are the workers that connect.
+	// No provisioner (the default): the instances are the workers that
+	// connect. --provisioner kubernetes: a pod per planned instance.
 	cfg := coordinator.Config{Policy: scheduler.Policy(*policy), Log: log, Headroom: *headroom}
 	cfg.Checkpoint = checkpointFlag(*checkpoint)
+	kp, err := kf.provisioner(&cfg, log)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitInvalid
+	}
 	closeState, err := openState("coordinator", *stateDir, &cfg, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -148,6 +155,10 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	defer obs.Close()
 	warnNoState(*stateDir, log)
 	e := obs.e
+	if kp != nil {
+		kp.Watch(e)
+		defer kp.Close()
+	}
 	if obs.auth, err = af.load("coordinator", log); err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid

@@ -21,7 +21,7 @@ var pure = []string{
 	"scheduler", "scheduler/sim", "gpu", "gpu/decode", "gpu/registry", "gpu/prep", "gpu/kserve", "worker", "coordinator",
 	// beyond the list: what the lean worker and the observers need
 	"ingest", "ingest/synth", "ingest/audiofile", "remote/wire", "remote/client", "internal/pki", "observe/metrics",
-	"profile/serf", "profile/measure", "coordinator/store", "eval/plot",
+	"profile/serf", "profile/measure", "coordinator/store", "coordinator/kube", "eval/plot",
 }
 
 // native are the import paths (prefixes) that link native code at the edges.
@@ -72,6 +72,7 @@ var allowed = map[string][]string{
 	"worker":                {"dag", "gpu", "internal/clock", "media", "modules"},
 	"coordinator":           {"allocator", "dag", "gpu", "internal/defaults", "internal/clock", "media", "modules", "placement", "profile", "scheduler", "worker"},
 	"coordinator/store":     {"coordinator"},
+	"coordinator/kube":      {"coordinator", "internal/clock", "profile", "worker"},
 	"remote/wire":           {"api", "dag", "media", "worker"},
 	"remote":                {"api", "coordinator", "dag", "internal/clock", "internal/pki", "profile", "remote/wire", "worker"},
 	"remote/client":         {"api", "gpu", "ingest/synth", "internal/clock", "internal/pki", "media", "modules", "remote/wire", "worker"},
