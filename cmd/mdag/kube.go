@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,13 +10,21 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/mdag/mdag/coordinator"
-	"github.com/mdag/mdag/coordinator/kube"
 	"github.com/mdag/mdag/profile"
 )
+
+// kubeProvisioner is coordinator/kube's Provisioner as the coordinator
+// command uses it (kube_full.go; the lean build has none: kube_lean.go).
+type kubeProvisioner interface {
+	coordinator.Provisioner
+	Watch(*coordinator.Engine)
+	Close()
+}
+
+// defaultKubeLimit is kube.DefaultLimit (TestKubeDefaultLimit), for the
+// help of both builds.
+const defaultKubeLimit = 4
 
 // kubeFlags are `mdag coordinator`'s provisioner flags.
 type kubeFlags struct {
@@ -35,7 +42,7 @@ func addKubeFlags(fs *flag.FlagSet) *kubeFlags {
 		namespace:  fs.String("namespace", "", "with --provisioner kubernetes: the namespace of the worker Deployments and pods (default: the pod's own namespace in a cluster, else mdag)"),
 		kubeconfig: fs.String("kubeconfig", "", "with --provisioner kubernetes: a kubeconfig file (default: the in-cluster service account)"),
 		maxWorkers: fs.String("max-workers", "", fmt.Sprintf("with --provisioner kubernetes: the most pods per worker type, e.g. P100=8,CPU=4; a type not named gets none "+
-			"(default: %d for each type with a worker Deployment in the namespace at start)", kube.DefaultLimit)),
+			"(default: %d for each type with a worker Deployment in the namespace at start)", defaultKubeLimit)),
 		startTimeout: fs.Duration("start-timeout", 3*time.Minute, "with --provisioner kubernetes: a pod whose worker has not registered this long after it was created is counted lost and re-planned"),
 	}
 }
@@ -45,7 +52,7 @@ const inClusterNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namesp
 
 // provisioner returns the kubernetes provisioner (nil for none) and sets
 // cfg's; its watch starts with watch(e) once the engine exists.
-func (k *kubeFlags) provisioner(cfg *coordinator.Config, log *slog.Logger) (*kube.Provisioner, error) {
+func (k *kubeFlags) provisioner(cfg *coordinator.Config, log *slog.Logger) (kubeProvisioner, error) {
 	switch *k.kind {
 	case "", "none":
 		for _, f := range []struct{ name, v string }{{"namespace", *k.namespace}, {"kubeconfig", *k.kubeconfig}, {"max-workers", *k.maxWorkers}} {
@@ -72,24 +79,9 @@ func (k *kubeFlags) provisioner(cfg *coordinator.Config, log *slog.Logger) (*kub
 			ns = strings.TrimSpace(string(b))
 		}
 	}
-	var rc *rest.Config
-	if *k.kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", *k.kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
+	p, err := newKubeProvisioner(ns, *k.kubeconfig, limits, log)
 	if err != nil {
-		return nil, fmt.Errorf("mdag coordinator: kubernetes client config (--kubeconfig %q): %w", *k.kubeconfig, err)
-	}
-	cs, err := kube.NewClient(rc)
-	if err != nil {
-		return nil, fmt.Errorf("mdag coordinator: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := kube.New(ctx, kube.Config{Client: cs, Namespace: ns, Limits: limits, Log: log})
-	if err != nil {
-		return nil, fmt.Errorf("mdag coordinator: %w", err)
+		return nil, err
 	}
 	cfg.Provisioner, cfg.StartTimeout = p, *k.startTimeout
 	log.Info("kubernetes provisioner", "namespace", ns, "limits", p.Limits(), "start_timeout", *k.startTimeout)

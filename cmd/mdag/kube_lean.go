@@ -1,0 +1,16 @@
+//go:build lean
+
+package main
+
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/mdag/mdag/profile"
+)
+
+// newKubeProvisioner: the lean build carries no Kubernetes client (it is
+// what a GPU machine runs, and client-go would double its size).
+func newKubeProvisioner(string, string, map[profile.WorkerTypeID]int, *slog.Logger) (kubeProvisioner, error) {
+	return nil, errors.New("mdag coordinator: --provisioner kubernetes is in the full build (bin/mdag: make build); the lean build (bin/mdag-lean) has no Kubernetes client")
+}
