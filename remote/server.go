@@ -533,11 +533,6 @@ func peerHostIsCaller(ctx context.Context, addr string) error {
 // own (a worker cannot send its peers to fetch elsewhere).
 func (s *Server) countFrames(c *conn, p *api.Result) error {
 	var relayed, bytes, refs uint64
-	defer func() {
-		s.plane.relayed.Add(relayed)
-		s.plane.relayedBytes.Add(bytes)
-		s.plane.refs.Add(refs)
-	}()
 	for _, list := range p.Outputs {
 		for _, it := range list.Items {
 			f := it.GetFrame()
@@ -547,16 +542,17 @@ func (s *Server) countFrames(c *conn, p *api.Result) error {
 				relayed++
 				bytes += uint64(len(f.Bgr))
 			case c.peer == "":
-				relayed, bytes, refs = 0, 0, 0
 				return fmt.Errorf("output frame %d of stream %s is a reference, but this worker relays its frames (it registered no peer address, or the coordinator runs --data-plane relay)", f.Ref.Id, it.Stream)
 			case f.Ref.Holder != c.id || f.Ref.Addr != c.peer:
-				relayed, bytes, refs = 0, 0, 0
 				return fmt.Errorf("output frame %d of stream %s names holder %q at %q; a worker may only hand out its own frames (%q at %q)", f.Ref.Id, it.Stream, f.Ref.Holder, f.Ref.Addr, c.id, c.peer)
 			default:
 				refs++
 			}
 		}
 	}
+	s.plane.relayed.Add(relayed) // a refused result counts nothing
+	s.plane.relayedBytes.Add(bytes)
+	s.plane.refs.Add(refs)
 	return nil
 }
 

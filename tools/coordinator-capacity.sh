@@ -13,7 +13,8 @@
 # (640x480 frames, 10 fps a stream, 3 objects a frame: detect's frame goes
 # to crop, and 4 vehicle and 1 person crops to the classifiers). Per run:
 # frames sent and finished within the SLO (from the coordinator's status),
-# the coordinator's CPU per frame sent (/proc utime+stime), the hop p50/p99
+# the coordinator's CPU per frame sent (/proc utime+stime), the cores the
+# coordinator and its peers (the 8 workers and the source) used, the hop p50/p99
 # (a task's time outside its module's run: down, the worker's queue, the
 # fetch on the direct plane, up; the coordinator's summary line), the
 # frames' end-to-end p50/p99 (capture to result) and the result pixel
@@ -34,7 +35,7 @@ tmp=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
-printf "%-6s %7s %7s %8s %8s %9s %6s %8s %8s %8s %8s %11s\n" plane streams sent finished finish cpu_us/fr cores hop_p50 hop_p99 e2e_p50 e2e_p99 relayed_MB
+printf "%-6s %7s %7s %8s %8s %9s %6s %11s %8s %8s %8s %8s %11s\n" plane streams sent finished finish cpu_us/fr cores peers_cores hop_p50 hop_p99 e2e_p50 e2e_p99 relayed_MB
 for n in $COUNTS; do
   for plane in $PLANES; do # the planes back to back at each load: what loads the machine meanwhile weighs on both
     GOMAXPROCS=1 taskset -c 0 "$BIN" coordinator --example traffic --grpc 127.0.0.1:$GRPC --listen 127.0.0.1:$HTTP \
@@ -50,18 +51,21 @@ for n in $COUNTS; do
       [ "$(curl -sf http://127.0.0.1:$HTTP/v1/status | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["instances"]))' 2>/dev/null)" = 8 ] && break
       sleep 0.1
     done
-    t0=$(awk '{print $14+$15}' /proc/$coord/stat)
-    taskset -c 1 "$BIN" source --coordinator 127.0.0.1:$GRPC --app traffic --streams "$n" --fps 10 --size "$SIZE" --objects 3 \
-      --duration "${SECS}s" >/dev/null 2>&1 || true
+    ticks() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
+    t0=$(ticks $coord); w0=$(ticks "${pids[@]:1}")
+    /usr/bin/time -f "%U %S" -o "$tmp/source.time" taskset -c 1 "$BIN" source --coordinator 127.0.0.1:$GRPC --app traffic --streams "$n" \
+      --fps 10 --size "$SIZE" --objects 3 --duration "${SECS}s" >/dev/null 2>&1 || true
     sleep 2 # the last frames end (the SLO is 400 ms)
-    t1=$(awk '{print $14+$15}' /proc/$coord/stat)
+    t1=$(ticks $coord); w1=$(ticks "${pids[@]:1}")
+    src=$(awk '{print int(100*($1+$2))}' "$tmp/source.time" 2>/dev/null || echo 0)
     curl -sf http://127.0.0.1:$HTTP/v1/status >"$tmp/status.json" || echo '{}' >"$tmp/status.json"
     for p in "${pids[@]:1}"; do kill -INT "$p" 2>/dev/null || true; done
     kill -INT $coord; wait 2>/dev/null || true
     pids=()
-    python3 - "$plane" "$n" "$SECS" "$((t1-t0))" "$tmp/status.json" "$tmp/coord.out" <<'EOF'
+    python3 - "$plane" "$n" "$SECS" "$((t1-t0))" "$tmp/status.json" "$tmp/coord.out" "$((w1-w0+src))" <<'EOF'
 import json, re, sys
 plane, n, secs, ticks, status, out = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
+peers = float(sys.argv[7])
 try:
     ss = json.load(open(status))["sessions"][0]
     tot = ss["total"]
@@ -72,7 +76,7 @@ m = re.search(r"data plane \S+: (\d+) result frames by reference, (\d+) relayed 
 refs, rel, relb, hops, p50, p99 = (m.groups() if m else ("?",) * 6)
 cpu_us = ticks * 10000 / max(1, sent)
 mb = float(relb) / 1e6 if m else float("nan")
-print(f"{plane:6} {n:7d} {sent:7d} {fin:8d} {100*fin/max(1,sent):7.2f}% {cpu_us:9.0f} {ticks/100/secs:6.2f} {p50:>8} {p99:>8} {ss['p50_ms']:8.1f} {ss['p99_ms']:8.1f} {mb:11.1f}")
+print(f"{plane:6} {n:7d} {sent:7d} {fin:8d} {100*fin/max(1,sent):7.2f}% {cpu_us:9.0f} {ticks/100/secs:6.2f} {peers/100/secs:11.2f} {p50:>8} {p99:>8} {ss['p50_ms']:8.1f} {ss['p99_ms']:8.1f} {mb:11.1f}")
 EOF
   done
 done

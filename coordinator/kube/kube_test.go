@@ -145,28 +145,33 @@ func newRigLimits(t *testing.T, limits map[profile.WorkerTypeID]int, objs ...run
 	return r
 }
 
+// within receives from ch, or fails the test after 30 s (a generous bound
+// for an event the code under test makes on its own goroutine).
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s within 30 s", what)
+		var zero T
+		return zero
+	}
+}
+
 func (r *rig) waitWatch() {
 	r.t.Helper()
-	select {
-	case <-r.watches:
-	case <-time.After(30 * time.Second):
-		r.t.Fatal("the provisioner's pod watch did not start within 30 s")
-	}
+	within(r.t, r.watches, "the provisioner's pod watch did not start")
 }
 
 // loss waits for the provisioner to report a loss and hands it to the
 // engine, as the watch does in the binary.
 func (r *rig) loss() loss {
 	r.t.Helper()
-	select {
-	case l := <-r.losses:
-		r.e.LostInstance(l.id, l.why)
-		r.e.RunPending()
-		return l
-	case <-time.After(30 * time.Second):
-		r.t.Fatal("no loss reported within 30 s")
-		return loss{}
-	}
+	l := within(r.t, r.losses, "no loss reported")
+	r.e.LostInstance(l.id, l.why)
+	r.e.RunPending()
+	return l
 }
 
 func (r *rig) pods() map[string]corev1.Pod {
@@ -664,21 +669,11 @@ func TestWatchRestarts(t *testing.T) {
 	defer p.Close()
 	wait := func(what string) {
 		t.Helper()
-		select {
-		case <-watches:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s: no watch within 30 s", what)
-		}
+		within(t, watches, what+": no watch")
 	}
 	next := func() loss {
 		t.Helper()
-		select {
-		case l := <-losses:
-			return l
-		case <-time.After(30 * time.Second):
-			t.Fatal("no loss reported within 30 s")
-			return loss{}
-		}
+		return within(t, losses, "no loss reported")
 	}
 	wait("first")
 	// CPU-0 becomes ready (on the manual watch): no loss.
