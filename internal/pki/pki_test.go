@@ -366,6 +366,8 @@ func TestIssueFiles(t *testing.T) {
 		{"bad name", dir, IssueOptions{Role: Worker, Name: "../x", Out: t.TempDir()}, nil, "character '.' at 0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			// Issued at t0 and loaded at t0: never held against the real clock.
+			c.o.Now = t0
 			wrote, err := IssueFiles(c.dir, c.o)
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
