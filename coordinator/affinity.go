@@ -392,7 +392,9 @@ func (e *Engine) released(ms *modState, id string) {
 	if in == nil || in.lost || ms.routed(id) || ms.holdsOn(id) {
 		return
 	}
-	if err := in.inst.Load(e.specsFor(in, false)); err != nil {
+	specs := e.specsFor(in, false)
+	in.loaded(specs)
+	if err := in.inst.Load(specs); err != nil {
 		e.log.Warn("unloading a stateful module whose streams left failed", "instance", id, "module", ms.key, "err", err)
 	}
 	e.releaseDrained()

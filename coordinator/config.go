@@ -75,7 +75,7 @@ func (a *AdaptConfig) check(c *defaults.Fields) {
 	c.Duration("Adapt.MinInterval", &a.MinInterval, time.Second)
 	c.Count("Adapt.MinItems", &a.MinItems, 4)
 	c.AtLeast("Adapt.MaxScale", &a.MaxScale, MinScale, 64, false)
-	c.AtLeast("Adapt.MaxBalloon", &a.MaxBalloon, 1, 4, false)
+	c.AtLeast("Adapt.MaxBalloon", &a.MaxBalloon, 1, 64, false)
 	c.Duration("Adapt.MinExcess", &a.MinExcess, 500*time.Microsecond)
 	c.Count("Adapt.StaleWindows", &a.StaleWindows, 8)
 	if a.FinishTarget > 1 {

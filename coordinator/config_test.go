@@ -40,7 +40,7 @@ func TestConfigOutOfRange(t *testing.T) {
 				if err != nil || e == nil {
 					t.Fatalf("New: %v", err)
 				}
-				if e.cfg.Headroom != 1.25 || e.cfg.Epoch != 30*time.Second || e.cfg.Adapt.MaxBalloon != 4 || e.cfg.Policy != DefaultPolicy {
+				if e.cfg.Headroom != 1.25 || e.cfg.Epoch != 30*time.Second || e.cfg.Adapt.MaxBalloon != 64 || e.cfg.Policy != DefaultPolicy {
 					t.Errorf("defaults not applied: %+v", e.cfg)
 				}
 				return

@@ -661,7 +661,9 @@ func (e *Engine) bind(in *instState, typ profile.WorkerTypeID, inst Instance) {
 		in.state = placement.Active
 	}
 	took := e.now().Sub(in.startedAt)
-	if err := inst.Load(e.specs(in)); err != nil {
+	specs := e.specs(in)
+	in.loaded(specs)
+	if err := inst.Load(specs); err != nil {
 		e.log.Error("loading a provisioned instance that came up failed", "instance", in.id, "err", err)
 	}
 	e.rebuildScheduler()
@@ -981,8 +983,19 @@ func (e *Engine) onResult(instance string, r worker.Result) {
 		e.pump()
 		return
 	}
+	measured := r.Measured
+	if r.Outcome == worker.Done && e.insts[instance].warming(t.key, len(t.works)) {
+		// A cold run (the first at this batch size since the module was
+		// loaded here: ONNX Runtime's first runs of a shape took 16-18 ms
+		// against 1.5-2 ms warm) is not what the module costs: it teaches
+		// neither the scheduler's estimate nor the ballooning factor.
+		measured = 0
+	}
+	if t.action != nil && r.Outcome == worker.Done {
+		ms.expired, ms.lastDone = 0, now
+	}
 	if t.action != nil && t.gen == e.schedGen && e.sched != nil {
-		e.sched.Finished(e.schedTime(now), t.action, r.Measured)
+		e.sched.Finished(e.schedTime(now), t.action, measured)
 		defer e.pump()
 	}
 	// Anything but a usable Done drops the task's items, with the outcome's
@@ -1006,7 +1019,7 @@ func (e *Engine) onResult(instance string, r worker.Result) {
 		}
 		return
 	}
-	if exp := ms.expected(instance, len(t.works)); exp > 0 && r.Measured > 0 {
+	if exp := ms.expected(instance, len(t.works)); exp > 0 && measured > 0 {
 		ms.obs.measured += r.Measured
 		ms.obs.profiled += exp
 		ms.obs.balloonN++
@@ -1138,21 +1151,47 @@ func (e *Engine) arriveGPU(w *work) {
 		return
 	}
 	now := e.now()
-	// The module's deadline: its share of the SLO (the plan's latency
-	// split), or its own budget (plus the dispatch margin, which budgets
-	// do not include) from now when the item runs behind, never later than
-	// the frame can afford.
-	dl := w.f.capture.Add(w.s.head[w.m])
-	if alt := now.Add(ms.budget + e.cfg.DispatchDelay); alt.After(dl) {
-		dl = alt
-	}
-	if last := w.f.deadline.Add(-w.s.minTail[w.m]); dl.After(last) {
-		dl = last
-	}
+	// The request's deadline is the frame's own: the latest the module can
+	// finish and the rest of the graph still finish, at its fastest, within
+	// the SLO. The plan's latency split chose the batch sizes and the
+	// instances; it is not a wall at run time: a frame behind its split, or
+	// a batch slower than profiled, still runs while the SLO has room (a
+	// 2 ms split of a 600 ms SLO dropped every frame that a 17 ms cold batch
+	// or a shared core delayed). Symphony's waiting for a bigger batch is
+	// bounded by the beta*lambda rule (about the model's fixed cost), not by
+	// this deadline, so slack is not spent idling.
+	dl := w.f.deadline.Add(-w.s.minTail[w.m])
 	e.nextReq++
 	e.reqs[e.nextReq] = w
 	e.sched.Arrive(e.schedTime(now), scheduler.Request{ID: e.nextReq, Model: ms.model, Arrival: e.schedTime(now), Deadline: e.schedTime(dl)})
 	e.pump()
+}
+
+// ProbeAfter: a GPU module whose requests the scheduler has dropped as
+// unable to finish, ProbeDrops of them with no batch of it finishing for
+// this long, has its estimate reset to the profile, so the next requests
+// run and measure it again. A slowdown that is real is then measured again
+// and learned (ballooning); a stale one (a stall, a cold run, a neighbour
+// gone) stops costing every frame.
+const (
+	ProbeAfter = time.Second
+	ProbeDrops = 4
+)
+
+// probe counts a scheduler cannot-finish drop of module ms and resets the
+// model's estimate when the drops have gone on with nothing run.
+func (e *Engine) probe(ms *modState) {
+	ms.expired++
+	now := e.now()
+	if ms.expired < ProbeDrops || now.Sub(ms.lastDone) < ProbeAfter || e.sched == nil {
+		return
+	}
+	est := e.sched.Estimator()
+	e.log.Warn("scheduler estimate re-measured: it let no batch run", "module", ms.key,
+		"dropped", ms.expired, "since_last_batch", now.Sub(ms.lastDone).Round(time.Millisecond),
+		"estimate_b1", est.Estimate(ms.model, 1), "profiled_b1", est.Profiled(ms.model, 1))
+	est.Reset(ms.model)
+	ms.expired, ms.lastDone = 0, now
 }
 
 // pump carries out what the scheduler decided and re-arms its timer.
@@ -1165,6 +1204,9 @@ func (e *Engine) pump() {
 		w := e.reqs[d.Request.ID]
 		delete(e.reqs, d.Request.ID)
 		if w != nil {
+			if d.Reason == scheduler.DropExpired {
+				e.probe(w.s.mods[w.m])
+			}
 			w.s.mods[w.m].mx.SchedulerDrop(string(d.Reason))
 			e.drop(w, string(d.Reason), fmt.Sprintf("scheduler at +%v, deadline +%v, capture +%v", d.At, d.Request.Deadline, e.schedTime(w.f.capture)))
 		}
@@ -1243,6 +1285,44 @@ type instState struct {
 	provisioned bool // started as Pending (stays true once bound)
 	startedAt   time.Time
 	startTm     clock.Timer
+	// runs counts, per hosted module (key) and batch size, the batches
+	// run since the module was loaded here: the first WarmupRuns of each
+	// are cold (warming).
+	runs map[string]map[int]int
+}
+
+// WarmupRuns is how many batches of each size a module runs on an instance
+// after it is loaded there before their times count as measurements.
+const WarmupRuns = 2
+
+// warming counts a run of a batch of b of module key and says whether it
+// was a cold one. A nil instance (gone) counts nothing.
+func (in *instState) warming(key string, b int) bool {
+	if in == nil {
+		return false
+	}
+	if in.runs == nil {
+		in.runs = map[string]map[int]int{}
+	}
+	if in.runs[key] == nil {
+		in.runs[key] = map[int]int{}
+	}
+	in.runs[key][b]++
+	return in.runs[key][b] <= WarmupRuns
+}
+
+// loaded forgets the runs of modules the instance no longer hosts: loaded
+// again, they start cold.
+func (in *instState) loaded(specs []worker.ModuleSpec) {
+	keep := map[string]bool{}
+	for _, sp := range specs {
+		keep[sp.Key()] = true
+	}
+	for k := range in.runs {
+		if !keep[k] {
+			delete(in.runs, k)
+		}
+	}
 }
 
 func (e *Engine) loseInstance(id, why string) {

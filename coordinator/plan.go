@@ -444,13 +444,7 @@ func (e *Engine) apply(out planOutput) {
 			for _, ma := range a.Modules {
 				s.mods[ma.Module].budget = time.Duration(ma.LatencyMS * float64(time.Millisecond))
 			}
-			// Module deadlines count from capture: the ingest delay the
-			// plan reserved comes first.
 			s.reserve = in.reserve
-			s.head = heads(s.g, func(m dag.ModuleID) time.Duration { return s.mods[m].budget })
-			for m := range s.head {
-				s.head[m] += in.reserve
-			}
 			plan := out.plan
 			s.plan = &plan
 		} else if in.rate > 0 && ps.Reason == "" {
@@ -488,6 +482,7 @@ func (e *Engine) apply(out planOutput) {
 			continue // its loads wait for its worker (bind); nothing is routed to it
 		}
 		specs := e.specs(in)
+		in.loaded(specs)
 		if err := in.inst.Load(specs); err != nil {
 			rp.Problems = append(rp.Problems, fmt.Sprintf("load %s: %v", in.id, err))
 		}
@@ -808,6 +803,9 @@ func (e *Engine) rebuildScheduler() {
 			}
 			cfg.Models = append(cfg.Models, scheduler.Model{ID: ms.model, SLO: slo, Latency: table, GPUs: ids, Rate: rate, Shares: shares})
 			ms.scheduled = true
+			if ms.lastDone.IsZero() {
+				ms.lastDone = e.now() // the probe's clock starts with the model's first scheduler
+			}
 			fmt.Fprintf(&sig, "%s %v %v %v %.6g %.6g|", ms.model, slo, table, ids, rate, shares)
 		}
 	}

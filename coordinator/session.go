@@ -35,11 +35,10 @@ type session struct {
 	rate       float64 // ingress rate the plan is for
 	scale      map[dag.ModuleID]float64
 	balloon    map[dag.ModuleID]float64
-	head       map[dag.ModuleID]time.Duration // latency split: deadline of a module's output, from capture
-	reserve    time.Duration                  // of the SLO, for the ingest delay (the plan's)
-	admit      float64                        // share of frames the plan carries; below 1 the rest are shed at ingest
-	degraded   string                         // why the plan is not the one the session asks for ("" when it is)
-	ingestOver string                         // set while frames reach the session later than half the SLO
+	reserve    time.Duration // of the SLO, for the ingest delay (the plan's)
+	admit      float64       // share of frames the plan carries; below 1 the rest are shed at ingest
+	degraded   string        // why the plan is not the one the session asks for ("" when it is)
+	ingestOver string        // set while frames reach the session later than half the SLO
 
 	ingest    []time.Duration // ring of recent ingest delays: capture to the session
 	ingestPos int
@@ -68,6 +67,11 @@ type modState struct {
 	cpuProf   map[string]time.Duration   // per instance: profiled, for the ballooning signal
 	gpuProf   map[string][]time.Duration
 	scheduled bool
+	// The scheduler's cannot-finish drops since a batch of the module last
+	// finished, and when that was: an estimate that lets nothing run is
+	// re-measured (probe), not trusted for ever.
+	expired  int
+	lastDone time.Time
 	// Stateful modules: each stream's state place, the state events since
 	// deploy, the last said in words, and recent migration pauses.
 	stateful  bool
@@ -168,22 +172,6 @@ func tails(g *dag.Graph, lat func(dag.ModuleID) time.Duration) map[dag.ModuleID]
 			t = max(t, lat(d)+out[d])
 		}
 		out[m] = t
-	}
-	return out
-}
-
-// heads is, per module, the longest path from the source through the
-// module when each module takes lat: the latency split's deadlines.
-func heads(g *dag.Graph, lat func(dag.ModuleID) time.Duration) map[dag.ModuleID]time.Duration {
-	out := map[dag.ModuleID]time.Duration{}
-	for _, m := range g.Order() {
-		var h time.Duration
-		for _, u := range g.Inputs(m) {
-			if u != dag.Source {
-				h = max(h, out[u])
-			}
-		}
-		out[m] = h + lat(m)
 	}
 	return out
 }

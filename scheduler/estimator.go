@@ -55,10 +55,11 @@ func (me *modelEst) profiled(b int) time.Duration {
 // Profiled is the profile's l(b).
 func (e *Estimator) Profiled(m ModelID, b int) time.Duration { return e.models[m].profiled(b) }
 
-// Record adds a measurement.
+// Record adds a measurement; a measurement <= 0 (none: a cold run the
+// caller left out) changes nothing.
 func (e *Estimator) Record(m ModelID, b int, measured time.Duration) {
 	me := e.models[m]
-	if me == nil || b < 1 {
+	if me == nil || b < 1 || measured <= 0 {
 		return
 	}
 	if b <= len(me.recent) {
@@ -111,4 +112,17 @@ func (me *modelEst) ratioValue() float64 {
 func p99(vs []float64) float64 {
 	slices.Sort(vs)
 	return vs[min(len(vs)-1, (len(vs)*99+99)/100-1)]
+}
+
+// Reset forgets what was measured of model m: its estimates go back to the
+// profile. The caller re-measures with it an estimate that no request can
+// meet any more (nothing would run, so nothing would correct it).
+func (e *Estimator) Reset(m ModelID) {
+	me := e.models[m]
+	if me == nil {
+		return
+	}
+	me.recent = make([]*window, len(me.profile))
+	me.ratio = window{}
+	me.est = slices.Clone(me.profile)
 }

@@ -259,12 +259,21 @@ func sameOp(a, b ModuleSpec) bool {
 	return a.Kind == b.Kind && a.Op == b.Op && fmt.Sprint(a.Params) == fmt.Sprint(b.Params)
 }
 
-// queueSize is a CPU module's queue: 8 tasks per pool goroutine, or for a
-// stateful module room for one frame task and one state task per stream
-// (the engine sends a stream's next task only when its last one is done,
-// so its queue grows with the streams, not with their rate).
+// QueuePerSlot is a CPU module's queue per pool goroutine (queueSize).
+const QueuePerSlot = 1024
+
+// queueSize is a CPU module's queue: QueuePerSlot tasks per pool goroutine, or
+// for a stateful module room for one frame task and one state task per
+// stream (the engine sends a stream's next task only when its last one is
+// done, so its queue grows with the streams, not with their rate). The
+// bound is back-pressure against a broken sender, not admission: the
+// coordinator sends an item only when the work queued ahead of it still
+// lets its frame finish within the SLO (its early drop), so a burst (a
+// detector's batch of 16 fanning out to a 0.5 ms op) waits while the SLO
+// has room. With 8 a goroutine, bursts were dropped queue-full with
+// hundreds of milliseconds to spare.
 func queueSize(h *hosted) int {
-	n := 8 * max(1, h.spec.Concurrency)
+	n := QueuePerSlot * max(1, h.spec.Concurrency)
 	if h.stateful != nil {
 		n = max(n, 2048)
 	}

@@ -117,14 +117,16 @@ func TestWorkerOutcomes(t *testing.T) {
 			}},
 		{name: "queue full", spec: cpu, op: gated, want: QueueFull,
 			run: func(w *Worker, _ *clock.Fake) uint64 {
-				// Task 1 runs (held at the gate), 2 to 9 fill the queue
-				// of 8 a pool of one has: 10 finds it full.
+				// Task 1 runs (held at the gate), the next QueuePerSlot
+				// fill the queue a pool of one has: the one after finds
+				// it full.
 				w.Submit(Task{ID: 1, App: "a", Module: "c", Items: item()})
 				<-gated.started
-				for id := uint64(2); id <= 10; id++ {
+				last := uint64(QueuePerSlot + 2)
+				for id := uint64(2); id <= last; id++ {
 					w.Submit(Task{ID: id, App: "a", Module: "c", Items: item()})
 				}
-				return 10
+				return last
 			}},
 		{name: "executor error", spec: gpuSpec, exec: testExec{err: boom}, want: ExecutorError, detail: "boom",
 			run: func(w *Worker, _ *clock.Fake) uint64 {
@@ -151,7 +153,7 @@ func TestWorkerOutcomes(t *testing.T) {
 			if err := ops.Register("sink", func(modules.Params) (modules.Processor, error) { return op, nil }); err != nil {
 				t.Fatal(err)
 			}
-			results := make(chan Result, 16)
+			results := make(chan Result, QueuePerSlot+16)
 			w := NewWorker("w", "T", clk, tc.exec, ops, func(r Result) { results <- r })
 			if err := w.Load([]ModuleSpec{tc.spec}); err != nil {
 				t.Fatal(err)
