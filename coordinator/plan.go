@@ -487,7 +487,9 @@ func (e *Engine) apply(out planOutput) {
 			rp.Problems = append(rp.Problems, fmt.Sprintf("load %s: %v", in.id, err))
 		}
 	}
-	e.rebuildScheduler()
+	if err := e.rebuildScheduler(); err != nil {
+		rp.Problems = append(rp.Problems, err.Error())
+	}
 	e.armTurnOff(now)
 	// Streams whose state the plan moved start moving now, frames or not.
 	for _, s := range e.sessions {
@@ -687,7 +689,8 @@ func (e *Engine) specsFor(in *instState, routed bool) []worker.ModuleSpec {
 
 // latencyTable is l(b) for b = 1..the largest profiled batch at the given
 // concurrency (or the nearest profiled one), interpolated linearly between
-// profiled batches and inflated by the planned ballooning factor.
+// profiled batches, inflated by the planned ballooning factor and made
+// non-decreasing (a larger batch is never planned faster than a smaller).
 func latencyTable(cfgs []profile.Config, conc int, balloon float64) []time.Duration {
 	best := 0
 	for _, c := range cfgs {
@@ -731,7 +734,14 @@ func latencyTable(cfgs []profile.Config, conc int, balloon float64) []time.Durat
 		} else {
 			prevB, prevL = b, l
 		}
-		out[b-1] = time.Duration(float64(l) * f)
+		out[b-1] = max(1, time.Duration(float64(l)*f))
+		if b > 1 {
+			// A measured profile need not rise with the batch (b16
+			// measured 43.9 ms, b8 45.1 on a shared machine): the
+			// scheduler, which needs l(b) non-decreasing, gets its upper
+			// envelope, never a refusal that leaves the model unserved.
+			out[b-1] = max(out[b-1], out[b-2])
+		}
 	}
 	return out
 }
@@ -742,7 +752,10 @@ func latencyTable(cfgs []profile.Config, conc int, balloon float64) []time.Durat
 // to the new one, and batches still running on GPUs finish normally (a GPU
 // the new scheduler over-books rejects the late action, which is how the
 // scheduler learns of it).
-func (e *Engine) rebuildScheduler() {
+//
+// A scheduler that cannot be built (a model's table refused) leaves its
+// GPU modules unserved: the error is logged here and is the plan's problem.
+func (e *Engine) rebuildScheduler() error {
 	cfg := scheduler.Config{NoLoadShed: true, Network: scheduler.Network{Control: e.cfg.DispatchDelay}}
 	gpuSet := map[scheduler.GPUID]bool{}
 	var sig strings.Builder
@@ -814,7 +827,7 @@ func (e *Engine) rebuildScheduler() {
 	}
 	slices.Sort(cfg.GPUs)
 	if sig.String() == e.schedSig && e.sched != nil {
-		return
+		return nil
 	}
 	e.schedSig = sig.String()
 	e.schedGen++
@@ -825,10 +838,12 @@ func (e *Engine) rebuildScheduler() {
 	waiting := e.reqs
 	e.reqs = map[uint64]*work{}
 	e.sched = nil
+	var rebuildErr error
 	if len(cfg.Models) > 0 {
 		sc, err := scheduler.New(e.cfg.Policy, cfg)
 		if err != nil {
-			e.log.Error("scheduler rebuild failed", "err", err)
+			e.log.Error("scheduler rebuild failed: GPU modules are unserved", "err", err)
+			rebuildErr = fmt.Errorf("GPU modules unserved: %w", err)
 		} else {
 			e.sched = sc
 		}
@@ -841,6 +856,7 @@ func (e *Engine) rebuildScheduler() {
 	for _, id := range ids {
 		e.arriveGPU(waiting[id])
 	}
+	return rebuildErr
 }
 
 func (e *Engine) gpuID(slot string) scheduler.GPUID {
