@@ -127,7 +127,7 @@ func TestDirectDataPlane(t *testing.T) {
 		}
 		return id
 	}
-	waitFor(t, "a frame fetched worker to worker and finished frames", 30*time.Second, func() bool {
+	waitFor(t, "a frame fetched worker to worker and finished frames", 90*time.Second, func() bool {
 		st := c.e.Status()
 		return served() != "" && len(st.Sessions) > 0 && st.Sessions[0].Total.Finished > 0
 	})
