@@ -56,6 +56,10 @@ type Local struct {
 	Engine   *Engine
 	Ops      *modules.Registry // the CPU ops workers build
 	Executor ExecutorFactory   // nil: emulated GPUs
+	// Variance is the emulated GPUs' variance model (zero: exact), each
+	// instance's seed derived from its ID; they share one gpu.Host (one
+	// process's cores) for its contention.
+	Variance gpu.Variance
 
 	// deliver, when set, takes the workers' results instead of
 	// Engine.Result: the fake-clock tests hold the results of workers
@@ -66,6 +70,7 @@ type Local struct {
 	mu      sync.Mutex
 	workers map[string]*worker.Worker
 	emu     map[string]*gpu.Emulated
+	host    gpu.Host
 }
 
 // Limits implements Provisioner.
@@ -105,7 +110,7 @@ func (l *Local) Start(id string, typ profile.WorkerTypeID) (Instance, error) {
 		}
 		w.SetExecutor(x)
 	} else {
-		em = gpu.NewEmulated(l.Clock, w.Latency)
+		em = gpu.NewEmulated(l.Clock, w.Latency, gpu.WithVariance(l.Variance.Derive(id)), gpu.WithHost(&l.host))
 		w.SetExecutor(em)
 	}
 	l.workers[id], l.emu[id] = w, em

@@ -364,7 +364,7 @@ func (s System) shape(app *dag.App, pf *profile.File, cluster map[profile.Worker
 		}
 	}
 	limits := maps.Clone(cluster)
-	out := &profile.File{Path: pf.Path}
+	out := &profile.File{Path: pf.Path, Plan: pf.Plan}
 	keepPoints := func(p profile.Profile) profile.Profile {
 		if !gpuTargets[p.Target] || !(s.Nexus || s.NoSpatial) {
 			return p

@@ -5,11 +5,13 @@
 //
 // Executors:
 //   - Emulated completes a batch after its profiled latency l(b) (times a
-//     slowdown factor that tests raise to inject ballooning), on an injected
-//     clock, and echoes the ground truth a synthetic source drew: items that
-//     are whole frames get the frame's objects as detections, crops get their
-//     object's class as a label. It is deterministic, runs without a GPU and
-//     lets one machine emulate many GPUs (the papers evaluate at scale so).
+//     slowdown factor that tests raise to inject ballooning, and times the
+//     draws of a Variance model: jitter, stalls, cold starts, contention;
+//     none by default), on an injected clock, and echoes the ground truth a
+//     synthetic source drew: items that are whole frames get the frame's
+//     objects as detections, crops get their object's class as a label. It
+//     is deterministic given its seed, runs without a GPU and lets one
+//     machine emulate many GPUs (the papers evaluate at scale so).
 //   - gpu/opencv runs real ONNX models through OpenCV's DNN module (gocv);
 //     it is an edge package the full binary links.
 //
@@ -51,10 +53,44 @@ type Emulated struct {
 	Clock   clock.Clock
 	Latency LatencyFunc
 	slow    atomic.Uint64 // math.Float64bits of the slowdown factor; 0 = 1
+	vary    *variance     // nil: exact
 }
 
+// EmulatedOption is an optional setting of NewEmulated.
+type EmulatedOption func(*emulatedOptions)
+
+type emulatedOptions struct {
+	v    Variance
+	host *Host
+}
+
+// WithVariance makes every batch's time vary by v (default: exact).
+func WithVariance(v Variance) EmulatedOption { return func(o *emulatedOptions) { o.v = v } }
+
+// WithHost counts the executor's batches on h for Variance.Contention, so
+// the executors that share h slow each other (default: a host of its own).
+func WithHost(h *Host) EmulatedOption { return func(o *emulatedOptions) { o.host = h } }
+
 // NewEmulated returns an emulated executor on clk with profile latencies.
-func NewEmulated(clk clock.Clock, l LatencyFunc) *Emulated { return &Emulated{Clock: clk, Latency: l} }
+func NewEmulated(clk clock.Clock, l LatencyFunc, opts ...EmulatedOption) *Emulated {
+	var o emulatedOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	e := &Emulated{Clock: clk, Latency: l}
+	if !o.v.IsExact() {
+		e.vary = newVariance(o.v, o.host)
+	}
+	return e
+}
+
+// Variance is the executor's variance model (exact: the zero Variance).
+func (e *Emulated) Variance() Variance {
+	if e.vary == nil {
+		return Variance{}
+	}
+	return e.vary.v
+}
 
 // Kind implements Executor.
 func (e *Emulated) Kind() string { return "emulated" }
@@ -77,7 +113,12 @@ func (e *Emulated) Run(ctx context.Context, model string, items []*media.Item) (
 	if !ok {
 		return nil, fmt.Errorf("emulated: no profile for model %q at batch %d", model, len(items))
 	}
-	d := time.Duration(float64(l) * e.Slowdown())
+	f := e.Slowdown()
+	if e.vary != nil {
+		f *= e.vary.start(model, len(items), e.Clock.Now())
+		defer func() { e.vary.end(e.Clock.Now()) }()
+	}
+	d := time.Duration(float64(l) * f)
 	done := make(chan struct{})
 	t := e.Clock.AfterFunc(d, func() { close(done) })
 	select {

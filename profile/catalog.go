@@ -19,8 +19,12 @@ type Config struct {
 	Price       float64       `json:"price"` // of the worker type, dollars per hour
 	Batch       int           `json:"batch"`
 	Concurrency int           `json:"concurrency"`
-	Latency     time.Duration `json:"latency"` // batch execution time d
+	Latency     time.Duration `json:"latency"` // batch execution time d, at the plan's quantile
 	Cap         float64       `json:"cap"`     // items per second one instance sustains
+	// Frame is the input frame size Latency is for, where the target was
+	// profiled at several (Catalog.ConfigAt scales it to another); zero
+	// when its profile has one size or none.
+	Frame FrameSize `json:"frame,omitzero"`
 	// Dispatch marks an instance that starts a batch with whatever is
 	// queued as soon as a slot frees (the runtime's workers and its GPU
 	// batcher), instead of waiting for b items to arrive as Scrooge's
@@ -29,9 +33,12 @@ type Config struct {
 	Dispatch bool `json:"dispatch,omitempty"`
 }
 
-func newConfig(m dag.ModuleID, target string, w WorkerType, p Point) Config {
+// newConfig is point p of target on worker type w, planned at quantile q.
+// A derived capacity (no throughput) is b*e over the point's latency, the
+// typical batch time: the p99 is a tail, not a rate.
+func newConfig(m dag.ModuleID, target string, w WorkerType, p Point, q Quantile) Config {
 	c := Config{Module: m, Target: target, Worker: w.Type, Price: w.Price,
-		Batch: p.Batch, Concurrency: p.Concurrency, Latency: p.Latency, Cap: p.Throughput}
+		Batch: p.Batch, Concurrency: p.Concurrency, Latency: p.At(q), Cap: p.Throughput}
 	if c.Cap == 0 {
 		c.Cap = float64(p.Batch*p.Concurrency) / p.Latency.Seconds()
 	}
@@ -77,16 +84,35 @@ func (c Config) String() string {
 func seconds(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
 
 // Catalog is a profiles file bound to one app: for every module, every
-// configuration on every worker type.
+// configuration on every worker type, at the plan's quantile and frame
+// size.
 type Catalog struct {
-	File    *File
-	configs map[dag.ModuleID][]Config
+	File     *File
+	configs  map[dag.ModuleID][]Config
+	bound    map[dag.ModuleID][]binding // the profile target each module uses per worker type
+	sized    map[sizedKey][]Profile     // bound targets profiled at several frame sizes, smallest first
+	dispatch bool                       // every configuration is Dispatch
+}
+
+// sizedKey is a (target, worker type).
+type sizedKey struct {
+	target string
+	worker WorkerTypeID
+}
+
+// binding is the profile target a module uses on a worker type.
+type binding struct {
+	worker WorkerType
+	target string
 }
 
 // Bind checks the profiles against the app and resolves each module's
 // configurations. A module uses the profile whose target is its own name if
 // one exists for that worker type, else (gpu modules) the one for its model.
-// Problems are reported all at once: profiles for targets that are neither a
+// Each configuration's latency is its point's at the plan's quantile
+// (Point.At); a target profiled at several frame sizes gives the
+// configurations of ProfileAt at the plan's frame (plan.frame, else its
+// largest measured size). Problems are reported all at once: profiles for targets that are neither a
 // module nor a model of the app, and modules with no profile on any worker.
 func Bind(app *dag.App, f *File) (*Catalog, error) {
 	fp := f.positions()
@@ -112,30 +138,25 @@ func Bind(app *dag.App, f *File) (*Catalog, error) {
 				"unknown target %q: not a module or model of app %s%s", pr.Target, app.Name, yamlx.Suggest(pr.Target, names)))
 		}
 	}
-	byKey := map[[2]string]Profile{}
+	has := map[[2]string]bool{}
 	for _, pr := range f.Profiles {
-		byKey[[2]string{pr.Target, string(pr.Worker)}] = pr
+		has[[2]string{pr.Target, string(pr.Worker)}] = true
 	}
-	cat := &Catalog{File: f, configs: map[dag.ModuleID][]Config{}}
-	workerIndex := map[WorkerTypeID]int{}
-	for i, w := range f.Workers {
-		workerIndex[w.Type] = i
-	}
+	cat := &Catalog{File: f, bound: map[dag.ModuleID][]binding{}, sized: map[sizedKey][]Profile{}}
 	for i, m := range app.Modules {
-		var cfgs []Config
+		var bs []binding
 		for _, w := range f.Workers {
-			pr, ok := byKey[[2]string{string(m.Name), string(w.Type)}]
+			target := string(m.Name)
+			ok := has[[2]string{target, string(w.Type)}]
 			if !ok && m.Kind == dag.GPU && m.Model != "" {
-				pr, ok = byKey[[2]string{m.Model, string(w.Type)}]
+				target = m.Model
+				ok = has[[2]string{target, string(w.Type)}]
 			}
-			if !ok {
-				continue
-			}
-			for _, pt := range pr.Points {
-				cfgs = append(cfgs, newConfig(m.Name, pr.Target, w, pt))
+			if ok {
+				bs = append(bs, binding{worker: w, target: target})
 			}
 		}
-		if len(cfgs) == 0 {
+		if len(bs) == 0 {
 			what := fmt.Sprintf("module %q", m.Name)
 			if m.Kind == dag.GPU && m.Model != "" {
 				what += fmt.Sprintf(" (model %s)", m.Model)
@@ -143,6 +164,43 @@ func Bind(app *dag.App, f *File) (*Catalog, error) {
 			errs = append(errs, ap.Errorf(fmt.Sprintf("modules[%d]", i),
 				"no profile for %s on any worker type in %s", what, nameOr(f.Path, "the profiles")))
 			continue
+		}
+		cat.bound[m.Name] = bs
+		for _, b := range bs {
+			if prs := f.sizes(b.target, b.worker.Type); len(prs) > 1 {
+				cat.sized[sizedKey{b.target, b.worker.Type}] = prs
+			}
+		}
+	}
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	cat.configs = cat.build(FrameSize{})
+	return cat, nil
+}
+
+// build resolves every bound module's configurations at frames of size
+// (zero: the plan's frame), grouped by worker type in file order, then by
+// concurrency and batch.
+func (c *Catalog) build(size FrameSize) map[dag.ModuleID][]Config {
+	out := make(map[dag.ModuleID][]Config, len(c.bound))
+	workerIndex := map[WorkerTypeID]int{}
+	for i, w := range c.File.Workers {
+		workerIndex[w.Type] = i
+	}
+	for m, bs := range c.bound {
+		var cfgs []Config
+		for _, b := range bs {
+			pr, _ := c.File.ProfileAt(b.target, b.worker.Type, size)
+			_, several := c.sized[sizedKey{b.target, b.worker.Type}]
+			for _, pt := range pr.Points {
+				cfg := newConfig(m, b.target, b.worker, pt, c.File.Plan.Quantile)
+				cfg.Dispatch = c.dispatch
+				if several { // one size (or none): nothing to scale by
+					cfg.Frame = pr.Frame
+				}
+				cfgs = append(cfgs, cfg)
+			}
 		}
 		sort.SliceStable(cfgs, func(a, b int) bool {
 			x, y := cfgs[a], cfgs[b]
@@ -154,12 +212,9 @@ func Bind(app *dag.App, f *File) (*Catalog, error) {
 			}
 			return x.Batch < y.Batch
 		})
-		cat.configs[m.Name] = cfgs
+		out[m] = cfgs
 	}
-	if err := errs.Err(); err != nil {
-		return nil, err
-	}
-	return cat, nil
+	return out
 }
 
 func nameOr(s, def string) string {
@@ -188,7 +243,7 @@ func (c *Catalog) ConfigsOn(m dag.ModuleID, w WorkerTypeID) []Config {
 // Dispatch: the latency model of the runtime, whose instances never wait
 // to fill a batch (the planning CLI keeps Scrooge's Eq. 3 by default).
 func (c *Catalog) Dispatching() *Catalog {
-	out := &Catalog{File: c.File, configs: make(map[dag.ModuleID][]Config, len(c.configs))}
+	out := &Catalog{File: c.File, configs: make(map[dag.ModuleID][]Config, len(c.configs)), bound: c.bound, sized: c.sized, dispatch: true}
 	for m, cfgs := range c.configs {
 		cp := make([]Config, len(cfgs))
 		for i, cfg := range cfgs {

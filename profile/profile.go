@@ -30,12 +30,16 @@ type WorkerType struct {
 	GPUMemory Bytes        `yaml:"gpuMemory" json:"gpuMemory,omitempty"`
 }
 
-// Point is one profiled configuration. Latency is the batch execution time d.
-// Throughput, when zero, is derived as batch*concurrency/latency.
+// Point is one profiled configuration. Latency is the batch execution time d
+// (`mdag profile` writes the median, p50); P99, when set, is the batch
+// time's 99th percentile, which the planner uses under `plan: {quantile:
+// p99}` (the default). Throughput, when zero, is derived as
+// batch*concurrency/latency.
 type Point struct {
 	Batch       int           `yaml:"batch" json:"batch"`
 	Concurrency int           `yaml:"concurrency" json:"concurrency"`
 	Latency     time.Duration `yaml:"latency" json:"latency"`
+	P99         time.Duration `yaml:"p99" json:"p99,omitempty"`
 	Throughput  float64       `yaml:"throughput" json:"throughput,omitempty"`
 }
 
@@ -44,14 +48,19 @@ func (p *Point) SetDefaults() { p.Concurrency = 1 }
 
 // Profile is the set of profiled points of one target on one worker type.
 // Target is a module name (cpu or gpu module) or a model name (gpu modules).
+// Frame, when set, is the input frame size the points were measured at; a
+// target may have one profile per frame size on a worker type (ProfileAt
+// interpolates between them).
 type Profile struct {
 	Target string       `yaml:"target" json:"target"`
 	Worker WorkerTypeID `yaml:"worker" json:"worker"`
+	Frame  FrameSize    `yaml:"frame" json:"frame,omitzero"`
 	Points []Point      `yaml:"points" json:"points"`
 }
 
-// File is a profiles document: worker types and profiles.
+// File is a profiles document: what to plan on, worker types and profiles.
 type File struct {
+	Plan     Plan         `yaml:"plan" json:"plan"`
 	Workers  []WorkerType `yaml:"workers" json:"workers"`
 	Profiles []Profile    `yaml:"profiles" json:"profiles"`
 
@@ -84,6 +93,7 @@ func Parse(file string, data []byte) (*File, error) {
 	var f File
 	pos, errs := yamlx.Decode(file, data, &f)
 	f.Path, f.pos = file, pos
+	f.Plan.Quantile = f.Plan.Quantile.or()
 	for i := range f.Workers {
 		if w := &f.Workers[i]; w.GPU != "" && w.GPUs == 0 {
 			w.GPUs = 1
@@ -141,8 +151,11 @@ func (f *File) validate() yamlx.ErrorList {
 	type key struct {
 		target string
 		worker WorkerTypeID
+		frame  FrameSize
 	}
 	seen := map[key]int{}
+	unsized := map[[2]string][]int{} // (target, worker) -> its profiles without frame:
+	sized := map[[2]string]int{}     // (target, worker) -> its first profile with one
 	for i, pr := range f.Profiles {
 		at := fmt.Sprintf("profiles[%d]", i)
 		if pr.Target == "" {
@@ -159,11 +172,20 @@ func (f *File) validate() yamlx.ErrorList {
 			add(at+".worker", "unknown worker type %q%s", pr.Worker, yamlx.Suggest(string(pr.Worker), names))
 		}
 		if pr.Target != "" && pr.Worker != "" {
-			k := key{pr.Target, pr.Worker}
+			k, tw := key{pr.Target, pr.Worker, pr.Frame}, [2]string{pr.Target, string(pr.Worker)}
 			if j, dup := seen[k]; dup {
-				add(at, "second profile for target %q on worker %q (first at profiles[%d]); merge their points", pr.Target, pr.Worker, j)
+				if pr.Frame.IsZero() {
+					add(at, "second profile for target %q on worker %q (first at profiles[%d]); merge their points", pr.Target, pr.Worker, j)
+				} else {
+					add(at+".frame", "second profile for target %q on worker %q at frame %s (first at profiles[%d]); merge their points", pr.Target, pr.Worker, pr.Frame, j)
+				}
 			} else {
 				seen[k] = i
+			}
+			if pr.Frame.IsZero() {
+				unsized[tw] = append(unsized[tw], i)
+			} else if _, ok := sized[tw]; !ok {
+				sized[tw] = i
 			}
 		}
 		if len(pr.Points) == 0 {
@@ -182,6 +204,12 @@ func (f *File) validate() yamlx.ErrorList {
 			if pt.Latency <= 0 {
 				add(pat+".latency", "must be > 0, got %v", pt.Latency)
 			}
+			switch {
+			case pt.P99 < 0:
+				add(pat+".p99", "must be > 0 (or omitted), got %v", pt.P99)
+			case pt.P99 > 0 && pt.P99 < pt.Latency:
+				add(pat+".p99", "%v is below latency %v: latency is the median (p50) batch time, p99 its 99th percentile", pt.P99, pt.Latency)
+			}
 			if pt.Throughput < 0 {
 				add(pat+".throughput", "must be > 0 (or omitted to derive batch*concurrency/latency), got %g", pt.Throughput)
 			}
@@ -190,6 +218,14 @@ func (f *File) validate() yamlx.ErrorList {
 				add(pat, "duplicate point batch %d concurrency %d (first at points[%d])", pt.Batch, pt.Concurrency, first)
 			} else {
 				pts[k] = j
+			}
+		}
+	}
+	for tw, is := range unsized {
+		if j, ok := sized[tw]; ok {
+			for _, i := range is {
+				add(fmt.Sprintf("profiles[%d]", i), "target %q on worker %q is profiled at several frame sizes (profiles[%d] at %s): this profile needs frame: WxH too",
+					tw[0], tw[1], j, f.Profiles[j].Frame)
 			}
 		}
 	}

@@ -337,6 +337,7 @@ func FuzzParseProfiles(f *testing.F) {
 		}
 		return err
 	})
+	f.Add([]byte("plan: {quantile: p50, frame: 480x400}\n" + sized))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		pf, err := profile.Parse("fuzz.yaml", data)
 		if err != nil {
@@ -344,8 +345,20 @@ func FuzzParseProfiles(f *testing.F) {
 		}
 		for _, p := range pf.Profiles {
 			for _, pt := range p.Points {
-				if pt.Batch <= 0 || pt.Concurrency <= 0 || pt.Latency <= 0 {
+				if pt.Batch <= 0 || pt.Concurrency <= 0 || pt.Latency <= 0 || pt.P99 < 0 || pt.P99 > 0 && pt.P99 < pt.Latency {
 					t.Fatalf("accepted point %+v", pt)
+				}
+			}
+			// every size resolves to points with positive times
+			for _, s := range []profile.FrameSize{{}, {W: 1, H: 1}, {W: 640, H: 480}, {W: 1 << 16, H: 1 << 16}} {
+				at, ok := pf.ProfileAt(p.Target, p.Worker, s)
+				if !ok || len(at.Points) == 0 {
+					t.Fatalf("ProfileAt(%s, %s, %v) = %+v, %v", p.Target, p.Worker, s, at, ok)
+				}
+				for _, pt := range at.Points {
+					if pt.Latency <= 0 || pt.At(pf.Plan.Quantile) < pt.Latency || math.IsNaN(pt.Throughput) || pt.Throughput < 0 {
+						t.Fatalf("ProfileAt(%s, %s, %v): point %+v", p.Target, p.Worker, s, pt)
+					}
 				}
 			}
 		}

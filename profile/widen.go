@@ -22,7 +22,7 @@ func Widen(app *dag.App, cat *Catalog, k int) (*Catalog, error) {
 	if len(src.Workers) == 0 {
 		return nil, fmt.Errorf("profile: widen %s: no worker types to copy", nameOr(src.Path, "the profiles"))
 	}
-	f := &File{Path: src.Path + fmt.Sprintf(" widened to %d worker types", k)}
+	f := &File{Path: src.Path + fmt.Sprintf(" widened to %d worker types", k), Plan: src.Plan}
 	frac := func(x float64) float64 { return x - math.Floor(x) }
 	for i := range k {
 		base := src.Workers[i%len(src.Workers)]
@@ -39,9 +39,12 @@ func Widen(app *dag.App, cat *Catalog, k int) (*Catalog, error) {
 			if pr.Worker != base.Type {
 				continue
 			}
-			np := Profile{Target: pr.Target, Worker: w.Type}
+			np := Profile{Target: pr.Target, Worker: w.Type, Frame: pr.Frame}
 			for _, pt := range pr.Points {
 				pt.Latency = max(1, pt.Latency*1000/time.Duration(1000*speed))
+				if pt.P99 > 0 {
+					pt.P99 = max(pt.Latency, pt.P99*1000/time.Duration(1000*speed))
+				}
 				pt.Throughput *= speed
 				np.Points = append(np.Points, pt)
 			}

@@ -183,6 +183,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	source := fs.String("source", "", "video FILE the clients stream, or pattern (default: "+vtest+", with --app caption the pattern, with --app face-live "+megamindVideo+", when installed, else the pattern)")
 	step := fs.Duration("step", 8*time.Second, "clients join or leave every step (schedule "+fmt.Sprint(demoSchedule)+" for traffic, pose and actdet, [2 4 3 4 2] for face and tracker, [1 2 1] for caption, face-live "+fmt.Sprint(faceLiveSchedule)+", repeating)")
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
+	variance := addVarianceFlag(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -193,6 +194,12 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	if *step <= 0 {
 		fmt.Fprintf(stderr, "mdag demo: --step %v: want > 0\n", *step)
 		return exitInvalid
+	}
+	if *appName == "face-live" {
+		if err := variance.only("demo", "--app face-live"); err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitInvalid
+		}
 	}
 	if _, ok := emulatedDemos[*appName]; !ok && *appName != "face-live" {
 		why := ""
@@ -222,7 +229,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	log := newLogger(stderr, *verbose)
-	obs, err := startObserved(coordinator.Config{Log: log, Executor: d.exec}, d.limits, app, prof)
+	obs, err := startObservedWith(coordinator.Config{Log: log, Executor: d.exec}, d.limits, app, prof, variance.v)
 	if err != nil {
 		printErrors(stderr, err)
 		return exitFailure
@@ -273,7 +280,11 @@ What to look at on the dashboard:
   - the module table: each module's allocation and, under "why this allocation", the allocator's reasons
 
 `, d.intro, srcName, *step, d.schedule, stop, base, base, base, base, base, base, app.Name, d.look)
-	log.Info("demo serving", "dashboard", base+"/", "source", src)
+	if d.exec == nil {
+		log.Info("demo serving", "dashboard", base+"/", "source", src, "variance", variance.v.String())
+	} else {
+		log.Info("demo serving", "dashboard", base+"/", "source", src)
+	}
 
 	ctx, cancel := runContext(*duration)
 	defer cancel()

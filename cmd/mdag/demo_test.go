@@ -270,3 +270,18 @@ func TestDemoApps(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoVarianceFlag: face-live runs ONNX Runtime, not the emulated
+// executor, so --variance is refused there; -h shows its default.
+func TestDemoVarianceFlag(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(strings.Fields("demo --app face-live --variance exact"), &out, &errb); code != exitInvalid || !strings.Contains(errb.String(), "--app face-live") {
+		t.Errorf("demo --app face-live --variance exact: exit %d, %q; want %d naming face-live", code, errb.String(), exitInvalid)
+	}
+	out.Reset()
+	errb.Reset()
+	run([]string{"demo", "-h"}, &out, &errb)
+	if h := errb.String(); !strings.Contains(h, "-variance") || !strings.Contains(h, "(default realistic)") {
+		t.Errorf("demo -h does not show --variance defaulting to realistic:\n%s", h)
+	}
+}

@@ -325,6 +325,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	ox := addONNXFlags(fs)
 	kx := addKServeFlags(fs)
 	slowdown := fs.Float64("slowdown", 1, "multiply the emulated executor's times (inject ballooning)")
+	variance := addVarianceFlag(fs)
 	emulate := fs.String("emulate", "", "with --executor onnx or kserve: `MODELS` (comma-separated) that run on the emulated executor instead "+
 		"(profiled times; detections echo the synthetic sources' objects), e.g. the detector in front of a real classifier")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
@@ -351,6 +352,12 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	if err := executorFlags(*executor, ox.set(fs), kx.set(fs)); err != nil {
 		fmt.Fprintf(stderr, "mdag worker: %v\n", err)
 		return exitInvalid
+	}
+	if *executor != "emulated" && len(emulated) == 0 {
+		if err := variance.only("worker", "--executor "+*executor+" (without --emulate)"); err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitInvalid
+		}
 	}
 	var exec gpu.Executor
 	var kserveX *kserve.Executor
@@ -439,7 +446,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := client.RunWorker(ctx, cc, client.WorkerConfig{ID: *id, Type: *typ, Exec: exec, Ops: ops(), GPU: nvml.Telemetry().Summary(), Log: log, Slowdown: *slowdown, Emulate: emulated, Data: dp})
+		err := client.RunWorker(ctx, cc, client.WorkerConfig{ID: *id, Type: *typ, Exec: exec, Ops: ops(), GPU: nvml.Telemetry().Summary(), Log: log, Slowdown: *slowdown, Variance: variance.v, Emulate: emulated, Data: dp})
 		if ctx.Err() != nil {
 			break
 		}

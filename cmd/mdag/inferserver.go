@@ -104,10 +104,8 @@ func profileLatency(pf *profile.File, worker string, reg *registry.Registry) (gp
 	for _, name := range reg.Names() {
 		conc := 0
 		var pts []pt
-		for _, p := range pf.Profiles {
-			if p.Target != name || string(p.Worker) != worker {
-				continue
-			}
+		// a model profiled at several frame sizes: the planning size's points
+		if p, ok := pf.ProfileAt(name, profile.WorkerTypeID(worker), profile.FrameSize{}); ok {
 			for _, q := range p.Points {
 				switch {
 				case conc == 0 || q.Concurrency < conc:

@@ -13,6 +13,7 @@ import (
 	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/gpu/nvml"
 	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/internal/auth"
@@ -101,8 +102,15 @@ func (f *frameSink) onFrame(r coordinator.FrameResult) {
 // startObserved starts an engine with metrics and its results wired
 // (embedded, with in-process workers up to limits; or, with limits nil, a
 // coordinator whose workers register), deploys app and starts the
-// dashboard's recorder. Close stops both.
+// dashboard's recorder. Close stops both. In-process emulated GPUs get the
+// realistic variance model (startObservedWith chooses another).
 func startObserved(cfg coordinator.Config, limits map[profile.WorkerTypeID]int, app *dag.App, prof *profile.File) (*observed, error) {
+	return startObservedWith(cfg, limits, app, prof, gpu.Realistic())
+}
+
+// startObservedWith is startObserved with the in-process emulated GPUs'
+// variance model v (`--variance`).
+func startObservedWith(cfg coordinator.Config, limits map[profile.WorkerTypeID]int, app *dag.App, prof *profile.File, v gpu.Variance) (*observed, error) {
 	o := &observed{mx: newMetrics(), results: &frameSink{}, log: cfg.Log}
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
@@ -113,7 +121,10 @@ func startObserved(cfg coordinator.Config, limits map[profile.WorkerTypeID]int, 
 	}
 	var err error
 	if limits != nil {
-		o.e, _, err = coordinator.NewEmbedded(cfg, limits)
+		var l *coordinator.Local
+		if o.e, l, err = coordinator.NewEmbedded(cfg, limits); err == nil {
+			l.Variance = v // before Start: the loop starts the instances
+		}
 	} else {
 		o.e, err = coordinator.New(cfg)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/profile/measure"
 )
@@ -44,6 +46,130 @@ func TestProfileEmulatedValidateAllocate(t *testing.T) {
 		var o, e bytes.Buffer
 		if code := run(strings.Fields(cmd), &o, &e); code != exitOK {
 			t.Errorf("%s: exit %d\n%s%s", cmd, code, o.String(), e.String())
+		}
+	}
+}
+
+// TestProfileFramesOpsAppend: one document from three runs, as
+// examples/face-live's: a model at two frame sizes, then two CPU ops
+// appended with --append; every command is in its header, and validate and
+// allocate take it unedited (planning at the largest size measured).
+func TestProfileFramesOpsAppend(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "profiles.yaml")
+	model := "profile --executor emulated --model tiny --emulated-latency 2ms,3ms --worker-type ORT --gpu CPU-ORT --price 0.5 --cpus 2 " +
+		"--batches 1,2 --concurrency 1 --iterations 3 --warmup 1 --frame 320x240,640x480"
+	var out, errb bytes.Buffer
+	if code := run(strings.Fields(model), &out, &errb); code != exitOK {
+		t.Fatalf("%s: exit %d: %s", model, code, errb.String())
+	}
+	// --append to a file that is not there writes the document there
+	var o, e bytes.Buffer
+	if code := run(strings.Fields(model+" --append "+p), &o, &e); code != exitOK || o.Len() != 0 || !strings.Contains(e.String(), "(a new file)") {
+		t.Fatalf("--append to a new file: exit %d, stdout %q, stderr %q", code, o.String(), e.String())
+	}
+	if f, err := profile.Load(p); err != nil || len(f.Profiles) != 2 {
+		t.Fatalf("the new file: %v %+v", err, f)
+	}
+	if f, err := profile.Parse("stdout", out.Bytes()); err != nil || len(f.Profiles) != 2 {
+		t.Fatalf("stdout: %v %+v", err, f)
+	}
+	model += " --append " + p
+	cmds := []string{
+		"profile --op count --target faces --boxes 2 --worker-type ORT --frame 320x240,640x480 --concurrency 1,2 --iterations 5 --append " + p,
+		"profile --op sink --target boxes --worker-type ORT --frame 640x480 --concurrency 1 --iterations 5 --append " + p,
+	}
+	for _, cmd := range cmds {
+		var o, e bytes.Buffer
+		if code := run(strings.Fields(cmd), &o, &e); code != exitOK || o.Len() != 0 {
+			t.Fatalf("%s: exit %d, stdout %q\n%s", cmd, code, o.String(), e.String())
+		}
+	}
+	doc, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := profile.Parse(p, doc)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, doc)
+	}
+	type entry struct {
+		Target, Frame string
+		Points        int
+	}
+	var got []entry
+	for _, pr := range f.Profiles {
+		got = append(got, entry{pr.Target, pr.Frame.String(), len(pr.Points)})
+		for _, pt := range pr.Points {
+			if pt.P99 < pt.Latency || pt.Throughput <= 0 {
+				t.Errorf("%s at %s: point %+v", pr.Target, pr.Frame, pt)
+			}
+		}
+	}
+	want := []entry{{"tiny", "320x240", 2}, {"tiny", "640x480", 2}, {"faces", "320x240", 2}, {"faces", "640x480", 2}, {"boxes", "640x480", 1}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("profiles (-want +got):\n%s", d)
+	}
+	if f.Plan.Quantile != profile.P99 || len(f.Workers) != 1 || f.Workers[0].Price != 0.5 || f.Workers[0].GPU != "CPU-ORT" {
+		t.Errorf("plan %+v workers %+v: want p99 and the model run's worker type", f.Plan, f.Workers)
+	}
+	for _, c := range append([]string{model}, cmds...) {
+		if !strings.Contains(string(doc), "# mdag "+c+" (") {
+			t.Errorf("the header lacks %q:\n%s", c, doc)
+		}
+	}
+	for _, cmd := range []string{
+		"validate -f testdata/profile/app-ops.yaml --profiles " + p + " --streams 4",
+		"allocate -f testdata/profile/app-ops.yaml --profiles " + p + " --streams 4",
+	} {
+		var o, e bytes.Buffer
+		if code := run(strings.Fields(cmd), &o, &e); code != exitOK {
+			t.Errorf("%s: exit %d\n%s%s", cmd, code, o.String(), e.String())
+		}
+	}
+	// a second run of the same target at the same size is refused, and
+	// the file is left as it was
+	o.Reset()
+	e.Reset()
+	if code := run(strings.Fields(cmds[1]), &o, &e); code != exitFailure || !strings.Contains(e.String(), `second profile for target "boxes" on worker "ORT" at frame 640x480`) {
+		t.Errorf("appending boxes again: exit %d, %q", code, e.String())
+	}
+	if again, _ := os.ReadFile(p); !bytes.Equal(again, doc) {
+		t.Error("a refused append changed the file")
+	}
+}
+
+// TestProfileOpJSON: --op on a stateless op with params, -o json.
+func TestProfileOpJSON(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"profile", "--op", "count", "--params", "{classes: [object]}", "--boxes", "3", "--worker-type", "CPU", "--price", "0.1",
+		"--frame", "64x48", "--concurrency", "2", "--iterations", "4", "-o", "json"}, &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var res struct {
+		Sweeps []struct {
+			Model, Executor, Frame string
+			Points                 []struct{ Batch, Concurrency, Batches int }
+		}
+		YAML string
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Sweeps) != 1 || res.Sweeps[0].Executor != "op" || res.Sweeps[0].Frame != "64x48" || len(res.Sweeps[0].Points) != 1 ||
+		res.Sweeps[0].Points[0].Batch != 1 || res.Sweeps[0].Points[0].Batches != 8 {
+		t.Errorf("sweeps %+v", res.Sweeps)
+	}
+	if !strings.Contains(res.YAML, "target: count\n") || !strings.Contains(res.YAML, "frame: 64x48") {
+		t.Errorf("YAML:\n%s", res.YAML)
+	}
+}
+
+func TestShellQuote(t *testing.T) {
+	for in, want := range map[string]string{"--frame": "--frame", "720x528,320x240": "720x528,320x240", "{classes: [face]}": "'{classes: [face]}'",
+		"it's": `'it'\''s'`, "": "''", "/tmp/a b.yaml": "'/tmp/a b.yaml'"} {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
 		}
 	}
 }
@@ -115,7 +241,7 @@ func TestProfileRefusals(t *testing.T) {
 		code       int
 		want       string
 	}{
-		{"no model", "profile --worker-type T --price 1", exitInvalid, "--model is required"},
+		{"no model", "profile --worker-type T --price 1", exitInvalid, "--model is required (or --op to profile a CPU op)"},
 		{"no worker type", "profile --model tiny --price 1", exitInvalid, "--worker-type is required"},
 		{"no price", "profile --model tiny --worker-type T", exitInvalid, "--price must be > 0"},
 		{"bad batches", "profile --model tiny --worker-type T --price 1 --batches 1,x", exitInvalid, "want positive integers"},
@@ -128,7 +254,20 @@ func TestProfileRefusals(t *testing.T) {
 		{"serf on emulated", "profile --executor emulated --model m --worker-type T --price 1 --serf", exitInvalid, "emulated executor has none"},
 		{"bad emulated latency", "profile --executor emulated --model m --worker-type T --price 1 --emulated-latency 2ms", exitInvalid, "want ALPHA,BETA"},
 		{"bad output", "profile --executor emulated --model m --worker-type T --price 1 -o xml", exitInvalid, `-o "xml"`},
-		{"bad frame", "profile --executor emulated --model m --worker-type T --price 1 --frame 640", exitInvalid, "want WxH"},
+		{"bad frame", "profile --executor emulated --model m --worker-type T --price 1 --frame 640", exitInvalid, "want a frame size WxH"},
+		{"frame twice", "profile --executor emulated --model m --worker-type T --price 1 --frame 640x480,640x480", exitInvalid, "frame size 640x480 given twice"},
+		{"model and op", "profile --model m --op count --worker-type T --price 1", exitInvalid, "profile one model or one op per run"},
+		{"unknown op", "profile --op counts --worker-type T --price 1", exitInvalid, `unknown op "counts"`},
+		{"bad op params", "profile --op count --params {colour} --worker-type T --price 1", exitInvalid, `takes no param "colour"`},
+		{"params not a mapping", "profile --op count --params [1] --worker-type T --price 1", exitInvalid, "want a YAML mapping"},
+		{"op with executor", "profile --op count --executor onnx --worker-type T --price 1", exitInvalid, "--executor and --models are for --model"},
+		{"op with serf", "profile --op count --serf --worker-type T --price 1", exitInvalid, "no --serf"},
+		{"boxes without op", "profile --executor emulated --model m --boxes 1 --worker-type T --price 1", exitInvalid, "--params and --boxes are for --op"},
+		{"serf at two sizes", "profile --models testdata/onnx/models.yaml --model tiny --serf --frame 1x1,2x2 --worker-type T --price 1", exitInvalid, "--serf measures at one --frame size"},
+		{"bad quantile", "profile --executor emulated --model m --worker-type T --price 1 --quantile p90", exitInvalid, `--quantile "p90"`},
+		{"append json", "profile --executor emulated --model m --worker-type T --price 1 --append testdata/profile/app.yaml -o json", exitInvalid, "-o json does not apply"},
+		{"append nowhere", "profile --executor emulated --model m --worker-type T --price 1 --append /nonexistent/p.yaml", exitInvalid, "--append /nonexistent/p.yaml: no such directory /nonexistent"},
+		{"append not profiles", "profile --executor emulated --model m --worker-type T --price 1 --append testdata/profile/app.yaml", exitInvalid, `unknown field "app"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

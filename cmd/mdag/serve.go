@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -46,6 +47,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
 	executor := fs.String("executor", "emulated", "GPU executor of the in-process workers: emulated (profiled times), onnx (registry models on ONNX Runtime; --models) "+
 		"or kserve (registry models on Open Inference Protocol servers over gRPC; --models)")
+	variance := addVarianceFlag(fs)
 	ox := addONNXFlags(fs)
 	kx := addKServeFlags(fs)
 	wf := addWhipFlags(fs)
@@ -70,6 +72,12 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	if err := executorFlags(*executor, ox.set(fs), kx.set(fs)); err != nil && (*executor == "emulated" || *executor == "onnx" || *executor == "kserve") {
 		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
 		return exitInvalid
+	}
+	if *executor != "emulated" {
+		if err := variance.only("serve", "--executor "+*executor); err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitInvalid
+		}
 	}
 	switch {
 	case *executor == "kserve":
@@ -119,6 +127,11 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag serve: --workers: %v\n", err)
 		return exitInvalid
 	}
+	var hostNotes []string
+	if *executor == "onnx" && *ox.device == "cpu" {
+		// Every in-process instance's model runs on this host's cores.
+		limits, hostNotes = hostLimits(limits, prof, runtime.NumCPU(), *workers != "")
+	}
 	if !validPolicy(*policy) {
 		fmt.Fprintf(stderr, "mdag serve: --policy %q: want symphony, clockwork or lazy\n", *policy)
 		return exitInvalid
@@ -140,6 +153,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		*fps = app.FPS
 	}
 	log := newLogger(stderr, *verbose)
+	for _, n := range hostNotes {
+		log.Warn("embedded mode on this host's cores", "limit", n)
+	}
 	cfg.Log = log
 	closeState, err := openState("serve", *stateDir, &cfg, log)
 	if err != nil {
@@ -147,7 +163,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	defer closeState() // after the engine's last save
-	obs, err := startObserved(cfg, limits, app, prof)
+	obs, err := startObservedWith(cfg, limits, app, prof, variance.v)
 	if err != nil {
 		printErrors(stderr, err)
 		return exitInvalid
@@ -187,6 +203,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	where := []any{"app", app.Name, "dashboard", base + "/", "status", base + "/v1/status", "metrics", base + "/metrics"}
 	if obs.ws != nil {
 		where = append(where, "whip", base+"/whip/"+string(app.Name), "page", base+"/stream/"+string(app.Name))
+	}
+	if *executor == "emulated" {
+		where = append(where, "variance", variance.v.String())
 	}
 	log.Info("serving", append(where, "policy", *policy,
 		"note", note)...)

@@ -1,7 +1,8 @@
 // Package measure is the measuring loop of `mdag profile`: it drives any
 // gpu.Executor (onnx on cpu or cuda, opencv, emulated) with batches of one
-// model over a grid of batch sizes and concurrencies, after a warm-up, and
-// reports per point the p50/p99 batch latency and the throughput, the
+// model, or a CPU op (SweepOp: one item at a time per slot, as a worker
+// runs it), over a grid of batch sizes and concurrencies, after a warm-up,
+// and reports per point the p50/p99 batch latency and the throughput, the
 // least-squares fit l(b) = alpha*b + beta per concurrency with its R^2, and
 // the profiles document (profile.File) the planners read. For CPU-executed
 // models it also measures SERF's service rates mu_i per intra-op thread
@@ -72,8 +73,9 @@ type Fit struct {
 
 // Result is a sweep's outcome.
 type Result struct {
-	Model    string        `json:"model"`
-	Executor string        `json:"executor"`
+	Model    string        `json:"model"`           // the model, or the op of SweepOp
+	Executor string        `json:"executor"`        // the executor's kind; "op" for SweepOp
+	Frame    string        `json:"frame,omitempty"` // the input frame size, WxH, when the caller said
 	Points   []Point       `json:"points"`
 	Fits     []Fit         `json:"fits"`
 	Elapsed  time.Duration `json:"elapsed_ns"`
@@ -89,6 +91,27 @@ func Frames(n, w, h int) []*media.Item {
 			f.Pix[i] = byte((i/3*7 + k*31 + i%3*85) % 251)
 		}
 		out[k] = &media.Item{Stream: "profile", Seq: uint64(k), Frame: f}
+	}
+	return out
+}
+
+// Detections returns n deterministic boxes of class "object" on a w x h
+// frame, laid out on a grid (each a quarter of its cell, score 0.9): the
+// detections a CPU op downstream of a detector reads (crop, count, track).
+func Detections(w, h, n int) []media.Box {
+	if n <= 0 {
+		return nil
+	}
+	cols := 1
+	for cols*cols < n {
+		cols++
+	}
+	rows := (n + cols - 1) / cols
+	cw, ch := max(w/cols, 1), max(h/rows, 1)
+	out := make([]media.Box, n)
+	for i := range out {
+		c, r := i%cols, i/cols
+		out[i] = media.Box{X: c*cw + cw/4, Y: r*ch + ch/4, W: max(cw/2, 1), H: max(ch/2, 1), Class: "object", Score: 0.9}
 	}
 	return out
 }
@@ -133,17 +156,70 @@ func (o *Options) defaults() error {
 // concurrency then batch. The first executor error ends it, naming the
 // point.
 func Sweep(ctx context.Context, x gpu.Executor, o Options) (*Result, error) {
+	return sweep(ctx, x.Kind(), executorRun(x, o.Model), o)
+}
+
+// executorRun runs each batch as one call of x on model.
+func executorRun(x gpu.Executor, model string) runFunc {
+	return func(ctx context.Context, _ int, items []*media.Item) error {
+		_, err := x.Run(ctx, model, items)
+		return err
+	}
+}
+
+// Processor is a CPU op as the runtime's workers run it
+// (modules.Processor): one input item to zero or more outputs, called from
+// several goroutines at once.
+type Processor interface {
+	Process(it *media.Item) ([]*media.Item, error)
+}
+
+// SweepOp measures a CPU op as a worker runs it: each in-flight slot (a
+// worker goroutine) processes a batch's items one after another, as a
+// worker runs a task's items, so batch 1 is one item at a time. Each slot
+// is its own stream (profile-SLOT) with increasing sequence numbers, so a
+// stateful op sees ordered frames; every call gets a shallow copy of the
+// item, so an op that writes to its input starts from the same item each
+// time. o.Model names the op in errors and the result.
+func SweepOp(ctx context.Context, p Processor, o Options) (*Result, error) {
+	seqs := map[int]*uint64{}
+	var mu sync.Mutex
+	return sweep(ctx, "op", func(_ context.Context, slot int, items []*media.Item) error {
+		mu.Lock()
+		seq := seqs[slot]
+		if seq == nil {
+			seq = new(uint64)
+			seqs[slot] = seq
+		}
+		mu.Unlock()
+		stream := fmt.Sprintf("profile-%d", slot)
+		for _, it := range items {
+			in := *it
+			*seq++ // only slot's goroutine touches its counter
+			in.Stream, in.Seq = stream, *seq
+			if _, err := p.Process(&in); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, o)
+}
+
+// runFunc runs one batch of items on in-flight slot slot.
+type runFunc func(ctx context.Context, slot int, items []*media.Item) error
+
+func sweep(ctx context.Context, kind string, run runFunc, o Options) (*Result, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	res := &Result{Model: o.Model, Executor: x.Kind()}
+	res := &Result{Model: o.Model, Executor: kind}
 	total := len(o.Batches) * len(o.Concurrency)
 	for _, c := range o.Concurrency {
 		for _, b := range o.Batches {
-			pt, err := measurePoint(ctx, x, o, b, c)
+			pt, err := measurePoint(ctx, run, o, b, c)
 			if err != nil {
-				return nil, fmt.Errorf("measure: %s on %s, batch %d, concurrency %d: %w", o.Model, x.Kind(), b, c, err)
+				return nil, fmt.Errorf("measure: %s on %s, batch %d, concurrency %d: %w", o.Model, kind, b, c, err)
 			}
 			res.Points = append(res.Points, pt)
 			if o.Progress != nil {
@@ -159,7 +235,7 @@ func Sweep(ctx context.Context, x gpu.Executor, o Options) (*Result, error) {
 // measurePoint runs c goroutines, each Warmup then up to Iterations
 // batches of b items; the measured phase starts when every goroutine has
 // warmed up.
-func measurePoint(ctx context.Context, x gpu.Executor, o Options, b, c int) (Point, error) {
+func measurePoint(ctx context.Context, run runFunc, o Options, b, c int) (Point, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	batches := make([][]*media.Item, c)
@@ -174,7 +250,7 @@ func measurePoint(ctx context.Context, x gpu.Executor, o Options, b, c int) (Poi
 	for g := range c {
 		done.Go(func() {
 			for range o.Warmup {
-				if _, err := x.Run(ctx, o.Model, batches[g]); err != nil {
+				if err := run(ctx, g, batches[g]); err != nil {
 					errs[g] = err
 					cancel()
 					break
@@ -190,7 +266,7 @@ func measurePoint(ctx context.Context, x gpu.Executor, o Options, b, c int) (Poi
 				if o.Duration > 0 && i > 0 && s.Sub(t0) >= o.Duration {
 					return
 				}
-				if _, err := x.Run(ctx, o.Model, batches[g]); err != nil {
+				if err := run(ctx, g, batches[g]); err != nil {
 					errs[g] = err
 					cancel()
 					return
@@ -254,12 +330,13 @@ func fits(pts []Point) []Fit {
 }
 
 // ProfilePoints are the profile's points: latency is the p50 batch time,
-// throughput the measured rate (items/s), which with concurrency > 1 on
-// shared cores is below b*c/latency.
+// p99 its 99th percentile, throughput the measured rate (items/s), which
+// with concurrency > 1 on shared cores is below b*c/latency.
 func (r *Result) ProfilePoints() []profile.Point {
 	out := make([]profile.Point, len(r.Points))
 	for i, p := range r.Points {
-		out[i] = profile.Point{Batch: p.Batch, Concurrency: p.Concurrency, Latency: max(p.P50, 1), Throughput: p.Throughput}
+		lat := max(p.P50, 1)
+		out[i] = profile.Point{Batch: p.Batch, Concurrency: p.Concurrency, Latency: lat, P99: max(p.P99, lat), Throughput: p.Throughput}
 	}
 	return out
 }

@@ -120,10 +120,10 @@ func TestYAMLGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 		w := profile.WorkerType{Type: "cpu-2", Price: 0.1, CPUs: 2}
-		got := YAML([]string{"mdag profile: model m on emulated"}, w, []Entry{{
-			Profile: profile.Profile{Target: "m", Worker: w.Type, Points: res.ProfilePoints()},
+		got := Document{Header: []string{"mdag profile: model m on emulated"}, Plan: &profile.Plan{Quantile: profile.P99}, Worker: w, Entries: []Entry{{
+			Profile: profile.Profile{Target: "m", Worker: w.Type, Frame: profile.FrameSize{W: 8, H: 8}, Points: res.ProfilePoints()},
 			Header:  []string{"l(b) = 2ms*b + 5ms"},
-		}})
+		}}}.YAML()
 		golden := filepath.Join("testdata", "emulated.golden.yaml")
 		if *update {
 			if err := os.WriteFile(golden, got, 0o644); err != nil {
@@ -141,8 +141,9 @@ func TestYAMLGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(f.Profiles) != 1 || len(f.Profiles[0].Points) != 8 || f.Profiles[0].Points[7].Latency != 21*time.Millisecond {
-			t.Errorf("parsed %+v", f.Profiles)
+		if len(f.Profiles) != 1 || len(f.Profiles[0].Points) != 8 || f.Profiles[0].Points[7].Latency != 21*time.Millisecond ||
+			f.Profiles[0].Points[7].P99 != 21*time.Millisecond || f.Profiles[0].Frame.String() != "8x8" || f.Plan.Quantile != profile.P99 {
+			t.Errorf("parsed %+v %+v", f.Plan, f.Profiles)
 		}
 	})
 }

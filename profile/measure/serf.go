@@ -79,7 +79,7 @@ func Rates(ctx context.Context, f Factory, o SerfOptions) ([]serf.Rates, error) 
 				release()
 				return nil, err
 			}
-			pt, err := measurePoint(ctx, x, po, 1, i)
+			pt, err := measurePoint(ctx, executorRun(x, o.Model), po, 1, i)
 			if err != nil {
 				release()
 				return nil, fmt.Errorf("measure: serf: %s, t=%d, i=%d: %w", o.Model, t, i, err)
@@ -266,7 +266,7 @@ func Check(ctx context.Context, f Factory, cfgs []serf.Config, o CheckOptions) (
 					release()
 					return nil, err
 				}
-				pt, err := measurePoint(ctx, x, po, 1, i)
+				pt, err := measurePoint(ctx, executorRun(x, o.Model), po, 1, i)
 				if err != nil {
 					release()
 					return nil, fmt.Errorf("measure: serf check: %s, i=%d: %w", cfg, i, err)

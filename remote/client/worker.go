@@ -48,6 +48,9 @@ type WorkerConfig struct {
 	// Slowdown multiplies the emulated executor's times (ballooning
 	// injection); 0 or 1 = none.
 	Slowdown float64
+	// Variance is the emulated executor's variance model (zero: exact),
+	// its seed derived from ID (`mdag worker --variance`).
+	Variance gpu.Variance
 	// Ops builds the CPU modules the coordinator loads (the binary's
 	// registry); nil: the pure-Go ops (modules.Builtin).
 	Ops *modules.Registry
@@ -205,7 +208,7 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 	}()
 	var em *gpu.Emulated
 	if cfg.Exec == nil || len(cfg.Emulate) > 0 {
-		em = gpu.NewEmulated(cfg.Clock, w.Latency)
+		em = gpu.NewEmulated(cfg.Clock, w.Latency, gpu.WithVariance(cfg.Variance.Derive(cfg.ID)))
 		if cfg.Slowdown > 0 {
 			em.SetSlowdown(cfg.Slowdown)
 		}
@@ -229,7 +232,11 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 	if direct {
 		plane = "direct (outputs' frames held here for peers at " + dp.Addr + ")"
 	}
-	cfg.Log.Info("registered", "coordinator", cc.Target(), "id", cfg.ID, "type", cfg.Type, "executor", kind, "heartbeat", beat, "data_plane", plane)
+	args := []any{"coordinator", cc.Target(), "id", cfg.ID, "type", cfg.Type, "executor", kind, "heartbeat", beat, "data_plane", plane}
+	if em != nil {
+		args = append(args, "variance", cfg.Variance.String())
+	}
+	cfg.Log.Info("registered", args...)
 
 	// Sender and heartbeats: the only goroutine that writes the stream.
 	sent := make(chan struct{})
