@@ -22,7 +22,7 @@ func TestParseVariance(t *testing.T) {
 		{"exact", Variance{}},
 		{"realistic", Realistic()},
 		{" realistic , seed=7", func() Variance { v := Realistic(); v.Seed = 7; return v }()},
-		{"realistic,stall=0,contention=0", Variance{Jitter: 0.1, Cold: 2, ColdIdle: time.Second, Shape: 1.5}},
+		{"realistic,stall=0,contention=0", Variance{Jitter: 0.1, Cold: 1.5, ColdIdle: 5 * time.Second, Shape: 1.5}},
 		{"exact,jitter=0.2", Variance{Jitter: 0.2}},
 		{"jitter=0.1,stall=0.01x2,cold=2", Variance{Jitter: 0.1, StallP: 0.01, StallX: 2, Cold: 2, ColdIdle: time.Second}},
 		{"cold=3@500ms,shape=1.25", Variance{Cold: 3, ColdIdle: 500 * time.Millisecond, Shape: 1.25}},
@@ -319,10 +319,10 @@ func TestEmulatedVariance(t *testing.T) {
 	if !slices.Equal(a, b) {
 		t.Errorf("realistic with one seed: %v then %v", a, b)
 	}
-	// the first batch is cold (2x) at a new size (1.5x); the fifth, at
+	// the first batch is cold (1.5x) at a new size (1.5x); the fifth, at
 	// the same size, is warm (jitter and a little contention only)
-	if a[0] < 25*time.Millisecond || a[4] > 13*time.Millisecond {
-		t.Errorf("realistic: first batch %v (want about 30ms), fifth %v (about 10ms)", a[0], a[4])
+	if a[0] < 18*time.Millisecond || a[4] > 13*time.Millisecond {
+		t.Errorf("realistic: first batch %v (want about 22.5ms), fifth %v (about 10ms)", a[0], a[4])
 	}
 }
 

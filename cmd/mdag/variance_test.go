@@ -45,7 +45,7 @@ func TestVarianceFlag(t *testing.T) {
 	if code := run(strings.Fields("serve --example face --synthetic 1 --duration 1s --listen 127.0.0.1:0 --variance realistic,seed=3"), &out, &errb); code != exitOK {
 		t.Fatalf("serve --variance realistic,seed=3: exit %d: %s", code, errb.String())
 	}
-	if !strings.Contains(errb.String(), `variance="jitter=0.1,stall=0.005x3,cold=2@1s,shape=1.5,contention=0.02,seed=3"`) {
+	if !strings.Contains(errb.String(), `variance="jitter=0.1,stall=0.005x3,cold=1.5@5s,shape=1.5,seed=3"`) {
 		t.Errorf("serve does not log the variance it runs:\n%s", errb.String())
 	}
 }
