@@ -172,12 +172,12 @@ func profileLatency(path, name, worker string, maxBatch int) ([]time.Duration, e
 		return nil, err
 	}
 	var pts []profile.Point
-	for _, p := range pf.Profiles {
-		if p.Target == name && string(p.Worker) == worker {
-			for _, pt := range p.Points {
-				if pt.Concurrency == 1 {
-					pts = append(pts, pt)
-				}
+	// One frame size: the one the planner plans at (profiles measured at
+	// several sizes are not mixed).
+	if p, ok := pf.ProfileAt(name, profile.WorkerTypeID(worker), profile.FrameSize{}); ok {
+		for _, pt := range p.Points {
+			if pt.Concurrency == 1 {
+				pts = append(pts, pt)
 			}
 		}
 	}
