@@ -786,6 +786,10 @@ type work struct {
 	m  dag.ModuleID
 	it *media.Item
 	at time.Time // entered the module
+	// hard: a GPU request sent with the plan's target as its deadline
+	// goes back in line with this bound when the target is missed (zero:
+	// it was sent with the bound).
+	hard time.Time
 }
 
 // ingest starts frame seq of st; it carries payload's Frame and Truth
@@ -1151,16 +1155,22 @@ func (e *Engine) arriveGPU(w *work) {
 		return
 	}
 	now := e.now()
-	// The request's deadline is the frame's own: the latest the module can
-	// finish and the rest of the graph still finish, at its fastest, within
-	// the SLO. The plan's latency split chose the batch sizes and the
-	// instances; it is not a wall at run time: a frame behind its split, or
-	// a batch slower than profiled, still runs while the SLO has room (a
-	// 2 ms split of a 600 ms SLO dropped every frame that a 17 ms cold batch
-	// or a shared core delayed). Symphony's waiting for a bigger batch is
-	// bounded by the beta*lambda rule (about the model's fixed cost), not by
-	// this deadline, so slack is not spent idling.
-	dl := w.f.deadline.Add(-w.s.minTail[w.m])
+	// The frame's SLO is the bound: a request is dropped only when it can
+	// no longer finish by its frame's deadline less the fastest possible
+	// rest of the graph (hard). A 2 ms split of a 600 ms SLO used to drop
+	// every frame that a 17 ms cold batch or a shared core delayed. The
+	// scheduler aims first at the plan's target (soft: the frame's deadline
+	// less the plan's time for the rest of the graph), so a work-conserving
+	// policy does not grow a batch into the time the modules after it were
+	// planned to have; a request that cannot meet its target any more is
+	// put back in line with the hard bound (rescue, in pump), never dropped
+	// for missing the plan.
+	hard := w.f.deadline.Add(-w.s.minTail[w.m])
+	dl := hard
+	w.hard = time.Time{}
+	if soft := w.f.deadline.Add(-w.s.planTail[w.m]); soft.Before(hard) && !soft.Before(now.Add(ms.budget+e.cfg.DispatchDelay)) {
+		dl, w.hard = soft, hard
+	}
 	e.nextReq++
 	e.reqs[e.nextReq] = w
 	e.sched.Arrive(e.schedTime(now), scheduler.Request{ID: e.nextReq, Model: ms.model, Arrival: e.schedTime(now), Deadline: e.schedTime(dl)})
@@ -1194,16 +1204,33 @@ func (e *Engine) probe(ms *modState) {
 	ms.expired, ms.lastDone = 0, now
 }
 
+// rescue puts a request that missed the plan's target back in line with
+// its hard bound: the frame's SLO still has room.
+func (e *Engine) rescue(w *work) {
+	hard := w.hard
+	w.hard = time.Time{}
+	now := e.now()
+	e.nextReq++
+	e.reqs[e.nextReq] = w
+	e.sched.Arrive(e.schedTime(now), scheduler.Request{ID: e.nextReq, Model: w.s.mods[w.m].model, Arrival: e.schedTime(now), Deadline: e.schedTime(hard)})
+}
+
 // pump carries out what the scheduler decided and re-arms its timer.
 func (e *Engine) pump() {
 	if e.sched == nil {
 		return
 	}
 	acts, drops := e.sched.Take()
+	rescued := false
 	for _, d := range drops {
 		w := e.reqs[d.Request.ID]
 		delete(e.reqs, d.Request.ID)
 		if w != nil {
+			if d.Reason == scheduler.DropExpired && !w.hard.IsZero() {
+				e.rescue(w)
+				rescued = true
+				continue
+			}
 			if d.Reason == scheduler.DropExpired {
 				e.probe(w.s.mods[w.m])
 			}
@@ -1239,6 +1266,12 @@ func (e *Engine) pump() {
 		// impose: waiting it out idled the GPU for the margin on every
 		// batch (10 ms of each 15 ms batch of the tracker's reid).
 		e.submit(in, ws, ids, e.now(), e.wallTime(a.Latest), a)
+	}
+	if rescued {
+		// The rescued requests went back in line after Take: what the
+		// scheduler decided for them is taken now (each is rescued once).
+		e.pump()
+		return
 	}
 	next := e.sched.Next()
 	if next == scheduler.Never {

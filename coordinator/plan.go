@@ -445,6 +445,12 @@ func (e *Engine) apply(out planOutput) {
 				s.mods[ma.Module].budget = time.Duration(ma.LatencyMS * float64(time.Millisecond))
 			}
 			s.reserve = in.reserve
+			s.planTail = tails(s.g, func(m dag.ModuleID) time.Duration {
+				if s.mods[m].mod.Kind == dag.GPU {
+					return s.mods[m].budget + e.cfg.DispatchDelay
+				}
+				return s.mods[m].budget
+			})
 			plan := out.plan
 			s.plan = &plan
 		} else if in.rate > 0 && ps.Reason == "" {

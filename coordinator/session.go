@@ -44,6 +44,7 @@ type session struct {
 	ingestPos int
 	reserveAt time.Time                      // when an ingest trigger last asked for a re-plan
 	minTail   map[dag.ModuleID]time.Duration // fastest possible time from a module's output to the end
+	planTail  map[dag.ModuleID]time.Duration // the plan's time from a module's output to the end (its budgets, GPU ones with the dispatch margin)
 
 	// Stateful modules (affinity.go): which, in graph order; each
 	// module's ancestors; each stream's open frames.
