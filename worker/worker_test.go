@@ -88,7 +88,7 @@ func TestWorkerOutcomes(t *testing.T) {
 	boom := errors.New("boom")
 	cpu := ModuleSpec{App: "a", Module: "c", Kind: dag.CPU, Op: "sink", Concurrency: 1}
 	gpuSpec := ModuleSpec{App: "a", Module: "g", Kind: dag.GPU, Model: "m", Latency: []time.Duration{time.Millisecond}, Concurrency: 1}
-	gated := testOp{started: make(chan struct{}, 16), gate: make(chan struct{})}
+	gated := testOp{started: make(chan struct{}, QueuePerSlot+16), gate: make(chan struct{})} // room for every queued task's start
 	item := func() []*media.Item { return []*media.Item{{Stream: "s", Frame: media.NewFrame(4, 4)}} }
 	for _, tc := range []struct {
 		name    string
