@@ -40,7 +40,6 @@ type byomSetup struct {
 	dir, models, app, profiles string
 	best                       map[string]float64 // per model: the best measured items/s of any point
 	capacity                   float64            // frames/s: 1 / (1/best detector + crops/best classifier)
-	opsMeasured                bool               // the CPU ops were profiled by mdag profile --op (else ops-profiles.yaml)
 }
 
 // requireModelTools skips unless /usr/bin/python3 can import onnx and
@@ -57,7 +56,7 @@ func requireModelTools(t *testing.T) {
 }
 
 // setupBYOM writes the models, copies the registry and the app beside them
-// and profiles both models (and the CPU ops, where mdag profile has --op)
+// and profiles both models and the CPU ops (mdag profile --op)
 // into one profiles document: each run's output as written, its entries
 // after the first's.
 func setupBYOM(t *testing.T) *byomSetup {
@@ -93,19 +92,10 @@ func setupBYOM(t *testing.T) *byomSetup {
 	for _, m := range []string{"byom-detector", "byom-classifier"} {
 		docs = append(docs, mdag("profile", "--models", s.models, "--model", m, "--worker-type", byomWorker, "--price", byomPrice))
 	}
-	s.opsMeasured = hasFlag("profile", "op")
-	if s.opsMeasured {
-		docs = append(docs,
-			mdag("profile", "--op", "crop", "--target", "crop", "--boxes", strconv.Itoa(byomCrops), "--worker-type", byomWorker, "--price", byomPrice),
-			mdag("profile", "--op", "count", "--target", "count", "--worker-type", byomWorker, "--price", byomPrice))
-	} else {
-		b, err := os.ReadFile(filepath.Join("testdata", "byom", "ops-profiles.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs = append(docs, b)
-		t.Log("mdag profile has no --op: the CPU ops crop and count get testdata/byom/ops-profiles.yaml's hand-written points")
-	}
+	// The CPU ops are measured too (mdag profile --op): nothing hand-written.
+	docs = append(docs,
+		mdag("profile", "--op", "crop", "--target", "crop", "--boxes", strconv.Itoa(byomCrops), "--worker-type", byomWorker, "--price", byomPrice),
+		mdag("profile", "--op", "count", "--target", "count", "--worker-type", byomWorker, "--price", byomPrice))
 	doc, err := joinProfiles(docs...)
 	if err != nil {
 		t.Fatal(err)
@@ -171,13 +161,6 @@ func checkDetections(t *testing.T, models string) {
 			}
 		}
 	}
-}
-
-// hasFlag says whether mdag CMD has the flag --name (its -h lists it).
-func hasFlag(cmd, name string) bool {
-	var out, errb bytes.Buffer
-	run([]string{cmd, "-h"}, &out, &errb)
-	return regexp.MustCompile(`(?m)^\s+-` + regexp.QuoteMeta(name) + `\b`).Match(errb.Bytes())
 }
 
 // joinProfiles makes one profiles document of several that mdag profile
