@@ -17,7 +17,7 @@
 #      the raw model time, and the zoo's profiles beside Symphony's Tables 5 and 6.
 #
 # Needs: bin/mdag-lean (make lean; or build/gpu-bundle/mdag-lean from make gpu-bundle; or MDAG=path), python3 with torch, torchvision, grpcio, protobuf
-# (timm for InceptionResNetV2; skipped without it), curl. No network. --device cpu runs the same check
+# (timm for InceptionResNetV2; skipped without it); curl if there (else python fetches). No network. --device cpu runs the same check
 # on the CPU (small: it proves the wiring, not a GPU's figures).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,7 +52,6 @@ if [ -z "${MDAG_ORT_LIB:-}" ] && [ -f build/gpu-bundle/libonnxruntime.so.1.xz ];
 	export MDAG_ORT_LIB=$ortdir/libonnxruntime.so.1
 fi
 [ -x "$MDAG" ] || { echo "gpu-check: $MDAG is not built: run make lean (or set MDAG=path/to/mdag)" >&2; exit 2; }
-command -v curl >/dev/null || { echo "gpu-check: needs curl" >&2; exit 2; }
 if ! "$PY" -c 'import torch, grpc, google.protobuf' 2>/dev/null; then
 	# a python3 first on PATH (a virtualenv, pyenv) without torch: the system's may have it
 	if [ -z "${PYTHON:-}" ] && /usr/bin/python3 -c 'import torch, grpc, google.protobuf' 2>/dev/null; then
@@ -114,6 +113,13 @@ poll() { # poll DESC SECONDS CMD...
 		sleep 0.2
 	done
 }
+get() { # get URL: the body on stdout, or fail (curl, or python where a GPU image has no curl)
+	if command -v curl >/dev/null; then
+		curl -fsS "$1"
+	else
+		"$PY" -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=5).read())' "$1"
+	fi
+}
 freeport() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 models=()
@@ -147,7 +153,8 @@ port=$(freeport)
 echo "gpu-check: 2/5 runners/torch on 127.0.0.1:$port: ${models[*]}"
 runner_args=(--listen "127.0.0.1:$port" --device "$device" --input uint8-nhwc --batches "$batches" --max-batch "${batches##*,}" --slots 2)
 for i in "${!models[@]}"; do
-	runner_args+=(--model "${specs[$((2 * i + 1))]}")
+	# NAME=SPEC@SIZE: the model's own input size (InceptionResNetV2's 299) beside --size 224
+	runner_args+=(--model "${specs[$((2 * i + 1))]}@$(size_of "${models[$i]}")")
 done
 "$PY" runners/torch/runner.py "${runner_args[@]}" >"$out/runner.out" 2>"$out/runner.log" &
 runner=$!
@@ -227,16 +234,19 @@ server=$(sed -nE 's/.*msg=coordinating .* status=(http:\/\/[^ ]+)\/v1\/status.*/
 "$MDAG" worker --coordinator "$grpc" --type gpu-check --id gpu-check-0 --executor kserve --models "$reg" --emulate detector \
 	>"$out/worker.out" 2>"$out/worker.log" &
 pids+=("$!")
-registered() { curl -fsS "$server/v1/status" 2>/dev/null | grep -q '"gpu-check-0"'; }
+registered() { get "$server/v1/status" 2>/dev/null | grep -q '"gpu-check-0"'; }
 poll "the worker to register" 60 registered
+drained() { # no session has a frame open
+	get "$server/v1/status" 2>/dev/null | "$PY" -c 'import json, sys; sys.exit(any(s.get("open", 0) for s in json.load(sys.stdin).get("sessions") or []))'
+}
 IFS=, read -r -a loads <<<"$streams"
 for n in "${loads[@]}"; do
 	echo "gpu-check:    $n streams x $fps fps x $objects objects, $duration"
-	curl -fsS "$server/metrics" >"$out/sweep/$n.metrics-before.txt"
-	curl -fsS "$server/v1/status" >"$out/sweep/$n.status-before.json"
+	get "$server/metrics" >"$out/sweep/$n.metrics-before.txt"
+	get "$server/v1/status" >"$out/sweep/$n.status-before.json"
 	# GPU utilisation (NVML, the coordinator's /metrics) once a second while the load runs
 	(while :; do
-		{ curl -fsS "$server/metrics" 2>/dev/null | sed -nE 's/^mdag_gpu_utilization_ratio\{[^}]*\} ([0-9.eE+-]+)$/\1/p' | head -n 1; } || true
+		{ get "$server/metrics" 2>/dev/null | sed -nE 's/^mdag_gpu_utilization_ratio\{[^}]*\} ([0-9.eE+-]+)$/\1/p' | head -n 1; } || true
 		sleep 1
 	done >"$out/sweep/$n.gpu.txt") &
 	sampler=$!
@@ -245,8 +255,11 @@ for n in "${loads[@]}"; do
 		--prefix "load$n" --duration "$duration" >"$out/sweep/$n.source.out" 2>"$out/sweep/$n.source.log" || fail "mdag source ($n streams)"
 	kill "$sampler" 2>/dev/null || true
 	wait "$sampler" 2>/dev/null || true
-	curl -fsS "$server/v1/status" >"$out/sweep/$n.status.json"
-	curl -fsS "$server/metrics" >"$out/sweep/$n.metrics-after.txt"
+	# the frames still in flight when the source stopped end within the SLO: wait for them, so
+	# that the totals count them (finished, late or dropped) rather than as unfinished
+	poll "the last frames of $n streams to end" 30 drained
+	get "$server/v1/status" >"$out/sweep/$n.status.json"
+	get "$server/metrics" >"$out/sweep/$n.metrics-after.txt"
 done
 
 # 5. The report.

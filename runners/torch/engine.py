@@ -121,6 +121,33 @@ def _capture(g, pool):
         return torch.cuda.graph(g, pool=pool)
 
 
+_side = {}  # device -> the warm-up stream every engine on it shares
+_side_lock = threading.Lock()
+
+
+def _side_stream(device):
+    """The stream warm-ups run on before a graph capture, one per device for
+    the process's life. cuBLAS (and cuBLASLt) keep a workspace per stream
+    for as long as the process runs (32 MiB each on Hopper): a new stream
+    for each load would keep that memory after every unload."""
+    with _side_lock:
+        s = _side.get(device)
+        if s is None:
+            s = _side[device] = torch.cuda.Stream(device)
+        return s
+
+
+def split_spec(spec):
+    """SPEC[@SIZE] -> (SPEC, SIZE or None): a model's own input size beside
+    the runner's --size (InceptionResNetV2 takes 299, ResNet-50 224)."""
+    base, at, size = spec.rpartition("@")
+    if at and base and size.isdigit():
+        if int(size) < 1:
+            raise SpecError("model spec %r: size %s: want at least 1" % (spec, size))
+        return base, int(size)
+    return spec, None
+
+
 class Slot:
     """One concurrency slot: stream, pinned buffers, static input, graphs."""
 
@@ -141,6 +168,8 @@ class Engine:
             raise SpecError("input layout %r: want one of %s" % (layout, ", ".join(sorted(INPUTS))))
         self.name = name
         self.spec = spec
+        spec, own = split_spec(spec)
+        size = own or size
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         self.layout = layout
@@ -221,7 +250,7 @@ class Engine:
         pool = torch.cuda.graph_pool_handle()
         with torch.no_grad():  # no_grad, as torch's graph capture examples (outputs stay normal tensors)
             # warm-up on a side stream, as capture requires
-            side = torch.cuda.Stream(self.device)
+            side = _side_stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
                 for b in reversed(bs):

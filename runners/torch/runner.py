@@ -151,10 +151,19 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
         self.lock = threading.Lock()       # models, failed, regions
         self.load_lock = threading.Lock()  # one load/unload at a time (memory deltas)
         self.regions = {}
+        # Loads and unloads run on this one thread. cuBLAS keeps a handle per
+        # thread and a workspace per handle and stream (32 MiB on Hopper) for
+        # the process's life: loads on whichever gRPC thread served the call
+        # left ~100 MB allocated after the first load on each thread (seen on
+        # an H200, docs/gpu-report.md); on one thread that cost is paid once.
+        self._loader = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-load")
 
     # ---- model lifetime
 
     def load(self, name, spec=None):
+        return self._loader.submit(self._load_now, name, spec).result()
+
+    def _load_now(self, name, spec):
         with self.load_lock:
             spec = spec or self.catalog.get(name)
             if not spec:
@@ -188,6 +197,9 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
             return e
 
     def unload(self, name):
+        return self._loader.submit(self._unload_now, name).result()
+
+    def _unload_now(self, name):
         with self.load_lock:  # not while a load measures its memory
             self._drop(name)
 
@@ -461,6 +473,7 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
             except Abort:
                 pass
         self._close_regions(regs)
+        self._loader.shutdown(wait=True)
 
 
 def is_loopback(listen):
@@ -477,8 +490,9 @@ def is_loopback(listen):
 def parse_args(argv):
     p = argparse.ArgumentParser(description="mdag's PyTorch runner: an Open Inference Protocol gRPC server")
     p.add_argument("--listen", default="127.0.0.1:8001", help="host:port (port 0 picks a free one)")
-    p.add_argument("--model", action="append", default=[], metavar="NAME=SPEC",
-                   help="load at start: SPEC is torchvision:NAME, timm:NAME or torchscript:PATH (repeatable)")
+    p.add_argument("--model", action="append", default=[], metavar="NAME=SPEC[@SIZE]",
+                   help="load at start: SPEC is torchvision:NAME, timm:NAME or torchscript:PATH; @SIZE: this "
+                        "model's input height = width, where it differs from --size (repeatable)")
     p.add_argument("--catalog", default="", help="file of NAME=SPEC lines: models RepositoryModelLoad may load by name")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda, cuda:N or cpu")
     p.add_argument("--max-batch", type=int, default=32)
@@ -568,7 +582,7 @@ def main(argv=None):
         for name, spec in args.models:
             e = engine.Engine(name, spec, args.device, args.input, args.size, args.max_batch, args.batches,
                               1, log=lambda m: print(m, file=sys.stderr, flush=True))
-            out["models"][name] = {"spec": spec, "gpu_bytes": e.gpu_bytes, "gpu_reserved_bytes": e.gpu_reserved,
+            out["models"][name] = {"spec": spec, "size": e.size, "gpu_bytes": e.gpu_bytes, "gpu_reserved_bytes": e.gpu_reserved,
                                    "batches": {str(b): v for b, v in e.bench(
                                        [b for b in args.batches if b <= args.max_batch], args.bench_iters).items()}}
             e.close()
