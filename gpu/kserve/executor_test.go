@@ -698,15 +698,24 @@ func TestNewErrors(t *testing.T) {
 // item), raw bytes against shared memory. Preprocessing (prep.Pack of
 // 224x224 frames) is included, as in Run; pack/bN is it alone, so the
 // protocol's cost is the difference.
+//
+// u8shm/bN is the runners/torch wire format (uint8 NHWC, what
+// tools/gpu-check serves) over shared memory: prep.FillU8, the copy into
+// the region and the call.
 func BenchmarkKServeRun(b *testing.B) {
 	fakeModels["big"] = fakeModel{dtype: "FP32", shape: []int64{-1, 3, 224, 224}, mul: 255, out: "FP32"}
+	fakeModels["bigu8"] = fakeModel{dtype: "UINT8", shape: []int64{-1, 224, 224, 3}, mul: 1, out: "FP32"}
 	defer delete(fakeModels, "big")
+	defer delete(fakeModels, "bigu8")
 	f, addr := startFake(b, true)
 	f.noRecord = true
 	ent := func(shm string) string {
+		if shm == "u8shm" {
+			return strings.Replace(entry("big", "bigu8", addr, u8, ", shared_memory: \"on\""), "width: 8, height: 8", "width: 224, height: 224", 1)
+		}
 		return strings.Replace(entry("big", "big", addr, inF32, ", shared_memory: \""+shm+"\""), "width: 8, height: 8", "width: 224, height: 224", 1)
 	}
-	for _, shm := range []string{"off", "on"} {
+	for _, shm := range []string{"off", "on", "u8shm"} {
 		reg := writeRegistry(b, strings.Replace(ent(shm), "max_batch: 4", "max_batch: 32", 1))
 		x, err := New(reg, Config{})
 		if err != nil {
@@ -719,7 +728,7 @@ func BenchmarkKServeRun(b *testing.B) {
 				f.Pix[2] = byte(i)
 				its[i] = &media.Item{Frame: f}
 			}
-			name := map[string]string{"off": "raw", "on": "shm"}[shm]
+			name := map[string]string{"off": "raw", "on": "shm", "u8shm": "u8shm"}[shm]
 			b.Run(fmt.Sprintf("%s/b%d", name, n), func(b *testing.B) {
 				b.SetBytes(int64(n * 3 * 224 * 224 * 4))
 				for b.Loop() {
