@@ -45,6 +45,22 @@ type Executor interface {
 	Kind() string
 }
 
+// Phased is implemented by executors that time the parts of a batch
+// (packing the input, the call, reading the outputs): where a batch's
+// time goes, which `mdag profile` reports per point.
+type Phased interface {
+	// Phases is model's cumulative time per part since it was loaded, in
+	// the order the parts run; nil for a model not loaded.
+	Phases(model string) []Phase
+}
+
+// Phase is one part of a batch: its total time over Batches batches.
+type Phase struct {
+	Name    string
+	Total   time.Duration
+	Batches int64
+}
+
 // LatencyFunc is l(b) for a model, from its profile.
 type LatencyFunc func(model string, batch int) (time.Duration, bool)
 

@@ -49,6 +49,24 @@ def kserve_times(doc, conc=1):
     return out
 
 
+def raw_copies(doc, model):
+    """{batch: median ms} of runners/torch --bench's run() with its copies (host bytes in, the
+    H2D and D2H copies, the replay, the sync): what the runner does per request beside gRPC."""
+    m = doc.get("models", {}).get(model, {})
+    return {int(b): float(v["with_copies_median_ms"]) for b, v in m.get("batches", {}).items()
+            if "with_copies_median_ms" in v}
+
+
+def kserve_phases(doc, conc=1):
+    """{batch: {phase: mean ms}} of one concurrency: where the kserve executor's batch time went
+    (pack, shm-write, call, split; mdag profile's points carry them)."""
+    out = {}
+    for p in (doc.get("sweep") or {}).get("points", []):
+        if p["concurrency"] == conc and p.get("phases"):
+            out[p["batch"]] = {ph["name"]: ph["mean_ns"] / 1e6 for ph in p["phases"]}
+    return out
+
+
 def fit(times):
     """Least-squares alpha, beta (ms) of l(b) = alpha*b + beta."""
     pts = sorted(times.items())
@@ -239,6 +257,24 @@ def main():
     for p in protocol:
         L.append("| %s | %d | %.2f | %.2f | %.2fx |" % (p["model"], p["batch"], p["raw_ms"], p["kserve_ms"], p["ratio"]))
     L.append("")
+    ph = kserve_phases(prof.get("resnet50", {}))
+    copies = raw_copies(load(os.path.join(d, "raw-resnet50.json")), "resnet50") if "resnet50" in raw else {}
+    if ph:
+        L.append("### Where the time goes (ResNet-50, concurrency 1)\n")
+        L.append("The kserve executor times each batch's parts (mean ms): packing the frames into the tensor (prep, on the "
+                 "worker's cores), the copy into the shared memory region, the ModelInfer call, splitting the outputs. "
+                 "The runner's part of the call is its `run()` with copies (`--bench`: host bytes in, H2D, replay, D2H, sync); "
+                 "the rest of the call is gRPC both ways and the runner's Python per request.\n")
+        L.append("| batch | kserve p50 | pack | shm write | call | split | runner run() with copies | call - run() |\n"
+                 "| --- | --- | --- | --- | --- | --- | --- | --- |")
+        ks = kserve_times(prof.get("resnet50", {}))
+        for b in sorted(ph):
+            p = ph[b]
+            c = copies.get(b)
+            L.append("| %d | %s | %.2f | %.2f | %.2f | %.2f | %s | %s |" % (
+                b, fmt(ks.get(b), ".2f"), p.get("pack", 0), p.get("shm-write", 0), p.get("call", 0), p.get("split", 0),
+                fmt(c, ".2f"), fmt(p.get("call", 0) - c if c is not None else None, ".2f")))
+        L.append("")
     L.append("## Live: examples/gpu-check (detector, crop, ResNet-50 on every crop; %s SLO)\n" % meta.get("slo", "50ms"))
     L.append("%s fps per stream, %s objects per frame, %s per load. Goodput = ResNet-50 items per second x the finish rate; "
              "raw = the runner's throughput at the mean batch the scheduler ran.\n" % (meta["fps"], meta["objects"], meta["duration"]))

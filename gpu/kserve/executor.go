@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/mdag/mdag/api/kserve"
+	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/gpu/decode"
 	"github.com/mdag/mdag/gpu/prep"
 	"github.com/mdag/mdag/gpu/registry"
@@ -99,6 +100,37 @@ type model struct {
 	outs   []outPlace // with shared memory: the outputs and their place
 	size   int        // with shared memory: a slot region's bytes
 	gen    uint64     // negotiations so far: a slot registered at an older one registers again
+
+	phases [nPhases]atomic.Int64 // nanoseconds per part of a batch (Phases)
+	timed  atomic.Int64          // batches timed
+}
+
+// The parts of a batch Phases reports: packing the frames (prep.Pack, on
+// several goroutines), copying them into the shared memory region, the
+// ModelInfer call (the protocol both ways and all the server does), and
+// splitting the outputs into items.
+const (
+	phasePack = iota
+	phaseWrite
+	phaseCall
+	phaseSplit
+	nPhases
+)
+
+var phaseNames = [nPhases]string{"pack", "shm-write", "call", "split"}
+
+// Phases implements gpu.Phased.
+func (x *Executor) Phases(name string) []gpu.Phase {
+	m := x.models[name]
+	if m == nil {
+		return nil
+	}
+	out := make([]gpu.Phase, nPhases)
+	n := m.timed.Load()
+	for i := range out {
+		out[i] = gpu.Phase{Name: phaseNames[i], Total: time.Duration(m.phases[i].Load()), Batches: n}
+	}
+	return out
 }
 
 // outPlace is an output's place in a slot's region: per item bytes (0:
@@ -773,12 +805,17 @@ func (m *model) attempt(ctx context.Context, s *slot, frames []*media.Frame) (ou
 	if need := m.item * b; len(s.buf) < need {
 		s.buf = make([]byte, need)
 	}
+	t0 := time.Now()
 	raw, err := prep.Pack(s.buf, &m.m.Input, frames, s.scratch)
 	if err != nil {
 		return nil, false, fmt.Errorf(": %w", err)
 	}
+	t1 := time.Now()
+	var t2 time.Time
 	if useShm {
-		if err := guard("shared memory region "+s.name, func() { copy(s.region.Data, raw) }); err != nil {
+		err := guard("shared memory region "+s.name, func() { copy(s.region.Data, raw) })
+		t2 = time.Now()
+		if err != nil {
 			m.lost()
 			return nil, true, fmt.Errorf(": writing the input: %w", err)
 		}
@@ -791,6 +828,7 @@ func (m *model) attempt(ctx context.Context, s *slot, frames []*media.Frame) (ou
 			req.Outputs = append(req.Outputs, ro)
 		}
 	} else {
+		t2 = t1
 		req.RawInputContents = [][]byte{raw}
 		for _, o := range m.m.Outputs {
 			req.Outputs = append(req.Outputs, &pb.ModelInferRequest_InferRequestedOutputTensor{Name: o})
@@ -806,7 +844,14 @@ func (m *model) attempt(ctx context.Context, s *slot, frames []*media.Frame) (ou
 		}
 		return nil, false, fmt.Errorf(": %s", m.explain(ctx, err, time.Since(start), req))
 	}
+	t3 := time.Now()
 	outs, err = m.split(resp, s, b, useShm, outPlaces)
+	if err == nil {
+		for i, d := range [nPhases]time.Duration{t1.Sub(t0), t2.Sub(t1), t3.Sub(start), time.Since(t3)} {
+			m.phases[i].Add(int64(d))
+		}
+		m.timed.Add(1)
+	}
 	if err != nil {
 		var fe *faultError
 		if errors.As(err, &fe) {

@@ -389,6 +389,43 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// Phases times each successful batch's parts: every part is counted per
+// batch, the call is never free, and the copy into shared memory takes
+// time only when the request uses it. A model not loaded has none.
+func TestPhases(t *testing.T) {
+	for _, shm := range []string{"off", "on"} {
+		t.Run(shm, func(t *testing.T) {
+			_, addr := startFake(t, true)
+			x := newExec(t, Config{SharedMemory: shm}, entry("u8", "u8", addr, u8, ""))
+			for range 3 {
+				if _, err := x.Run(context.Background(), "u8", items(1, 2, 3)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ph := x.Phases("u8")
+			var names []string
+			for _, p := range ph {
+				names = append(names, p.Name)
+				if p.Batches != 3 {
+					t.Errorf("%s: %d batches, want 3", p.Name, p.Batches)
+				}
+			}
+			if want := []string{"pack", "shm-write", "call", "split"}; !slices.Equal(names, want) {
+				t.Fatalf("phases %v, want %v", names, want)
+			}
+			if ph[2].Total <= 0 {
+				t.Errorf("the call took %v", ph[2].Total)
+			}
+			if wrote := ph[1].Total > 0; wrote != (shm == "on") {
+				t.Errorf("shared memory %s: the copy into the region took %v", shm, ph[1].Total)
+			}
+			if x.Phases("nope") != nil {
+				t.Error("a model not loaded has phases")
+			}
+		})
+	}
+}
+
 // Shared memory and raw bytes give the same outputs, value for value, and
 // the tensor the server reads is what the frames say independently of
 // prep: a uniform red r is r/255 in every R value of a float32 input.

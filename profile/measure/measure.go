@@ -48,6 +48,8 @@ type Options struct {
 	Items func(n int) []*media.Item
 	// Progress, when set, is called after each point.
 	Progress func(done, total int, pt Point)
+
+	phases func() []gpu.Phase // the executor's gpu.Phased, when it is one (Sweep)
 }
 
 // Point is one measured (batch, concurrency).
@@ -60,6 +62,16 @@ type Point struct {
 	P99         time.Duration `json:"p99_ns"`
 	Max         time.Duration `json:"max_ns"`
 	Throughput  float64       `json:"throughput"` // items per second over the measured phase
+	// Phases is where a batch's time went, for executors that say
+	// (gpu.Phased: the kserve executor's pack, shm-write, call, split):
+	// each part's mean per measured batch.
+	Phases []PhaseMean `json:"phases,omitempty"`
+}
+
+// PhaseMean is one part of a batch and its mean time.
+type PhaseMean struct {
+	Name string        `json:"name"`
+	Mean time.Duration `json:"mean_ns"`
 }
 
 // Fit is l(b) = Alpha*b + Beta through one concurrency's p50 latencies.
@@ -156,7 +168,28 @@ func (o *Options) defaults() error {
 // concurrency then batch. The first executor error ends it, naming the
 // point.
 func Sweep(ctx context.Context, x gpu.Executor, o Options) (*Result, error) {
+	if p, ok := x.(gpu.Phased); ok {
+		model := o.Model
+		o.phases = func() []gpu.Phase { return p.Phases(model) }
+	}
 	return sweep(ctx, x.Kind(), executorRun(x, o.Model), o)
+}
+
+// phaseMeans is each part's mean per batch between two snapshots of
+// gpu.Phased (nil when no batch was timed between them).
+func phaseMeans(before, after []gpu.Phase) []PhaseMean {
+	if len(after) == 0 || len(before) != len(after) {
+		return nil
+	}
+	var out []PhaseMean
+	for i, a := range after {
+		n := a.Batches - before[i].Batches
+		if n <= 0 {
+			return nil
+		}
+		out = append(out, PhaseMean{Name: a.Name, Mean: (a.Total - before[i].Total) / time.Duration(n)})
+	}
+	return out
 }
 
 // executorRun runs each batch as one call of x on model.
@@ -279,6 +312,10 @@ func measurePoint(ctx context.Context, run runFunc, o Options, b, c int) (Point,
 		})
 	}
 	warm.Wait()
+	var ph0 []gpu.Phase
+	if o.phases != nil {
+		ph0 = o.phases()
+	}
 	t0 := time.Now()
 	for range c {
 		begin <- t0
@@ -291,6 +328,9 @@ func measurePoint(ctx context.Context, run runFunc, o Options, b, c int) (Point,
 	}
 	all := slices.Concat(lats...)
 	pt := Point{Batch: b, Concurrency: c, Batches: len(all)}
+	if o.phases != nil {
+		pt.Phases = phaseMeans(ph0, o.phases())
+	}
 	slices.Sort(all)
 	var sum time.Duration
 	for _, l := range all {

@@ -6,7 +6,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -341,6 +343,64 @@ func TestSweepGap(t *testing.T) {
 		p := res.Points[0]
 		if p.P50 != 10*time.Millisecond || math.Abs(p.Throughput-25) > 1e-9 {
 			t.Errorf("p50 %v throughput %g, want 10ms and 25/s (4 in 160 ms)", p.P50, p.Throughput)
+		}
+	})
+}
+
+// phasedExec is the emulated executor that also times two parts of each
+// batch (gpu.Phased): "prep" b ms and "call" the rest of l(b).
+type phasedExec struct {
+	*gpu.Emulated
+	mu    sync.Mutex
+	prep  time.Duration
+	call  time.Duration
+	timed int64
+	lat   func(string, int) (time.Duration, bool)
+}
+
+func (p *phasedExec) Run(ctx context.Context, model string, items []*media.Item) ([][]*media.Item, error) {
+	out, err := p.Emulated.Run(ctx, model, items)
+	if err == nil {
+		l, _ := p.lat(model, len(items))
+		prep := time.Duration(len(items)) * time.Millisecond
+		p.mu.Lock()
+		p.prep += prep
+		p.call += l - prep
+		p.timed++
+		p.mu.Unlock()
+	}
+	return out, err
+}
+
+func (p *phasedExec) Phases(string) []gpu.Phase {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return []gpu.Phase{{Name: "prep", Total: p.prep, Batches: p.timed}, {Name: "call", Total: p.call, Batches: p.timed}}
+}
+
+// A gpu.Phased executor's parts are reported per point as the mean over
+// that point's measured batches only (warm-up and other points excluded);
+// an executor that is not one reports none.
+func TestSweepPhases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lat := linear(2*time.Millisecond, 5*time.Millisecond)
+		x := &phasedExec{Emulated: gpu.NewEmulated(clock.Real{}, lat), lat: lat}
+		res, err := Sweep(context.Background(), x, Options{Model: "m", Batches: []int{1, 4}, Concurrency: []int{1, 2}, Iterations: 3, Items: tinyItems})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pt := range res.Points {
+			want := []PhaseMean{{"prep", time.Duration(pt.Batch) * time.Millisecond}, {"call", time.Duration(pt.Batch)*time.Millisecond + 5*time.Millisecond}}
+			if !slices.Equal(pt.Phases, want) {
+				t.Errorf("b%d c%d: phases %v, want %v", pt.Batch, pt.Concurrency, pt.Phases, want)
+			}
+		}
+		plain, err := Sweep(context.Background(), gpu.NewEmulated(clock.Real{}, lat), Options{Model: "m", Batches: []int{1}, Concurrency: []int{1}, Iterations: 2, Items: tinyItems})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plain.Points[0].Phases != nil {
+			t.Errorf("the emulated executor reported phases %v", plain.Points[0].Phases)
 		}
 	})
 }
