@@ -151,7 +151,8 @@ done
 # 2. The runner, serving every model.
 port=$(freeport)
 echo "gpu-check: 2/5 runners/torch on 127.0.0.1:$port: ${models[*]}"
-runner_args=(--listen "127.0.0.1:$port" --device "$device" --input uint8-nhwc --batches "$batches" --max-batch "${batches##*,}" --slots 2)
+runner_args=(--listen "127.0.0.1:$port" --device "$device" --input uint8-nhwc --batches "$batches" --max-batch "${batches##*,}" --slots 2
+	--stats "$out/runner-stats.json")
 for i in "${!models[@]}"; do
 	# NAME=SPEC@SIZE: the model's own input size (InceptionResNetV2's 299) beside --size 224
 	runner_args+=(--model "${specs[$((2 * i + 1))]}@$(size_of "${models[$i]}")")
@@ -200,6 +201,11 @@ for m in "${models[@]}"; do
 		--batches "$batches" --concurrency 1,2 --iterations "$iters" --frame 224x224 -o json \
 		>"$out/profiles/$m.json" 2>>"$out/profile.log" || fail "mdag profile --executor kserve --model $m"
 done
+
+# the runner's own time per request during the profiles (it writes its stats every second): the
+# report sets it beside the executor's call
+sleep 2
+cp "$out/runner-stats.json" "$out/runner-stats-profile.json" 2>/dev/null || true
 
 # The app's profiles: resnet50 as measured; the emulated detector (l(b) = 0.1 ms*b + 1 ms, what
 # the worker's --emulate detector takes); the CPU ops measured below (mdag profile --op).

@@ -258,6 +258,10 @@ def main():
         L.append("| %s | %d | %.2f | %.2f | %.2fx |" % (p["model"], p["batch"], p["raw_ms"], p["kserve_ms"], p["ratio"]))
     L.append("")
     ph = kserve_phases(prof.get("resnet50", {}))
+    rstats = {}
+    sp = os.path.join(d, "runner-stats-profile.json")
+    if os.path.exists(sp):
+        rstats = {int(b): v for b, v in load(sp).get("resnet50", {}).items()}
     copies = raw_copies(load(os.path.join(d, "raw-resnet50.json")), "resnet50") if "resnet50" in raw else {}
     if ph:
         L.append("### Where the time goes (ResNet-50, concurrency 1)\n")
@@ -265,15 +269,23 @@ def main():
                  "worker's cores), the copy into the shared memory region, the ModelInfer call, splitting the outputs. "
                  "The runner's part of the call is its `run()` with copies (`--bench`: host bytes in, H2D, replay, D2H, sync); "
                  "the rest of the call is gRPC both ways and the runner's Python per request.\n")
-        L.append("| batch | kserve p50 | pack | shm write | call | split | runner run() with copies | call - run() |\n"
-                 "| --- | --- | --- | --- | --- | --- | --- | --- |")
+        L.append("The runner's handler (`--stats`, the profile's requests at concurrency 1 and 2 together): checking the "
+                 "request, waiting for a slot, its run(), building the response; call - handler is gRPC both ways "
+                 "(Go client, Python server) and the server's thread hand-offs.\n")
+        L.append("| batch | kserve p50 | pack | shm write | call | split | runner run() with copies | call - run() "
+                 "| handler: check / slot wait / run / respond | call - handler |\n"
+                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         ks = kserve_times(prof.get("resnet50", {}))
         for b in sorted(ph):
             p = ph[b]
             c = copies.get(b)
-            L.append("| %d | %s | %.2f | %.2f | %.2f | %.2f | %s | %s |" % (
+            r = rstats.get(b)
+            hs = [r.get(k + "_ms", 0) for k in ("check", "slot_wait", "run", "respond")] if r else None
+            L.append("| %d | %s | %.2f | %.2f | %.2f | %.2f | %s | %s | %s | %s |" % (
                 b, fmt(ks.get(b), ".2f"), p.get("pack", 0), p.get("shm-write", 0), p.get("call", 0), p.get("split", 0),
-                fmt(c, ".2f"), fmt(p.get("call", 0) - c if c is not None else None, ".2f")))
+                fmt(c, ".2f"), fmt(p.get("call", 0) - c if c is not None else None, ".2f"),
+                " / ".join("%.2f" % h for h in hs) if hs else "-",
+                fmt(p.get("call", 0) - sum(hs) if hs else None, ".2f")))
         L.append("")
     L.append("## Live: examples/gpu-check (detector, crop, ResNet-50 on every crop; %s SLO)\n" % meta.get("slo", "50ms"))
     L.append("%s fps per stream, %s objects per frame, %s per load. Goodput = ResNet-50 items per second x the finish rate; "

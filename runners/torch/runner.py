@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from concurrent import futures
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -151,6 +152,7 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
         self.lock = threading.Lock()       # models, failed, regions
         self.load_lock = threading.Lock()  # one load/unload at a time (memory deltas)
         self.regions = {}
+        self.stats = {}  # model -> batch -> [requests, seconds per part] (--stats; Runner.lock)
         # Loads and unloads run on this one thread. cuBLAS keeps a handle per
         # thread and a workspace per handle and stream (32 MiB on Hopper) for
         # the process's life: loads on whichever gRPC thread served the call
@@ -260,7 +262,10 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
     def _infer(self, req):
         held = []  # regions this request uses: not unmapped until it is done
         try:
-            return self._infer_held(req, held)
+            t0 = time.perf_counter()
+            resp, n, marks = self._infer_held(req, held)
+            self._account(req.model_name, n, t0, marks, time.perf_counter())
+            return resp
         finally:
             for r in held:
                 self.release_region(r)
@@ -322,13 +327,16 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
                 out_region = oregion
                 out_view = self.region(oregion, owhere, held).view(owhere, _typed_param(o.parameters, P_OFFSET, int, owhere) or 0, out_bytes)
 
+        t_check = time.perf_counter()
         slot = e.acquire()
         if slot is None:
             raise Abort(grpc.StatusCode.UNAVAILABLE, "model %r is being unloaded" % e.name)
+        t_slot = time.perf_counter()
         try:
             y = e.run(slot, src, n, out_view)
         finally:
             e.release(slot)
+        t_run = time.perf_counter()
 
         resp = pb.ModelInferResponse(model_name=e.name, model_version="1", id=req.id)
         ot = resp.outputs.add(name=OUTPUT_NAME, datatype="FP32", shape=[n, e.classes])
@@ -337,7 +345,42 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
             ot.parameters[P_SIZE].int64_param = out_bytes
         else:
             resp.raw_output_contents.append(y.contiguous().numpy().tobytes())
-        return resp
+        return resp, n, (t_check, t_slot, t_run)
+
+    # ---- where a request's time goes (--stats)
+
+    STAT_PARTS = ("check", "slot_wait", "run", "respond")
+
+    def _account(self, model, n, t0, marks, t_end):
+        """Adds one answered request's parts (seconds) to the stats: checking it and finding its
+        regions, waiting for a slot, the engine's run() (copies, graph replay, sync), building
+        the response."""
+        t = (t0,) + tuple(marks) + (t_end,)
+        with self.lock:
+            per = self.stats.setdefault(model, {}).setdefault(n, [0] + [0.0] * len(self.STAT_PARTS))
+            per[0] += 1
+            for i in range(len(self.STAT_PARTS)):
+                per[i + 1] += t[i + 1] - t[i]
+
+    def stats_snapshot(self):
+        """{model: {batch: {"requests": n, "<part>_ms": mean}}} of the requests answered so far
+        (ModelInfer's handler alone: gRPC's own time is outside it)."""
+        with self.lock:
+            out = {}
+            for model, by in self.stats.items():
+                out[model] = {}
+                for n, per in sorted(by.items()):
+                    row = {"requests": per[0]}
+                    for i, name in enumerate(self.STAT_PARTS):
+                        row[name + "_ms"] = round(1000 * per[i + 1] / per[0], 4)
+                    out[model][str(n)] = row
+            return out
+
+    def write_stats(self, path):
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.stats_snapshot(), f, indent=1)
+        os.replace(tmp, path)
 
     # ---- repository extension
 
@@ -505,6 +548,9 @@ def parse_args(argv):
     p.add_argument("--open", action="store_true",
                    help="allow a --listen that is not loopback (the protocol has no authentication here: "
                         "anyone who can reach the port can run and load models and register shared memory)")
+    p.add_argument("--stats", default="", metavar="FILE",
+                   help="write where each request's time goes (check, slot wait, run, respond; mean ms per model "
+                        "and batch) to FILE as JSON, every second and at exit")
     p.add_argument("--bench", action="store_true", help="time the raw model per batch size, print JSON, exit")
     p.add_argument("--bench-iters", type=int, default=20)
     a = p.parse_args(argv)
@@ -595,8 +641,11 @@ def main(argv=None):
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(3600):
-        pass
+    while not stop.wait(1 if args.stats else 3600):
+        if args.stats:
+            runner.write_stats(args.stats)
+    if args.stats:
+        runner.write_stats(args.stats)
     print("runner: stopping (5 s grace for requests in flight)", file=sys.stderr, flush=True)
     server.stop(5).wait()
     runner.close()

@@ -126,6 +126,22 @@ class RunnerTest(unittest.TestCase):
                 one = out_array(self.stub.ModelInfer(infer_request("tiny", px[-1:].tobytes(), px[-1:].shape)))
                 np.testing.assert_allclose(got[-1:], one, rtol=1e-4, atol=1e-4)
 
+    def test_stats_per_model_and_batch(self):
+        before = self.runner.stats_snapshot().get("tiny", {}).get("3", {}).get("requests", 0)
+        px = self.pixels(3, seed=9)
+        for _ in range(2):
+            self.stub.ModelInfer(infer_request("tiny", px.tobytes(), px.shape))
+        self.expect(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, infer_request("tiny", px.tobytes()[:-1], px.shape))
+        row = self.runner.stats_snapshot()["tiny"]["3"]
+        self.assertEqual(row["requests"], before + 2)  # the refused request is not counted
+        self.assertEqual(sorted(row), sorted(["requests"] + [p + "_ms" for p in runner.Runner.STAT_PARTS]))
+        self.assertGreater(row["run_ms"], 0)
+        self.assertTrue(all(v >= 0 for v in row.values()))
+        path = os.path.join(self.tmp.name, "stats.json")
+        self.runner.write_stats(path)
+        with open(path) as f:
+            self.assertEqual(json.load(f)["tiny"]["3"]["requests"], row["requests"])
+
     def test_concurrent_requests(self):
         px = [self.pixels(2, seed=100 + i) for i in range(6)]
         want = [self.reference("tiny", p) for p in px]
