@@ -287,6 +287,10 @@ func TestCameraWrongPassword(t *testing.T) {
 		if d := s.NextRetry.Sub(r.clk.Now()); d != 30*time.Second {
 			t.Fatalf("a 401 is retried in %v, want the longest backoff 30s", d)
 		}
+		// the log line can follow the status by a moment: wait for it, bounded
+		r.feeds.waitFor(t, 20*time.Second, fmt.Sprintf("attempt %d's log line", attempt), func() bool {
+			return strings.Count(r.log.String(), "401 Unauthorized") >= attempt
+		})
 		if n := strings.Count(r.log.String(), "401 Unauthorized"); n != attempt {
 			t.Fatalf("after attempt %d the log has %d 401 lines:\n%s", attempt, n, r.log.String())
 		}
@@ -560,6 +564,12 @@ func TestCameraNoAnswer(t *testing.T) {
 		r.feeds.waitFor(t, 20*time.Second, "the bounded-time error", func() bool {
 			s := r.status("mute")
 			return s.Reconnects == uint64(i) && !s.NextRetry.IsZero()
+		})
+		// The status shows the retry a moment before the manager's
+		// goroutine logs it (CI saw the third line missing once): wait
+		// for this attempt's line, bounded.
+		r.feeds.waitFor(t, 20*time.Second, "the attempt's log line", func() bool {
+			return strings.Count(r.log.String(), "no answer within 5s") >= i+1
 		})
 		s := r.status("mute")
 		if s.LastError != want || s.State != Reconnecting || s.NextRetry.Sub(r.clk.Now()) != wait {
