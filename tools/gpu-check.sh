@@ -115,7 +115,7 @@ poll() { # poll DESC SECONDS CMD...
 }
 get() { # get URL: the body on stdout, or fail (curl, or python where a GPU image has no curl)
 	if command -v curl >/dev/null; then
-		curl -fsS "$1"
+		curl -fsS --max-time 5 "$1"
 	else
 		"$PY" -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=5).read())' "$1"
 	fi
@@ -202,10 +202,16 @@ for m in "${models[@]}"; do
 		>"$out/profiles/$m.json" 2>>"$out/profile.log" || fail "mdag profile --executor kserve --model $m"
 done
 
-# the runner's own time per request during the profiles (it writes its stats every second): the
-# report sets it beside the executor's call
+# the runner's own time per request at concurrency 1 (its stats, written every second, before and
+# after one more sweep of resnet50 alone at concurrency 1): the report sets the difference beside
+# the executor's call
 sleep 2
-cp "$out/runner-stats.json" "$out/runner-stats-profile.json" 2>/dev/null || true
+cp "$out/runner-stats.json" "$out/runner-stats-c1-before.json" 2>/dev/null || true
+"$MDAG" profile --executor kserve --models "$reg" --model resnet50 --worker-type gpu-check --price 1 --gpu "$gpuname" \
+	--batches "$batches" --concurrency 1 --iterations "$iters" --frame 224x224 -o json >/dev/null 2>>"$out/profile.log" ||
+	fail "mdag profile --executor kserve --model resnet50 (concurrency 1, the runner's stats)"
+sleep 2
+cp "$out/runner-stats.json" "$out/runner-stats-c1-after.json" 2>/dev/null || true
 
 # The app's profiles: resnet50 as measured; the emulated detector (l(b) = 0.1 ms*b + 1 ms, what
 # the worker's --emulate detector takes); the CPU ops measured below (mdag profile --op).

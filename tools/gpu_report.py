@@ -67,6 +67,24 @@ def kserve_phases(doc, conc=1):
     return out
 
 
+def runner_stats_c1(d, model="resnet50"):
+    """{batch: {part_ms: mean}} of the runner's handler over the sweep at concurrency 1 alone: the
+    difference of its --stats before and after that sweep (totals = requests x means)."""
+    pa, pb = os.path.join(d, "runner-stats-c1-before.json"), os.path.join(d, "runner-stats-c1-after.json")
+    if not os.path.exists(pb):
+        return {}
+    before = load(pa).get(model, {}) if os.path.exists(pa) else {}
+    out = {}
+    for b, v in load(pb).get(model, {}).items():
+        u = before.get(b, {})
+        n = v.get("requests", 0) - u.get("requests", 0)
+        if n <= 0:
+            continue
+        out[int(b)] = {k: (v[k] * v["requests"] - u.get(k, 0) * u.get("requests", 0)) / n
+                       for k in v if k.endswith("_ms")}
+    return out
+
+
 def fit(times):
     """Least-squares alpha, beta (ms) of l(b) = alpha*b + beta."""
     pts = sorted(times.items())
@@ -258,10 +276,7 @@ def main():
         L.append("| %s | %d | %.2f | %.2f | %.2fx |" % (p["model"], p["batch"], p["raw_ms"], p["kserve_ms"], p["ratio"]))
     L.append("")
     ph = kserve_phases(prof.get("resnet50", {}))
-    rstats = {}
-    sp = os.path.join(d, "runner-stats-profile.json")
-    if os.path.exists(sp):
-        rstats = {int(b): v for b, v in load(sp).get("resnet50", {}).items()}
+    rstats = runner_stats_c1(d)
     copies = raw_copies(load(os.path.join(d, "raw-resnet50.json")), "resnet50") if "resnet50" in raw else {}
     if ph:
         L.append("### Where the time goes (ResNet-50, concurrency 1)\n")
@@ -269,7 +284,7 @@ def main():
                  "worker's cores), the copy into the shared memory region, the ModelInfer call, splitting the outputs. "
                  "The runner's part of the call is its `run()` with copies (`--bench`: host bytes in, H2D, replay, D2H, sync); "
                  "the rest of the call is gRPC both ways and the runner's Python per request.\n")
-        L.append("The runner's handler (`--stats`, the profile's requests at concurrency 1 and 2 together): checking the "
+        L.append("The runner's handler (`--stats`, over a sweep at concurrency 1 alone): checking the "
                  "request, waiting for a slot, its run(), building the response; call - handler is gRPC both ways "
                  "(Go client, Python server) and the server's thread hand-offs.\n")
         L.append("| batch | kserve p50 | pack | shm write | call | split | runner run() with copies | call - run() "

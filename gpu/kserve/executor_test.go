@@ -767,7 +767,11 @@ func BenchmarkKServeRun(b *testing.B) {
 			}
 			name := map[string]string{"off": "raw", "on": "shm", "u8shm": "u8shm"}[shm]
 			b.Run(fmt.Sprintf("%s/b%d", name, n), func(b *testing.B) {
-				b.SetBytes(int64(n * 3 * 224 * 224 * 4))
+				per := 4
+				if shm == "u8shm" {
+					per = 1
+				}
+				b.SetBytes(int64(n * 3 * 224 * 224 * per))
 				for b.Loop() {
 					if _, err := x.Run(context.Background(), "big", its); err != nil {
 						b.Fatal(err)

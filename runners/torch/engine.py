@@ -141,7 +141,7 @@ def split_spec(spec):
     """SPEC[@SIZE] -> (SPEC, SIZE or None): a model's own input size beside
     the runner's --size (InceptionResNetV2 takes 299, ResNet-50 224)."""
     base, at, size = spec.rpartition("@")
-    if at and base and size.isdigit():
+    if at and base and size.isascii() and size.isdigit():
         if int(size) < 1:
             raise SpecError("model spec %r: size %s: want at least 1" % (spec, size))
         return base, int(size)

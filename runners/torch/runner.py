@@ -211,6 +211,8 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
         if e is None:
             raise Abort(grpc.StatusCode.NOT_FOUND, "model %r is not loaded" % name)
         e.close()
+        with self.lock:
+            self.stats.pop(name, None)  # a reload with another spec starts its own
         self.log("model %s: unloaded" % name)
 
     def model(self, name, version=""):
@@ -643,13 +645,21 @@ def main(argv=None):
         signal.signal(sig, lambda *_: stop.set())
     while not stop.wait(1 if args.stats else 3600):
         if args.stats:
-            runner.write_stats(args.stats)
-    if args.stats:
-        runner.write_stats(args.stats)
+            write_stats(runner, args.stats)
     print("runner: stopping (5 s grace for requests in flight)", file=sys.stderr, flush=True)
     server.stop(5).wait()
+    if args.stats:
+        write_stats(runner, args.stats)  # the requests of the grace period too
     runner.close()
     return 0
+
+
+def write_stats(runner, path):
+    """--stats: a file that cannot be written is said, not fatal."""
+    try:
+        runner.write_stats(path)
+    except OSError as e:
+        print("runner: --stats %s: %s" % (path, e), file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
