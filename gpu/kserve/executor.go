@@ -109,15 +109,9 @@ type model struct {
 // several goroutines), copying them into the shared memory region, the
 // ModelInfer call (the protocol both ways and all the server does), and
 // splitting the outputs into items.
-const (
-	phasePack = iota
-	phaseWrite
-	phaseCall
-	phaseSplit
-	nPhases
-)
+var phaseNames = [...]string{"pack", "shm-write", "call", "split"}
 
-var phaseNames = [nPhases]string{"pack", "shm-write", "call", "split"}
+const nPhases = len(phaseNames)
 
 // Phases implements gpu.Phased.
 func (x *Executor) Phases(name string) []gpu.Phase {
@@ -846,12 +840,6 @@ func (m *model) attempt(ctx context.Context, s *slot, frames []*media.Frame) (ou
 	}
 	t3 := time.Now()
 	outs, err = m.split(resp, s, b, useShm, outPlaces)
-	if err == nil {
-		for i, d := range [nPhases]time.Duration{t1.Sub(t0), t2.Sub(t1), t3.Sub(start), time.Since(t3)} {
-			m.phases[i].Add(int64(d))
-		}
-		m.timed.Add(1)
-	}
 	if err != nil {
 		var fe *faultError
 		if errors.As(err, &fe) {
@@ -860,6 +848,10 @@ func (m *model) attempt(ctx context.Context, s *slot, frames []*media.Frame) (ou
 		}
 		return nil, again, fmt.Errorf(", batch of %d: %w", b, err)
 	}
+	for k, d := range [nPhases]time.Duration{t1.Sub(t0), t2.Sub(t1), t3.Sub(start), time.Since(t3)} {
+		m.phases[k].Add(int64(d))
+	}
+	m.timed.Add(1)
 	return outs, false, nil
 }
 
