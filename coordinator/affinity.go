@@ -392,9 +392,7 @@ func (e *Engine) released(ms *modState, id string) {
 	if in == nil || in.lost || ms.routed(id) || ms.holdsOn(id) {
 		return
 	}
-	specs := e.specsFor(in, false)
-	in.loaded(specs)
-	if err := in.inst.Load(specs); err != nil {
+	if err := e.load(in, e.specsFor(in, false)); err != nil {
 		e.log.Warn("unloading a stateful module whose streams left failed", "instance", id, "module", ms.key, "err", err)
 	}
 	e.releaseDrained()

@@ -100,6 +100,12 @@ type Config struct {
 	// register) before it is counted lost and re-planned; default 3 min
 	// (a pod's image pull and scheduling onto a node being added).
 	StartTimeout time.Duration
+	// Warmup runs, when a GPU module is loaded onto an instance where it
+	// was not, a batch of each power-of-two size its budget allows on a
+	// blank frame, and keeps the scheduler off the module's
+	// slots there until they are done (warmup.go): no frame meets a cold
+	// executor. The services set it; off, a module serves at once.
+	Warmup bool
 }
 
 // ExecutorFactory returns the GPU executor for in-process worker id of
@@ -175,6 +181,7 @@ type Engine struct {
 	nextReq     uint64
 	gpuIDs      map[string]scheduler.GPUID
 	gpuInst     map[scheduler.GPUID]string
+	slotsOf     map[string][]scheduler.GPUID // "instance#module key": its slots in the current scheduler
 	nextGPU     scheduler.GPUID
 	planning    bool
 	replanDue   []string // triggers waiting for the running plan to finish
@@ -439,7 +446,10 @@ func (e *Engine) Deploy(app *dag.App, f *profile.File) error {
 		}
 		e.sessions[app.Name] = s
 		e.restoreSession(s)
-		e.log.Info("app deployed", "app", app.Name, "modules", len(app.Modules), "slo", app.SLO)
+		e.log.Info("app deployed", "app", app.Name, "modules", len(app.Modules), "slo", app.SLO, "warm", app.Warm)
+		if app.Warm > 0 {
+			e.trigger("deploy", fmt.Sprintf("%s deployed, warm for %d streams", app.Name, app.Warm))
+		}
 	})
 	return out
 }
@@ -566,6 +576,9 @@ func (e *Engine) Leave(streamID string) error {
 		}
 		delete(e.streams, streamID)
 		delete(st.s.streams, streamID)
+		if !st.size.IsZero() {
+			e.planFrame(st.s) // the largest size left may be smaller
+		}
 		e.streamLeft(st.s, streamID)
 		e.log.Info("stream left", "app", st.s.app.Name, "stream", streamID, "streams", len(st.s.streams))
 		if len(st.s.streams) == 0 {
@@ -661,9 +674,7 @@ func (e *Engine) bind(in *instState, typ profile.WorkerTypeID, inst Instance) {
 		in.state = placement.Active
 	}
 	took := e.now().Sub(in.startedAt)
-	specs := e.specs(in)
-	in.loaded(specs)
-	if err := inst.Load(specs); err != nil {
+	if err := e.load(in, e.specs(in)); err != nil {
 		e.log.Error("loading a provisioned instance that came up failed", "instance", in.id, "err", err)
 	}
 	e.rebuildScheduler()
@@ -756,10 +767,11 @@ func (e *Engine) wallTime(t scheduler.Time) time.Time { return e.epoch0.Add(t) }
 type stream struct {
 	id      string
 	s       *session
-	credit  float64 // shedding: admitted share accumulated; a frame is admitted when it reaches 1
-	next    uint64  // the sequence number after the highest one seen (persisted)
-	resumed bool    // restored from the store: its first frame may say what it sent meanwhile
-	fps     float64 // its frame rate; 0: the app's
+	credit  float64           // shedding: admitted share accumulated; a frame is admitted when it reaches 1
+	next    uint64            // the sequence number after the highest one seen (persisted)
+	resumed bool              // restored from the store: its first frame may say what it sent meanwhile
+	fps     float64           // its frame rate; 0: the app's
+	size    profile.FrameSize // the size of its last frame (kept only where the profiles are sized: framesize.go)
 }
 
 type frameKey struct {
@@ -811,6 +823,9 @@ func (e *Engine) ingest(st *stream, seq uint64, capture time.Time, payload *medi
 		e.resumed(st, seq)
 	}
 	st.next = max(st.next, seq+1)
+	if f := payload.Frame; f != nil {
+		e.sawFrame(st, f.W, f.H)
+	}
 	fr := &frame{key: k, capture: capture, deadline: capture.Add(s.app.SLO)}
 	s.frames[k] = fr
 	if s.stateful {
@@ -903,7 +918,12 @@ func (e *Engine) submit(in *instState, ws []*work, reqs []uint64, earliest, late
 		t.Items = append(t.Items, w.it)
 	}
 	key := ws[0].s.mods[ws[0].m].key
-	e.tasks[id] = &taskState{id: id, inst: in.id, works: ws, reqs: reqs, action: a, gen: e.schedGen, key: key}
+	// Warm-up is counted in the order batches start, not the order they
+	// end: at concurrency 2 a cold first batch (3.4 s of S2VT's 1.5) ends
+	// after the warm second and third, and counted on its result it was
+	// taken for the third, measured, and stopped every frame.
+	e.tasks[id] = &taskState{id: id, inst: in.id, works: ws, reqs: reqs, action: a, gen: e.schedGen, key: key,
+		cold: in.warming(key, len(ws))}
 	in.outstanding[id] = true
 	if in.byMod == nil {
 		in.byMod = map[string]map[uint64]bool{}
@@ -941,6 +961,9 @@ type taskState struct {
 	reqs   []uint64 // GPU tasks: the scheduler's request ID of each work
 	action *scheduler.Action
 	gen    int
+	cold   bool // among the first WarmupRuns of its size on the instance (warming)
+	warm   bool // a warm-up batch (warmup.go): no works
+	heldIn int  // the scheduler generation that holds its slot (a batch of an earlier one still running)
 	// Stateful modules: the stream's affinity (frame and state tasks),
 	// and for a state task what it does and the bytes it carried.
 	aff        *affinity
@@ -954,6 +977,11 @@ func (e *Engine) onResult(instance string, r worker.Result) {
 		return // answered already (the instance was declared lost)
 	}
 	e.forget(t)
+	if t.warm {
+		e.warmed(t, r)
+		return
+	}
+	e.unhold(t)
 	if t.state != nil {
 		e.onStateResult(t, &r)
 		return
@@ -969,6 +997,7 @@ func (e *Engine) onResult(instance string, r worker.Result) {
 	s := t.works[0].s
 	ms := s.mods[t.works[0].m]
 	if r.Outcome == worker.Rejected && t.action != nil {
+		e.insts[instance].unstarted(t.key, len(t.works))
 		ms.obs.rejected++
 		ms.mx.Rejected()
 		if t.gen == e.schedGen {
@@ -988,7 +1017,7 @@ func (e *Engine) onResult(instance string, r worker.Result) {
 		return
 	}
 	measured := r.Measured
-	if r.Outcome == worker.Done && e.insts[instance].warming(t.key, len(t.works)) {
+	if r.Outcome == worker.Done && t.cold {
 		// A cold run (the first at this batch size since the module was
 		// loaded here: ONNX Runtime's first runs of a shape took 16-18 ms
 		// against 1.5-2 ms warm) is not what the module costs: it teaches
@@ -1322,14 +1351,20 @@ type instState struct {
 	// run since the module was loaded here: the first WarmupRuns of each
 	// are cold (warming).
 	runs map[string]map[int]int
+	// gpuMods are the GPU modules loaded here; warm counts each one's
+	// warm-up batches still out, and held its slots held from the
+	// current scheduler meanwhile (warmup.go).
+	gpuMods map[string]bool
+	warm    map[string]int
+	held    map[string][]scheduler.GPUID
 }
 
 // WarmupRuns is how many batches of each size a module runs on an instance
 // after it is loaded there before their times count as measurements.
 const WarmupRuns = 2
 
-// warming counts a run of a batch of b of module key and says whether it
-// was a cold one. A nil instance (gone) counts nothing.
+// warming counts a batch of b of module key starting (submitted) and says
+// whether it is a cold one. A nil instance (gone) counts nothing.
 func (in *instState) warming(key string, b int) bool {
 	if in == nil {
 		return false
@@ -1342,6 +1377,14 @@ func (in *instState) warming(key string, b int) bool {
 	}
 	in.runs[key][b]++
 	return in.runs[key][b] <= WarmupRuns
+}
+
+// unstarted takes back a batch warming counted that the worker rejected
+// (it never ran).
+func (in *instState) unstarted(key string, b int) {
+	if in != nil && in.runs[key][b] > 0 {
+		in.runs[key][b]--
+	}
 }
 
 // loaded forgets the runs of modules the instance no longer hosts: loaded

@@ -24,7 +24,7 @@ type Replan struct {
 	N              int                  `json:"n"`
 	At             time.Time            `json:"at"`
 	Trigger        string               `json:"trigger"`
-	Kinds          []string             `json:"kinds"` // what kinds of event asked for it: join, leave, scaling, ballooning, finish-rate, epoch, worker-registered, worker-lost, ingest, turn-off
+	Kinds          []string             `json:"kinds"` // what kinds of event asked for it: deploy (an app kept warm), join, leave, frame (the streams' frame size changed), scaling, ballooning, finish-rate, epoch, worker-registered, worker-lost, ingest, turn-off
 	PlanMS         float64              `json:"plan_ms"`
 	Moves          []placement.Move     `json:"moves"`
 	CostWhole      float64              `json:"cost_whole_per_hour"`
@@ -181,7 +181,7 @@ func (e *Engine) replan(trigger string) {
 // plan does not wait for MinReplanGap.
 func (e *Engine) unplanned() bool {
 	for _, s := range e.sessions {
-		if len(s.streams) > 0 && s.plan == nil {
+		if (len(s.streams) > 0 || s.app.Warm > 0) && s.plan == nil {
 			return true
 		}
 	}
@@ -487,9 +487,7 @@ func (e *Engine) apply(out planOutput) {
 		if in.pending {
 			continue // its loads wait for its worker (bind); nothing is routed to it
 		}
-		specs := e.specs(in)
-		in.loaded(specs)
-		if err := in.inst.Load(specs); err != nil {
+		if err := e.load(in, e.specs(in)); err != nil {
 			rp.Problems = append(rp.Problems, fmt.Sprintf("load %s: %v", in.id, err))
 		}
 	}
@@ -769,6 +767,7 @@ func latencyTable(cfgs []profile.Config, conc int, balloon float64) []time.Durat
 func (e *Engine) rebuildScheduler() error {
 	cfg := scheduler.Config{NoLoadShed: true, Network: scheduler.Network{Control: e.cfg.DispatchDelay}}
 	gpuSet := map[scheduler.GPUID]bool{}
+	e.slotsOf = map[string][]scheduler.GPUID{}
 	var sig strings.Builder
 	apps := make([]dag.AppID, 0, len(e.sessions))
 	for id := range e.sessions {
@@ -800,6 +799,7 @@ func (e *Engine) rebuildScheduler() error {
 				for slot := range max(1, ms.conc[r.inst]) {
 					gid := e.gpuID(fmt.Sprintf("%s#%s#%d", r.inst, ms.key, slot))
 					ids = append(ids, gid)
+					e.slotsOf[r.inst+"#"+ms.key] = append(e.slotsOf[r.inst+"#"+ms.key], gid)
 					gpuSet[gid] = true
 					share[gid] += r.weight / float64(max(1, ms.conc[r.inst]))
 				}
@@ -863,6 +863,7 @@ func (e *Engine) rebuildScheduler() error {
 			rebuildErr = fmt.Errorf("GPU modules unserved: %w", err)
 		} else {
 			e.sched = sc
+			e.holdBusy() // before anything arrives in it
 		}
 	}
 	ids := make([]uint64, 0, len(waiting))

@@ -17,7 +17,9 @@ import (
 type session struct {
 	app     *dag.App
 	g       *dag.Graph
-	cat     *profile.Catalog
+	cat     *profile.Catalog // what plans use: base at frame (framesize.go)
+	base    *profile.Catalog // the deployed catalog, at the profiles' planning size
+	frame   profile.FrameSize
 	streams map[string]*stream
 	resume  map[string]uint64 // restored streams not back yet: the next sequence number each was due to send
 	frames  map[frameKey]*frame
@@ -116,9 +118,12 @@ func (ms *modState) expected(id string, b int) time.Duration {
 }
 
 func newSession(app *dag.App, g *dag.Graph, cat *profile.Catalog, ac AdaptConfig) *session {
-	s := &session{app: app, g: g, cat: cat, streams: map[string]*stream{}, frames: map[frameKey]*frame{},
+	s := &session{app: app, g: g, cat: cat, base: cat, streams: map[string]*stream{}, frames: map[frameKey]*frame{},
 		mods: map[dag.ModuleID]*modState{}, acct: newAccounting(), planned: make(chan struct{}),
 		scale: map[dag.ModuleID]float64{}, balloon: map[dag.ModuleID]float64{}, headroom: 1, admit: 1}
+	if cat != nil && cat.File != nil {
+		s.frame = cat.File.Plan.Frame // zero: each target's largest measured size
+	}
 	def := map[dag.ModuleID]float64{}
 	for i := range app.Modules {
 		m := &app.Modules[i]
@@ -178,7 +183,8 @@ func tails(g *dag.Graph, lat func(dag.ModuleID) time.Duration) map[dag.ModuleID]
 }
 
 // ingress is the session's frame rate: the sum of its streams' (each the
-// app's fps unless it joined with its own, JoinAt).
+// app's fps unless it joined with its own, JoinAt), and the app's fps for
+// each stream short of App.Warm.
 func (s *session) ingress() float64 {
 	r := 0.0
 	for _, id := range slices.Sorted(maps.Keys(s.streams)) { // one order: the same sum every run
@@ -188,6 +194,9 @@ func (s *session) ingress() float64 {
 		} else {
 			r += s.app.FPS
 		}
+	}
+	if n := len(s.streams); n < s.app.Warm {
+		r += float64(s.app.Warm-n) * s.app.FPS // capacity kept warm (App.Warm)
 	}
 	return r
 }

@@ -42,11 +42,17 @@ const (
 
 // App is one media DAG as declared in YAML.
 type App struct {
-	Name    AppID         `yaml:"app" json:"app"`
-	SLO     time.Duration `yaml:"slo" json:"slo"`
-	Media   Media         `yaml:"media" json:"media"`
-	FPS     float64       `yaml:"fps" json:"fps,omitempty"`
-	Modules []Module      `yaml:"modules" json:"modules"`
+	Name  AppID         `yaml:"app" json:"app"`
+	SLO   time.Duration `yaml:"slo" json:"slo"`
+	Media Media         `yaml:"media" json:"media"`
+	FPS   float64       `yaml:"fps" json:"fps,omitempty"`
+	// Warm is how many streams the app keeps capacity planned, loaded
+	// and warmed up for while fewer are connected (each at FPS): the
+	// first camera finds warm instances instead of waiting out a model's
+	// cold first batches. 0 (the default): instances start with the
+	// streams and stop after them.
+	Warm    int      `yaml:"warm" json:"warm,omitempty"`
+	Modules []Module `yaml:"modules" json:"modules"`
 
 	// File is the path the app was loaded from ("" when built in code).
 	File string `yaml:"-" json:"-"`

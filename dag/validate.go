@@ -50,6 +50,12 @@ func (a *App) validate(decodeFailed bool) yamlx.ErrorList {
 	if a.FPS < 0 {
 		add("fps", "must be positive, got %g", a.FPS)
 	}
+	switch {
+	case a.Warm < 0 || a.Warm > MaxWarm:
+		add("warm", "must be 0 to %d streams, got %d", MaxWarm, a.Warm)
+	case a.Warm > 0 && a.FPS <= 0:
+		add("warm", "needs fps: the rate each stream kept warm is planned at")
+	}
 	if len(a.Modules) == 0 {
 		add("modules", "required: at least one module")
 		return errs
@@ -177,3 +183,7 @@ func closest(name ModuleID, index map[ModuleID]int) string {
 	}
 	return yamlx.Suggest(string(name), names)
 }
+
+// MaxWarm bounds App.Warm: capacity for more streams than this, planned
+// with none connected, is a typo rather than a policy.
+const MaxWarm = 1000

@@ -63,6 +63,10 @@ func TestParseErrors(t *testing.T) {
 		{"syntax error", "app: t\nslo: 1s\n  modules: x\n",
 			[]string{"app.yaml:3: invalid YAML: mapping values are not allowed in this context"}},
 		{"empty", "", []string{"app.yaml: empty document"}},
+		{"warm without fps", "app: t\nslo: 1s\nwarm: 2\nmodules:\n  - {name: a, kind: cpu, op: count, inputs: [source]}\n",
+			[]string{"app.yaml:3: warm: needs fps: the rate each stream kept warm is planned at"}},
+		{"warm negative", "app: t\nslo: 1s\nfps: 5\nwarm: -1\nmodules:\n  - {name: a, kind: cpu, op: count, inputs: [source]}\n",
+			[]string{"app.yaml:4: warm: must be 0 to 1000 streams, got -1"}},
 		{"two documents", "app: t\n---\napp: u\n", []string{"app.yaml:2: more than one YAML document; put one document per file"}},
 		{"missing required", "media: film\n", []string{
 			"app.yaml:1: media: must be video or audio, got \"film\"",

@@ -262,3 +262,8 @@ func (c *Catalog) AtFrame(size FrameSize) *Catalog {
 	out.configs = out.build(size)
 	return out
 }
+
+// Sized says whether some target of the catalog was profiled at several
+// frame sizes: only then does the frame size its streams send change what
+// a plan costs (AtFrame).
+func (c *Catalog) Sized() bool { return len(c.sized) > 0 }

@@ -49,7 +49,11 @@ type gpuState struct {
 	id     GPUID
 	freeAt Time
 	busy   bool
+	held   int // Hold: out of service while > 0
 }
+
+// free says whether g can take a batch at now.
+func (g *gpuState) free(now Time) bool { return !g.busy && g.held == 0 && g.freeAt <= now }
 
 type central struct {
 	rule    rule
@@ -200,7 +204,7 @@ func (s *central) enqueue(now Time, r Request) bool {
 
 func (s *central) anyFree(now Time) bool {
 	for _, g := range s.gpus {
-		if !g.busy && g.freeAt <= now {
+		if g.free(now) {
 			return true
 		}
 	}
@@ -232,6 +236,22 @@ func (s *central) Rejected(now Time, a *Action) {
 }
 
 func (s *central) Tick(now Time) { s.schedule(now, true) }
+
+func (s *central) Hold(now Time, id GPUID, held bool) {
+	g := s.byGPU[id]
+	if g == nil {
+		return
+	}
+	if held {
+		g.held++
+		s.schedule(now, false) // a wake-up set for it may be moot
+		return
+	}
+	if g.held > 0 {
+		g.held--
+	}
+	s.schedule(now, true)
+}
 
 // feasible is the largest batch of ms's queue that, dispatched now, finishes
 // by the earliest deadline among its requests (the head's).
@@ -289,7 +309,7 @@ func (s *central) hasFree(now Time, ms *modelState, anyFree bool) bool {
 // freeGPU returns a free GPU that has the model (lowest ID), or nil.
 func (s *central) freeGPU(now Time, ms *modelState) *gpuState {
 	for _, g := range s.gpus {
-		if !g.busy && g.freeAt <= now && (ms.allowed == nil || ms.allowed[g.id]) {
+		if g.free(now) && (ms.allowed == nil || ms.allowed[g.id]) {
 			return g
 		}
 	}

@@ -61,3 +61,33 @@ func TestNewErrors(t *testing.T) {
 		t.Error("unknown policy accepted")
 	}
 }
+
+// TestEstimateLeavesOutOneStall: the p99 of the window is its largest
+// measurement, unless that one is a stall (more than 1.5x the median):
+// then the next largest. Two stalls stay in; a lone measurement is itself.
+func TestEstimateLeavesOutOneStall(t *testing.T) {
+	m := scheduler.Model{ID: "m", SLO: time.Second, Latency: scheduler.LinearLatency(10*time.Millisecond, 0, 4)}
+	s, err := scheduler.New(scheduler.Symphony, scheduler.Config{Models: []scheduler.Model{m}, GPUs: []scheduler.GPUID{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := s.Estimator()
+	e.Record("m", 1, 30*time.Millisecond)
+	if got := e.Estimate("m", 1); got != 30*time.Millisecond {
+		t.Errorf("one measurement: %v, want it (30ms)", got)
+	}
+	for _, d := range []time.Duration{10, 11, 10, 12} {
+		e.Record("m", 1, d*time.Millisecond)
+	}
+	if got := e.Estimate("m", 1); got != 12*time.Millisecond {
+		t.Errorf("one 3x stall among 10-12ms: %v, want 12ms", got)
+	}
+	e.Record("m", 1, 14*time.Millisecond) // within 1.5x the median: spread, kept
+	if got := e.Estimate("m", 1); got != 14*time.Millisecond {
+		t.Errorf("a 14ms run: %v, want 14ms", got)
+	}
+	e.Record("m", 1, 33*time.Millisecond) // a second stall: the model is slow, not unlucky
+	if got := e.Estimate("m", 1); got != 30*time.Millisecond {
+		t.Errorf("two stalls: %v, want the smaller (30ms)", got)
+	}
+}

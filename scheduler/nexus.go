@@ -30,6 +30,7 @@ type nexus struct {
 type nexusGPU struct {
 	id    GPUID
 	busy  bool
+	held  int // Hold: out of service while > 0
 	slots []*nexusSlot
 	turn  int
 }
@@ -207,7 +208,7 @@ func (s *nexus) Arrive(now Time, r Request) {
 	slots[i].credit -= total
 	slots[i].q = append(slots[i].q, r)
 	for _, g := range s.gpus {
-		if !g.busy && slices.Contains(g.slots, slots[i]) {
+		if !g.busy && g.held == 0 && slices.Contains(g.slots, slots[i]) {
 			s.serve(now, g)
 		}
 	}
@@ -229,9 +230,26 @@ func (s *nexus) Rejected(now Time, a *Action) {
 	s.serve(now, g)
 }
 
+func (s *nexus) Hold(now Time, id GPUID, held bool) {
+	g := s.byGPU[id]
+	if g == nil {
+		return
+	}
+	if held {
+		g.held++
+		return
+	}
+	if g.held > 0 {
+		g.held--
+	}
+	if !g.busy && g.held == 0 {
+		s.serve(now, g)
+	}
+}
+
 func (s *nexus) Tick(now Time) {
 	for _, g := range s.gpus {
-		if !g.busy {
+		if !g.busy && g.held == 0 {
 			s.serve(now, g)
 		}
 	}
@@ -240,6 +258,9 @@ func (s *nexus) Tick(now Time) {
 // serve gives an idle GPU its next batch: round-robin over its sessions,
 // each after its early drop.
 func (s *nexus) serve(now Time, g *nexusGPU) {
+	if g.held > 0 {
+		return
+	}
 	for tries := 0; tries < len(g.slots); tries++ {
 		slot := g.slots[g.turn%len(g.slots)]
 		g.turn++

@@ -29,6 +29,8 @@ var update = flag.Bool("update", false, "rewrite the expected output of the gold
 //	run T                      tick at every wake-up the scheduler asks for, up to T
 //	finish T GPU               the GPU's outstanding action completes at T (as profiled)
 //	reject T GPU               the GPU rejects its outstanding action at T
+//	finish T GPU took=D        ... completes at T, measured at D (not as profiled)
+//	hold T GPU / unhold T GPU  Scheduler.Hold: the GPU out of service, and back
 type scenario struct {
 	t       *testing.T
 	s       scheduler.Scheduler
@@ -147,12 +149,23 @@ func (sc *scenario) exec(line string) {
 		}
 		delete(sc.pending, scheduler.GPUID(g))
 		if f[0] == "finish" {
+			took := a.Expected
+			if len(f) > 3 {
+				took = dur(t, strings.TrimPrefix(f[3], "took="))
+			}
 			sc.log = append(sc.log, fmt.Sprintf("%v finished action %d", sc.now, a.ID))
-			sc.s.Finished(sc.now, a, a.Expected)
+			sc.s.Finished(sc.now, a, took)
 		} else {
 			sc.log = append(sc.log, fmt.Sprintf("%v rejected action %d", sc.now, a.ID))
 			sc.s.Rejected(sc.now, a)
 		}
+		sc.collect()
+	case "hold", "unhold":
+		sc.build()
+		g, _ := strconv.Atoi(f[2])
+		sc.advance(dur(t, f[1]))
+		sc.log = append(sc.log, fmt.Sprintf("%v %s gpu=%d", sc.now, f[0], g))
+		sc.s.Hold(sc.now, scheduler.GPUID(g), f[0] == "hold")
 		sc.collect()
 	default:
 		t.Fatalf("unknown command %q", line)

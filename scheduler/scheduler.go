@@ -128,6 +128,11 @@ type Scheduler interface {
 	Finished(now Time, a *Action, measured time.Duration)
 	// Rejected reports that a GPU could not start an action in its window.
 	Rejected(now Time, a *Action)
+	// Hold takes GPU g out of service (held true) or gives it back (false;
+	// holds nest): the runtime holds a slot while its model warms up after
+	// a load, and while a batch dispatched by an earlier scheduler still
+	// runs on it. A held GPU gets no batch; an unknown one is ignored.
+	Hold(now Time, g GPUID, held bool)
 	// Tick runs the scheduler at the time it asked for (or any time).
 	Tick(now Time)
 	// Next is when the scheduler wants Tick called (Never if not).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -183,6 +184,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	source := fs.String("source", "", "video FILE the clients stream, or pattern (default: "+vtest+", with --app caption the pattern, with --app face-live "+megamindVideo+", when installed, else the pattern)")
 	step := fs.Duration("step", 8*time.Second, "clients join or leave every step (schedule "+fmt.Sprint(demoSchedule)+" for traffic, pose and actdet, [2 4 3 4 2] for face and tracker, [1 2 1] for caption, face-live "+fmt.Sprint(faceLiveSchedule)+", repeating)")
 	verbose := fs.Bool("v", false, "log debug events (every drop with its reason)")
+	warm := fs.Int("warm", -1, "keep capacity planned and warm for this many clients while fewer are connected (the app's warm:, see the YAML reference); the clients start once it is warm (default: the schedule's fewest clients; 0: none, instances start with the clients)")
 	variance := addVarianceFlag(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -216,6 +218,15 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	defer d.close()
 	app, prof := d.app, d.prof
+	switch {
+	case *warm > dag.MaxWarm:
+		fmt.Fprintf(stderr, "mdag demo: --warm %d: want 0 to %d\n", *warm, dag.MaxWarm)
+		return exitInvalid
+	case *warm >= 0:
+		app.Warm = *warm
+	default:
+		app.Warm = slices.Min(d.schedule)
+	}
 	src := *source
 	if src == "" {
 		src = "pattern"
@@ -229,12 +240,22 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	log := newLogger(stderr, *verbose)
-	obs, err := startObservedWith(coordinator.Config{Log: log, Executor: d.exec}, d.limits, app, prof, variance.v)
+	obs, err := startObservedWith(coordinator.Config{Log: log, Executor: d.exec, Warmup: true}, d.limits, app, prof, variance.v)
 	if err != nil {
 		printErrors(stderr, err)
 		return exitFailure
 	}
 	defer obs.Close()
+	if app.Warm > 0 {
+		// A model's first batches run cold (S2VT's first takes 3.4 s of
+		// caption's 2.5 s SLO): the clients come once the instances for
+		// the first of them have warmed up, as cameras would come to a
+		// service that was started before them.
+		log.Info("demo warming up", "app", app.Name, "streams", app.Warm)
+		if err := obs.e.WaitReady(app.Name, 60*time.Second); err != nil {
+			log.Warn("demo: the clients start cold", "err", err)
+		}
+	}
 	// The demo's clients encode in this process: admission may fill every
 	// core with this process's CPU (their encoders count in it).
 	ws, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Scale: scaler, Objects: motionObjects, CPUCeiling: 1,

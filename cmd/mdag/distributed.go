@@ -86,6 +86,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	plane := fs.String("data-plane", "direct", "how frames go between modules on different workers: direct (a worker with a peer address keeps the frames its modules make; "+
 		"the next module's worker fetches them from it, and the coordinator routes references) or relay (every frame through the coordinator)")
 	headroom := fs.Float64("headroom", 1.25, headroomHelp)
+	warmup := fs.Bool("warmup", true, warmupHelp)
 	checkpoint := fs.Duration("checkpoint", 2*time.Second, "copy each stream's state at a stateful module (track, window...) to the coordinator this often, to restore it when its worker is lost; 0: never (a lost worker's streams start fresh)")
 	heartbeat := fs.Duration("heartbeat", wire.DefaultHeartbeat, "heartbeat interval workers are told to keep; 4 missed = worker lost")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until interrupted)")
@@ -135,6 +136,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	// No provisioner (the default): the instances are the workers that
 	// connect. --provisioner kubernetes: a pod per planned instance.
 	cfg := coordinator.Config{Policy: scheduler.Policy(*policy), Log: log, Headroom: *headroom}
+	cfg.Warmup = *warmup
 	cfg.Checkpoint = checkpointFlag(*checkpoint)
 	kp, err := kf.provisioner(&cfg, log)
 	if err != nil {

@@ -36,6 +36,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	workers := fs.String("workers", "", "in-process instances allowed per worker type, e.g. V100=4,CPU=2 (default 8 of every type in the profiles)")
 	policy := fs.String("policy", string(coordinator.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
 	headroom := fs.Float64("headroom", 1.25, headroomHelp)
+	warmup := fs.Bool("warmup", true, warmupHelp)
 	checkpoint := fs.Duration("checkpoint", 2*time.Second, "copy each stream's state at a stateful module (track, window...) to the coordinator this often, to restore it when its worker is lost; 0: never (a lost worker's streams start fresh)")
 	synthetic := fs.Int("synthetic", 0, "streams of the synthetic source to run (0: none): moving shapes, or for an app with media: audio chirps with silence between them (48 kHz mono)")
 	fps := fs.Float64("fps", 0, "synthetic source frame rate (default: the app's fps); an audio app's chunks per second, each 1/fps long")
@@ -67,6 +68,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	cfg := coordinator.Config{Policy: scheduler.Policy(*policy), Headroom: *headroom}
+	cfg.Warmup = *warmup
 	cfg.Checkpoint = checkpointFlag(*checkpoint)
 	note := "embedded mode: coordinator, GPU scheduler and in-process workers with emulated GPUs in one process"
 	if err := executorFlags(*executor, ox.set(fs), kx.set(fs)); err != nil && (*executor == "emulated" || *executor == "onnx" || *executor == "kserve") {
@@ -565,3 +567,5 @@ const headroomHelp = "plan for this many times the ingress rate, so instances ru
 
 // validHeadroom says whether --headroom is a finite number >= 1.
 func validHeadroom(h float64) bool { return h >= 1 && !math.IsInf(h, 0) }
+
+const warmupHelp = "warm each GPU module up where it is loaded (a batch of each power-of-two size its latency budget allows, on a blank frame) before it serves frames, so none meets a cold executor; false: it serves at once"
