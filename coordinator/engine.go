@@ -981,7 +981,13 @@ func (e *Engine) onResult(instance string, r worker.Result) {
 		e.warmed(t, r)
 		return
 	}
-	e.unhold(t)
+	if e.unhold(t) {
+		defer e.pump() // what the scheduler sent to the slot goes out now
+	}
+	switch r.Outcome {
+	case worker.Rejected, worker.QueueFull, worker.NotLoaded, worker.Unloaded, worker.BadTask:
+		e.insts[instance].unstarted(t.key, len(t.works)) // it never ran: no warm-up run used
+	}
 	if t.state != nil {
 		e.onStateResult(t, &r)
 		return
@@ -997,7 +1003,6 @@ func (e *Engine) onResult(instance string, r worker.Result) {
 	s := t.works[0].s
 	ms := s.mods[t.works[0].m]
 	if r.Outcome == worker.Rejected && t.action != nil {
-		e.insts[instance].unstarted(t.key, len(t.works))
 		ms.obs.rejected++
 		ms.mx.Rejected()
 		if t.gen == e.schedGen {
@@ -1163,7 +1168,7 @@ func (e *Engine) finishFrame(s *session, fr *frame) {
 			res.Counts[k] += v
 		}
 	}
-	if len(s.streams) == 0 && len(s.frames) == 0 && s.plan != nil && s.rate > 0 {
+	if len(s.streams) == 0 && len(s.frames) == 0 && s.plan != nil && s.rate > 0 && s.app.Warm == 0 {
 		// The streams left and their last frame ended: the session can
 		// give its instances back now.
 		defer e.trigger("leave", fmt.Sprintf("the last frames of %s's streams ended", s.app.Name))
@@ -1348,8 +1353,9 @@ type instState struct {
 	startedAt   time.Time
 	startTm     clock.Timer
 	// runs counts, per hosted module (key) and batch size, the batches
-	// run since the module was loaded here: the first WarmupRuns of each
-	// are cold (warming).
+	// started here (submitted, warm-up batches included; one the worker
+	// never ran is taken back) since the module was loaded: the first
+	// WarmupRuns of each are cold (warming).
 	runs map[string]map[int]int
 	// gpuMods are the GPU modules loaded here; warm counts each one's
 	// warm-up batches still out, and held its slots held from the

@@ -113,3 +113,37 @@ func TestRunPendingNeedsStepped(t *testing.T) {
 	}()
 	e.RunPending()
 }
+
+// A Stepped engine's clock moves only when its caller moves it: WaitReady
+// refuses rather than waiting for ever, Ready answers, and an app kept
+// warm is planned at deploy with no stream (its idle instances never
+// answer a warm-up batch, so it is planned but never ready).
+func TestSteppedWarm(t *testing.T) {
+	clk := clock.NewFake(fakeStart)
+	p := &idleProvisioner{}
+	e, err := New(Config{Clock: clk, Stepped: true, Provisioner: p, MILPSolver: milp.Solver{}, Warmup: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Start()
+	defer e.Close()
+	app, pf, err := examples.Parse("traffic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app.Warm = 2
+	if err := e.Deploy(app, pf); err != nil {
+		t.Fatal(err)
+	}
+	e.RunPending()
+	rps := e.Replans()
+	if len(rps) != 1 || len(rps[0].Sessions) != 1 || rps[0].Sessions[0].Rate != 2*app.FPS || len(p.started) == 0 {
+		t.Fatalf("warm: 2 at deploy: %d plans %+v, started %v", len(rps), rps, p.started)
+	}
+	if e.Ready("traffic") {
+		t.Error("ready while every warm-up batch is unanswered")
+	}
+	if err := e.WaitReady("traffic", time.Second); err == nil || !strings.Contains(err.Error(), "Stepped") {
+		t.Errorf("WaitReady on a Stepped engine: %v, want a refusal", err)
+	}
+}

@@ -21,7 +21,9 @@ import (
 // its budget allows (warmSizes) on a blank frame first, and the scheduler
 // gives its slots there no batch until those are done (Scheduler.Hold).
 // Frames wait for the instances that are warm; the cold time is spent on
-// no one's frame.
+// no one's frame, for the sizes warmed (a size the budget rules out, or a
+// module whose warm-up failed, still meets its first run cold; the first
+// WarmupRuns of each size never teach the estimate).
 
 // warmFrame is the warm-up batches' input: blank, small (it crosses the
 // wire to remote workers), resized by the executor like any frame.
@@ -86,20 +88,31 @@ func (e *Engine) warmUp(in *instState, sp worker.ModuleSpec) {
 		in.warm = map[string]int{}
 	}
 	var budget time.Duration
-	if ses := e.sessions[sp.App]; ses != nil && ses.mods[sp.Module] != nil {
+	ses := e.sessions[sp.App]
+	if ses != nil && ses.mods[sp.Module] != nil {
 		budget = ses.mods[sp.Module].budget
 	}
+	if ses != nil && ses.app.Media == dag.Audio {
+		// Audio models take chunks, not frames: no blank input to warm
+		// them with yet; they serve at once.
+		e.log.Debug("no warm-up for an audio model", "instance", in.id, "module", k)
+		return
+	}
+	// Each size once per slot: a runtime with a session per slot (ONNX
+	// Runtime at concurrency 2) has each one meet the shape cold.
 	for _, b := range warmSizes(sp.Latency, budget) {
-		items := make([]*media.Item, b)
-		for i := range items {
-			items[i] = &media.Item{Stream: "warm-up", Frame: media.NewFrame(warmW, warmH)}
+		for range max(1, sp.Concurrency) {
+			items := make([]*media.Item, b)
+			for i := range items {
+				items[i] = &media.Item{Stream: "warm-up", Frame: media.NewFrame(warmW, warmH)}
+			}
+			e.nextTask++
+			id := e.nextTask
+			e.tasks[id] = &taskState{id: id, inst: in.id, key: k, warm: true, cold: in.warming(k, b)}
+			in.outstanding[id] = true
+			in.warm[k]++
+			in.inst.Submit(worker.Task{ID: id, App: sp.App, Module: sp.Module, Items: items})
 		}
-		e.nextTask++
-		id := e.nextTask
-		e.tasks[id] = &taskState{id: id, inst: in.id, key: k, warm: true, cold: in.warming(k, b)}
-		in.outstanding[id] = true
-		in.warm[k]++
-		in.inst.Submit(worker.Task{ID: id, App: sp.App, Module: sp.Module, Items: items})
 	}
 	e.log.Debug("warming up", "instance", in.id, "module", k, "batches", in.warm[k])
 	// Held from the scheduler now if it already has the slots (a plan
@@ -115,7 +128,13 @@ func (e *Engine) warmed(t *taskState, r worker.Result) {
 	if in == nil {
 		return
 	}
-	if r.Outcome != worker.Done {
+	switch r.Outcome {
+	case worker.Done:
+	case worker.NotLoaded, worker.Unloaded:
+		// The module did not load (or went): loaded again, it warms up
+		// again.
+		delete(in.gpuMods, t.key)
+	default:
 		e.log.Warn("a warm-up batch failed; the module serves cold", "instance", in.id, "module", t.key,
 			"outcome", r.Outcome.String(), "detail", r.Detail)
 	}
@@ -175,12 +194,15 @@ func (e *Engine) holdBusy() {
 }
 
 // unhold gives back the slot held for t, a batch of an earlier scheduler,
-// now answered.
-func (e *Engine) unhold(t *taskState) {
-	if t.action != nil && t.heldIn == e.schedGen && t.heldIn != 0 && e.sched != nil {
-		t.heldIn = 0
-		e.sched.Hold(e.schedTime(e.now()), t.action.GPU, false)
+// now answered, and says whether it did (the caller pumps what the
+// scheduler then sent there).
+func (e *Engine) unhold(t *taskState) bool {
+	if t.action == nil || t.heldIn != e.schedGen || t.heldIn == 0 || e.sched == nil {
+		return false
 	}
+	t.heldIn = 0
+	e.sched.Hold(e.schedTime(e.now()), t.action.GPU, false)
+	return true
 }
 
 // Ready says whether app has a plan and every instance its GPU modules
@@ -210,8 +232,13 @@ func (e *Engine) Ready(app dag.AppID) bool {
 }
 
 // WaitReady waits up to timeout (on the engine's clock) for Ready(app),
-// checking every 20 ms; an error says what it waited for.
+// checking every 20 ms; an error says what it waited for. Not from the
+// engine's loop, and not for a Stepped engine, whose caller moves its
+// clock (it polls Ready).
 func (e *Engine) WaitReady(app dag.AppID, timeout time.Duration) error {
+	if e.cfg.Stepped {
+		return fmt.Errorf("app %s: WaitReady on a Stepped engine would wait for ever: poll Ready between steps", app)
+	}
 	end := e.clk.Now().Add(timeout)
 	for !e.Ready(app) {
 		if !e.clk.Now().Before(end) {

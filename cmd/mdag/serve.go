@@ -568,4 +568,4 @@ const headroomHelp = "plan for this many times the ingress rate, so instances ru
 // validHeadroom says whether --headroom is a finite number >= 1.
 func validHeadroom(h float64) bool { return h >= 1 && !math.IsInf(h, 0) }
 
-const warmupHelp = "warm each GPU module up where it is loaded (a batch of each power-of-two size its latency budget allows, on a blank frame) before it serves frames, so none meets a cold executor; false: it serves at once"
+const warmupHelp = "warm each GPU module up where it is loaded (a batch of each power-of-two size its latency budget allows, on a blank frame) before it serves frames, so they do not meet a cold executor; false: it serves at once"
