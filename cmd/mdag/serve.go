@@ -38,7 +38,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	headroom := fs.Float64("headroom", 1.25, headroomHelp)
 	warmup := fs.Bool("warmup", true, warmupHelp)
 	checkpoint := fs.Duration("checkpoint", 2*time.Second, "copy each stream's state at a stateful module (track, window...) to the coordinator this often, to restore it when its worker is lost; 0: never (a lost worker's streams start fresh)")
-	synthetic := fs.Int("synthetic", 0, "streams of the synthetic source to run (0: none): moving shapes, or for an app with media: audio chirps with silence between them (48 kHz mono)")
+	synthetic := fs.Int("synthetic", 0, "streams of the synthetic source to run (0: none): moving shapes, or for an app with media: audio chirps with silence between them (48 kHz mono); with --warmup they send once their instances are warm")
 	fps := fs.Float64("fps", 0, "synthetic source frame rate (default: the app's fps); an audio app's chunks per second, each 1/fps long")
 	objects := fs.String("objects", "3", "objects per synthetic frame; a list (e.g. 2,6,1,8) steps through its values every --objects-every, so the app's fan-out changes (scaling)")
 	objectsEvery := fs.Duration("objects-every", time.Minute, "how long each value of an --objects list lasts")
@@ -222,11 +222,23 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	var wg sync.WaitGroup
 	for i := range *synthetic {
-		id := fmt.Sprintf("synthetic-%d", i)
-		if err := e.Join(app.Name, id); err != nil {
+		if err := e.Join(app.Name, fmt.Sprintf("synthetic-%d", i)); err != nil {
 			fmt.Fprintf(stderr, "mdag serve: %v\n", err)
 			return exitFailure
 		}
+	}
+	if *synthetic > 0 && *warmup {
+		// The synthetic cameras send once the instances planned for them
+		// have warmed up, as cameras come to a service started before
+		// them: their first frames would otherwise wait out the warm-up
+		// (ONNX Runtime's first runs of each batch size, slower still
+		// under -race) and miss the SLO.
+		if err := e.WaitReady(app.Name, 30*time.Second); err != nil {
+			log.Warn("the synthetic streams start cold", "err", err)
+		}
+	}
+	for i := range *synthetic {
+		id := fmt.Sprintf("synthetic-%d", i)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
