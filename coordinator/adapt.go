@@ -160,6 +160,16 @@ func (d *Detector) Forget() {
 // re-trigger "6 -> 6" for ever). A streak towards a factor the plan left
 // as it was (a re-plan for a join, another module, the epoch) is still
 // evidence against it and carries on.
+// Warmed tells the detector that the plan's instances finished warming
+// up at now: the finish-rate rule judges only windows that start after
+// it. What a warm-up loses (frames that waited for new instances) is not a
+// lack of rate, and more headroom would start more instances to warm up.
+func (d *Detector) Warmed(now time.Time) {
+	if !d.planned.IsZero() && now.After(d.planned) {
+		d.planned = now
+	}
+}
+
 func (d *Detector) Planned(now time.Time, scale, balloon map[dag.ModuleID]float64, headroom float64) {
 	oldScale, oldBalloon, oldHeadroom := copyMap(d.scale), copyMap(d.balloon), d.headroom
 	d.scale, d.balloon = copyMap(scale), copyMap(balloon)

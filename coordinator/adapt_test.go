@@ -303,6 +303,17 @@ func TestDetectorFinishRate(t *testing.T) {
 	if tr, ok := slow.FinishRate(now, []WindowStatus{bad(1), bad(2), bad(3)}); ok {
 		t.Errorf("raised headroom %+v while classify ran 3x its profile: the frames lack latency, not rate", tr)
 	}
+	// Losses while the plan's instances warm up are not missing rate: the
+	// windows that started before they were warm do not count.
+	warming := NewDetector(AdaptConfig{}, nil)
+	warming.Planned(t0, nil, nil, 1)
+	warming.Warmed(t0.Add(2500 * time.Millisecond))
+	if tr, ok := warming.FinishRate(now, []WindowStatus{bad(1), bad(2), bad(3)}); ok {
+		t.Errorf("raised headroom %+v on windows from before the warm-up ended", tr)
+	}
+	if _, ok := warming.FinishRate(now.Add(3*time.Second), []WindowStatus{bad(3), bad(4), bad(5)}); !ok {
+		t.Error("did not fire on windows after the warm-up")
+	}
 	tr, ok := d.FinishRate(now, []WindowStatus{bad(0), bad(1), bad(2), bad(3)})
 	if !ok || tr.Kind != KindFinishRate || tr.Headroom != 1.25 || !strings.Contains(tr.Reason, "finish rate 90.0%") ||
 		!strings.Contains(tr.Reason, "classify: cannot-finish 15") || !strings.Contains(tr.Reason, "x1 -> x1.25") {

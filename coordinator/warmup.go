@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mdag/mdag/dag"
@@ -143,6 +144,12 @@ func (e *Engine) warmed(t *taskState, r worker.Result) {
 	}
 	delete(in.warm, t.key)
 	e.log.Debug("warm", "instance", in.id, "module", t.key)
+	// The session whose module it is (key: app/module) judges its finish
+	// rate from now on, once all of it is warm.
+	app, _, _ := strings.Cut(t.key, "/")
+	if s := e.sessions[dag.AppID(app)]; s != nil && e.warm(s) {
+		s.det.Warmed(e.now())
+	}
 	if e.sched == nil {
 		return
 	}
@@ -212,23 +219,26 @@ func (e *Engine) Ready(app dag.AppID) bool {
 	ready := false
 	e.call(func() {
 		s := e.sessions[app]
-		if s == nil || s.plan == nil {
-			return
-		}
-		for _, ms := range s.mods {
-			if ms.mod.Kind != dag.GPU {
-				continue
-			}
-			for _, r := range ms.routes {
-				in := e.insts[r.inst]
-				if in == nil || in.pending || in.warm[ms.key] > 0 {
-					return
-				}
-			}
-		}
-		ready = true
+		ready = s != nil && s.plan != nil && e.warm(s)
 	})
 	return ready
+}
+
+// warm says whether every instance s's GPU modules are routed to is up
+// and has warmed them up.
+func (e *Engine) warm(s *session) bool {
+	for _, ms := range s.mods {
+		if ms.mod.Kind != dag.GPU {
+			continue
+		}
+		for _, r := range ms.routes {
+			in := e.insts[r.inst]
+			if in == nil || in.pending || in.warm[ms.key] > 0 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // WaitReady waits up to timeout (on the engine's clock) for Ready(app),
