@@ -329,7 +329,11 @@ func (d *Detector) Observe(now time.Time, obs map[dag.ModuleID]Observation) (Tri
 	for _, k := range sortedKeys(d.smooth) {
 		v := d.smooth[k]
 		m, kind, _ := strings.Cut(k, "\x00")
-		if kind == "balloon" && v < d.plannedBalloon(dag.ModuleID(m)) && d.streak[k] < d.need(kind, v, d.plannedBalloon(dag.ModuleID(m))) {
+		planned := d.plannedBalloon(dag.ModuleID(m))
+		if kind == "scale" {
+			planned = d.plannedScale(dag.ModuleID(m))
+		}
+		if v < planned && d.streak[k] < d.need(kind, v, planned) {
 			continue // a fall not yet confirmed does not ride along
 		}
 		if d.streak[k] < d.cfg.Windows {
@@ -434,13 +438,14 @@ func (d *Detector) check(m dag.ModuleID, kind string, v, planned, floor, bound f
 	}
 	// Off in this evaluation: the decision uses the raw value (one odd
 	// window resets nothing and triggers nothing); the factor re-planned
-	// with is the mean over the streak for scaling; for ballooning the
-	// worst of the streak when it rises (the first window of a jump is
-	// partly before it; a plan that assumes less than the slowdown runs
-	// out of headroom), the mean when it falls back.
+	// with is the worst of the streak when it rises (the first window of
+	// a jump is partly before it; a plan that assumes fewer items or less
+	// than the slowdown runs out of headroom: a camera's people come and
+	// go, 2 to 6 a frame, and a plan at their mean drops the frames of
+	// every peak), the mean when it falls back.
 	if s, ok := d.smooth[k]; ok {
 		n := float64(d.streak[k])
-		if kind == "balloon" && v > planned && s > planned {
+		if v > planned && s > planned {
 			v = max(s, v)
 		} else if (v > planned) == (s > planned) {
 			v = (s*n + v) / (n + 1)
@@ -456,16 +461,19 @@ func (d *Detector) check(m dag.ModuleID, kind string, v, planned, floor, bound f
 	}
 }
 
-// FallWindows multiplies the evaluations a ballooning factor needs to come
-// down: a real executor on a shared machine measures 1x, 3x, 2x in windows
-// a second apart, and a plan that follows every fall re-plans back and
-// forth (1.33 -> 3.21 -> 1.81 -> 1.05 -> 2.17 in 5 s). Rising stays quick:
-// a plan that assumes less than the slowdown drops frames.
+// FallWindows multiplies the evaluations a factor needs to come down: a
+// real executor on a shared machine measures 1x, 3x, 2x in windows a
+// second apart, and a plan that follows every fall re-plans back and forth
+// (1.33 -> 3.21 -> 1.81 -> 1.05 -> 2.17 in 5 s); the people in a camera's
+// view, 2 to 6 a frame, did the same to the scaling factor (5.93 -> 2.55
+// -> 4.45 in 2 s, the frames of each rise dropped while capacity that had
+// just been stopped warmed up again). Rising stays quick: a plan that
+// assumes fewer items or less than the slowdown drops frames.
 const FallWindows = 4
 
 // need is the streak a factor's change needs before it re-plans.
 func (d *Detector) need(kind string, v, planned float64) int {
-	if kind == "balloon" && v < planned {
+	if v < planned {
 		return FallWindows * d.cfg.Windows
 	}
 	return d.cfg.Windows

@@ -404,7 +404,7 @@ func (e *Engine) released(ms *modState, id string) {
 // until it is stopped.)
 func (e *Engine) releaseDrained() {
 	for _, in := range e.sortedInsts() {
-		if !in.draining && !in.releasing || in.registered || len(in.loads) > 0 || len(in.outstanding) > 0 || e.holdsState(in.id) {
+		if !in.draining && !in.releasing || in.registered || len(in.loads) > 0 || len(in.bridge) > 0 || len(in.outstanding) > 0 || e.holdsState(in.id) {
 			continue
 		}
 		delete(e.insts, in.id)

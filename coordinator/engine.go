@@ -677,6 +677,9 @@ func (e *Engine) bind(in *instState, typ profile.WorkerTypeID, inst Instance) {
 	if err := e.load(in, e.specs(in)); err != nil {
 		e.log.Error("loading a provisioned instance that came up failed", "instance", in.id, "err", err)
 	}
+	for _, k := range e.bridgedKeys() {
+		e.endBridges(k) // what it hosts without a warm-up needs no bridge now
+	}
 	e.rebuildScheduler()
 	// Stateful modules' streams may now move their state onto it.
 	for _, s := range e.sessions {
@@ -1340,6 +1343,8 @@ type instState struct {
 	state       placement.State
 	releaseAt   time.Time
 	loads       []placement.Load
+	bridge      []placement.Load    // GPU modules a plan moved away, kept until their new instances are warm (bridge.go)
+	hosted      []worker.ModuleSpec // what it was last given to host (load)
 	registered  bool
 	lost        bool
 	draining    bool // Drain: no loads; its stateful modules' streams move out with their state

@@ -31,7 +31,10 @@ type Replan struct {
 	CostFractional float64              `json:"cost_fractional_per_hour"`
 	Shortages      []placement.Shortage `json:"shortages,omitempty"`
 	Problems       []string             `json:"problems,omitempty"`
-	Sessions       []PlannedSession     `json:"sessions"`
+	// Bridges: GPU modules the plan moved that stay where they run warm
+	// until their new instances are ("P100-0 keeps face/detect"; bridge.go).
+	Bridges  []string         `json:"bridges,omitempty"`
+	Sessions []PlannedSession `json:"sessions"`
 	// Unchanged: the plan changed nothing against the one before (no
 	// moves, same allocations); an event-driven re-plan that changes
 	// nothing is a defect to look into (periodic checks that change
@@ -348,6 +351,7 @@ func (e *Engine) apply(out planOutput) {
 		e.replan(e.takeDue())
 		return
 	}
+	prevWarm := e.warmHosts() // before the plan's loads replace theirs
 	e.nextPlan++
 	rp := Replan{N: e.nextPlan, At: now, Trigger: out.trigger, Kinds: out.kinds, PlanMS: float64(out.took.Microseconds()) / 1000,
 		Moves: out.plan.Moves, CostWhole: out.plan.CostWhole, CostFractional: out.plan.CostFractional,
@@ -406,9 +410,10 @@ func (e *Engine) apply(out planOutput) {
 			in.state, in.loads = placement.Warm, nil
 			continue
 		}
-		if len(in.outstanding) > 0 || e.holdsState(in.id) {
-			// Work still runs there, or streams' state is still to move
-			// out: keep it warm, released once that is done
+		if len(in.outstanding) > 0 || e.holdsState(in.id) || hosts(prevWarm, in.id) {
+			// Work still runs there, streams' state is still to move
+			// out, or it may bridge a module until its new instances are
+			// warm (bridge.go): keep it warm, released once that is done
 			// (releaseDrained, after its last result) or by a later plan.
 			// Not timed: a turn-off timer at now would re-plan in a loop
 			// while the work runs.
@@ -482,18 +487,28 @@ func (e *Engine) apply(out planOutput) {
 		rp.Sessions = append(rp.Sessions, ps)
 	}
 	sort.Slice(rp.Sessions, func(i, j int) bool { return rp.Sessions[i].App < rp.Sessions[j].App })
-	// Loads onto instances.
+	// Loads onto instances, and the bridges that keep a moved GPU module
+	// where it runs warm until its new instances are.
+	rp.Bridges = e.bridgeTo(prevWarm)
 	for _, in := range e.sortedInsts() {
 		if in.pending {
 			continue // its loads wait for its worker (bind); nothing is routed to it
 		}
-		if err := e.load(in, e.specs(in)); err != nil {
+		specs := e.specs(in)
+		if len(specs) == 0 {
+			specs = e.parked(in)
+		}
+		if err := e.load(in, specs); err != nil {
 			rp.Problems = append(rp.Problems, fmt.Sprintf("load %s: %v", in.id, err))
 		}
+	}
+	for _, k := range e.bridgedKeys() {
+		e.endBridges(k) // modules that warm nowhere (audio) need none
 	}
 	if err := e.rebuildScheduler(); err != nil {
 		rp.Problems = append(rp.Problems, err.Error())
 	}
+	e.releaseDrained() // the instances kept to bridge that bridge nothing
 	e.armTurnOff(now)
 	// Streams whose state the plan moved start moving now, frames or not.
 	for _, s := range e.sessions {
@@ -528,7 +543,7 @@ func (e *Engine) apply(out planOutput) {
 	}
 	e.log.Info("replanned", "n", rp.N, "trigger", rp.Trigger, "moves", summarizeMoves(rp.Moves),
 		"cost_whole", rp.CostWhole, "cost_fractional", math.Round(rp.CostFractional*1000)/1000,
-		"problems", rp.Problems, "plan_ms", rp.PlanMS)
+		"problems", rp.Problems, "plan_ms", rp.PlanMS, "bridges", rp.Bridges)
 	if len(e.replanDue) > 0 {
 		e.replan(e.takeDue())
 	}
@@ -624,13 +639,14 @@ func (e *Engine) specsFor(in *instState, routed bool) []worker.ModuleSpec {
 	// AlexNet <2,2> on one P100 would run two at a time, 1490 ms a batch
 	// instead of the 894 ms the plan gave it.
 	slots := map[string]int{}
-	for _, l := range in.loads {
+	loads := append(slices.Clone(in.loads), in.bridge...)
+	for _, l := range loads {
 		if s := e.sessions[l.App]; s != nil && s.mods[l.Module] != nil && s.mods[l.Module].mod.Kind == dag.GPU {
 			k := s.mods[l.Module].key
 			slots[k] = max(slots[k], l.Concurrency, 1)
 		}
 	}
-	for _, l := range in.loads {
+	for _, l := range loads {
 		s := e.sessions[l.App]
 		if s == nil || s.mods[l.Module] == nil {
 			continue

@@ -54,6 +54,7 @@ func warmSizes(lat []time.Duration, budget time.Duration) []int {
 // the others are loaded and warm up.
 func (e *Engine) load(in *instState, specs []worker.ModuleSpec) error {
 	in.loaded(specs)
+	in.hosted = specs
 	err := in.inst.Load(specs)
 	keep := map[string]bool{}
 	for _, sp := range specs {
@@ -144,6 +145,7 @@ func (e *Engine) warmed(t *taskState, r worker.Result) {
 	}
 	delete(in.warm, t.key)
 	e.log.Debug("warm", "instance", in.id, "module", t.key)
+	e.endBridges(t.key)
 	// The session whose module it is (key: app/module) judges its finish
 	// rate from now on, once all of it is warm.
 	app, _, _ := strings.Cut(t.key, "/")
