@@ -237,3 +237,40 @@ func TestStatusToken(t *testing.T) {
 		t.Fatalf("api token: exit %d %q %.200q", code, errb.String(), out.String())
 	}
 }
+
+// TestDrainCrossSite (issue 36, finding 3): a web page the operator opened
+// drained an instance with a cross-site POST (202, re-plan), with no token
+// required. A request a browser marks as cross-site is now refused before
+// the engine sees it; programs (no Origin, no Sec-Fetch-Site) and the
+// server's own origin reach it (404 here: no such instance).
+func TestDrainCrossSite(t *testing.T) {
+	obs := startTestObserved(t, nil)
+	h := obs.handler()
+	for _, c := range []struct {
+		name    string
+		headers map[string]string
+		want    int
+	}{
+		{"a program", nil, 404},
+		{"same origin", map[string]string{"Origin": "http://example.com", "Sec-Fetch-Site": "same-origin"}, 404},
+		{"another origin", map[string]string{"Origin": "http://evil.example"}, 403},
+		{"cross-site fetch", map[string]string{"Sec-Fetch-Site": "cross-site"}, 403},
+		{"same-site, another port", map[string]string{"Origin": "http://example.com:8081", "Sec-Fetch-Site": "same-site"}, 403},
+		{"opaque origin", map[string]string{"Origin": "null"}, 403},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req := httptest.NewRequest("POST", "http://example.com/v1/instances/CPU-0-nope/drain", nil)
+			for k, v := range c.headers {
+				req.Header.Set(k, v)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			if w.Code != c.want {
+				t.Fatalf("POST drain: %d %q, want %d", w.Code, w.Body.String(), c.want)
+			}
+			if c.want == 403 && !strings.Contains(w.Body.String(), "cross-site") {
+				t.Errorf("403 body %q: want the reason", w.Body.String())
+			}
+		})
+	}
+}

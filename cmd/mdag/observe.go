@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -220,7 +221,7 @@ func (o *observed) handler() http.Handler {
 	}
 	st := statusHandler(o.e)
 	mux.Handle("GET /v1/status", apiHeader(st))
-	mux.Handle("POST /v1/instances/{id}/drain", apiHeader(drainHandler(o.e, o.log)))
+	mux.Handle("POST /v1/instances/{id}/drain", sameOrigin(apiHeader(drainHandler(o.e, o.log))))
 	mux.Handle("GET /healthz", st)
 	try := "/ for the dashboard, /metrics, /v1/status, POST /v1/instances/{id}/drain"
 	if o.ws != nil {
@@ -263,6 +264,31 @@ func (t tapSink) Ingest(id string, seq uint64, capture time.Time, f *media.Frame
 // everything off the instance (stateful modules' state with their
 // streams) and keeps it empty; 202 with what it does, 404 for an unknown
 // instance.
+// sameOrigin refuses (403) a state-changing request that a web page of
+// another origin sent: a browser marks it (Sec-Fetch-Site other than
+// same-origin or none, or an Origin whose host is not the request's).
+// Without it a page the operator opened drained an instance with a plain
+// cross-site POST (202, a re-plan), token or not when none is required.
+// Programs (curl, mdag) send neither header and pass.
+func sameOrigin(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		why := ""
+		if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" && s != "none" {
+			why = "Sec-Fetch-Site " + s
+		}
+		if o := r.Header.Get("Origin"); o != "" && why == "" {
+			if u, err := url.Parse(o); err != nil || u.Host != r.Host {
+				why = "Origin " + o + " is not " + r.Host
+			}
+		}
+		if why != "" {
+			http.Error(w, fmt.Sprintf("%s %s: refused: a cross-site request (%s); send it from a program or this server's own pages", r.Method, r.URL.Path, why), http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 func drainHandler(e *coordinator.Engine, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")

@@ -2,6 +2,7 @@ package whip
 
 import (
 	"bytes"
+	"fmt"
 	"encoding/binary"
 	"net/http"
 	"net/http/httptest"
@@ -332,5 +333,58 @@ func TestSampleOnGrid(t *testing.T) {
 		if gap := kept[i] - kept[i-1]; gap < 99*time.Millisecond || gap > 101*time.Millisecond {
 			t.Errorf("frames %d-%d: %v apart, want 100 ms (source frames %v)", i-1, i, gap, kept)
 		}
+	}
+}
+
+// countingDecoder counts the frames that reach the decoder.
+type countingDecoder struct {
+	decoder
+	n int
+}
+
+func (d *countingDecoder) Decode(b []byte) (*media.Frame, error) { d.n++; return d.decoder.Decode(b) }
+func (d *countingDecoder) Skip(b []byte) error                   { d.n++; return d.decoder.Skip(b) }
+
+// TestVP8DeclaredSizeBeforeDecode (issue 36, finding 5): a 41-byte VP8 key
+// frame declaring 16383x16383 made libvpx hold ~870 MB before the
+// resolution limit was checked. It is now refused from its header: the
+// decoder never sees it and the stream ends with the reason. A key frame
+// within the bound goes to the decoder as before.
+func TestVP8DeclaredSizeBeforeDecode(t *testing.T) {
+	key := func(w, h uint16) []byte {
+		b := make([]byte, 41)
+		b[0] = 0x10 // key frame (bit 0 clear), version 0, shown
+		b[3], b[4], b[5] = 0x9d, 0x01, 0x2a
+		binary.LittleEndian.PutUint16(b[6:], w)
+		binary.LittleEndian.PutUint16(b[8:], h)
+		return b
+	}
+	for _, c := range []struct {
+		name    string
+		w, h    uint16
+		decoded bool
+	}{
+		{"16383x16383: refused unread", 16383, 16383, false},
+		{"4097x16: refused unread", 4097, 16, false},
+		{"640x480: decoded (a broken body: the decoder's error, the stream goes on)", 640, 480, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, st := testPipeline(t, newSink())
+			d := &countingDecoder{decoder: p.dec}
+			p.dec = d
+			goesOn := p.frame(codedFrame{Data: key(c.w, c.h), Key: true}, time.Unix(1e9, 0))
+			if goesOn != c.decoded || (d.n > 0) != c.decoded {
+				t.Fatalf("goes on %v, decoder calls %d: want %v", goesOn, d.n, c.decoded)
+			}
+			if c.decoded {
+				return
+			}
+			<-st.done
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			if st.endKind != EndError || !strings.Contains(st.ended, fmt.Sprintf("declares %dx%d", c.w, c.h)) {
+				t.Errorf("ended %q (%s), want an error naming the declared size", st.ended, st.endKind)
+			}
+		})
 	}
 }

@@ -708,6 +708,15 @@ func (p *pipeline) frame(fr codedFrame, now time.Time) bool {
 		p.pli()
 		return true
 	}
+	if err := p.declared(fr); err != nil {
+		// Refused before the decoder sees it: libvpx allocates what a key
+		// frame declares (a 41-byte one declaring 16383x16383 held ~870 MB
+		// and 0.5-1.2 s of CPU a frame, per stream).
+		st.c.decodeErrors.Add(1)
+		st.fail(err)
+		go st.endAs(EndError, err.Error())
+		return false
+	}
 	capture := p.sync.capture(fr.TS, now)
 	take := p.sample(capture)
 	var img *media.Frame
@@ -917,6 +926,32 @@ func (st *stream) fit(f *media.Frame) (*media.Frame, error) {
 	}
 	st.setSize(w, h)
 	return out, nil
+}
+
+// MaxDecode bounds the frame size a stream may declare before it is
+// decoded (each dimension): with Downscale, frames up to it are decoded and
+// scaled to the limit; above it (or, with Reject, above the limit) the
+// stream is ended unread. A 4096-wide DCI 4K camera fits.
+const MaxDecode = 4096
+
+// declared checks the size a VP8 key frame declares (RFC 6386 9.1) against
+// what the stream may decode, before the decoder allocates for it.
+func (p *pipeline) declared(fr codedFrame) error {
+	if !fr.Key || p.st.codec != CodecVP8 {
+		return nil
+	}
+	w, h, ok := vp8KeySize(fr.Data)
+	if !ok {
+		return nil // not a key frame's header: the decoder says what is wrong
+	}
+	mw, mh := p.st.limit()
+	if p.st.s.cfg.Oversize != Reject {
+		mw, mh = max(mw, MaxDecode), max(mh, MaxDecode)
+	}
+	if w > mw || h > mh {
+		return fmt.Errorf("VP8 key frame declares %dx%d, above the %dx%d this stream may decode: refused before decoding", w, h, mw, mh)
+	}
+	return nil
 }
 
 // limit is the stream's resolution limit: its own (a token's cap) when
