@@ -13,10 +13,12 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/gpu"
+	"github.com/mdag/mdag/gpu/queue"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/modules"
@@ -558,8 +560,9 @@ func (w *Worker) gpuLoop(ctx context.Context, h *hosted) {
 			w.emit(Result{Task: t.ID, Outcome: Rejected})
 			continue
 		}
-		out, err := w.exec.Run(ctx, h.spec.Model, t.Items)
-		r := Result{Task: t.ID, Outputs: out, Measured: w.clk.Now().Sub(start)}
+		var queued atomic.Int64 // the executor's wait for a slot (queue.Add): not the model's time
+		out, err := w.exec.Run(queue.WithTimer(ctx, &queued), h.spec.Model, t.Items)
+		r := Result{Task: t.ID, Outputs: out, Measured: max(0, w.clk.Now().Sub(start)-time.Duration(queued.Load()))}
 		if err != nil {
 			r.Outputs, r.Outcome, r.Detail = nil, ExecutorError, err.Error()
 			w.count(func(s *WorkerStats) { s.Failed++ })

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/gpu/queue"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/modules"
@@ -176,5 +177,46 @@ func TestWorkerOutcomes(t *testing.T) {
 				t.Errorf("task %d: %s %q with %d outputs; want %s %q with %d", id, got.Outcome, got.Detail, len(got.Outputs), tc.want, tc.detail, tc.outputs)
 			}
 		})
+	}
+}
+
+// queueExec is an executor that waits queue for a slot (reported with
+// queue.Add), then runs for run, on the fake clock.
+type queueExec struct {
+	clk        *clock.Fake
+	queue, run time.Duration
+}
+
+func (x queueExec) Run(ctx context.Context, _ string, items []*media.Item) ([][]*media.Item, error) {
+	x.clk.Advance(x.queue)
+	queue.Add(ctx, x.queue)
+	x.clk.Advance(x.run)
+	return testExec{}.Run(ctx, "", items)
+}
+
+func (queueExec) Kind() string { return "queue" }
+
+// TestMeasuredLeavesOutQueue: a batch that waited inside the executor for
+// one of its slots (ONNX Runtime's sessions, a KServe model's slots) is
+// measured without the wait: the model ran 10 ms, not 30. Counted in, the
+// wait read as ballooning when instances sharing one executor sent it more
+// batches than it has sessions.
+func TestMeasuredLeavesOutQueue(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	results := make(chan Result, 1)
+	w := NewWorker("w", "T", clk, queueExec{clk: clk, queue: 20 * time.Millisecond, run: 10 * time.Millisecond}, modules.NewRegistry(), func(r Result) { results <- r })
+	defer w.Close()
+	spec := ModuleSpec{App: "a", Module: "g", Kind: dag.GPU, Model: "m", Latency: []time.Duration{time.Millisecond}, Concurrency: 1}
+	if err := w.Load([]ModuleSpec{spec}); err != nil {
+		t.Fatal(err)
+	}
+	w.Submit(Task{ID: 1, App: "a", Module: "g", Items: []*media.Item{{Stream: "s", Frame: media.NewFrame(4, 4)}}})
+	select {
+	case r := <-results:
+		if r.Outcome != Done || r.Measured != 10*time.Millisecond {
+			t.Fatalf("%s, measured %v: want ok, 10ms (30 ms less the 20 ms queued)", r.Outcome, r.Measured)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no result")
 	}
 }

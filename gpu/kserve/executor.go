@@ -27,6 +27,7 @@ import (
 	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/gpu/decode"
 	"github.com/mdag/mdag/gpu/prep"
+	"github.com/mdag/mdag/gpu/queue"
 	"github.com/mdag/mdag/gpu/registry"
 	"github.com/mdag/mdag/media"
 )
@@ -728,11 +729,13 @@ func (m *model) where() string {
 func (x *Executor) forward(ctx context.Context, m *model, frames []*media.Frame) ([][]decode.Output, error) {
 	where := m.where()
 	var s *slot
+	waited := time.Now()
 	select {
 	case s = <-m.slots:
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%s: %w while waiting for one of its %d slots", where, ctx.Err(), cap(m.slots))
 	}
+	queue.Add(ctx, time.Since(waited))
 	defer func() { m.slots <- s }()
 	start := time.Now()
 	outs, again, err := m.attempt(ctx, s, frames)

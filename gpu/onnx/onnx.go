@@ -27,11 +27,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	ort "github.com/yalue/onnxruntime_go"
 
 	"github.com/mdag/mdag/gpu/decode"
 	"github.com/mdag/mdag/gpu/prep"
+	"github.com/mdag/mdag/gpu/queue"
 	"github.com/mdag/mdag/gpu/registry"
 	"github.com/mdag/mdag/media"
 )
@@ -477,10 +479,12 @@ func (x *Executor) Run(ctx context.Context, name string, items []*media.Item) ([
 			return nil, fmt.Errorf("onnx: model %s: item %d: %w", name, i, err)
 		}
 	}
+	waited := time.Now()
 	s, err := m.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
+	queue.Add(ctx, time.Since(waited))
 	defer func() { m.sessions <- s }()
 	res, err := x.run(m, s, items)
 	if err != nil {

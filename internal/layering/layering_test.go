@@ -18,7 +18,7 @@ const module = "github.com/mdag/mdag/"
 // pure packages reach none of the native edges, through any path.
 var pure = []string{
 	"media", "modules", "dag", "profile", "allocator", "placement", "placement/squishy",
-	"scheduler", "scheduler/sim", "gpu", "gpu/decode", "gpu/registry", "gpu/prep", "gpu/kserve", "worker", "coordinator",
+	"scheduler", "scheduler/sim", "gpu", "gpu/decode", "gpu/registry", "gpu/prep", "gpu/queue", "gpu/kserve", "worker", "coordinator",
 	// beyond the list: what the lean worker and the observers need
 	"ingest", "ingest/synth", "ingest/audiofile", "remote/wire", "remote/client", "internal/pki", "observe/metrics",
 	"profile/serf", "profile/measure", "coordinator/store", "coordinator/kube", "eval/plot",
@@ -65,11 +65,12 @@ var allowed = map[string][]string{
 	"gpu/decode":            {"media"},
 	"gpu/registry":          {"gpu/decode", "internal/yamlx"},
 	"gpu/prep":              {"gpu/registry", "media"},
-	"gpu/kserve":            {"api/kserve", "gpu", "gpu/decode", "gpu/prep", "gpu/registry", "internal/clock", "media"},
+	"gpu/kserve":            {"api/kserve", "gpu", "gpu/decode", "gpu/prep", "gpu/queue", "gpu/registry", "internal/clock", "media"},
+	"gpu/queue":             {},
 	"api/kserve":            {},
 	"runners/torch":         {},
 	"deploy":                {},
-	"worker":                {"dag", "gpu", "internal/clock", "media", "modules"},
+	"worker":                {"dag", "gpu", "gpu/queue", "internal/clock", "media", "modules"},
 	"coordinator":           {"allocator", "dag", "gpu", "internal/defaults", "internal/clock", "media", "modules", "placement", "profile", "scheduler", "worker"},
 	"coordinator/store":     {"coordinator"},
 	"coordinator/kube":      {"coordinator", "internal/clock", "profile", "worker"},
@@ -87,7 +88,7 @@ var allowed = map[string][]string{
 	// the native edges
 	"modules/cv":  {"media", "modules"},
 	"gpu/opencv":  {"gpu", "gpu/decode", "media", "modules/cv"},
-	"gpu/onnx":    {"gpu/decode", "gpu/prep", "gpu/registry", "media"},
+	"gpu/onnx":    {"gpu/decode", "gpu/prep", "gpu/queue", "gpu/registry", "media"},
 	"gpu/nvml":    {},
 	"ingest/vpx":  {"media"},
 	"ingest/avc":  {"media"},
