@@ -945,10 +945,13 @@ func (p *pipeline) declared(fr codedFrame) error {
 		return nil // not a key frame's header: the decoder says what is wrong
 	}
 	mw, mh := p.st.limit()
-	if p.st.s.cfg.Oversize != Reject {
-		mw, mh = max(mw, MaxDecode), max(mh, MaxDecode)
+	if p.st.s.cfg.Oversize == Reject {
+		if w > mw || h > mh {
+			return fmt.Errorf("resolution %dx%d above the limit %dx%d (the key frame's header; refused before decoding)", w, h, mw, mh)
+		}
+		return nil
 	}
-	if w > mw || h > mh {
+	if mw, mh = max(mw, MaxDecode), max(mh, MaxDecode); w > mw || h > mh {
 		return fmt.Errorf("VP8 key frame declares %dx%d, above the %dx%d this stream may decode: refused before decoding", w, h, mw, mh)
 	}
 	return nil
