@@ -137,13 +137,21 @@ func (e *Engine) endBridges(key string) {
 			}
 		}
 	}
+	// Every instance the plan put it on is up and warm, and there is one:
+	// a host lost meanwhile (its re-plan not yet applied) or whose load
+	// failed (its warm-up came back not-loaded) leaves the bridge up.
+	hosted := false
 	for _, in := range e.insts {
 		if in.lost || !slices.ContainsFunc(in.loads, func(l placement.Load) bool { return e.keyOf(l) == key }) {
 			continue
 		}
-		if in.pending || in.warm[key] > 0 {
-			return // still starting or warming somewhere the plan put it
+		if in.pending || in.warm[key] > 0 || !in.gpuMods[key] {
+			return // still starting or warming (or not loaded) somewhere the plan put it
 		}
+		hosted = true
+	}
+	if !hosted {
+		return
 	}
 	var ended []string
 	for _, in := range e.sortedInsts() {
@@ -159,7 +167,11 @@ func (e *Engine) endBridges(key string) {
 			delete(ms.gpuLat, in.id)
 			delete(ms.gpuProf, in.id)
 		}
-		if err := e.load(in, e.specsFor(in, false)); err != nil {
+		specs := e.specsFor(in, false)
+		if len(specs) == 0 {
+			specs = e.parked(in) // an idle instance keeps its models, as every other does
+		}
+		if err := e.load(in, specs); err != nil {
 			e.log.Warn("unloading a bridged module failed", "instance", in.id, "module", key, "err", err)
 		}
 	}
@@ -168,6 +180,18 @@ func (e *Engine) endBridges(key string) {
 		e.log.Error("scheduler rebuild after a bridge failed", "err", err)
 	}
 	e.releaseDrained()
+}
+
+// bridgeList is the bridges up now, "INSTANCE keeps KEY", sorted.
+func (e *Engine) bridgeList() []string {
+	var out []string
+	for _, in := range e.insts {
+		for _, l := range in.bridge {
+			out = append(out, in.id+" keeps "+e.keyOf(l))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // bridgedKeys are the module keys some instance bridges, sorted.

@@ -145,8 +145,13 @@ func (e *Engine) replan(trigger string) {
 		if in.draining {
 			pi.State = placement.Draining
 		}
-		for _, l := range in.loads {
+		for _, l := range append(slices.Clone(in.loads), in.bridge...) {
 			pi.Loaded = append(pi.Loaded, l.Module)
+		}
+		if len(in.loads) == 0 {
+			for _, sp := range e.parked(in) { // a Warm instance that still hosts them: reuse it for them first
+				pi.Loaded = append(pi.Loaded, sp.Module)
+			}
 		}
 		snap.Instances = append(snap.Instances, pi)
 		ids[in.id] = true
@@ -489,7 +494,7 @@ func (e *Engine) apply(out planOutput) {
 	sort.Slice(rp.Sessions, func(i, j int) bool { return rp.Sessions[i].App < rp.Sessions[j].App })
 	// Loads onto instances, and the bridges that keep a moved GPU module
 	// where it runs warm until its new instances are.
-	rp.Bridges = e.bridgeTo(prevWarm)
+	e.bridgeTo(prevWarm)
 	for _, in := range e.sortedInsts() {
 		if in.pending {
 			continue // its loads wait for its worker (bind); nothing is routed to it
@@ -505,6 +510,7 @@ func (e *Engine) apply(out planOutput) {
 	for _, k := range e.bridgedKeys() {
 		e.endBridges(k) // modules that warm nowhere (audio) need none
 	}
+	rp.Bridges = e.bridgeList()
 	if err := e.rebuildScheduler(); err != nil {
 		rp.Problems = append(rp.Problems, err.Error())
 	}
@@ -670,12 +676,21 @@ func (e *Engine) specsFor(in *instState, routed bool) []worker.ModuleSpec {
 	out := make([]worker.ModuleSpec, 0, len(keys))
 	for _, k := range keys {
 		a := byKey[k]
+		s := e.sessions[a.spec.App]
+		ms := s.mods[a.spec.Module]
+		var cpuLat time.Duration
+		if a.spec.Kind != dag.GPU {
+			for _, c := range s.cat.ConfigsOn(a.spec.Module, in.typ) {
+				if c.Batch == 1 && (cpuLat == 0 || c.Concurrency <= a.spec.Concurrency) {
+					cpuLat = c.Latency
+				}
+			}
+			a.spec.Latency = []time.Duration{cpuLat} // its profiled time per item (virtual workers take it; real ones measure)
+		}
 		if !routed {
 			out = append(out, a.spec)
 			continue
 		}
-		s := e.sessions[a.spec.App]
-		ms := s.mods[a.spec.Module]
 		ms.routes = append(ms.routes, route{inst: in.id, weight: a.rate})
 		ms.conc[in.id] = a.spec.Concurrency
 		if ms.stateful {
@@ -685,15 +700,8 @@ func (e *Engine) specsFor(in *instState, routed bool) []worker.ModuleSpec {
 			ms.gpuProf[in.id] = a.spec.Latency
 			ms.gpuLat[in.id] = latencyTable(s.cat.ConfigsOn(a.spec.Module, in.typ), a.spec.Concurrency, s.balloon[a.spec.Module])
 		} else {
-			lat := time.Duration(0)
-			for _, c := range s.cat.ConfigsOn(a.spec.Module, in.typ) {
-				if c.Batch == 1 && (lat == 0 || c.Concurrency <= a.spec.Concurrency) {
-					lat = c.Latency
-				}
-			}
-			ms.cpuProf[in.id] = lat
-			ms.latency[in.id] = time.Duration(float64(lat) * math.Max(1, s.balloon[a.spec.Module]))
-			a.spec.Latency = []time.Duration{lat} // its profiled time per item (virtual workers take it; real ones measure)
+			ms.cpuProf[in.id] = cpuLat
+			ms.latency[in.id] = time.Duration(float64(cpuLat) * math.Max(1, s.balloon[a.spec.Module]))
 		}
 		out = append(out, a.spec)
 	}

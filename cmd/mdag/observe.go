@@ -260,10 +260,6 @@ func (t tapSink) Ingest(id string, seq uint64, capture time.Time, f *media.Frame
 	return err
 }
 
-// drainHandler is POST /v1/instances/{id}/drain: the coordinator moves
-// everything off the instance (stateful modules' state with their
-// streams) and keeps it empty; 202 with what it does, 404 for an unknown
-// instance.
 // sameOrigin refuses (403) a state-changing request that a web page of
 // another origin sent: a browser marks it (Sec-Fetch-Site other than
 // same-origin or none, or an Origin whose host is not the request's).
@@ -289,6 +285,10 @@ func sameOrigin(h http.Handler) http.Handler {
 	})
 }
 
+// drainHandler is POST /v1/instances/{id}/drain: the coordinator moves
+// everything off the instance (stateful modules' state with their
+// streams) and keeps it empty; 202 with what it does, 404 for an unknown
+// instance.
 func drainHandler(e *coordinator.Engine, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
