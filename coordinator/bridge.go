@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
@@ -93,7 +94,7 @@ func (e *Engine) bridgeTo(prev map[string][]bridgeLoad) []string {
 		}
 	}
 	var out []string
-	for _, k := range sortedKeysOf(prev) {
+	for _, k := range slices.Sorted(maps.Keys(prev)) {
 		cold := false
 		for _, in := range newHosts[k] {
 			if in.lost {
@@ -237,13 +238,4 @@ func (e *Engine) keyOf(l placement.Load) string {
 		return s.mods[l.Module].key
 	}
 	return ""
-}
-
-func sortedKeysOf[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
