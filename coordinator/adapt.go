@@ -333,7 +333,7 @@ func (d *Detector) Observe(now time.Time, obs map[dag.ModuleID]Observation) (Tri
 		if kind == "scale" {
 			planned = d.plannedScale(dag.ModuleID(m))
 		}
-		if v < planned && d.streak[k] < d.need(kind, v, planned) {
+		if v < planned && d.streak[k] < d.need(v, planned) {
 			continue // a fall not yet confirmed does not ride along
 		}
 		if d.streak[k] < d.cfg.Windows {
@@ -456,7 +456,7 @@ func (d *Detector) check(m dag.ModuleID, kind string, v, planned, floor, bound f
 	}
 	d.smooth[k] = v
 	d.streak[k]++
-	if d.streak[k] >= d.need(kind, v, planned) {
+	if d.streak[k] >= d.need(v, planned) {
 		*reasons = append(*reasons, fmt.Sprintf("%s %s %.3g -> %.3g", m, kind, planned, v))
 	}
 }
@@ -472,7 +472,7 @@ func (d *Detector) check(m dag.ModuleID, kind string, v, planned, floor, bound f
 const FallWindows = 4
 
 // need is the streak a factor's change needs before it re-plans.
-func (d *Detector) need(kind string, v, planned float64) int {
+func (d *Detector) need(v, planned float64) int {
 	if v < planned {
 		return FallWindows * d.cfg.Windows
 	}

@@ -41,7 +41,7 @@ func (e *Engine) warmHosts() map[string][]bridgeLoad {
 		if in.lost || in.pending {
 			continue // (a draining one bridges too: drained, it serves until its work's new home is warm)
 		}
-		for _, l := range append(slices.Clone(in.loads), in.bridge...) {
+		for _, l := range in.allLoads() {
 			ms := e.gpuMod(l)
 			if ms == nil || !in.gpuMods[ms.key] || in.warm[ms.key] > 0 {
 				continue
@@ -80,8 +80,8 @@ func hosts(prev map[string][]bridgeLoad, id string) bool {
 // bridgeTo sets the bridges of a plan whose loads are on the instances now
 // (apply, before they are loaded): each GPU module that some instance of
 // the plan has to warm up stays on the instances of prev that the plan
-// moved it from. It returns the bridges, "INSTANCE keeps KEY", sorted.
-func (e *Engine) bridgeTo(prev map[string][]bridgeLoad) []string {
+// moved it from.
+func (e *Engine) bridgeTo(prev map[string][]bridgeLoad) {
 	for _, in := range e.insts {
 		in.bridge = nil
 	}
@@ -93,7 +93,6 @@ func (e *Engine) bridgeTo(prev map[string][]bridgeLoad) []string {
 			}
 		}
 	}
-	var out []string
 	for _, k := range slices.Sorted(maps.Keys(prev)) {
 		cold := false
 		for _, in := range newHosts[k] {
@@ -111,11 +110,8 @@ func (e *Engine) bridgeTo(prev map[string][]bridgeLoad) []string {
 				continue
 			}
 			in.bridge = append(in.bridge, b.load)
-			out = append(out, in.id+" keeps "+k)
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }
 
 // endBridges takes down the bridges of module key once every instance it
@@ -130,13 +126,10 @@ func (e *Engine) endBridges(key string) {
 	if !bridged {
 		return
 	}
-	var ms *modState
-	for _, s := range e.sessions {
-		for _, m := range s.mods {
-			if m.key == key {
-				ms = m
-			}
-		}
+	var ms *modState // nil: its app is no longer deployed
+	app, mod, _ := strings.Cut(key, "/")
+	if s := e.sessions[dag.AppID(app)]; s != nil {
+		ms = s.mods[dag.ModuleID(mod)]
 	}
 	// Every instance the plan put it on is up and warm, and there is one:
 	// a host lost meanwhile (its re-plan not yet applied) or whose load
@@ -168,11 +161,7 @@ func (e *Engine) endBridges(key string) {
 			delete(ms.gpuLat, in.id)
 			delete(ms.gpuProf, in.id)
 		}
-		specs := e.specsFor(in, false)
-		if len(specs) == 0 {
-			specs = e.parked(in) // an idle instance keeps its models, as every other does
-		}
-		if err := e.load(in, specs); err != nil {
+		if err := e.load(in, e.hostSpecs(in, false)); err != nil {
 			e.log.Warn("unloading a bridged module failed", "instance", in.id, "module", key, "err", err)
 		}
 	}
@@ -230,6 +219,15 @@ func (e *Engine) parked(in *instState) []worker.ModuleSpec {
 		out = append(out, sp)
 	}
 	return out
+}
+
+// hostSpecs is what instance in hosts: its loads' and bridges' specs
+// (specsFor), or, when it has none, the models it keeps parked.
+func (e *Engine) hostSpecs(in *instState, routed bool) []worker.ModuleSpec {
+	if specs := e.specsFor(in, routed); len(specs) > 0 {
+		return specs
+	}
+	return e.parked(in)
 }
 
 // keyOf is load l's module key ("" for an app no longer deployed).

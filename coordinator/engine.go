@@ -1370,6 +1370,11 @@ type instState struct {
 	held    map[string][]scheduler.GPUID
 }
 
+// allLoads is what in hosts for the plan: its loads, then its bridges.
+func (in *instState) allLoads() []placement.Load {
+	return append(slices.Clone(in.loads), in.bridge...)
+}
+
 // WarmupRuns is how many batches of each size a module runs on an instance
 // after it is loaded there before their times count as measurements.
 const WarmupRuns = 2

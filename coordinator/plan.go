@@ -145,7 +145,7 @@ func (e *Engine) replan(trigger string) {
 		if in.draining {
 			pi.State = placement.Draining
 		}
-		for _, l := range append(slices.Clone(in.loads), in.bridge...) {
+		for _, l := range in.allLoads() {
 			pi.Loaded = append(pi.Loaded, l.Module)
 		}
 		if len(in.loads) == 0 {
@@ -499,11 +499,7 @@ func (e *Engine) apply(out planOutput) {
 		if in.pending {
 			continue // its loads wait for its worker (bind); nothing is routed to it
 		}
-		specs := e.specs(in)
-		if len(specs) == 0 {
-			specs = e.parked(in)
-		}
-		if err := e.load(in, specs); err != nil {
+		if err := e.load(in, e.hostSpecs(in, true)); err != nil {
 			rp.Problems = append(rp.Problems, fmt.Sprintf("load %s: %v", in.id, err))
 		}
 	}
@@ -645,7 +641,7 @@ func (e *Engine) specsFor(in *instState, routed bool) []worker.ModuleSpec {
 	// AlexNet <2,2> on one P100 would run two at a time, 1490 ms a batch
 	// instead of the 894 ms the plan gave it.
 	slots := map[string]int{}
-	loads := append(slices.Clone(in.loads), in.bridge...)
+	loads := in.allLoads()
 	for _, l := range loads {
 		if s := e.sessions[l.App]; s != nil && s.mods[l.Module] != nil && s.mods[l.Module].mod.Kind == dag.GPU {
 			k := s.mods[l.Module].key

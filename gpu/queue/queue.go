@@ -12,10 +12,10 @@ import (
 // An executor that bounds the batches a model runs at once
 // (ONNX Runtime's sessions, a KServe model's slots) makes a batch that
 // finds them all busy wait inside Run. That wait is not the model's
-// execution: counted as such, it read as ballooning (a model 4-14x slower
-// than profiled) when in-process instances that share one executor sent it
-// more batches than it has sessions, and the plan bought more instances,
-// which sent more, or shed the frames of a transient. The worker hands Run
+// execution: counted as such, it reads as ballooning when in-process
+// instances that share one executor send it more batches than it has
+// sessions (7 instances on one 2-session executor measured 4x), and a
+// ballooning re-plan buys more instances, which send more. The worker hands Run
 // a context with a queue timer; the executor adds each wait to it, and the
 // worker measures the batch without it (the wait still delays the frames,
 // which the scheduler's deadlines see).
