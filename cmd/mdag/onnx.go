@@ -26,7 +26,7 @@ func addONNXFlags(fs *flag.FlagSet) *onnxFlags {
 		models:   fs.String("models", "", "with --executor onnx or kserve: the model registry (models.yaml); the app's `model:` names its entries"),
 		device:   fs.String("device", "cpu", "with --executor onnx: cpu, or cuda (needs an ONNX Runtime library with the CUDA provider; make deps installs a CPU-only one)"),
 		lib:      fs.String("ort-lib", onnx.DefaultLib(), "with --executor onnx: the ONNX Runtime shared library (env "+onnx.LibEnv+"; make deps installs it)"),
-		intra:    fs.Int("intra-threads", 0, "with --executor onnx: intra-op threads per session (0: ONNX Runtime's default, the cores)"),
+		intra:    fs.Int("intra-threads", 1, "with --executor onnx: intra-op threads per session, as mdag profile measures them by default (0: ONNX Runtime's default, the cores: sessions x cores threads then contend for the cores the profile measured one thread on)"),
 		sessions: fs.Int("sessions", 2, "with --executor onnx: sessions per model, the batches of one model that run at once"),
 	}
 }
