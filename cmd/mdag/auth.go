@@ -10,7 +10,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/mdag/mdag/internal/auth"
 )
@@ -21,6 +20,7 @@ import (
 type authFlags struct {
 	tokens        *string
 	metricsListen *string
+	allowedHosts  *string
 }
 
 func addAuthFlags(fs interface {
@@ -30,7 +30,17 @@ func addAuthFlags(fs interface {
 		tokens: fs.String("tokens", "", "tokens file (YAML): per token its sha256 hash, role ingest or api, apps, max_streams, max_resolution, max_fps "+
 			"(mdag token new); with it the API (status, dashboard, /metrics, /v1/streams) needs an api token and WHIP an ingest token for its app"),
 		metricsListen: fs.String("metrics-listen", "", "also serve /metrics (and /healthz) on this address without a token, e.g. 127.0.0.1:9090 for a Prometheus scraper"),
+		allowedHosts: fs.String("allowed-hosts", "", "comma-separated Host names a loopback --listen answers besides localhost and loopback addresses "+
+			"(a reverse proxy's public name); any other Host gets 403, the guard against DNS rebinding"),
 	}
+}
+
+// hosts are --allowed-hosts' names.
+func (af *authFlags) hosts() []string {
+	if *af.allowedHosts == "" {
+		return nil
+	}
+	return strings.Split(*af.allowedHosts, ",")
 }
 
 // load reads --tokens (nil without one) and says how the API is guarded.
@@ -85,7 +95,7 @@ func (o *observed) serveMetrics(addr string) (string, *http.Server, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("no such endpoint: %s %s (this address serves /metrics and /healthz only)", r.Method, r.URL.Path), http.StatusNotFound)
 	})
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	hs := newHTTPServer(mux, ln, o.hosts)
 	go func() { _ = hs.Serve(ln) }()
 	return ln.Addr().String(), hs, nil
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"slices"
@@ -161,6 +160,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		kp.Watch(e)
 		defer kp.Close()
 	}
+	obs.hosts = af.hosts()
 	if obs.auth, err = af.load("coordinator", log); err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid
@@ -203,7 +203,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	})
 	g := grpcServer(srv, tm)
 	go func() { _ = g.Serve(gl) }()
-	hs := &http.Server{Handler: obs.handler(), ReadHeaderTimeout: 5 * time.Second}
+	hs := newHTTPServer(obs.handler(), hl, obs.hosts)
 	go func() { _ = hs.Serve(hl) }()
 	base := "http://" + hl.Addr().String()
 	where := []any{"app", app.Name, "grpc", gl.Addr().String(), "status", base + "/v1/status"}

@@ -61,6 +61,7 @@ type observed struct {
 	rec     *dashboard.Recorder
 	ws      webIngest   // nil: no WHIP ingest (the lean build has none)
 	auth    *auth.Store // --tokens (nil: none): the API needs an api token
+	hosts   []string    // --allowed-hosts: Host names a loopback --listen answers besides local ones
 	log     *slog.Logger
 	results *frameSink // the engine's OnFrame: results to the WHIP server
 }
@@ -159,7 +160,7 @@ func (o *observed) serveHTTP(addr string) (string, *http.Server, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	hs := &http.Server{Handler: o.handler(), ReadHeaderTimeout: 5 * time.Second}
+	hs := newHTTPServer(o.handler(), ln, o.hosts)
 	go func() { _ = hs.Serve(ln) }()
 	return "http://" + ln.Addr().String(), hs, nil
 }

@@ -173,6 +173,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	defer obs.Close()
 	warnNoState(*stateDir, log)
 	e := obs.e
+	obs.hosts = af.hosts()
 	if obs.auth, err = af.load("serve", log); err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid

@@ -21,6 +21,35 @@ import (
 	"github.com/mdag/mdag/ingest"
 )
 
+// MaxRedirects bounds the RTSP redirects one connection follows.
+const MaxRedirects = 3
+
+// dialOnly dials the camera's own address and nothing else: gortsplib
+// follows a DESCRIBE redirect to any host and carries the URL's
+// user:password there, so a redirect elsewhere is refused (a camera can
+// make mdag connect nowhere but to itself), and redirects to itself are
+// bounded by MaxRedirects.
+func (c *camera) dialOnly(u *base.URL, dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	port := u.Port()
+	if port == "" {
+		port = "554"
+		if u.Scheme == "rtsps" {
+			port = "322"
+		}
+	}
+	own := net.JoinHostPort(u.Hostname(), port)
+	var dials atomic.Int32
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr != own {
+			return nil, fmt.Errorf("redirected to %s: mdag connects only to the camera's own address %s (another host would be sent its credentials); give the camera's final URL", addr, own)
+		}
+		if n := dials.Add(1); n > MaxRedirects+1 {
+			return nil, fmt.Errorf("more than %d redirects", MaxRedirects)
+		}
+		return dial(ctx, network, addr)
+	}
+}
+
 // connect runs one connection: DESCRIBE, SETUP and PLAY within
 // DialTimeout, then streams until the connection breaks, ctx ends or the
 // feed ends.
@@ -33,7 +62,7 @@ func (c *camera) connect(ctx context.Context) result {
 	transport := "udp"
 	cl := &gortsplib.Client{
 		ReadTimeout: o.ReadTimeout,
-		DialContext: (&net.Dialer{Timeout: o.DialTimeout}).DialContext,
+		DialContext: c.dialOnly(u, (&net.Dialer{Timeout: o.DialTimeout}).DialContext),
 		UserAgent:   "mdag",
 		// Losses are counted by the depacketizer, decode errors as losses.
 		OnPacketLost:  func(error) {},

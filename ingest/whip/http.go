@@ -58,6 +58,14 @@ func (s *Server) handleAdmission(w http.ResponseWriter, r *http.Request) {
 // proxies keep the connection.
 const sseKeepAlive = 15 * time.Second
 
+// SSEWriteTimeout bounds one event's write to a results stream (a
+// variable for tests): a subscriber that stops reading is cut off then.
+var SSEWriteTimeout = 10 * time.Second
+
+// OfferReadTimeout bounds reading a WHIP offer's body (a variable for
+// tests); the HTTP server bounds its headers.
+var OfferReadTimeout = 10 * time.Second
+
 // handleResults streams a stream's results as Server-Sent Events: event
 // "result" (data: Result JSON, id: the frame number) per frame, "end"
 // (data: why) when the stream ends.
@@ -77,45 +85,54 @@ func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, fmt.Sprintf("no live stream %q", r.PathValue("id")))
 		return
 	}
-	flusher, ok := w.(http.Flusher)
+	ch, unsub, ok := st.subscribe()
 	if !ok {
-		httpError(w, http.StatusInternalServerError, "streaming unsupported by this connection")
+		httpError(w, http.StatusTooManyRequests, fmt.Sprintf("stream %q has %d result subscribers, the most it takes: close one first", st.id, MaxSubscribers))
 		return
 	}
-	ch, unsub := st.subscribe()
 	defer unsub()
+	rc := http.NewResponseController(w)
+	// send writes one event within SSEWriteTimeout: a client that stops
+	// reading fills its socket's buffers and is cut off then, rather than
+	// holding this goroutine and its subscription for ever
+	send := func(format string, a ...any) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(SSEWriteTimeout))
+		if _, err := fmt.Fprintf(w, format, a...); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	fmt.Fprint(w, ": mdag results for stream "+st.id+"\n\n")
-	flusher.Flush()
+	if !send(": mdag results for stream %s\n\n", st.id) {
+		return
+	}
 	keepAlive := s.clk.After(sseKeepAlive) // one timer at a time, not one per result
 	for {
 		select {
 		case res := <-ch:
 			b, _ := json.Marshal(res)
-			if _, err := fmt.Fprintf(w, "id: %d\nevent: result\ndata: %s\n\n", res.Frame, b); err != nil {
+			if !send("id: %d\nevent: result\ndata: %s\n\n", res.Frame, b) {
+				st.c.resultsDropped.Add(1) // the reader went away or stopped reading
 				return
 			}
-			flusher.Flush()
 			st.c.resultsSent.Add(1)
 		case <-st.done:
 			st.mu.Lock()
 			why := st.ended
 			st.mu.Unlock()
-			fmt.Fprintf(w, "event: end\ndata: %s\n\n", jsonString(why))
-			flusher.Flush()
+			send("event: end\ndata: %s\n\n", jsonString(why))
 			return
 		case <-r.Context().Done():
 			return
 		case <-keepAlive:
 			keepAlive = s.clk.After(sseKeepAlive)
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+			if !send(": keep-alive\n\n") {
 				return
 			}
-			flusher.Flush()
 		}
 	}
 }

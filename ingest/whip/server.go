@@ -454,8 +454,15 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: a WHIP offer is application/sdp", ct))
 		return
 	}
+	// the offer arrives within OfferReadTimeout: a client trickling its
+	// body holds this handler no longer
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(OfferReadTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxOffer))
 	if err != nil {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			httpError(w, http.StatusRequestTimeout, fmt.Sprintf("offer: the body did not arrive within %v", OfferReadTimeout))
+			return
+		}
 		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("offer: %v (limit %d bytes)", err, maxOffer))
 		return
 	}

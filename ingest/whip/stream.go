@@ -364,9 +364,20 @@ func (st *stream) info() StreamInfo {
 
 const subBuffer = 256
 
-func (st *stream) subscribe() (chan Result, func()) {
+// MaxSubscribers bounds a stream's result subscribers (its DataChannels
+// and results event streams together): each holds a goroutine and a
+// subBuffer queue, so a client cannot open them without end.
+const MaxSubscribers = 8
+
+// subscribe adds a result subscriber; ok is false (nothing added) when
+// the stream has MaxSubscribers already.
+func (st *stream) subscribe() (_ chan Result, _ func(), ok bool) {
 	ch := make(chan Result, subBuffer)
 	st.mu.Lock()
+	if len(st.subs) >= MaxSubscribers {
+		st.mu.Unlock()
+		return nil, nil, false
+	}
 	st.subs[ch] = struct{}{}
 	if !st.subscribed {
 		st.subscribed = true
@@ -386,7 +397,7 @@ func (st *stream) subscribe() (chan Result, func()) {
 			<-ch
 			st.c.resultsDropped.Add(1)
 		}
-	}
+	}, true
 }
 
 func (st *stream) publish(r Result) {
@@ -438,7 +449,13 @@ func (st *stream) onDataChannel(dc *webrtc.DataChannel) {
 		}
 		st.dcs.Add(1) // under mu, before end sets ended and waits
 		st.mu.Unlock()
-		ch, unsub := st.subscribe()
+		ch, unsub, ok := st.subscribe()
+		if !ok {
+			st.dcs.Done()
+			st.s.log.Warn("WHIP DataChannel refused: the stream has the most result subscribers", "stream", st.id, "label", dc.Label(), "max", MaxSubscribers)
+			_ = dc.Close()
+			return
+		}
 		st.s.wg.Add(1)
 		closed := make(chan struct{})
 		dc.OnClose(func() { close(closed) })

@@ -302,13 +302,17 @@ func (r *Recorder) History() Snapshot {
 	return out
 }
 
-func (r *Recorder) subscribe() (chan Snapshot, func()) {
+func (r *Recorder) subscribe() (_ chan Snapshot, _ func(), ok bool) {
 	ch := make(chan Snapshot, 8)
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		close(ch)
-		return ch, func() {}
+		return ch, func() {}, true
+	}
+	if len(r.subs) >= MaxEventSubscribers {
+		r.mu.Unlock()
+		return nil, nil, false
 	}
 	r.subs[ch] = struct{}{}
 	r.mu.Unlock()
@@ -319,7 +323,7 @@ func (r *Recorder) subscribe() (chan Snapshot, func()) {
 			close(ch)
 		}
 		r.mu.Unlock()
-	}
+	}, true
 }
 
 // Handler serves the page (GET / and /dashboard/...), the history and the
@@ -343,28 +347,43 @@ func (r *Recorder) Handler() http.Handler {
 	return mux
 }
 
+// MaxEventSubscribers bounds the dashboard's event streams at once (each
+// holds a goroutine and a queue); EventWriteTimeout bounds one event's
+// write, so a browser that stops reading is cut off rather than holding
+// its stream (a variable for tests).
+const MaxEventSubscribers = 64
+
+var EventWriteTimeout = 10 * time.Second
+
 func (r *Recorder) serveEvents(w http.ResponseWriter, req *http.Request) {
-	fl, ok := w.(http.Flusher)
+	ch, cancel, ok := r.subscribe()
 	if !ok {
-		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		http.Error(w, fmt.Sprintf("the dashboard has %d event streams open, the most it serves: close one (a tab) first", MaxEventSubscribers), http.StatusTooManyRequests)
 		return
 	}
-	ch, cancel := r.subscribe()
 	defer cancel()
+	rc := http.NewResponseController(w)
+	send := func(format string, a ...any) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(EventWriteTimeout))
+		if _, err := fmt.Fprintf(w, format, a...); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	fmt.Fprint(w, "retry: 2000\n\n")
-	fl.Flush()
+	if !send("retry: 2000\n\n") {
+		return
+	}
 	for {
 		select {
 		case <-req.Context().Done():
 			return
 		case s, ok := <-ch:
 			if !ok {
-				fmt.Fprint(w, "event: end\ndata: {}\n\n")
-				fl.Flush()
+				send("event: end\ndata: {}\n\n")
 				return
 			}
 			b, err := json.Marshal(s)
@@ -372,8 +391,9 @@ func (r *Recorder) serveEvents(w http.ResponseWriter, req *http.Request) {
 				r.cfg.Log.Error("dashboard event", "err", err)
 				return
 			}
-			fmt.Fprintf(w, "event: sample\ndata: %s\n\n", b)
-			fl.Flush()
+			if !send("event: sample\ndata: %s\n\n", b) {
+				return
+			}
 		}
 	}
 }

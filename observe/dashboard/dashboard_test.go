@@ -334,3 +334,33 @@ func TestIngestAdmission(t *testing.T) {
 		t.Errorf("history's ingest %+v, want the latest sample's", h.Ingest)
 	}
 }
+
+// TestEventSubscribersBounded: the dashboard serves MaxEventSubscribers
+// event streams at once; one more is refused 429 with the reason rather
+// than given a goroutine and a queue (issue 36 finding 9).
+func TestEventSubscribersBounded(t *testing.T) {
+	clk := clock.NewFake(t0)
+	f := &fakeEngine{}
+	r := New(Config{Clock: clk}, f.status)
+	r.Start()
+	defer r.Close()
+	hs := httptest.NewServer(r.Handler())
+	defer hs.Close()
+	for i := range MaxEventSubscribers + 1 {
+		resp, err := http.Get(hs.URL + "/v1/dashboard/events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+		if i < MaxEventSubscribers {
+			if resp.StatusCode != 200 || !strings.HasPrefix(line, "retry:") {
+				t.Fatalf("stream %d: %d %q", i+1, resp.StatusCode, line)
+			}
+			continue
+		}
+		if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(line, "event streams open") {
+			t.Fatalf("stream %d: %d %q, want 429 with the reason", i+1, resp.StatusCode, line)
+		}
+	}
+}
