@@ -3,6 +3,7 @@ package whip
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/bluenviron/mediacommon/pkg/codecs/h264"
 	"slices"
 	"strings"
 	"sync"
@@ -367,6 +368,30 @@ func vp8KeySize(b []byte) (w, h int, ok bool) {
 		return 0, 0, false
 	}
 	return w, h, true
+}
+
+// h264KeySize reads the size an H.264 access unit's SPS declares (Annex
+// B), before the decoder allocates for it; ok is false without an SPS or
+// when it does not parse (the decoder then says what is wrong).
+func h264KeySize(b []byte) (w, h int, ok bool) {
+	nalus, err := h264.AnnexBUnmarshal(b)
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, n := range nalus {
+		if len(n) == 0 || h264.NALUType(n[0]&0x1f) != h264.NALUTypeSPS {
+			continue
+		}
+		var sps h264.SPS
+		if sps.Unmarshal(n) != nil {
+			return 0, 0, false
+		}
+		if w, h = sps.Width(), sps.Height(); w <= 0 || h <= 0 {
+			return 0, 0, false
+		}
+		return w, h, true
+	}
+	return 0, 0, false
 }
 
 // switchLocked makes l the decoded layer (at its key frame).

@@ -646,6 +646,8 @@ type pipeline struct {
 	lost    int
 	discard int // the assembler's discarded, padding and restarts counts already added to the stream's
 	padding int
+	// badRun counts the frames in a row that failed to decode.
+	badRun int
 	// refusedRun counts the frames in a row the session refused.
 	refusedRun int
 	// The access units' stamps and capture times, for pictures a decoder
@@ -749,11 +751,20 @@ func (p *pipeline) frame(fr codedFrame, now time.Time) bool {
 		st.c.busy.Add(int64(time.Since(work)))
 		st.c.decodeErrors.Add(1)
 		st.fail(err)
+		// after an error only key frames are decoded (the rest wait): a
+		// run of them that all fail is a stream that costs decoding and
+		// yields nothing, so it ends
+		if p.badRun++; p.badRun >= MaxDecodeErrors {
+			err = fmt.Errorf("%d frames in a row failed to decode (last: %v)", p.badRun, err)
+			st.fail(err)
+			go st.endAs(EndError, err.Error())
+			return false
+		}
 		p.needKey = true
 		p.pli()
 		return true
 	}
-	p.needKey = false
+	p.needKey, p.badRun = false, 0
 	if !take || img == nil {
 		st.c.busy.Add(int64(time.Since(work)))
 		if take {
@@ -945,6 +956,11 @@ func (st *stream) fit(f *media.Frame) (*media.Frame, error) {
 	return out, nil
 }
 
+// MaxDecodeErrors ends a stream whose frames fail to decode this many
+// times in a row (after a failure only key frames are tried, so these are
+// key frames the decoder refuses: a broken or hostile sender).
+const MaxDecodeErrors = 10
+
 // MaxDecode bounds the frame size a stream may declare before it is
 // decoded (each dimension): with Downscale, frames up to it are decoded and
 // scaled to the limit; above it (or, with Reject, above the limit) the
@@ -954,12 +970,21 @@ const MaxDecode = 4096
 // declared checks the size a VP8 key frame declares (RFC 6386 9.1) against
 // what the stream may decode, before the decoder allocates for it.
 func (p *pipeline) declared(fr codedFrame) error {
-	if !fr.Key || p.st.codec != CodecVP8 {
+	if !fr.Key {
 		return nil
 	}
-	w, h, ok := vp8KeySize(fr.Data)
+	var w, h int
+	var ok bool
+	what := "VP8 key frame"
+	switch p.st.codec {
+	case CodecVP8:
+		w, h, ok = vp8KeySize(fr.Data)
+	case CodecH264:
+		w, h, ok = h264KeySize(fr.Data)
+		what = "H.264 SPS"
+	}
 	if !ok {
-		return nil // not a key frame's header: the decoder says what is wrong
+		return nil // no size header: the decoder says what is wrong
 	}
 	mw, mh := p.st.limit()
 	if p.st.s.cfg.Oversize == Reject {
@@ -969,7 +994,7 @@ func (p *pipeline) declared(fr codedFrame) error {
 		return nil
 	}
 	if mw, mh = max(mw, MaxDecode), max(mh, MaxDecode); w > mw || h > mh {
-		return fmt.Errorf("VP8 key frame declares %dx%d, above the %dx%d this stream may decode: refused before decoding", w, h, mw, mh)
+		return fmt.Errorf("%s declares %dx%d, above the %dx%d this stream may decode: refused before decoding", what, w, h, mw, mh)
 	}
 	return nil
 }
