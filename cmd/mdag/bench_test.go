@@ -53,13 +53,13 @@ func BenchmarkClientServe(b *testing.B) {
 		b.Fatalf("go build: %v\n%s", err, out)
 	}
 	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("t0ken-1\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("t0ken-1-abcdefghij\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	for range b.N {
 		url, stop := benchServe(b, bin, tokens)
 		cmd := exec.Command(bin, "client", "--server", url, "--app", "traffic", "--clients", "2", "--fps", "10", "--size", "320x240", "--duration", "4s", "-o", "json")
-		cmd.Env = append(os.Environ(), "MDAG_TOKEN=t0ken-1")
+		cmd.Env = append(os.Environ(), "MDAG_TOKEN=t0ken-1-abcdefghij")
 		out, err := cmd.Output()
 		stop()
 		var sum struct {

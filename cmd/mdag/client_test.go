@@ -34,7 +34,7 @@ func TestClientServe(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("# camera tokens\nt0ken-1\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("# camera tokens\nt0ken-1-abcdefghij\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	addr := make(chan string, 1)
@@ -70,7 +70,7 @@ func TestClientServe(t *testing.T) {
 		return out.String(), errb.String(), code
 	}
 
-	out, _, code := client([]string{"MDAG_TOKEN=t0ken-1"}, "--app", "traffic", "--clients", "2", "--fps", "10", "--size", "320x240", "--duration", "4s", "-o", "json")
+	out, _, code := client([]string{"MDAG_TOKEN=t0ken-1-abcdefghij"}, "--app", "traffic", "--clients", "2", "--fps", "10", "--size", "320x240", "--duration", "4s", "-o", "json")
 	var sum struct {
 		Clients []clientSummary `json:"clients"`
 		Total   clientSummary   `json:"total"`
@@ -108,18 +108,18 @@ func TestClientServe(t *testing.T) {
 	}
 	get(t, url+"/", 200)
 	get(t, url+"/v1/thumbs/"+sum.Clients[0].Stream, 401)
-	get(t, url+"/v1/thumbs/"+sum.Clients[0].Stream+"?access_token=t0ken-1", 200)
+	get(t, url+"/v1/thumbs/"+sum.Clients[0].Stream+"?access_token=t0ken-1-abcdefghij", 200)
 
 	// H.264 (x264 in the client, libavcodec in the server) the same way, a
 	// clip encoded once (--encode-once, for load tests).
-	out, _, code = client([]string{"MDAG_TOKEN=t0ken-1"}, "--app", "traffic", "--codec", "h264", "--encode-once", "10", "--fps", "10", "--size", "320x240", "--duration", "3s", "-o", "json")
+	out, _, code = client([]string{"MDAG_TOKEN=t0ken-1-abcdefghij"}, "--app", "traffic", "--codec", "h264", "--encode-once", "10", "--fps", "10", "--size", "320x240", "--duration", "3s", "-o", "json")
 	var h264 struct {
 		Total clientSummary `json:"total"`
 	}
 	if err := json.Unmarshal([]byte(out), &h264); err != nil || code != 0 || h264.Total.Finished == 0 {
 		t.Errorf("H.264 client exit %d, output %q: %v; want frames finished", code, out, err)
 	}
-	out, _, code = client([]string{"MDAG_TOKEN=t0ken-1"}, "--app", "traffic", "--codec", "vp9", "--duration", "1s")
+	out, _, code = client([]string{"MDAG_TOKEN=t0ken-1-abcdefghij"}, "--app", "traffic", "--codec", "vp9", "--duration", "1s")
 	if code != exitInvalid {
 		t.Errorf("--codec vp9: exit %d, want %d\n%s", code, exitInvalid, out)
 	}
@@ -127,7 +127,7 @@ func TestClientServe(t *testing.T) {
 	if code != exitFailure || !strings.Contains(out, "401 Unauthorized: unauthorized: a valid bearer token") {
 		t.Errorf("wrong token: exit %d\n%s", code, out)
 	}
-	out, _, code = client([]string{"MDAG_TOKEN=t0ken-1"}, "--app", "nope", "--duration", "1s")
+	out, _, code = client([]string{"MDAG_TOKEN=t0ken-1-abcdefghij"}, "--app", "nope", "--duration", "1s")
 	if code != exitFailure || !strings.Contains(out, `404 Not Found: unknown app "nope" (deployed: traffic)`) {
 		t.Errorf("unknown app: exit %d\n%s", code, out)
 	}

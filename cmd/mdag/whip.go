@@ -213,6 +213,9 @@ func readTokens(path string) ([]string, error) {
 		if strings.ContainsAny(t, " \t") {
 			return nil, fmt.Errorf("%s:%d: a token cannot contain spaces", path, n)
 		}
+		if len(t) < auth.MinTokenLen {
+			return nil, fmt.Errorf("%s:%d: a token of %d characters is too short to guard anything (want at least %d; mdag token new makes one)", path, n, len(t), auth.MinTokenLen)
+		}
 		out = append(out, t)
 	}
 	if err := sc.Err(); err != nil {

@@ -181,7 +181,7 @@ func TestWhipTokensFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	tokenFile := filepath.Join(t.TempDir(), "tokens.txt")
-	if err := os.WriteFile(tokenFile, []byte("plain-token-1\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte("plain-token-1-abcdefgh\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {

@@ -363,10 +363,20 @@ func (s *Server) allowed(w http.ResponseWriter, r *http.Request, query bool, may
 	if s.Open() {
 		return true
 	}
+	// an address that failed FailRates' burst is refused before its token
+	// is looked at: guessing costs the guesser time, not the server
+	if retry, throttled := s.auth.Throttled(r); throttled {
+		s.countRefused(s.appLabel(r.PathValue("app")), RefusedRateLimit)
+		s.logs.Warn(RefusedRateLimit, "HTTP request refused: too many failed authentications from its address", "client", clientIP(r), "retry_after", retry)
+		w.Header().Set("Retry-After", strconv.Itoa(int(retry.Seconds())))
+		httpError(w, http.StatusTooManyRequests, fmt.Sprintf("too many failed authentications from this address; retry in %d s", int(retry.Seconds())))
+		return false
+	}
 	tok, _ := auth.Bearer(r, query)
 	if t := s.auth.Lookup(tok); t != nil && may(t) {
 		return true
 	}
+	s.auth.Failed(r)
 	s.countRefused(s.appLabel(r.PathValue("app")), RefusedUnauthorized)
 	s.logs.Warn(RefusedUnauthorized, "HTTP request refused: no valid bearer token for it", "method", r.Method, "path", r.URL.Path, "client", clientIP(r))
 	auth.Unauthorized(w)
@@ -422,8 +432,11 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 	if !s.cors(w, r) {
 		return
 	}
-	// The rate limit comes first: a flood of guessed tokens is a flood.
-	if ok, scope, retry := s.offers.Allow(rateKey(clientIP(r))); !ok {
+	// The address's rate limit comes first: a flood of guessed tokens is a
+	// flood. The global one only after authentication, so that clients
+	// without a token, from however many addresses, cannot spend it and
+	// keep the token holders out.
+	limited := func(scope string, retry time.Duration) {
 		s.countRefused(s.appLabel(r.PathValue("app")), RefusedRateLimit)
 		s.logs.Warn(RefusedRateLimit, "WHIP offers rate-limited", "scope", scope, "client", clientIP(r), "retry_after", retry)
 		w.Header().Set("Retry-After", strconv.Itoa(int(retry.Seconds())))
@@ -432,10 +445,17 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 			what = "in all"
 		}
 		httpError(w, http.StatusTooManyRequests, fmt.Sprintf("too many WHIP offers %s; retry in %d s", what, int(retry.Seconds())))
+	}
+	if ok, retry := s.offers.AllowClient(rateKey(clientIP(r))); !ok {
+		limited(auth.ScopeClient, retry)
 		return
 	}
 	var tok *auth.Token
 	if !s.allowed(w, r, false, func(t *auth.Token) bool { tok = t; return t.MayStream(r.PathValue("app")) }) {
+		return
+	}
+	if ok, retry := s.offers.AllowGlobal(); !ok {
+		limited(auth.ScopeGlobal, retry)
 		return
 	}
 	app := dag.AppID(r.PathValue("app"))

@@ -1,6 +1,7 @@
 package whip
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -404,5 +405,50 @@ func TestUnknownAppHidesOthers(t *testing.T) {
 	w = do(t, h, "POST", "/whip/nope", tokAll, "application/sdp", offerSDP(t), "192.0.2.2:5000")
 	if w.Code != 404 || !strings.Contains(w.Body.String(), "deployed: a, b") {
 		t.Errorf("an every-app token POSTing to nope: %d %q; want 404 with the deployed apps", w.Code, w.Body.String())
+	}
+}
+
+// TestGlobalOfferBucketAfterAuth (issue 36, Low): offers without a valid
+// token, from however many addresses, spend only their own addresses'
+// buckets: a token holder still gets through the global one (before, ten
+// addresses guessing emptied it for everyone).
+func TestGlobalOfferBucketAfterAuth(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	srv, err := New(Config{Apps: map[dag.AppID]float64{"a": 10}, Clock: clk, CPUTime: func() time.Duration { return 0 }, Auth: testStore(t),
+		OfferRates: auth.Rates{PerClient: 1, PerClientBurst: 3, Global: 1, GlobalBurst: 3}}, newSink())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	h := srv.Handler()
+	for i := range 10 {
+		if c := do(t, h, "POST", "/whip/a", "guess-guess-guess-guess", "text/plain", "x", fmt.Sprintf("198.51.100.%d:1", i)).Code; c != http.StatusUnauthorized {
+			t.Fatalf("a guess from address %d: %d, want 401", i, c)
+		}
+	}
+	if w := do(t, h, "POST", "/whip/a", tokA, "text/plain", "x", "192.0.2.7:1"); w.Code != http.StatusUnsupportedMediaType {
+		t.Fatalf("the token holder after 10 guessing addresses: %d %q, want past the limiter (415 for its Content-Type)", w.Code, w.Body.String())
+	}
+}
+
+// TestFailedAuthThrottled (issue 36, Low): an address that failed
+// authentication FailRates' burst times is refused 429 with Retry-After,
+// even with a valid token, until its bucket refills; other addresses are
+// not affected.
+func TestFailedAuthThrottled(t *testing.T) {
+	srv, _, _ := newTestServer(t, Config{Apps: map[dag.AppID]float64{"a": 10}, Auth: testStore(t)})
+	h := srv.Handler()
+	burst := int(auth.FailRates.PerClientBurst)
+	for i := range burst {
+		if c := do(t, h, "GET", "/v1/streams", "guess-guess-guess-guess", "", "", "203.0.113.9:1").Code; c != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d, want 401", i+1, c)
+		}
+	}
+	w := do(t, h, "GET", "/v1/streams", tokAPI, "", "", "203.0.113.9:2")
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), "failed authentications") {
+		t.Fatalf("after %d failures: %d %q, want 429 with Retry-After", burst, w.Code, w.Body.String())
+	}
+	if c := do(t, h, "GET", "/v1/streams", tokAPI, "", "", "203.0.113.10:1").Code; c != http.StatusOK {
+		t.Fatalf("another address with the api token: %d", c)
 	}
 }

@@ -327,3 +327,34 @@ func TestLogLimiter(t *testing.T) {
 		t.Fatalf("lines:\n%s", b.String())
 	}
 }
+
+// TestRequireThrottlesFailures (issue 36, Low: 401s were not rate-limited
+// off the WHIP path): after FailRates' burst of failures an address gets
+// 429 on the API, its valid token too; another address is served.
+func TestRequireThrottlesFailures(t *testing.T) {
+	s, err := Parse("t", []byte(testFile(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	h := s.Require(API, false, ok)
+	get := func(tok, remote string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/v1/status", nil)
+		r.Header.Set("Authorization", "Bearer "+tok)
+		r.RemoteAddr = remote
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	for i := range int(FailRates.PerClientBurst) {
+		if c := get("nope-nope-nope-nope", "203.0.113.1:1").Code; c != http.StatusUnauthorized {
+			t.Fatalf("failure %d: %d", i+1, c)
+		}
+	}
+	if w := get(apiTok, "203.0.113.1:2"); w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("the throttled address with the api token: %d, want 429 with Retry-After", w.Code)
+	}
+	if c := get(apiTok, "203.0.113.2:1").Code; c != http.StatusTeapot {
+		t.Fatalf("another address: %d", c)
+	}
+}

@@ -64,6 +64,31 @@ const (
 // either is empty, takes none and says which (ScopeClient, ScopeGlobal)
 // and when a token will be there.
 func (l *Limiter) Allow(client string) (ok bool, scope string, retry time.Duration) {
+	return l.take(client, true, true, true)
+}
+
+// AllowClient takes one token from client's bucket only: the check before
+// a request is authenticated, so that unauthenticated clients, however
+// many, never spend the global bucket the authenticated ones share
+// (AllowGlobal, after authentication).
+func (l *Limiter) AllowClient(client string) (ok bool, retry time.Duration) {
+	ok, _, retry = l.take(client, true, false, true)
+	return ok, retry
+}
+
+// AllowGlobal takes one token from the global bucket only.
+func (l *Limiter) AllowGlobal() (ok bool, retry time.Duration) {
+	ok, _, retry = l.take("", false, true, true)
+	return ok, retry
+}
+
+// Peek says whether client's bucket has a token, taking none.
+func (l *Limiter) Peek(client string) (ok bool, retry time.Duration) {
+	ok, _, retry = l.take(client, true, false, false)
+	return ok, retry
+}
+
+func (l *Limiter) take(client string, perClient, global, spend bool) (ok bool, scope string, retry time.Duration) {
 	if l == nil {
 		return true, "", 0
 	}
@@ -71,7 +96,7 @@ func (l *Limiter) Allow(client string) (ok bool, scope string, retry time.Durati
 	defer l.mu.Unlock()
 	now := l.clk.Now()
 	var cb *bucket
-	if l.r.PerClient > 0 {
+	if perClient && l.r.PerClient > 0 {
 		cb = l.clientLocked(client, now)
 		if cb != nil {
 			cb.refill(now, l.r.PerClient, l.r.PerClientBurst)
@@ -80,14 +105,16 @@ func (l *Limiter) Allow(client string) (ok bool, scope string, retry time.Durati
 			}
 		}
 	}
-	if l.r.Global > 0 {
+	if global && l.r.Global > 0 {
 		l.global.refill(now, l.r.Global, l.r.GlobalBurst)
 		if l.global.tokens < 1 {
 			return false, ScopeGlobal, wait(l.global.tokens, l.r.Global)
 		}
-		l.global.tokens--
+		if spend {
+			l.global.tokens--
+		}
 	}
-	if cb != nil {
+	if cb != nil && spend {
 		cb.tokens--
 	}
 	return true, "", 0

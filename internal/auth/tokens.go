@@ -8,12 +8,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/mdag/mdag/internal/yamlx"
 )
@@ -74,6 +76,44 @@ type Store struct {
 	// and results only, as --token-file always did.
 	gatesAPI bool
 	onRefuse atomic.Pointer[func(*http.Request)]
+	fails    *Limiter // failed authentications per client address
+}
+
+// FailRates bound failed authentications per client address on every
+// token-guarded route: a burst of 20, then one a second; beyond, the
+// address is refused 429 until its bucket refills, whatever token it
+// sends (so guessing costs the guesser time, not the server).
+var FailRates = Rates{PerClient: 1, PerClientBurst: 20}
+
+// Throttled says whether r's address failed authentication too often
+// (FailRates), and when it may try again.
+func (s *Store) Throttled(r *http.Request) (retry time.Duration, throttled bool) {
+	if s == nil {
+		return 0, false
+	}
+	ok, retry := s.fails.Peek(clientAddr(r))
+	return retry, !ok
+}
+
+// Failed counts a failed authentication of r's address.
+func (s *Store) Failed(r *http.Request) {
+	if s != nil {
+		s.fails.AllowClient(clientAddr(r))
+	}
+}
+
+// clientAddr is r's peer IP (proxies' headers are not trusted).
+func clientAddr(r *http.Request) string {
+	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return h
+	}
+	return r.RemoteAddr
+}
+
+// TooMany answers 429 to an address Throttled.
+func TooMany(w http.ResponseWriter, retry time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(retry.Seconds())))
+	http.Error(w, fmt.Sprintf("too many failed authentications from this address; retry in %d s", int(retry.Seconds())), http.StatusTooManyRequests)
 }
 
 // OnRefuse sets what Require does with each request it refuses, before
@@ -129,7 +169,7 @@ func (s *Store) Lookup(tok string) *Token {
 // with both roles, every app and no caps, hashed on load. The API stays
 // as open as it was (GatesAPI false).
 func FromPlain(tokens []string) *Store {
-	s := &Store{}
+	s := &Store{fails: NewLimiter(FailRates, nil)}
 	for i, tok := range tokens {
 		s.tokens = append(s.tokens, &Token{Name: "token-file:" + strconv.Itoa(i+1), Roles: []Role{Ingest, API}, Apps: []string{"*"},
 			hash: sha256.Sum256([]byte(tok))})
@@ -214,7 +254,7 @@ func Parse(file string, data []byte) (*Store, error) {
 		return nil, yamlx.ErrorList{pos.Errorf("tokens", "no tokens in the file (want tokens: [{name, hash, role, apps}...]; mdag token new --app APP prints one)")}.Err()
 	}
 	var errs yamlx.ErrorList // the semantic problems, reported with the decoding ones
-	s := &Store{gatesAPI: true}
+	s := &Store{gatesAPI: true, fails: NewLimiter(FailRates, nil)}
 	names := map[string]int{}
 	hashes := map[[sha256.Size]byte]int{}
 	for i, d := range doc.Tokens {
@@ -369,8 +409,16 @@ func (s *Store) Require(role Role, query bool, h http.Handler) http.Handler {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if retry, throttled := s.Throttled(r); throttled {
+			if f := s.onRefuse.Load(); f != nil {
+				(*f)(r)
+			}
+			TooMany(w, retry)
+			return
+		}
 		tok, _ := Bearer(r, query)
 		if t := s.Lookup(tok); t == nil || !t.Has(role) {
+			s.Failed(r)
 			if f := s.onRefuse.Load(); f != nil {
 				(*f)(r)
 			}
