@@ -111,7 +111,48 @@ type Server struct {
 
 	mu      sync.Mutex
 	regions map[string]*region
+	mapped  uint64    // byte_size of the regions in regions, summed
+	limits  ShmLimits // SetShmLimits
 	closed  bool
+}
+
+// ShmLimits bound what the shared memory extension holds for its callers:
+// a SystemSharedMemoryRegister past either is refused (ResourceExhausted)
+// before the object is opened. Every region counts from the moment it is
+// registered until it is unregistered.
+type ShmLimits struct {
+	MaxRegions int    // regions registered at once
+	MaxBytes   uint64 // their byte_size summed
+}
+
+// DefaultShmLimits are NewServer's limits: 1024 regions, 4 GiB (a client
+// registers a region or two per concurrency slot).
+var DefaultShmLimits = ShmLimits{MaxRegions: 1024, MaxBytes: 4 << 30}
+
+// MaxRegionName is the longest shared memory region name (bytes) the
+// server takes: it keeps the names, and a longer one is refused before
+// anything is held.
+const MaxRegionName = 256
+
+// SetShmLimits replaces the shared memory limits (regions already
+// registered stay, but count). Both must be positive.
+func (s *Server) SetShmLimits(l ShmLimits) error {
+	if l.MaxRegions <= 0 || l.MaxBytes == 0 {
+		return fmt.Errorf("shared memory limits: %d regions and %d bytes: want both > 0", l.MaxRegions, l.MaxBytes)
+	}
+	s.mu.Lock()
+	s.limits = l
+	s.mu.Unlock()
+	return nil
+}
+
+// checkRegionName refuses a region name too long to keep (without echoing
+// it back).
+func checkRegionName(name, what string) error {
+	if len(name) > MaxRegionName {
+		return status.Errorf(codes.InvalidArgument, "%s: a shared memory region name of %d bytes: at most %d", what, len(name), MaxRegionName)
+	}
+	return nil
 }
 
 type served struct {
@@ -142,7 +183,7 @@ type region struct {
 // backends, a model without inputs or outputs, or a dtype the protocol
 // here does not carry is an error.
 func NewServer(name, version string, backends ...Backend) (*Server, error) {
-	s := &Server{Name: name, Version: version, models: map[string]*served{}, regions: map[string]*region{}}
+	s := &Server{Name: name, Version: version, models: map[string]*served{}, regions: map[string]*region{}, limits: DefaultShmLimits}
 	var errs []error
 	for _, b := range backends {
 		for _, m := range b.Models() {
@@ -309,6 +350,9 @@ func shmParams(p map[string]*pb.InferParameter, what string) (name string, size,
 	if !isStr || sp.StringParam == "" {
 		return "", 0, 0, false, status.Errorf(codes.InvalidArgument, "%s: parameter %s must be a non-empty string", what, ParamRegion)
 	}
+	if err := checkRegionName(sp.StringParam, what); err != nil {
+		return "", 0, 0, false, err
+	}
 	num := func(k string, required bool) (uint64, error) {
 		v, has := p[k]
 		if !has {
@@ -357,7 +401,8 @@ func (s *Server) lookup(name string, offset, size uint64, what string) (*region,
 	return rg, nil
 }
 
-// regionNames lists the registered regions (under s.mu).
+// regionNames lists the registered regions for an error (under s.mu):
+// the first few of them, sorted, and how many there are.
 func (s *Server) regionNames() string {
 	if len(s.regions) == 0 {
 		return "none"
@@ -367,6 +412,10 @@ func (s *Server) regionNames() string {
 		n = append(n, k)
 	}
 	sort.Strings(n)
+	const show = 16
+	if len(n) > show {
+		return fmt.Sprintf("%s, ... (%d in all)", strings.Join(n[:show], ", "), len(n))
+	}
 	return strings.Join(n, ", ")
 }
 
@@ -663,7 +712,9 @@ func (s *Server) respond(m *served, r *pb.ModelInferRequest, batch int64, res []
 			if uint64(len(t.Data)) > o.size {
 				return nil, status.Errorf(codes.InvalidArgument, "output '%s' is %d bytes (shape %s * %s): shared memory region %q was given %s %d", t.Name, len(t.Data), dims(t.Shape), w, o.name, ParamByteSize, o.size)
 			}
-			copy(o.region.r.Data[o.offset:], t.Data)
+			// lookup bounded [offset, offset+size) by the region, and the
+			// output fits size: the write stays in the caller's range
+			copy(o.region.r.Data[o.offset:o.offset+o.size], t.Data)
 			ot.Parameters = map[string]*pb.InferParameter{
 				ParamRegion:   {ParameterChoice: &pb.InferParameter_StringParam{StringParam: o.name}},
 				ParamByteSize: {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: int64(len(t.Data))}},
@@ -792,6 +843,9 @@ func (s *Server) SystemSharedMemoryRegister(_ context.Context, r *pb.SystemShare
 	if r.Name == "" {
 		return nil, status.Error(codes.InvalidArgument, "shared memory register: the region needs a name")
 	}
+	if err := checkRegionName(r.Name, "shared memory register"); err != nil {
+		return nil, err
+	}
 	if err := checkKey(r.Key); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "shared memory region %q: %v", r.Name, err)
 	}
@@ -807,18 +861,33 @@ func (s *Server) SystemSharedMemoryRegister(_ context.Context, r *pb.SystemShare
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.AlreadyExists, "shared memory region %q is registered already (key %s); unregister it first", r.Name, old.key)
 	}
-	// reserve the name while mapping (unmapped: lookups see r == nil)
+	// the limits hold before anything is opened or kept
+	if lim := s.limits; len(s.regions) >= lim.MaxRegions || s.mapped > lim.MaxBytes || r.ByteSize > lim.MaxBytes-s.mapped {
+		n, b := len(s.regions), s.mapped
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.ResourceExhausted, "shared memory region %q of %d bytes: %d regions of %d bytes are registered, and the server holds at most %d regions of %d bytes in all; unregister some first",
+			r.Name, r.ByteSize, n, b, lim.MaxRegions, lim.MaxBytes)
+	}
+	// reserve the name (and its bytes) while mapping (unmapped: lookups
+	// see r == nil)
 	rg := &region{key: r.Key, offset: r.Offset, size: r.ByteSize}
 	s.regions[r.Name] = rg
+	s.mapped += rg.size
 	s.mu.Unlock()
 	mp, err := OpenRegion(r.Key, r.Offset, r.ByteSize)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		delete(s.regions, r.Name)
+		if s.regions[r.Name] == rg {
+			delete(s.regions, r.Name)
+			s.mapped -= rg.size
+		}
 		code := codes.InvalidArgument
-		if errors.Is(err, os.ErrNotExist) {
+		switch {
+		case errors.Is(err, os.ErrNotExist):
 			code = codes.NotFound
+		case errors.Is(err, ErrNotShm), errors.Is(err, os.ErrPermission):
+			code = codes.PermissionDenied
 		}
 		return nil, status.Errorf(code, "shared memory region %q: %v", r.Name, err)
 	}
@@ -832,6 +901,9 @@ func (s *Server) SystemSharedMemoryRegister(_ context.Context, r *pb.SystemShare
 
 // SystemSharedMemoryStatus implements the shared memory extension.
 func (s *Server) SystemSharedMemoryStatus(_ context.Context, r *pb.SystemSharedMemoryStatusRequest) (*pb.SystemSharedMemoryStatusResponse, error) {
+	if err := checkRegionName(r.Name, "shared memory status"); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	resp := &pb.SystemSharedMemoryStatusResponse{Regions: map[string]*pb.SystemSharedMemoryStatusResponse_RegionStatus{}}
@@ -851,6 +923,9 @@ func (s *Server) SystemSharedMemoryStatus(_ context.Context, r *pb.SystemSharedM
 // one region, or every one when the name is empty; requests using it
 // finish first.
 func (s *Server) SystemSharedMemoryUnregister(_ context.Context, r *pb.SystemSharedMemoryUnregisterRequest) (*pb.SystemSharedMemoryUnregisterResponse, error) {
+	if err := checkRegionName(r.Name, "shared memory unregister"); err != nil {
+		return nil, err
+	}
 	if r.Name != "" {
 		s.mu.Lock()
 		_, ok := s.regions[r.Name]
@@ -874,6 +949,7 @@ func (s *Server) unregister(name string) error {
 				gone = append(gone, rg)
 			}
 			delete(s.regions, n)
+			s.mapped -= rg.size
 		}
 	}
 	s.mu.Unlock()

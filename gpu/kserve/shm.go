@@ -71,18 +71,40 @@ func CreateRegion(key string, size int) (*Region, error) {
 
 // OpenRegion maps an existing object key from offset for size bytes (the
 // server's side of SystemSharedMemoryRegister). Close unmaps it.
+//
+// A register request names the object; it is mapped read-write, so
+// OpenRegion takes only what the server's own user could have created
+// with shm_open: it refuses a symbolic link (O_NOFOLLOW: /dev/shm is
+// world-writable, and a link there could lead to any file the server may
+// write), anything but a regular file (a FIFO, a directory, a device), an
+// object owned by another uid than the server's effective uid (another
+// user's region, or a file they planted), and a hard link (st_nlink != 1:
+// one object under two names). The key's name itself is not restricted
+// (no "/mdag-" prefix): Triton clients choose any name, and a prefix says
+// nothing about who made the object; the owner does.
 func OpenRegion(key string, offset, size uint64) (*Region, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(ShmDir, key[1:]), os.O_RDWR, 0)
+	// O_NONBLOCK: opening a FIFO or a device must not wait for a peer
+	// (the type is refused below, after fstat on the open descriptor)
+	f, err := os.OpenFile(filepath.Join(ShmDir, key[1:]), os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
+		switch {
+		case errors.Is(err, syscall.ELOOP):
+			return nil, fmt.Errorf("shared memory %s: %w: %s is a symbolic link, not a shared memory object", key, ErrNotShm, filepath.Join(ShmDir, key[1:]))
+		case errors.Is(err, syscall.EISDIR):
+			return nil, fmt.Errorf("shared memory %s: %w: %s is a directory, not a shared memory object", key, ErrNotShm, filepath.Join(ShmDir, key[1:]))
+		}
 		return nil, fmt.Errorf("shared memory %s: %w", key, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("shared memory %s: %w", key, err)
+	}
+	if err := checkObject(key, st); err != nil {
+		return nil, err
 	}
 	if size == 0 || offset+size > uint64(st.Size()) || offset+size < offset {
 		return nil, fmt.Errorf("shared memory %s: offset %d + byte_size %d is outside its %d bytes", key, offset, size, st.Size())
@@ -95,6 +117,46 @@ func OpenRegion(key string, offset, size uint64) (*Region, error) {
 		return nil, fmt.Errorf("shared memory %s: mmap: %w", key, err)
 	}
 	return &Region{Key: key, Data: b[offset-start:], own: false, base: b}, nil
+}
+
+// ErrNotShm says a key names something the server does not map: a link,
+// not a regular file, or another user's object.
+var ErrNotShm = errors.New("refused")
+
+// checkObject refuses an open object that is not a regular file owned by
+// the server's effective uid with one link.
+func checkObject(key string, st os.FileInfo) error {
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("shared memory %s: %w: it is a %s, not a shared memory object (a regular file in %s)", key, ErrNotShm, fileType(st.Mode()), ShmDir)
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("shared memory %s: %w: no owner known", key, ErrNotShm)
+	}
+	if me := os.Geteuid(); int(sys.Uid) != me {
+		return fmt.Errorf("shared memory %s: %w: it is owned by uid %d, and the server maps only its own uid's (%d) objects", key, ErrNotShm, sys.Uid, me)
+	}
+	if sys.Nlink != 1 {
+		return fmt.Errorf("shared memory %s: %w: it has %d links, want 1 (a hard link to another object?)", key, ErrNotShm, sys.Nlink)
+	}
+	return nil
+}
+
+// fileType names a file mode's type for an error.
+func fileType(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&os.ModeNamedPipe != 0:
+		return "FIFO"
+	case m&os.ModeSocket != 0:
+		return "socket"
+	case m&os.ModeDevice != 0:
+		return "device"
+	case m&os.ModeSymlink != 0:
+		return "symbolic link"
+	}
+	return "special file (" + m.Type().String() + ")"
 }
 
 // Close unmaps the region (and removes the object when it was created
