@@ -15,7 +15,6 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -50,6 +49,9 @@ type cluster struct {
 	cli     map[string]cliFlags // mdag subcommand -> its flags (nil: the args are not checked)
 	runner  map[string]bool     // the torch runner's flags (nil: not checked)
 	gpuSel  string              // the node label GPU workers select their GPU by
+	// rendered: the objects are what kustomize made (images must be
+	// pinned); else the files, whose bare image names the kustomization maps
+	rendered bool
 }
 
 // each visits the manifests of one Go type.
@@ -129,6 +131,10 @@ func (c *cluster) check() problems {
 	c.checkServices(&p)
 	c.checkServiceMonitors(&p)
 	c.checkModels(&p)
+	// security_test.go
+	c.checkPodSecurity(&p)
+	c.checkNetworkPolicies(&p)
+	c.checkImages(&p)
 	return p
 }
 
@@ -687,40 +693,6 @@ func (c *cluster) hasServicePort(svc, name string, port int32) bool {
 		}
 	})
 	return found
-}
-
-// checkRBAC: the coordinator's Role grants what the provisioner does, and
-// the RoleBinding binds an existing Role to an existing ServiceAccount.
-func (c *cluster) checkRBAC(p *problems) {
-	roles := map[string]*rbacv1.Role{}
-	each(c, func(_ manifest, r *rbacv1.Role) { roles[r.Namespace+"/"+r.Name] = r })
-	each(c, func(m manifest, rb *rbacv1.RoleBinding) {
-		if rb.RoleRef.Kind != "Role" || roles[rb.Namespace+"/"+rb.RoleRef.Name] == nil {
-			p.add(m, "roleRef %s %s: no such Role", rb.RoleRef.Kind, rb.RoleRef.Name)
-		}
-		for _, s := range rb.Subjects {
-			if s.Kind != rbacv1.ServiceAccountKind || !c.hasServiceAccount(s.Namespace, s.Name) {
-				p.add(m, "subject %s %s/%s: no such ServiceAccount", s.Kind, s.Namespace, s.Name)
-			}
-		}
-	})
-	r := roles[namespace+"/"+coordinatorName]
-	if r == nil {
-		*p = append(*p, "no Role "+coordinatorName)
-		return
-	}
-	need := []struct{ group, resource, verb string }{
-		{"", "pods", "get"}, {"", "pods", "list"}, {"", "pods", "watch"}, {"", "pods", "create"}, {"", "pods", "delete"},
-		{"apps", "deployments", "get"}, {"apps", "deployments", "list"},
-	}
-	for _, n := range need {
-		ok := slices.ContainsFunc(r.Rules, func(rule rbacv1.PolicyRule) bool {
-			return slices.Contains(rule.APIGroups, n.group) && slices.Contains(rule.Resources, n.resource) && slices.Contains(rule.Verbs, n.verb)
-		})
-		if !ok {
-			*p = append(*p, fmt.Sprintf("Role %s: no rule grants %s on %s (group %q)", coordinatorName, n.verb, n.resource, n.group))
-		}
-	}
 }
 
 // checkServices: each Service selects the pods of a Deployment in its

@@ -1,7 +1,8 @@
 // Package deploy holds what runs mdag outside this repository: the Grafana
 // dashboard (deploy/grafana/mdag.json) and the Kubernetes manifests
-// (deploy/kubernetes: the base, the optional monitoring objects and the GKE
-// overlay; docs/deploy.md says how to use them).
+// (deploy/kubernetes: the base in static mode, the provisioned overlay, the
+// optional monitoring objects and the GKE overlay; docs/deploy.md says how to
+// use them).
 //
 // It has no Go code of its own. Its tests decode every manifest strictly into
 // its Kubernetes type (k8s.io/api, the Prometheus operator's ServiceMonitor, a
@@ -9,7 +10,11 @@
 // with each other, with the deployed app's profiles, with the mdag CLI's
 // flags and with the torch runner's: a misspelt field, a worker Deployment
 // that breaks the conventions the kubernetes provisioner relies on, a Service
-// that selects no pod or a flag the binary does not have fails them. The
+// that selects no pod or a flag the binary does not have fails them. They
+// also hold the guards (security_test.go): RBAC and an API token only in
+// provisioned mode, Pod Security Admission's restricted profile on the
+// namespace and every pod template, NetworkPolicies admitting exactly who
+// may reach each port, and images pinned to a build. The
 // ConfigMaps that copy a file of the repository (the traffic app and its
 // profiles, the Grafana dashboard) are generated from it: go test ./deploy
 // -update writes them again, and the test fails while they differ.

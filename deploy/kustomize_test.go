@@ -6,10 +6,11 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 )
 
 // TestKustomizations: each kustomization names files that exist, lists
@@ -37,10 +38,19 @@ func TestKustomizations(t *testing.T) {
 			listed[r] = true
 		}
 		for _, p := range k.Patches {
+			if p.Path == "" {
+				if p.Patch == "" || p.Target == nil {
+					t.Errorf("%s: a patch with neither a file nor an inline patch and its target", m)
+				}
+				continue
+			}
 			if _, err := os.Stat(filepath.Join(kubeDir, dir, p.Path)); err != nil {
 				t.Errorf("%s: patch %s: %v", m, p.Path, err)
 			}
 			listed[p.Path] = true
+		}
+		for _, pr := range kustomizationImageProblems(k) {
+			t.Errorf("%s: %s", m, pr)
 		}
 		images := map[string]bool{}
 		for _, im := range k.Images {
@@ -89,27 +99,36 @@ func render(t *testing.T, kubectl, dir string) []manifest {
 	return ms
 }
 
-// TestRenderedKustomizations: what kustomize itself makes of the base, the
-// GKE overlay and the monitoring directory decodes strictly and passes the
-// same checks, the overlay's GPU workers selecting GKE's accelerator label
-// instead of mdag.io/gpu. Needs kubectl (kustomize is built in).
+// TestRenderedKustomizations: what kustomize itself makes of the base
+// (static mode), the provisioned overlay, the GKE overlay and the monitoring
+// directory decodes strictly and passes the same checks with every image
+// pinned; the static renderings have no Role and no token, the provisioned
+// one has --provisioner kubernetes, its Role and the coordinator's token;
+// the GKE overlay's GPU workers select GKE's accelerator label instead of
+// mdag.io/gpu. Needs kubectl (kustomize is built in).
 func TestRenderedKustomizations(t *testing.T) {
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
-		t.Skip("kubectl is not installed: the kustomizations are not rendered (TestKustomizations checks their files)")
+		t.Skip("kubectl is not installed: the kustomizations are not rendered (TestKustomizations and TestProvisionedOverlay check their files)")
 	}
 	monitoring := render(t, kubectl, "monitoring")
-	for _, tc := range []struct{ dir, gpuSel string }{
-		{"base", gpuNodeLabel},
-		{"gke", "cloud.google.com/gke-accelerator"},
+	for _, tc := range []struct {
+		dir, gpuSel string
+		provisioned bool
+	}{
+		{"base", gpuNodeLabel, false},
+		{"provisioned", gpuNodeLabel, true},
+		{"gke", "cloud.google.com/gke-accelerator", false},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
 			c := loadCluster(t) // the CLIs and the documented Secrets
 			c.objs = append(render(t, kubectl, tc.dir), monitoring...)
 			c.gpuSel = tc.gpuSel
+			c.rendered = true
 			for _, s := range c.check() {
 				t.Error(s)
 			}
+			checkMode(t, c, tc.provisioned)
 			ws := c.workerDeployments()
 			if len(ws) != 3 {
 				t.Fatalf("%d worker Deployments rendered, want 3", len(ws))
@@ -119,11 +138,86 @@ func TestRenderedKustomizations(t *testing.T) {
 					t.Errorf("%s: still selects %s", d.Name, gpuNodeLabel)
 				}
 				for _, ct := range d.Spec.Template.Spec.Containers {
-					if !slices.Contains([]string{"registry.example.com/mdag:latest", "registry.example.com/mdag-torch-runner:latest"}, ct.Image) {
+					if !strings.HasPrefix(ct.Image, "registry.example.com/") {
 						t.Errorf("%s container %s: image %s, not mapped by the images: entries", d.Name, ct.Name, ct.Image)
 					}
 				}
 			}
 		})
+	}
+}
+
+// checkMode: the coordinator runs the mode a rendering is for, with the RBAC
+// objects that mode has (the checks then hold each mode to its rules).
+func checkMode(t *testing.T, c *cluster, wantProvisioned bool) {
+	t.Helper()
+	d, _ := c.coordinator()
+	if d == nil {
+		t.Fatal("no coordinator Deployment")
+	}
+	if got := provisioned(d); got != wantProvisioned {
+		t.Errorf("coordinator args %v: provisioned mode %v, want %v", d.Spec.Template.Spec.Containers[0].Args, got, wantProvisioned)
+	}
+	roles := 0
+	each(c, func(_ manifest, _ *rbacv1.Role) { roles++ })
+	each(c, func(_ manifest, _ *rbacv1.RoleBinding) { roles++ })
+	if want := map[bool]int{false: 0, true: 2}[wantProvisioned]; roles != want {
+		t.Errorf("%d Roles and RoleBindings, want %d", roles, want)
+	}
+	if got := c.mountsToken(d.Namespace, d.Spec.Template.Spec); got != wantProvisioned {
+		t.Errorf("the coordinator's pod mounts a service account token: %v, want %v", got, wantProvisioned)
+	}
+}
+
+// TestProvisionedOverlay: the provisioned overlay, its inline patch applied
+// here as kustomize applies it (no kubectl needed), is provisioned mode and
+// passes the checks.
+func TestProvisionedOverlay(t *testing.T) {
+	c := loadProvisioned(t)
+	if t.Failed() {
+		return
+	}
+	for _, s := range c.check() {
+		t.Error(s)
+	}
+	checkMode(t, c, true)
+}
+
+// TestImagePinned: an image names one build (a tag other than latest, or a
+// digest), in a container and in a kustomization's images: entry.
+func TestImagePinned(t *testing.T) {
+	for image, want := range map[string]string{
+		"registry.example.com/mdag:v0.1.0":             "",
+		"registry.example.com:5000/mdag:v0.1.0":        "",
+		"registry.example.com/mdag@sha256:0123abcd":    "",
+		"registry.example.com/mdag:latest":             "tagged latest",
+		"registry.example.com/mdag":                    "no tag or digest",
+		"registry.example.com:5000/mdag":               "no tag or digest",
+		"mdag":                                         "no tag or digest",
+		"registry.example.com/mdag@md5:0123":           "want sha256",
+		"registry.example.com/mdag:v1@sha256:0123abcd": "",
+	} {
+		err := imagePinned(image)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: %v, want no error", image, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: %v, want an error with %q", image, err, want)
+		}
+	}
+	for _, tc := range []struct {
+		im   kustomizeImage
+		want string
+	}{
+		{kustomizeImage{Name: "mdag", NewName: "r/mdag", NewTag: "v0.1.0"}, ""},
+		{kustomizeImage{Name: "mdag", Digest: "sha256:0123"}, ""},
+		{kustomizeImage{Name: "mdag", NewName: "r/mdag", NewTag: "latest"}, "newTag latest"},
+		{kustomizeImage{Name: "mdag", NewName: "r/mdag"}, "no newTag or digest"},
+		{kustomizeImage{Name: "mdag", Digest: "0123"}, "want sha256"},
+	} {
+		got := strings.Join(kustomizationImageProblems(&kustomization{Images: []kustomizeImage{tc.im}}), "\n")
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%+v: %q, want %q", tc.im, got, tc.want)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -39,6 +40,7 @@ var kinds = map[string]func() any{
 	"apps/v1/Deployment":                            func() any { return &appsv1.Deployment{} },
 	"rbac.authorization.k8s.io/v1/Role":             func() any { return &rbacv1.Role{} },
 	"rbac.authorization.k8s.io/v1/RoleBinding":      func() any { return &rbacv1.RoleBinding{} },
+	"networking.k8s.io/v1/NetworkPolicy":            func() any { return &networkingv1.NetworkPolicy{} },
 	"monitoring.coreos.com/v1/ServiceMonitor":       func() any { return &monitoringv1.ServiceMonitor{} },
 	"kustomize.config.k8s.io/v1beta1/Kustomization": func() any { return &kustomization{} },
 }
@@ -64,8 +66,20 @@ type kustomizeImage struct {
 	Digest  string `json:"digest,omitempty"`
 }
 
+// kustomizePatch is a patch file (path: a strategic merge patch) or an
+// inline JSON patch (patch:, RFC 6902) applied to the objects target names.
 type kustomizePatch struct {
-	Path string `json:"path,omitempty"`
+	Path   string           `json:"path,omitempty"`
+	Patch  string           `json:"patch,omitempty"`
+	Target *kustomizeTarget `json:"target,omitempty"`
+}
+
+type kustomizeTarget struct {
+	Group     string `json:"group,omitempty"`
+	Version   string `json:"version,omitempty"`
+	Kind      string `json:"kind,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // manifest is one decoded document of a file.
@@ -230,10 +244,11 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		"v1/Service":                                    1,
 		"v1/PersistentVolumeClaim":                      1,
 		"apps/v1/Deployment":                            6, // coordinator, 3 worker types, 2 GKE patches
-		"rbac.authorization.k8s.io/v1/Role":             1,
+		"rbac.authorization.k8s.io/v1/Role":             1, // provisioned mode only
 		"rbac.authorization.k8s.io/v1/RoleBinding":      1,
+		"networking.k8s.io/v1/NetworkPolicy":            3, // default deny, the coordinator's, the workers'
 		"monitoring.coreos.com/v1/ServiceMonitor":       1,
-		"kustomize.config.k8s.io/v1beta1/Kustomization": 3,
+		"kustomize.config.k8s.io/v1beta1/Kustomization": 4, // base, provisioned, gke, monitoring
 	}
 	for k, n := range want {
 		if got[k] != n {

@@ -1,14 +1,17 @@
 package deploy
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -85,11 +88,7 @@ func TestChecksCatchMistakes(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	cases := []struct {
-		name string
-		edit func(t *testing.T, c *cluster)
-		want string
-	}{
+	cases := []mistake{
 		{"worker selector without the pool", func(t *testing.T, c *cluster) {
 			delete(c.deployment(t, "mdag-worker-p100").Spec.Selector.MatchLabels, labelPool)
 		}, "also matches the provisioner's pods"},
@@ -178,12 +177,6 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"probe on the wrong path", func(t *testing.T, c *cluster) {
 			container(t, c.deployment(t, "mdag-coordinator"), "coordinator").LivenessProbe.HTTPGet.Path = "/health"
 		}, "liveness probe: want GET /healthz on port http"},
-		{"Role without watch", func(t *testing.T, c *cluster) {
-			each(c, func(_ manifest, r *rbacv1.Role) { r.Rules[0].Verbs = []string{"get", "list", "create", "delete"} })
-		}, "no rule grants watch on pods"},
-		{"RoleBinding to a missing ServiceAccount", func(t *testing.T, c *cluster) {
-			each(c, func(_ manifest, rb *rbacv1.RoleBinding) { rb.Subjects[0].Name = "default" })
-		}, "subject ServiceAccount mdag/default: no such ServiceAccount"},
 		{"ServiceMonitor on a missing port", func(t *testing.T, c *cluster) {
 			each(c, func(_ manifest, sm *monitoringv1.ServiceMonitor) { sm.Spec.Endpoints[0].Port = "metric" })
 		}, `endpoint port "metric" is not a named port of Service mdag-coordinator`},
@@ -229,7 +222,148 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"an image of neither kind", func(t *testing.T, c *cluster) {
 			container(t, c.deployment(t, "mdag-worker-cpu"), "worker").Image = "busybox"
 		}, "image busybox: neither mdag nor mdag-torch-runner"},
+		// RBAC in static mode (provisioned mode: TestProvisionedChecksCatchMistakes)
+		{"Role in static mode", func(t *testing.T, c *cluster) {
+			c.objs = append(c.objs, manifest{file: "base/rbac.yaml", index: 1, kind: "rbac.authorization.k8s.io/v1/Role",
+				obj: &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: coordinatorName, Namespace: namespace}}})
+		}, "Role mdag-coordinator in static mode"},
+		{"RoleBinding in static mode", func(t *testing.T, c *cluster) {
+			c.objs = append(c.objs, manifest{file: "base/rbac.yaml", index: 2, kind: "rbac.authorization.k8s.io/v1/RoleBinding",
+				obj: &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "view", Namespace: namespace}, RoleRef: rbacv1.RoleRef{Kind: "ClusterRole", Name: "view"}}})
+		}, "RoleBinding view in static mode"},
+		{"static coordinator with a token", func(t *testing.T, c *cluster) {
+			c.deployment(t, "mdag-coordinator").Spec.Template.Spec.AutomountServiceAccountToken = ptr(true)
+		}, "mdag-coordinator mounts a service account token in static mode"},
+		{"static coordinator with its ServiceAccount's default token", func(t *testing.T, c *cluster) {
+			c.deployment(t, "mdag-coordinator").Spec.Template.Spec.AutomountServiceAccountToken = nil
+			each(c, func(_ manifest, sa *corev1.ServiceAccount) { sa.AutomountServiceAccountToken = nil })
+		}, "mdag-coordinator mounts a service account token in static mode"},
+		{"worker with a token", func(t *testing.T, c *cluster) {
+			c.deployment(t, "mdag-worker-cpu").Spec.Template.Spec.AutomountServiceAccountToken = nil
+		}, "Deployment mdag-worker-cpu mounts a service account token"},
+		// Pod Security Admission
+		{"namespace not enforcing", func(t *testing.T, c *cluster) {
+			each(c, func(_ manifest, ns *corev1.Namespace) { delete(ns.Labels, psaPrefix+"enforce") })
+		}, `label pod-security.kubernetes.io/enforce="", want "restricted"`},
+		{"namespace enforcing baseline", func(t *testing.T, c *cluster) {
+			each(c, func(_ manifest, ns *corev1.Namespace) { ns.Labels[psaPrefix+"enforce"] = "baseline" })
+		}, `label pod-security.kubernetes.io/enforce="baseline", want "restricted"`},
+		{"warn at a version that is none", func(t *testing.T, c *cluster) {
+			each(c, func(_ manifest, ns *corev1.Namespace) { ns.Labels[psaPrefix+"warn-version"] = "1.30" })
+		}, `pod-security.kubernetes.io/warn-version="1.30", want latest or v1.N`},
+		{"GPU worker pod may run as root", func(t *testing.T, c *cluster) {
+			c.deployment(t, "mdag-worker-p100").Spec.Template.Spec.SecurityContext.RunAsNonRoot = nil
+		}, "mdag-worker-p100: pod security (restricted): container worker: runAsNonRoot not true"},
+		{"coordinator as uid 0", func(t *testing.T, c *cluster) {
+			c.deployment(t, "mdag-coordinator").Spec.Template.Spec.SecurityContext.RunAsUser = ptr(int64(0))
+		}, "pod runAsUser 0"},
+		{"torch runner may escalate", func(t *testing.T, c *cluster) {
+			container(t, c.deployment(t, "mdag-worker-v100"), "torch-runner").SecurityContext.AllowPrivilegeEscalation = nil
+		}, "mdag-worker-v100: pod security (restricted): container torch-runner: allowPrivilegeEscalation must be false"},
+		{"torch runner keeps its capabilities", func(t *testing.T, c *cluster) {
+			container(t, c.deployment(t, "mdag-worker-p100"), "torch-runner").SecurityContext.Capabilities.Drop = nil
+		}, "container torch-runner: capabilities.drop must include ALL"},
+		{"worker adds a capability", func(t *testing.T, c *cluster) {
+			container(t, c.deployment(t, "mdag-worker-cpu"), "worker").SecurityContext.Capabilities.Add = []corev1.Capability{"NET_ADMIN"}
+		}, "container worker: capabilities.add NET_ADMIN"},
+		{"privileged torch runner", func(t *testing.T, c *cluster) {
+			container(t, c.deployment(t, "mdag-worker-p100"), "torch-runner").SecurityContext.Privileged = ptr(true)
+		}, "container torch-runner: privileged"},
+		{"no seccomp profile", func(t *testing.T, c *cluster) {
+			c.deployment(t, "mdag-worker-v100").Spec.Template.Spec.SecurityContext.SeccompProfile = nil
+		}, "container torch-runner: no seccompProfile"},
+		{"seccomp unconfined", func(t *testing.T, c *cluster) {
+			c.deployment(t, "mdag-coordinator").Spec.Template.Spec.SecurityContext.SeccompProfile.Type = corev1.SeccompProfileTypeUnconfined
+		}, "pod seccompProfile Unconfined: want RuntimeDefault"},
+		{"hostPath volume", func(t *testing.T, c *cluster) {
+			d := c.deployment(t, "mdag-worker-v100")
+			d.Spec.Template.Spec.Volumes = append(d.Spec.Template.Spec.Volumes, corev1.Volume{Name: "dev",
+				VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev"}}})
+		}, "volume dev: hostPath"},
+		{"host network", func(t *testing.T, c *cluster) {
+			c.deployment(t, "mdag-worker-cpu").Spec.Template.Spec.HostNetwork = true
+		}, "hostNetwork true"},
+		{"host port", func(t *testing.T, c *cluster) {
+			container(t, c.deployment(t, "mdag-worker-cpu"), "worker").Ports[0].HostPort = 7071
+		}, "container worker: hostPort 7071"},
+		// NetworkPolicies
+		{"no default deny", func(t *testing.T, c *cluster) {
+			c.objs = slices.DeleteFunc(c.objs, func(m manifest) bool {
+				np, ok := m.obj.(*networkingv1.NetworkPolicy)
+				return ok && np.Name == "mdag-default-deny-ingress"
+			})
+		}, "no default-deny ingress NetworkPolicy"},
+		{"metrics open to every pod", func(t *testing.T, c *cluster) {
+			policy(t, c, "mdag-coordinator").Spec.Ingress[1].From = nil
+		}, "admit another pod of namespace mdag to mdag-coordinator port metrics (9090), which only monitoring may reach"},
+		{"metrics from every namespace", func(t *testing.T, c *cluster) {
+			policy(t, c, "mdag-coordinator").Spec.Ingress[1].From[0].NamespaceSelector = &metav1.LabelSelector{}
+		}, "admit a pod labelled as a worker in namespace default to mdag-coordinator port metrics"},
+		{"monitoring namespace misnamed", func(t *testing.T, c *cluster) {
+			policy(t, c, "mdag-coordinator").Spec.Ingress[1].From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] = "prometheus"
+		}, "ServiceMonitor mdag-coordinator endpoint metrics: the NetworkPolicies refuse Prometheus in namespace monitoring"},
+		{"gRPC closed to the workers", func(t *testing.T, c *cluster) {
+			rule := &policy(t, c, "mdag-coordinator").Spec.Ingress[0]
+			rule.From = rule.From[1:]
+		}, "refuse worker pod of mdag-worker-cpu to mdag-coordinator port grpc (7070)"},
+		{"gRPC closed to the sources", func(t *testing.T, c *cluster) {
+			rule := &policy(t, c, "mdag-coordinator").Spec.Ingress[0]
+			rule.From = rule.From[:1]
+		}, "refuse mdag source pod to mdag-coordinator port grpc (7070)"},
+		{"gRPC from worker-labelled pods of every namespace", func(t *testing.T, c *cluster) {
+			policy(t, c, "mdag-coordinator").Spec.Ingress[0].From[0].NamespaceSelector = &metav1.LabelSelector{}
+		}, "admit a pod labelled as a worker in namespace default to mdag-coordinator port grpc"},
+		{"gRPC from outside", func(t *testing.T, c *cluster) {
+			rule := &policy(t, c, "mdag-coordinator").Spec.Ingress[0]
+			rule.From = append(rule.From, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}})
+		}, "admit a client outside the cluster to mdag-coordinator port grpc"},
+		{"peer port open to the namespace", func(t *testing.T, c *cluster) {
+			policy(t, c, "mdag-worker").Spec.Ingress[0].From[0].PodSelector = &metav1.LabelSelector{}
+		}, "admit pod of mdag-coordinator to mdag-worker-cpu port peer (7071), which only workers may reach"},
+		{"peer port closed to provisioned workers", func(t *testing.T, c *cluster) {
+			policy(t, c, "mdag-worker").Spec.Ingress[0].From[0].PodSelector.MatchLabels[labelPool] = "static"
+		}, "refuse provisioned worker pod of mdag-worker-p100 to mdag-worker-p100 port peer"},
+		{"HTTP closed: the probes fail", func(t *testing.T, c *cluster) {
+			np := policy(t, c, "mdag-coordinator")
+			np.Spec.Ingress = np.Spec.Ingress[:2]
+		}, "container coordinator: a probe on port http (8080) that the NetworkPolicies do not open"},
+		{"policy on a port the pods lack", func(t *testing.T, c *cluster) {
+			policy(t, c, "mdag-worker").Spec.Ingress[0].Ports[0].Port = ptr(intstr.FromString("peers"))
+		}, "NetworkPolicy mdag-worker: port peers is not a container port of the pods it selects"},
+		{"policy on a port number the pods lack", func(t *testing.T, c *cluster) {
+			policy(t, c, "mdag-coordinator").Spec.Ingress[0].Ports[0].Port = ptr(intstr.FromInt32(7000))
+		}, "NetworkPolicy mdag-coordinator: port 7000 is not a container port"},
+		{"policy selecting no pod", func(t *testing.T, c *cluster) {
+			policy(t, c, "mdag-worker").Spec.PodSelector.MatchLabels[labelName] = "mdag-workers"
+		}, "NetworkPolicy mdag-worker: podSelector app.kubernetes.io/name=mdag-workers selects no pod template"},
+		{"policy peer selecting nothing", func(t *testing.T, c *cluster) {
+			policy(t, c, "mdag-coordinator").Spec.Ingress[0].From[1].PodSelector.MatchLabels[labelName] = "mdag-sources"
+		}, "from podSelector app.kubernetes.io/name=mdag-sources matches no pod template and no mdag source"},
+		{"a port nobody decided on", func(t *testing.T, c *cluster) {
+			ct := container(t, c.deployment(t, "mdag-worker-p100"), "torch-runner")
+			ct.Ports = append(ct.Ports, corev1.ContainerPort{Name: "infer", ContainerPort: 8001})
+		}, "container torch-runner port infer (8001): the policy check does not know who may reach it"},
+		// images
+		{"image by latest", func(t *testing.T, c *cluster) {
+			container(t, c.deployment(t, "mdag-worker-p100"), "torch-runner").Image = "registry.example.com/mdag-torch-runner:latest"
+		}, "container torch-runner: image registry.example.com/mdag-torch-runner:latest: tagged latest"},
+		{"untagged image", func(t *testing.T, c *cluster) {
+			container(t, c.deployment(t, "mdag-coordinator"), "coordinator").Image = "registry.example.com/mdag"
+		}, "container coordinator: image registry.example.com/mdag: no tag or digest"},
 	}
+	runMistakes(t, base, cases)
+}
+
+type mistake struct {
+	name string
+	edit func(t *testing.T, c *cluster)
+	want string
+}
+
+// runMistakes makes each mistake on a copy of base and wants the checks to
+// report it; base itself must stay clean.
+func runMistakes(t *testing.T, base *cluster, cases []mistake) {
+	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := base.clone()
@@ -257,6 +391,51 @@ func TestChecksCatchMistakes(t *testing.T) {
 	if len(base.check()) != 0 {
 		t.Errorf("the edits reached the original manifests: %v", base.check())
 	}
+}
+
+// TestProvisionedChecksCatchMistakes: the same for provisioned mode (the
+// provisioned overlay applied to the base).
+func TestProvisionedChecksCatchMistakes(t *testing.T) {
+	base := loadProvisioned(t)
+	if t.Failed() {
+		return
+	}
+	runMistakes(t, base, []mistake{
+		{"Role without watch", func(t *testing.T, c *cluster) {
+			each(c, func(_ manifest, r *rbacv1.Role) { r.Rules[0].Verbs = []string{"get", "list", "create", "delete"} })
+		}, "no rule grants watch on pods"},
+		{"RoleBinding to a missing ServiceAccount", func(t *testing.T, c *cluster) {
+			each(c, func(_ manifest, rb *rbacv1.RoleBinding) { rb.Subjects[0].Name = "default" })
+		}, "subject ServiceAccount mdag/default: no such ServiceAccount"},
+		{"provisioner without its Role", func(t *testing.T, c *cluster) {
+			c.objs = slices.DeleteFunc(c.objs, func(m manifest) bool { _, ok := m.obj.(*rbacv1.Role); return ok })
+		}, "--provisioner kubernetes but no Role mdag-coordinator"},
+		{"provisioner without its RoleBinding", func(t *testing.T, c *cluster) {
+			c.objs = slices.DeleteFunc(c.objs, func(m manifest) bool { _, ok := m.obj.(*rbacv1.RoleBinding); return ok })
+		}, "--provisioner kubernetes but no RoleBinding of Role mdag-coordinator to ServiceAccount mdag/mdag-coordinator"},
+		{"provisioner without a token", func(t *testing.T, c *cluster) {
+			c.deployment(t, "mdag-coordinator").Spec.Template.Spec.AutomountServiceAccountToken = nil
+		}, "--provisioner kubernetes without a service account token in the pod"},
+		{"workers given the token too", func(t *testing.T, c *cluster) {
+			c.deployment(t, "mdag-worker-p100").Spec.Template.Spec.AutomountServiceAccountToken = ptr(true)
+		}, "Deployment mdag-worker-p100 mounts a service account token"},
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func policy(t *testing.T, c *cluster, name string) *networkingv1.NetworkPolicy {
+	t.Helper()
+	var found *networkingv1.NetworkPolicy
+	each(c, func(_ manifest, np *networkingv1.NetworkPolicy) {
+		if np.Name == name {
+			found = np
+		}
+	})
+	if found == nil {
+		t.Fatalf("no NetworkPolicy %s", name)
+	}
+	return found
 }
 
 // TestDocSecrets: the Secrets docs/deploy.md's commands make, with their
