@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -61,6 +62,9 @@ func Open(dir string) (b *Bolt, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state directory %s: %w", dir, err)
 	}
+	if err := checkPrivate(dir, path); err != nil {
+		return nil, err
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
@@ -69,6 +73,49 @@ func Open(dir string) (b *Bolt, err error) {
 		return nil, fmt.Errorf("state %s: %w; %s", path, err, moveAside(path))
 	}
 	return &Bolt{db: db, path: path}, nil
+}
+
+// checkPrivate refuses state another user could have placed or can
+// change, every time it is opened (not only when it was created): the
+// directory (symlinks to it followed: an operator's choice) must be
+// owned by this user or root and not writable by others; the file, when
+// there, must be a regular file, not a symlink, owned by this user, with
+// no permission for others. Group bits are allowed: Kubernetes' fsGroup
+// gives the volume's group read and write.
+func checkPrivate(dir, path string) error {
+	uid := os.Geteuid()
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("state directory %s: not a directory", dir)
+	case ok && int(st.Uid) != uid && st.Uid != 0:
+		return fmt.Errorf("state directory %s: owned by uid %d, not this user (uid %d) or root: another user could replace the state", dir, st.Uid, uid)
+	case fi.Mode().Perm()&0o002 != 0:
+		return fmt.Errorf("state directory %s: writable by every user (mode %v): another user could replace the state; chmod o-w %s", dir, fi.Mode().Perm(), dir)
+	}
+	fi, err = os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("state %s: %w", path, err)
+	}
+	st, ok = fi.Sys().(*syscall.Stat_t)
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		return fmt.Errorf("state %s: a symbolic link: the state must be a file of its own in the directory", path)
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("state %s: not a regular file (%v)", path, fi.Mode().Type())
+	case ok && int(st.Uid) != uid:
+		return fmt.Errorf("state %s: owned by uid %d, not this user (uid %d)", path, st.Uid, uid)
+	case fi.Mode().Perm()&0o007 != 0:
+		return fmt.Errorf("state %s: readable or writable by every user (mode %v): it holds the workers' IDs and the sessions; chmod o-rwx %s", path, fi.Mode().Perm(), path)
+	}
+	return nil
 }
 
 // Path is the database file.

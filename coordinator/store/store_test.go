@@ -274,3 +274,82 @@ func TestTruncated(t *testing.T) {
 		}
 	}
 }
+
+// TestStateMustBePrivate (issue 36, Low: the directory's permissions were
+// checked only when it was created, and symlinks followed): every open
+// refuses state another user could have placed or can change, saying
+// what and how to fix it; a group-writable volume (Kubernetes' fsGroup)
+// is fine.
+func TestStateMustBePrivate(t *testing.T) {
+	fresh := func(t *testing.T) string {
+		dir := filepath.Join(t.TempDir(), "state")
+		b, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+		return dir
+	}
+	cases := []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		want  string // "" opens
+	}{
+		{"private", func(*testing.T, string) {}, ""},
+		{"group-writable directory and file (fsGroup)", func(t *testing.T, dir string) {
+			must(t, os.Chmod(dir, 0o2770))
+			must(t, os.Chmod(filepath.Join(dir, FileName), 0o660))
+		}, ""},
+		{"world-writable directory", func(t *testing.T, dir string) { must(t, os.Chmod(dir, 0o777)) }, "writable by every user"},
+		{"world-readable file", func(t *testing.T, dir string) { must(t, os.Chmod(filepath.Join(dir, FileName), 0o644)) }, "readable or writable by every user"},
+		{"symlinked file", func(t *testing.T, dir string) {
+			other := filepath.Join(t.TempDir(), "elsewhere.db")
+			must(t, os.Rename(filepath.Join(dir, FileName), other))
+			must(t, os.Symlink(other, filepath.Join(dir, FileName)))
+		}, "a symbolic link"},
+		{"a directory in the file's place", func(t *testing.T, dir string) {
+			must(t, os.Remove(filepath.Join(dir, FileName)))
+			must(t, os.Mkdir(filepath.Join(dir, FileName), 0o700))
+		}, "not a regular file"},
+		{"file of another user", func(t *testing.T, dir string) {
+			if os.Geteuid() != 0 {
+				t.Skip("needs root to chown")
+			}
+			must(t, os.Chown(filepath.Join(dir, FileName), 65534, 65534))
+		}, "owned by uid 65534"},
+		{"directory of another user", func(t *testing.T, dir string) {
+			if os.Geteuid() != 0 {
+				t.Skip("needs root to chown")
+			}
+			must(t, os.Chown(dir, 65534, 65534))
+		}, "owned by uid 65534"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := fresh(t)
+			c.setup(t, dir)
+			b, err := Open(dir)
+			if c.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.Close()
+				return
+			}
+			if err == nil {
+				b.Close()
+				t.Fatalf("opened, want an error with %q", c.want)
+			}
+			if !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), dir) {
+				t.Fatalf("error %q, want %q and the path", err, c.want)
+			}
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
