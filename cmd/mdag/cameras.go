@@ -124,6 +124,12 @@ func (cf *cameraFlags) startOn(cmd, app string, server any, log *slog.Logger) (*
 	for _, c := range cams {
 		log.Info("camera", "name", c.Name, "source", c.Source(), "app", c.App, "transport", orAuto(c.Transport))
 	}
+	for _, v := range *cf.urls {
+		if rtsp.PasswordInline(v) {
+			log.Warn("a --camera password is on the command line, where every user of this machine can read it (ps): give it as ${VAR} "+
+				"from the environment ('rtsp://user:${CAM_PASSWORD}@host/path', quoted) or in a --cameras file", "camera", rtsp.Redact(v))
+		}
+	}
 	return &cameraRun{m: m}, nil
 }
 

@@ -3,6 +3,7 @@ package rtsp
 import (
 	"fmt"
 	"net/url"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -236,6 +237,11 @@ func scrub(s string, secret []string) string {
 // camera is named after its host, port (when not 554) and path, e.g.
 // rtsp://10.0.0.5/stream1 -> "10-0-0-5-stream1". app and fps are the
 // camera's app and rate (--app, --fps).
+//
+// ${VAR} in the URL is replaced by the environment's VAR, as in a cameras
+// file: 'rtsp://admin:${DOOR_PASSWORD}@host/path' keeps the password off
+// the command line, where every local user can read it (ps,
+// /proc/PID/cmdline); PasswordInline says when a flag holds one anyway.
 func ParseFlag(v, app string, fps float64) (Camera, error) {
 	name, raw := "", v
 	if i := strings.Index(v, "="); i > 0 && !strings.Contains(v[:i], "://") {
@@ -243,6 +249,10 @@ func ParseFlag(v, app string, fps float64) (Camera, error) {
 		if err := CheckName(name); err != nil {
 			return Camera{}, fmt.Errorf("--camera %s: name %v", Redact(v), err)
 		}
+	}
+	raw, err := expand(raw, os.LookupEnv)
+	if err != nil {
+		return Camera{}, fmt.Errorf("--camera: %v", err)
 	}
 	u, err := ParseURL(raw)
 	if err != nil {
@@ -252,6 +262,25 @@ func ParseFlag(v, app string, fps float64) (Camera, error) {
 		name = NameFor(u)
 	}
 	return Camera{Name: name, URL: raw, App: app, FPS: fps}, nil
+}
+
+// PasswordInline reports whether a --camera value carries a password
+// written out rather than as ${VAR}.
+func PasswordInline(v string) bool {
+	i := strings.Index(v, "://")
+	if i < 0 {
+		return false
+	}
+	rest := v[i+3:]
+	at := strings.LastIndexByte(rest, '@')
+	if at < 0 {
+		return false
+	}
+	if slash := strings.IndexByte(rest, '/'); slash >= 0 && slash < at {
+		return false
+	}
+	_, pass, ok := strings.Cut(rest[:at], ":")
+	return ok && pass != "" && !strings.Contains(pass, "${")
 }
 
 // NameFor derives a camera name from its URL's host, port (when not the

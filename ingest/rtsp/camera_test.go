@@ -80,6 +80,26 @@ func TestParseURLErrorsHideThePassword(t *testing.T) {
 // names the scheme, what is wrong and that such a password must be
 // percent-encoded; the percent-encoded form is accepted, with the host
 // and password gortsplib needs.
+// TestPasswordInline: a --camera with its password written out (visible in
+// ps) is told apart from one that takes it from ${VAR} or has none.
+func TestPasswordInline(t *testing.T) {
+	for v, want := range map[string]bool{
+		"rtsp://admin:secret@cam/x":              true,
+		"door=rtsps://admin:secret@cam:322/x":    true,
+		"rtsp://admin:${PW}@cam/x":               false,
+		"rtsp://admin@cam/x":                     false,
+		"rtsp://admin:@cam/x":                    false,
+		"rtsp://cam/x?u=a@b":                     false,
+		"rtsp://cam/x":                           false,
+		"not a url":                              false,
+		"door=rtsp://u:p%40ss@10.0.0.5:554/live": true,
+	} {
+		if got := PasswordInline(v); got != want {
+			t.Errorf("PasswordInline(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
 func TestParseURLHidden(t *testing.T) {
 	const hint = "a password holding '/', '?', '#' or '@' must be percent-encoded in a URL (RFC 3986: %2F, %3F, %23, %40)"
 	cases := []struct{ raw, want string }{
@@ -175,7 +195,10 @@ func TestParseFlag(t *testing.T) {
 		{v: "rtsp://admin:pa?ss123@cam/x", wantErr: "must be percent-encoded"},
 		{v: "Door=rtsp://admin:pa#ss123@cam/x", wantErr: "--camera Door=rtsp://cam/x: name"},
 		{v: "door=rtsp://admin:pa%2Fss123@cam/x", name: "door", url: "rtsp://admin:pa%2Fss123@cam/x"},
+		{v: "door=rtsp://admin:${MDAG_TEST_CAM_PASSWORD}@cam/x", name: "door", url: "rtsp://admin:s3cret-ss123@cam/x"},
+		{v: "door=rtsp://admin:${MDAG_TEST_CAM_UNSET}@cam/x", wantErr: "${MDAG_TEST_CAM_UNSET} is not set"},
 	}
+	t.Setenv("MDAG_TEST_CAM_PASSWORD", "s3cret-ss123")
 	for _, c := range cases {
 		t.Run(c.v, func(t *testing.T) {
 			cam, err := ParseFlag(c.v, "traffic", 5)
