@@ -10,12 +10,14 @@ and --bench.
 """
 
 import argparse
+import errno
 import ipaddress
 import gc
 import json
 import mmap
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -42,6 +44,18 @@ P_REGION = "shared_memory_region"
 P_SIZE = "shared_memory_byte_size"
 P_OFFSET = "shared_memory_offset"
 SHM_DIR = "/dev/shm"
+MAX_REGION_NAME = 256  # bytes: the longest region name kept (as mdag's Go server)
+MAX_KEY = 256          # bytes: "/" + NAME_MAX
+MAX_ECHO = 64          # characters of a caller's string an error message repeats
+
+
+def _clip(s):
+    """A caller's string for an error message: repr'd, cut to MAX_ECHO characters."""
+    if isinstance(s, bytes):
+        s = s.decode("utf-8", "replace")
+    if len(s) <= MAX_ECHO:
+        return repr(s)
+    return "%r... (%d characters)" % (s[:MAX_ECHO], len(s))
 
 
 class Abort(Exception):
@@ -71,30 +85,84 @@ def _typed_param(params, key, kind, where):
         return v
     if kind is str and isinstance(v, str):
         return v
-    raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: parameter %s is %s %r, want %s"
-                % (where, key, type(v).__name__, v, "an integer" if kind is int else "a string"))
+    raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: parameter %s is %s %s, want %s"
+                % (where, key, type(v).__name__, _clip(v) if isinstance(v, (str, bytes)) else repr(v),
+                   "an integer" if kind is int else "a string"))
+
+
+def check_key(name, key):
+    """INVALID_ARGUMENT unless key is /NAME: one path element, as shm_open takes."""
+    if len(key) > MAX_KEY:
+        raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                    "shared memory region %s: a key of %d bytes: at most %d" % (_clip(name), len(key), MAX_KEY))
+    if not key.startswith("/") or len(key) < 2 or "/" in key[1:] or "\0" in key or key[1:] in (".", ".."):
+        raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                    "shared memory region %s: key %r: want /NAME (one path element, as shm_open takes)" % (_clip(name), key))
+
+
+def _file_type(mode):
+    for test, what in [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISLNK, "a symbolic link"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")]:
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def open_shm(name, key):
+    """Opens /dev/shm/<key> read-write and returns (fd, size), refusing what the
+    runner's own user could not have made with shm_open: a symbolic link
+    (/dev/shm is world-writable: a link there may lead to any file the runner
+    may write), anything but a regular file (a FIFO, a directory, a device),
+    an object of another uid than the runner's effective uid (another user's
+    region, or a file they planted) and a hard link (st_nlink != 1): each
+    PERMISSION_DENIED; a missing key NOT_FOUND."""
+    check_key(name, key)
+    path = os.path.join(SHM_DIR, key[1:])
+    where = "shared memory region %s: key %s" % (_clip(name), key)
+    try:
+        # O_NONBLOCK: a FIFO or a device must not wait for a peer (its type is
+        # refused below, on the open descriptor)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise Abort(grpc.StatusCode.PERMISSION_DENIED, "%s: refused: %s is a symbolic link, not a shared memory object" % (where, path))
+        if e.errno == errno.EISDIR:
+            raise Abort(grpc.StatusCode.PERMISSION_DENIED, "%s: refused: %s is a directory, not a shared memory object" % (where, path))
+        if e.errno == errno.ENOENT:
+            raise Abort(grpc.StatusCode.NOT_FOUND, "%s: %s" % (where, e.strerror))
+        if e.errno in (errno.EACCES, errno.EPERM):
+            raise Abort(grpc.StatusCode.PERMISSION_DENIED, "%s: %s" % (where, e.strerror))
+        raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: %s" % (where, e.strerror))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Abort(grpc.StatusCode.PERMISSION_DENIED, "%s: refused: it is %s, not a shared memory object (a regular file in %s)"
+                        % (where, _file_type(st.st_mode), SHM_DIR))
+        if st.st_uid != os.geteuid():
+            raise Abort(grpc.StatusCode.PERMISSION_DENIED, "%s: refused: it is owned by uid %d, and the runner maps only its own uid's (%d) objects"
+                        % (where, st.st_uid, os.geteuid()))
+        if st.st_nlink != 1:
+            raise Abort(grpc.StatusCode.PERMISSION_DENIED, "%s: refused: it has %d links, want 1 (a hard link to another object?)"
+                        % (where, st.st_nlink))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st.st_size
 
 
 class Region:
-    """A registered system shared memory region: /dev/shm/<key> mapped from offset."""
+    """A registered system shared memory region: /dev/shm/<key> mapped from offset
+    (open_shm says which objects may be mapped)."""
 
     def __init__(self, name, key, offset, size, pin=False):
-        if not key.startswith("/") or len(key) < 2 or "/" in key[1:] or key[1:] in (".", ".."):
-            raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
-                        "shared memory region %r: key %r: want /NAME (one path element, as shm_open takes)" % (name, key))
         if size <= 0:
-            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "shared memory region %r: byte_size %d" % (name, size))
-        path = os.path.join(SHM_DIR, key[1:])
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "shared memory region %s: byte_size %d" % (_clip(name), size))
+        fd, total = open_shm(name, key)
         try:
-            fd = os.open(path, os.O_RDWR)
-        except OSError as e:
-            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "shared memory region %r: key %s: %s" % (name, key, e.strerror))
-        try:
-            total = os.fstat(fd).st_size
-            if offset + size > total:
+            if offset < 0 or offset + size > total:
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
-                            "shared memory region %r: offset %d + byte_size %d is outside %s's %d bytes"
-                            % (name, offset, size, key, total))
+                            "shared memory region %s: offset %d + byte_size %d is outside %s's %d bytes"
+                            % (_clip(name), offset, size, key, total))
             start = offset - offset % mmap.ALLOCATIONGRANULARITY
             self.map = mmap.mmap(fd, offset + size - start, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
                                  offset=start)
@@ -121,11 +189,17 @@ class Region:
                 self.registered = False
 
     def view(self, what, offset, nbytes):
+        """Bytes [offset, offset+nbytes) of the region: every read and write of a
+        request goes through one, so none leaves the region."""
         if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT,
                         "%s: shared memory region %r: offset %d + byte_size %d is outside its %d bytes"
                         % (what, self.name, offset, nbytes, self.size))
-        return self.tensor[offset:offset + nbytes]
+        v = self.tensor[offset:offset + nbytes]
+        if v.numel() != nbytes:  # the mapping is shorter than the region: never write past it
+            raise Abort(grpc.StatusCode.INTERNAL, "%s: shared memory region %r: a view of %d bytes at %d has %d"
+                        % (what, self.name, nbytes, offset, v.numel()))
+        return v
 
     def close(self):
         if self.registered:
@@ -152,6 +226,8 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
         self.lock = threading.Lock()       # models, failed, regions
         self.load_lock = threading.Lock()  # one load/unload at a time (memory deltas)
         self.regions = {}
+        self.reserved = set()  # region names being mapped (their bytes are in shm_bytes)
+        self.shm_bytes = 0     # byte_size of regions and reserved, summed (Runner.lock)
         self.stats = {}  # model -> batch -> [requests, seconds per part] (--stats; Runner.lock)
         # Loads and unloads run on this one thread. cuBLAS keeps a handle per
         # thread and a workspace per handle and stream (32 MiB on Hopper) for
@@ -195,7 +271,7 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
             with self.lock:
                 self.models[name] = e
                 self.failed.pop(name, None)
-                self.catalog[name] = spec
+                self.catalog[name] = spec  # the catalog's own spec unless --allow-load-spec
             return e
 
     def unload(self, name):
@@ -217,13 +293,13 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
 
     def model(self, name, version=""):
         if version not in ("", "1"):
-            raise Abort(grpc.StatusCode.NOT_FOUND, "model %r version %r: this runner serves version 1 only" % (name, version))
+            raise Abort(grpc.StatusCode.NOT_FOUND, "model %s version %s: this runner serves version 1 only" % (_clip(name), _clip(version)))
         with self.lock:
             e = self.models.get(name)
             loaded = sorted(self.models)
         if e is None:
             raise Abort(grpc.StatusCode.NOT_FOUND,
-                        "model %r is not loaded on this runner (loaded: %s)" % (name, ", ".join(loaded) or "none"))
+                        "model %s is not loaded on this runner (loaded: %s)" % (_clip(name), ", ".join(loaded) or "none"))
         return e
 
     # ---- health and metadata
@@ -280,9 +356,9 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
                         "model %r takes 1 input (%r), request has %d" % (e.name, INPUT_NAME, len(req.inputs)))
         t = req.inputs[0]
         if t.name != INPUT_NAME:
-            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "model %r has input %r, request names %r" % (e.name, INPUT_NAME, t.name))
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "model %r has input %r, request names %s" % (e.name, INPUT_NAME, _clip(t.name)))
         if t.datatype != e.wire_dtype:
-            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: datatype %s, want %s" % (where, t.datatype, e.wire_dtype))
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: datatype %s, want %s" % (where, t.datatype[:MAX_ECHO], e.wire_dtype))
         shape = list(t.shape)
         want = list(e.shape(-1))
         if len(shape) != len(want) or shape[1:] != want[1:]:
@@ -317,7 +393,7 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
         out_bytes = n * e.classes * 4
         for o in req.outputs:
             if o.name != OUTPUT_NAME:
-                raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "model %r has output %r, request asks for %r" % (e.name, OUTPUT_NAME, o.name))
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "model %r has output %r, request asks for %s" % (e.name, OUTPUT_NAME, _clip(o.name)))
             oregion = _typed_param(o.parameters, P_REGION, str, "model %r output %r" % (e.name, o.name))
             if oregion is not None:
                 owhere = "model %r output %r" % (e.name, OUTPUT_NAME)
@@ -406,16 +482,49 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
         return self._rpc(context, self._load, request)
 
     def _load(self, request):
-        if not request.model_name:
+        """RepositoryModelLoad: the operator's catalog (--model, --catalog) says
+        what may be loaded and with which spec; a caller names a model of it.
+        A parameters["config"] that differs from the catalog's spec (or names
+        a model outside it) is refused, PERMISSION_DENIED: a spec is code to run
+        (torchscript:PATH) and would replace the model workers use. Only
+        --allow-load-spec lets a caller's spec through."""
+        name = request.model_name
+        if not name:
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "RepositoryModelLoad: model_name is empty")
         spec = _param(request.parameters, "config")
         if isinstance(spec, bytes):
             spec = spec.decode("utf-8", "replace")
-        self.load(request.model_name, spec)
+        if spec is not None and not isinstance(spec, str):
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "RepositoryModelLoad %s: parameters[\"config\"] is %s, want a string"
+                        % (_clip(name), type(spec).__name__))
+        with self.lock:
+            known = self.catalog.get(name)
+        if spec is not None and spec != known and not self.args.allow_load_spec:
+            raise Abort(grpc.StatusCode.PERMISSION_DENIED,
+                        "RepositoryModelLoad %s: parameters[\"config\"] %s %s: this runner loads only the models of its "
+                        "operator's catalog (--model, --catalog) with the catalog's specs; the runner was not started with "
+                        "--allow-load-spec" % (_clip(name), _clip(spec),
+                                               "is not the catalog's spec" if known else "names a model outside the catalog"))
+        if known is None and spec is None:
+            raise Abort(grpc.StatusCode.NOT_FOUND, "RepositoryModelLoad: model %s is not in this runner's catalog (%s)"
+                        % (_clip(name), ", ".join(sorted(self.catalog)) or "empty"))
+        self.load(name, spec)
         return pb.RepositoryModelLoadResponse()
 
     def RepositoryModelUnload(self, request, context):
-        return self._rpc(context, lambda r: (self.unload(r.model_name), pb.RepositoryModelUnloadResponse())[1], request)
+        return self._rpc(context, self._unload, request)
+
+    def _unload(self, request):
+        """RepositoryModelUnload: any caller that reaches the port may unload a model
+        of the catalog (and load it again by name); a name outside it is NOT_FOUND."""
+        name = request.model_name
+        with self.lock:
+            known = name in self.catalog or name in self.models
+        if not known:
+            raise Abort(grpc.StatusCode.NOT_FOUND, "RepositoryModelUnload: model %s is not in this runner's catalog (%s)"
+                        % (_clip(name), ", ".join(sorted(self.catalog)) or "empty"))
+        self.unload(name)
+        return pb.RepositoryModelUnloadResponse()
 
     # ---- system shared memory extension
 
@@ -427,7 +536,7 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
                 r.users += 1
                 held.append(r)
         if r is None:
-            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: shared memory region %r is not registered" % (where, name))
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "%s: shared memory region %s is not registered" % (where, _clip(name)))
         return r
 
     def release_region(self, r):
@@ -441,17 +550,40 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
         return self._rpc(context, self._register, request)
 
     def _register(self, req):
-        if not req.name:
+        """SystemSharedMemoryRegister: the name, key and the bounds (--shm-max-regions,
+        --shm-max-bytes) are checked before anything is opened; the name and its
+        bytes are reserved while the object is opened (open_shm) and mapped."""
+        name = req.name
+        if not name:
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "SystemSharedMemoryRegister: name is empty")
+        if len(name.encode("utf-8")) > MAX_REGION_NAME:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "SystemSharedMemoryRegister: a region name of %d bytes: at most %d"
+                        % (len(name.encode("utf-8")), MAX_REGION_NAME))
+        check_key(name, req.key)
+        if req.byte_size <= 0:
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "shared memory region %r: byte_size %d" % (name, req.byte_size))
+        a = self.args
         with self.lock:
-            if req.name in self.regions:
-                raise Abort(grpc.StatusCode.ALREADY_EXISTS, "shared memory region %r is already registered" % req.name)
-        r = Region(req.name, req.key, req.offset, req.byte_size, pin=self.args.device.startswith("cuda"))
+            if name in self.regions or name in self.reserved:
+                raise Abort(grpc.StatusCode.ALREADY_EXISTS, "shared memory region %r is already registered" % name)
+            n = len(self.regions) + len(self.reserved)
+            if n >= a.shm_max_regions or self.shm_bytes + req.byte_size > a.shm_max_bytes:
+                raise Abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            "shared memory region %r of %d bytes: %d regions of %d bytes are registered, and the runner "
+                            "holds at most %d regions of %d bytes in all (--shm-max-regions, --shm-max-bytes); "
+                            "unregister some first" % (name, req.byte_size, n, self.shm_bytes, a.shm_max_regions, a.shm_max_bytes))
+            self.reserved.add(name)
+            self.shm_bytes += req.byte_size
+        try:
+            r = Region(name, req.key, req.offset, req.byte_size, pin=a.device.startswith("cuda"))
+        except BaseException:
+            with self.lock:
+                self.reserved.discard(name)
+                self.shm_bytes -= req.byte_size
+            raise
         with self.lock:
-            if req.name in self.regions:
-                r.close()
-                raise Abort(grpc.StatusCode.ALREADY_EXISTS, "shared memory region %r is already registered" % req.name)
-            self.regions[req.name] = r
+            self.reserved.discard(name)
+            self.regions[name] = r
         self.log("shared memory region %s: %s from %d, %d bytes%s" % (req.name, req.key, req.offset, req.byte_size,
                  ", page-locked for CUDA" if r.registered else ""))
         return pb.SystemSharedMemoryRegisterResponse()
@@ -463,7 +595,7 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
         resp = pb.SystemSharedMemoryStatusResponse()
         with self.lock:
             if req.name and req.name not in self.regions:
-                raise Abort(grpc.StatusCode.NOT_FOUND, "shared memory region %r is not registered" % req.name)
+                raise Abort(grpc.StatusCode.NOT_FOUND, "shared memory region %s is not registered" % _clip(req.name))
             for name, r in self.regions.items():
                 if req.name and name != req.name:
                     continue
@@ -475,13 +607,16 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
         return self._rpc(context, self._unregister, request)
 
     def _unregister(self, req):
-        # as Triton: an empty name unregisters all; an unknown name is no error
+        # as Triton: an empty name unregisters all (every client's: the protocol
+        # has no owners; a client that finds its region gone registers it again,
+        # as mdag's kserve executor does); an unknown name is no error
         with self.lock:
             if req.name:
                 gone = [self.regions.pop(req.name)] if req.name in self.regions else []
             else:
                 gone = list(self.regions.values())
                 self.regions.clear()
+            self.shm_bytes -= sum(r.size for r in gone)
         self._close_regions(gone)
         return pb.SystemSharedMemoryUnregisterResponse()
 
@@ -512,6 +647,7 @@ class Runner(pb_grpc.GRPCInferenceServiceServicer):
             names = list(self.models)
             regs = list(self.regions.values())
             self.regions.clear()
+            self.shm_bytes -= sum(r.size for r in regs)
         for name in names:
             try:
                 self.unload(name)
@@ -538,7 +674,16 @@ def parse_args(argv):
     p.add_argument("--model", action="append", default=[], metavar="NAME=SPEC[@SIZE]",
                    help="load at start: SPEC is torchvision:NAME, timm:NAME or torchscript:PATH; @SIZE: this "
                         "model's input height = width, where it differs from --size (repeatable)")
-    p.add_argument("--catalog", default="", help="file of NAME=SPEC lines: models RepositoryModelLoad may load by name")
+    p.add_argument("--catalog", default="", help="file of NAME=SPEC lines: models RepositoryModelLoad may load by name "
+                                                 "(with --model, the only models it loads)")
+    p.add_argument("--allow-load-spec", action="store_true",
+                   help="DANGEROUS: let RepositoryModelLoad callers name any spec in parameters[\"config\"] (a "
+                        "torchscript:PATH runs that file's code in the runner) and replace a loaded model; off, a "
+                        "config that is not the catalog's spec is refused (PERMISSION_DENIED)")
+    p.add_argument("--shm-max-regions", type=int, default=1024,
+                   help="shared memory regions registered at once, every client's together (default 1024)")
+    p.add_argument("--shm-max-bytes", type=int, default=4 << 30,
+                   help="byte_size of the registered regions, summed (default 4 GiB)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda, cuda:N or cpu")
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--batches", default="1,2,4,8,16,32", help="batch sizes to capture CUDA graphs for")
@@ -586,6 +731,8 @@ def parse_args(argv):
             p.error("--catalog: %s" % e)
     if a.threads < 0:
         p.error("--threads %d: want 0 (every CPU) or more" % a.threads)
+    if a.shm_max_regions < 1 or a.shm_max_bytes < 1:
+        p.error("--shm-max-regions %d, --shm-max-bytes %d: want at least 1" % (a.shm_max_regions, a.shm_max_bytes))
     if not a.bench and not a.open and not is_loopback(a.listen):
         p.error("--listen %s is not a loopback address: the Open Inference Protocol port has no authentication, "
                 "so anyone who can reach it could run and load models; keep it on 127.0.0.1, or give --open on a "
@@ -599,6 +746,9 @@ def serve(args, log=None):
     """Builds the runner, loads --model entries, starts the server.
     Returns (grpc server, runner, bound port)."""
     runner = Runner(args, log)
+    if args.allow_load_spec:
+        runner.log("runner: --allow-load-spec: RepositoryModelLoad runs any spec a caller names (torchscript:PATH is code); "
+                   "every client that reaches %s is trusted with the runner's user" % args.listen)
     for name, spec in args.models:
         try:
             runner.load(name, spec)

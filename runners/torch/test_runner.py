@@ -52,7 +52,7 @@ class RunnerTest(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory()
         cat = os.path.join(cls.tmp.name, "catalog")
         with open(cat, "w") as f:
-            f.write("# name=spec\ncat = torchvision:mobilenet_v3_small\n")
+            f.write("# name=spec\ncat = torchvision:mobilenet_v3_small\nbroken=torchvision:no_such_net  # fails at load\n")
         cls.logs = []
         args = runner.parse_args(["--listen", "127.0.0.1:0", "--device", "cpu", "--model", "tiny=torchvision:resnet18",
                                   "--size", str(SIZE), "--max-batch", str(MAXB), "--batches", "1,2,4", "--slots", "2",
@@ -197,6 +197,21 @@ class RunnerTest(unittest.TestCase):
         # the server is still serving
         self.assertEqual(out_array(self.stub.ModelInfer(infer_request("tiny", ok, [2, SIZE, SIZE, 3]))).shape, (2, 1000))
 
+    def test_caller_strings_not_echoed_whole(self):
+        """A caller's names are cut in error messages: a 100 kB name gets its error
+        (not gRPC's metadata limit) and a message of bounded size."""
+        huge = "m" * 100000
+        ok = self.pixels(1).tobytes()
+        named = infer_request("tiny", ok, [1, SIZE, SIZE, 3], name=huge)
+        out = infer_request("tiny", ok, [1, SIZE, SIZE, 3])
+        out.outputs.add(name=huge)
+        for what, req, code in [("model", infer_request(huge, ok, [1, SIZE, SIZE, 3]), grpc.StatusCode.NOT_FOUND),
+                                ("input", named, grpc.StatusCode.INVALID_ARGUMENT),
+                                ("output", out, grpc.StatusCode.INVALID_ARGUMENT)]:
+            with self.subTest(what):
+                msg = self.expect(code, self.stub.ModelInfer, req, contains="(100000 characters)")
+                self.assertLess(len(msg), 1000)
+
     def test_fuzz_requests_never_crash(self):
         """Random requests (a valid one with 0 to 3 random mutations: shapes,
         datatypes, byte counts, names, counts, parameters of any type) get OK
@@ -284,7 +299,7 @@ class RunnerTest(unittest.TestCase):
 
         for name, req, code, msg in [
             ("duplicate", pb.SystemSharedMemoryRegisterRequest(name="in", key=key, byte_size=8), grpc.StatusCode.ALREADY_EXISTS, "already registered"),
-            ("missing key", pb.SystemSharedMemoryRegisterRequest(name="x", key="/mdag-no-such-key", byte_size=8), grpc.StatusCode.INVALID_ARGUMENT, "No such file"),
+            ("missing key", pb.SystemSharedMemoryRegisterRequest(name="x", key="/mdag-no-such-key", byte_size=8), grpc.StatusCode.NOT_FOUND, "No such file"),
             ("bad key", pb.SystemSharedMemoryRegisterRequest(name="x", key="../etc/passwd", byte_size=8), grpc.StatusCode.INVALID_ARGUMENT, "want /NAME"),
             ("too big", pb.SystemSharedMemoryRegisterRequest(name="x", key=key, offset=out_off, byte_size=out_bytes + 65), grpc.StatusCode.INVALID_ARGUMENT, "is outside"),
             ("empty name", pb.SystemSharedMemoryRegisterRequest(name="", key=key, byte_size=8), grpc.StatusCode.INVALID_ARGUMENT, "name is empty"),
@@ -367,33 +382,247 @@ class RunnerTest(unittest.TestCase):
         self.expect(grpc.StatusCode.NOT_FOUND, self.stub.ModelInfer, infer_request("cat", px.tobytes(), px.shape),
                     contains="'cat' is not loaded")
 
-        # by spec in parameters["config"]
-        req = pb.RepositoryModelLoadRequest(model_name="dyn")
-        req.parameters["config"].string_param = "torchvision:mobilenet_v3_small"
-        load(req)
-        self.assertEqual(self.stub.ModelMetadata(pb.ModelMetadataRequest(name="dyn")).outputs[0].shape, [-1, 1000])
-        # another spec under the same name: reloaded
-        req.parameters["config"].string_param = "torchvision:resnet18"
-        load(req)
-        self.assertIn("spec=torchvision:resnet18 ", index()["dyn"][1])
-        unload(pb.RepositoryModelUnloadRequest(model_name="dyn"))
-        # and by name alone afterwards, with the spec it was last loaded with
-        load(pb.RepositoryModelLoadRequest(model_name="dyn"))
-        self.assertIn("spec=torchvision:resnet18 ", index()["dyn"][1])
-        unload(pb.RepositoryModelUnloadRequest(model_name="dyn"))
+        # a caller's config equal to the catalog's spec is the catalog's load
+        same = pb.RepositoryModelLoadRequest(model_name="cat")
+        same.parameters["config"].string_param = "torchvision:mobilenet_v3_small"
+        load(same)
+        self.assertTrue(self.stub.ModelReady(pb.ModelReadyRequest(name="cat")).ready)
+        unload(pb.RepositoryModelUnloadRequest(model_name="cat"))
 
-        bad = pb.RepositoryModelLoadRequest(model_name="bad")
-        bad.parameters["config"].string_param = "torchvision:no_such_net"
         for name, fn, req, code, msg in [
-            ("not in catalog", load, pb.RepositoryModelLoadRequest(model_name="ghost"), grpc.StatusCode.NOT_FOUND, "not in the catalog"),
-            ("bad spec", load, bad, grpc.StatusCode.INVALID_ARGUMENT, "no_such_net"),
+            ("not in catalog", load, pb.RepositoryModelLoadRequest(model_name="ghost"), grpc.StatusCode.NOT_FOUND, "not in this runner's catalog"),
             ("empty name", load, pb.RepositoryModelLoadRequest(), grpc.StatusCode.INVALID_ARGUMENT, "model_name is empty"),
-            ("unload unknown", unload, pb.RepositoryModelUnloadRequest(model_name="ghost"), grpc.StatusCode.NOT_FOUND, "'ghost' is not loaded"),
+            ("bad spec", load, pb.RepositoryModelLoadRequest(model_name="broken"), grpc.StatusCode.INVALID_ARGUMENT, "no_such_net"),
+            ("unload unknown", unload, pb.RepositoryModelUnloadRequest(model_name="ghost"), grpc.StatusCode.NOT_FOUND, "'ghost' is not in this runner's catalog"),
+            ("unload unloaded", unload, pb.RepositoryModelUnloadRequest(model_name="cat"), grpc.StatusCode.NOT_FOUND, "'cat' is not loaded"),
         ]:
             with self.subTest(name):
                 self.expect(code, fn, req, contains=msg)
-        self.assertEqual(index()["bad"][0], "UNAVAILABLE")
-        self.assertIn("load failed", index()["bad"][1])
+        self.assertNotIn("ghost", index())
+        self.assertEqual(index()["broken"][0], "UNAVAILABLE")
+        self.assertIn("load failed", index()["broken"][1])
+
+    def test_load_spec_from_caller_refused(self):
+        """Issue 36 finding 1: a caller's parameters["config"] never names what the
+        runner loads (TorchScript is code); only the operator's catalog does."""
+        def index():
+            return {m.name: (m.state, m.reason) for m in self.stub.RepositoryIndex(pb.RepositoryIndexRequest()).models}
+
+        script = os.path.join(self.tmp.name, "hostile.pt")
+        net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 5))
+        torch.jit.script(net).save(script)
+        before = index()
+        for name, spec in [("tiny", "torchscript:" + script),         # replace the model workers use
+                           ("tiny", "torchvision:mobilenet_v3_small"),  # any other spec, too
+                           ("cat", "torchscript:" + script),          # a catalog name, another spec
+                           ("cat", "torchvision:mobilenet_v3_small@16"),
+                           ("evil", "torchscript:" + script),         # a name of the caller's
+                           ("evil", "x" * 100000)]:
+            with self.subTest(name=name, spec=spec[:40]):
+                req = pb.RepositoryModelLoadRequest(model_name=name)
+                req.parameters["config"].string_param = spec
+                msg = self.expect(grpc.StatusCode.PERMISSION_DENIED, self.stub.RepositoryModelLoad, req,
+                                  contains="--allow-load-spec")
+                self.assertLess(len(msg), 1000)  # the caller's spec is not echoed whole
+                breq = pb.RepositoryModelLoadRequest(model_name=name)
+                breq.parameters["config"].bytes_param = spec.encode()
+                self.expect(grpc.StatusCode.PERMISSION_DENIED, self.stub.RepositoryModelLoad, breq, contains="catalog")
+        self.assertEqual(index(), before)  # nothing loaded, replaced or recorded
+        self.assertEqual(self.runner.models["tiny"].spec, "torchvision:resnet18")
+        px = self.pixels(2, seed=5)
+        np.testing.assert_allclose(out_array(self.stub.ModelInfer(infer_request("tiny", px.tobytes(), px.shape))),
+                                   self.reference("tiny", px), rtol=1e-4, atol=1e-4)
+
+    # ---- shared memory: what a register may map
+
+    def shm_file(self, tag, size=8192):
+        """A regular file /dev/shm/mdag-rt-<tag>-<pid> of size bytes, removed at cleanup; its key."""
+        key = "/mdag-rt-%s-%d" % (tag, os.getpid())
+        path = runner.SHM_DIR + key
+        with open(path, "wb") as f:
+            f.truncate(size)
+        self.addCleanup(lambda: os.path.lexists(path) and os.remove(path))
+        return key, path
+
+    def test_shared_memory_refuses_links_and_strangers(self):
+        """Issue 36 finding 2: a register maps read-write only a regular file of the
+        runner's own uid with one link; never a link, a FIFO, a directory or
+        another user's object."""
+        outside = os.path.join(self.tmp.name, "victim")
+        with open(outside, "wb") as f:
+            f.write(b"v" * 64)
+        key_link = "/mdag-rt-link-%d" % os.getpid()
+        os.symlink(outside, runner.SHM_DIR + key_link)
+        self.addCleanup(os.remove, runner.SHM_DIR + key_link)
+        key_fifo = "/mdag-rt-fifo-%d" % os.getpid()
+        os.mkfifo(runner.SHM_DIR + key_fifo)
+        self.addCleanup(os.remove, runner.SHM_DIR + key_fifo)
+        key_dir = "/mdag-rt-dir-%d" % os.getpid()
+        os.mkdir(runner.SHM_DIR + key_dir)
+        self.addCleanup(os.rmdir, runner.SHM_DIR + key_dir)
+        key_hard, path_hard = self.shm_file("hard")
+        os.link(path_hard, path_hard + "-2")
+        self.addCleanup(os.remove, path_hard + "-2")
+        cases = [("symlink", key_link, "symbolic link"), ("fifo", key_fifo, "a FIFO"),
+                 ("directory", key_dir, "a directory"), ("hard link", key_hard, "2 links")]
+        if os.geteuid() == 0:  # chown to another uid needs root (the tests run as root)
+            key_other, path_other = self.shm_file("other")
+            os.chown(path_other, 4242, 4242)
+            cases.append(("another uid", key_other, "owned by uid 4242"))
+        else:
+            self.logs.append("test: not root, the other-uid case is not run")
+        reg = self.stub.SystemSharedMemoryRegister
+        for name, key, msg in cases:
+            with self.subTest(name):
+                self.expect(grpc.StatusCode.PERMISSION_DENIED, reg,
+                            pb.SystemSharedMemoryRegisterRequest(name="bad-" + name, key=key, byte_size=32), contains=msg)
+        self.expect(grpc.StatusCode.NOT_FOUND, reg, pb.SystemSharedMemoryRegisterRequest(
+            name="x", key="/mdag-rt-none-%d" % os.getpid(), byte_size=8), contains="No such file")
+        st = self.stub.SystemSharedMemoryStatus(pb.SystemSharedMemoryStatusRequest())
+        self.assertEqual([n for n in st.regions if n.startswith("bad-")], [])
+        with open(outside, "rb") as f:
+            self.assertEqual(f.read(), b"v" * 64)
+        # the runner's own regular file with one link maps
+        key_ok, _ = self.shm_file("ok")
+        reg(pb.SystemSharedMemoryRegisterRequest(name="rt-ok", key=key_ok, byte_size=32))
+        self.stub.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest(name="rt-ok"))
+
+    def test_shared_memory_output_stays_in_its_region(self):
+        """An output's offset is the caller's: the write must fit the region, and
+        bytes past it (in the same file) stay untouched."""
+        n, out_bytes = 1, 1000 * 4
+        key, path = self.shm_file("out", size=2 * out_bytes + 4096)
+        with open(path, "r+b") as f:
+            f.write(b"\xab" * (2 * out_bytes + 4096))
+        self.stub.SystemSharedMemoryRegister(pb.SystemSharedMemoryRegisterRequest(name="rt-out", key=key, offset=0, byte_size=out_bytes + 8))
+        self.addCleanup(self.stub.SystemSharedMemoryUnregister, pb.SystemSharedMemoryUnregisterRequest(name="rt-out"))
+        px = self.pixels(n, seed=4)
+        for offset, msg in [(16, "offset 16 + byte_size 4000 is outside its 4008 bytes"), (-8, "offset -8"),
+                            (1 << 62, "is outside its 4008 bytes")]:
+            with self.subTest(offset=offset):
+                req = infer_request("tiny", px.tobytes(), px.shape)
+                o = req.outputs.add(name="output")
+                o.parameters["shared_memory_region"].string_param = "rt-out"
+                o.parameters["shared_memory_offset"].int64_param = offset
+                self.expect(grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer, req, contains=msg)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), b"\xab" * (2 * out_bytes + 4096))
+        req = infer_request("tiny", px.tobytes(), px.shape)
+        o = req.outputs.add(name="output")
+        o.parameters["shared_memory_region"].string_param = "rt-out"
+        o.parameters["shared_memory_offset"].int64_param = 8
+        self.stub.ModelInfer(req)
+        with open(path, "rb") as f:
+            data = f.read()
+        self.assertEqual(data[:8], b"\xab" * 8)
+        np.testing.assert_allclose(np.frombuffer(data[8:8 + out_bytes], dtype=np.float32).reshape(1, 1000),
+                                   self.reference("tiny", px), rtol=1e-4, atol=1e-4)
+        self.assertEqual(data[8 + out_bytes:], b"\xab" * (len(data) - 8 - out_bytes))
+
+
+class ShmLimitsTest(unittest.TestCase):
+    """The shared memory extension's bounds (issue 36 finding 2): regions and
+    registered bytes, and the names it keeps; refused before anything is opened."""
+
+    def setUp(self):
+        self.logs = []
+        args = runner.parse_args(["--device", "cpu", "--shm-max-regions", "2", "--shm-max-bytes", "10000"])
+        self.runner = runner.Runner(args, log=self.logs.append)
+        self.addCleanup(self.runner.close)
+        self.keys = []
+        for i in range(3):
+            key = "/mdag-rt-lim%d-%d" % (i, os.getpid())
+            with open(runner.SHM_DIR + key, "wb") as f:
+                f.truncate(16384)
+            self.addCleanup(os.remove, runner.SHM_DIR + key)
+            self.keys.append(key)
+
+    def register(self, name, key, size, code=None, contains=""):
+        req = pb.SystemSharedMemoryRegisterRequest(name=name, key=key, byte_size=size)
+        if code is None:
+            return self.runner._register(req)
+        with self.assertRaises(runner.Abort) as cm:
+            self.runner._register(req)
+        self.assertEqual(cm.exception.code, code, cm.exception.msg)
+        self.assertIn(contains, cm.exception.msg)
+        return cm.exception.msg
+
+    def test_defaults(self):
+        a = runner.parse_args(["--device", "cpu"])
+        self.assertEqual((a.shm_max_regions, a.shm_max_bytes), (1024, 4 << 30))
+        for argv in [["--shm-max-regions", "0"], ["--shm-max-bytes", "0"], ["--shm-max-bytes", "-1"]]:
+            with self.subTest(argv=argv):
+                with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
+                    runner.parse_args(["--device", "cpu"] + argv)
+
+    def test_regions_and_bytes_bounded(self):
+        self.register("a", self.keys[0], 4096)
+        self.register("b", self.keys[1], 4096)
+        full = "2 regions of 8192 bytes are registered, and the runner holds at most 2 regions of 10000 bytes"
+        self.register("c", self.keys[2], 1, grpc.StatusCode.RESOURCE_EXHAUSTED, full)
+        # refused before the key is opened: a missing key is not even looked at
+        self.register("c", "/mdag-rt-none-%d" % os.getpid(), 1, grpc.StatusCode.RESOURCE_EXHAUSTED, "at most 2 regions")
+        self.runner._unregister(pb.SystemSharedMemoryUnregisterRequest(name="a"))
+        self.register("c", self.keys[2], 8192, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                      "region 'c' of 8192 bytes: 1 regions of 4096 bytes are registered")
+        self.register("c", self.keys[2], 1 << 62, grpc.StatusCode.RESOURCE_EXHAUSTED, "of 10000 bytes")
+        self.register("c", self.keys[2], 5904)  # exactly to the byte limit
+        self.register("d", self.keys[0], 1, grpc.StatusCode.RESOURCE_EXHAUSTED, "2 regions of 10000 bytes are registered")
+        # a failed open gives its reservation back
+        self.runner._unregister(pb.SystemSharedMemoryUnregisterRequest(name="c"))
+        self.register("e", "/mdag-rt-none-%d" % os.getpid(), 4096, grpc.StatusCode.NOT_FOUND, "No such file")
+        self.register("e", self.keys[2], 16384, grpc.StatusCode.RESOURCE_EXHAUSTED, "1 regions of 4096 bytes")
+        self.register("e", self.keys[2], 4096)
+        self.assertEqual(sorted(self.runner.regions), ["b", "e"])
+        self.assertEqual(self.runner.shm_bytes, 8192)
+        # an empty name unregisters every region (the protocol's), and frees the bounds
+        self.runner._unregister(pb.SystemSharedMemoryUnregisterRequest(name=""))
+        self.assertEqual((self.runner.regions, self.runner.shm_bytes), ({}, 0))
+        self.register("f", self.keys[0], 10000)
+
+    def test_names_bounded_and_not_echoed(self):
+        huge = "n" * (1 << 20)
+        msg = self.register(huge, self.keys[0], 8, grpc.StatusCode.INVALID_ARGUMENT, "a region name of 1048576 bytes: at most 256")
+        self.assertLess(len(msg), 1000)
+        msg = self.register("k", "/" + "k" * 300, 8, grpc.StatusCode.INVALID_ARGUMENT, "key of 301 bytes")
+        self.assertLess(len(msg), 1000)
+        self.assertEqual(self.runner.regions, {})
+        self.assertEqual(self.runner.shm_bytes, 0)
+        with self.assertRaises(runner.Abort) as cm:
+            self.runner._shm_status(pb.SystemSharedMemoryStatusRequest(name=huge))
+        self.assertLess(len(cm.exception.msg), 1000)
+        with self.assertRaises(runner.Abort) as cm:
+            self.runner.region(huge, "test", [])
+        self.assertLess(len(cm.exception.msg), 1000)
+
+
+class LoadSpecOptInTest(unittest.TestCase):
+    """--allow-load-spec (dangerous, off by default): a caller's config names the spec."""
+
+    def test_caller_spec_loads_with_the_flag(self):
+        args = runner.parse_args(["--device", "cpu", "--size", str(SIZE), "--max-batch", "2", "--batches", "1,2",
+                                  "--slots", "1", "--allow-load-spec"])
+        r = runner.Runner(args, log=lambda m: None)
+        self.addCleanup(r.close)
+        req = pb.RepositoryModelLoadRequest(model_name="dyn")
+        req.parameters["config"].string_param = "torchvision:mobilenet_v3_small"
+        r._load(req)
+        self.assertEqual(r.models["dyn"].spec, "torchvision:mobilenet_v3_small")
+        # another spec under the same name: reloaded
+        req.parameters["config"].string_param = "torchvision:resnet18"
+        r._load(req)
+        self.assertEqual(r.models["dyn"].spec, "torchvision:resnet18")
+        r._unload(pb.RepositoryModelUnloadRequest(model_name="dyn"))
+        # and by name alone afterwards, with the spec it was last loaded with
+        r._load(pb.RepositoryModelLoadRequest(model_name="dyn"))
+        self.assertEqual(r.models["dyn"].spec, "torchvision:resnet18")
+        bad = pb.RepositoryModelLoadRequest(model_name="bad")
+        bad.parameters["config"].string_param = "torchvision:no_such_net"
+        with self.assertRaises(runner.Abort) as cm:
+            r._load(bad)
+        self.assertEqual(cm.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("no_such_net", cm.exception.msg)
+        self.assertIn("bad", r.failed)
 
 
 class EngineTest(unittest.TestCase):
@@ -486,8 +715,13 @@ class CudaTest(unittest.TestCase):
     def setUpClass(cls):
         torch.manual_seed(3)
         cls.logs = []
+        cls.tmp = tempfile.TemporaryDirectory()
+        cat = os.path.join(cls.tmp.name, "catalog")
+        with open(cat, "w") as f:
+            f.write("m2=torchvision:resnet50\n")
         args = runner.parse_args(["--listen", "127.0.0.1:0", "--device", "cuda", "--model", "g=torchvision:resnet18",
-                                  "--size", str(cls.S), "--max-batch", "8", "--batches", "1,2,4,8", "--slots", "2"])
+                                  "--size", str(cls.S), "--max-batch", "8", "--batches", "1,2,4,8", "--slots", "2",
+                                  "--catalog", cat])
         cls.server, cls.runner, port = runner.serve(args, log=cls.logs.append)
         cls.channel = grpc.insecure_channel("127.0.0.1:%d" % port)
         cls.stub = pb_grpc.GRPCInferenceServiceStub(cls.channel)
@@ -497,6 +731,7 @@ class CudaTest(unittest.TestCase):
         cls.channel.close()
         cls.server.stop(None).wait()
         cls.runner.close()
+        cls.tmp.cleanup()
 
     def px(self, n, seed):
         return np.random.default_rng(seed).integers(0, 256, size=(n, self.S, self.S, 3), dtype=np.uint8)
@@ -577,8 +812,7 @@ class CudaTest(unittest.TestCase):
         np.testing.assert_allclose(got, self.eager("g", px), rtol=2e-2, atol=2e-2)
 
     def test_memory_reported_and_freed(self):
-        req = pb.RepositoryModelLoadRequest(model_name="m2")
-        req.parameters["config"].string_param = "torchvision:resnet50"
+        req = pb.RepositoryModelLoadRequest(model_name="m2")  # the catalog's spec
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
         self.stub.RepositoryModelLoad(req)  # on the loader thread that loaded "g" (cuBLAS workspaces paid)
