@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/remote/wire"
 )
@@ -57,6 +58,16 @@ type Limits struct {
 	// LogEvery is the least time between two log lines for one refusal
 	// reason; the refusals in between are counted and said in the next.
 	LogEvery time.Duration
+	// FirstMessage is how long a Connect stream may wait for its register
+	// message, and an Ingest stream for its join, before it is ended
+	// (DeadlineExceeded, counted `first-message`): a stream that never
+	// says who it is holds nothing for long.
+	FirstMessage time.Duration
+	// MaxConnStreams caps the gRPC streams open at once on one connection
+	// (grpc.MaxConcurrentStreams, told to the client in HTTP/2's
+	// SETTINGS); never below MaxSourceStreams, so one source's connection
+	// can carry all the streams it is allowed.
+	MaxConnStreams int
 }
 
 // DefaultLimits are the limits a Server applies where Limits leaves a
@@ -79,6 +90,8 @@ var DefaultLimits = Limits{
 	GlobalRate:       20,
 	GlobalBurst:      200,
 	LogEvery:         10 * time.Second,
+	FirstMessage:     10 * time.Second,
+	MaxConnStreams:   1024,
 }
 
 func (l Limits) withDefaults() Limits {
@@ -113,6 +126,11 @@ func (l Limits) withDefaults() Limits {
 	if l.LogEvery <= 0 {
 		l.LogEvery = d.LogEvery
 	}
+	if l.FirstMessage <= 0 {
+		l.FirstMessage = d.FirstMessage
+	}
+	set(&l.MaxConnStreams, d.MaxConnStreams)
+	l.MaxConnStreams = max(l.MaxConnStreams, l.MaxSourceStreams)
 	return l
 }
 
@@ -136,20 +154,75 @@ func ParseFrameSize(s string) (w, h int, err error) {
 
 // Refusal reasons, the label values of mdag_grpc_refused_total.
 const (
-	RefusedMessage     = "message-size"   // over MaxMessage, or a source's over SourceMessage
-	RefusedFrameSize   = "frame-size"     // a frame over MaxFrameW x MaxFrameH
-	RefusedBoxes       = "boxes"          // more than MaxBoxes on a frame
-	RefusedAudioSize   = "audio-size"     // an audio chunk over MaxAudioBytes
-	RefusedResultItems = "result-items"   // a result with more than MaxResultItems
-	RefusedItemContent = "item-content"   // an item over MaxTracks, MaxSteps, MaxEvents, MaxLabels or MaxAudioBytes
-	RefusedStateSize   = "state-size"     // a result's state over MaxStateBytes
-	RefusedStreams     = "source-streams" // a source over MaxSourceStreams
-	RefusedRatePeer    = "rate-peer"      // Connect over the peer's rate
-	RefusedRateGlobal  = "rate-global"    // Connect over the global rate
-	RefusedUnknownTask = "unknown-task"   // a result for a task the worker was not given
-	RefusedHandshakes  = "handshakes"     // a connection while MaxHandshakes TLS handshakes are in progress
-	RefusedFrameRef    = "frame-ref"      // a result's frame reference the worker may not make (not its own, or it relays)
+	RefusedMessage      = "message-size"   // over MaxMessage, or a source's over SourceMessage
+	RefusedFrameSize    = "frame-size"     // a frame over MaxFrameW x MaxFrameH
+	RefusedBoxes        = "boxes"          // more than MaxBoxes on a frame
+	RefusedAudioSize    = "audio-size"     // an audio chunk over MaxAudioBytes
+	RefusedResultItems  = "result-items"   // a result with more than MaxResultItems
+	RefusedItemContent  = "item-content"   // an item over MaxTracks, MaxSteps, MaxEvents, MaxLabels or MaxAudioBytes
+	RefusedStateSize    = "state-size"     // a result's state over MaxStateBytes
+	RefusedStreams      = "source-streams" // a source over MaxSourceStreams
+	RefusedRatePeer     = "rate-peer"      // Connect over the peer's rate
+	RefusedRateGlobal   = "rate-global"    // Connect over the global rate
+	RefusedUnknownTask  = "unknown-task"   // a result for a task the worker was not given
+	RefusedHandshakes   = "handshakes"     // a connection while MaxHandshakes TLS handshakes are in progress
+	RefusedFrameRef     = "frame-ref"      // a result's frame reference the worker may not make (not its own, or it relays)
+	RefusedHandshakesIP = "handshakes-ip"  // a connection while MaxHandshakesPerIP handshakes from its IP address are in progress
+	RefusedTLS          = "tls-handshake"  // a TLS handshake that failed (no or a bad certificate, not TLS) or never started (FirstByteTimeout)
+	RefusedFirstMessage = "first-message"  // a Connect or Ingest stream whose register or join did not come within Limits.FirstMessage
+	RefusedIdentity     = "identity"       // a worker ID or stream its certificate may not claim
+	RefusedRegister     = "register"       // a Register with a field over its length or outside its characters
+	RefusedRole         = "role"           // a call the certificate's role may not make (or no certificate)
 )
+
+// count counts one refusal without logging it (its caller logs).
+func (r *refusals) count(reason string) {
+	r.mu.Lock()
+	r.counts[reason]++
+	r.mu.Unlock()
+}
+
+// logBurst is how many lines a logLimiter writes at once before it
+// holds to one per interval.
+const logBurst = 5
+
+// logLimiter writes at most logBurst lines at once and then one per
+// interval; a line after some were held back says how many.
+type logLimiter struct {
+	clk   clock.Clock
+	log   *slog.Logger
+	every time.Duration
+
+	mu      sync.Mutex
+	tokens  bucket
+	started bool
+	held    uint64
+}
+
+func newLogLimiter(clk clock.Clock, log *slog.Logger, every time.Duration) *logLimiter {
+	return &logLimiter{clk: clk, log: log, every: every}
+}
+
+func (l *logLimiter) warn(msg string, attrs ...any) {
+	now := l.clk.Now()
+	rate := 1 / l.every.Seconds()
+	l.mu.Lock()
+	if !l.started {
+		l.tokens, l.started = bucket{tokens: logBurst, at: now}, true
+	}
+	if !l.tokens.take(now, rate, logBurst) {
+		l.held++
+		l.mu.Unlock()
+		return
+	}
+	held := l.held
+	l.held = 0
+	l.mu.Unlock()
+	if held > 0 {
+		attrs = append(attrs, "also_refused_since_last_log", held)
+	}
+	l.log.Warn(msg, attrs...)
+}
 
 // refusals counts refusals by reason and logs each reason at most once per
 // interval, saying how many were refused since the last line.
@@ -335,4 +408,52 @@ func (s *Server) openSource(source string) (func(), error) {
 			delete(s.sources, source)
 		}
 	}, nil
+}
+
+// maxField bounds a Register message's id, type and executor (and a
+// shared certificate's prefix); maxGPUField its gpu telemetry, a line per
+// GPU.
+const (
+	maxField    = 128
+	maxGPUField = 1024
+)
+
+// printable reports whether v is printable ASCII (spaces too with spaces).
+func printable(v string, spaces bool) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c > 0x7e || c == ' ' && !spaces {
+			return false
+		}
+	}
+	return true
+}
+
+// checkRegister checks a Register's free-text fields before any reaches a
+// log, the status or the state: id and type 1 to 128 printable ASCII
+// characters without spaces, executor up to 128 and gpu up to 1024
+// printable ASCII characters. A refusal says which field and is counted
+// `register`; it quotes no more of the field than 32 bytes.
+func (s *Server) checkRegister(r *api.Register, peer string) error {
+	for _, f := range []struct {
+		name, v      string
+		max          int
+		spaces, need bool
+	}{{"id", r.Id, maxField, false, true}, {"type", r.Type, maxField, false, true}, {"executor", r.Executor, maxField, true, false}, {"gpu", r.Gpu, maxGPUField, true, false}} {
+		var why string
+		switch {
+		case f.need && f.v == "":
+			why = "is required"
+		case len(f.v) > f.max:
+			why = fmt.Sprintf("has %d bytes; at most %d", len(f.v), f.max)
+		case !printable(f.v, f.spaces):
+			why = "must be printable ASCII"
+			if !f.spaces {
+				why += " without spaces"
+			}
+		default:
+			continue
+		}
+		return s.refuse(RefusedRegister, status.Errorf(codes.InvalidArgument, "register: field %s %s (starts %.32q)", f.name, why, f.v), "peer", peer)
+	}
+	return nil
 }

@@ -309,7 +309,7 @@ func sendHugeFrame(cc *grpc.ClientConn) (before, after uint64, err error) {
 	before = heapInuse()
 	err = func() error {
 		big := &api.IngestMessage{Seq: 7, CaptureUnixNs: time.Now().UnixNano(), Frame: &api.Frame{Width: 8000, Height: 8000, Bgr: make([]byte, 8000*8000*3)}}
-		_, err := ingestOnce(api.NewCoordinatorClient(cc), "big", big)
+		_, err := ingestOnce(api.NewCoordinatorClient(cc), "source/big", big) // a stream the default source certificate may join
 		return err
 	}()
 	cc.Close()
@@ -346,7 +346,7 @@ func TestHugeFrameRefused(t *testing.T) {
 		want   string
 		reason string
 	}{
-		{"default limits", Limits{}, codes.InvalidArgument, "ingest stream big frame 7: frame over the size limit: 8000x8000 is larger than 1920x1080 (--max-frame)", RefusedFrameSize},
+		{"default limits", Limits{}, codes.InvalidArgument, "ingest stream source/big frame 7: frame over the size limit: 8000x8000 is larger than 1920x1080 (--max-frame)", RefusedFrameSize},
 		{"max message 16 MiB", Limits{MaxMessage: 16 << 20}, codes.ResourceExhausted, "larger than max", RefusedMessage},
 	}
 	for _, tc := range tests {
@@ -504,7 +504,7 @@ func TestTLSReceiveLimitByRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: &api.Register{Id: "big-worker", Type: "CPU"}}}); err != nil {
+	if err := st.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: &api.Register{Id: "worker", Type: "CPU"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := st.Recv(); err != nil || m.GetRegistered() == nil {
@@ -562,7 +562,9 @@ func TestTLSServerStopsDuringHandshake(t *testing.T) {
 
 // TestTLSHandshakesBounded: peers that open connections and never start
 // their handshake hold at most MaxHandshakes of them; the rest are closed
-// at once and counted.
+// at once and counted. The peers come from many loopback addresses, each
+// within MaxHandshakesPerIP (TestTLSHandshakesPerIP is the bound per
+// address).
 func TestTLSHandshakesBounded(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := pki.Init(dir, pki.InitOptions{}); err != nil {
@@ -573,6 +575,7 @@ func TestTLSHandshakesBounded(t *testing.T) {
 	c := startServer(t, app, prof, &Server{Heartbeat: time.Second})
 	srv := &Server{Engine: c.e, Heartbeat: time.Second}
 	g := NewTLSGRPC(srv, m)
+	g.firstByteTimeout = time.Minute // held until the test ends
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -580,12 +583,8 @@ func TestTLSHandshakesBounded(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(ln) }()
 	const extra = 5
-	for range MaxHandshakes + extra {
-		raw, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer raw.Close()
+	for i := range MaxHandshakes + extra {
+		dialFrom(t, fmt.Sprintf("127.0.0.%d", 2+i/MaxHandshakesPerIP), ln.Addr().String())
 	}
 	waitFor(t, "the connections beyond the bound to be refused", 20*time.Second, func() bool {
 		return srv.Refused()[RefusedHandshakes] >= extra

@@ -361,7 +361,20 @@ func TestBadPeers(t *testing.T) {
 		want string
 	}{
 		{"no register first", connect(&api.WorkerMessage{Msg: &api.WorkerMessage_Heartbeat{Heartbeat: &api.Heartbeat{}}}), codes.InvalidArgument, "first message on Connect must be register"},
-		{"no id", connect(reg("", "CPU")), codes.InvalidArgument, "id and type are required"},
+		{"no id", connect(reg("", "CPU")), codes.InvalidArgument, "register: field id is required"},
+		{"no type", connect(reg("w9", "")), codes.InvalidArgument, "register: field type is required"},
+		// issue 36 (Low): the free-text fields are bounded and printable
+		// before they reach a log or the status
+		{"long id", connect(reg(strings.Repeat("x", 129), "CPU")), codes.InvalidArgument, "register: field id has 129 bytes; at most 128"},
+		{"id with a newline", connect(reg("w9\nlevel=ERROR msg=forged", "CPU")), codes.InvalidArgument, "register: field id must be printable ASCII without spaces"},
+		{"id with a space", connect(reg("w 9", "CPU")), codes.InvalidArgument, "register: field id must be printable ASCII without spaces"},
+		{"long type", connect(reg("w9", strings.Repeat("T", 1<<20))), codes.InvalidArgument, "register: field type has 1048576 bytes; at most 128"},
+		{"long executor", connect(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: &api.Register{Id: "w9", Type: "CPU", Executor: strings.Repeat("e", 129)}}}),
+			codes.InvalidArgument, "register: field executor has 129 bytes; at most 128"},
+		{"gpu with an escape", connect(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: &api.Register{Id: "w9", Type: "CPU", Gpu: "driver 1; \x1b[2J"}}}),
+			codes.InvalidArgument, "register: field gpu must be printable ASCII"},
+		{"long gpu", connect(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: &api.Register{Id: "w9", Type: "CPU", Gpu: strings.Repeat("g", 1025)}}}),
+			codes.InvalidArgument, "register: field gpu has 1025 bytes; at most 1024"},
 		{"unknown type", connect(reg("w9", "TPU")), codes.InvalidArgument, `worker type "TPU" is in no deployed app's profiles (known: CPU, P100, V100)`},
 		{"duplicate id", connect(reg("w1", "CPU")), codes.AlreadyExists, `worker with id "w1" is already connected`},
 		{"ingest without join", func() error { _, err := ingest(&api.IngestMessage{Seq: 1}); return err }(), codes.InvalidArgument, "first message must carry join"},
@@ -376,6 +389,14 @@ func TestBadPeers(t *testing.T) {
 				t.Errorf("got %v, want %v containing %q", tc.err, tc.code, tc.want)
 			}
 		})
+	}
+	if n := c.srv.Refused()[RefusedRegister]; n != 9 {
+		t.Errorf("%s refusals %d, want 9", RefusedRegister, n)
+	}
+	for _, w := range c.srv.Workers() {
+		if w != "w1" {
+			t.Errorf("a refused registration connected as %.40q", w)
+		}
 	}
 	// A bad frame is refused and counted; the stream goes on.
 	r, err := ingest(&api.IngestMessage{Join: &api.Join{App: "traffic", Stream: "s1"}},

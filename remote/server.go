@@ -52,6 +52,10 @@ type Server struct {
 	// Limits bound what peers may send and how often workers register;
 	// zero fields take DefaultLimits. Set before serving.
 	Limits Limits
+	// Shared are the certificates several workers or sources share, and
+	// the worker IDs or streams each may claim (--shared-cert); every
+	// other certificate claims only its own name. Set before serving.
+	Shared []SharedCert
 	// Relay makes every worker send its outputs' frames through the
 	// coordinator, as before the direct data plane (issue 25). By
 	// default a worker that registers a peer address keeps them and
@@ -66,6 +70,7 @@ type Server struct {
 	limits  Limits // Limits with defaults
 	caps    wire.Caps
 	refused *refusals
+	callLog *logLimiter // refused calls (authorize)
 	regs    registrations
 
 	mu      sync.Mutex
@@ -168,7 +173,8 @@ func NewGRPC(s *Server) *grpc.Server { return newGRPC(s) }
 
 func newGRPC(s *Server, opts ...grpc.ServerOption) *grpc.Server {
 	s.defaults()
-	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(s.limits.MaxMessage), grpc.MaxSendMsgSize(wire.MaxMessage)}, opts...)...)
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(s.limits.MaxMessage), grpc.MaxSendMsgSize(wire.MaxMessage),
+		grpc.MaxConcurrentStreams(uint32(min(s.limits.MaxConnStreams, 1<<20)))}, opts...)...)
 	api.RegisterCoordinatorServer(g, s)
 	return g
 }
@@ -197,6 +203,7 @@ func (s *Server) defaults() {
 		s.caps = wire.Caps{FrameW: l.MaxFrameW, FrameH: l.MaxFrameH, Boxes: l.MaxBoxes, ResultItems: l.MaxResultItems,
 			Tracks: l.MaxTracks, Steps: l.MaxSteps, Events: l.MaxEvents, Labels: l.MaxLabels, AudioBytes: max(l.MaxAudioBytes, wire.MaxAudioBytes), StateBytes: l.MaxStateBytes}
 		s.refused = newRefusals(s.Clock, s.Log, s.limits.LogEvery)
+		s.callLog = newLogLimiter(s.Clock, s.Log, s.limits.LogEvery)
 	})
 }
 
@@ -301,16 +308,20 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 	if err := s.admitRegistration(stream.Context()); err != nil {
 		return err
 	}
-	first, err := stream.Recv()
-	if err != nil {
+	var first *api.WorkerMessage
+	if err := s.recvFirst(func() (err error) { first, err = stream.Recv(); return err }, "register", "connect", "peer", peerID(stream.Context())); err != nil {
 		return err
 	}
 	reg := first.GetRegister()
 	if reg == nil {
 		return status.Error(codes.InvalidArgument, "the first message on Connect must be register")
 	}
-	if reg.Id == "" || reg.Type == "" {
-		return status.Errorf(codes.InvalidArgument, "register: id and type are required (got id %q, type %q)", reg.Id, reg.Type)
+	if err := s.checkRegister(reg, peerID(stream.Context())); err != nil {
+		return err
+	}
+	shared, err := s.checkClaim(stream.Context(), "register", reg.Id)
+	if err != nil {
+		return err
 	}
 	typ := profile.WorkerTypeID(reg.Type)
 	if known := s.insts.WorkerTypes(); !known[typ] {
@@ -361,7 +372,11 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 	case s.Relay:
 		plane = "relay: the coordinator runs with --data-plane relay"
 	}
-	s.Log.Info("worker connected", "instance", reg.Id, "type", reg.Type, "executor", reg.Executor, "cpus", reg.Cpus, "gpu", reg.Gpu, "cert", certName(stream.Context()), "data_plane", plane)
+	connected := []any{"instance", reg.Id, "type", reg.Type, "executor", reg.Executor, "cpus", reg.Cpus, "gpu", reg.Gpu, "cert", certName(stream.Context()), "data_plane", plane}
+	if shared {
+		connected = append(connected, "cert_shared", "a shared certificate (--shared-cert): any of its holders may register this ID")
+	}
+	s.Log.Info("worker connected", connected...)
 	s.insts.AddInstance(reg.Id, typ, c)
 
 	// Sender: the only goroutine that writes the stream.
@@ -573,19 +588,25 @@ func joinTypes(m map[profile.WorkerTypeID]bool) string {
 // Ingest implements api.CoordinatorServer: one camera stream.
 func (s *Server) Ingest(stream grpc.ClientStreamingServer[api.IngestMessage, api.IngestReply]) error {
 	s.defaults()
-	first, err := stream.Recv()
+	// A stream counts against its source's limit from its start, join or
+	// not, so streams that never join hold no more than that either.
+	source := peerID(stream.Context())
+	closeSource, err := s.openSource(source)
 	if err != nil {
+		return err
+	}
+	defer closeSource()
+	var first *api.IngestMessage
+	if err := s.recvFirst(func() (err error) { first, err = stream.Recv(); return err }, "join", "ingest", "source", source); err != nil {
 		return err
 	}
 	j := first.GetJoin()
 	if j == nil || j.App == "" || j.Stream == "" {
 		return status.Error(codes.InvalidArgument, "ingest: the first message must carry join with app and stream")
 	}
-	closeSource, err := s.openSource(peerID(stream.Context()))
-	if err != nil {
+	if _, err := s.checkClaim(stream.Context(), "ingest", j.Stream); err != nil {
 		return err
 	}
-	defer closeSource()
 	if err := s.Engine.Join(dag.AppID(j.App), j.Stream); err != nil {
 		return status.Error(engineCode(err), "ingest: "+err.Error())
 	}
@@ -616,6 +637,25 @@ func (s *Server) Ingest(stream grpc.ClientStreamingServer[api.IngestMessage, api
 			continue
 		}
 		reply.Accepted++
+	}
+}
+
+// recvFirst runs recv, a stream's first Recv, and gives up on it after
+// Limits.FirstMessage (on s.Clock): a stream that never sends its register
+// or join is ended with DeadlineExceeded, counted `first-message`. When it
+// gives up, recv's goroutine ends with the stream (the handler returning
+// cancels it).
+func (s *Server) recvFirst(recv func() error, what, call string, attrs ...any) error {
+	got := make(chan error, 1)
+	go func() { got <- recv() }()
+	late := make(chan struct{})
+	tm := s.Clock.AfterFunc(s.limits.FirstMessage, func() { close(late) })
+	defer tm.Stop()
+	select {
+	case err := <-got:
+		return err
+	case <-late:
+		return s.refuse(RefusedFirstMessage, status.Errorf(codes.DeadlineExceeded, "%s: no %s message within %v of opening the stream (remote.Limits.FirstMessage)", call, what, s.limits.FirstMessage), attrs...)
 	}
 }
 

@@ -5,9 +5,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"log/slog"
+	"io"
 	"net"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -43,53 +46,113 @@ func NewTLSGRPC(s *Server, m *pki.Material) *TLSServer {
 	s.defaults()
 	auth := []grpc.ServerOption{grpc.Creds(doneCreds{}), grpc.ChainStreamInterceptor(s.authorizeStream), grpc.ChainUnaryInterceptor(s.authorizeUnary)}
 	return &TLSServer{
-		s:       s,
-		creds:   loggedCreds{TransportCredentials: credentials.NewTLS(m.ServerConfig()), log: s.Log},
-		workers: newGRPC(s, auth...),
-		others:  newGRPC(s, append(auth, grpc.MaxRecvMsgSize(s.limits.SourceMessage()))...),
-		done:    make(chan struct{}),
+		s:                s,
+		creds:            loggedCreds{TransportCredentials: credentials.NewTLS(m.ServerConfig()), log: newLogLimiter(s.Clock, s.Log, s.limits.LogEvery), refused: s.refused},
+		workers:          newGRPC(s, auth...),
+		others:           newGRPC(s, append(auth, grpc.MaxRecvMsgSize(s.limits.SourceMessage()))...),
+		done:             make(chan struct{}),
+		firstByteTimeout: FirstByteTimeout,
+		handshakeTimeout: HandshakeTimeout,
 	}
 }
 
-// handshakeTimeout bounds a TLS handshake on the coordinator's port.
-const handshakeTimeout = 10 * time.Second
+// HandshakeTimeout bounds a TLS handshake on the coordinator's port.
+const HandshakeTimeout = 10 * time.Second
+
+// FirstByteTimeout is how long a connection may stay silent before its
+// first byte (a ClientHello's): a peer that opens a connection and sends
+// nothing is closed after it (counted `tls-handshake`), rather than
+// holding a handshake slot for all of HandshakeTimeout.
+const FirstByteTimeout = 2 * time.Second
 
 // TLSServer is the coordinator's gRPC port with mutual TLS: it completes
 // each connection's handshake and hands it to the gRPC server for the role
 // its certificate carries.
 type TLSServer struct {
 	s               *Server
-	creds           credentials.TransportCredentials
+	creds           loggedCreds
 	workers, others *grpc.Server
+
+	// firstByteTimeout and handshakeTimeout are FirstByteTimeout and
+	// HandshakeTimeout; tests change them before Serve.
+	firstByteTimeout, handshakeTimeout time.Duration
 
 	mu      sync.Mutex
 	stopped bool
-	pending map[net.Conn]struct{} // in their handshake
+	pending map[net.Conn]string // in their handshake: the peer's IP address
+	perIP   map[string]int      // handshakes in progress by the peer's IP address
 	done    chan struct{}
 	wg      sync.WaitGroup
 }
 
-// track registers a goroutine (and, with c, a connection in its
-// handshake) unless the server stopped.
-func (t *TLSServer) track(c net.Conn) bool {
+// track registers a goroutine unless the server stopped.
+func (t *TLSServer) track() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped {
 		return false
 	}
 	t.wg.Add(1)
-	if c != nil {
-		if t.pending == nil {
-			t.pending = map[net.Conn]struct{}{}
-		}
-		t.pending[c] = struct{}{}
-	}
 	return true
 }
 
 // MaxHandshakes bounds the TLS handshakes in progress at once; a
 // connection beyond is closed at once (counted `handshakes`).
 const MaxHandshakes = 256
+
+// MaxHandshakesPerIP bounds the TLS handshakes in progress from one IP
+// address, so that one host's idle connections cannot take every one of
+// MaxHandshakes and lock the workers out; a connection beyond is closed at
+// once (counted `handshakes-ip`).
+const MaxHandshakesPerIP = 16
+
+// admit starts tracking c's handshake (and its goroutine), or says why
+// not: stopped, or the refusal reason with the count that reached its
+// bound.
+func (t *TLSServer) admit(c net.Conn, ip string) (stopped bool, reason string, n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.stopped:
+		return true, "", 0
+	case len(t.pending) >= MaxHandshakes:
+		return false, RefusedHandshakes, len(t.pending)
+	case t.perIP[ip] >= MaxHandshakesPerIP:
+		return false, RefusedHandshakesIP, t.perIP[ip]
+	}
+	if t.pending == nil {
+		t.pending, t.perIP = map[net.Conn]string{}, map[string]int{}
+	}
+	t.pending[c] = ip
+	t.perIP[ip]++
+	t.wg.Add(1)
+	return false, "", 0
+}
+
+// handshaken stops tracking c's handshake.
+func (t *TLSServer) handshaken(c net.Conn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ip, ok := t.pending[c]
+	if !ok {
+		return
+	}
+	delete(t.pending, c)
+	if t.perIP[ip]--; t.perIP[ip] <= 0 {
+		delete(t.perIP, ip)
+	}
+}
+
+// hostOf is the IP address of addr (its whole string when it has no port).
+func hostOf(addr net.Addr) string {
+	if addr == nil {
+		return "unknown"
+	}
+	if host, _, err := net.SplitHostPort(addr.String()); err == nil {
+		return host
+	}
+	return addr.String()
+}
 
 // handshaking is the number of connections in their handshake.
 func (t *TLSServer) handshaking() int {
@@ -101,7 +164,7 @@ func (t *TLSServer) handshaking() int {
 // Serve accepts connections on ln until Stop or GracefulStop.
 func (t *TLSServer) Serve(ln net.Listener) error {
 	wl, ol := newConnListener(ln.Addr(), t.done), newConnListener(ln.Addr(), t.done)
-	if !t.track(nil) || !t.track(nil) {
+	if !t.track() || !t.track() {
 		ln.Close()
 		return grpc.ErrServerStopped
 	}
@@ -131,17 +194,25 @@ func (t *TLSServer) Serve(ln net.Listener) error {
 			t.stop(func(g *grpc.Server) { g.Stop() })
 			return err
 		}
-		if n := t.handshaking(); n >= MaxHandshakes {
-			// peers that open connections and never finish their
-			// handshake (each held up to handshakeTimeout) hold no more
-			// than MaxHandshakes goroutines and descriptors
-			raw.Close()
-			_ = t.s.refuse(RefusedHandshakes, fmt.Errorf("%d TLS handshakes in progress", n), "peer", raw.RemoteAddr().String())
-			continue
-		}
-		if !t.track(raw) {
+		// Peers that open connections and never finish their handshake
+		// (each held up to handshakeTimeout, or firstByteTimeout when
+		// they send nothing) hold no more than MaxHandshakes goroutines
+		// and descriptors, and one IP address no more than
+		// MaxHandshakesPerIP of them.
+		ip := hostOf(raw.RemoteAddr())
+		halted, reason, n := t.admit(raw, ip)
+		switch {
+		case halted:
 			raw.Close()
 			return nil
+		case reason == RefusedHandshakes:
+			raw.Close()
+			_ = t.s.refuse(reason, status.Errorf(codes.ResourceExhausted, "TLS port: %d handshakes in progress, the limit (remote.MaxHandshakes)", n), "peer", raw.RemoteAddr().String())
+			continue
+		case reason == RefusedHandshakesIP:
+			raw.Close()
+			_ = t.s.refuse(reason, status.Errorf(codes.ResourceExhausted, "TLS port: %d handshakes in progress from %s, the limit for one address (remote.MaxHandshakesPerIP)", n, ip), "peer", raw.RemoteAddr().String())
+			continue
 		}
 		go func() {
 			defer t.wg.Done()
@@ -150,14 +221,38 @@ func (t *TLSServer) Serve(ln net.Listener) error {
 	}
 }
 
-// handshake runs the TLS handshake (refusals are logged by loggedCreds)
-// and queues the connection for its role's server.
+// handshake waits up to firstByteTimeout for the peer's first byte, runs
+// the TLS handshake within handshakeTimeout (refusals are counted and
+// logged, throttled, by loggedCreds) and queues the connection for its
+// role's server.
 func (t *TLSServer) handshake(raw net.Conn, wl, ol *connListener) {
-	_ = raw.SetDeadline(time.Now().Add(handshakeTimeout))
-	conn, ai, err := t.creds.ServerHandshake(raw)
-	t.mu.Lock()
-	delete(t.pending, raw)
-	t.mu.Unlock()
+	start := time.Now()
+	_ = raw.SetDeadline(start.Add(t.handshakeTimeout))
+	_ = raw.SetReadDeadline(start.Add(min(t.firstByteTimeout, t.handshakeTimeout)))
+	var first [1]byte
+	if _, err := io.ReadFull(raw, first[:]); err != nil {
+		t.handshaken(raw)
+		select {
+		case <-t.done: // cut by Stop: no refusal
+			raw.Close()
+			return
+		default:
+		}
+		why := err.Error()
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			why = fmt.Sprintf("no ClientHello within %v of connecting (remote.FirstByteTimeout)", t.firstByteTimeout)
+		}
+		t.creds.refusedHandshake(raw.RemoteAddr(), errors.New(why))
+		raw.Close() // after the count: the peer sees its refusal counted
+		return
+	}
+	_ = raw.SetReadDeadline(start.Add(t.handshakeTimeout))
+	fc := &firstByteConn{Conn: raw, first: first[0], has: true}
+	fc.holdClose.Store(true) // a refused handshake is counted before the peer sees it closed
+	conn, ai, err := t.creds.ServerHandshake(fc)
+	fc.holdClose.Store(false)
+	t.handshaken(raw)
 	if err != nil {
 		raw.Close()
 		return
@@ -269,14 +364,18 @@ func (s *Server) authorizeUnary(ctx context.Context, req any, info *grpc.UnarySe
 
 // authorize checks that the caller's verified certificate carries the role
 // method needs.
+// A refusal is counted (`role`) and logged, throttled like refused
+// handshakes.
 func (s *Server) authorize(ctx context.Context, method string) error {
+	s.defaults()
 	err := checkRole(ctx, method)
 	if err != nil {
 		from := "unknown"
 		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 			from = p.Addr.String()
 		}
-		s.Log.Warn("gRPC call refused", "peer", from, "err", status.Convert(err).Message())
+		s.refused.count(RefusedRole)
+		s.callLog.warn("gRPC call refused", "peer", from, "err", status.Convert(err).Message())
 	}
 	return err
 }
@@ -328,21 +427,160 @@ func certName(ctx context.Context) string {
 	return pki.IdentityURI(role, name).String()
 }
 
-// loggedCreds logs the handshakes it refuses (no certificate, another CA's,
-// an expired one, plaintext on the TLS port) with the peer's address.
+// firstByteConn is a connection whose first byte was read already (to
+// see that the peer speaks before its handshake's deadline).
+type firstByteConn struct {
+	net.Conn
+	first byte
+	has   bool
+	// holdClose makes Close a no-op during the handshake: TLSServer
+	// closes the connection itself once it has counted a refusal.
+	holdClose atomic.Bool
+}
+
+// SyscallConn passes the socket through, as the connection would without
+// the wrapper (gRPC's TLS credentials look for it).
+func (c *firstByteConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.New("remote: the connection has no socket")
+}
+
+func (c *firstByteConn) Close() error {
+	if c.holdClose.Load() {
+		return nil
+	}
+	return c.Conn.Close()
+}
+
+func (c *firstByteConn) Read(p []byte) (int, error) {
+	if c.has && len(p) > 0 {
+		p[0], c.has = c.first, false
+		return 1, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// loggedCreds counts the handshakes it refuses (no certificate, another
+// CA's, an expired one, plaintext on the TLS port, silence: reason
+// `tls-handshake`) and logs them with the peer's address, throttled (a
+// few lines, then one per Limits.LogEvery saying how many were refused
+// since), so a flood of bad connections cannot flood the log.
 type loggedCreds struct {
 	credentials.TransportCredentials
-	log *slog.Logger
+	log     *logLimiter
+	refused *refusals
 }
 
 func (c loggedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, ai, err := c.TransportCredentials.ServerHandshake(raw)
 	if err != nil {
-		c.log.Warn("gRPC TLS handshake refused", "peer", raw.RemoteAddr().String(), "err", err)
+		c.refusedHandshake(raw.RemoteAddr(), err)
 	}
 	return conn, ai, err
 }
 
+// refusedHandshake counts and logs (throttled) one refused handshake.
+func (c loggedCreds) refusedHandshake(from net.Addr, err error) {
+	c.refused.count(RefusedTLS)
+	peerAddr := "unknown"
+	if from != nil {
+		peerAddr = from.String()
+	}
+	c.log.warn("gRPC TLS handshake refused", "peer", peerAddr, "err", err)
+}
+
 func (c loggedCreds) Clone() credentials.TransportCredentials {
-	return loggedCreds{TransportCredentials: c.TransportCredentials.Clone(), log: c.log}
+	return loggedCreds{TransportCredentials: c.TransportCredentials.Clone(), log: c.log, refused: c.refused}
+}
+
+// SharedCert declares a certificate that several workers (or sources)
+// share, such as one Kubernetes Secret mounted in every worker pod (issue
+// 36): under mutual TLS its holders may claim any worker ID (or stream)
+// that starts with one of Prefixes, and no other; "*" alone is any. Every
+// other certificate claims only its own name (CheckClaim). A holder of a
+// shared certificate can take any ID of its prefixes, so a registration
+// under one is logged as shared.
+type SharedCert struct {
+	Role     pki.Role
+	Name     string
+	Prefixes []string
+}
+
+// ParseSharedCert reads ROLE/NAME=PREFIX[,PREFIX...], as --shared-cert
+// takes it, e.g. worker/k8s=mdag-worker-,P100-,V100-,CPU- or worker/lab=*.
+func ParseSharedCert(s string) (SharedCert, error) {
+	who, list, ok := strings.Cut(s, "=")
+	roleName, name, ok2 := strings.Cut(who, "/")
+	if !ok || !ok2 || list == "" {
+		return SharedCert{}, fmt.Errorf("shared certificate %q: want ROLE/NAME=PREFIX[,PREFIX...] (e.g. worker/k8s=mdag-worker-,P100- or worker/lab=*)", s)
+	}
+	role, err := pki.ParseRole(roleName)
+	if err != nil || role == pki.Coordinator {
+		return SharedCert{}, fmt.Errorf("shared certificate %q: role %q: want worker or source", s, roleName)
+	}
+	if err := pki.CheckName(name); err != nil {
+		return SharedCert{}, fmt.Errorf("shared certificate %q: %w", s, err)
+	}
+	c := SharedCert{Role: role, Name: name}
+	for p := range strings.SplitSeq(list, ",") {
+		if p == "" || len(p) > maxField || !printable(p, false) {
+			return SharedCert{}, fmt.Errorf("shared certificate %q: prefix %q: want 1 to %d printable ASCII characters without spaces (or * for any)", s, p, maxField)
+		}
+		c.Prefixes = append(c.Prefixes, p)
+	}
+	return c, nil
+}
+
+func (c SharedCert) String() string {
+	return fmt.Sprintf("%s/%s=%s", c.Role, c.Name, strings.Join(c.Prefixes, ","))
+}
+
+func (c SharedCert) allows(claim string) bool {
+	for _, p := range c.Prefixes {
+		if p == "*" || strings.HasPrefix(claim, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkClaim checks, under mutual TLS, that the caller's certificate may
+// claim a worker ID (role worker) or a stream (role source): a worker's
+// certificate mdag://worker/NAME registers only ID NAME; a source's
+// mdag://source/NAME joins only stream NAME or NAME/...; a certificate in
+// Server.Shared only the IDs or streams of its prefixes (shared reports
+// that). In plaintext (loopback) there is no certificate and nothing to
+// check. A refusal is PermissionDenied naming both, counted `identity`.
+func (s *Server) checkClaim(ctx context.Context, call, claim string) (shared bool, err error) {
+	leaf := verifiedLeaf(ctx)
+	if leaf == nil {
+		return false, nil
+	}
+	role, name, err := pki.RoleOf(leaf)
+	if err != nil {
+		return false, status.Errorf(codes.PermissionDenied, "%s: %v", call, err)
+	}
+	cert := pki.IdentityURI(role, name).String()
+	what, own := "worker ID", claim == name
+	hint := fmt.Sprintf("give the worker --id %s, or a certificate of its own: mdag certs issue --role worker --name %s", name, claim)
+	if role == pki.Source {
+		what, own = "stream", claim == name || strings.HasPrefix(claim, name+"/")
+		hint = fmt.Sprintf("it may join only stream %s or %s/...: mdag source --prefix %s/, or a certificate of its own: mdag certs issue --role source --name NAME", name, name, name)
+	}
+	for _, c := range s.Shared {
+		if c.Role != role || c.Name != name {
+			continue
+		}
+		if c.allows(claim) {
+			return true, nil
+		}
+		return false, s.refuse(RefusedIdentity, status.Errorf(codes.PermissionDenied, "%s: %s %q is not the certificate's: %s is shared (--shared-cert %s) and may claim only those starting with %s",
+			call, what, claim, cert, c, strings.Join(c.Prefixes, " or ")), "cert", cert, "claim", claim)
+	}
+	if own {
+		return false, nil
+	}
+	return false, s.refuse(RefusedIdentity, status.Errorf(codes.PermissionDenied, "%s: %s %q is not the certificate's: %s (%s)", call, what, claim, cert, hint), "cert", cert, "claim", claim)
 }

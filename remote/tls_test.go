@@ -55,7 +55,10 @@ type tlsCoordinator struct {
 
 // startTLS serves the traffic app over mutual TLS with the coordinator's
 // material in dir.
-func startTLS(t *testing.T, dir string) *tlsCoordinator {
+func startTLS(t *testing.T, dir string) *tlsCoordinator { t.Helper(); return startTLSWith(t, dir, nil) }
+
+// startTLSWith is startTLS with tune changing the Server before it serves.
+func startTLSWith(t *testing.T, dir string, tune func(*Server)) *tlsCoordinator {
 	t.Helper()
 	m, err := pki.Load(pki.DirFiles(dir, pki.Coordinator), pki.Coordinator, nil, nil)
 	if err != nil {
@@ -73,6 +76,9 @@ func startTLS(t *testing.T, dir string) *tlsCoordinator {
 	}
 	lb := &logBuf{}
 	srv := &Server{Engine: e, Heartbeat: 200 * time.Millisecond, Log: slog.New(slog.NewTextHandler(lb, nil))}
+	if tune != nil {
+		tune(srv)
+	}
 	g := NewTLSGRPC(srv, m)
 	go func() { _ = g.Serve(ln) }()
 	t.Cleanup(func() {
@@ -161,8 +167,9 @@ func TestMutualTLS(t *testing.T) {
 	asWorker := source.ClientConfig("127.0.0.1")
 
 	t.Run("worker registers", func(t *testing.T) {
-		done := runWorker(t, dialTLS(t, c.addr, worker), "w-ok")
-		waitFor(t, "w-ok to register", 10*time.Second, func() bool { return c.registered("w-ok") })
+		// under mutual TLS a worker registers as its certificate's name
+		done := runWorker(t, dialTLS(t, c.addr, worker), "worker")
+		waitFor(t, "the worker to register", 10*time.Second, func() bool { return c.registered("worker") })
 		select {
 		case err := <-done:
 			t.Fatalf("the worker stopped: %v", err)
@@ -228,7 +235,7 @@ func TestMutualTLS(t *testing.T) {
 		return r.Accepted, nil
 	}
 	t.Run("source sends frames", func(t *testing.T) {
-		n, err := stream(dialTLS(t, c.addr, source), "cam-ok")
+		n, err := stream(dialTLS(t, c.addr, source), "source/cam-ok") // a stream of the certificate's name
 		if err != nil || n != 3 {
 			t.Fatalf("source: %d accepted, %v; want 3", n, err)
 		}
@@ -269,8 +276,8 @@ func TestTLSRotation(t *testing.T) {
 	worker := material(t, pki.DirFiles(dir, pki.Worker), pki.Worker)
 	before := worker.Certificate().SerialNumber
 
-	runWorker(t, dialTLS(t, c.addr, worker), "w1")
-	waitFor(t, "w1 to register", 10*time.Second, func() bool { return c.registered("w1") })
+	runWorker(t, dialTLS(t, c.addr, worker), "worker") // its certificate's name
+	waitFor(t, "the worker to register", 10*time.Second, func() bool { return c.registered("worker") })
 
 	// New certificates for the worker (another name) and the coordinator.
 	if _, err := pki.IssueFiles(dir, pki.IssueOptions{Role: pki.Worker, Name: "w2", Force: true}); err != nil {

@@ -195,7 +195,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag coordinator: listen %s: %v\n", *listen, err)
 		return exitFailure
 	}
-	srv := &remote.Server{Engine: e, Log: log, Heartbeat: *heartbeat, Limits: limits, Relay: *plane == "relay"}
+	srv := &remote.Server{Engine: e, Log: log, Heartbeat: *heartbeat, Limits: limits, Relay: *plane == "relay", Shared: tf.shared}
 	obs.mx.SetGRPC(func() metrics.GRPC {
 		p := srv.Plane()
 		return metrics.GRPC{Refused: srv.Refused(), RelayedFrames: p.RelayedFrames, RelayedBytes: p.RelayedBytes, RefFrames: p.RefFrames,
@@ -310,7 +310,8 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 	coord := fs.String("coordinator", "127.0.0.1:7070", "the coordinator's gRPC address")
 	typ := fs.String("type", "", "this worker's type, one of the deployed profiles' worker types (required)")
 	host, _ := os.Hostname()
-	id := fs.String("id", fmt.Sprintf("%s-%d", host, os.Getpid()), "instance ID, unique among connected workers")
+	id := fs.String("id", fmt.Sprintf("%s-%d", host, os.Getpid()), "instance ID, unique among connected workers "+
+		"(with TLS: the certificate's name by default, the only ID the coordinator accepts from it unless it is declared --shared-cert)")
 	executor := fs.String("executor", "emulated", executorHelp)
 	decs := strings.Join(decoders(), ", ")
 	if decs == "" {
@@ -435,6 +436,13 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	defer cc.Close()
+	if mat != nil && !flagGiven(fs, "id") {
+		// the coordinator binds a worker's ID to its certificate's name
+		if _, name, err := pki.RoleOf(mat.Certificate()); err == nil {
+			*id = name
+			log = newLogger(stderr, *verbose).With("worker", *id)
+		}
+	}
 	dp, stopPeer, err := pf.start(*id, *coord, mat, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag worker: %v\n", err)
@@ -479,7 +487,8 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 	coord := fs.String("coordinator", "127.0.0.1:7070", "the coordinator's gRPC address")
 	app := fs.String("app", "", "the deployed app to stream into (required)")
 	streams := fs.Int("streams", 1, "synthetic cameras to run")
-	prefix := fs.String("prefix", "synthetic", "stream IDs are PREFIX-0, PREFIX-1, ...")
+	prefix := fs.String("prefix", "synthetic", "stream IDs are PREFIX-0, PREFIX-1, ... (with TLS: NAME/synthetic by default, NAME the certificate's: "+
+		"a source certificate joins only streams NAME or NAME/...)")
 	fps := fs.Float64("fps", 10, "frames per second per camera (synthetic; with --camera: the rate frames are sampled at)")
 	objects := fs.Int("objects", 3, "objects per frame")
 	size := fs.String("size", "320x240", "frame size WxH")
@@ -502,12 +511,18 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	log := newLogger(stderr, false)
-	cc, err := tf.dial("source", pki.Source, *coord, log)
+	cc, mat, err := tf.dialMaterial("source", pki.Source, *coord, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid
 	}
 	defer cc.Close()
+	if mat != nil && !flagGiven(fs, "prefix") {
+		// the streams a source certificate may join: NAME/...
+		if _, name, err := pki.RoleOf(mat.Certificate()); err == nil {
+			*prefix = name + "/" + *prefix
+		}
+	}
 	ctx, cancel := runContext(*duration)
 	defer cancel()
 	if code, ok := cf.runSource(ctx, *app, *fps, cc, stdout, stderr); ok {
@@ -548,3 +563,4 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 	wg.Wait()
 	return code
 }
+

@@ -27,6 +27,9 @@ type tlsFlags struct {
 	serverName         *string // clients only
 	insecure           *bool
 	plain              bool // dial chose plaintext
+	// shared are the coordinator's --shared-cert (issue 36): certificates
+	// several workers or sources share, and what each may claim.
+	shared []remote.SharedCert
 }
 
 func addTLSFlags(fs *flag.FlagSet, client bool) *tlsFlags {
@@ -39,6 +42,22 @@ func addTLSFlags(fs *flag.FlagSet, client bool) *tlsFlags {
 	}
 	if client {
 		f.serverName = fs.String("server-name", "", "the name the coordinator's certificate must carry (default: the host of --coordinator)")
+	} else {
+		fs.Func("shared-cert", "with mutual TLS, a certificate several workers or sources share, as `ROLE/NAME=PREFIX[,PREFIX...]` (repeatable), e.g. worker/worker=mdag-worker-,P100-,V100-,CPU- "+
+			"for one Kubernetes Secret in every worker pod: its holders may register worker IDs (join streams) starting with a PREFIX (* for any), and no other. "+
+			"Any other certificate registers only as its own name (mdag://worker/NAME: --id NAME) and joins only stream NAME or NAME/...", func(s string) error {
+			c, err := remote.ParseSharedCert(s)
+			if err != nil {
+				return err
+			}
+			for _, o := range f.shared {
+				if o.Role == c.Role && o.Name == c.Name {
+					return fmt.Errorf("%s/%s is given twice: list all its prefixes in one --shared-cert", c.Role, c.Name)
+				}
+			}
+			f.shared = append(f.shared, c)
+			return nil
+		})
 	}
 	return f
 }
@@ -57,9 +76,14 @@ func (f *tlsFlags) material(cmd string, role pki.Role, flagName, addr string, lo
 			"anyone who can reach it could register as a worker and receive camera frames, or send frames; %s", cmd, flagName, addr, howTo)
 	case !given && !local:
 		return nil, fmt.Errorf("mdag %s: %s %s is not a loopback address, so gRPC needs mutual TLS: %s (plaintext, --insecure, is allowed on loopback only)", cmd, flagName, addr, howTo)
+	case !given && len(f.shared) > 0:
+		return nil, fmt.Errorf("mdag %s: --shared-cert names certificates, but gRPC is plaintext: give --tls-dir too", cmd)
 	case !given:
 		log.Warn("gRPC is plaintext, on loopback: any process on this machine may connect; give --tls-dir for mutual TLS (mdag certs init)", strings.TrimPrefix(flagName, "--"), addr)
 		return nil, nil
+	}
+	for _, c := range f.shared {
+		log.Warn("a shared certificate: any of its holders may claim any ID or stream of its prefixes", "shared_cert", c.String())
 	}
 	var files pki.Files
 	if *f.dir != "" {

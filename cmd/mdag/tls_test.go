@@ -102,6 +102,9 @@ func TestGRPCSecurityFlags(t *testing.T) {
 		{"--cert without --ca", []string{"--cert", filepath.Join(dir, "coordinator.pem"), "--key", filepath.Join(dir, "coordinator-key.pem")}, "10.0.0.5:7070", false, "--ca is missing: give --tls-dir DIR, or all of --ca, --cert and --key"},
 		{"a worker's certificate", []string{"--tls-dir", dir, "--cert", filepath.Join(dir, "worker.pem"), "--key", filepath.Join(dir, "worker-key.pem")}, "10.0.0.5:7070", false, "is a worker's certificate (mdag://worker/worker); a coordinator needs a coordinator's"},
 		{"an empty directory", []string{"--tls-dir", t.TempDir()}, "10.0.0.5:7070", false, "ca.pem: no such file"},
+		// issue 36: a shared certificate is a TLS notion
+		{"--shared-cert with TLS", []string{"--tls-dir", dir, "--shared-cert", "worker/worker=w-"}, "10.0.0.5:7070", true, ""},
+		{"--shared-cert in plaintext", []string{"--shared-cert", "worker/worker=w-"}, "127.0.0.1:7070", false, "--shared-cert names certificates, but gRPC is plaintext: give --tls-dir too"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fs := flag.NewFlagSet("coordinator", flag.ContinueOnError)
@@ -123,7 +126,18 @@ func TestGRPCSecurityFlags(t *testing.T) {
 			if !c.tls && len(c.args) == 0 && !strings.Contains(logs.String(), "gRPC is plaintext") {
 				t.Errorf("plaintext by default was not logged:\n%s", logs.String())
 			}
+			if len(tf.shared) > 0 && !strings.Contains(logs.String(), `shared_cert="worker/worker=w-"`) {
+				t.Errorf("the shared certificate was not logged:\n%s", logs.String())
+			}
 		})
+	}
+	for _, bad := range [][]string{{"--shared-cert", "worker/worker"}, {"--shared-cert", "worker/a=x", "--shared-cert", "worker/a=y"}} {
+		fs := flag.NewFlagSet("coordinator", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		addTLSFlags(fs, false)
+		if err := fs.Parse(bad); err == nil {
+			t.Errorf("%v: parsed, want an error", bad)
+		}
 	}
 }
 
@@ -161,13 +175,23 @@ func TestDistributedTLS(t *testing.T) {
 			t.Fatalf("certs init: exit %d: %s", code, errb.String())
 		}
 	}
+	// Each worker has a certificate of its own and registers under its
+	// name without --id; the source's streams are named after its
+	// certificate without --prefix (issue 36: identities bound to
+	// certificates, no --shared-cert needed).
+	for _, typ := range []string{"V100", "CPU"} {
+		var out, errb bytes.Buffer
+		if code := run([]string{"certs", "issue", "--dir", dir, "--role", "worker", "--name", "w-" + typ, "--out", filepath.Join(dir, "w-"+typ)}, &out, &errb); code != exitOK {
+			t.Fatalf("certs issue: exit %d: %s", code, errb.String())
+		}
+	}
 	c := startCoordinator(t, "--example", "traffic", "--duration", "30s", "--tls-dir", dir)
 	grpcAddr, url, coordLogs := c.grpc, c.url, c.logs
 	workerDone := make(chan int, 2)
 	var workerErr [2]bytes.Buffer
 	for i, typ := range []string{"V100", "CPU"} {
 		go func() {
-			workerDone <- run([]string{"worker", "--coordinator", grpcAddr, "--type", typ, "--id", "w-" + typ, "--duration", "20s", "--tls-dir", dir}, io.Discard, &workerErr[i])
+			workerDone <- run([]string{"worker", "--coordinator", grpcAddr, "--type", typ, "--duration", "20s", "--tls-dir", filepath.Join(dir, "w-"+typ)}, io.Discard, &workerErr[i])
 		}()
 	}
 	// generous bounds: TLS handshakes and registration under -race on a
@@ -186,7 +210,7 @@ func TestDistributedTLS(t *testing.T) {
 
 	var out, errb bytes.Buffer
 	if code := run([]string{"source", "--coordinator", grpcAddr, "--app", "traffic", "--fps", "20", "--count", "10", "--tls-dir", dir}, &out, &errb); code != exitOK ||
-		!strings.Contains(out.String(), "stream synthetic-0: 10 frames accepted, 0 rejected") {
+		!strings.Contains(out.String(), "stream source/synthetic-0: 10 frames accepted, 0 rejected") {
 		t.Fatalf("source: exit %d:\n%s\n%s", code, out.String(), errb.String())
 	}
 
@@ -220,7 +244,7 @@ func TestDistributedTLS(t *testing.T) {
 	if strings.Contains(coordLogs(), "stream=foreign-0") || strings.Contains(coordLogs(), "stream=plain-0") {
 		t.Errorf("another CA's stream joined:\n%s", coordLogs())
 	}
-	if !strings.Contains(coordLogs(), "grpc_security=\"mutual TLS\"") || !strings.Contains(coordLogs(), "cert=mdag://worker/worker") {
+	if !strings.Contains(coordLogs(), "grpc_security=\"mutual TLS\"") || !strings.Contains(coordLogs(), "cert=mdag://worker/w-V100") {
 		t.Errorf("the coordinator's log does not say it runs mutual TLS and who connected:\n%s", coordLogs())
 	}
 	for range 2 {

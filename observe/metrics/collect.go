@@ -130,7 +130,7 @@ var (
 )
 
 var (
-	grpcRefused = desc("grpc", "refused_total", "Requests the coordinator's gRPC port refused, by reason (message-size, frame-size, boxes, result-items, source-streams, rate-peer, rate-global: limits; unknown-task: a result for a task the worker was not given or had answered; frame-ref: a frame reference the worker may not make).", "reason")
+	grpcRefused = desc("grpc", "refused_total", "Requests the coordinator's gRPC port refused, by reason (message-size, frame-size, boxes, result-items, source-streams, rate-peer, rate-global: limits; unknown-task: a result for a task the worker was not given or had answered; frame-ref: a frame reference the worker may not make; handshakes, handshakes-ip, tls-handshake: TLS handshakes over the bounds or failed; first-message: no register or join in time; identity: an ID or stream the certificate may not claim; register: a malformed registration; role: a call the certificate's role may not make).", "reason")
 	grpcFrames  = desc("grpc", "result_frames_total", "Frames in workers' results by data plane: relay (the pixels came through the coordinator) or direct (a reference; the next module's worker fetches the pixels from the worker holding them).", "plane")
 	grpcBytes   = desc("grpc", "relayed_bytes_total", "Pixel bytes of workers' results that came through the coordinator: every frame on the relay; on the direct data plane only frames under the worker's --peer-inline (crops).")
 	grpcHops    = desc("grpc", "hop_seconds", "What a task spent outside its module's run, from the coordinator sending it to its result: the task down, the worker's queue, the fetch of its frames (direct data plane) and the result up.")

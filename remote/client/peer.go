@@ -219,12 +219,20 @@ func (p *PeerServer) Fetch(req *api.FetchRequest, stream grpc.ServerStreamingSer
 	return nil
 }
 
+// MaxPeerStreams caps the Fetch streams open at once on one connection to
+// a worker's peer port (grpc.MaxConcurrentStreams): a fetching worker's
+// streams beyond it wait for one to end, and no connection can open an
+// unbounded number of them.
+const MaxPeerStreams = 256
+
 // NewPeerGRPC returns a gRPC server with p registered and mdag's message
 // limits; opts add credentials (mutual TLS: pki.Material.PeerServerConfig).
 //
-// A connection must finish its TLS handshake within 10 s.
+// A connection must finish its TLS handshake within 10 s and may have at
+// most MaxPeerStreams streams open.
 func NewPeerGRPC(p *PeerServer, opts ...grpc.ServerOption) *grpc.Server {
-	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20), grpc.MaxSendMsgSize(wire.MaxMessage), grpc.ConnectionTimeout(10 * time.Second)}, opts...)...)
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20), grpc.MaxSendMsgSize(wire.MaxMessage), grpc.ConnectionTimeout(10 * time.Second),
+		grpc.MaxConcurrentStreams(MaxPeerStreams)}, opts...)...)
 	api.RegisterPeerServer(g, p)
 	return g
 }
