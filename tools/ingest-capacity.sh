@@ -29,7 +29,7 @@ for codec in $CODECS; do
   for n in $COUNTS; do
     log=$(mktemp)
     GOMAXPROCS=1 taskset -c 0 "$BIN" serve --example traffic --listen 127.0.0.1:$PORT --emulate-objects none \
-      --cpu-cores 1 --cpu-ceiling 1 --stream-cost 0.001 --shed-after=-1s --max-streams 500 --max-pending 500 --workers V100=32,P100=32,CPU=32 >/dev/null 2>"$log" &
+      --cpu-cores 1 --cpu-ceiling 1 --stream-cost 0.001 --shed-after=-1s --max-streams 500 --max-pending 500 --offer-burst-ip 1000 --offer-burst 1000 --workers V100=32,P100=32,CPU=32 >/dev/null 2>"$log" &
     srv=$!
     sleep 0.5; kill -0 $srv 2>/dev/null || { echo "ingest-capacity: serve did not start:" >&2; cat "$log" >&2; exit 1; }
     for _ in $(seq 100); do curl -sf http://127.0.0.1:$PORT/healthz >/dev/null 2>&1 && break; sleep 0.1; done
