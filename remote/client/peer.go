@@ -3,9 +3,10 @@ package client
 import (
 	"container/heap"
 	"context"
+	crand "crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -136,13 +137,22 @@ func (s *Store) Put(f *media.Frame, deadline time.Time) (id uint64, ok bool) {
 		s.stats.Evicted++
 	}
 	for e.id == 0 || s.frames[e.id] != nil {
-		e.id = rand.Uint64()
+		e.id = frameKey()
 	}
 	s.frames[e.id] = e
 	heap.Push(&s.due, e)
 	s.bytes += size
 	s.stats.Put++
 	return e.id, true
+}
+
+// frameKey is a new frame's key: 64 bits from crypto/rand, the only thing
+// between a worker holding a peer certificate and the frames it was not
+// routed (math/rand's generators are predictable from their outputs).
+func frameKey() uint64 {
+	var b [8]byte
+	_, _ = crand.Read(b[:]) // never fails (Go 1.24+: it crashes the program rather than return an error)
+	return binary.LittleEndian.Uint64(b[:])
 }
 
 // Get returns the frame held under id; local says whether this worker's
@@ -206,6 +216,14 @@ func (p *PeerServer) Fetch(req *api.FetchRequest, stream grpc.ServerStreamingSer
 	}
 	if n := len(req.Ids); n == 0 || n > MaxFetchIDs {
 		return status.Errorf(codes.InvalidArgument, "fetch %d frames: want 1 to %d", n, MaxFetchIDs)
+	}
+	seen := make(map[uint64]struct{}, len(req.Ids))
+	for _, id := range req.Ids {
+		if _, dup := seen[id]; dup {
+			// one frame sent 4096 times would cost 4096 copies for one key
+			return status.Errorf(codes.InvalidArgument, "frame %d is asked for twice in one fetch", id)
+		}
+		seen[id] = struct{}{}
 	}
 	for _, id := range req.Ids {
 		f, ok := p.Store.Get(id, false)

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/mdag/mdag/api"
@@ -363,5 +364,29 @@ func TestUnchanged(t *testing.T) {
 	}
 	if got := unchanged(nil, next); len(got) != 0 {
 		t.Errorf("first load kept %v", got)
+	}
+}
+
+// TestFetchRefusesRepeatedIDs (issue 36, Low): one fetch naming a frame
+// twice is refused before anything is sent (it cost a copy of the frame
+// per repeat: one key x4096 in one request); the fetcher de-duplicates
+// its own requests, so a worker never sends one.
+func TestFetchRefusesRepeatedIDs(t *testing.T) {
+	clk := clock.NewFake(t0)
+	st := &Store{Clock: clk}
+	id, _ := st.Put(frameOf(2, 2, 1), t0.Add(time.Hour))
+	addr, _ := peerAt(t, &PeerServer{ID: "gpu-a", Store: st})
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	stream, err := api.NewPeerClient(cc).Fetch(context.Background(), &api.FetchRequest{Holder: "gpu-a", Ids: []uint64{id, id, id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := stream.Recv()
+	if status.Code(err) != codes.InvalidArgument || got != nil || !strings.Contains(err.Error(), "twice") {
+		t.Fatalf("a fetch naming frame %d three times: %v, %v; want InvalidArgument before any frame", id, got, err)
 	}
 }
