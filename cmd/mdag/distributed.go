@@ -563,4 +563,3 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 	wg.Wait()
 	return code
 }
-

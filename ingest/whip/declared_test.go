@@ -40,7 +40,11 @@ func (w *bitWriter) ue(v uint) {
 }
 
 // h264SPS is a baseline-profile SPS NAL unit declaring wxh (multiples of 16).
-func h264SPS(w, h int) []byte {
+func h264SPS(w, h int) []byte { return h264SPSCropped(w, h, 0, 0) }
+
+// h264SPSCropped is an SPS coded at wxh whose frame cropping shows only
+// (w-2*cropX) x (h-2*cropY) (offsets in 4:2:0 units of 2 pixels: cropX/2).
+func h264SPSCropped(w, h, cropX, cropY int) []byte {
 	bw := &bitWriter{}
 	bw.bits(0x67, 8) // forbidden 0, nal_ref_idc 3, type 7 (SPS)
 	bw.bits(66, 8)   // profile_idc: baseline
@@ -55,7 +59,15 @@ func h264SPS(w, h int) []byte {
 	bw.ue(uint(h/16 - 1))
 	bw.bit(1) // frame_mbs_only_flag
 	bw.bit(1) // direct_8x8_inference_flag
-	bw.bit(0) // frame_cropping_flag
+	if cropX > 0 || cropY > 0 {
+		bw.bit(1) // frame_cropping_flag
+		bw.ue(uint(cropX / 2))
+		bw.ue(uint(cropX / 2))
+		bw.ue(uint(cropY / 2))
+		bw.ue(uint(cropY / 2))
+	} else {
+		bw.bit(0)
+	}
 	bw.bit(0) // vui_parameters_present_flag
 	bw.bit(1) // rbsp_stop_one_bit
 	for bw.n%8 != 0 {
@@ -68,25 +80,40 @@ func h264SPS(w, h int) []byte {
 // frame's SPS declaring a huge picture is refused from the SPS, before
 // the decoder allocates for it; one within the bound reaches the decoder.
 func TestH264DeclaredSizeBeforeDecode(t *testing.T) {
-	if w, h, ok := h264KeySize(append([]byte{0, 0, 0, 1}, h264SPS(640, 480)...)); !ok || w != 640 || h != 480 {
-		t.Fatalf("the test SPS reads as %dx%d (%v), want 640x480", w, h, ok)
+	if w, h, dw, dh, ok, err := h264SPSSize(append([]byte{0, 0, 0, 1}, h264SPS(640, 480)...)); !ok || err != nil || w != 640 || h != 480 || dw != 640 || dh != 480 {
+		t.Fatalf("the test SPS reads as %dx%d shown %dx%d (%v, %v), want 640x480", w, h, dw, dh, ok, err)
+	}
+	if w, h, dw, dh, ok, err := h264SPSSize(append([]byte{0, 0, 0, 1}, h264SPSCropped(8192, 8192, 3936, 3976)...)); !ok || err != nil || w != 8192 || h != 8192 || dw != 320 || dh != 240 {
+		t.Fatalf("the cropped SPS reads as %dx%d shown %dx%d (%v, %v), want 8192x8192 shown 320x240", w, h, dw, dh, ok, err)
 	}
 	for _, c := range []struct {
 		name    string
-		w, h    int
+		sps     []byte
+		key     bool
 		decoded bool
+		want    string
 	}{
-		{"16384x16384: refused unread", 16384, 16384, false},
-		{"4112x16: refused unread", 4112, 16, false},
-		{"640x480: decoded", 640, 480, true},
+		{"16384x16384: refused unread", h264SPS(16384, 16384), true, false, "H.264 SPS declares 16384x16384"},
+		{"4112x16: refused unread", h264SPS(4112, 16), true, false, "H.264 SPS declares 4112x16"},
+		{"coded 8192x8192 cropped to 320x240: refused unread", h264SPSCropped(8192, 8192, 3936, 3976), true, false, "H.264 SPS declares 8192x8192"},
+		{"16384x16384 in an access unit without IDR: refused unread", h264SPS(16384, 16384), false, false, "H.264 SPS declares 16384x16384"},
+		{"an SPS cut short before its size: refused unread", h264SPS(640, 480)[:5], true, false, "does not parse as far as its picture size"},
+		{"640x480: decoded", h264SPS(640, 480), true, true, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, st := testPipelineCodec(t, newSink(), CodecH264)
 			d := &countingDecoder{decoder: p.dec}
 			p.dec = d
-			au := append([]byte{0, 0, 0, 1}, h264SPS(c.w, c.h)...)
-			au = append(au, 0, 0, 0, 1, 0x65, 0x88, 0x84, 0x00) // an IDR slice's start
-			goesOn := p.frame(codedFrame{Data: au, Key: true}, time.Unix(1e9, 0))
+			if !c.key {
+				p.needKey = false // a stream under way: non-IDR units are decoded
+			}
+			au := append([]byte{0, 0, 0, 1}, c.sps...)
+			if c.key {
+				au = append(au, 0, 0, 0, 1, 0x65, 0x88, 0x84, 0x00) // an IDR slice's start
+			} else {
+				au = append(au, 0, 0, 0, 1, 0x41, 0x9a, 0x00, 0x00) // a non-IDR slice's start
+			}
+			goesOn := p.frame(codedFrame{Data: au, Key: c.key}, time.Unix(1e9, 0))
 			if goesOn != c.decoded || (d.n > 0) != c.decoded {
 				t.Fatalf("goes on %v, decoder calls %d: want %v", goesOn, d.n, c.decoded)
 			}
@@ -96,7 +123,7 @@ func TestH264DeclaredSizeBeforeDecode(t *testing.T) {
 			<-st.done
 			st.mu.Lock()
 			defer st.mu.Unlock()
-			if st.endKind != EndError || !strings.Contains(st.ended, fmt.Sprintf("H.264 SPS declares %dx%d", c.w, c.h)) {
+			if st.endKind != EndError || !strings.Contains(st.ended, c.want) {
 				t.Errorf("ended %q (%s), want an error naming the declared size", st.ended, st.endKind)
 			}
 		})
@@ -147,8 +174,8 @@ func FuzzKeySize(f *testing.F) {
 	f.Add([]byte{0x10, 0, 0, 0x9d, 0x01, 0x2a, 0x80, 0x02, 0xe0, 0x01})
 	f.Add([]byte{0, 0, 0, 1, 0x67})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if w, h, ok := h264KeySize(b); ok && (w <= 0 || h <= 0) {
-			t.Fatalf("h264: %dx%d", w, h)
+		if w, h, dw, dh, ok, err := h264SPSSize(b); ok && err == nil && (w <= 0 || h <= 0 || dw <= 0 || dh <= 0 || dw > w || dh > h) {
+			t.Fatalf("h264: %dx%d shown %dx%d", w, h, dw, dh)
 		}
 		if w, h, ok := vp8KeySize(b); ok && (w <= 0 || h <= 0 || w > 0x3fff || h > 0x3fff) {
 			t.Fatalf("vp8: %dx%d", w, h)

@@ -1,6 +1,7 @@
 package whip
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"github.com/bluenviron/mediacommon/pkg/codecs/h264"
@@ -321,6 +322,11 @@ func (s *simulcast) size(l *layer, key []byte) (w, h int, ok bool) {
 	if s.codec == CodecVP8 {
 		return vp8KeySize(key)
 	}
+	// the SPS's coded size first: a layer declaring more than MaxDecode
+	// is never decoded, not even to learn its size
+	if cw, ch, _, _, found, err := h264SPSSize(key); err != nil || !found || cw > MaxDecode || ch > MaxDecode {
+		return 0, 0, false
+	}
 	dec, err := newDecoder(s.codec)
 	if err != nil {
 		return 0, 0, false
@@ -370,29 +376,55 @@ func vp8KeySize(b []byte) (w, h int, ok bool) {
 	return w, h, true
 }
 
-// h264KeySize reads the size an H.264 access unit's SPS declares (Annex
-// B), before the decoder allocates for it; ok is false without an SPS or
-// when it does not parse (the decoder then says what is wrong).
-func h264KeySize(b []byte) (w, h int, ok bool) {
-	nalus, err := h264.AnnexBUnmarshal(b)
-	if err != nil {
-		return 0, 0, false
-	}
-	for _, n := range nalus {
-		if len(n) == 0 || h264.NALUType(n[0]&0x1f) != h264.NALUTypeSPS {
+// h264SPSSize reads the coded size (its macroblocks, before any cropping,
+// what the decoder allocates) and the display size (after cropping) the
+// SPS of an H.264 access unit (Annex B) declares, before the decoder
+// allocates for it: found is false when the unit carries no SPS; an SPS
+// that does not parse as far as its size is an error (the decoder might
+// read it anyway). It scans without allocating: every access unit of a
+// stream passes here.
+func h264SPSSize(b []byte) (w, h, dispW, dispH int, found bool, err error) {
+	for i := 0; i+3 < len(b); {
+		k := bytes.Index(b[i:], startCode3)
+		if k < 0 {
+			break
+		}
+		start := i + k + 3
+		if start >= len(b) {
+			break
+		}
+		end := len(b)
+		if n := bytes.Index(b[start:], startCode3); n >= 0 {
+			end = start + n
+		}
+		i = end
+		if h264.NALUType(b[start]&0x1f) != h264.NALUTypeSPS {
 			continue
 		}
 		var sps h264.SPS
-		if sps.Unmarshal(n) != nil {
-			return 0, 0, false
+		perr := sps.Unmarshal(bytes.TrimRight(b[start:end], "\x00"))
+		mbW, mapH := uint64(sps.PicWidthInMbsMinus1)+1, uint64(sps.PicHeightInMapUnitsMinus1)+1
+		if perr != nil && sps.PicWidthInMbsMinus1 == 0 && sps.PicHeightInMapUnitsMinus1 == 0 {
+			// the size was not reached (a genuine 16x16 SPS that fails
+			// later is refused too: harmless)
+			return 0, 0, 0, 0, true, fmt.Errorf("H.264 SPS does not parse as far as its picture size (%v)", perr)
 		}
-		if w, h = sps.Width(), sps.Height(); w <= 0 || h <= 0 {
-			return 0, 0, false
+		if !sps.FrameMbsOnlyFlag {
+			mapH *= 2 // field pictures: map units are pairs of macroblock rows
 		}
-		return w, h, true
+		w, h = int(min(mbW*16, 1<<30)), int(min(mapH*16, 1<<30))
+		dispW, dispH = w, h
+		// after cropping; a crop larger than the picture (the reader's
+		// unsigned arithmetic then wraps) leaves the coded size
+		if sw, sh := sps.Width(), sps.Height(); perr == nil && sw > 0 && sh > 0 && sw <= w && sh <= h {
+			dispW, dispH = sw, sh
+		}
+		return w, h, dispW, dispH, true, nil
 	}
-	return 0, 0, false
+	return 0, 0, 0, 0, false, nil
 }
+
+var startCode3 = []byte{0, 0, 1}
 
 // switchLocked makes l the decoded layer (at its key frame).
 func (s *simulcast) switchLocked(l *layer) {

@@ -967,20 +967,27 @@ const MaxDecodeErrors = 10
 // stream is ended unread. A 4096-wide DCI 4K camera fits.
 const MaxDecode = 4096
 
-// declared checks the size a VP8 key frame declares (RFC 6386 9.1) against
-// what the stream may decode, before the decoder allocates for it.
+// declared checks the size a VP8 key frame (RFC 6386 9.1) or an H.264
+// SPS declares against what the stream may decode, before the decoder
+// allocates for it.
 func (p *pipeline) declared(fr codedFrame) error {
-	if !fr.Key {
-		return nil
-	}
-	var w, h int
+	var w, h, dw, dh int // coded (what the decoder allocates) and shown
 	var ok bool
 	what := "VP8 key frame"
 	switch p.st.codec {
 	case CodecVP8:
+		if !fr.Key {
+			return nil // only key frames declare a size
+		}
 		w, h, ok = vp8KeySize(fr.Data)
+		dw, dh = w, h
 	case CodecH264:
-		w, h, ok = h264KeySize(fr.Data)
+		// any access unit may carry an SPS, a key frame or not; its coded
+		// size is what the decoder allocates, whatever the cropping shows
+		var err error
+		if w, h, dw, dh, ok, err = h264SPSSize(fr.Data); err != nil {
+			return fmt.Errorf("%v: refused before decoding", err)
+		}
 		what = "H.264 SPS"
 	}
 	if !ok {
@@ -988,10 +995,9 @@ func (p *pipeline) declared(fr codedFrame) error {
 	}
 	mw, mh := p.st.limit()
 	if p.st.s.cfg.Oversize == Reject {
-		if w > mw || h > mh {
-			return fmt.Errorf("resolution %dx%d above the limit %dx%d (the key frame's header; refused before decoding)", w, h, mw, mh)
+		if dw > mw || dh > mh {
+			return fmt.Errorf("resolution %dx%d above the limit %dx%d (the %s's header; refused before decoding)", dw, dh, mw, mh, what)
 		}
-		return nil
 	}
 	if mw, mh = max(mw, MaxDecode), max(mh, MaxDecode); w > mw || h > mh {
 		return fmt.Errorf("%s declares %dx%d, above the %dx%d this stream may decode: refused before decoding", what, w, h, mw, mh)
