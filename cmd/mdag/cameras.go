@@ -138,13 +138,13 @@ func (cf *cameraFlags) startOn(cmd, app string, server any, log *slog.Logger) (*
 // an HTTP listener, sampled to fps, and their frames go to the coordinator
 // over gRPC (client.Forwarder), one Ingest call per camera. It reports
 // false when no camera flag was given.
-func (cf *cameraFlags) runSource(ctx context.Context, app string, fps float64, cc *grpc.ClientConn, stdout, stderr io.Writer) (int, bool) {
+func (cf *cameraFlags) runSource(ctx context.Context, app string, fps float64, cc *grpc.ClientConn, prefix string, stdout, stderr io.Writer) (int, bool) {
 	if len(*cf.urls) == 0 && *cf.file == "" {
 		return 0, false
 	}
 	log := newLogger(stderr, false)
 	fwd := client.NewForwarder(cc)
-	srv, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{dag.AppID(app): fps}, Scale: scaler, Log: log}, forwardSink{fwd})
+	srv, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{dag.AppID(app): fps}, Scale: scaler, Log: log}, forwardSink{fwd, prefix})
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag source: %v\n", err)
 		return exitInvalid, true
@@ -167,13 +167,19 @@ func (cf *cameraFlags) runSource(ctx context.Context, app string, fps float64, c
 }
 
 // forwardSink is the local ingest server's Sink in `mdag source`: its
-// streams go to the coordinator.
-type forwardSink struct{ f *client.Forwarder }
+// streams go to the coordinator, named prefix+camera (with TLS, the
+// source certificate's "NAME/": the streams it may join).
+type forwardSink struct {
+	f      *client.Forwarder
+	prefix string
+}
 
-func (s forwardSink) Join(app dag.AppID, stream string) error { return s.f.Join(string(app), stream) }
-func (s forwardSink) Leave(stream string) error               { return s.f.Leave(stream) }
+func (s forwardSink) Join(app dag.AppID, stream string) error {
+	return s.f.Join(string(app), s.prefix+stream)
+}
+func (s forwardSink) Leave(stream string) error { return s.f.Leave(s.prefix + stream) }
 func (s forwardSink) Ingest(stream string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error {
-	return s.f.Ingest(stream, seq, capture, f, truth)
+	return s.f.Ingest(s.prefix+stream, seq, capture, f, truth)
 }
 
 // ingestCameras is the cameras' status as the ingest server reports it.

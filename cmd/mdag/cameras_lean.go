@@ -59,7 +59,7 @@ func (*cameraRun) Status() []struct{} { return nil }
 func checkCamerasFile(string, []string) (string, error) { return "", errNoCameras }
 
 // runSource refuses cameras in `mdag source`.
-func (cf *cameraFlags) runSource(_ context.Context, _ string, _ float64, _ *grpc.ClientConn, _, stderr io.Writer) (int, bool) {
+func (cf *cameraFlags) runSource(_ context.Context, _ string, _ float64, _ *grpc.ClientConn, _ string, _, stderr io.Writer) (int, bool) {
 	if !*cf.given {
 		return 0, false
 	}

@@ -517,15 +517,21 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	defer cc.Close()
-	if mat != nil && !flagGiven(fs, "prefix") {
-		// the streams a source certificate may join: NAME/...
+	// with TLS a source certificate joins only streams NAME or NAME/...:
+	// its cameras are sent as NAME/CAMERA, its synthetic streams as
+	// NAME/synthetic-N unless --prefix says otherwise
+	camPrefix := ""
+	if mat != nil {
 		if _, name, err := pki.RoleOf(mat.Certificate()); err == nil {
-			*prefix = name + "/" + *prefix
+			camPrefix = name + "/"
+			if !flagGiven(fs, "prefix") {
+				*prefix = camPrefix + *prefix
+			}
 		}
 	}
 	ctx, cancel := runContext(*duration)
 	defer cancel()
-	if code, ok := cf.runSource(ctx, *app, *fps, cc, stdout, stderr); ok {
+	if code, ok := cf.runSource(ctx, *app, *fps, cc, camPrefix, stdout, stderr); ok {
 		return code // RTSP cameras instead of synthetic streams
 	}
 	var wg sync.WaitGroup
