@@ -575,7 +575,7 @@ func TestTLSHandshakesBounded(t *testing.T) {
 	c := startServer(t, app, prof, &Server{Heartbeat: time.Second})
 	srv := &Server{Engine: c.e, Heartbeat: time.Second}
 	g := NewTLSGRPC(srv, m)
-	g.firstByteTimeout = time.Minute // held until the test ends
+	g.firstByteTimeout, g.handshakeTimeout = time.Minute, time.Minute // held until the test ends
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -143,15 +143,22 @@ func (t *TLSServer) handshaken(c net.Conn) {
 	}
 }
 
-// hostOf is the IP address of addr (its whole string when it has no port).
+// hostOf is the handshake bound's key for addr: its IP address (its whole
+// string when it has no port), an IPv6 one by its /64.
 func hostOf(addr net.Addr) string {
 	if addr == nil {
 		return "unknown"
 	}
-	if host, _, err := net.SplitHostPort(addr.String()); err == nil {
-		return host
+	host := addr.String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
 	}
-	return addr.String()
+	// an IPv6 peer counts by its /64: one host usually holds a whole /64,
+	// and counting each address would let it take every handshake slot
+	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
+		return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+	}
+	return host
 }
 
 // handshaking is the number of connections in their handshake.
@@ -567,7 +574,7 @@ func (s *Server) checkClaim(ctx context.Context, call, claim string) (shared boo
 	hint := fmt.Sprintf("give the worker --id %s, or a certificate of its own: mdag certs issue --role worker --name %s", name, claim)
 	if role == pki.Source {
 		what, own = "stream", claim == name || strings.HasPrefix(claim, name+"/")
-		hint = fmt.Sprintf("it may join only stream %s or %s/...: mdag source --prefix %s/, or a certificate of its own: mdag certs issue --role source --name NAME", name, name, name)
+		hint = fmt.Sprintf("it may join only stream %s or %s/...: mdag source --prefix %s/cam (its default with TLS: %s/synthetic), or a certificate of its own: mdag certs issue --role source --name NAME", name, name, name, name)
 	}
 	for _, c := range s.Shared {
 		if c.Role != role || c.Name != name {

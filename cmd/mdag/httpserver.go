@@ -41,12 +41,13 @@ func newHTTPServer(h http.Handler, ln net.Listener, allowed []string) *http.Serv
 func hostGuard(h http.Handler, listen string, allowed []string) http.Handler {
 	ok := map[string]bool{}
 	for _, a := range allowed {
-		if a = strings.ToLower(strings.TrimSpace(a)); a != "" {
+		// as a Host header is compared: no port, brackets or final dot
+		if a = strings.ToLower(strings.TrimSuffix(hostOnly(strings.TrimSpace(a)), ".")); a != "" {
 			ok[a] = true
 		}
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Host == "" || localHost(r.Host) || ok[strings.ToLower(hostOnly(r.Host))] {
+		if r.Host == "" || localHost(r.Host) || ok[strings.ToLower(strings.TrimSuffix(hostOnly(r.Host), "."))] {
 			h.ServeHTTP(w, r)
 			return
 		}

@@ -20,7 +20,7 @@ func TestHostGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") }), ln, []string{"mdag.example.com"})
+	hs := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") }), ln, []string{"mdag.example.com", "proxy.example.com:8443", "[2001:db8::5]", "dot.example.com."})
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
@@ -35,6 +35,10 @@ func TestHostGuard(t *testing.T) {
 		{fmt.Sprintf("[::1]:%d", port), 200},
 		{"127.0.0.2", 200},
 		{"mdag.example.com:443", 200},
+		{"mdag.example.com.", 200},
+		{"proxy.example.com", 200},
+		{"[2001:db8::5]:443", 200},
+		{"dot.example.com", 200},
 		{"attacker.example:8080", 403},
 		{"attacker.example", 403},
 		{"localhost.attacker.example", 403},

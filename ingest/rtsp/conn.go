@@ -43,7 +43,9 @@ func (c *camera) dialOnly(u *base.URL, dial func(ctx context.Context, network, a
 		if addr != own {
 			return nil, fmt.Errorf("redirected to %s: mdag connects only to the camera's own address %s (another host would be sent its credentials); give the camera's final URL", addr, own)
 		}
-		if n := dials.Add(1); n > MaxRedirects+1 {
+		// the first dial, a re-dial when UDP gives way to TCP, and the
+		// redirects
+		if n := dials.Add(1); n > MaxRedirects+2 {
 			return nil, fmt.Errorf("more than %d redirects", MaxRedirects)
 		}
 		return dial(ctx, network, addr)

@@ -20,7 +20,7 @@ func TestEarlyResultsWaitForTheFirstSubscriber(t *testing.T) {
 	if n := st.c.resultsDropped.Load(); n != 0 {
 		t.Fatalf("%d dropped before the first subscriber", n)
 	}
-	ch, unsub, _ := st.subscribe()
+	ch, unsub, _ := st.subscribe(subDataChannel)
 	for i := range 3 {
 		if r := <-ch; r.Frame != uint64(i) {
 			t.Fatalf("result %d: seq %d", i, r.Frame)

@@ -85,7 +85,7 @@ func (s *Server) handleResults(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, fmt.Sprintf("no live stream %q", r.PathValue("id")))
 		return
 	}
-	ch, unsub, ok := st.subscribe()
+	ch, unsub, ok := st.subscribe(subEvents)
 	if !ok {
 		httpError(w, http.StatusTooManyRequests, fmt.Sprintf("stream %q has %d result subscribers, the most it takes: close one first", st.id, MaxSubscribers))
 		return

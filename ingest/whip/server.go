@@ -286,6 +286,7 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	if s.auth == nil && len(cfg.Tokens) > 0 {
 		s.auth = auth.FromPlain(cfg.Tokens)
 	}
+	s.auth.UseClock(cfg.Clock) // the failure throttle on the server's clock
 	s.armLoad()
 	return s, nil
 }
@@ -365,16 +366,18 @@ func (s *Server) allowed(w http.ResponseWriter, r *http.Request, query bool, may
 	}
 	// an address that failed FailRates' burst is refused before its token
 	// is looked at: guessing costs the guesser time, not the server
+	tok, _ := auth.Bearer(r, query)
+	if t := s.auth.Lookup(tok); t != nil && may(t) {
+		return true
+	}
+	// an address failing beyond auth.FailRates gets 429 for its failures
+	// (a valid token still passes: clients behind one proxy share it)
 	if retry, throttled := s.auth.Throttled(r); throttled {
 		s.countRefused(s.appLabel(r.PathValue("app")), RefusedRateLimit)
 		s.logs.Warn(RefusedRateLimit, "HTTP request refused: too many failed authentications from its address", "client", clientIP(r), "retry_after", retry)
 		w.Header().Set("Retry-After", strconv.Itoa(int(retry.Seconds())))
 		httpError(w, http.StatusTooManyRequests, fmt.Sprintf("too many failed authentications from this address; retry in %d s", int(retry.Seconds())))
 		return false
-	}
-	tok, _ := auth.Bearer(r, query)
-	if t := s.auth.Lookup(tok); t != nil && may(t) {
-		return true
 	}
 	s.auth.Failed(r)
 	s.countRefused(s.appLabel(r.PathValue("app")), RefusedUnauthorized)

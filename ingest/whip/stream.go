@@ -194,8 +194,9 @@ type stream struct {
 	c          counters
 	adm        admState // guarded by s.mu
 
-	mu   sync.Mutex
-	subs map[chan Result]struct{}
+	mu    sync.Mutex
+	subs  map[chan Result]struct{}
+	nsubs [2]int // subscribers by kind (subDataChannel, subEvents)
 	// early holds the results published before the stream's first
 	// subscriber (its DataChannel opening, an SSE reader) arrived: the
 	// first results of a fast pipeline can beat the channel's opening.
@@ -364,20 +365,29 @@ func (st *stream) info() StreamInfo {
 
 const subBuffer = 256
 
-// MaxSubscribers bounds a stream's result subscribers (its DataChannels
-// and results event streams together): each holds a goroutine and a
-// subBuffer queue, so a client cannot open them without end.
+// MaxSubscribers bounds a stream's result subscribers of each kind (its
+// DataChannels, its results event streams): each holds a goroutine and a
+// subBuffer queue, so a client cannot open them without end; the kinds
+// are bounded apart so that readers of the event stream cannot keep the
+// sender's own DataChannel from its results.
 const MaxSubscribers = 8
 
-// subscribe adds a result subscriber; ok is false (nothing added) when
-// the stream has MaxSubscribers already.
-func (st *stream) subscribe() (_ chan Result, _ func(), ok bool) {
+// Subscriber kinds.
+const (
+	subDataChannel = iota
+	subEvents
+)
+
+// subscribe adds a result subscriber of kind; ok is false (nothing added)
+// when the stream has MaxSubscribers of that kind already.
+func (st *stream) subscribe(kind int) (_ chan Result, _ func(), ok bool) {
 	ch := make(chan Result, subBuffer)
 	st.mu.Lock()
-	if len(st.subs) >= MaxSubscribers {
+	if st.nsubs[kind] >= MaxSubscribers {
 		st.mu.Unlock()
 		return nil, nil, false
 	}
+	st.nsubs[kind]++
 	st.subs[ch] = struct{}{}
 	if !st.subscribed {
 		st.subscribed = true
@@ -389,7 +399,10 @@ func (st *stream) subscribe() (_ chan Result, _ func(), ok bool) {
 	st.mu.Unlock()
 	return ch, func() {
 		st.mu.Lock()
-		delete(st.subs, ch)
+		if _, ok := st.subs[ch]; ok {
+			delete(st.subs, ch)
+			st.nsubs[kind]--
+		}
 		st.mu.Unlock()
 		// Results still queued for a subscriber that went away (its
 		// DataChannel or SSE connection closed) are dropped: counted.
@@ -449,7 +462,7 @@ func (st *stream) onDataChannel(dc *webrtc.DataChannel) {
 		}
 		st.dcs.Add(1) // under mu, before end sets ended and waits
 		st.mu.Unlock()
-		ch, unsub, ok := st.subscribe()
+		ch, unsub, ok := st.subscribe(subDataChannel)
 		if !ok {
 			st.dcs.Done()
 			st.s.log.Warn("WHIP DataChannel refused: the stream has the most result subscribers", "stream", st.id, "label", dc.Label(), "max", MaxSubscribers)

@@ -38,7 +38,8 @@ func resultsServer(t *testing.T) (*Server, *stream, *httptest.Server) {
 
 // TestResultSubscribersBounded: a stream takes MaxSubscribers result
 // subscribers; one more is refused 429 with the reason, not given a
-// goroutine and a queue (issue 36 finding 9: any number were taken).
+// goroutine and a queue (issue 36 finding 9: any number were taken); a
+// DataChannel still gets its results.
 func TestResultSubscribersBounded(t *testing.T) {
 	_, st, hs := resultsServer(t)
 	var open []*http.Response
@@ -75,6 +76,13 @@ func TestResultSubscribersBounded(t *testing.T) {
 	if n != MaxSubscribers {
 		t.Fatalf("%d subscribers held, want %d", n, MaxSubscribers)
 	}
+	// the event streams' readers do not keep the sender's own DataChannel
+	// from its results: the kinds are bounded apart
+	_, unsub, ok := st.subscribe(subDataChannel)
+	if !ok {
+		t.Fatalf("a DataChannel refused after %d event stream readers", MaxSubscribers)
+	}
+	unsub()
 }
 
 // TestStalledResultReaderCutOff: a subscriber that stops reading is cut

@@ -431,12 +431,14 @@ func TestGlobalOfferBucketAfterAuth(t *testing.T) {
 	}
 }
 
-// TestFailedAuthThrottled (issue 36, Low): an address that failed
-// authentication FailRates' burst times is refused 429 with Retry-After,
-// even with a valid token, until its bucket refills; other addresses are
-// not affected.
+// TestFailedAuthThrottled (issue 36, Low): an address whose tokens failed
+// FailRates' burst times gets 429 with Retry-After for its failures until
+// its bucket refills on the server's clock; a valid token from the same
+// address (clients behind one proxy share it) is still served, and other
+// addresses are not affected.
 func TestFailedAuthThrottled(t *testing.T) {
-	srv, _, _ := newTestServer(t, Config{Apps: map[dag.AppID]float64{"a": 10}, Auth: testStore(t)})
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	srv, _, _ := newTestServer(t, Config{Apps: map[dag.AppID]float64{"a": 10}, Auth: testStore(t), Clock: clk})
 	h := srv.Handler()
 	burst := int(auth.FailRates.PerClientBurst)
 	for i := range burst {
@@ -444,11 +446,18 @@ func TestFailedAuthThrottled(t *testing.T) {
 			t.Fatalf("guess %d: %d, want 401", i+1, c)
 		}
 	}
-	w := do(t, h, "GET", "/v1/streams", tokAPI, "", "", "203.0.113.9:2")
+	w := do(t, h, "GET", "/v1/streams", "guess-guess-guess-guess", "", "", "203.0.113.9:2")
 	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), "failed authentications") {
-		t.Fatalf("after %d failures: %d %q, want 429 with Retry-After", burst, w.Code, w.Body.String())
+		t.Fatalf("a failure after %d: %d %q, want 429 with Retry-After", burst, w.Code, w.Body.String())
 	}
-	if c := do(t, h, "GET", "/v1/streams", tokAPI, "", "", "203.0.113.10:1").Code; c != http.StatusOK {
-		t.Fatalf("another address with the api token: %d", c)
+	if c := do(t, h, "GET", "/v1/streams", tokAPI, "", "", "203.0.113.9:3").Code; c != http.StatusOK {
+		t.Fatalf("the api token from the throttled address: %d, want 200", c)
+	}
+	if c := do(t, h, "GET", "/v1/streams", "guess-guess-guess-guess", "", "", "203.0.113.10:1").Code; c != http.StatusUnauthorized {
+		t.Fatalf("another address's failure: %d, want 401", c)
+	}
+	clk.Advance(time.Second)
+	if c := do(t, h, "GET", "/v1/streams", "guess-guess-guess-guess", "", "", "203.0.113.9:4").Code; c != http.StatusUnauthorized {
+		t.Fatalf("a second later: %d, want 401 (one try refilled)", c)
 	}
 }

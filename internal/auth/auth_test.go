@@ -329,13 +329,17 @@ func TestLogLimiter(t *testing.T) {
 }
 
 // TestRequireThrottlesFailures (issue 36, Low: 401s were not rate-limited
-// off the WHIP path): after FailRates' burst of failures an address gets
-// 429 on the API, its valid token too; another address is served.
+// off the WHIP path): after FailRates' burst of failures an address's
+// failures get 429 on the API until its bucket refills on the clock; its
+// valid tokens are still served (a proxy's clients share the address),
+// and so is another address. An IPv6 address counts by its /64.
 func TestRequireThrottlesFailures(t *testing.T) {
 	s, err := Parse("t", []byte(testFile(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	s.UseClock(clk)
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	h := s.Require(API, false, ok)
 	get := func(tok, remote string) *httptest.ResponseRecorder {
@@ -346,15 +350,24 @@ func TestRequireThrottlesFailures(t *testing.T) {
 		h.ServeHTTP(w, r)
 		return w
 	}
-	for i := range int(FailRates.PerClientBurst) {
-		if c := get("nope-nope-nope-nope", "203.0.113.1:1").Code; c != http.StatusUnauthorized {
-			t.Fatalf("failure %d: %d", i+1, c)
+	for _, from := range [][2]string{{"203.0.113.1:1", "203.0.113.1:2"}, {"[2001:db8::1]:1", "[2001:db8::2]:1"}} {
+		for i := range int(FailRates.PerClientBurst) {
+			if c := get("nope-nope-nope-nope", from[0]).Code; c != http.StatusUnauthorized {
+				t.Fatalf("%s: failure %d: %d", from[0], i+1, c)
+			}
+		}
+		if w := get("nope-nope-nope-nope", from[1]); w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+			t.Fatalf("%s after %s's failures: %d, want 429 with Retry-After", from[1], from[0], w.Code)
+		}
+		if c := get(apiTok, from[1]).Code; c != http.StatusTeapot {
+			t.Fatalf("the api token from the throttled address: %d", c)
 		}
 	}
-	if w := get(apiTok, "203.0.113.1:2"); w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
-		t.Fatalf("the throttled address with the api token: %d, want 429 with Retry-After", w.Code)
-	}
-	if c := get(apiTok, "203.0.113.2:1").Code; c != http.StatusTeapot {
+	if c := get("nope-nope-nope-nope", "203.0.113.2:1").Code; c != http.StatusUnauthorized {
 		t.Fatalf("another address: %d", c)
+	}
+	clk.Advance(time.Second)
+	if c := get("nope-nope-nope-nope", "203.0.113.1:3").Code; c != http.StatusUnauthorized {
+		t.Fatalf("a second later: %d, want 401", c)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/mdag/mdag/internal/clock"
 	"net"
 	"net/http"
 	"os"
@@ -79,35 +80,55 @@ type Store struct {
 	fails    *Limiter // failed authentications per client address
 }
 
-// FailRates bound failed authentications per client address on every
-// token-guarded route: a burst of 20, then one a second; beyond, the
-// address is refused 429 until its bucket refills, whatever token it
-// sends (so guessing costs the guesser time, not the server).
+// FailRates bound failed authentications per client address (an IPv6
+// one by its /64) on every token-guarded route: a burst of 20, then one a
+// second. Beyond, a request whose token fails is answered 429 (not
+// counted or logged one by one) until the address's bucket refills. A
+// valid token is always let through: behind a reverse proxy every client
+// shares one address, and one client failing must not lock out the rest.
+// Guessing gains nothing either way: tokens carry 256 random bits (16
+// characters at least for --token-file); the throttle bounds what failing
+// clients cost and tells them to back off.
 var FailRates = Rates{PerClient: 1, PerClientBurst: 20}
 
+// UseClock makes the failure throttle run on clk (tests: a fake clock).
+func (s *Store) UseClock(clk clock.Clock) {
+	if s != nil {
+		s.fails = NewLimiter(FailRates, clk)
+	}
+}
+
 // Throttled says whether r's address failed authentication too often
-// (FailRates), and when it may try again.
+// (FailRates), and when it may try again. Ask it only for a request
+// whose token failed.
 func (s *Store) Throttled(r *http.Request) (retry time.Duration, throttled bool) {
 	if s == nil {
 		return 0, false
 	}
-	ok, retry := s.fails.Peek(clientAddr(r))
+	ok, retry := s.fails.Peek(ClientKey(r))
 	return retry, !ok
 }
 
 // Failed counts a failed authentication of r's address.
 func (s *Store) Failed(r *http.Request) {
 	if s != nil {
-		s.fails.AllowClient(clientAddr(r))
+		s.fails.AllowClient(ClientKey(r))
 	}
 }
 
-// clientAddr is r's peer IP (proxies' headers are not trusted).
-func clientAddr(r *http.Request) string {
+// ClientKey is the rate limits' key for r's peer: its IP, an IPv6 one by
+// its /64 (one host usually holds a whole /64). Proxies' headers are not
+// trusted: any client can send them.
+func ClientKey(r *http.Request) string {
+	ip := r.RemoteAddr
 	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		return h
+		ip = h
 	}
-	return r.RemoteAddr
+	a := net.ParseIP(ip)
+	if a == nil || a.To4() != nil {
+		return ip
+	}
+	return a.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
 // TooMany answers 429 to an address Throttled.
@@ -409,15 +430,12 @@ func (s *Store) Require(role Role, query bool, h http.Handler) http.Handler {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if retry, throttled := s.Throttled(r); throttled {
-			if f := s.onRefuse.Load(); f != nil {
-				(*f)(r)
-			}
-			TooMany(w, retry)
-			return
-		}
 		tok, _ := Bearer(r, query)
 		if t := s.Lookup(tok); t == nil || !t.Has(role) {
+			if retry, throttled := s.Throttled(r); throttled {
+				TooMany(w, retry) // neither counted nor logged: the throttle is what bounds them
+				return
+			}
 			s.Failed(r)
 			if f := s.onRefuse.Load(); f != nil {
 				(*f)(r)
