@@ -43,9 +43,17 @@ func (c *camera) dialOnly(u *base.URL, dial func(ctx context.Context, network, a
 		if addr != own {
 			return nil, fmt.Errorf("redirected to %s: mdag connects only to the camera's own address %s (another host would be sent its credentials); give the camera's final URL", addr, own)
 		}
+		n := dials.Add(1)
+		// rtsps runs over TCP from the start: a second dial is a redirect,
+		// and the dial cannot see whether it goes to rtsp:// (plaintext,
+		// the credentials in the clear), so an rtsps camera's redirects
+		// are not followed
+		if u.Scheme == "rtsps" && n > 1 {
+			return nil, fmt.Errorf("redirected: an rtsps:// camera's redirects are not followed (one to rtsp:// would send its credentials in plaintext); give the camera's final URL")
+		}
 		// the first dial, a re-dial when UDP gives way to TCP, and the
 		// redirects
-		if n := dials.Add(1); n > MaxRedirects+2 {
+		if n > MaxRedirects+2 {
 			return nil, fmt.Errorf("more than %d redirects", MaxRedirects)
 		}
 		return dial(ctx, network, addr)

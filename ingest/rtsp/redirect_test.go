@@ -2,12 +2,15 @@ package rtsp
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"net/textproto"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bluenviron/gortsplib/v4/pkg/base"
 )
 
 // redirector answers OPTIONS on ln with 200 and every other request with
@@ -115,4 +118,47 @@ func TestCameraRedirectLoopBounded(t *testing.T) {
 	if n := len(auths); n != MaxRedirects+2 {
 		t.Fatalf("%d requests in the first attempt, want %d", n, MaxRedirects+2)
 	}
+}
+
+// TestRTSPSRedirectNotFollowed (review): an rtsps:// camera runs over TCP
+// from its first dial, so a second dial is a redirect, and the dial cannot
+// tell one to rtsp:// (the credentials in plaintext) at the same address:
+// refused; an rtsp:// camera's second dial to itself goes through.
+func TestRTSPSRedirectNotFollowed(t *testing.T) {
+	dialed := 0
+	dial := func(context.Context, string, string) (net.Conn, error) { dialed++; return nil, nil }
+	var c camera
+	for _, tc := range []struct {
+		url     string
+		second  bool // the second dial goes through
+		wantErr string
+	}{
+		{"rtsps://cam:322/x", false, "redirects are not followed"},
+		{"rtsp://cam/x", true, ""},
+	} {
+		u, err := base.ParseURL(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := c.dialOnly(u, dial)
+		addr := canonical(u)
+		if _, err := d(context.Background(), "tcp", addr); err != nil {
+			t.Fatalf("%s: first dial: %v", tc.url, err)
+		}
+		_, err = d(context.Background(), "tcp", addr)
+		if tc.second && err != nil || !tc.second && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Fatalf("%s: second dial: %v", tc.url, err)
+		}
+	}
+	if dialed != 3 {
+		t.Fatalf("%d dials reached the network, want 3", dialed)
+	}
+}
+
+func canonical(u *base.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"rtsp": "554", "rtsps": "322"}[u.Scheme]
+	}
+	return net.JoinHostPort(u.Hostname(), port)
 }
