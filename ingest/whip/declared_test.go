@@ -2,7 +2,6 @@ package whip
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 )
@@ -120,12 +119,7 @@ func TestH264DeclaredSizeBeforeDecode(t *testing.T) {
 			if c.decoded {
 				return
 			}
-			<-st.done
-			st.mu.Lock()
-			defer st.mu.Unlock()
-			if st.endKind != EndError || !strings.Contains(st.ended, c.want) {
-				t.Errorf("ended %q (%s), want an error naming the declared size", st.ended, st.endKind)
-			}
+			endedWith(t, st, c.want)
 		})
 	}
 }
@@ -155,12 +149,7 @@ func TestDecodeErrorsEndTheStream(t *testing.T) {
 	if p.frame(junk(), now) {
 		t.Fatalf("the stream goes on after %d decode errors in a row", MaxDecodeErrors)
 	}
-	<-st.done
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.endKind != EndError || !strings.Contains(st.ended, fmt.Sprintf("%d frames in a row failed to decode", MaxDecodeErrors)) {
-		t.Fatalf("ended %q (%s)", st.ended, st.endKind)
-	}
+	endedWith(t, st, fmt.Sprintf("%d frames in a row failed to decode", MaxDecodeErrors))
 	if n := st.c.decodeErrors.Load(); n != MaxDecodeErrors {
 		t.Fatalf("%d decode errors counted, want %d", n, MaxDecodeErrors)
 	}

@@ -379,12 +379,19 @@ func TestVP8DeclaredSizeBeforeDecode(t *testing.T) {
 			if c.decoded {
 				return
 			}
-			<-st.done
-			st.mu.Lock()
-			defer st.mu.Unlock()
-			if st.endKind != EndError || !strings.Contains(st.ended, fmt.Sprintf("declares %dx%d", c.w, c.h)) {
-				t.Errorf("ended %q (%s), want an error naming the declared size", st.ended, st.endKind)
-			}
+			endedWith(t, st, fmt.Sprintf("declares %dx%d", c.w, c.h))
 		})
+	}
+}
+
+// endedWith waits for st to end and checks it ended as an error whose
+// reason holds want.
+func endedWith(t *testing.T, st *stream, want string) {
+	t.Helper()
+	<-st.done
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.endKind != EndError || !strings.Contains(st.ended, want) {
+		t.Errorf("ended %q (%s), want an error with %q", st.ended, st.endKind, want)
 	}
 }

@@ -418,17 +418,6 @@ func clientIP(r *http.Request) string {
 	return host
 }
 
-// rateKey is who a client is for the offer rate limit: its IPv4 address,
-// or the /64 of its IPv6 address (one host usually holds a whole /64, so
-// keying by the full address would give it a fresh burst per address).
-func rateKey(ip string) string {
-	a := net.ParseIP(ip)
-	if a == nil || a.To4() != nil {
-		return ip
-	}
-	return a.Mask(net.CIDRMask(64, 128)).String() + "/64"
-}
-
 const maxOffer = 64 << 10
 
 func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
@@ -449,7 +438,7 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		}
 		httpError(w, http.StatusTooManyRequests, fmt.Sprintf("too many WHIP offers %s; retry in %d s", what, int(retry.Seconds())))
 	}
-	if ok, retry := s.offers.AllowClient(rateKey(clientIP(r))); !ok {
+	if ok, retry := s.offers.AllowClient(auth.AddrKey(clientIP(r))); !ok {
 		limited(auth.ScopeClient, retry)
 		return
 	}

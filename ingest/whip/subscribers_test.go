@@ -102,20 +102,14 @@ func TestStalledResultReaderCutOff(t *testing.T) {
 	// a tiny receive window, so the server's writes block soon
 	_ = c.(*net.TCPConn).SetReadBuffer(4096)
 	fmt.Fprintf(c, "GET /v1/streams/s/results HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-	// wait for the subscription, then publish large results without reading
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st.mu.Lock()
-		n := len(st.subs)
-		st.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the subscription never started")
-		}
-		time.Sleep(time.Millisecond)
+	// the response's head comes after the subscription is made: read it,
+	// then publish large results and read no more
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("subscribing: %v %v", resp, err)
 	}
+	deadline := time.Now().Add(30 * time.Second)
 	big := strings.Repeat("x", 64<<10)
 	for i := 0; ; i++ {
 		st.mu.Lock()
@@ -128,7 +122,7 @@ func TestStalledResultReaderCutOff(t *testing.T) {
 			t.Fatalf("a reader that stopped reading still holds its subscription after %d results", i)
 		}
 		st.publish(Result{Stream: "s", Frame: uint64(i), Reason: big})
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // pace the results: the cut-off is a real socket's write deadline
 	}
 	if st.c.resultsDropped.Load() == 0 {
 		t.Fatal("no result counted dropped")

@@ -383,8 +383,8 @@ func TestRateKey(t *testing.T) {
 		{"::ffff:192.0.2.7", "::ffff:192.0.2.7"},
 		{"not an address", "not an address"},
 	} {
-		if got := rateKey(tc.ip); got != tc.want {
-			t.Errorf("rateKey(%q) = %q, want %q", tc.ip, got, tc.want)
+		if got := auth.AddrKey(tc.ip); got != tc.want {
+			t.Errorf("auth.AddrKey(%q) = %q, want %q", tc.ip, got, tc.want)
 		}
 	}
 }

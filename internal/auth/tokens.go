@@ -124,6 +124,11 @@ func ClientKey(r *http.Request) string {
 	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		ip = h
 	}
+	return AddrKey(ip)
+}
+
+// AddrKey is ClientKey for an IP address: itself, an IPv6 one's /64.
+func AddrKey(ip string) string {
 	a := net.ParseIP(ip)
 	if a == nil || a.To4() != nil {
 		return ip
