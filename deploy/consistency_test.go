@@ -128,6 +128,7 @@ func (c *cluster) check() problems {
 	c.checkWorkers(&p)
 	c.checkCoordinator(&p)
 	c.checkRBAC(&p)
+	c.checkIssuer(&p)
 	c.checkServices(&p)
 	c.checkServiceMonitors(&p)
 	c.checkModels(&p)
@@ -410,6 +411,9 @@ func (c *cluster) checkMdagArgs(p *problems, where fmt.Stringer, d *appsv1.Deplo
 	if dir, ok := vals["tls-dir"]; ok {
 		role := map[string]string{"coordinator": "coordinator", "worker": "worker", "source": "source"}[cmd]
 		file("tls-dir", dir, "ca.pem", role+".pem", role+"-key.pem")
+	}
+	if dir, ok := vals["provisioner-issuer"]; ok {
+		file("provisioner-issuer", dir, "ca.pem", "ca-key.pem")
 	}
 	if dir, ok := vals["state"]; ok {
 		if v, ok := mounts[dir]; !ok || v.PersistentVolumeClaim == nil {

@@ -6,10 +6,12 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 )
 
@@ -167,7 +169,54 @@ func checkMode(t *testing.T, c *cluster, wantProvisioned bool) {
 	if got := c.mountsToken(d.Namespace, d.Spec.Template.Spec); got != wantProvisioned {
 		t.Errorf("the coordinator's pod mounts a service account token: %v, want %v", got, wantProvisioned)
 	}
+	// Provisioned mode issues each worker pod a certificate of its own with
+	// the CA of Secret mdag-worker-issuer, mounted in the coordinator's pod
+	// alone, and so declares no worker certificate shared; static mode
+	// shares mdag-worker-tls and has neither the key nor RBAC on Secrets.
+	args := d.Spec.Template.Spec.Containers[0].Args
+	issuerDir, issuer := flagValue(args, "provisioner-issuer")
+	if issuer != wantProvisioned {
+		t.Errorf("coordinator args %v: --provisioner-issuer %v, want %v", args, issuer, wantProvisioned)
+	}
+	for _, t2 := range c.podTemplates() {
+		ps := t2.d.Spec.Template.Spec
+		for _, v := range ps.Volumes {
+			if v.Secret == nil || v.Secret.SecretName != issuerSecret {
+				continue
+			}
+			if t2.d != d || !wantProvisioned {
+				t.Errorf("Deployment %s mounts %s (the CA's key): want only the provisioning coordinator", t2.d.Name, issuerSecret)
+				continue
+			}
+			mounted := slices.ContainsFunc(ps.Containers[0].VolumeMounts, func(vm corev1.VolumeMount) bool {
+				return vm.Name == v.Name && vm.MountPath == issuerDir && vm.ReadOnly
+			})
+			if !mounted {
+				t.Errorf("the coordinator does not mount %s read-only at --provisioner-issuer %s", issuerSecret, issuerDir)
+			}
+			issuer = false // found
+		}
+	}
+	if wantProvisioned && issuer {
+		t.Errorf("the coordinator mounts no Secret %s", issuerSecret)
+	}
+	shared := slices.Contains(args, "--shared-cert=worker/worker=*")
+	if shared == wantProvisioned {
+		t.Errorf("coordinator args %v: --shared-cert=worker/worker=* %v, want %v (static pods share mdag-worker-tls; provisioned ones have their own)", args, shared, !wantProvisioned)
+	}
+	secrets := false
+	each(c, func(_ manifest, r *rbacv1.Role) {
+		for _, rule := range r.Rules {
+			secrets = secrets || slices.Contains(rule.Resources, "secrets")
+		}
+	})
+	if secrets != wantProvisioned {
+		t.Errorf("a Role grants on secrets: %v, want %v", secrets, wantProvisioned)
+	}
 }
+
+// issuerSecret is the Secret of the provisioner's CA (docs/deploy.md).
+const issuerSecret = "mdag-worker-issuer"
 
 // TestProvisionedOverlay: the provisioned overlay, its inline patch applied
 // here as kustomize applies it (no kubectl needed), is provisioned mode and

@@ -231,6 +231,10 @@ func TestChecksCatchMistakes(t *testing.T) {
 			c.objs = append(c.objs, manifest{file: "base/rbac.yaml", index: 2, kind: "rbac.authorization.k8s.io/v1/RoleBinding",
 				obj: &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "view", Namespace: namespace}, RoleRef: rbacv1.RoleRef{Kind: "ClusterRole", Name: "view"}}})
 		}, "RoleBinding view in static mode"},
+		{"CA key in the static coordinator", func(t *testing.T, c *cluster) {
+			ps := &c.deployment(t, "mdag-coordinator").Spec.Template.Spec
+			ps.Volumes = append(ps.Volumes, corev1.Volume{Name: "issuer", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "mdag-worker-issuer"}}})
+		}, "Secret mdag-worker-issuer holds the CA's key (ca-key.pem) but the coordinator does not issue with it"},
 		{"static coordinator with a token", func(t *testing.T, c *cluster) {
 			c.deployment(t, "mdag-coordinator").Spec.Template.Spec.AutomountServiceAccountToken = ptr(true)
 		}, "mdag-coordinator mounts a service account token in static mode"},
@@ -419,6 +423,35 @@ func TestProvisionedChecksCatchMistakes(t *testing.T) {
 		{"workers given the token too", func(t *testing.T, c *cluster) {
 			c.deployment(t, "mdag-worker-p100").Spec.Template.Spec.AutomountServiceAccountToken = ptr(true)
 		}, "Deployment mdag-worker-p100 mounts a service account token"},
+		{"Role without Secrets for the per-pod certificates", func(t *testing.T, c *cluster) {
+			each(c, func(_ manifest, r *rbacv1.Role) {
+				r.Rules = slices.DeleteFunc(r.Rules, func(rule rbacv1.PolicyRule) bool { return slices.Contains(rule.Resources, "secrets") })
+			})
+		}, "no rule grants create on secrets"},
+		{"Role that cannot renew", func(t *testing.T, c *cluster) {
+			each(c, func(_ manifest, r *rbacv1.Role) {
+				for i := range r.Rules {
+					r.Rules[i].Verbs = slices.DeleteFunc(r.Rules[i].Verbs, func(v string) bool { return v == "update" })
+				}
+			})
+		}, "no rule grants update on secrets"},
+		{"issuer not mounted", func(t *testing.T, c *cluster) {
+			setArg(t, container(t, c.deployment(t, "mdag-coordinator"), "coordinator"), "--provisioner-issuer=", "--provisioner-issuer=/etc/issuer")
+		}, "--provisioner-issuer /etc/issuer: no volume is mounted at /etc/issuer"},
+		{"issuer Secret without the key", func(t *testing.T, c *cluster) {
+			volume(t, c.deployment(t, "mdag-coordinator"), "issuer").Secret.SecretName = "mdag-coordinator-tls"
+		}, "--provisioner-issuer /etc/mdag/issuer: the volume issuer mounted at /etc/mdag/issuer has no ca-key.pem"},
+		{"CA key mounted in a worker", func(t *testing.T, c *cluster) {
+			volume(t, c.deployment(t, "mdag-worker-cpu"), "tls").Secret.SecretName = "mdag-worker-issuer"
+		}, "Deployment mdag-worker-cpu volume tls: Secret mdag-worker-issuer holds the CA's key (ca-key.pem): only the provisioning coordinator may mount it"},
+		{"CA key mounted without the issuer flag", func(t *testing.T, c *cluster) {
+			ct := container(t, c.deployment(t, "mdag-coordinator"), "coordinator")
+			ct.Args = slices.DeleteFunc(ct.Args, func(a string) bool { return strings.HasPrefix(a, "--provisioner-issuer=") })
+		}, "Secret mdag-worker-issuer holds the CA's key (ca-key.pem) but the coordinator does not issue with it"},
+		{"shared worker certificate beside the issuer", func(t *testing.T, c *cluster) {
+			ct := container(t, c.deployment(t, "mdag-coordinator"), "coordinator")
+			ct.Args = append(ct.Args, "--shared-cert=worker/worker=*")
+		}, "--shared-cert=worker/worker=* beside --provisioner-issuer"},
 	})
 }
 

@@ -152,12 +152,70 @@ func (c *cluster) checkRBAC(p *problems) {
 		{"", "pods", "get"}, {"", "pods", "list"}, {"", "pods", "watch"}, {"", "pods", "create"}, {"", "pods", "delete"},
 		{"apps", "deployments", "get"}, {"apps", "deployments", "list"},
 	}
+	if _, ok := flagValue(d.Spec.Template.Spec.Containers[0].Args, "provisioner-issuer"); ok {
+		// each pod's certificate Secret: made, renewed, deleted with the
+		// pod, and a previous coordinator's found and deleted at start
+		need = append(need, []struct{ group, resource, verb string }{
+			{"", "secrets", "list"}, {"", "secrets", "create"}, {"", "secrets", "update"}, {"", "secrets", "delete"},
+		}...)
+	}
 	for _, n := range need {
 		ok := slices.ContainsFunc(r.Rules, func(rule rbacv1.PolicyRule) bool {
 			return slices.Contains(rule.APIGroups, n.group) && slices.Contains(rule.Resources, n.resource) && slices.Contains(rule.Verbs, n.verb)
 		})
 		if !ok {
 			*p = append(*p, fmt.Sprintf("Role %s: no rule grants %s on %s (group %q)", coordinatorName, n.verb, n.resource, n.group))
+		}
+	}
+}
+
+// checkIssuer: a CA's key (a Secret docs/deploy.md makes with ca-key.pem)
+// is mounted only in the provisioning coordinator's pod, which gives it as
+// --provisioner-issuer (checkMdagArgs: mounted there, with ca.pem and
+// ca-key.pem) to issue each worker pod a certificate of its own; with
+// that, no worker certificate is declared shared with every worker ID
+// (it would let its holders claim the provisioned pods' IDs again).
+func (c *cluster) checkIssuer(p *problems) {
+	d, cm := c.coordinator()
+	issuer := false
+	if d != nil && len(d.Spec.Template.Spec.Containers) > 0 {
+		_, issuer = flagValue(d.Spec.Template.Spec.Containers[0].Args, "provisioner-issuer")
+	}
+	for _, t := range c.podTemplates() {
+		for _, v := range t.d.Spec.Template.Spec.Volumes {
+			if v.Secret == nil {
+				continue
+			}
+			if ks, _ := c.keys(t.d.Namespace, v); !slices.Contains(ks, "ca-key.pem") {
+				continue
+			}
+			switch {
+			case t.d != d:
+				p.add(t.m, "Deployment %s volume %s: Secret %s holds the CA's key (ca-key.pem): only the provisioning coordinator may mount it (--provisioner-issuer)", t.d.Name, v.Name, v.Secret.SecretName)
+			case !issuer || !provisioned(d):
+				p.add(t.m, "Deployment %s volume %s: Secret %s holds the CA's key (ca-key.pem) but the coordinator does not issue with it (--provisioner kubernetes --provisioner-issuer): keep the key off the cluster", t.d.Name, v.Name, v.Secret.SecretName)
+			}
+		}
+	}
+	if !issuer {
+		return
+	}
+	if !provisioned(d) {
+		p.add(cm, "--provisioner-issuer without --provisioner kubernetes")
+	}
+	args := d.Spec.Template.Spec.Containers[0].Args
+	for i, a := range args {
+		f := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		v, ok := strings.CutPrefix(f, "shared-cert=")
+		if !ok && f == "shared-cert" && f != a && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if !ok || !strings.HasPrefix(v, "worker/") {
+			continue
+		}
+		_, prefixes, _ := strings.Cut(v, "=")
+		if slices.Contains(strings.Split(prefixes, ","), "*") {
+			p.add(cm, "--shared-cert=%s beside --provisioner-issuer: that certificate's holders may claim any worker ID, the provisioned pods' included, which their own certificates bind (drop it)", v)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package remote
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"net"
@@ -9,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/h2test"
 	"github.com/mdag/mdag/internal/pki"
 )
 
@@ -64,32 +63,6 @@ func TestFirstMessageTimeout(t *testing.T) {
 	}
 }
 
-// maxStreamsSetting reads the SETTINGS_MAX_CONCURRENT_STREAMS an HTTP/2
-// server announces on conn (0: none).
-func maxStreamsSetting(t *testing.T, conn net.Conn) uint32 {
-	t.Helper()
-	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
-	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(conn, bufio.NewReader(conn))
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			t.Fatalf("reading the server's SETTINGS: %v", err)
-		}
-		sf, ok := f.(*http2.SettingsFrame)
-		if !ok || sf.IsAck() {
-			continue
-		}
-		v, _ := sf.Value(http2.SettingMaxConcurrentStreams)
-		return v
-	}
-}
-
 // TestMaxConcurrentStreams (finding 8): the coordinator's gRPC servers
 // (plaintext, and both role servers behind TLS) bound the streams on one
 // connection; before, they announced no limit, so one connection could
@@ -104,7 +77,7 @@ func TestMaxConcurrentStreams(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		if got := maxStreamsSetting(t, conn); got != want {
+		if got := h2test.MaxConcurrentStreams(t, conn); got != want {
 			t.Errorf("SETTINGS_MAX_CONCURRENT_STREAMS %d, want %d", got, want)
 		}
 	})
@@ -122,7 +95,7 @@ func TestMaxConcurrentStreams(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			if got := maxStreamsSetting(t, conn); got != want {
+			if got := h2test.MaxConcurrentStreams(t, conn); got != want {
 				t.Errorf("SETTINGS_MAX_CONCURRENT_STREAMS %d, want %d", got, want)
 			}
 		})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/pki"
 	"github.com/mdag/mdag/remote/wire"
 )
 
@@ -50,6 +51,16 @@ type Limits struct {
 	// at once; a source is its certificate's name with TLS, its IP address
 	// without.
 	MaxSourceStreams int
+	// MaxWorkerStreams caps the Connect streams one worker peer has open
+	// at once, registered or still to send its register: a certificate's
+	// name with TLS (with a shared certificate, --shared-cert, its name
+	// and connection: each holder is a worker); not counted in plaintext
+	// (loopback only).
+	// A stream over it is refused before its first message is read, so
+	// what the coordinator may hold unread for one peer is this many
+	// messages of MaxMessage (one worker needs one stream, and one more
+	// while it reconnects).
+	MaxWorkerStreams int
 	// Registration rate limit on Connect: a token bucket per peer (its
 	// certificate's name with TLS, its IP address without) and one for
 	// everyone. Rate is tokens a second, Burst the bucket's size.
@@ -85,6 +96,7 @@ var DefaultLimits = Limits{
 	MaxLabels:        wire.DefaultLabels,
 	MaxStateBytes:    wire.MaxStateBytes,
 	MaxSourceStreams: 64,
+	MaxWorkerStreams: 2,
 	PeerRate:         1,
 	PeerBurst:        20,
 	GlobalRate:       20,
@@ -119,6 +131,7 @@ func (l Limits) withDefaults() Limits {
 	set(&l.MaxAudioBytes, d.MaxAudioBytes)
 	set(&l.MaxStateBytes, d.MaxStateBytes)
 	set(&l.MaxSourceStreams, d.MaxSourceStreams)
+	set(&l.MaxWorkerStreams, d.MaxWorkerStreams)
 	setF(&l.PeerRate, d.PeerRate)
 	setF(&l.PeerBurst, d.PeerBurst)
 	setF(&l.GlobalRate, d.GlobalRate)
@@ -162,6 +175,7 @@ const (
 	RefusedItemContent  = "item-content"   // an item over MaxTracks, MaxSteps, MaxEvents, MaxLabels or MaxAudioBytes
 	RefusedStateSize    = "state-size"     // a result's state over MaxStateBytes
 	RefusedStreams      = "source-streams" // a source over MaxSourceStreams
+	RefusedWorkerStream = "worker-streams" // a Connect over MaxWorkerStreams of its peer
 	RefusedRatePeer     = "rate-peer"      // Connect over the peer's rate
 	RefusedRateGlobal   = "rate-global"    // Connect over the global rate
 	RefusedUnknownTask  = "unknown-task"   // a result for a task the worker was not given
@@ -408,6 +422,65 @@ func (s *Server) openSource(source string) (func(), error) {
 			delete(s.sources, source)
 		}
 	}, nil
+}
+
+// openWorker counts one more Connect stream for the worker peer of ctx
+// (workerPeer), or refuses it before anything of it is read; the returned
+// func closes it.
+func (s *Server) openWorker(ctx context.Context) (func(), error) {
+	who := s.workerPeer(ctx)
+	if who == "" {
+		return func() {}, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.workerStreams == nil {
+		s.workerStreams = map[string]int{}
+	}
+	if n := s.workerStreams[who]; n >= s.limits.MaxWorkerStreams {
+		return nil, s.refuse(RefusedWorkerStream, status.Errorf(codes.ResourceExhausted, "connect: %s already has %d Connect streams open, the limit (remote.Limits.MaxWorkerStreams); one worker needs one", who, n), "peer", who)
+	}
+	s.workerStreams[who]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.workerStreams[who]--; s.workerStreams[who] <= 0 {
+			delete(s.workerStreams, who)
+		}
+	}, nil
+}
+
+// workerPeer is whom MaxWorkerStreams counts: the certificate's identity;
+// for a shared certificate (Server.Shared), that and the connection, since
+// each of its holders is a worker of its own and several may share a host
+// (so a shared certificate is bounded per connection only: one per worker,
+// as the kubernetes provisioner issues, is bounded per worker). In
+// plaintext, none (""): the server is loopback only, where any local
+// process may be any worker (docs/security.md), and the bound is
+// MaxConnStreams per connection.
+func (s *Server) workerPeer(ctx context.Context) string {
+	leaf := verifiedLeaf(ctx)
+	if leaf == nil {
+		return ""
+	}
+	var addr net.Addr
+	if p, ok := peer.FromContext(ctx); ok {
+		addr = p.Addr
+	}
+	role, name, err := pki.RoleOf(leaf)
+	if err != nil {
+		return "unknown"
+	}
+	id := pki.IdentityURI(role, name).String()
+	for _, c := range s.Shared {
+		if c.Role == role && c.Name == name {
+			if addr == nil {
+				return id
+			}
+			return id + " at " + addr.String()
+		}
+	}
+	return id
 }
 
 // maxField bounds a Register message's id, type and executor (and a

@@ -73,9 +73,10 @@ type Server struct {
 	callLog *logLimiter // refused calls (authorize)
 	regs    registrations
 
-	mu      sync.Mutex
-	workers map[string]*conn
-	sources map[string]int // open Ingest streams per source
+	mu            sync.Mutex
+	workers       map[string]*conn
+	sources       map[string]int // open Ingest streams per source
+	workerStreams map[string]int // open Connect streams per worker peer (workerPeer)
 
 	plane planeCounters
 }
@@ -308,6 +309,11 @@ func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.
 	if err := s.admitRegistration(stream.Context()); err != nil {
 		return err
 	}
+	closeWorker, err := s.openWorker(stream.Context())
+	if err != nil {
+		return err
+	}
+	defer closeWorker()
 	var first *api.WorkerMessage
 	if err := s.recvFirst(func() (err error) { first, err = stream.Recv(); return err }, "register", "connect", "peer", peerID(stream.Context())); err != nil {
 		return err

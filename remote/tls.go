@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mdag/mdag/api"
+	"github.com/mdag/mdag/internal/auth"
 	"github.com/mdag/mdag/internal/pki"
 )
 
@@ -155,10 +156,7 @@ func hostOf(addr net.Addr) string {
 	}
 	// an IPv6 peer counts by its /64: one host usually holds a whole /64,
 	// and counting each address would let it take every handshake slot
-	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
-		return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
-	}
-	return host
+	return auth.AddrKey(host)
 }
 
 // handshaking is the number of connections in their handshake.

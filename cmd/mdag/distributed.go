@@ -26,6 +26,7 @@ import (
 	"github.com/mdag/mdag/gpu/onnx"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/pki"
+	"github.com/mdag/mdag/internal/unixsock"
 	"github.com/mdag/mdag/observe/metrics"
 	"github.com/mdag/mdag/remote"
 	"github.com/mdag/mdag/remote/client"
@@ -80,7 +81,9 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	profiles := fs.String("p", "", "profiles YAML file (with -f)")
 	example := fs.String("example", "", "deploy an embedded example app instead of -f/-p (e.g. traffic)")
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address for /v1/status and /healthz")
-	grpcAddr := fs.String("grpc", "127.0.0.1:7070", "gRPC address workers and sources connect to")
+	grpcFlag := fs.String("grpc", "127.0.0.1:7070", "the gRPC address workers and sources connect to: HOST:PORT, or unix:/PATH, a Unix socket (mode 0600, in a directory only its owner may write; "+
+		"the path at most 107 bytes) that only this uid and root may use: the coordinator checks each connection's uid (SO_PEERCRED) and workers and sources check the coordinator's, "+
+		"so it is the authenticated choice on one machine (plaintext; --tls-dir is for HOST:PORT)")
 	policy := fs.String("policy", string(coordinator.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
 	plane := fs.String("data-plane", "direct", "how frames go between modules on different workers: direct (a worker with a peer address keeps the frames its modules make; "+
 		"the next module's worker fetches them from it, and the coordinator routes references) or relay (every frame through the coordinator)")
@@ -126,8 +129,12 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag coordinator: %v\n", err)
 		return exitInvalid
 	}
+	if strings.HasPrefix(*grpcFlag, "unix-abstract:") {
+		fmt.Fprintf(stderr, "mdag coordinator: --grpc %s: an abstract socket has no file permissions (any local user could connect): give unix:/PATH\n", *grpcFlag)
+		return exitInvalid
+	}
 	log := newLogger(stderr, *verbose)
-	tm, err := tf.material("coordinator", pki.Coordinator, "--grpc", *grpcAddr, log)
+	tm, err := tf.material("coordinator", pki.Coordinator, "--grpc", *grpcFlag, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitInvalid
@@ -184,9 +191,15 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		defer ms.Close()
 		log.Info("serving /metrics without a token", "metrics_listen", "http://"+metricsAddr+"/metrics")
 	}
-	gl, err := net.Listen("tcp", *grpcAddr)
+	var gl net.Listener
+	if path, ok := unixsock.Path(*grpcFlag); ok {
+		// removed when the gRPC server stops (it closes the listener)
+		gl, err = unixsock.Listen(path, log)
+	} else {
+		gl, err = net.Listen("tcp", *grpcFlag)
+	}
 	if err != nil {
-		fmt.Fprintf(stderr, "mdag coordinator: listen %s: %v\n", *grpcAddr, err)
+		fmt.Fprintf(stderr, "mdag coordinator: listen %s: %v\n", *grpcFlag, err)
 		return exitFailure
 	}
 	hl, err := net.Listen("tcp", *listen)
@@ -206,11 +219,11 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	hs := newHTTPServer(obs.handler(), hl, obs.hosts)
 	go func() { _ = hs.Serve(hl) }()
 	base := "http://" + hl.Addr().String()
-	where := []any{"app", app.Name, "grpc", gl.Addr().String(), "status", base + "/v1/status"}
+	where := []any{"app", app.Name, "grpc", grpcAddr(gl), "status", base + "/v1/status"}
 	if obs.ws != nil {
 		where = append(where, "whip", base+"/whip/"+string(app.Name))
 	}
-	log.Info("coordinating", append(where, "policy", *policy, "dashboard", base+"/", "metrics", base+"/metrics", "grpc_security", grpcSecurity(tm))...)
+	log.Info("coordinating", append(where, "policy", *policy, "dashboard", base+"/", "metrics", base+"/metrics", "grpc_security", grpcSecurity(tm, *grpcFlag))...)
 	cams, err := cf.start("coordinator", app, obs, log)
 	if err != nil {
 		hs.Close()
@@ -307,7 +320,7 @@ func (f *grpcLimitFlags) limits() (remote.Limits, error) {
 
 func runWorker(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("worker", "--type TYPE [flags]", stderr)
-	coord := fs.String("coordinator", "127.0.0.1:7070", "the coordinator's gRPC address")
+	coord := fs.String("coordinator", "127.0.0.1:7070", "the coordinator's gRPC address: HOST:PORT, or unix:/PATH (the coordinator's Unix socket: it is talked to only when the coordinator runs as this uid or root)")
 	typ := fs.String("type", "", "this worker's type, one of the deployed profiles' worker types (required)")
 	host, _ := os.Hostname()
 	id := fs.String("id", fmt.Sprintf("%s-%d", host, os.Getpid()), "instance ID, unique among connected workers "+
@@ -484,7 +497,7 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 
 func runSource(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("source", "--app NAME [flags]", stderr)
-	coord := fs.String("coordinator", "127.0.0.1:7070", "the coordinator's gRPC address")
+	coord := fs.String("coordinator", "127.0.0.1:7070", "the coordinator's gRPC address: HOST:PORT, or unix:/PATH (the coordinator's Unix socket: it is talked to only when the coordinator runs as this uid or root)")
 	app := fs.String("app", "", "the deployed app to stream into (required)")
 	streams := fs.Int("streams", 1, "synthetic cameras to run")
 	prefix := fs.String("prefix", "synthetic", "stream IDs are PREFIX-0, PREFIX-1, ... (with TLS: NAME/synthetic by default, NAME the certificate's: "+

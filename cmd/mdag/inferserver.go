@@ -7,11 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -22,6 +19,7 @@ import (
 	"github.com/mdag/mdag/gpu/onnx"
 	"github.com/mdag/mdag/gpu/registry"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/unixsock"
 	"github.com/mdag/mdag/profile"
 )
 
@@ -243,11 +241,11 @@ func runInferServer(args []string, stdout, stderr io.Writer) int {
 	open := fs.Bool("open", false, "allow a --listen that is not loopback: the protocol has no authentication here, so anyone who can reach the port can run the models and register shared memory; only on a trusted network")
 	shmRegions := fs.Int("shm-max-regions", kserve.DefaultShmLimits.MaxRegions, "the most shared memory regions registered at once (all clients together); one more is refused with ResourceExhausted")
 	shmBytes := fs.Uint64("shm-max-bytes", kserve.DefaultShmLimits.MaxBytes, "the most bytes of shared memory registered at once (the regions' byte_size summed)")
-	fs.Lookup("listen").Usage = "the gRPC address: HOST:PORT over TCP (Triton's gRPC port is 8001), or unix:/PATH, a Unix socket (mode 0600, in a directory only its owner may write) that only the server's own uid and root may use, each connection's peer checked"
+	fs.Lookup("listen").Usage = "the gRPC address: HOST:PORT over TCP (Triton's gRPC port is 8001), or unix:/PATH, a Unix socket (mode 0600, in a directory only its owner may write; the path at most 107 bytes) that only the server's own uid and root may use, each connection's peer checked (SO_PEERCRED); mdag's kserve executor in turn talks to a unix: endpoint only when its server is of the worker's own uid or root"
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	unixPath, isUnix := strings.CutPrefix(*listen, "unix:")
+	unixPath, isUnix := unixsock.Path(*listen)
 	if isUnix && *open {
 		fmt.Fprintf(stderr, "mdag infer-server: --open is for a TCP --listen: --listen %s is the server's own uid's only\n", *listen)
 		return exitInvalid
@@ -287,7 +285,7 @@ func runInferServer(args []string, stdout, stderr io.Writer) int {
 	log := newLogger(stderr, *verbose)
 	var lis net.Listener
 	if isUnix {
-		lis, err = listenUnix(unixPath, log)
+		lis, err = unixsock.Listen(unixPath, log)
 	} else {
 		lis, err = net.Listen("tcp", *listen)
 	}
@@ -327,153 +325,4 @@ func grpcAddr(lis net.Listener) string {
 		return "unix:" + a.String()
 	}
 	return lis.Addr().String()
-}
-
-// listenUnix listens on a Unix socket at path for the server's own uid:
-// the directory must be owned by this uid or root and writable by nobody
-// else (it is created 0700 when absent; its parent must exist), the socket
-// is made 0600 before its name appears (bound in a private 0700 directory
-// beside it, then renamed into place), and every connection's peer
-// credentials (SO_PEERCRED) are checked: a peer of another uid than the
-// server's or root is closed at once and logged. A stale socket at path
-// (no server answers) is replaced; anything else there is an error.
-func listenUnix(path string, log *slog.Logger) (net.Listener, error) {
-	path = strings.TrimPrefix(path, "//") // unix:///PATH
-	if !filepath.IsAbs(path) {
-		return nil, fmt.Errorf("socket path %q: want an absolute path (unix:/PATH)", path)
-	}
-	path = filepath.Clean(path)
-	dir := filepath.Dir(path)
-	if err := socketDir(dir); err != nil {
-		return nil, err
-	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("%s exists and is not a socket (a %s): not replaced", path, fi.Mode().Type())
-		}
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("%s: another server is listening there", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("removing the stale socket %s: %w", path, err)
-		}
-	}
-	tmp, err := os.MkdirTemp(dir, ".mdag-infer-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
-	bound := filepath.Join(tmp, "s")
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: bound, Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	l.SetUnlinkOnClose(false)
-	if err := os.Chmod(bound, 0o600); err != nil {
-		l.Close()
-		return nil, err
-	}
-	if err := os.Rename(bound, path); err != nil {
-		l.Close()
-		return nil, err
-	}
-	return &peerListener{UnixListener: l, path: path, uid: os.Geteuid(), log: log.With("listen", "unix:"+path)}, nil
-}
-
-// socketDir makes sure dir may hold the server's socket: created 0700
-// when absent, else a directory owned by this uid or root that no group
-// or other user may write (one who could would replace the socket with
-// theirs, and clients would talk to them).
-func socketDir(dir string) error {
-	fi, err := os.Stat(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			return fmt.Errorf("socket directory: %w", err)
-		}
-		fi, err = os.Stat(dir)
-	}
-	if err != nil {
-		return fmt.Errorf("socket directory: %w", err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("socket directory %s is not a directory", dir)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || (int(st.Uid) != os.Geteuid() && st.Uid != 0) {
-		return fmt.Errorf("socket directory %s is owned by another user: use a directory of uid %d or root's", dir, os.Geteuid())
-	}
-	if m := fi.Mode().Perm(); m&0o022 != 0 {
-		return fmt.Errorf("socket directory %s is mode %#o: writable by group or others, who could replace the socket; use a directory only its owner may write (or a new one: it is created 0700)", dir, m)
-	}
-	return nil
-}
-
-// peerListener accepts only connections whose peer (SO_PEERCRED) is the
-// server's uid or root.
-type peerListener struct {
-	*net.UnixListener
-	path string
-	uid  int
-	log  *slog.Logger
-}
-
-// Accept returns the next allowed connection; refused ones are closed
-// and logged.
-func (l *peerListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.AcceptUnix()
-		if err != nil {
-			return nil, err
-		}
-		cred, err := peerCred(c)
-		if err == nil {
-			err = peerAllowed(cred, l.uid)
-		}
-		if err != nil {
-			c.Close()
-			l.log.Warn("refused a connection", "reason", err.Error())
-			continue
-		}
-		return c, nil
-	}
-}
-
-// Addr is the socket's path (not where it was bound before the rename).
-func (l *peerListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
-
-// Close stops listening and removes the socket.
-func (l *peerListener) Close() error {
-	err := l.UnixListener.Close()
-	if e := os.Remove(l.path); e != nil && !errors.Is(e, os.ErrNotExist) && err == nil {
-		err = e
-	}
-	return err
-}
-
-// peerCred reads a Unix connection's peer credentials (as they were when
-// the peer connected).
-func peerCred(c *net.UnixConn) (*syscall.Ucred, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return nil, fmt.Errorf("peer credentials: %w", err)
-	}
-	var cred *syscall.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return nil, fmt.Errorf("peer credentials: %w", err)
-	}
-	if cerr != nil {
-		return nil, fmt.Errorf("peer credentials (SO_PEERCRED): %w", cerr)
-	}
-	return cred, nil
-}
-
-// peerAllowed lets the server's own uid and root in.
-func peerAllowed(cred *syscall.Ucred, uid int) error {
-	if int(cred.Uid) == uid || cred.Uid == 0 {
-		return nil
-	}
-	return fmt.Errorf("peer pid %d uid %d: only uid %d (the server's) and root may use this socket", cred.Pid, cred.Uid, uid)
 }

@@ -8,11 +8,9 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +26,7 @@ import (
 	"github.com/mdag/mdag/gpu/prep"
 	"github.com/mdag/mdag/gpu/registry"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/unixsock"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/profile"
 )
@@ -451,11 +450,6 @@ func TestInferServerCommand(t *testing.T) {
 	})
 }
 
-// chanWriter sends each write (one log record) to a channel.
-type chanWriter chan string
-
-func (w chanWriter) Write(p []byte) (int, error) { w <- string(p); return len(p), nil }
-
 // newEmulated builds the emulated infer server of testdata/onnx.
 func newEmulated(t *testing.T) *kserve.Server {
 	t.Helper()
@@ -467,34 +461,25 @@ func newEmulated(t *testing.T) *kserve.Server {
 	return is.srv
 }
 
-// --listen unix:/PATH: the directory is made 0700, the socket 0600 (no
-// other user can connect at all), the server answers over it, a client of
-// the server's uid is let in, and the socket goes with the server. What
-// is at the path or around it is checked first.
+// --listen unix:/PATH (unixsock.Listen: internal/unixsock tests the
+// socket's modes, the peer checks and what is at the path): the server
+// answers over it to a client that checks who serves it (unixsock.Dial, as
+// the kserve executor dials a unix: endpoint), and the socket goes with
+// the server.
 func TestInferServerUnixSocket(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	base := t.TempDir()
-	dir := filepath.Join(base, "run")
-	path := filepath.Join(dir, "infer.sock")
-	lis, err := listenUnix(path, newLogger(io.Discard, false))
+	path := filepath.Join(t.TempDir(), "run", "infer.sock")
+	lis, err := unixsock.Listen(path, newLogger(io.Discard, false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for p, want := range map[string]os.FileMode{dir: os.ModeDir | 0o700, path: os.ModeSocket | 0o600} {
-		if fi, err := os.Lstat(p); err != nil || fi.Mode() != want {
-			t.Errorf("%s: %v, %v: want %v", p, fi.Mode(), err, want)
-		}
-	}
-	if left, _ := filepath.Glob(filepath.Join(dir, ".mdag-infer-*")); len(left) != 0 {
-		t.Errorf("left behind: %v", left)
-	}
-	if _, err := listenUnix(path, newLogger(io.Discard, false)); err == nil || !strings.Contains(err.Error(), "another server is listening there") {
-		t.Errorf("a second server on a live socket: %v", err)
+	if got := grpcAddr(lis); got != "unix:"+path {
+		t.Errorf("grpcAddr %q, want unix:%s", got, path)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- serveInfer(ctx, newEmulated(t), lis, 5*time.Second, newLogger(io.Discard, false)) }()
-	cc, err := grpc.NewClient("unix:"+path, append(kserve.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	cc, err := grpc.NewClient("unix:"+path, append(kserve.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(unixsock.Dial))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,172 +494,5 @@ func TestInferServerUnixSocket(t *testing.T) {
 	}
 	if _, err := os.Lstat(path); !os.IsNotExist(err) {
 		t.Fatalf("the socket is left after the stop: %v", err)
-	}
-
-	t.Run("stale socket replaced", func(t *testing.T) {
-		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.SetUnlinkOnClose(false)
-		l.Close()
-		lis, err := listenUnix(path, newLogger(io.Discard, false))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lis.Close()
-	})
-	for _, tc := range []struct {
-		name string
-		prep func(t *testing.T) string // the path to listen on
-		says string
-	}{
-		{"not a socket", func(t *testing.T) string {
-			p := filepath.Join(dir, "file")
-			if err := os.WriteFile(p, nil, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			return p
-		}, "exists and is not a socket"},
-		{"group-writable directory", func(t *testing.T) string {
-			d := filepath.Join(base, "g")
-			if err := os.Mkdir(d, 0o700); err != nil || os.Chmod(d, 0o770) != nil {
-				t.Fatal(err)
-			}
-			return filepath.Join(d, "s")
-		}, "is mode 0770: writable by group or others"},
-		{"another user's directory", func(t *testing.T) string {
-			if os.Geteuid() != 0 {
-				t.Skip("chown needs root")
-			}
-			d := filepath.Join(base, "u")
-			if err := os.Mkdir(d, 0o700); err != nil || os.Chown(d, 65534, 65534) != nil {
-				t.Fatal(err)
-			}
-			return filepath.Join(d, "s")
-		}, "is owned by another user"},
-		{"no parent", func(t *testing.T) string { return filepath.Join(base, "a", "b", "s") }, "no such file"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := tc.prep(t)
-			l, err := listenUnix(p, newLogger(io.Discard, false))
-			if err == nil {
-				l.Close()
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.says) {
-				t.Fatalf("listenUnix(%s): %v, want an error saying %q", p, err, tc.says)
-			}
-		})
-	}
-}
-
-func TestPeerAllowed(t *testing.T) {
-	for _, tc := range []struct {
-		uid  uint32
-		says string
-	}{{1000, ""}, {0, ""}, {1001, "peer pid 7 uid 1001: only uid 1000 (the server's) and root may use this socket"}} {
-		err := peerAllowed(&syscall.Ucred{Pid: 7, Uid: tc.uid}, 1000)
-		if (tc.says == "") != (err == nil) || (err != nil && err.Error() != tc.says) {
-			t.Errorf("uid %d: %v, want %q", tc.uid, err, tc.says)
-		}
-	}
-}
-
-// A connection from another uid is closed at once and logged, even when
-// the socket's mode and directory are loosened so that its connect
-// succeeds: SO_PEERCRED is checked on every connection. The peer is this
-// test binary run again as uid 65534 (the helper process pattern).
-func TestInferServerUnixPeerRefused(t *testing.T) {
-	if sock := os.Getenv("MDAG_TEST_PEER_DIAL"); sock != "" { // the child
-		c, err := net.Dial("unix", sock)
-		if err != nil {
-			fmt.Println("dial:", err)
-			os.Exit(3)
-		}
-		c.SetReadDeadline(time.Now().Add(time.Minute))
-		_, err = c.Read(make([]byte, 1))
-		fmt.Println("read:", err)
-		os.Exit(0)
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the peer runs as uid 65534")
-	}
-	pub, err := os.MkdirTemp("", "mdag-peer-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(pub) })
-	if err := os.Chmod(pub, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	child := filepath.Join(pub, "peer.test")
-	if err := os.Link(exe, child); err != nil { // another file system: copy
-		b, err := os.ReadFile(exe)
-		if err != nil || os.WriteFile(child, b, 0o755) != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chmod(child, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	logs := make(chanWriter, 16)
-	path := filepath.Join(pub, "run", "infer.sock")
-	lis, err := listenUnix(path, newLogger(logs, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	// loosen the file modes: only the peer check is left
-	if err := os.Chmod(filepath.Dir(path), 0o755); err != nil || os.Chmod(path, 0o666) != nil {
-		t.Fatal(err)
-	}
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := lis.Accept()
-		if err != nil {
-			close(accepted)
-			return
-		}
-		accepted <- c
-	}()
-	cmd := exec.Command(child, "-test.run=^TestInferServerUnixPeerRefused$", "-test.count=1")
-	cmd.Dir = pub
-	cmd.Env = append(os.Environ(), "MDAG_TEST_PEER_DIAL="+path)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "read: EOF") {
-		t.Fatalf("the peer of uid 65534: %v: %s (want its connection closed: read: EOF)", err, out)
-	}
-	select {
-	case rec := <-logs:
-		if !strings.Contains(rec, "refused a connection") || !strings.Contains(rec, "uid 65534: only uid 0 (the server's) and root may use this socket") {
-			t.Fatalf("log %q: want the refusal and its reason", rec)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("no refusal logged in a minute")
-	}
-	select {
-	case c := <-accepted:
-		t.Fatalf("Accept returned %v for the refused peer", c)
-	default:
-	}
-	// the server's own uid is still let in after a refusal
-	c, err := net.Dial("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	select {
-	case a, ok := <-accepted:
-		if !ok {
-			t.Fatal("Accept failed")
-		}
-		a.Close()
-	case <-time.After(time.Minute):
-		t.Fatal("the server's own uid was not accepted in a minute")
 	}
 }

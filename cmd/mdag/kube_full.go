@@ -13,22 +13,21 @@ import (
 
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/coordinator/kube"
-	"github.com/mdag/mdag/profile"
 )
 
 // newKubeProvisioner connects to the cluster (kubeconfig, else the
 // in-cluster service account) and returns the kubernetes provisioner of
 // namespace ns.
-func newKubeProvisioner(ns, kubeconfig string, limits map[profile.WorkerTypeID]int, log *slog.Logger) (kubeProvisioner, error) {
+func newKubeProvisioner(o kubeOptions, log *slog.Logger) (kubeProvisioner, error) {
 	var rc *rest.Config
 	var err error
-	if kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if o.kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	} else {
 		rc, err = rest.InClusterConfig()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("mdag coordinator: kubernetes client config (--kubeconfig %q): %w", kubeconfig, err)
+		return nil, fmt.Errorf("mdag coordinator: kubernetes client config (--kubeconfig %q): %w", o.kubeconfig, err)
 	}
 	cs, err := kube.NewClient(rc)
 	if err != nil {
@@ -36,7 +35,11 @@ func newKubeProvisioner(ns, kubeconfig string, limits map[profile.WorkerTypeID]i
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := kube.New(ctx, kube.Config{Client: cs, Namespace: ns, Limits: limits, Log: log})
+	cfg := kube.Config{Client: cs, Namespace: o.namespace, Limits: o.limits, Log: log, CertValid: o.certValid}
+	if o.issuer != nil {
+		cfg.Issuer = &kube.Issuer{CA: o.issuer, Trust: o.trust}
+	}
+	p, err := kube.New(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("mdag coordinator: %w", err)
 	}

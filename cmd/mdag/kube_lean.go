@@ -5,12 +5,10 @@ package main
 import (
 	"errors"
 	"log/slog"
-
-	"github.com/mdag/mdag/profile"
 )
 
 // newKubeProvisioner: the lean build carries no Kubernetes client (it is
 // what a GPU machine runs, and client-go would double its size).
-func newKubeProvisioner(string, string, map[profile.WorkerTypeID]int, *slog.Logger) (kubeProvisioner, error) {
+func newKubeProvisioner(kubeOptions, *slog.Logger) (kubeProvisioner, error) {
 	return nil, errors.New("mdag coordinator: --provisioner kubernetes is in the full build (bin/mdag: make build); the lean build (bin/mdag-lean) has no Kubernetes client")
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/mdag/mdag/internal/pki"
+	"github.com/mdag/mdag/internal/unixsock"
 	"github.com/mdag/mdag/remote/client"
 )
 
@@ -25,7 +26,7 @@ type peerFlags struct {
 func addPeerFlags(fs *flag.FlagSet) *peerFlags {
 	return &peerFlags{
 		listen: fs.String("peer-listen", "", "the direct data plane: `ADDR` where other workers fetch the frames this worker's modules make "+
-			"(the coordinator routes references, not pixels); default 127.0.0.1:0 when --coordinator is loopback, otherwise none; "+
+			"(the coordinator routes references, not pixels); default 127.0.0.1:0 when --coordinator is loopback (not unix:, whose uid checks a loopback port would undo), otherwise none; "+
 			"\"off\": none (this worker's outputs travel through the coordinator)"),
 		advertise: fs.String("advertise", "", "the `IP:PORT` other workers reach --peer-listen at: the IP this worker connects to the coordinator from (the coordinator checks; "+
 			"default: --peer-listen's address when it names an IP; on Kubernetes: $(POD_IP):PORT)"),
@@ -52,7 +53,9 @@ func (f *peerFlags) start(id, coord string, m *pki.Material, log *slog.Logger) (
 		return nil, nil, errors.New("--advertise with --peer-listen off: there is no peer port to advertise")
 	case listen == "off":
 		listen = ""
-	case listen == "" && loopbackTarget(coord):
+	case listen == "" && loopbackTarget(coord) && !unixsock.IsTarget(coord):
+		// not beside a unix: coordinator: a loopback peer port is open to
+		// every local user, what the Unix socket is there to avoid
 		listen = "127.0.0.1:0"
 	}
 	if *f.inline < 0 {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/mdag/mdag/internal/pki"
+	"github.com/mdag/mdag/internal/unixsock"
 	"github.com/mdag/mdag/remote"
 	"github.com/mdag/mdag/remote/client"
 )
@@ -21,7 +22,10 @@ import (
 // --key); plaintext only on a loopback address, where it is also the
 // default, so that one machine runs coordinator, workers and sources with
 // no setup (as the HTTP side is open on loopback); off loopback, TLS is
-// required and --insecure is refused.
+// required and --insecure is refused. On a Unix socket (unix:/PATH, issue
+// 36) gRPC is plaintext and TLS is refused: both ends check the other's
+// uid (internal/unixsock), which authenticates them where a loopback port
+// does not (any local user may connect to it, or bind it first).
 type tlsFlags struct {
 	dir, ca, cert, key *string
 	serverName         *string // clients only
@@ -34,11 +38,11 @@ type tlsFlags struct {
 
 func addTLSFlags(fs *flag.FlagSet, client bool) *tlsFlags {
 	f := &tlsFlags{
-		dir:      fs.String("tls-dir", "", "mutual TLS on gRPC with the files in `DIR`: ca.pem, ROLE.pem, ROLE-key.pem (made by mdag certs init --dir DIR); re-read when they change"),
+		dir:      fs.String("tls-dir", "", "mutual TLS on gRPC with the files in `DIR`: ca.pem, ROLE.pem, ROLE-key.pem (made by mdag certs init --dir DIR); re-read when they change. Not with a unix:/PATH gRPC address: there each end checks the other's uid instead"),
 		ca:       fs.String("ca", "", "the CA certificate peers must chain to (PEM; default --tls-dir's ca.pem)"),
 		cert:     fs.String("cert", "", "this peer's certificate (PEM; default --tls-dir's ROLE.pem)"),
 		key:      fs.String("key", "", "this peer's private key (PEM; default --tls-dir's ROLE-key.pem)"),
-		insecure: fs.Bool("insecure", false, "plaintext gRPC; refused unless the gRPC address is loopback (plaintext is already the default there without --tls-dir)"),
+		insecure: fs.Bool("insecure", false, "plaintext gRPC; refused unless the gRPC address is loopback or a unix:/PATH socket (plaintext is already the default there without --tls-dir)"),
 	}
 	if client {
 		f.serverName = fs.String("server-name", "", "the name the coordinator's certificate must carry (default: the host of --coordinator)")
@@ -67,10 +71,22 @@ func addTLSFlags(fs *flag.FlagSet, client bool) *tlsFlags {
 func (f *tlsFlags) material(cmd string, role pki.Role, flagName, addr string, log *slog.Logger) (*pki.Material, error) {
 	given := *f.dir != "" || *f.ca != "" || *f.cert != "" || *f.key != ""
 	local := loopbackTarget(addr)
+	unix := unixsock.IsTarget(addr)
 	howTo := "create certificates with `mdag certs init --dir certs --hosts HOST,IP` (HOST, IP: the coordinator's name and address) and give every process --tls-dir certs"
 	switch {
 	case *f.insecure && given:
 		return nil, fmt.Errorf("mdag %s: --insecure with --tls-dir/--ca/--cert/--key: choose plaintext or TLS", cmd)
+	case unix && (given || len(f.shared) > 0):
+		what := "--tls-dir/--ca/--cert/--key"
+		if !given {
+			what = "--shared-cert"
+		}
+		return nil, fmt.Errorf("mdag %s: %s with %s %s: gRPC on a Unix socket is plaintext, its two ends authenticated by their uids "+
+			"(only this user and root may use the socket, and each end checks the other's with SO_PEERCRED), so mutual TLS adds nothing there; "+
+			"drop %s, or give a HOST:PORT for mutual TLS", cmd, what, flagName, addr, what)
+	case unix:
+		log.Info("gRPC is plaintext on a Unix socket: only this user and root may use it, each end checking the other's uid (SO_PEERCRED)", strings.TrimPrefix(flagName, "--"), addr)
+		return nil, nil
 	case *f.insecure && !local:
 		return nil, fmt.Errorf("mdag %s: --insecure with %s %s: plaintext gRPC is allowed only on a loopback address (127.0.0.1, ::1, localhost): "+
 			"anyone who can reach it could register as a worker and receive camera frames, or send frames; %s", cmd, flagName, addr, howTo)
@@ -79,7 +95,9 @@ func (f *tlsFlags) material(cmd string, role pki.Role, flagName, addr string, lo
 	case !given && len(f.shared) > 0:
 		return nil, fmt.Errorf("mdag %s: --shared-cert names certificates, but gRPC is plaintext: give --tls-dir too", cmd)
 	case !given:
-		log.Warn("gRPC is plaintext, on loopback: any process on this machine may connect; give --tls-dir for mutual TLS (mdag certs init)", strings.TrimPrefix(flagName, "--"), addr)
+		log.Warn("gRPC is plaintext, on loopback: any process on this machine may connect, and any local user may take the port first; "+
+			"give --tls-dir for mutual TLS (mdag certs init), or use a Unix socket, authenticated by uid: --grpc unix:/PATH on the coordinator, --coordinator unix:/PATH on workers and sources",
+			strings.TrimPrefix(flagName, "--"), addr)
 		return nil, nil
 	}
 	for _, c := range f.shared {
@@ -114,7 +132,8 @@ func (f *tlsFlags) material(cmd string, role pki.Role, flagName, addr string, lo
 }
 
 // dial connects a worker or source to the coordinator at addr, with
-// mutual TLS or, where allowed, in plaintext.
+// mutual TLS or, where allowed, in plaintext (on a Unix socket, only to a
+// coordinator of this uid or root: client.Dial checks).
 func (f *tlsFlags) dial(cmd string, role pki.Role, addr string, log *slog.Logger) (*grpc.ClientConn, error) {
 	cc, _, err := f.dialMaterial(cmd, role, addr, log)
 	return cc, err
@@ -200,10 +219,14 @@ func grpcServer(s *remote.Server, m *pki.Material) grpcPort {
 	return remote.NewTLSGRPC(s, m)
 }
 
-// grpcSecurity says how the gRPC port is protected, for the start-up log.
-func grpcSecurity(m *pki.Material) string {
-	if m == nil {
-		return "plaintext (loopback)"
+// grpcSecurity says how the gRPC port at addr is protected, for the
+// start-up log.
+func grpcSecurity(m *pki.Material, addr string) string {
+	switch {
+	case m != nil:
+		return "mutual TLS"
+	case unixsock.IsTarget(addr):
+		return "plaintext (Unix socket: this uid and root only, peers checked)"
 	}
-	return "mutual TLS"
+	return "plaintext (loopback)"
 }

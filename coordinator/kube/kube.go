@@ -14,6 +14,22 @@
 // finished behind the coordinator's back as a lost instance
 // (Engine.LostInstance); registration over gRPC, not pod readiness, is
 // what makes an instance up.
+//
+// With an Issuer (Config.Issuer: a CA's certificate and key) each pod gets
+// a worker certificate of its own, mdag://worker/<instance id>: Start
+// issues it, creates the pod (its template's worker TLS volume, the one of
+// Secret mdag-worker-tls, now naming Secret <pod name>-tls), then that
+// Secret (ca.pem, worker.pem, worker-key.pem: the layout --tls-dir reads)
+// owned by the pod, so that deleting the pod garbage-collects it; the
+// kubelet retries the pod's missing volume until the Secret exists. The
+// worker's ID (MDAG_WORKER_ID) is its certificate's name, so the
+// coordinator needs no --shared-cert for these pods and a certificate
+// registers only its own instance. Certificates are renewed (the Secret
+// updated: the kubelet refreshes the files and the worker re-reads them)
+// once two thirds of their validity (Config.CertValid) has passed. Release
+// deletes the Secret too, and New deletes the per-pod Secrets a previous
+// coordinator left. Without an Issuer every pod mounts the template's
+// shared certificate, as the Deployment does in static mode.
 package kube
 
 import (
@@ -31,6 +47,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -38,6 +55,7 @@ import (
 
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/pki"
 	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/worker"
 )
@@ -52,7 +70,38 @@ const (
 	WorkerName      = "mdag-worker"
 	WorkerContainer = "worker"
 	EnvWorkerID     = "MDAG_WORKER_ID"
+	// WorkerTLSSecret is the Secret of the worker certificate the worker
+	// Deployments mount (shared by every pod of static mode); with an
+	// Issuer, the template's volume of it is what each pod's own Secret
+	// replaces.
+	WorkerTLSSecret = "mdag-worker-tls"
+	// AnnotationCert and AnnotationNotAfter, on a per-pod Secret: the
+	// certificate's identity and expiry (RFC 3339), for kubectl.
+	AnnotationCert     = "mdag.io/cert"
+	AnnotationNotAfter = "mdag.io/cert-not-after"
 )
+
+// DefaultCertValid is the validity of the certificates the provisioner
+// issues when Config.CertValid is 0: short, since a pod lives only as long
+// as the plan keeps its instance (and one that lives longer has its
+// certificate renewed after two thirds of it).
+const DefaultCertValid = 30 * 24 * time.Hour
+
+// The files of a per-pod Secret: what --tls-dir reads for role worker.
+const (
+	secretCA   = pki.CAFile
+	secretCert = string(pki.Worker) + ".pem"
+	secretKey  = string(pki.Worker) + "-key.pem"
+)
+
+// Issuer is the CA that signs each provisioned pod's worker certificate.
+type Issuer struct {
+	CA *pki.CA
+	// Trust is the PEM each pod gets as its ca.pem: what its worker checks
+	// the coordinator's certificate against (the issuer's ca.pem file,
+	// which may hold more than the issuing CA during a CA rotation).
+	Trust []byte
+}
 
 // DefaultLimit is each worker type's pod limit when Config.Limits is nil:
 // every type with a worker Deployment in the namespace at New may have
@@ -108,6 +157,12 @@ type Config struct {
 	// CallTimeout bounds each API call (Start and Release run on the
 	// engine's loop); default 10 s.
 	CallTimeout time.Duration
+	// Issuer, when set, gives each pod a certificate of its own (the
+	// package comment); nil: the pods share the template's.
+	Issuer *Issuer
+	// CertValid is how long an issued certificate is valid (never beyond
+	// the issuer's CA); default DefaultCertValid.
+	CertValid time.Duration
 }
 
 // Provisioner implements coordinator.Provisioner over Kubernetes pods.
@@ -118,8 +173,8 @@ type Provisioner struct {
 	mu   sync.Mutex
 	pods map[string]*pod // instance id -> its pod
 
-	stop    context.CancelFunc
-	stopped chan struct{}
+	stop context.CancelFunc
+	wg   sync.WaitGroup // the watch and the renewals
 }
 
 type pod struct {
@@ -128,6 +183,10 @@ type pod struct {
 	uid  string
 	lost bool // reported to the engine
 	up   bool // seen ready (logged once)
+	// With an Issuer: the pod's Secret and when its certificate is due
+	// for renewal.
+	secret  string
+	renewAt time.Time
 }
 
 // New returns a Provisioner. It deletes, at once (grace period 0), the
@@ -151,6 +210,12 @@ func New(ctx context.Context, cfg Config) (*Provisioner, error) {
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 10 * time.Second
+	}
+	if cfg.CertValid <= 0 {
+		cfg.CertValid = DefaultCertValid
+	}
+	if cfg.Issuer != nil && (cfg.Issuer.CA == nil || cfg.Issuer.CA.Cert == nil || cfg.Issuer.CA.Key == nil) {
+		return nil, errors.New("kube: Config.Issuer has no CA certificate and key")
 	}
 	p := &Provisioner{cfg: cfg, pods: map[string]*pod{}, limits: maps.Clone(cfg.Limits)}
 	if p.limits == nil {
@@ -176,7 +241,47 @@ func New(ctx context.Context, cfg Config) (*Provisioner, error) {
 		cfg.Log.Warn("deleted a provisioned worker pod a previous coordinator left (this one starts what its plan needs)",
 			"pod", o.Name, "instance", o.Labels[LabelInstance], "type", o.Labels[LabelType])
 	}
+	if err := p.deleteLeftoverSecrets(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.Issuer == nil {
+		cfg.Log.Warn("PROVISIONED WORKERS SHARE ONE CERTIFICATE: every worker pod mounts the template's Secret "+WorkerTLSSecret+
+			", so any holder of it may register as any worker ID the coordinator's --shared-cert allows, and the per-certificate registration limit is the whole fleet's; "+
+			"give the coordinator --provisioner-issuer (a CA it issues each pod a certificate of its own with: docs/deploy.md)",
+			"namespace", cfg.Namespace)
+	} else {
+		cfg.Log.Info("provisioned workers get a certificate of their own", "issuer", cfg.Issuer.CA.Cert.Subject.CommonName,
+			"valid", cfg.CertValid, "ca_expires", cfg.Issuer.CA.Cert.NotAfter.UTC().Format(time.RFC3339))
+	}
 	return p, nil
+}
+
+// deleteLeftoverSecrets deletes the per-pod certificate Secrets (label
+// mdag.io/pool=provisioned) a previous coordinator left: their pods are
+// gone (New deleted them) and the garbage collector would delete them
+// too, but not at once nor where it is off. Without an Issuer, a Role
+// that grants nothing on Secrets is no error.
+func (p *Provisioner) deleteLeftoverSecrets(ctx context.Context) error {
+	cfg := p.cfg
+	old, err := cfg.Client.CoreV1().Secrets(cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelPool + "=" + PoolProvisioned})
+	if err != nil {
+		if cfg.Issuer == nil && apierrors.IsForbidden(err) {
+			cfg.Log.Debug("not allowed to list Secrets: no per-pod certificate Secrets to clean up", "err", err)
+			return nil
+		}
+		return fmt.Errorf("kube: list leftover per-pod certificate Secrets in namespace %s: %w", cfg.Namespace, err)
+	}
+	for _, o := range old.Items {
+		if o.Labels[LabelPool] != PoolProvisioned { // a fake or an old server may not filter
+			continue
+		}
+		err := cfg.Client.CoreV1().Secrets(cfg.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("kube: delete leftover per-pod certificate Secret %s/%s: %w", cfg.Namespace, o.Name, err)
+		}
+		cfg.Log.Info("deleted a per-pod certificate Secret a previous coordinator left", "secret", o.Name, "instance", o.Labels[LabelInstance])
+	}
+	return nil
 }
 
 // Limits implements coordinator.Provisioner.
@@ -184,7 +289,9 @@ func (p *Provisioner) Limits() map[profile.WorkerTypeID]int { return maps.Clone(
 
 // Start implements coordinator.Provisioner: it creates instance id's pod
 // from type typ's worker Deployment and returns a coordinator.Pending
-// instance (the worker registering binds it).
+// instance (the worker registering binds it). With an Issuer it issues the
+// pod's certificate first and creates its Secret after the pod (owned by
+// it); a Secret that cannot be made deletes the pod again.
 func (p *Provisioner) Start(id string, typ profile.WorkerTypeID) (coordinator.Instance, error) {
 	p.mu.Lock()
 	n := 0
@@ -201,6 +308,21 @@ func (p *Provisioner) Start(id string, typ profile.WorkerTypeID) (coordinator.In
 	if n >= p.limits[typ] {
 		return nil, fmt.Errorf("kube: %s limit of %d pods reached", typ, p.limits[typ])
 	}
+	var cert *issued
+	if p.cfg.Issuer != nil {
+		// The worker registers under MDAG_WORKER_ID = id, and the
+		// coordinator accepts from a certificate only its own name: the
+		// name is the ID. Placement's IDs are TYPE-N, and a type with a
+		// Deployment is a label value, so only a type of over 60
+		// characters fails here.
+		if err := pki.CheckName(id); err != nil {
+			return nil, fmt.Errorf("kube: instance %s: not a certificate name, so its pod cannot have a certificate of its own (a shorter worker type name fixes it): %w", id, err)
+		}
+		var err error
+		if cert, err = p.issue(id); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CallTimeout)
 	defer cancel()
 	po, err := p.podFor(ctx, id, typ)
@@ -214,11 +336,96 @@ func (p *Provisioner) Start(id string, typ profile.WorkerTypeID) (coordinator.In
 	if err != nil {
 		return nil, fmt.Errorf("kube: create pod %s/%s for instance %s: %w", p.cfg.Namespace, po.Name, id, err)
 	}
+	q := &pod{name: made.Name, typ: typ, uid: string(made.UID)}
+	if cert != nil {
+		q.secret = SecretName(made.Name)
+		if err := p.writeSecret(ctx, id, q, cert, true); err != nil {
+			now := int64(0) // its volume would never appear
+			dctx, dcancel := context.WithTimeout(context.Background(), p.cfg.CallTimeout)
+			defer dcancel()
+			if derr := p.cfg.Client.CoreV1().Pods(p.cfg.Namespace).Delete(dctx, made.Name, metav1.DeleteOptions{GracePeriodSeconds: &now}); derr != nil && !apierrors.IsNotFound(derr) {
+				p.cfg.Log.Error("deleting a worker pod whose certificate Secret could not be made failed (delete it by hand; the next coordinator deletes it at start)",
+					"pod", made.Name, "instance", id, "err", derr)
+			}
+			return nil, err
+		}
+		q.renewAt = cert.renewAt
+	}
 	p.mu.Lock()
-	p.pods[id] = &pod{name: made.Name, typ: typ, uid: string(made.UID)}
+	p.pods[id] = q
 	p.mu.Unlock()
-	p.cfg.Log.Info("worker pod created", "pod", made.Name, "instance", id, "type", typ)
+	if cert != nil {
+		p.cfg.Log.Info("worker pod created", "pod", made.Name, "instance", id, "type", typ, "secret", q.secret, "cert", pki.IdentityURI(pki.Worker, id).String(),
+			"cert_expires", cert.notAfter.UTC().Format(time.RFC3339))
+	} else {
+		p.cfg.Log.Info("worker pod created", "pod", made.Name, "instance", id, "type", typ)
+	}
 	return pending{}, nil
+}
+
+// issued is a certificate the provisioner made, as a Secret's files.
+type issued struct {
+	name              string // mdag://worker/NAME
+	certPEM, keyPEM   []byte
+	notAfter, renewAt time.Time
+}
+
+// issue signs instance id's worker certificate, valid from the clock's now
+// for CertValid (never beyond the CA), renewed after two thirds of that.
+func (p *Provisioner) issue(id string) (*issued, error) {
+	now := p.cfg.Clock.Now()
+	c, err := p.cfg.Issuer.CA.Issue(pki.Request{Role: pki.Worker, Name: id, Now: now, Valid: p.cfg.CertValid})
+	if err != nil {
+		return nil, fmt.Errorf("kube: issue instance %s's worker certificate: %w", id, err)
+	}
+	key, err := pki.KeyPEM(c.Key)
+	if err != nil {
+		return nil, fmt.Errorf("kube: instance %s's worker key: %w", id, err)
+	}
+	return &issued{name: id, certPEM: pki.CertPEM(c.Cert), keyPEM: key, notAfter: c.Cert.NotAfter,
+		renewAt: now.Add(c.Cert.NotAfter.Sub(now) * 2 / 3)}, nil
+}
+
+// SecretName is the per-pod certificate Secret of pod podName.
+func SecretName(podName string) string { return podName + "-tls" }
+
+// secretFor is q's certificate Secret, owned by the pod (its UID: deleting
+// the pod deletes it).
+func (p *Provisioner) secretFor(id string, q *pod, cert *issued) *corev1.Secret {
+	labels := map[string]string{LabelName: WorkerName, LabelPool: PoolProvisioned, LabelInstance: labelValue(id), LabelType: string(q.typ)}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: q.secret, Namespace: p.cfg.Namespace, Labels: labels,
+			Annotations: map[string]string{
+				AnnotationCert:     pki.IdentityURI(pki.Worker, cert.name).String(),
+				AnnotationNotAfter: cert.notAfter.UTC().Format(time.RFC3339),
+			},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: q.name, UID: types.UID(q.uid)}},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{secretCA: p.cfg.Issuer.Trust, secretCert: cert.certPEM, secretKey: cert.keyPEM},
+	}
+}
+
+// writeSecret creates q's Secret (create) or replaces it (a renewal, or a
+// Secret of that name left by an earlier pod of the name whose garbage
+// collection has not come yet).
+func (p *Provisioner) writeSecret(ctx context.Context, id string, q *pod, cert *issued, create bool) error {
+	sc := p.cfg.Client.CoreV1().Secrets(p.cfg.Namespace)
+	s := p.secretFor(id, q, cert)
+	if create {
+		_, err := sc.Create(ctx, s, metav1.CreateOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("kube: create the certificate Secret %s/%s of pod %s (instance %s): %w", p.cfg.Namespace, s.Name, q.name, id, err)
+		}
+	}
+	if _, err := sc.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("kube: update the certificate Secret %s/%s of pod %s (instance %s): %w", p.cfg.Namespace, s.Name, q.name, id, err)
+	}
+	return nil
 }
 
 // podFor builds instance id's pod from type typ's worker Deployment.
@@ -271,6 +478,20 @@ func (p *Provisioner) podFor(ctx context.Context, id string, typ profile.WorkerT
 	if !found {
 		return nil, fmt.Errorf("kube: the worker Deployment %s (type %s) has no container named %q", names[0], typ, WorkerContainer)
 	}
+	if p.cfg.Issuer != nil {
+		// The pod's own certificate in place of the shared one.
+		n := 0
+		for i := range spec.Volumes {
+			if s := spec.Volumes[i].Secret; s != nil && s.SecretName == WorkerTLSSecret {
+				s.SecretName = SecretName(PodName(id, typ))
+				s.Optional = nil // the kubelet waits for it
+				n++
+			}
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("kube: the worker Deployment %s (type %s) has no volume of Secret %s (the worker's --tls-dir) for the pod's own certificate to replace", names[0], typ, WorkerTLSSecret)
+		}
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: PodName(id, typ), Namespace: p.cfg.Namespace, Labels: labels, Annotations: tmpl.Annotations},
 		Spec:       spec,
@@ -298,15 +519,85 @@ func (p *Provisioner) Release(id string) {
 		p.cfg.Log.Error("deleting a released worker pod failed (delete it by hand; the next coordinator deletes it at start)",
 			"pod", q.name, "instance", id, "err", err)
 	}
+	if q.secret == "" {
+		return
+	}
+	// The garbage collector deletes it with the pod; at once is better.
+	err = p.cfg.Client.CoreV1().Secrets(p.cfg.Namespace).Delete(ctx, q.secret, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		p.cfg.Log.Warn("deleting a released worker pod's certificate Secret failed (the garbage collector deletes it with the pod; the next coordinator at start)",
+			"secret", q.secret, "instance", id, "err", err)
+	}
+}
+
+// renewEvery is how often the renewals are looked at: often enough that
+// a certificate is renewed well before it expires.
+func (p *Provisioner) renewEvery() time.Duration {
+	return min(p.cfg.CertValid/10, time.Hour)
+}
+
+// renew re-issues the certificates due for renewal (two thirds of their
+// validity past) and updates their Secrets; the kubelet refreshes the
+// pods' files and the workers re-read them. A failure is logged and
+// retried at the next look.
+func (p *Provisioner) renew(ctx context.Context) {
+	now := p.cfg.Clock.Now()
+	type due struct {
+		id string
+		q  pod
+	}
+	var dues []due
+	p.mu.Lock()
+	for id, q := range p.pods {
+		if q.secret != "" && !q.lost && !now.Before(q.renewAt) {
+			dues = append(dues, due{id, *q})
+		}
+	}
+	p.mu.Unlock()
+	slices.SortFunc(dues, func(a, b due) int { return strings.Compare(a.id, b.id) })
+	for _, d := range dues {
+		cert, err := p.issue(d.id)
+		if err == nil {
+			cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+			err = p.writeSecret(cctx, d.id, &d.q, cert, false)
+			cancel()
+		}
+		if err != nil {
+			p.cfg.Log.Warn("renewing a worker pod's certificate failed; retrying", "instance", d.id, "secret", d.q.secret, "err", err, "in", p.renewEvery())
+			continue
+		}
+		p.mu.Lock()
+		if q := p.pods[d.id]; q != nil && q.uid == d.q.uid {
+			q.renewAt = cert.renewAt
+		}
+		p.mu.Unlock()
+		p.cfg.Log.Info("worker pod's certificate renewed", "instance", d.id, "secret", d.q.secret, "cert_expires", cert.notAfter.UTC().Format(time.RFC3339))
+	}
 }
 
 // Watch starts watching the provisioned pods (restarting the watch when
-// it ends) and reports the losses to lost; Close stops it.
+// it ends) and reports the losses to lost, and with an Issuer renews the
+// pods' certificates when due; Close stops both.
 func (p *Provisioner) Watch(lost Losses) {
 	ctx, cancel := context.WithCancel(context.Background())
-	p.stop, p.stopped = cancel, make(chan struct{})
+	p.stop = cancel
+	if p.cfg.Issuer != nil {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-p.cfg.Clock.After(p.renewEvery()):
+					p.renew(ctx)
+				}
+			}
+		}()
+	}
+	p.wg.Add(1)
 	go func() {
-		defer close(p.stopped)
+		defer p.wg.Done()
 		backoff := time.Duration(0)
 		for ctx.Err() == nil {
 			if backoff > 0 {
@@ -331,7 +622,7 @@ func (p *Provisioner) Watch(lost Losses) {
 func (p *Provisioner) Close() {
 	if p.stop != nil {
 		p.stop()
-		<-p.stopped
+		p.wg.Wait()
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/mdag/mdag/gpu/prep"
 	"github.com/mdag/mdag/gpu/queue"
 	"github.com/mdag/mdag/gpu/registry"
+	"github.com/mdag/mdag/internal/unixsock"
 	"github.com/mdag/mdag/media"
 )
 
@@ -233,7 +234,8 @@ func (x *Executor) load(m *registry.Model) (*model, error) {
 
 // dial returns the endpoint's connection, made on first use. The registry
 // allows http(s):// endpoints (KServe's REST protocol); this executor
-// speaks gRPC only.
+// speaks gRPC only. A unix: endpoint is talked to only when the server's
+// uid is this process's or root's (unixsock.Dial checks SO_PEERCRED).
 func (x *Executor) dial(endpoint string) (*conn, error) {
 	if c := x.conns[endpoint]; c != nil {
 		return c, nil
@@ -241,7 +243,13 @@ func (x *Executor) dial(endpoint string) (*conn, error) {
 	if strings.HasPrefix(endpoint, "http://") || strings.HasPrefix(endpoint, "https://") {
 		return nil, fmt.Errorf("endpoint %s: the kserve executor speaks the protocol's gRPC binding; give host:port of the server's gRPC port (Triton: 8001), not its HTTP URL", endpoint)
 	}
-	cc, err := grpc.NewClient(endpoint, append(DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	opts := append(DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if unixsock.IsTarget(endpoint) {
+		// a socket another user serves (bound first at the path) is
+		// refused: the frames would go to them
+		opts = append(opts, grpc.WithContextDialer(unixsock.Dial))
+	}
+	cc, err := grpc.NewClient(endpoint, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %s: %w", endpoint, err)
 	}

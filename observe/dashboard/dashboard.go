@@ -27,6 +27,7 @@ import (
 
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/ingest"
+	"github.com/mdag/mdag/internal/auth"
 	"github.com/mdag/mdag/internal/clock"
 )
 
@@ -114,7 +115,8 @@ type Recorder struct {
 	replans  []coordinator.Replan
 	lastPlan int
 	latest   Snapshot
-	subs     map[chan Snapshot]struct{}
+	subs     map[chan Snapshot]string // each event stream's client (auth.ClientKey)
+	perCli   map[string]int           // event streams per client
 	tm       clock.Timer
 	closed   bool
 }
@@ -134,7 +136,7 @@ func New(cfg Config, status func() coordinator.Status) *Recorder {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Recorder{cfg: cfg, status: status, thumbs: NewThumbs(cfg.Clock, cfg.Thumbs), apps: map[string]*App{}, lastWin: map[string]int64{},
-		subs: map[chan Snapshot]struct{}{}}
+		subs: map[chan Snapshot]string{}, perCli: map[string]int{}}
 }
 
 // Thumbs is the recorder's thumbnail store (offer frames to it).
@@ -178,6 +180,7 @@ func (r *Recorder) Close() {
 		close(ch)
 		delete(r.subs, ch)
 	}
+	clear(r.perCli)
 }
 
 // Sample takes one sample, adds it to the history and sends what is new
@@ -302,28 +305,36 @@ func (r *Recorder) History() Snapshot {
 	return out
 }
 
-func (r *Recorder) subscribe() (_ chan Snapshot, _ func(), ok bool) {
+func (r *Recorder) subscribe(client string) (_ chan Snapshot, _ func(), refused string) {
 	ch := make(chan Snapshot, 8)
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		close(ch)
-		return ch, func() {}, true
+		return ch, func() {}, ""
 	}
 	if len(r.subs) >= MaxEventSubscribers {
 		r.mu.Unlock()
-		return nil, nil, false
+		return nil, nil, fmt.Sprintf("the dashboard has %d event streams open, the most it serves: close one (a tab) first", MaxEventSubscribers)
 	}
-	r.subs[ch] = struct{}{}
+	if r.perCli[client] >= MaxEventSubscribersPerClient {
+		r.mu.Unlock()
+		return nil, nil, fmt.Sprintf("this address has %d dashboard event streams open, the most one client is served: close one (a tab) first", MaxEventSubscribersPerClient)
+	}
+	r.subs[ch] = client
+	r.perCli[client]++
 	r.mu.Unlock()
 	return ch, func() {
 		r.mu.Lock()
-		if _, ok := r.subs[ch]; ok {
+		if c, ok := r.subs[ch]; ok {
 			delete(r.subs, ch)
+			if r.perCli[c]--; r.perCli[c] <= 0 {
+				delete(r.perCli, c)
+			}
 			close(ch)
 		}
 		r.mu.Unlock()
-	}, true
+	}, ""
 }
 
 // Handler serves the page (GET / and /dashboard/...), the history and the
@@ -348,17 +359,22 @@ func (r *Recorder) Handler() http.Handler {
 }
 
 // MaxEventSubscribers bounds the dashboard's event streams at once (each
-// holds a goroutine and a queue); EventWriteTimeout bounds one event's
+// holds a goroutine and a queue), MaxEventSubscribersPerClient one
+// client's (its address, an IPv6 one's /64: auth.ClientKey), so that one
+// client cannot take them all; EventWriteTimeout bounds one event's
 // write, so a browser that stops reading is cut off rather than holding
 // its stream (a variable for tests).
-const MaxEventSubscribers = 64
+const (
+	MaxEventSubscribers          = 64
+	MaxEventSubscribersPerClient = 8
+)
 
 var EventWriteTimeout = 10 * time.Second
 
 func (r *Recorder) serveEvents(w http.ResponseWriter, req *http.Request) {
-	ch, cancel, ok := r.subscribe()
-	if !ok {
-		http.Error(w, fmt.Sprintf("the dashboard has %d event streams open, the most it serves: close one (a tab) first", MaxEventSubscribers), http.StatusTooManyRequests)
+	ch, cancel, refused := r.subscribe(auth.ClientKey(req))
+	if refused != "" {
+		http.Error(w, refused, http.StatusTooManyRequests)
 		return
 	}
 	defer cancel()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -336,31 +337,67 @@ func TestIngestAdmission(t *testing.T) {
 }
 
 // TestEventSubscribersBounded: the dashboard serves MaxEventSubscribers
-// event streams at once; one more is refused 429 with the reason rather
-// than given a goroutine and a queue (issue 36 finding 9).
+// event streams at once, MaxEventSubscribersPerClient to one client (its
+// address); one more is refused 429 with the reason rather than given a
+// goroutine and a queue (issue 36 finding 9). Before the per-client bound
+// one client took every stream and the operator's tab got none.
 func TestEventSubscribersBounded(t *testing.T) {
 	clk := clock.NewFake(t0)
 	f := &fakeEngine{}
 	r := New(Config{Clock: clk}, f.status)
 	r.Start()
 	defer r.Close()
-	hs := httptest.NewServer(r.Handler())
+	// the test's clients all dial from 127.0.0.1: a header says whom each
+	// request stands for
+	h := r.Handler()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		req.RemoteAddr = req.Header.Get("X-Client") + ":1234"
+		h.ServeHTTP(w, req)
+	}))
 	defer hs.Close()
-	for i := range MaxEventSubscribers + 1 {
-		resp, err := http.Get(hs.URL + "/v1/dashboard/events")
+	var bodies []io.Closer
+	defer func() { // before hs.Close, which waits for the streams' handlers
+		for _, b := range bodies {
+			b.Close()
+		}
+	}()
+	open := func(client string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", hs.URL+"/v1/dashboard/events", nil)
+		req.Header.Set("X-Client", client)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
+		bodies = append(bodies, resp.Body)
 		line, _ := bufio.NewReader(resp.Body).ReadString('\n')
-		if i < MaxEventSubscribers {
-			if resp.StatusCode != 200 || !strings.HasPrefix(line, "retry:") {
-				t.Fatalf("stream %d: %d %q", i+1, resp.StatusCode, line)
-			}
-			continue
+		return resp.StatusCode, line
+	}
+	// one client: its share, then 429
+	for i := range MaxEventSubscribersPerClient {
+		if code, line := open("192.0.2.1"); code != 200 || !strings.HasPrefix(line, "retry:") {
+			t.Fatalf("client 192.0.2.1's stream %d: %d %q", i+1, code, line)
 		}
-		if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(line, "event streams open") {
-			t.Fatalf("stream %d: %d %q, want 429 with the reason", i+1, resp.StatusCode, line)
+	}
+	if code, line := open("192.0.2.1"); code != http.StatusTooManyRequests || !strings.Contains(line, "this address has 8 dashboard event streams open") {
+		t.Fatalf("client 192.0.2.1's stream %d: %d %q, want 429 with the reason", MaxEventSubscribersPerClient+1, code, line)
+	}
+	// an IPv6 client counts by its /64
+	for i := range MaxEventSubscribersPerClient {
+		if code, _ := open(fmt.Sprintf("[2001:db8::%x]", i+1)); code != 200 {
+			t.Fatalf("client 2001:db8::%x: %d", i+1, code)
 		}
+	}
+	if code, _ := open("[2001:db8::ff]"); code != http.StatusTooManyRequests {
+		t.Fatalf("a ninth stream from 2001:db8::/64: %d, want 429", code)
+	}
+	// others: until the dashboard's whole bound
+	for i := 2 * MaxEventSubscribersPerClient; i < MaxEventSubscribers; i++ {
+		if code, line := open(fmt.Sprintf("198.51.100.%d", i)); code != 200 {
+			t.Fatalf("stream %d: %d %q", i+1, code, line)
+		}
+	}
+	if code, line := open("203.0.113.1"); code != http.StatusTooManyRequests || !strings.Contains(line, "event streams open, the most it serves") {
+		t.Fatalf("stream %d: %d %q, want 429 with the reason", MaxEventSubscribers+1, code, line)
 	}
 }

@@ -1,12 +1,10 @@
 package client
 
 import (
-	"bufio"
 	"net"
 	"testing"
-	"time"
 
-	"golang.org/x/net/http2"
+	"github.com/mdag/mdag/internal/h2test"
 )
 
 // TestPeerMaxConcurrentStreams (issue 36, finding 8): a worker's peer port
@@ -25,24 +23,7 @@ func TestPeerMaxConcurrentStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
-	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(conn, bufio.NewReader(conn))
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			t.Fatalf("reading the peer port's SETTINGS: %v", err)
-		}
-		if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
-			if v, _ := sf.Value(http2.SettingMaxConcurrentStreams); v != MaxPeerStreams {
-				t.Errorf("SETTINGS_MAX_CONCURRENT_STREAMS %d, want %d", v, MaxPeerStreams)
-			}
-			return
-		}
+	if v := h2test.MaxConcurrentStreams(t, conn); v != MaxPeerStreams {
+		t.Errorf("SETTINGS_MAX_CONCURRENT_STREAMS %d, want %d", v, MaxPeerStreams)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/mdag/mdag/internal/pki"
+	"github.com/mdag/mdag/internal/unixsock"
 	"github.com/mdag/mdag/remote/wire"
 )
 
@@ -38,9 +39,17 @@ func DialPeerTLS(addr string, m *pki.Material) (*grpc.ClientConn, error) {
 var reconnect = grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 	MinConnectTimeout: 5 * time.Second}
 
+// dial makes the channel. A Unix socket target (unix:/PATH) is dialed by
+// unixsock.Dial: a socket served by another uid than this process's or
+// root's is refused (issue 36: another local user may have bound the path
+// first), and nothing is sent there.
 func dial(addr string, creds credentials.TransportCredentials) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithConnectParams(reconnect),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessage), grpc.MaxCallSendMsgSize(wire.MaxMessage)))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithConnectParams(reconnect),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessage), grpc.MaxCallSendMsgSize(wire.MaxMessage))}
+	if unixsock.IsTarget(addr) {
+		opts = append(opts, grpc.WithContextDialer(unixsock.Dial))
+	}
+	return grpc.NewClient(addr, opts...)
 }
 
 // tlsCreds builds a fresh TLS configuration from the material for every

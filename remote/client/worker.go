@@ -31,7 +31,8 @@ import (
 )
 
 // Dial connects to a coordinator with mdag's message limits, in plaintext:
-// loopback only (DialTLS is mutual TLS).
+// loopback, or a Unix socket (unix:/PATH), which is talked to only when
+// its server is of this process's uid or root (DialTLS is mutual TLS).
 func Dial(addr string) (*grpc.ClientConn, error) {
 	return dial(addr, insecure.NewCredentials())
 }
