@@ -185,6 +185,16 @@ func (e *Engine) replan(trigger string) {
 	go round()
 }
 
+// Planning reports whether a planning round runs or a re-plan is queued
+// (behind a running round or MinReplanGap). Asked on the loop: false
+// means the last round was applied, its log lines written. mdag serve's
+// summary waits for false, so it shows the plan the last leave made.
+func (e *Engine) Planning() bool {
+	var p bool
+	e.call(func() { p = e.planning || len(e.replanDue) > 0 })
+	return p
+}
+
 // unplanned says whether a session has streams but no plan yet: its first
 // plan does not wait for MinReplanGap.
 func (e *Engine) unplanned() bool {

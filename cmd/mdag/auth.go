@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -154,7 +155,7 @@ func tokenCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if len(apps) > 0 && apps[0] != "*" {
 			base = apps[0]
 		}
-		*name = base + "-" + tok[len(tok)-6:]
+		*name = tokenName(base, tok)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "  - name: %s\n    hash: %s\n    role: %s\n", *name, h, *role)
@@ -182,6 +183,38 @@ func tokenCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "token: %s\n# give the token to the client (Authorization: Bearer TOKEN); add this entry under tokens: in the --tokens file:\n%s", tok, entry)
 	return exitOK
+}
+
+// tokenName is a new token's default name: base (its app or role) and a
+// random suffix of its own, drawn until it shares nothing of four
+// characters or more with the token (in either case) (names are logged and listed; they
+// must carry no secret material).
+func tokenName(base, tok string) string {
+	const alphabet = "abcdefghijkmnpqrstuvwxyz23456789" // 32: no 0/o, 1/l
+	secret := strings.ToLower(strings.TrimPrefix(tok, "mdag_"))
+	for {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		for i := range b {
+			b[i] = alphabet[b[i]%byte(len(alphabet))]
+		}
+		// every run with a character of the suffix (base is the user's,
+		// and a coincidence within it no secret)
+		suffix := "-" + string(b[:])
+		if !sharesRun(strings.ToLower(base[max(0, len(base)-3):])+suffix, secret, 4) {
+			return base + suffix
+		}
+	}
+}
+
+// sharesRun says whether a and b have a common substring of n bytes.
+func sharesRun(a, b string, n int) bool {
+	for i := 0; i+n <= len(a); i++ {
+		if strings.Contains(b, a[i:i+n]) {
+			return true
+		}
+	}
+	return false
 }
 
 // stringList is a repeated or comma-separated string flag.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -213,6 +214,86 @@ func TestServeCamera(t *testing.T) {
 	}
 	if strings.Contains(out.String()+errb.String(), "Secr3t-pw") {
 		t.Fatalf("the password is in the output:\n%s\n%s", out.String(), errb.String())
+	}
+	// The summary comes after the re-plan the camera's stream leaving set
+	// off (issue 43: it showed the instances still active at $2.90/h):
+	// no instance serves, nothing costs, and every re-plan logged is in it.
+	if regexp.MustCompile(`(?m)^\S+ +\S+ +(active|starting) `).MatchString(out.String()) ||
+		!strings.Contains(out.String(), "cost $0.00/h whole instances") {
+		t.Errorf("the summary shows instances serving after the camera's stream left:\n%s", out.String())
+	}
+	if m := regexp.MustCompile(`re-plans: (\d+) `).FindStringSubmatch(out.String()); m == nil || m[1] != strconv.Itoa(strings.Count(errb.String(), "msg=replanned")) {
+		t.Errorf("the summary's re-plans %v, the log's %d:\n%s\n%s", m, strings.Count(errb.String(), "msg=replanned"), out.String(), errb.String())
+	}
+}
+
+// TestServeCameraNeverConnected: a camera that never connects (nothing
+// listens at its address) is down since its first attempt in
+// GET /v1/ingest (down_ns) while serve runs, and in the summary
+// (issue 43: "DOWN 0s", and no down time in /v1/ingest); its error shows
+// the URL without user information and every other word as it is, though
+// the password is a word of the URL (issue 43: the path /stream1 became
+// /xxxxx).
+func TestServeCameraNeverConnected(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	source := fmt.Sprintf("rtsp://127.0.0.1:%d/stream1", port)
+	var out bytes.Buffer
+	errb := &syncBuffer{}
+	pr, pw := io.Pipe()
+	metricsURL := make(chan string, 1)
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		re := regexp.MustCompile(`metrics=(http://\S+/metrics)`)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			errb.Write([]byte(sc.Text() + "\n"))
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				metricsURL <- m[1]
+			}
+		}
+	}()
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"serve", "--example", "traffic", "--listen", "127.0.0.1:0", "--duration", "5s",
+			"--camera", fmt.Sprintf("door=rtsp://admin:stream1@127.0.0.1:%d/stream1", port)}, &out, pw)
+		pw.Close()
+	}()
+	var url string
+	select {
+	case url = <-metricsURL:
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not start")
+	}
+	waitFor(t, "the camera down in /v1/ingest", 15*time.Second, func() bool {
+		var adm ingest.Admission
+		if err := json.Unmarshal([]byte(get(t, strings.TrimSuffix(url, "/metrics")+"/v1/ingest", 200)), &adm); err != nil {
+			t.Fatal(err)
+		}
+		return len(adm.Cameras) == 1 && adm.Cameras[0].LastError != "" && adm.Cameras[0].Down > 0
+	})
+	var code int
+	select {
+	case code = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	<-logged
+	if code != exitOK {
+		t.Fatalf("exit %d:\n%s\n%s", code, out.String(), errb.String())
+	}
+	want := regexp.MustCompile(`  camera door: traffic, ` + regexp.QuoteMeta(source) + `, stopped, \d+ reconnects, lost 0 times; DOWN [1-9]\d*s: camera door: ` +
+		regexp.QuoteMeta(source) + `: DESCRIBE: dial tcp 127\.0\.0\.1:\d+: `)
+	if !want.MatchString(out.String()) {
+		t.Errorf("the summary does not say the camera is down since its first attempt:\n%s", out.String())
+	}
+	if all := out.String() + errb.String(); strings.Contains(all, "xxxxx") || strings.Contains(all, "admin:stream1") || !strings.Contains(errb.String(), "source="+source) {
+		t.Errorf("the output rewrites text, shows the user information or lacks source=%s:\n%s\n%s", source, out.String(), errb.String())
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/ingest/whip"
+	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/modules/cv"
 )
@@ -60,8 +61,8 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 	case *out != "table" && *out != "json":
 		fmt.Fprintf(stderr, "mdag client: -o %q: want table or json\n", *out)
 		return exitInvalid
-	case *codec != whip.CodecVP8 && *codec != whip.CodecH264:
-		fmt.Fprintf(stderr, "mdag client: --codec %q: want vp8 or h264\n", *codec)
+	case !slices.Contains(clientCodecs, *codec):
+		fmt.Fprintf(stderr, "mdag client: --codec %q: want %s\n", *codec, strings.Join(clientCodecs, " or "))
 		return exitInvalid
 	}
 	if *token == "" {
@@ -110,6 +111,9 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 	return clientReport(sums, *out, stdout, stderr)
 }
 
+// clientCodecs are the video codecs mdag client encodes (--codec).
+var clientCodecs = []string{whip.CodecVP8, whip.CodecH264}
+
 // exitEnded: a stream was ended by the server (DELETE by someone else, its
 // idle timeout, shutdown, a refusal mid-stream) or the connection to it was
 // lost, before the client was done.
@@ -122,7 +126,24 @@ type clientOpts struct {
 	codec              string
 	clip               *encodedClip // non-nil: send this clip (--encode-once)
 	maxWidth           int          // frames wider are scaled down (aspect kept) before encoding; 0: as they come
+	clk                clock.Clock  // the results' arrival times and finishClient's waits (nil: the wall clock)
 }
+
+func (o clientOpts) clock() clock.Clock {
+	if o.clk == nil {
+		return clock.Real{}
+	}
+	return o.clk
+}
+
+// listsStreams says whether the client may read the server's stream list
+// (GET /v1/streams) for its Ingested count: only without a token. A
+// token may be an ingest token of a --tokens file, which may not list
+// streams (every try would be a 401, counted and logged by the server as
+// a refused request); with one the client counts from its own stream's
+// results instead: each carries its frame's number as handed to the
+// session, so the highest is the frames ingested up to it.
+func (o clientOpts) listsStreams() bool { return o.token == "" }
 
 // clientSummary is what one stream saw.
 type clientSummary struct {
@@ -141,6 +162,11 @@ type clientSummary struct {
 	Ended      string  `json:"ended,omitempty"` // why the server's side ended the stream early
 	err        error   // the error behind Error (a *whip.HTTPError for a refusal)
 	latencies  []float64
+	// top is the highest frame number of the results received (the
+	// frames the server handed to the session up to that one); firstAt
+	// and lastAt when the first and the last result came.
+	top             uint64
+	firstAt, lastAt time.Time
 }
 
 func runOneClient(ctx context.Context, idx int, open func() (frameSource, error), o clientOpts, each func(whip.Result)) clientSummary {
@@ -168,7 +194,7 @@ func runOneClient(ctx context.Context, idx int, open func() (frameSource, error)
 		}
 	}
 	var mu sync.Mutex
-	onResult := countResult(&sum, &mu, each)
+	onResult := countResult(&sum, &mu, o.clock(), each)
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	p, err := whip.Publish(cctx, whip.ClientConfig{Server: o.server, App: o.app, Token: o.token, Width: first.W, Height: first.H,
 		FPS: int(o.fps + 0.5), BitrateKbps: o.bitrate, Codec: o.codec, OnResult: onResult})
@@ -277,7 +303,8 @@ func (s *clientSummary) summarise() {
 }
 
 // serverIngested asks the server how many frames of the stream it handed
-// to the session (0 when it cannot tell).
+// to the session (0 when it cannot tell), from its stream list: only for
+// a client without a token (clientOpts.listsStreams).
 func serverIngested(o clientOpts, id string) uint64 {
 	req, err := http.NewRequest(http.MethodGet, strings.TrimRight(o.server, "/")+"/v1/streams", nil)
 	if err != nil {

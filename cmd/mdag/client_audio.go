@@ -13,6 +13,7 @@ import (
 
 	"github.com/mdag/mdag/ingest/audiofile"
 	"github.com/mdag/mdag/ingest/whip"
+	"github.com/mdag/mdag/internal/clock"
 )
 
 // audioClip is what `mdag client --audio` sends: 48 kHz PCM to encode (a
@@ -113,7 +114,7 @@ func runOneAudioClient(ctx context.Context, clip *audioClip, bitrate int, loop b
 	var mu sync.Mutex
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	p, err := whip.Publish(cctx, whip.ClientConfig{Server: o.server, App: o.app, Token: o.token, Audio: true,
-		AudioChannels: clip.channels, AudioBitrate: bitrate, OnResult: countResult(&sum, &mu, each)})
+		AudioChannels: clip.channels, AudioBitrate: bitrate, OnResult: countResult(&sum, &mu, o.clock(), each)})
 	cancel()
 	if err != nil {
 		sum.Errors++
@@ -187,10 +188,17 @@ func clientReport(sums []clientSummary, out string, stdout, stderr io.Writer) in
 	return exitOK
 }
 
-// countResult counts each result into sum (under mu) and hands it on.
-func countResult(sum *clientSummary, mu *sync.Mutex, each func(whip.Result)) func(whip.Result) {
+// countResult counts each result into sum (under mu), notes its frame
+// number and when it came (on clk), and hands it on.
+func countResult(sum *clientSummary, mu *sync.Mutex, clk clock.Clock, each func(whip.Result)) func(whip.Result) {
 	return func(r whip.Result) {
+		now := clk.Now()
 		mu.Lock()
+		if sum.Results == 0 {
+			sum.firstAt = now
+		}
+		sum.lastAt = now
+		sum.top = max(sum.top, r.Frame)
 		sum.Results++
 		switch r.Outcome {
 		case "finished":
@@ -209,36 +217,103 @@ func countResult(sum *clientSummary, mu *sync.Mutex, each func(whip.Result)) fun
 }
 
 // finishClient notes why the stream ended (if the server ended it), waits
-// (at most 2 s) for the results of what the server ingested (those of the
-// last frames are still on their way), closes the publisher and completes
-// the summary.
+// (at most finishWait) for the results of what the server ingested (those
+// of the last frames are still on their way), closes the publisher and
+// completes the summary.
+//
+// Without a token the server's stream list says how many frames it
+// ingested (as before); with one the client's own results do
+// (clientOpts.listsStreams): no request its token may not make.
 func finishClient(p *whip.Publisher, o clientOpts, sum *clientSummary, mu *sync.Mutex) clientSummary {
 	var ended *whip.EndedError
 	if errors.As(p.Err(), &ended) {
 		sum.Errors++
 		sum.Error, sum.Ended = ended.Error(), ended.Reason
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	last := uint64(0)
-	for ended == nil && time.Now().Before(deadline) {
-		in := serverIngested(o, p.Stream)
-		mu.Lock()
-		// Settled: every ingested frame answered, and the count the same
-		// as one poll ago (the last frames sent may still be on their way
-		// to the session when the answers for the others are all in).
-		done := in > 0 && uint64(sum.Results) >= in && in == last
-		mu.Unlock()
-		if done {
-			break
+	clk := o.clock()
+	if ended == nil {
+		if o.listsStreams() {
+			waitListed(clk, func() uint64 { return serverIngested(o, p.Stream) }, sum, mu)
+		} else {
+			waitOwn(clk, sum, mu)
 		}
-		last = in
-		time.Sleep(50 * time.Millisecond) // polling a remote server
 	}
 	sum.Sent = p.Sent()
 	_ = p.Close()
-	sum.Ingested = serverIngested(o, p.Stream)
+	if o.listsStreams() {
+		sum.Ingested = serverIngested(o, p.Stream)
+	}
 	mu.Lock()
 	defer mu.Unlock()
+	if !o.listsStreams() {
+		sum.Ingested = sum.top
+	}
 	sum.summarise()
 	return *sum
+}
+
+// finishWait bounds finishClient's wait for the last results; finishPoll
+// is how often it looks.
+const (
+	finishWait = 2 * time.Second
+	finishPoll = 50 * time.Millisecond
+)
+
+// waitListed waits until the server's count of ingested frames (ingested,
+// from its stream list) is settled and every one answered: the count the
+// same as one poll ago (the last frames sent may still be on their way to
+// the session when the answers for the others are all in).
+func waitListed(clk clock.Clock, ingested func() uint64, sum *clientSummary, mu *sync.Mutex) {
+	deadline := clk.Now().Add(finishWait)
+	last := uint64(0)
+	for clk.Now().Before(deadline) {
+		in := ingested()
+		mu.Lock()
+		done := in > 0 && uint64(sum.Results) >= in && in == last
+		mu.Unlock()
+		if done {
+			return
+		}
+		last = in
+		<-clk.After(finishPoll) // polling a remote server
+	}
+}
+
+// waitOwn waits until the stream's own results are settled (sum.settled).
+func waitOwn(clk clock.Clock, sum *clientSummary, mu *sync.Mutex) {
+	deadline := clk.Now().Add(finishWait)
+	for {
+		now := clk.Now()
+		mu.Lock()
+		done := sum.settled(now)
+		mu.Unlock()
+		if done || !now.Before(deadline) {
+			return
+		}
+		<-clk.After(finishPoll)
+	}
+}
+
+// Bounds of the quiet after the last result that says a stream's results
+// are all in (settled).
+const (
+	minResultQuiet = 250 * time.Millisecond
+	maxResultQuiet = time.Second
+)
+
+// settled says whether the results received by now are all the stream
+// will get: every frame up to the highest numbered one answered, and no
+// result for three times the mean gap between them (within
+// minResultQuiet..maxResultQuiet): while the session still works on the
+// last frames sent, their results keep coming at the app's rate.
+func (s *clientSummary) settled(now time.Time) bool {
+	if s.Results == 0 || uint64(s.Results) < s.top {
+		return false
+	}
+	quiet := minResultQuiet
+	if s.Results > 1 {
+		gap := s.lastAt.Sub(s.firstAt) / time.Duration(s.Results-1)
+		quiet = min(maxResultQuiet, max(minResultQuiet, 3*gap))
+	}
+	return now.Sub(s.lastAt) >= quiet
 }

@@ -15,11 +15,8 @@ import (
 // the OpenCV DNN executor, and (in whip.go, client.go, demo.go) WebRTC
 // ingest with VP8. `make lean` builds without them (edges_lean.go).
 
-// buildName and build name this binary's edges (mdag version).
-const (
-	buildName = "full"
-	build     = "OpenCV ops and DNN executor, onnx executor (ONNX Runtime), kserve executor (Open Inference Protocol over gRPC), WebRTC (WHIP) ingest with VP8"
-)
+// buildName names this binary's edges (mdag version lists them: version_full.go).
+const buildName = "full"
 
 // edgeCommands are the commands that need WebRTC and VP8 (demo, client)
 // or OpenCV's video reading (trace).

@@ -22,11 +22,8 @@ import (
 // go-nvml opens libnvidia-ml at run time, where there is one, so the lean
 // binary on a GPU machine still reports GPU telemetry.
 
-// buildName and build name this binary's edges (mdag version).
-const (
-	buildName = "lean"
-	build     = "pure-Go ops, emulated, onnx (ONNX Runtime, loaded at run time) and kserve (Open Inference Protocol over gRPC) executors; no OpenCV, no WebRTC (WHIP)/VP8"
-)
+// buildName names this binary's edges (mdag version lists them: version_lean.go).
+const buildName = "lean"
 
 // fullBuild is where what the lean build lacks is.
 const fullBuild = "the full build has it: bin/mdag (make build)"

@@ -177,7 +177,7 @@ func newInferServer(executor string, ox *onnxFlags, profiles, worker string) (*i
 		if *ox.models == "" || profiles == "" {
 			return nil, fmt.Errorf("--executor emulated needs --models models.yaml (the tensors) and --profiles profiles.yaml (l(b) of each model)")
 		}
-		reg, err := registry.Load(*ox.models)
+		reg, err := ox.registry()
 		if err != nil {
 			return nil, err
 		}
@@ -238,6 +238,15 @@ func runInferServer(args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
 	grace := fs.Duration("grace", 5*time.Second, "on stop, how long requests running may take to finish")
 	verbose := fs.Bool("v", false, "log debug events")
+	fs.Func("model", "serve only these of the registry's models (comma-separated, repeatable; default: all): e.g. the one a profiles file has, with --executor emulated", func(v string) error {
+		for n := range strings.SplitSeq(v, ",") {
+			if n = strings.TrimSpace(n); n == "" {
+				return fmt.Errorf("an empty model name in %q", v)
+			}
+			ox.keep = append(ox.keep, n)
+		}
+		return nil
+	})
 	open := fs.Bool("open", false, "allow a --listen that is not loopback: the protocol has no authentication here, so anyone who can reach the port can run the models and register shared memory; only on a trusted network")
 	shmRegions := fs.Int("shm-max-regions", kserve.DefaultShmLimits.MaxRegions, "the most shared memory regions registered at once (all clients together); one more is refused with ResourceExhausted")
 	shmBytes := fs.Uint64("shm-max-bytes", kserve.DefaultShmLimits.MaxBytes, "the most bytes of shared memory registered at once (the regions' byte_size summed)")

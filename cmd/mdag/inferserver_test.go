@@ -496,3 +496,49 @@ func TestInferServerUnixSocket(t *testing.T) {
 		t.Fatalf("the socket is left after the stop: %v", err)
 	}
 }
+
+// TestInferServerModelFilter (issue 43): --model serves only the named
+// registry entries, so an emulated server needs profiles for those alone
+// (the README's `mdag profile` then `infer-server --model blazeface`);
+// an unknown name is refused with the registry's names. Before, every
+// entry needed a profile and there was no way to choose.
+func TestInferServerModelFilter(t *testing.T) {
+	dir := t.TempDir()
+	models := filepath.Join(dir, "models.yaml")
+	reg, err := os.ReadFile("testdata/onnx/models.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a second entry the profiles do not have
+	extra := strings.Replace(string(reg), "  tiny:", "  other:\n    format: kserve\n    kserve: {endpoint: \"127.0.0.1:1\", model: other}\n    input: {name: input, dtype: float32, layout: NCHW, width: 64, height: 64}\n    max_batch: 4\n    decoder: {name: classify, top_k: 1}\n  tiny:", 1)
+	extra = strings.ReplaceAll(extra, "file: ", "file: "+filepath.Join(mustAbs(t, "testdata/onnx"), ""))
+	if err := os.WriteFile(models, []byte(extra), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newInferServer("emulated", inferFlags(t, "--models", models), "testdata/onnx/profiles.yaml", ""); err == nil || !strings.Contains(err.Error(), "model other has no profile") {
+		t.Fatalf("every model without --model: %v; want other's missing profile", err)
+	}
+	ox := inferFlags(t, "--models", models)
+	ox.keep = []string{"tiny"}
+	is, err := newInferServer("emulated", ox, "testdata/onnx/profiles.yaml", "")
+	if err != nil {
+		t.Fatalf("--model tiny: %v", err)
+	}
+	defer is.close()
+	if got := is.srv.Models(); len(got) != 1 || got[0] != "tiny" {
+		t.Errorf("served %v, want [tiny]", got)
+	}
+	ox.keep = []string{"nope"}
+	if _, err := newInferServer("emulated", ox, "testdata/onnx/profiles.yaml", ""); err == nil || !strings.Contains(err.Error(), "--model nope: not in") || !strings.Contains(err.Error(), "other, tiny") {
+		t.Errorf("--model nope: %v; want refused with the registry's names", err)
+	}
+}
+
+func mustAbs(t *testing.T, p string) string {
+	t.Helper()
+	a, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a + string(filepath.Separator)
+}

@@ -11,8 +11,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"sort"
 	"strings"
+
+	"github.com/mdag/mdag/gpu/onnx"
 )
 
 // Exit codes shared by every subcommand.
@@ -91,9 +95,78 @@ func usage(w io.Writer) {
 }
 
 func runVersion(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintf(stdout, "mdag %s (%s build: %s)\n", version, buildName, build)
+	fs := newFlags("version", "", stderr)
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	writeVersion(stdout, readBuildInfo())
 	return exitOK
 }
+
+// feature is one line of mdag version: what the binary has of a kind.
+type feature struct{ name, has string }
+
+// versionInfo is what the Go toolchain recorded of the build.
+type versionInfo struct {
+	goVersion, platform, tags, revision string
+	modified                            bool
+}
+
+func readBuildInfo() versionInfo {
+	v := versionInfo{goVersion: runtime.Version(), platform: runtime.GOOS + "/" + runtime.GOARCH}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "-tags":
+			v.tags = s.Value
+		case "vcs.revision":
+			v.revision = s.Value
+		case "vcs.modified":
+			v.modified = s.Value == "true"
+		}
+	}
+	return v
+}
+
+// writeVersion prints the version, the build and what this binary has:
+// every line read from what is compiled in (the build's edges, the
+// executors, the CPU ops), so it cannot go stale.
+func writeVersion(w io.Writer, v versionInfo) {
+	build := v.goVersion + " " + v.platform
+	if v.tags != "" {
+		build += ", tags " + v.tags
+	}
+	if v.revision != "" {
+		rev := v.revision[:min(12, len(v.revision))]
+		if v.modified {
+			rev += " (modified)"
+		}
+		build += ", commit " + rev
+	}
+	fmt.Fprintf(w, "mdag %s (%s build: %s)\n", version, buildName, build)
+	lines := append(edgeFeatures(),
+		feature{"executors", commaList(append([]string{"emulated", "onnx (ONNX Runtime, opened at run time: " + ortLib() + ")", "kserve (Open Inference Protocol over gRPC)"}, executors...))},
+		feature{"cpu ops", commaList(ops().Implemented())},
+		feature{"sources", "mdag source (gRPC), serve --synthetic"})
+	for _, f := range lines {
+		fmt.Fprintf(w, "  %-10s %s\n", f.name, f.has)
+	}
+}
+
+// ortLib is the ONNX Runtime library the onnx executor opens by default
+// and whether it is there.
+func ortLib() string {
+	p := onnx.DefaultLib()
+	if _, err := os.Stat(p); err != nil {
+		return p + ", not found; make deps installs it"
+	}
+	return p
+}
+
+func commaList(s []string) string { return strings.Join(s, ", ") }
 
 // newFlags makes a flag set that writes usage to stderr and whose errors the
 // caller turns into exit codes.

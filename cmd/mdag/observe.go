@@ -184,7 +184,8 @@ func (o *observed) Close() {
 // and /metrics need an api token (Authorization: Bearer; the dashboard's
 // page, history, event stream and thumbnails also take ?access_token=,
 // for the browser's EventSource and img; /v1/status and /metrics take the
-// header only); /healthz and the
+// header only; a browser opening / without a valid token gets the 401 as
+// the dashboard's sign-in page, dashboard.SignIn); /healthz and the
 // dashboard's static code (/dashboard/: no data) stay open.
 func (o *observed) handler() http.Handler {
 	api := func(h http.Handler) http.Handler { return o.auth.Require(auth.API, true, h) }
@@ -205,7 +206,10 @@ func (o *observed) handler() http.Handler {
 	}
 	mux.Handle("GET /metrics", apiHeader(o.mx.Handler()))
 	d := o.rec.Handler()
-	for _, p := range []string{"GET /{$}", "GET /v1/dashboard", "GET /v1/dashboard/events"} {
+	// a browser opening the page without a valid token is shown how to
+	// get one (401, the sign-in page); programs get the plain 401
+	mux.Handle("GET /{$}", o.auth.RequirePage(auth.API, dashboard.SignIn(), d))
+	for _, p := range []string{"GET /v1/dashboard", "GET /v1/dashboard/events"} {
 		mux.Handle(p, api(d))
 	}
 	mux.Handle("GET /dashboard/", d)

@@ -19,6 +19,7 @@ import (
 type onnxFlags struct {
 	models, device, lib *string
 	intra, sessions     *int
+	keep                []string // infer-server --model: only these of the registry (nil: all)
 }
 
 func addONNXFlags(fs *flag.FlagSet) *onnxFlags {
@@ -78,7 +79,7 @@ func (o *onnxFlags) executor() (*onnx.Executor, *registry.Registry, error) {
 	if *o.models == "" {
 		return nil, nil, fmt.Errorf("--executor onnx needs --models models.yaml")
 	}
-	reg, err := registry.Load(*o.models)
+	reg, err := o.registry()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -88,6 +89,28 @@ func (o *onnxFlags) executor() (*onnx.Executor, *registry.Registry, error) {
 
 // checkAppModels lists the app's GPU modules whose model is not in the
 // registry, with the app's file:line.
+// registry loads --models, keeping only o.keep's entries when given (an
+// unknown name is an error listing the registry's).
+func (o *onnxFlags) registry() (*registry.Registry, error) {
+	reg, err := registry.Load(*o.models)
+	if err != nil || o.keep == nil {
+		return reg, err
+	}
+	keep := map[string]bool{}
+	for _, n := range o.keep {
+		if _, ok := reg.Models[n]; !ok {
+			return nil, fmt.Errorf("--model %s: not in %s (it has: %s)", n, *o.models, strings.Join(reg.Names(), ", "))
+		}
+		keep[n] = true
+	}
+	for n := range reg.Models {
+		if !keep[n] {
+			delete(reg.Models, n)
+		}
+	}
+	return reg, nil
+}
+
 func checkAppModels(app *dag.App, reg *registry.Registry) error {
 	var bad []string
 	for i, m := range app.Modules {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"os"
 	"runtime"
 	"slices"
@@ -276,13 +278,27 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	cams.Stop()
 	wg.Wait()
 	obs.settle(app.SLO)
-	writeStatusTable(stdout, e.Status())
+	st, replans := finalStatus(e, 30*time.Second)
+	writeStatusTable(stdout, st)
 	if obs.ws != nil {
 		writeIngestLine(stdout, obs.ws.Admission())
 	}
 	writeCameraTable(stdout, cams.Status())
-	writeReplanSummary(stdout, e.Status(), e.Replans())
+	writeReplanSummary(stdout, st, replans)
 	return exitOK
+}
+
+// finalStatus is the engine's status and re-plans for serve's summary,
+// taken once the re-plans the run's end set off (the cameras' streams
+// leaving, the last frames ending) are applied and logged, or after limit
+// (a plan that takes longer is not waited for): the summary shows the
+// instances and cost of the last plan, after its log line.
+func finalStatus(e *coordinator.Engine, limit time.Duration) (coordinator.Status, []coordinator.Replan) {
+	end := time.Now().Add(limit)
+	for e.Planning() && time.Now().Before(end) {
+		<-time.After(10 * time.Millisecond)
+	}
+	return e.Status(), e.Replans()
 }
 
 // parseObjects reads --objects: N or N,N,... (each >= 0).
@@ -396,8 +412,8 @@ func statusHandler(e *coordinator.Engine) http.Handler {
 }
 
 func runStatus(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("status", "[--server URL] [-o table|json] [--token-env VAR]", stderr)
-	server := fs.String("server", "http://127.0.0.1:8080", "the mdag serve address")
+	fs := newFlags("status", "[--server ADDR] [-o table|json] [--token-env VAR]", stderr)
+	server := fs.String("server", "http://127.0.0.1:8080", "the mdag serve address: host:port (http:// assumed) or an http:// or https:// URL")
 	out := fs.String("o", "table", "output: table or json")
 	tokenEnv := fs.String("token-env", "MDAG_TOKEN", "environment variable holding an api bearer token (a server started with --tokens needs one); not a flag, so it stays out of the shell's history")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -407,8 +423,13 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag status: -o %q: want table or json\n", *out)
 		return exitInvalid
 	}
+	base, err := serverBase(*server)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag status: --server %q: %v\n", *server, err)
+		return exitInvalid
+	}
 	c := &http.Client{Timeout: 5 * time.Second}
-	req, err := http.NewRequest("GET", strings.TrimRight(*server, "/")+"/v1/status", nil)
+	req, err := http.NewRequest("GET", base+"/v1/status", nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag status: --server %q: %v\n", *server, err)
 		return exitInvalid
@@ -442,7 +463,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	writeStatusTable(stdout, st)
 	// WebRTC ingest's admission (refused, pending, shed streams), where
 	// the server has it.
-	if req, err = http.NewRequest("GET", strings.TrimRight(*server, "/")+"/v1/ingest", nil); err != nil {
+	if req, err = http.NewRequest("GET", base+"/v1/ingest", nil); err != nil {
 		return exitOK
 	}
 	if tok := os.Getenv(*tokenEnv); tok != "" {
@@ -456,6 +477,48 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		resp.Body.Close()
 	}
 	return exitOK
+}
+
+// serverBase is --server as the base URL of the API: host:port (as
+// workers and sources take it; http:// is assumed) or an http:// or
+// https:// URL, with any path kept and its trailing '/' removed.
+func serverBase(s string) (string, error) {
+	const want = "want host:port (http:// is assumed) or an http:// or https:// URL, e.g. 127.0.0.1:8080"
+	s = strings.TrimSpace(s)
+	raw := s
+	if !strings.Contains(s, "://") {
+		raw = "http://" + s
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case s == "":
+		return "", errors.New("empty: " + want)
+	case err != nil:
+		return "", errors.New("not an address: " + want)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("scheme %q: %s", u.Scheme, want)
+	case u.Hostname() == "" || u.Opaque != "":
+		return "", errors.New("no host: " + want)
+	case u.User != nil || u.RawQuery != "" || u.Fragment != "" || strings.HasSuffix(s, "?") || strings.Contains(s, "#"):
+		return "", errors.New("user information, a query or a fragment: " + want)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "", fmt.Errorf("port %q: want 1..65535", p)
+		}
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// loud is an ingest stream's waiting reason to print: what happened
+// (before the first ':') in capitals, the rest (a camera's error, with its
+// URL) as it is.
+func loud(s string) string {
+	head, rest, ok := strings.Cut(s, ":")
+	if !ok {
+		return strings.ToUpper(s)
+	}
+	return strings.ToUpper(head) + ":" + rest
 }
 
 // writeIngestLine prints the WHIP admission state: streams admitted and
@@ -506,7 +569,7 @@ func writeIngestLine(w io.Writer, a ingest.Admission) {
 		}
 		fmt.Fprintf(w, "  stream %s: %s", s.ID, strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "" }), ", "))
 		if s.Waiting != "" {
-			fmt.Fprintf(w, "; %s", strings.ToUpper(s.Waiting))
+			fmt.Fprintf(w, "; %s", loud(s.Waiting))
 		}
 		fmt.Fprintln(w)
 	}

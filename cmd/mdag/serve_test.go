@@ -3,16 +3,20 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/coordinator"
+	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/ingest"
 )
 
@@ -127,7 +131,8 @@ func TestStatusIngest(t *testing.T) {
 			"streams refused: capacity=5 recvonly=1", "streams ended: client=2 connect-timeout=7 overload=1",
 			"  stream 3f2a: traffic, admitted, h264, 640x480, whip",
 			"  stream 9c1e: traffic, admitted, vp8, 320x180, layer q 320x180 of q 320x180, h 640x360, f (1 down: decoding behind or overloaded), whip",
-			"  stream door: traffic, admitted, h265, 1280x720, rtsp://cam.local/door, camera lost 2 times; CAMERA LOST: EOF; RECONNECTING",
+			// what happened loud, the camera's URL as it is (issue 43: it was uppercased)
+			"  stream door: traffic, admitted, h265, 1280x720, rtsp://cam.local/door, camera lost 2 times; CAMERA LOST: camera door: rtsp://cam.local/Door: connection lost: EOF; reconnecting",
 			"  camera gate: traffic, rtsp://10.0.0.9/live, reconnecting, 3 reconnects, lost 0 times; DOWN 1m35s: camera gate: rtsp://10.0.0.9/live: 401 Unauthorized"}},
 		{"without", false, nil},
 	}
@@ -144,7 +149,7 @@ func TestStatusIngest(t *testing.T) {
 							{ID: "9c1e", App: "traffic", State: "admitted", Codec: "vp8", Source: "whip", Width: 320, Height: 180,
 								Layer: "q 320x180", Layers: []string{"q 320x180", "h 640x360", "f"}, LayerDown: 1},
 							{ID: "door", App: "traffic", State: "admitted", Codec: "h265", Source: "rtsp://cam.local/door", Width: 1280, Height: 720,
-								CameraLost: 2, Waiting: "camera lost: EOF; reconnecting"}},
+								CameraLost: 2, Waiting: "camera lost: camera door: rtsp://cam.local/Door: connection lost: EOF; reconnecting"}},
 						Cameras: []ingest.Camera{{Name: "gate", App: "traffic", Source: "rtsp://10.0.0.9/live", State: "reconnecting", Reconnects: 3,
 							LastError: "camera gate: rtsp://10.0.0.9/live: 401 Unauthorized: wrong user or password in the URL", Down: 95 * time.Second}}}, false)
 				})
@@ -165,4 +170,129 @@ func TestStatusIngest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStatusServerAddress: --server takes host:port, as workers and
+// sources do (http:// assumed; issue 43: it failed with Go's "first path
+// segment in URL cannot contain colon"), or an http(s):// URL; anything
+// else is a clear error.
+func TestStatusServerAddress(t *testing.T) {
+	cases := []struct{ in, want, wantErr string }{
+		{"127.0.0.1:8080", "http://127.0.0.1:8080", ""},
+		{"localhost:8080", "http://localhost:8080", ""},
+		{"[::1]:8080", "http://[::1]:8080", ""},
+		{"mdag.example.com", "http://mdag.example.com", ""},
+		{" 127.0.0.1:8080/ ", "http://127.0.0.1:8080", ""},
+		{"http://127.0.0.1:8080", "http://127.0.0.1:8080", ""},
+		{"https://mdag.example.com:8443/", "https://mdag.example.com:8443", ""},
+		{"http://10.0.0.5:8080/mdag/", "http://10.0.0.5:8080/mdag", ""},
+		{"", "", "empty: want host:port (http:// is assumed) or an http:// or https:// URL"},
+		{"ftp://127.0.0.1:8080", "", `scheme "ftp": want host:port`},
+		{"127.0.0.1:80a", "", "not an address: want host:port"},
+		{"not an address", "", "not an address: want host:port"},
+		{"127.0.0.1:70000", "", `port "70000": want 1..65535`},
+		{"http://", "", "no host: want host:port"},
+		{":8080", "", "no host: want host:port"},
+		{"http://u:p@127.0.0.1:8080", "", "user information, a query or a fragment"},
+		{"127.0.0.1:8080?x=1", "", "user information, a query or a fragment"},
+	}
+	for _, c := range cases {
+		t.Run(c.in, func(t *testing.T) {
+			got, err := serverBase(c.in)
+			switch {
+			case c.wantErr == "" && (err != nil || got != c.want):
+				t.Fatalf("serverBase(%q) = %q, %v; want %q", c.in, got, err, c.want)
+			case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+				t.Fatalf("serverBase(%q) = %q, %v; want an error with %q", c.in, got, err, c.wantErr)
+			}
+		})
+	}
+	e := coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}})
+	e.Start()
+	defer e.Close()
+	srv := httptest.NewServer(statusHandler(e))
+	defer srv.Close()
+	for _, server := range []string{srv.Listener.Addr().String(), srv.URL, srv.URL + "/"} {
+		var out, errb bytes.Buffer
+		if code := run([]string{"status", "--server", server}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "INSTANCE") {
+			t.Errorf("--server %s: exit %d: %s%s", server, code, errb.String(), out.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"status", "--server", "127.0.0.1:80a"}, &out, &errb); code != exitInvalid ||
+		!strings.Contains(errb.String(), `mdag status: --server "127.0.0.1:80a": not an address: want host:port`) {
+		t.Errorf("a bad --server: exit %d: %s", code, errb.String())
+	}
+}
+
+// TestServeSummaryFinal: serve's summary (finalStatus) is taken after the
+// re-plan the last stream's leave set off is applied and logged (issue 43:
+// it was printed while that re-plan ran, showing the instances still
+// active at $2.90/h after every stream had left, its table interleaved
+// with the re-plan's log line).
+func TestServeSummaryFinal(t *testing.T) {
+	app, prof, err := examples.Parse("traffic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits, err := parseLimits("", prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	obs, err := startObserved(coordinator.Config{Log: slog.New(slog.NewTextHandler(logs, nil))}, limits, app, prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	e := obs.e
+	if err := e.Join(app.Name, "cam-1"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := finalStatus(e, time.Minute)
+	if active := activeInstances(st); active == 0 || st.Sessions[0].CostWhole == 0 {
+		t.Fatalf("with a stream: %d active instances, $%.2f/h: want some", active, st.Sessions[0].CostWhole)
+	}
+	if err := e.Leave("cam-1"); err != nil {
+		t.Fatal(err)
+	}
+	st, replans := finalStatus(e, time.Minute)
+	logged := strings.Count(logs.String(), "msg=replanned")
+	if active := activeInstances(st); active != 0 || st.Sessions[0].CostWhole != 0 || st.Sessions[0].Streams != 0 {
+		t.Errorf("after the last stream left: %d active instances, $%.2f/h, %d streams; want none, $0.00/h",
+			active, st.Sessions[0].CostWhole, st.Sessions[0].Streams)
+	}
+	if n := len(replans); n == 0 || st.ReplansTotal != n || logged != n || !slices.Contains(replans[n-1].Kinds, "leave") {
+		t.Errorf("re-plans: %d in status, %d listed, %d logged, the last %+v; want the leave's re-plan last, applied and logged",
+			st.ReplansTotal, n, logged, replans[max(0, n-1):])
+	}
+}
+
+func activeInstances(st coordinator.Status) int {
+	n := 0
+	for _, in := range st.Instances {
+		if in.State != "warm" {
+			n++
+		}
+	}
+	return n
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's writes from the
+// engine's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

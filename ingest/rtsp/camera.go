@@ -86,6 +86,11 @@ func ParseURL(raw string) (*url.URL, error) {
 			return nil, hiddenErr(raw, "an '@' after the host part")
 		}
 	}
+	if u.User != nil && strings.Count(authority(raw), "@") > 1 {
+		// url.Parse takes the last '@' as the end of the user
+		// information; a reader, or another parser, may take the first.
+		return nil, rawAtErr(raw)
+	}
 	switch strings.ToLower(u.Scheme) {
 	case "rtsp", "rtsps":
 	case "":
@@ -117,11 +122,36 @@ func ParseURL(raw string) (*url.URL, error) {
 // shown: its scheme, what is wrong, and that a password with '/', '?', '#'
 // or '@' must be percent-encoded.
 func hiddenErr(raw, problem string) error {
-	scheme := "camera"
+	return fmt.Errorf("%s URL (URL hidden: it may hold the password): %s: a password holding '/', '?', '#' or '@' must be percent-encoded in a URL (RFC 3986: %%2F, %%3F, %%23, %%40)", schemeOf(raw), problem)
+}
+
+// rawAtErr is the error for a URL whose user information holds a raw
+// '@': not shown (where the password ends is not clear), with the fix.
+func rawAtErr(raw string) error {
+	return fmt.Errorf("%s URL (URL hidden: it may hold the password): an '@' in the user or password: write it percent-encoded as %%40 "+
+		"(rtsp://user:p%%40ss@host/path for the password p@ss); a raw '@' leaves unclear where the host starts", schemeOf(raw))
+}
+
+// schemeOf is raw's scheme with "://" ("rtsp://"), or "camera" when it has
+// none that can be shown.
+func schemeOf(raw string) string {
 	if i := strings.Index(raw, "://"); i > 0 && schemeRE.MatchString(raw[:i]) {
-		scheme = strings.ToLower(raw[:i]) + "://"
+		return strings.ToLower(raw[:i]) + "://"
 	}
-	return fmt.Errorf("%s URL (URL hidden: it may hold the password): %s: a password holding '/', '?', '#' or '@' must be percent-encoded in a URL (RFC 3986: %%2F, %%3F, %%23, %%40)", scheme, problem)
+	return "camera"
+}
+
+// authority is the part of raw between "://" and the first '/', '?' or
+// '#' after it: user information, host and port.
+func authority(raw string) string {
+	rest := raw
+	if i := strings.Index(raw, "://"); i >= 0 {
+		rest = raw[i+3:]
+	}
+	if end := strings.IndexAny(rest, "/?#"); end >= 0 {
+		rest = rest[:end]
+	}
+	return rest
 }
 
 var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]{0,15}$`)
@@ -187,50 +217,47 @@ func userinfoEnd(rest string) int {
 	return strings.LastIndex(rest[:end], "@")
 }
 
-// secrets is what must never be shown of a URL: its password, as written,
-// decoded and encoded (a user name alone is not secret). The user
-// information ends where Redact cuts it, whether or not the URL parses.
-func secrets(raw string) []string {
-	var out []string
-	add := func(p string) {
-		if p == "" {
-			return
-		}
-		for _, v := range []string{p, url.QueryEscape(p), url.PathEscape(p)} {
-			if !contains(out, v) {
-				out = append(out, v)
+// RedactText is s with the user information (user:password@) of every
+// URL in it removed, and nothing else changed: error texts, library ones
+// included, may quote a camera's URL. A URL is whatever follows "://"; its
+// user information ends at the last '@' before the first character that
+// user information cannot hold (RFC 3986 and url.Parse: letters, digits,
+// "-._~!$&'()*+,;=:%" and '@'), so "rtsp://cam/x: mail admin@host" keeps
+// its text. A camera's URL holds nothing else there (ParseURL refuses the
+// rest), so its password goes with it, written raw or percent-encoded.
+func RedactText(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "://")
+		if i < 0 {
+			if b.Len() == 0 {
+				return s
 			}
+			b.WriteString(s)
+			return b.String()
 		}
-		if dec, err := url.PathUnescape(p); err == nil && dec != "" && !contains(out, dec) {
-			out = append(out, dec)
+		from := i + 3
+		end := from
+		for end < len(s) && userinfoByte(s[end]) {
+			end++
 		}
-	}
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		if p, ok := u.User.Password(); ok {
-			add(p)
+		at := strings.LastIndexByte(s[from:end], '@')
+		b.WriteString(s[:from])
+		if at >= 0 {
+			from += at + 1
 		}
+		s = s[from:]
 	}
-	from := 0
-	if i := strings.Index(raw, "://"); i >= 0 {
-		from = i + 3
-	}
-	if at := userinfoEnd(raw[from:]); at >= 0 {
-		if _, pass, ok := strings.Cut(raw[from:from+at], ":"); ok {
-			add(pass)
-		}
-	}
-	return out
 }
 
-// scrub replaces every secret in s: the last defence for error texts that
-// come from libraries.
-func scrub(s string, secret []string) string {
-	for _, p := range secret {
-		if p != "" {
-			s = strings.ReplaceAll(s, p, "xxxxx")
-		}
+// userinfoByte says whether c may be part of a URL's user information as
+// url.Parse takes it (validUserinfo), '@' included.
+func userinfoByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
 	}
-	return s
+	return strings.IndexByte("-._~!$&'()*+,;=:%@", c) >= 0
 }
 
 // ParseFlag reads one --camera value: URL or NAME=URL. Without a name the

@@ -1,6 +1,8 @@
 package rtsp
 
 import (
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -26,6 +28,13 @@ func TestParseURL(t *testing.T) {
 		{"rtsp://cam/x#frag", "no #fragment"},
 		{"rtsp://cam/a b", "no spaces"},
 		{"rtsp://:pw@cam/x", "a password without a user"},
+		// A raw '@' in the user information: refused, with the fix
+		// (issue 43: it was accepted and authenticated).
+		{"rtsp://admin:p@ss@cam/x", "rtsp:// URL (URL hidden: it may hold the password): an '@' in the user or password: write it percent-encoded as %40"},
+		{"rtsps://ad@min:pw@cam:322/x", "rtsps:// URL (URL hidden: it may hold the password): an '@' in the user or password"},
+		{"rtsp://ad@min@cam/x", "an '@' in the user or password: write it percent-encoded as %40"},
+		{"rtsp://admin:p%40ss@cam/x", ""},
+		{"rtsp://admin@cam/x", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.raw, func(t *testing.T) {
@@ -59,6 +68,7 @@ func TestParseURLErrorsHideThePassword(t *testing.T) {
 		"rtsp://admin:1234?TopSecret9@10.0.0.5/stream",
 		"rtsp://admin:1234#TopSecret9@10.0.0.5/stream",
 		"rtsp://admin:T@p/Secret9@10.0.0.5/stream",
+		"rtsp://admin:Top@Secret9@10.0.0.5/stream", // parses: url.Parse takes the last '@'
 		"rtsp://admin:Top/Secret9@10.0.0.5:x/stream",
 		"rtsp://admin:Top/Secret9 @10.0.0.5/stream",
 		"http://admin:Top/Secret9@10.0.0.5/stream",
@@ -129,24 +139,61 @@ func TestParseURLHidden(t *testing.T) {
 	}
 }
 
-// TestSecrets: the password, however written, is among the secrets, so
-// scrub removes it from library errors.
-func TestSecrets(t *testing.T) {
-	cases := []struct{ raw, pw string }{
-		{"rtsp://admin:Hunter22@cam/x", "Hunter22"},
-		{"rtsp://admin:pa/ss123@cam/x", "pa/ss123"},
-		{"rtsp://admin:pa?ss123@cam/x", "pa?ss123"},
-		{"rtsp://admin:pa#ss123@cam/x", "pa#ss123"},
-		{"rtsp://admin:p@a/ss@cam/x?q=1", "p@a/ss"},
-		{"rtsp://admin:pa%2Fss@cam/x", "pa/ss"},
-		{"rtsp://admin:pa%2Fss@cam/x", "pa%2Fss"},
-		{"admin:pa/ss@cam/x", "pa/ss"},
+// TestRedactText: only the user information of the URLs in a text goes;
+// every other byte stays, whatever the password (issue 43: the password
+// replaced everywhere turned "wrong user or password" into "xxxxx user or
+// password" and a URL's path /stream1 into /xxxxx beside a source= that
+// still said /stream1, giving the password away by comparison).
+func TestRedactText(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"camera door: rtsp://127.0.0.1:8554/stream1: 401 Unauthorized: wrong user or password in the URL",
+			"camera door: rtsp://127.0.0.1:8554/stream1: 401 Unauthorized: wrong user or password in the URL"},
+		{"DESCRIBE rtsp://admin:Hunter22@cam:554/x failed", "DESCRIBE rtsp://cam:554/x failed"},
+		{`Get "rtsp://admin:wrong@127.0.0.1:8554/stream1": EOF`, `Get "rtsp://127.0.0.1:8554/stream1": EOF`},
+		{"rtsp://admin:p%40ss@[::1]:554/x", "rtsp://[::1]:554/x"},
+		{"rtsp://admin:pa%2Fss@cam/x?q=a@b", "rtsp://cam/x?q=a@b"},
+		{"rtsp://admin@cam/x", "rtsp://cam/x"},
+		{"from rtsp://a:b@h1/x to rtsps://c:d@h2:322/y", "from rtsp://h1/x to rtsps://h2:322/y"},
+		{"rtsp://a:b@h1 and rtsp://h2/x", "rtsp://h1 and rtsp://h2/x"},
+		{"rtsp://admin:it's(ok)!*@cam", "rtsp://cam"},
+		{"rtsp://cam/x: ask admin@example.com", "rtsp://cam/x: ask admin@example.com"},
+		{"rtsp://cam:554 user@example.com", "rtsp://cam:554 user@example.com"},
+		{"no URL: user admin, password stream1", "no URL: user admin, password stream1"},
+		{"", ""},
+		{"://", "://"},
+		{"x://u:p@", "x://"},
 	}
 	for _, c := range cases {
-		s := secrets(c.raw)
-		if got := scrub("error: "+c.pw+" refused", s); strings.Contains(got, c.pw) {
-			t.Errorf("secrets(%q) = %q: scrub leaves %q", c.raw, s, got)
+		if got := RedactText(c.in); got != c.want {
+			t.Errorf("RedactText(%q) = %q, want %q", c.in, got, c.want)
 		}
+	}
+}
+
+// TestCameraErrorsRedactOnlyUserinfo: a camera's errors show its URL
+// without user information and every other word as it is, whatever the
+// password is a substring of: a library error quoting the URL with its
+// password loses the user information, not the password's other
+// occurrences.
+func TestCameraErrorsRedactOnlyUserinfo(t *testing.T) {
+	for _, pw := range []string{"wrong", "stream1", "Unauthorized", "127.0.0.1", "camera", "door", "8554", "rtsp"} {
+		t.Run(pw, func(t *testing.T) {
+			c := &camera{cfg: Camera{Name: "door", URL: "rtsp://admin:" + pw + "@127.0.0.1:8554/stream1", App: "app"}}
+			cases := []struct {
+				err  error
+				want string
+			}{
+				{c.errorf("401 Unauthorized: wrong user or password in the URL"),
+					"camera door: rtsp://127.0.0.1:8554/stream1: 401 Unauthorized: wrong user or password in the URL"},
+				{c.errorf("DESCRIBE: %v", fmt.Errorf("request to %s failed: EOF", c.cfg.URL)),
+					"camera door: rtsp://127.0.0.1:8554/stream1: DESCRIBE: request to rtsp://127.0.0.1:8554/stream1 failed: EOF"},
+			}
+			for _, tc := range cases {
+				if tc.err.Error() != tc.want {
+					t.Errorf("password %q: %q, want %q", pw, tc.err, tc.want)
+				}
+			}
+		})
 	}
 }
 
@@ -195,6 +242,8 @@ func TestParseFlag(t *testing.T) {
 		{v: "rtsp://admin:pa?ss123@cam/x", wantErr: "must be percent-encoded"},
 		{v: "Door=rtsp://admin:pa#ss123@cam/x", wantErr: "--camera Door=rtsp://cam/x: name"},
 		{v: "door=rtsp://admin:pa%2Fss123@cam/x", name: "door", url: "rtsp://admin:pa%2Fss123@cam/x"},
+		{v: "door=rtsp://admin:p@ss123@cam/x", wantErr: "--camera: rtsp:// URL (URL hidden: it may hold the password): an '@' in the user or password: write it percent-encoded as %40"},
+		{v: "door=rtsp://admin:p%40ss123@cam/x", name: "door", url: "rtsp://admin:p%40ss123@cam/x"},
 		{v: "door=rtsp://admin:${MDAG_TEST_CAM_PASSWORD}@cam/x", name: "door", url: "rtsp://admin:s3cret-ss123@cam/x"},
 		{v: "door=rtsp://admin:${MDAG_TEST_CAM_UNSET}@cam/x", wantErr: "${MDAG_TEST_CAM_UNSET} is not set"},
 	}
@@ -261,7 +310,7 @@ func FuzzParseFlag(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, v string) {
 		cam, err := ParseFlag(v, "app", 0)
-		for _, pw := range secrets(strings.TrimPrefix(v, v[:max(0, strings.Index(v, "=")+1)])) {
+		for _, pw := range passwordsOf(strings.TrimPrefix(v, v[:max(0, strings.Index(v, "=")+1)])) {
 			if len(pw) >= 4 && err != nil && strings.Contains(err.Error(), pw) && !strings.Contains(Redact(v), pw) {
 				// Unless the message says it anyway ("pass" in "password"):
 				// the error with the password replaced holds it too.
@@ -281,4 +330,39 @@ func FuzzParseFlag(f *testing.F) {
 			t.Fatalf("Source %q keeps the user information of %q", cam.Source(), cam.URL)
 		}
 	})
+}
+
+// passwordsOf is what FuzzParseFlag's errors must not show of a URL: its
+// password as written, decoded and encoded, whether or not the URL parses
+// (the user information ends where Redact cuts it).
+func passwordsOf(raw string) []string {
+	var out []string
+	add := func(p string) {
+		if p == "" {
+			return
+		}
+		for _, v := range []string{p, url.QueryEscape(p), url.PathEscape(p)} {
+			if !contains(out, v) {
+				out = append(out, v)
+			}
+		}
+		if dec, err := url.PathUnescape(p); err == nil && dec != "" && !contains(out, dec) {
+			out = append(out, dec)
+		}
+	}
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok {
+			add(p)
+		}
+	}
+	from := 0
+	if i := strings.Index(raw, "://"); i >= 0 {
+		from = i + 3
+	}
+	if at := userinfoEnd(raw[from:]); at >= 0 {
+		if _, pass, ok := strings.Cut(raw[from:from+at], ":"); ok {
+			add(pass)
+		}
+	}
+	return out
 }

@@ -11,7 +11,7 @@ import (
 )
 
 var testEnv = func(name string) (string, bool) {
-	v, ok := map[string]string{"DOOR_PASS": "p@ss:w0rd", "HOST": "10.0.0.9"}[name]
+	v, ok := map[string]string{"DOOR_PASS": "p%40ss:w0rd", "HOST": "10.0.0.9"}[name]
 	return v, ok
 }
 
@@ -44,7 +44,7 @@ func TestDecodeCameras(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Camera{
-		{Name: "door", URL: "rtsp://admin:p@ss:w0rd@10.0.0.5:554/stream1", App: "traffic", FPS: 10, Transport: "tcp"},
+		{Name: "door", URL: "rtsp://admin:p%40ss:w0rd@10.0.0.5:554/stream1", App: "traffic", FPS: 10, Transport: "tcp"},
 		{Name: "yard_2", URL: "rtsps://10.0.0.9/live", App: "traffic"},
 		{Name: "gate", URL: "rtsp://gate.local/h265", App: "traffic", Transport: "udp"},
 	}

@@ -76,9 +76,9 @@ func (c *camera) connect(ctx context.Context) result {
 		UserAgent:   "mdag",
 		// Losses are counted by the depacketizer, decode errors as losses.
 		OnPacketLost:  func(error) {},
-		OnDecodeError: func(err error) { c.log.Debug("camera: RTP/RTCP decode error", "err", scrub(err.Error(), c.secret)) },
+		OnDecodeError: func(err error) { c.log.Debug("camera: RTP/RTCP decode error", "err", RedactText(err.Error())) },
 		OnTransportSwitch: func(err error) {
-			c.log.Info("camera: switching to TCP", "why", scrub(err.Error(), c.secret))
+			c.log.Info("camera: switching to TCP", "why", RedactText(err.Error()))
 			c.update(func(st *CameraStatus) { st.Transport = "tcp" })
 		},
 	}
@@ -255,7 +255,7 @@ func (c *camera) openFeed(codec string) (result, bool) {
 	}
 	f, err := c.m.feeds.OpenFeed(ingest.FeedConfig{App: c.cfg.App, Name: c.cfg.Name, Codec: codec, Source: c.cfg.Source(), FPS: c.cfg.FPS})
 	if err != nil {
-		return result{err: c.errorf("the ingest server refused the stream: %v", scrub(err.Error(), c.secret)), refused: true}, false
+		return result{err: c.errorf("the ingest server refused the stream: %v", RedactText(err.Error())), refused: true}, false
 	}
 	c.feed, c.codec = f, codec
 	return result{}, true

@@ -62,13 +62,18 @@
 // A camera's URL holds its password; it is given to gortsplib and to
 // nothing else. Status (CameraStatus.Source), FeedConfig.Source, logs and
 // errors show the URL without user information (Redact), and every error
-// text, library ones included, is scrubbed of the password before it is
-// logged or stored. A password holding '/', '?', '#' or '@' must be
+// text, library ones included, has the user information of every URL in
+// it removed (RedactText) before it is logged or stored; nothing else of
+// the text changes (the password's letters elsewhere in it are not
+// replaced: that would rewrite the message and give the password away by
+// contrast). A password holding '/', '?', '#' or '@' must be
 // percent-encoded (RFC 3986); written raw, the user information is taken
-// to run to the last '@' (when a ':' comes before it) for Redact and the
-// scrubbing, and ParseURL refuses the URL without showing it: a URL that
-// does not parse, or whose host url.Parse and Redact disagree on, is
-// "rtsp:// URL (URL hidden: ...)" with what is wrong.
+// to run to the last '@' (when a ':' comes before it) for Redact, and
+// ParseURL refuses the URL without showing it: a URL that does not parse,
+// whose host url.Parse and Redact disagree on, or whose user information
+// holds a raw '@' (url.Parse would take the last '@', a reader perhaps the
+// first) is "rtsp:// URL (URL hidden: ...)" with what is wrong and the
+// fix (%40).
 //
 // # Configuration
 //

@@ -116,7 +116,8 @@ type CameraStatus struct {
 	// a stream the server ended (the last frame before it to the first
 	// after); GapTotal all gaps;
 	// Down how long the camera has been without frames now (0 while
-	// streaming).
+	// streaming): since its last frame, or for a camera that never
+	// delivered one, since its first connection attempt.
 	LastGap  time.Duration `json:"last_gap_ns"`
 	GapTotal time.Duration `json:"gap_total_ns"`
 	Down     time.Duration `json:"down_ns"`
@@ -152,7 +153,7 @@ func Start(ctx context.Context, cams []Camera, feeds ingest.Feeds, opts Options)
 	m := &Manager{opts: opts, feeds: feeds, cancel: cancel}
 	now := opts.Clock.Now()
 	for _, c := range cams {
-		cam := &camera{m: m, cfg: c, secret: secrets(c.URL),
+		cam := &camera{m: m, cfg: c,
 			log: opts.Log.With("camera", c.Name, "source", c.Source())}
 		cam.st = CameraStatus{Name: c.Name, App: c.App, Source: c.Source(), State: Connecting, Since: now}
 		m.cams = append(m.cams, cam)
@@ -197,8 +198,14 @@ func (m *Manager) Status() []CameraStatus {
 	out := make([]CameraStatus, 0, len(m.cams))
 	for _, c := range m.cams {
 		s := c.st
-		if !c.downSince.IsZero() && s.State != Streaming {
-			s.Down = now.Sub(c.downSince)
+		since := c.downSince
+		if c.lastFrame.IsZero() {
+			// Never a frame (a wrong password, a wrong path, no H.264 or
+			// H.265): down since the first connection attempt.
+			since = c.firstAttempt
+		}
+		if !since.IsZero() && s.State != Streaming {
+			s.Down = now.Sub(since)
 		}
 		out = append(out, s)
 	}
@@ -208,15 +215,15 @@ func (m *Manager) Status() []CameraStatus {
 
 // camera is one camera's reader.
 type camera struct {
-	m      *Manager
-	cfg    Camera
-	secret []string
-	log    *slog.Logger
+	m   *Manager
+	cfg Camera
+	log *slog.Logger
 
 	// under m.mu
-	st        CameraStatus
-	downSince time.Time // the last frame before the current outage
-	lastFrame time.Time
+	st           CameraStatus
+	downSince    time.Time // the last frame before the current outage
+	lastFrame    time.Time
+	firstAttempt time.Time // the start of the first connection attempt
 
 	feed   ingest.Feed // the camera's feed, opened at the first connect and after the server ended one
 	codec  string
@@ -279,7 +286,11 @@ func (c *camera) run(ctx context.Context) {
 			return
 		}
 		retry := attempts > 0
+		start := o.Clock.Now()
 		c.update(func(st *CameraStatus) {
+			if c.firstAttempt.IsZero() {
+				c.firstAttempt = start
+			}
 			st.NextRetry = time.Time{} // not waiting any more
 			if retry {
 				st.Reconnects++
@@ -365,7 +376,7 @@ func (c *camera) serverEnded() (stop bool) {
 	}
 	msg := "the server ended the stream (" + kind + ")"
 	if why != "" {
-		msg += ": " + scrub(why, c.secret)
+		msg += ": " + RedactText(why)
 	}
 	c.endErr = c.errorf("%s", msg)
 	c.log.Error("camera: the server ended the stream", "err", c.endErr.Error())
@@ -393,9 +404,10 @@ type result struct {
 	streamed  time.Duration // from the first frame to the end
 }
 
-// errorf builds a camera error: "camera NAME: SOURCE: what", scrubbed of
-// the password.
+// errorf builds a camera error: "camera NAME: SOURCE: what", without the
+// user information of any URL in it (RedactText: the arguments may be
+// library errors that quote the camera's URL).
 func (c *camera) errorf(format string, args ...any) error {
 	msg := fmt.Sprintf("camera %s: %s: ", c.cfg.Name, c.cfg.Source()) + fmt.Sprintf(format, args...)
-	return errors.New(scrub(msg, c.secret))
+	return errors.New(RedactText(msg))
 }

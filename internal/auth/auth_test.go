@@ -371,3 +371,131 @@ func TestRequireThrottlesFailures(t *testing.T) {
 		t.Fatalf("a second later: %d, want 401", c)
 	}
 }
+
+// TestRequirePage: a browser opening a page without a valid token gets
+// the page (401, WWW-Authenticate, text/html, the page's headers), the
+// same bytes whatever was wrong; a program (no text/html in Accept) gets
+// Unauthorized's body as before; a valid token, in the header or the
+// query, reaches the handler; refusals are counted and throttled alike.
+func TestRequirePage(t *testing.T) {
+	s, err := Parse("t", []byte(testFile(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	s.UseClock(clk)
+	refusals := 0
+	s.OnRefuse(func(*http.Request) { refusals++ })
+	page := Page{HTML: []byte("<!doctype html><p>sign in</p>\n"), Header: http.Header{"Content-Security-Policy": {"default-src 'none'"}}}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	h := s.RequirePage(API, page, ok)
+	const browser = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
+	get := func(accept, header, query, remote string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/", nil)
+		if accept != "" {
+			r.Header.Set("Accept", accept)
+		}
+		if header != "" {
+			r.Header.Set("Authorization", header)
+		}
+		if query != "" {
+			r.URL.RawQuery = "access_token=" + query
+		}
+		if remote != "" {
+			r.RemoteAddr = remote
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	cases := []struct {
+		name, accept, header, query string
+		want                        int
+		html                        bool
+	}{
+		{"browser no token", browser, "", "", 401, true},
+		{"browser unknown token in the query", browser, "", "nope-nope-nope-nope", 401, true},
+		{"browser ingest token in the query", browser, "", camTok, 401, true},
+		{"browser unknown token in the header", browser, "Bearer nope-nope-nope-nope", "", 401, true},
+		{"browser api token in the query", browser, "", apiTok, http.StatusTeapot, false},
+		{"browser api token in the header", browser, "Bearer " + apiTok, "", http.StatusTeapot, false},
+		{"curl no token", "*/*", "", "", 401, false},
+		{"no Accept", "", "", "", 401, false},
+		{"json", "application/json", "Bearer " + camTok, "", 401, false},
+		{"html refused", "text/html;q=0, */*", "", "", 401, false},
+		{"fetch with the api token", "*/*", "Bearer " + apiTok, "", http.StatusTeapot, false},
+	}
+	wantRefused := 0
+	for _, c := range cases {
+		if c.want == 401 {
+			wantRefused++
+		}
+		t.Run(c.name, func(t *testing.T) {
+			w := get(c.accept, c.header, c.query, "")
+			if w.Code != c.want {
+				t.Fatalf("status %d, want %d", w.Code, c.want)
+			}
+			if c.want != 401 {
+				return
+			}
+			if w.Header().Get("WWW-Authenticate") != `Bearer realm="mdag"` {
+				t.Errorf("WWW-Authenticate %q", w.Header().Get("WWW-Authenticate"))
+			}
+			if c.html {
+				if w.Body.String() != string(page.HTML) || w.Header().Get("Content-Type") != "text/html; charset=utf-8" ||
+					w.Header().Get("Content-Security-Policy") != "default-src 'none'" || w.Header().Get("Cache-Control") != "no-store" ||
+					w.Header().Get("X-Content-Type-Options") != "nosniff" {
+					t.Errorf("browser: %v %q, want the page", w.Header(), w.Body.String())
+				}
+			} else if strings.TrimSpace(w.Body.String()) != UnauthorizedBody || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") ||
+				w.Header().Get("Content-Security-Policy") != "" {
+				t.Errorf("program: %v %q, want Unauthorized's body", w.Header(), w.Body.String())
+			}
+		})
+	}
+	if refusals != wantRefused {
+		t.Errorf("OnRefuse called %d times for %d refusals", refusals, wantRefused)
+	}
+	// The throttle applies to browsers as to programs.
+	for i := range int(FailRates.PerClientBurst) {
+		if c := get(browser, "", "nope-nope-nope-nope", "203.0.113.9:1").Code; c != 401 {
+			t.Fatalf("failure %d: %d", i+1, c)
+		}
+	}
+	if w := get(browser, "", "", "203.0.113.9:2"); w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("a browser after its address's failures: %d, want 429", w.Code)
+	}
+	if c := get(browser, "", apiTok, "203.0.113.9:3").Code; c != http.StatusTeapot {
+		t.Fatalf("the api token from the throttled address: %d", c)
+	}
+	w := httptest.NewRecorder()
+	FromPlain([]string{"a-plain-token-0123456789"}).RequirePage(API, page, ok).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	if w.Code != http.StatusTeapot {
+		t.Fatalf("a non-gating store: %d", w.Code)
+	}
+}
+
+// TestAcceptsHTML: text/html named (any case, not at q=0) is a browser's
+// page load; a wildcard or other types are not.
+func TestAcceptsHTML(t *testing.T) {
+	for accept, want := range map[string]bool{
+		"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8": true,
+		"TEXT/HTML":                          true,
+		"application/json, text/html; q=0.5": true,
+		"text/html;q=0":                      false,
+		"text/html; q=0.0, */*":              false,
+		"*/*":                                false,
+		"text/*":                             false,
+		"":                                   false,
+		"application/json":                   false,
+		"text/event-stream":                  false,
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		if accept != "" {
+			r.Header.Set("Accept", accept)
+		}
+		if got := AcceptsHTML(r); got != want {
+			t.Errorf("Accept %q: %v, want %v", accept, got, want)
+		}
+	}
+}

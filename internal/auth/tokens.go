@@ -431,6 +431,29 @@ const UnauthorizedBody = "unauthorized: a valid bearer token for this endpoint i
 // the access_token query parameter where query is set); a nil store or one
 // that does not gate the API lets every request through.
 func (s *Store) Require(role Role, query bool, h http.Handler) http.Handler {
+	return s.require(role, query, nil, h)
+}
+
+// Page is what a browser is shown when a page it opened is refused: a
+// whole HTML document, the same bytes for every refusal (it says how to
+// get a token, never why this one failed), and the headers to send with
+// it (its Content-Security-Policy).
+type Page struct {
+	HTML   []byte
+	Header http.Header
+}
+
+// RequirePage is Require (header or access_token query parameter) for a
+// page a person opens in a browser: a refused request that accepts
+// text/html (AcceptsHTML: a browser's navigation) is answered
+// UnauthorizedPage, the same 401 and WWW-Authenticate with page as its
+// body; any other client gets Unauthorized's plain body as from Require.
+// Throttling (429), counting and OnRefuse are Require's.
+func (s *Store) RequirePage(role Role, page Page, h http.Handler) http.Handler {
+	return s.require(role, true, &page, h)
+}
+
+func (s *Store) require(role Role, query bool, page *Page, h http.Handler) http.Handler {
 	if !s.GatesAPI() {
 		return h
 	}
@@ -445,9 +468,56 @@ func (s *Store) Require(role Role, query bool, h http.Handler) http.Handler {
 			if f := s.onRefuse.Load(); f != nil {
 				(*f)(r)
 			}
+			if page != nil && AcceptsHTML(r) {
+				UnauthorizedPage(w, *page)
+				return
+			}
 			Unauthorized(w)
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// UnauthorizedPage is Unauthorized for a browser: the same 401 and
+// WWW-Authenticate, page's headers and its HTML as the body, never
+// cached.
+func UnauthorizedPage(w http.ResponseWriter, page Page) {
+	for k, v := range page.Header {
+		w.Header()[k] = v
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="mdag"`)
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.Itoa(len(page.HTML)))
+	w.WriteHeader(http.StatusUnauthorized)
+	_, _ = w.Write(page.HTML)
+}
+
+// AcceptsHTML reports whether r's Accept header names text/html (not at
+// q=0): what a browser sends when it opens a page, and programs (curl,
+// mdag status: no Accept or */*) do not. A wildcard does not count.
+func AcceptsHTML(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(v, ",") {
+			typ, params, _ := strings.Cut(part, ";")
+			if !strings.EqualFold(strings.TrimSpace(typ), "text/html") {
+				continue
+			}
+			refused := false
+			for _, p := range strings.Split(params, ";") {
+				k, q, _ := strings.Cut(p, "=")
+				if strings.EqualFold(strings.TrimSpace(k), "q") {
+					if f, err := strconv.ParseFloat(strings.TrimSpace(q), 64); err == nil && f <= 0 {
+						refused = true
+					}
+				}
+			}
+			if !refused {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -344,10 +344,14 @@ func (r *Recorder) Handler() http.Handler {
 	sub, _ := fs.Sub(static, "static")
 	files := http.FileServerFS(sub)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, req *http.Request) {
+		pageHeaders(w.Header())
 		w.Header().Set("Cache-Control", "no-cache")
 		http.ServeFileFS(w, req, sub, "index.html")
 	})
-	mux.Handle("GET /dashboard/", http.StripPrefix("/dashboard/", files))
+	mux.Handle("GET /dashboard/", http.StripPrefix("/dashboard/", http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		pageHeaders(w.Header())
+		files.ServeHTTP(w, req)
+	})))
 	mux.HandleFunc("GET /v1/dashboard", func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
@@ -356,6 +360,44 @@ func (r *Recorder) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/dashboard/events", r.serveEvents)
 	mux.HandleFunc("GET /v1/thumbs/{stream}", r.thumbs.serve)
 	return mux
+}
+
+// pageHeader is what the dashboard's pages (the dashboard, its sign-in
+// page) and static code are sent with: a Content-Security-Policy that
+// lets them load only this server's own scripts, styles, images and data
+// (no inline script or style, no plugins, no other origin), not be
+// framed (clickjacking) and post forms only here; no MIME sniffing; no
+// Referer (which can hold ?access_token=) to other origins.
+var pageHeader = http.Header{
+	"Content-Security-Policy": {"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
+		"form-action 'self'; base-uri 'none'; frame-ancestors 'none'"},
+	"X-Content-Type-Options": {"nosniff"},
+	"X-Frame-Options":        {"DENY"},
+	"Referrer-Policy":        {"same-origin"},
+}
+
+func pageHeaders(h http.Header) {
+	for k, v := range pageHeader {
+		h[k] = slices.Clone(v)
+	}
+}
+
+// SignIn is the page a browser is shown (401, auth.RequirePage) when it
+// opens the dashboard without a valid api token (mdag serve --tokens):
+// what an api token is, how to create one (mdag token new --role api)
+// and a field for it. It is static: the same bytes whatever was wrong
+// with the request, and no data. Its script (/dashboard/signin.js) keeps
+// the token in the tab's sessionStorage, fetches the dashboard with it in
+// an Authorization header and shows it in place; app.js passes the kept
+// token on as it does ?access_token=.
+func SignIn() auth.Page {
+	html, err := static.ReadFile("static/signin.html")
+	if err != nil {
+		panic(err) // embedded
+	}
+	h := http.Header{}
+	pageHeaders(h)
+	return auth.Page{HTML: html, Header: h}
 }
 
 // MaxEventSubscribers bounds the dashboard's event streams at once (each

@@ -401,3 +401,64 @@ func TestEventSubscribersBounded(t *testing.T) {
 		t.Fatalf("stream %d: %d %q, want 429 with the reason", MaxEventSubscribers+1, code, line)
 	}
 }
+
+// TestSignIn: the sign-in page says what is needed and how to create it,
+// offers a field for the token, carries no data (it is static: the same
+// bytes for every request) and loads only its own script, under the same
+// strict headers as the dashboard's page and code.
+func TestSignIn(t *testing.T) {
+	p := SignIn()
+	page := string(p.HTML)
+	for _, want := range []string{
+		"needs an api token", "mdag token new --role api --name NAME", "--tokens",
+		`<form id="signin" method="get" action="/">`, `name="access_token" type="password"`, `<button type="submit">`,
+		`<script src="/dashboard/signin.js"></script>`, "sessionStorage",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("sign-in page lacks %q", want)
+		}
+	}
+	// no inline script or style, nothing from elsewhere, no data
+	for _, bad := range []string{"<script>", "style=", "http://", "https://", "traffic", "/v1/dashboard", "/v1/thumbs"} {
+		if strings.Contains(page, bad) {
+			t.Errorf("sign-in page holds %q", bad)
+		}
+	}
+	if string(SignIn().HTML) != page {
+		t.Error("the sign-in page differs between calls")
+	}
+	csp := p.Header.Get("Content-Security-Policy")
+	for _, want := range []string{"default-src 'none'", "script-src 'self'", "connect-src 'self'", "frame-ancestors 'none'", "form-action 'self'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("CSP %q lacks %q", csp, want)
+		}
+	}
+	clk := clock.NewFake(t0)
+	f := &fakeEngine{}
+	r := New(Config{Clock: clk}, f.status)
+	r.Start()
+	defer r.Close()
+	hs := httptest.NewServer(r.Handler())
+	defer hs.Close()
+	for path, body := range map[string]string{
+		"/":                    `<script src="/dashboard/app.js">`,
+		"/dashboard/app.js":    `sessionStorage.getItem("mdag.access_token")`,
+		"/dashboard/signin.js": `sessionStorage.setItem(KEY, tok)`,
+		"/dashboard/style.css": ".signin",
+	} {
+		resp, err := http.Get(hs.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), body) {
+			t.Errorf("GET %s: %d %.120q, want %q", path, resp.StatusCode, b, body)
+		}
+		for k := range p.Header {
+			if got, want := resp.Header.Get(k), p.Header.Get(k); got != want {
+				t.Errorf("GET %s: %s %q, want the sign-in page's %q", path, k, got, want)
+			}
+		}
+	}
+}

@@ -64,10 +64,17 @@ function merge(snap, full) {
 }
 
 // accessToken is the page's own ?access_token= (mdag serve --tokens: an
-// api token), passed on to every data request: EventSource and img
-// cannot set an Authorization header.
-const accessToken = new URLSearchParams(location.search).get("access_token");
+// api token), else the one the sign-in page (signin.js) kept in this
+// tab's sessionStorage, passed on to every data request: EventSource and
+// img cannot set an Authorization header.
+const accessToken = new URLSearchParams(location.search).get("access_token") || storedToken();
 const authQuery = accessToken ? "access_token=" + encodeURIComponent(accessToken) : "";
+
+// storedToken is the token signin.js kept under this key ("" when none or
+// when storage is unavailable).
+function storedToken() {
+  try { return sessionStorage.getItem("mdag.access_token") || ""; } catch (e) { return ""; }
+}
 
 async function loadHistory() {
   const resp = await fetch("/v1/dashboard" + (authQuery ? "?" + authQuery : ""), { cache: "no-store" });
@@ -138,7 +145,9 @@ function chart(title, opts) {
     const line = svgEl("polyline", { class: "line", stroke: color, "data-series": s.name, "data-n": pts.length,
       points: pts.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" ") });
     svg.append(line);
-    legend.append(el("i", { style: `background:${color}` }), s.name);
+    const swatch = el("i", {});
+    swatch.style.background = color; // a CSSOM property: the page's CSP refuses style attributes
+    legend.append(swatch, s.name);
   });
   if (n === 0) {
     const t = svgEl("text", { class: "empty", x: W / 2, y: H / 2, "text-anchor": "middle" });
