@@ -156,7 +156,7 @@ func (c *cluster) checkRBAC(p *problems) {
 		// each pod's certificate Secret: made, renewed, deleted with the
 		// pod, and a previous coordinator's found and deleted at start
 		need = append(need, []struct{ group, resource, verb string }{
-			{"", "secrets", "list"}, {"", "secrets", "create"}, {"", "secrets", "update"}, {"", "secrets", "delete"},
+			{"", "secrets", "get"}, {"", "secrets", "list"}, {"", "secrets", "create"}, {"", "secrets", "update"}, {"", "secrets", "delete"},
 		}...)
 	}
 	for _, n := range need {

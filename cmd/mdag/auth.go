@@ -192,17 +192,20 @@ func tokenCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func tokenName(base, tok string) string {
 	const alphabet = "abcdefghijkmnpqrstuvwxyz23456789" // 32: no 0/o, 1/l
 	secret := strings.ToLower(strings.TrimPrefix(tok, "mdag_"))
-	for {
+	tail := strings.ToLower(base[max(0, len(base)-3):]) + "-"
+	for try := 0; ; try++ {
 		var b [6]byte
 		_, _ = rand.Read(b[:])
 		for i := range b {
 			b[i] = alphabet[b[i]%byte(len(alphabet))]
 		}
-		// every run with a character of the suffix (base is the user's,
-		// and a coincidence within it no secret)
-		suffix := "-" + string(b[:])
-		if !sharesRun(strings.ToLower(base[max(0, len(base)-3):])+suffix, secret, 4) {
-			return base + suffix
+		// every run of four with a character of the suffix (base is the
+		// user's, and a coincidence within it no secret: a run of base's
+		// end and the dash alone is not checked, or a token holding it
+		// would be redrawn forever)
+		name := tail + string(b[:])
+		if !sharesRun(name[len(tail)-3:], secret, 4) || try == 1000 {
+			return base + "-" + string(b[:])
 		}
 	}
 }

@@ -13,6 +13,17 @@ import (
 // TestTokenNameNoSecret: `mdag token new`'s default name (the app and a
 // suffix) shares no run of 4 characters or more with the token, in either
 // case, beyond the app's own name; names differ from token to token.
+// TestTokenNameEnds: a token that holds the app name's end and the dash
+// ("fic-" for traffic: base64url has dashes) still gets a name; the
+// first version redrew forever on it.
+func TestTokenNameEnds(t *testing.T) {
+	tok := "mdag_AbCfic-" + strings.Repeat("Z", 30)
+	name := tokenName("traffic", tok)
+	if !strings.HasPrefix(name, "traffic-") || len(name) != len("traffic-")+6 {
+		t.Fatalf("name %q", name)
+	}
+}
+
 func TestTokenNameNoSecret(t *testing.T) {
 	seen := map[string]bool{}
 	for range 200 {
@@ -34,8 +45,8 @@ func TestTokenNameNoSecret(t *testing.T) {
 		}
 		lt, ln := strings.ToLower(tok), strings.ToLower(name)
 		for i := 0; i+4 <= len(ln); i++ {
-			if i+4 <= len("traffic") {
-				continue // the app's name, the user's choice
+			if i+4 <= len("traffic-") {
+				continue // the app's name and the dash, the user's choice
 			}
 			if run := ln[i : i+4]; strings.Contains(lt, run) {
 				t.Fatalf("name %q shares %q with its token %q", name, run, tok)

@@ -21,7 +21,7 @@ func TestCoordinatorUnixSocket(t *testing.T) {
 		t.Skip("runs a coordinator, workers and a source for a few seconds")
 	}
 	sock := filepath.Join(t.TempDir(), "run", "coord.sock")
-	c := startCoordinator(t, "--example", "traffic", "--duration", "10s", "--grpc", "unix:"+sock)
+	c := startCoordinator(t, "--example", "traffic", "--duration", "16s", "--grpc", "unix:"+sock)
 	if c.grpc != "unix:"+sock {
 		t.Fatalf("the coordinator logged grpc=%s, want unix:%s:\n%s", c.grpc, sock, c.logs())
 	}
@@ -32,10 +32,10 @@ func TestCoordinatorUnixSocket(t *testing.T) {
 	var workerErr [2]bytes.Buffer
 	for i, typ := range []string{"V100", "CPU"} {
 		go func() {
-			workerDone <- run([]string{"worker", "--coordinator", c.grpc, "--type", typ, "--id", "u-" + typ, "--duration", "7s"}, io.Discard, &workerErr[i])
+			workerDone <- run([]string{"worker", "--coordinator", c.grpc, "--type", typ, "--id", "u-" + typ, "--duration", "12s"}, io.Discard, &workerErr[i])
 		}()
 	}
-	deadline := time.Now().Add(6 * time.Second)
+	deadline := time.Now().Add(11 * time.Second) // a loaded 2-core machine under -race: the workers live 12 s
 	for len(getStatus(t, c.url).Instances) != 2 {
 		if time.Now().After(deadline) {
 			<-workerDone

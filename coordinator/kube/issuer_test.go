@@ -421,3 +421,49 @@ func TestStartReplacesStaleSecret(t *testing.T) {
 		t.Errorf("owners %+v, want the new pod", s.OwnerReferences)
 	}
 }
+
+// TestRenewalWritesOnlyItsPodsSecret (review): a renewal makes a deleted
+// Secret again, and leaves alone a Secret of the same name that another
+// pod owns now (a new pod of the same name took it): before, the update
+// was unconditional, overwrote the new pod's Secret with the old pod as
+// its owner, and the garbage collector then deleted it.
+func TestRenewalWritesOnlyItsPodsSecret(t *testing.T) {
+	clk := clock.NewFake(start)
+	cs := fake.NewClientset(tlsDeployment("CPU"))
+	uids(cs)
+	iss := testIssuer(t)
+	valid := 30 * time.Hour
+	p, err := New(context.Background(), Config{Client: cs, Clock: clk, Issuer: iss, CertValid: valid, Limits: map[profile.WorkerTypeID]int{"CPU": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Start("CPU-0", "CPU"); err != nil {
+		t.Fatal(err)
+	}
+	name := SecretName(PodName("CPU-0", "CPU"))
+	ctx := context.Background()
+	sc := cs.CoreV1().Secrets("mdag")
+
+	// deleted by hand: made again at the renewal
+	if err := sc.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	due := start.Add(20 * time.Hour)
+	clk.Set(due)
+	p.renew(ctx)
+	checkCert(t, getSecret(t, cs, name), iss, "CPU-0", due)
+
+	// another pod's now: not touched
+	s := getSecret(t, cs, name)
+	s.OwnerReferences[0].UID = "another-pod"
+	s.Data["marker"] = []byte("theirs")
+	if _, err := sc.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(due.Add(20 * time.Hour))
+	p.renew(ctx)
+	if got := getSecret(t, cs, name); string(got.Data["marker"]) != "theirs" || got.OwnerReferences[0].UID != "another-pod" {
+		t.Fatalf("a renewal overwrote another pod's Secret: owners %+v", got.OwnerReferences)
+	}
+}

@@ -422,10 +422,37 @@ func (p *Provisioner) writeSecret(ctx context.Context, id string, q *pod, cert *
 			return fmt.Errorf("kube: create the certificate Secret %s/%s of pod %s (instance %s): %w", p.cfg.Namespace, s.Name, q.name, id, err)
 		}
 	}
+	// an update names the version it replaces, so that a Secret that
+	// changed meanwhile (another pod of the same name took it) is not
+	// overwritten; a renewal writes only its own pod's Secret, and makes
+	// it again if it was deleted
+	cur, err := sc.Get(ctx, s.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) && !create:
+		if _, err := sc.Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("kube: the certificate Secret %s/%s of pod %s (instance %s) was deleted; making it again: %w", p.cfg.Namespace, s.Name, q.name, id, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("kube: read the certificate Secret %s/%s of pod %s (instance %s): %w", p.cfg.Namespace, s.Name, q.name, id, err)
+	case !create && !ownedBy(cur, q.uid):
+		return fmt.Errorf("kube: the certificate Secret %s/%s is not pod %s's (uid %s) any more: not renewed", p.cfg.Namespace, s.Name, q.name, q.uid)
+	}
+	s.ResourceVersion = cur.ResourceVersion
 	if _, err := sc.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("kube: update the certificate Secret %s/%s of pod %s (instance %s): %w", p.cfg.Namespace, s.Name, q.name, id, err)
 	}
 	return nil
+}
+
+// ownedBy reports whether the pod of uid owns s.
+func ownedBy(s *corev1.Secret, uid string) bool {
+	for _, o := range s.OwnerReferences {
+		if o.Kind == "Pod" && string(o.UID) == uid {
+			return true
+		}
+	}
+	return false
 }
 
 // podFor builds instance id's pod from type typ's worker Deployment.

@@ -179,11 +179,11 @@ func (st *stream) admitFirst() (kind, why string) {
 	st.mu.Unlock()
 	if ended { // it ended while joining (DELETE, shutdown): its end did not leave
 		if err := s.sink.Leave(st.id); err != nil {
-			s.log.Warn("whip stream leave", "stream", st.id, "err", err)
+			s.log.Warn(st.what()+" leave", "stream", st.id, "err", err)
 		}
 		return EndShutdown, "ended while joining"
 	}
-	s.log.Info("whip stream admitted", "app", st.app, "stream", st.id)
+	s.log.Info(st.what()+" admitted", "app", st.app, "stream", st.id)
 	return "", ""
 }
 
@@ -316,7 +316,7 @@ func (s *Server) sampleLoad() {
 			why = fmt.Sprintf("overload: the app's frames have reached it later than half its SLO for %v (CPU load %.2f of %.2f cores here; the machine or the network is short); the newest stream is ended to protect the others",
 				over.Round(time.Second), last, v.capacity)
 		}
-		s.log.Warn("whip stream shed", "app", st.app, "stream", st.id, "load_cores", last, "capacity_cores", v.capacity, "shed", len(shed))
+		s.log.Warn(st.what()+" shed", "app", st.app, "stream", st.id, "load_cores", last, "capacity_cores", v.capacity, "shed", len(shed))
 		go st.endAs(EndOverload, why)
 	}
 }

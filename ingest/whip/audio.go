@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/pion/rtp"
-	"github.com/pion/webrtc/v3"
+	"github.com/pion/webrtc/v4"
 
 	"github.com/mdag/mdag/ingest/opus"
 	"github.com/mdag/mdag/media"

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/pion/sdp/v3"
-	"github.com/pion/webrtc/v3"
+	"github.com/pion/webrtc/v4"
 
 	"github.com/mdag/mdag/ingest/avc"
 	"github.com/mdag/mdag/ingest/vpx"

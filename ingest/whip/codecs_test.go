@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pion/webrtc/v3"
+	"github.com/pion/webrtc/v4"
 )
 
 // offerWith is a real offer (pion) listing codecs in that order.

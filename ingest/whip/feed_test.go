@@ -2,7 +2,9 @@ package whip
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,7 +53,8 @@ func h264AUs(t *testing.T, n, keyEvery int) [][]byte {
 func TestFeed(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1e9, 0))
 	sink := newSink()
-	srv, err := New(Config{Apps: map[dag.AppID]float64{"face": 10}, Clock: clk, CPUTime: func() time.Duration { return 0 }}, sink)
+	var logs syncBuffer
+	srv, err := New(Config{Apps: map[dag.AppID]float64{"face": 10}, Clock: clk, CPUTime: func() time.Duration { return 0 }, Log: slog.New(slog.NewTextHandler(&logs, nil))}, sink)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +114,11 @@ func TestFeed(t *testing.T) {
 	sink.mu.Unlock()
 	if !left {
 		t.Error("the ended camera's stream did not leave the session")
+	}
+	// a camera's stream is said to be one in the log (issue 43: it said
+	// "whip stream admitted")
+	if l := logs.String(); !strings.Contains(l, `msg="camera stream admitted"`) || !strings.Contains(l, `msg="camera stream ended"`) || strings.Contains(l, "whip stream") {
+		t.Errorf("the log does not call the camera's stream one:\n%s", l)
 	}
 	f.Frame(aus[0], 1, true) // after the end: ignored, no crash
 	if tot := srv.IngestTotals(); tot[0].Ingested != 20 || tot[0].Ended[EndClient] != 1 {
@@ -253,4 +261,23 @@ func TestReorderedCapture(t *testing.T) {
 			t.Errorf("picture %d (released by frame %d): capture t0+%v, want t0+%v (its own frame's)", i, i+1, f.capture.Sub(t0), want.Sub(t0))
 		}
 	}
+}
+
+// syncBuffer is a log sink the server's goroutines may write to while the
+// test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

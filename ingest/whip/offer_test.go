@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/pion/sdp/v3"
-	"github.com/pion/webrtc/v3"
+	"github.com/pion/webrtc/v4"
 )
 
 // TestBundleOffer: offers whose sections carry their own ICE credentials

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/pion/sdp/v3"
-	"github.com/pion/webrtc/v3"
+	"github.com/pion/webrtc/v4"
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/ingest"

@@ -6,15 +6,13 @@ import (
 	"fmt"
 	"github.com/bluenviron/mediacommon/pkg/codecs/h264"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/pion/rtcp"
 	"github.com/pion/rtp"
-	"github.com/pion/sdp/v3"
-	"github.com/pion/webrtc/v3"
+	"github.com/pion/webrtc/v4"
 )
 
 // Simulcast.
@@ -172,35 +170,24 @@ func (st *stream) onLayer(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver, c
 	}
 	sim.mu.Lock()
 	sim.layers = append(sim.layers, l)
-	all := len(sim.layers) == offeredRIDs(st.pc)
-	layers := slices.Clone(sim.layers)
 	sim.mu.Unlock()
 	st.s.log.Info("whip simulcast layer", "app", st.app, "stream", st.id, "rid", l.rid, "ssrc", l.ssrc, "codec", codec)
-	if all {
-		// Each layer's RTCP (its sender reports: its capture clock) is
-		// read once every layer has arrived: pion's ReadSimulcast reads
-		// the receiver's layers without its lock while the arrival of
-		// another layer writes them (a data race in pion v3.3.6). A layer
-		// that never arrives leaves the others' capture times to their
-		// arrival times.
-		for _, l := range layers {
-			st.s.wg.Add(1)
-			go func() {
-				defer st.s.wg.Done()
-				for {
-					pkts, _, err := recv.ReadSimulcastRTCP(l.rid)
-					if err != nil {
-						return
-					}
-					for _, p := range pkts {
-						if sr, ok := p.(*rtcp.SenderReport); ok {
-							l.p.sync.senderReport(sr.NTPTime, sr.RTPTime, st.s.clk.Now())
-						}
-					}
+	// The layer's RTCP: its sender reports set its capture clock.
+	st.s.wg.Add(1)
+	go func() {
+		defer st.s.wg.Done()
+		for {
+			pkts, _, err := recv.ReadSimulcastRTCP(l.rid)
+			if err != nil {
+				return
+			}
+			for _, p := range pkts {
+				if sr, ok := p.(*rtcp.SenderReport); ok {
+					l.p.sync.senderReport(sr.NTPTime, sr.RTPTime, st.s.clk.Now())
 				}
-			}()
+			}
 		}
-	}
+	}()
 	st.s.wg.Add(1)
 	go func() {
 		defer st.s.wg.Done()
@@ -212,32 +199,6 @@ func (st *stream) onLayer(track *webrtc.TrackRemote, recv *webrtc.RTPReceiver, c
 }
 
 var errNotWanted = fmt.Errorf("layer not decoded")
-
-// offeredRIDs counts the layers the offer's video section sends (a=rid
-// ... send).
-func offeredRIDs(pc *webrtc.PeerConnection) int {
-	rd := pc.RemoteDescription()
-	if rd == nil {
-		return 0
-	}
-	var d sdp.SessionDescription
-	if d.Unmarshal([]byte(rd.SDP)) != nil {
-		return 0
-	}
-	n := 0
-	for _, m := range d.MediaDescriptions {
-		if m.MediaName.Media != "video" {
-			continue
-		}
-		for _, a := range m.Attributes {
-			if f := strings.Fields(a.Value); a.Key == "rid" && len(f) >= 2 && f[1] == "send" {
-				n++
-			}
-		}
-		return n
-	}
-	return n
-}
 
 // discardTrack reads a track and drops its packets, so the interceptors
 // (RTCP) keep working.
@@ -266,8 +227,8 @@ func (s *simulcast) frame(l *layer, fr codedFrame, now time.Time) bool {
 		return false
 	}
 	// A key frame a decoder can start from (H.264: with its parameter
-	// sets; pion's simulcast probe swallows a layer's first packets, often
-	// the SPS and PPS before its first IDR).
+	// sets; a layer's first packets, often the SPS and PPS before its
+	// first IDR, may be lost).
 	start := switchable(s.codec, fr)
 	if start && l != s.active && (l.w == 0 || now.Sub(l.lastProbe) >= probeEvery) {
 		if w, h, ok := s.size(l, fr.Data); ok && (w != l.w || h != l.h) {
@@ -277,9 +238,9 @@ func (s *simulcast) frame(l *layer, fr codedFrame, now time.Time) bool {
 		l.lastProbe = now
 	}
 	if !start && l.w == 0 && (l.startPLI.IsZero() || now.Sub(l.startPLI) >= sizePLIEvery) {
-		// A layer whose size is unknown (its first key frame lost, or
-		// swallowed by pion's probe) is asked for a key frame: the choice
-		// needs its size, the start a key frame.
+		// A layer whose size is unknown (its first key frame lost) is
+		// asked for a key frame: the choice needs its size, the start a
+		// key frame.
 		l.startPLI = now
 		if s.st.pc.WriteRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: l.ssrc}}) == nil {
 			s.st.c.plis.Add(1)

@@ -17,7 +17,7 @@ import (
 	"github.com/pion/rtp"
 	"github.com/pion/rtp/codecs"
 	"github.com/pion/sdp/v3"
-	"github.com/pion/webrtc/v3"
+	"github.com/pion/webrtc/v4"
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/ingest"
@@ -28,7 +28,7 @@ import (
 // simSender is a pion sender with simulcast: one track per rid, sent as
 // encodings of one RTPSender (AddEncoding), each layer encoded at its own
 // size (libvpx or x264), every packet tagged with the mid and rid header
-// extensions (pion v3 does not add them), a key frame on a layer when the
+// extensions (pion does not add them), a key frame on a layer when the
 // server asks for one (PLI on that layer's SSRC).
 type simSender struct {
 	pc       *webrtc.PeerConnection
@@ -193,12 +193,6 @@ func (s *simSender) send(t *testing.T, keyEvery uint64) {
 }
 
 func (s *simSender) close() {
-	// RTCP readers first: pion v3.3.6's ReadSimulcast reads the sender's
-	// encodings without its lock, which Close writes.
-	for _, rid := range s.rids {
-		_ = s.sender.SetReadDeadlineSimulcast(time.Now(), rid)
-	}
-	s.wg.Wait()
 	if s.resource != "" {
 		if req, err := http.NewRequest(http.MethodDelete, s.resource, nil); err == nil {
 			if resp, err := http.DefaultClient.Do(req); err == nil {
@@ -206,7 +200,8 @@ func (s *simSender) close() {
 			}
 		}
 	}
-	_ = s.pc.Close()
+	_ = s.pc.Close() // ends the RTCP readers
+	s.wg.Wait()
 	for _, e := range s.encs {
 		e.Close()
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/pion/rtcp"
 	"github.com/pion/rtp"
-	"github.com/pion/webrtc/v3"
+	"github.com/pion/webrtc/v4"
 
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/internal/clock"
@@ -316,7 +316,7 @@ func (st *stream) endAs(kind, why string) {
 		st.waitGoodbyes() // results still queued, then why (Ended), on every DataChannel
 		if inSession {
 			if err := st.s.sink.Leave(st.id); err != nil {
-				st.s.log.Warn("whip stream leave", "stream", st.id, "err", err)
+				st.s.log.Warn(st.what()+" leave", "stream", st.id, "err", err)
 			}
 		}
 		if st.pc != nil {
@@ -330,9 +330,18 @@ func (st *stream) endAs(kind, why string) {
 		if kind != EndClient && kind != EndShutdown && kind != EndIdle {
 			lvl = slog.LevelWarn
 		}
-		st.s.log.Log(context.Background(), lvl, "whip stream ended", "app", st.app, "stream", st.id, "kind", kind, "why", why,
+		st.s.log.Log(context.Background(), lvl, st.what()+" ended", "app", st.app, "stream", st.id, "kind", kind, "why", why,
 			"ingested", st.c.ingested.Load(), "lost", st.c.lost.Load(), "decode_errors", st.c.decodeErrors.Load())
 	})
+}
+
+// what names the stream in logs: a WHIP stream, or a camera's (an RTSP
+// feed through the same ingest).
+func (st *stream) what() string {
+	if st.source != "whip" {
+		return "camera stream"
+	}
+	return "whip stream"
 }
 
 func (st *stream) info() StreamInfo {

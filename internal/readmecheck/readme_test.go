@@ -147,7 +147,7 @@ func TestREADMECommands(t *testing.T) {
 				t.Fatalf("bin/mdag is missing and does not build (make build): %v\n%s", err, out)
 			}
 		}
-		if unshare, err := exec.LookPath("unshare"); err == nil && os.Geteuid() == 0 {
+		if unshare, err := exec.LookPath("unshare"); err == nil && os.Geteuid() == 0 && exec.Command(unshare, "--net", "--", "ip", "link", "set", "lo", "up").Run() == nil {
 			// the walk again, in a network namespace of its own
 			cmd := exec.Command(unshare, "--net", "--", os.Args[0], "-test.run=^TestREADMECommands$", "-test.v", "-test.timeout=10m")
 			cmd.Env = append(os.Environ(), "MDAG_README_NETNS=1")
@@ -158,7 +158,7 @@ func TestREADMECommands(t *testing.T) {
 			}
 			return
 		}
-		t.Log("not root: the commands run on this machine's loopback, and need their default ports free")
+		t.Log("no network namespace (not root, no unshare or ip, or not allowed here): the commands run on this machine's loopback, and need their default ports free")
 	} else if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		t.Fatalf("bringing up the namespace's loopback: %v: %s", err, out)
 	}
@@ -334,6 +334,11 @@ func (w *walk) start(b Block, cmd string, addrs []string) *proc {
 		w.t.Fatalf("README.md:%d: %s: %v", b.Line, cmd, err)
 	}
 	go func() { p.err = p.c.Wait(); close(p.done) }()
+	fail := func(format string, a ...any) {
+		_ = syscall.Kill(-p.c.Process.Pid, syscall.SIGKILL) // not left holding its ports
+		<-p.done
+		w.t.Fatalf(format, a...)
+	}
 	deadline := time.Now().Add(time.Minute)
 	for _, a := range addrs {
 		for {
@@ -347,7 +352,7 @@ func (w *walk) start(b Block, cmd string, addrs []string) *proc {
 			case <-time.After(100 * time.Millisecond):
 			}
 			if time.Now().After(deadline) {
-				w.t.Fatalf("README.md:%d: %s: not listening on %s after a minute\n%s", b.Line, cmd, a, p.out)
+				fail("README.md:%d: %s: not listening on %s after a minute\n%s", b.Line, cmd, a, p.out)
 			}
 		}
 	}

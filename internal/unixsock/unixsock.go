@@ -88,22 +88,30 @@ func Listen(path string, log *slog.Logger) (net.Listener, error) {
 		return nil, fmt.Errorf("socket path %s: the socket is bound at %s first, then renamed into place, and that path is %d bytes: a Unix socket path may have at most %d (sun_path, 108 bytes with its NUL): use a shorter directory",
 			path, bound, len(bound), MaxPath)
 	}
-	if err := socketDir(dir); err != nil {
+	real, err := socketDir(dir)
+	if err != nil {
 		return nil, err
 	}
+	// from here on the resolved directory: a symbolic link on the way
+	// cannot be re-pointed between the check and the bind
+	path = filepath.Join(real, filepath.Base(path))
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("%s exists and is not a socket (a %s): not replaced", path, fi.Mode().Type())
 		}
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
 			c.Close()
 			return nil, fmt.Errorf("%s: another server is listening there", path)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) { // busy (a full backlog) is not stale
+			return nil, fmt.Errorf("%s exists and did not answer (%v): not replaced; remove it if no server uses it", path, err)
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("removing the stale socket %s: %w", path, err)
 		}
 	}
-	tmp, err := mkdirTemp(dir)
+	tmp, err := mkdirTemp(real)
 	if err != nil {
 		return nil, err
 	}
@@ -162,31 +170,53 @@ func checkLength(path string) error {
 	return nil
 }
 
-// socketDir makes sure dir may hold the server's socket: created 0700
-// when absent, else a directory owned by this uid or root that no group
-// or other user may write (one who could would replace the socket with
-// theirs, and clients would talk to them).
-func socketDir(dir string) error {
-	fi, err := os.Stat(dir)
+// socketDir makes sure dir may hold the server's socket and returns it
+// with its symbolic links resolved: created 0700 when absent, else a
+// directory owned by this uid or root that no group or other user may
+// write (one who could would replace the socket with theirs, and clients
+// would talk to them); and every directory above it owned by this uid or
+// root, writable by others only with the sticky bit (as /tmp), so that
+// no one else can swap a directory on the way.
+func socketDir(dir string) (string, error) {
+	_, err := os.Stat(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		if err := os.Mkdir(dir, 0o700); err != nil {
-			return fmt.Errorf("socket directory: %w", err)
+			return "", fmt.Errorf("socket directory: %w", err)
 		}
-		fi, err = os.Stat(dir)
 	}
+	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		return fmt.Errorf("socket directory: %w", err)
+		return "", fmt.Errorf("socket directory: %w", err)
+	}
+	fi, err := os.Lstat(real)
+	if err != nil {
+		return "", fmt.Errorf("socket directory: %w", err)
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("socket directory %s is not a directory", dir)
+		return "", fmt.Errorf("socket directory %s is not a directory", dir)
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || (int(st.Uid) != os.Geteuid() && st.Uid != 0) {
-		return fmt.Errorf("socket directory %s is owned by another user: use a directory of uid %d or root's", dir, os.Geteuid())
+		return "", fmt.Errorf("socket directory %s is owned by another user: use a directory of uid %d or root's", dir, os.Geteuid())
 	}
 	if m := fi.Mode().Perm(); m&0o022 != 0 {
-		return fmt.Errorf("socket directory %s is mode %#o: writable by group or others, who could replace the socket; use a directory only its owner may write (or a new one: it is created 0700)", dir, m)
+		return "", fmt.Errorf("socket directory %s is mode %#o: writable by group or others, who could replace the socket; use a directory only its owner may write (or a new one: it is created 0700)", dir, m)
 	}
-	return nil
+	for d := filepath.Dir(real); ; d = filepath.Dir(d) {
+		fi, err := os.Lstat(d)
+		if err != nil {
+			return "", fmt.Errorf("socket directory %s: %w", dir, err)
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		switch {
+		case !ok || (int(st.Uid) != os.Geteuid() && st.Uid != 0):
+			return "", fmt.Errorf("socket directory %s: %s above it is owned by uid %d, who could replace the directory: use a path whose directories are this user's (uid %d) or root's", dir, d, st.Uid, os.Geteuid())
+		case fi.Mode().Perm()&0o002 != 0 && fi.Mode()&os.ModeSticky == 0:
+			return "", fmt.Errorf("socket directory %s: %s above it is writable by every user without the sticky bit, who could replace the directory", dir, d)
+		}
+		if d == filepath.Dir(d) {
+			return real, nil
+		}
+	}
 }
 
 // peerListener accepts only connections whose peer (SO_PEERCRED) is the

@@ -98,6 +98,28 @@ func TestListen(t *testing.T) {
 		}
 		lis.Close()
 	})
+	// a symbolic link to the directory is resolved once, before anything
+	// is checked: the socket is bound and named in the directory checked
+	// (review: re-pointing the link between the check and the bind moved
+	// the socket where another user could replace it)
+	t.Run("symlinked directory resolved", func(t *testing.T) {
+		real := filepath.Join(base, "real")
+		if err := os.Mkdir(real, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(base, "link")
+		if err := os.Symlink(real, link); err != nil {
+			t.Fatal(err)
+		}
+		lis, err := Listen(filepath.Join(link, "s.sock"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lis.Close()
+		if want := filepath.Join(real, "s.sock"); lis.Addr().String() != want {
+			t.Errorf("Addr %s, want the resolved %s", lis.Addr(), want)
+		}
+	})
 	t.Run("unix:///PATH", func(t *testing.T) {
 		lis, err := Listen("//"+path, nil)
 		if err != nil {
@@ -139,6 +161,17 @@ func TestListen(t *testing.T) {
 			return filepath.Join(d, "s")
 		}, "is owned by another user"},
 		{"no parent", func(t *testing.T) string { return filepath.Join(base, "a", "b", "s") }, "no such file"},
+		{"a directory above writable by all, not sticky", func(t *testing.T) string {
+			w := filepath.Join(base, "w")
+			if err := os.Mkdir(w, 0o700); err != nil || os.Chmod(w, 0o777) != nil {
+				t.Fatal(err)
+			}
+			d := filepath.Join(w, "run")
+			if err := os.Mkdir(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			return filepath.Join(d, "s")
+		}, "above it is writable by every user without the sticky bit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := tc.prep(t)
