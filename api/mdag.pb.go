@@ -1702,6 +1702,7 @@ type Box struct {
 	H             int32                  `protobuf:"varint,4,opt,name=h,proto3" json:"h,omitempty"`
 	Class         string                 `protobuf:"bytes,5,opt,name=class,proto3" json:"class,omitempty"`
 	Score         float32                `protobuf:"fixed32,6,opt,name=score,proto3" json:"score,omitempty"`
+	Keypoints     []*Keypoint            `protobuf:"bytes,7,rep,name=keypoints,proto3" json:"keypoints,omitempty"` // a pose model's points of the object (media.Keypoints); at most 256 (wire.MaxKeypoints)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1778,6 +1779,75 @@ func (x *Box) GetScore() float32 {
 	return 0
 }
 
+func (x *Box) GetKeypoints() []*Keypoint {
+	if x != nil {
+		return x.Keypoints
+	}
+	return nil
+}
+
+// Keypoint is one point of an object in frame pixels and the model's
+// confidence that it is visible (media.Keypoint).
+type Keypoint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	X             float32                `protobuf:"fixed32,1,opt,name=x,proto3" json:"x,omitempty"`
+	Y             float32                `protobuf:"fixed32,2,opt,name=y,proto3" json:"y,omitempty"`
+	Score         float32                `protobuf:"fixed32,3,opt,name=score,proto3" json:"score,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Keypoint) Reset() {
+	*x = Keypoint{}
+	mi := &file_api_mdag_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Keypoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Keypoint) ProtoMessage() {}
+
+func (x *Keypoint) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Keypoint.ProtoReflect.Descriptor instead.
+func (*Keypoint) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Keypoint) GetX() float32 {
+	if x != nil {
+		return x.X
+	}
+	return 0
+}
+
+func (x *Keypoint) GetY() float32 {
+	if x != nil {
+		return x.Y
+	}
+	return 0
+}
+
+func (x *Keypoint) GetScore() float32 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
 type IngestMessage struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Join          *Join                  `protobuf:"bytes,1,opt,name=join,proto3" json:"join,omitempty"` // first message only
@@ -1792,7 +1862,7 @@ type IngestMessage struct {
 
 func (x *IngestMessage) Reset() {
 	*x = IngestMessage{}
-	mi := &file_api_mdag_proto_msgTypes[21]
+	mi := &file_api_mdag_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +1874,7 @@ func (x *IngestMessage) String() string {
 func (*IngestMessage) ProtoMessage() {}
 
 func (x *IngestMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[21]
+	mi := &file_api_mdag_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1817,7 +1887,7 @@ func (x *IngestMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestMessage.ProtoReflect.Descriptor instead.
 func (*IngestMessage) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{21}
+	return file_api_mdag_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *IngestMessage) GetJoin() *Join {
@@ -1872,7 +1942,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_api_mdag_proto_msgTypes[22]
+	mi := &file_api_mdag_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +1954,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[22]
+	mi := &file_api_mdag_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +1967,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{22}
+	return file_api_mdag_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Join) GetApp() string {
@@ -1925,7 +1995,7 @@ type IngestReply struct {
 
 func (x *IngestReply) Reset() {
 	*x = IngestReply{}
-	mi := &file_api_mdag_proto_msgTypes[23]
+	mi := &file_api_mdag_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2007,7 @@ func (x *IngestReply) String() string {
 func (*IngestReply) ProtoMessage() {}
 
 func (x *IngestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[23]
+	mi := &file_api_mdag_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2020,7 @@ func (x *IngestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestReply.ProtoReflect.Descriptor instead.
 func (*IngestReply) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{23}
+	return file_api_mdag_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *IngestReply) GetAccepted() uint64 {
@@ -2107,14 +2177,19 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\bFrameRef\x12\x16\n" +
 	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x0e\n" +
-	"\x02id\x18\x03 \x01(\x04R\x02id\"i\n" +
+	"\x02id\x18\x03 \x01(\x04R\x02id\"\x9a\x01\n" +
 	"\x03Box\x12\f\n" +
 	"\x01x\x18\x01 \x01(\x05R\x01x\x12\f\n" +
 	"\x01y\x18\x02 \x01(\x05R\x01y\x12\f\n" +
 	"\x01w\x18\x03 \x01(\x05R\x01w\x12\f\n" +
 	"\x01h\x18\x04 \x01(\x05R\x01h\x12\x14\n" +
 	"\x05class\x18\x05 \x01(\tR\x05class\x12\x14\n" +
-	"\x05score\x18\x06 \x01(\x02R\x05score\"\xdc\x01\n" +
+	"\x05score\x18\x06 \x01(\x02R\x05score\x12/\n" +
+	"\tkeypoints\x18\a \x03(\v2\x11.mdag.v1.KeypointR\tkeypoints\"<\n" +
+	"\bKeypoint\x12\f\n" +
+	"\x01x\x18\x01 \x01(\x02R\x01x\x12\f\n" +
+	"\x01y\x18\x02 \x01(\x02R\x01y\x12\x14\n" +
+	"\x05score\x18\x03 \x01(\x02R\x05score\"\xdc\x01\n" +
 	"\rIngestMessage\x12!\n" +
 	"\x04join\x18\x01 \x01(\v2\r.mdag.v1.JoinR\x04join\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12&\n" +
@@ -2168,7 +2243,7 @@ func file_api_mdag_proto_rawDescGZIP() []byte {
 }
 
 var file_api_mdag_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_api_mdag_proto_goTypes = []any{
 	(TaskKind)(0),              // 0: mdag.v1.TaskKind
 	(Outcome)(0),               // 1: mdag.v1.Outcome
@@ -2193,10 +2268,11 @@ var file_api_mdag_proto_goTypes = []any{
 	(*Frame)(nil),              // 20: mdag.v1.Frame
 	(*FrameRef)(nil),           // 21: mdag.v1.FrameRef
 	(*Box)(nil),                // 22: mdag.v1.Box
-	(*IngestMessage)(nil),      // 23: mdag.v1.IngestMessage
-	(*Join)(nil),               // 24: mdag.v1.Join
-	(*IngestReply)(nil),        // 25: mdag.v1.IngestReply
-	nil,                        // 26: mdag.v1.Item.CountsEntry
+	(*Keypoint)(nil),           // 23: mdag.v1.Keypoint
+	(*IngestMessage)(nil),      // 24: mdag.v1.IngestMessage
+	(*Join)(nil),               // 25: mdag.v1.Join
+	(*IngestReply)(nil),        // 26: mdag.v1.IngestReply
+	nil,                        // 27: mdag.v1.Item.CountsEntry
 }
 var file_api_mdag_proto_depIdxs = []int32{
 	20, // 0: mdag.v1.FetchedFrame.frame:type_name -> mdag.v1.Frame
@@ -2217,7 +2293,7 @@ var file_api_mdag_proto_depIdxs = []int32{
 	22, // 15: mdag.v1.Item.region:type_name -> mdag.v1.Box
 	22, // 16: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
 	22, // 17: mdag.v1.Item.truth:type_name -> mdag.v1.Box
-	26, // 18: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
+	27, // 18: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
 	16, // 19: mdag.v1.Item.tracks:type_name -> mdag.v1.Track
 	17, // 20: mdag.v1.Item.steps:type_name -> mdag.v1.Step
 	18, // 21: mdag.v1.Item.events:type_name -> mdag.v1.Event
@@ -2226,21 +2302,22 @@ var file_api_mdag_proto_depIdxs = []int32{
 	22, // 24: mdag.v1.Step.boxes:type_name -> mdag.v1.Box
 	16, // 25: mdag.v1.Step.tracks:type_name -> mdag.v1.Track
 	21, // 26: mdag.v1.Frame.ref:type_name -> mdag.v1.FrameRef
-	24, // 27: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
-	20, // 28: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
-	22, // 29: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
-	19, // 30: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
-	4,  // 31: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
-	23, // 32: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
-	2,  // 33: mdag.v1.Peer.Fetch:input_type -> mdag.v1.FetchRequest
-	5,  // 34: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
-	25, // 35: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
-	3,  // 36: mdag.v1.Peer.Fetch:output_type -> mdag.v1.FetchedFrame
-	34, // [34:37] is the sub-list for method output_type
-	31, // [31:34] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	23, // 27: mdag.v1.Box.keypoints:type_name -> mdag.v1.Keypoint
+	25, // 28: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
+	20, // 29: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
+	22, // 30: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
+	19, // 31: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
+	4,  // 32: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
+	24, // 33: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
+	2,  // 34: mdag.v1.Peer.Fetch:input_type -> mdag.v1.FetchRequest
+	5,  // 35: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
+	26, // 36: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
+	3,  // 37: mdag.v1.Peer.Fetch:output_type -> mdag.v1.FetchedFrame
+	35, // [35:38] is the sub-list for method output_type
+	32, // [32:35] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_api_mdag_proto_init() }
@@ -2265,7 +2342,7 @@ func file_api_mdag_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_mdag_proto_rawDesc), len(file_api_mdag_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -89,8 +89,8 @@ modules:
   - {name: d, kind: tpu, inputs: [a]}
 `, []string{
 			"app.yaml:4: modules[0].model: required for gpu modules: the model whose profiles apply",
-			"app.yaml:5: modules[1].op: required for cpu modules: one of activity, annotate, count, crop, haar-face, hog-people, letterbox, motion, resize, segment, sequence, sink, track, window",
-			`app.yaml:6: modules[2].op: unknown op "blur" (known: activity, annotate, count, crop, haar-face, hog-people, letterbox, motion, resize, segment, sequence, sink, track, window)`,
+			"app.yaml:5: modules[1].op: required for cpu modules: one of activity, annotate, count, crop, haar-face, hog-people, letterbox, motion, place, resize, segment, sequence, sink, text-crop, track, window",
+			`app.yaml:6: modules[2].op: unknown op "blur" (known: activity, annotate, count, crop, haar-face, hog-people, letterbox, motion, place, resize, segment, sequence, sink, text-crop, track, window)`,
 			`app.yaml:7: modules[3].kind: must be cpu or gpu, got "tpu"`}},
 		{"op and model on the wrong kind", `app: t
 slo: 1s

@@ -58,8 +58,8 @@ func TestZooFilesUpToDate(t *testing.T) {
 // profiles and checks the fastest configurations meet its SLO at its fps.
 func TestExamplesLoadAndAreFeasible(t *testing.T) {
 	names := examples.Names()
-	if len(names) != len(zoo.Examples)+3 {
-		t.Fatalf("examples %v: want the %d zoo examples, scrooge-example, face-live and gpu-check", names, len(zoo.Examples))
+	if len(names) != len(zoo.Examples)+4 {
+		t.Fatalf("examples %v: want the %d zoo examples, scrooge-example, face-live, gpu-check and text-reader", names, len(zoo.Examples))
 	}
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {

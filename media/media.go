@@ -51,6 +51,35 @@ type Box struct {
 	X, Y, W, H int
 	Class      string
 	Score      float32
+	// Keypoints are a pose model's points of this object (the keypoints
+	// decoder), nil for a plain detection. A pointer, so Box stays
+	// comparable (== compares the points' identity) and prints as before;
+	// read-only once set, like the rest of an item. The gRPC wire
+	// (remote/wire, api.Box) carries them, at most wire.MaxKeypoints a box.
+	Keypoints *Keypoints `json:",omitempty"`
+}
+
+// Keypoints are the points of one object, in the model's order (for
+// COCO pose models: nose, eyes, ears, shoulders, elbows, wrists, hips,
+// knees, ankles).
+type Keypoints struct {
+	Points []Keypoint
+}
+
+// Keypoint is one point in frame coordinates (pixels, fractional) and the
+// model's confidence that it is visible (0..1).
+type Keypoint struct {
+	X, Y, Score float32
+}
+
+// String prints the box as {X Y W H Class Score}, as fmt printed it before
+// Keypoints existed, with the number of points appended when it has some.
+func (b Box) String() string {
+	s := fmt.Sprintf("{%d %d %d %d %s %v}", b.X, b.Y, b.W, b.H, b.Class, b.Score)
+	if b.Keypoints != nil {
+		s = s[:len(s)-1] + fmt.Sprintf(" %d keypoints}", len(b.Keypoints.Points))
+	}
+	return s
 }
 
 // Rect is the box as an image rectangle.

@@ -8,7 +8,7 @@ import (
 	"github.com/mdag/mdag/media"
 )
 
-// RegisterBuiltin adds the pure-Go ops to r: crop, count and sink, and
+// RegisterBuiltin adds the pure-Go ops to r: crop, text-crop, place, count and sink, and
 // the stateful track, window, sequence, activity and segment. Every binary
 // has them, the lean one included.
 func RegisterBuiltin(r *Registry) error {
@@ -16,13 +16,15 @@ func RegisterBuiltin(r *Registry) error {
 		"crop": func(p Params) (Processor, error) {
 			return crop{pad: p.Int("pad"), classes: p.Strings("classes"), minScore: float32(p.Float("min_score"))}, nil
 		},
-		"count":    func(p Params) (Processor, error) { return count{classes: p.Strings("classes")}, nil },
-		"sink":     func(Params) (Processor, error) { return passThrough{}, nil },
-		"track":    func(p Params) (Processor, error) { return newTracker(p), nil },
-		"window":   func(p Params) (Processor, error) { return newWindow(p), nil },
-		"sequence": func(p Params) (Processor, error) { return newSequence(p), nil },
-		"activity": func(p Params) (Processor, error) { return newActivity(p) },
-		"segment":  func(p Params) (Processor, error) { return newSegment(p), nil },
+		"count":     func(p Params) (Processor, error) { return count{classes: p.Strings("classes")}, nil },
+		"text-crop": newTextCrop,
+		"place":     func(Params) (Processor, error) { return place{}, nil },
+		"sink":      func(Params) (Processor, error) { return passThrough{}, nil },
+		"track":     func(p Params) (Processor, error) { return newTracker(p), nil },
+		"window":    func(p Params) (Processor, error) { return newWindow(p), nil },
+		"sequence":  func(p Params) (Processor, error) { return newSequence(p), nil },
+		"activity":  func(p Params) (Processor, error) { return newActivity(p) },
+		"segment":   func(p Params) (Processor, error) { return newSegment(p), nil },
 	} {
 		if err := r.Register(op, f); err != nil {
 			return err

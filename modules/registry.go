@@ -11,8 +11,8 @@
 //     every problem by field (`params.width: must be > 0`); `mdag validate`
 //     runs it, so what validates also builds;
 //   - a Registry of factories (Processor constructors) that the binary fills
-//     explicitly: RegisterBuiltin adds the pure-Go ops (crop, count, sink
-//     and the stateful track, window, sequence, activity and segment),
+//     explicitly: RegisterBuiltin adds the pure-Go ops (crop, text-crop,
+//     place, count, sink and the stateful track, window, sequence, activity and segment),
 //     modules/cv adds the OpenCV ones (resize, haar-face, hog-people,
 //     motion, annotate, letterbox). A worker builds
 //     processors only from its registry and refuses an op it lacks by name.
@@ -87,6 +87,14 @@ var declared = []Op{
 		{Name: "pad", Kind: Int, Default: 0, Check: nonNegative, Doc: "pixels added around each box"},
 		{Name: "classes", Kind: Strings, Doc: "only boxes of these classes (default: all)"},
 		{Name: "min_score", Kind: Number, Default: 0.0, Check: unit, Doc: "only boxes scoring at least this"}}},
+	{Name: "text-crop", Summary: "cut one text line per detection box out of the frame, scaled to height keeping its aspect and padded to width (a text recogniser's input; fan-out)", Params: []Param{
+		{Name: "width", Kind: Int, Default: 320, Check: between(8, 4096), Doc: "width of every crop: the text scaled to height, left-aligned, the rest filled (a wider line is squeezed); PP-OCR rec: 320"},
+		{Name: "height", Kind: Int, Default: 48, Check: between(8, 1024), Doc: "height every line is scaled to (PP-OCRv3/v4 rec: 48)"},
+		{Name: "fill", Kind: Int, Default: 128, Check: between(0, 255), Doc: "grey value of the padding (128: PP-OCR's 0 after its normalisation)"},
+		{Name: "pad", Kind: Int, Default: 0, Check: nonNegative, Doc: "pixels added around each box before scaling"},
+		{Name: "classes", Kind: Strings, Doc: "only boxes of these classes (default: all)"},
+		{Name: "min_score", Kind: Number, Default: 0.0, Check: unit, Doc: "only boxes scoring at least this"}}},
+	{Name: "place", Summary: "put a crop's result back onto the frame: one box, the crop's region, classed by its first label (the text a recogniser read) and scored by its first box's score"},
 	{Name: "haar-face", Summary: "detect faces with an OpenCV Haar cascade", Params: []Param{
 		{Name: "cascade", Kind: String, Doc: "cascade XML file (default: Debian's frontal-face cascade)"},
 		{Name: "scale_factor", Kind: Number, Default: 1.1, Check: above(1), Doc: "image pyramid step, > 1"},

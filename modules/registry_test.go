@@ -90,7 +90,7 @@ func TestRegistryFactories(t *testing.T) {
 		t.Error("crop registered twice")
 	}
 	_, err := r.New("resize", map[string]any{"width": 2, "height": 2})
-	if !errors.Is(err, modules.ErrNotImplemented) || !strings.Contains(err.Error(), "op resize: op has no implementation in this binary (implemented: activity, count, crop, segment, sequence, sink, track, window)") {
+	if !errors.Is(err, modules.ErrNotImplemented) || !strings.Contains(err.Error(), "op resize: op has no implementation in this binary (implemented: activity, count, crop, place, segment, sequence, sink, text-crop, track, window)") {
 		t.Errorf("resize in the builtin registry: %v", err)
 	}
 	if _, err := r.New("crop", map[string]any{"pad": -1}); err == nil || !strings.Contains(err.Error(), "params.pad: must be >= 0") {

@@ -501,7 +501,7 @@ func (s *Server) result(c *conn, p *api.Result) {
 		case errors.Is(err, wire.ErrResultItems):
 			reason = RefusedResultItems
 		case errors.Is(err, wire.ErrTracks), errors.Is(err, wire.ErrSteps), errors.Is(err, wire.ErrEvents),
-			errors.Is(err, wire.ErrLabels), errors.Is(err, wire.ErrAudioSize):
+			errors.Is(err, wire.ErrLabels), errors.Is(err, wire.ErrAudioSize), errors.Is(err, wire.ErrKeypoints):
 			reason = RefusedItemContent
 		case errors.Is(err, wire.ErrStateSize):
 			reason = RefusedStateSize
@@ -704,6 +704,9 @@ func (s *Server) checkIngest(stream string, m *api.IngestMessage) error {
 	}
 	if err := s.caps.CheckBoxes("ground-truth boxes", len(m.Truth)); err != nil {
 		return s.refuse(RefusedBoxes, status.Errorf(codes.InvalidArgument, "%s: %v", where, err), "stream", stream)
+	}
+	if err := wire.CheckKeypoints(m.Truth); err != nil {
+		return s.refuse(RefusedBoxes, status.Errorf(codes.InvalidArgument, "%s: ground truth: %v", where, err), "stream", stream)
 	}
 	if n := len(m.GetAudio().GetPcm()); n > s.limits.MaxAudioBytes {
 		return s.refuse(RefusedAudioSize, status.Errorf(codes.InvalidArgument, "%s: an audio chunk of %d bytes of PCM; a source may send at most %d (--max-audio)", where, n, s.limits.MaxAudioBytes), "stream", stream)

@@ -39,6 +39,36 @@ var demoSchedule = []int{3, 5, 4, 6, 3}
 // ONNX Runtime worker on this machine's CPU.
 var faceLiveSchedule = []int{1, 2, 3, 2}
 
+// realDemo is an example the demo runs on its real models (ONNX Runtime
+// on this machine's CPU): its registry, its video, the clients' schedule
+// and what to say.
+type realDemo struct {
+	models   string // the default --models
+	video    string
+	schedule []int
+	intro    string // gets the SLO, the fps and the executor
+	look     string
+}
+
+// realDemos are face-live (BlazeFace) and text-reader (PP-OCRv4).
+var realDemos = map[string]realDemo{
+	"face-live": {models: "examples/models.yaml", video: megamindVideo, schedule: faceLiveSchedule,
+		intro: `the face-live app (detect -> faces / boxes, SLO %v at %g fps per camera): BlazeFace with its
+  real weights on %s,
+  batched across the streams, then CPU ops counting the faces and returning the boxes, in this one process.
+  The boxes come back to each client on its DataChannel; the stream page draws them over the video and
+  the dashboard draws the latest ones on each stream's thumbnail.`,
+		look: `detect's batch size grows with the streams
+    (one model call for the frames of every stream that are waiting); its latency is ONNX Runtime's, measured`},
+	"text-reader": {models: "examples/text-reader/models.yaml", video: "build/textclip/text-clip.avi", schedule: []int{1, 2, 1},
+		intro: `the text-reader app (detect text -> lines -> read -> texts, SLO %v at %g fps per camera): PaddleOCR's
+  PP-OCRv4 detector and recogniser with their real weights on %s;
+  each line read is a box classed by its string, back to each client on its DataChannel: the stream page
+  draws the strings over the video (the clip make models renders: signs of known text over vtest.avi).`,
+		look: `read's batches gather the text lines of every stream
+    (one recogniser call for the lines waiting); its latency is ONNX Runtime's, measured`},
+}
+
 // demoApp is what the demo runs: the app, its worker limits, the executor
 // (nil: emulated), the default video, the client schedule and the intro.
 type demoApp struct {
@@ -112,14 +142,14 @@ var emulatedDemos = map[string]emulatedDemo{
 var demoWarm = map[string]int{"caption": 2}
 
 // demoAppNames are the apps --app takes: the emulated ones, sorted, then
-// face-live.
+// the real ones.
 func demoAppNames() []string {
-	names := make([]string, 0, len(emulatedDemos)+1)
+	names := make([]string, 0, len(emulatedDemos)+len(realDemos))
 	for n := range emulatedDemos {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	return append(names, "face-live")
+	return append(names, "face-live", "text-reader")
 }
 
 // loadDemoApp prepares --app: an example on emulated GPUs (emulatedDemos),
@@ -127,7 +157,8 @@ func demoAppNames() []string {
 // intra-op thread, 2 sessions).
 func loadDemoApp(name, models string) (*demoApp, error) {
 	ed, emulated := emulatedDemos[name]
-	if !emulated && name != "face-live" {
+	rd, real := realDemos[name]
+	if !emulated && !real {
 		return nil, fmt.Errorf("--app %q: want one of %s", name, strings.Join(demoAppNames(), ", "))
 	}
 	app, prof, err := examples.Parse(name)
@@ -149,9 +180,12 @@ func loadDemoApp(name, models string) (*demoApp, error) {
   the real CPU ops, in this one process.`, name, ed.pipeline, app.SLO, app.FPS, strings.Join(gpus, " and "))
 		return d, nil
 	}
+	if models == "" {
+		models = rd.models
+	}
 	reg, err := registry.Load(models)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (make models builds the model files)", err)
 	}
 	if err := checkAppModels(app, reg); err != nil {
 		return nil, err
@@ -171,22 +205,17 @@ func loadDemoApp(name, models string) (*demoApp, error) {
 	d.exec = func(string, profile.WorkerTypeID) (gpu.Executor, error) { return x, nil }
 	d.close = x.Close
 	d.limits = map[profile.WorkerTypeID]int{"ORT-CPU": 1}
-	d.video, d.schedule = megamindVideo, faceLiveSchedule
-	d.intro = fmt.Sprintf(`the face-live app (detect -> faces / boxes, SLO %v at %g fps per camera): BlazeFace with its
-  real weights on %s,
-  batched across the streams, then CPU ops counting the faces and returning the boxes, in this one process.
-  The boxes come back to each client on its DataChannel; the stream page draws them over the video and
-  the dashboard draws the latest ones on each stream's thumbnail.`, app.SLO, app.FPS, x.Describe())
-	d.look = `detect's batch size grows with the streams
-    (one model call for the frames of every stream that are waiting); its latency is ONNX Runtime's, measured`
+	d.video, d.schedule = rd.video, rd.schedule
+	d.intro = fmt.Sprintf(rd.intro, app.SLO, app.FPS, x.Describe())
+	d.look = rd.look
 	return d, nil
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo", "[--app "+strings.Join(demoAppNames(), "|")+"] [--duration D] [flags]", stderr)
 	appName := fs.String("app", "traffic", "the app: "+strings.Join(demoAppNames()[:len(emulatedDemos)], ", ")+
-		" (emulated GPUs; vtest.avi, caption the pattern), or face-live (BlazeFace on ONNX Runtime, Megamind.avi; needs make models)")
-	models := fs.String("models", "examples/models.yaml", "with --app face-live: the model registry")
+		" (emulated GPUs; vtest.avi, caption the pattern), face-live (BlazeFace on ONNX Runtime, Megamind.avi) or text-reader (PP-OCRv4 on ONNX Runtime, the text clip); the last two need make models")
+	models := fs.String("models", "", "with --app face-live or text-reader: the model registry (default examples/models.yaml, examples/text-reader/models.yaml)")
 	duration := fs.Duration("duration", 0, "run this long, then print the summary (0: until Ctrl-C)")
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address of the dashboard, /metrics and WHIP (loopback only)")
 	source := fs.String("source", "", "video FILE the clients stream, or pattern (default: "+vtest+", with --app caption the pattern, with --app face-live "+megamindVideo+", when installed, else the pattern)")
@@ -205,13 +234,13 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag demo: --step %v: want > 0\n", *step)
 		return exitInvalid
 	}
-	if *appName == "face-live" {
-		if err := variance.only("demo", "--app face-live"); err != nil {
+	if _, ok := realDemos[*appName]; ok {
+		if err := variance.only("demo", "--app "+*appName); err != nil {
 			fmt.Fprintln(stderr, err)
 			return exitInvalid
 		}
 	}
-	if _, ok := emulatedDemos[*appName]; !ok && *appName != "face-live" {
+	if _, ok := emulatedDemos[*appName]; !ok && realDemos[*appName].models == "" {
 		why := ""
 		if *appName == "audio" {
 			why = " (the audio app takes audio; the demo's clients send video)"

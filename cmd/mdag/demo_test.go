@@ -215,8 +215,8 @@ func artifactDir(t *testing.T) string {
 // Apps it does not take are refused, naming the ones it does.
 func TestDemoApps(t *testing.T) {
 	for _, name := range demoAppNames() {
-		if name == "face-live" {
-			continue // needs make models; TestServeFaceLive runs it
+		if _, real := realDemos[name]; real {
+			continue // needs make models: TestServeFaceLive, TestDemoTextReader
 		}
 		t.Run(name, func(t *testing.T) {
 			d, err := loadDemoApp(name, "")
@@ -265,9 +265,43 @@ func TestDemoApps(t *testing.T) {
 	}
 	for _, name := range []string{"audio", "nexus-game", "nope"} {
 		var out, errb bytes.Buffer
-		if code := run([]string{"demo", "--app", name}, &out, &errb); code != exitInvalid || !strings.Contains(errb.String(), "want one of actdet, caption, face, pose, tracker, traffic, face-live") {
+		if code := run([]string{"demo", "--app", name}, &out, &errb); code != exitInvalid || !strings.Contains(errb.String(), "want one of actdet, caption, face, pose, tracker, traffic, face-live, text-reader") {
 			t.Errorf("--app %s: exit %d, %q; want %d naming the apps", name, code, errb.String(), exitInvalid)
 		}
+	}
+}
+
+// TestDemoTextReader (issue 37): `mdag demo --app text-reader` runs the
+// PP-OCRv4 pipeline on its real weights over the text clip make models
+// renders, and its clients get their results back within the SLO.
+func TestDemoTextReader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo for 8 s")
+	}
+	requireORT(t)
+	if _, err := os.Stat("../../build/textclip/text-clip.avi"); err != nil {
+		if os.Getenv("MDAG_REQUIRE_MODELS") != "" {
+			t.Fatalf("%v (MDAG_REQUIRE_MODELS is set: run make models)", err)
+		}
+		t.Skipf("%v: run make models", err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"demo", "--app", "text-reader", "--duration", "8s", "--step", "3s", "--listen", "127.0.0.1:0",
+		"--models", "../../examples/text-reader/models.yaml", "--source", "../../build/textclip/text-clip.avi"}, &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d:\n%s\n%s", code, out.String(), errb.String())
+	}
+	m := regexp.MustCompile(`clients: \d+ WHIP streams, (\d+) frames sent, (\d+) ingested at 1 fps, (\d+) results back`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no clients line in the summary:\n%s", out.String())
+	}
+	ingested, _ := strconv.Atoi(m[2])
+	back, _ := strconv.Atoi(m[3])
+	if ingested < 4 || back < ingested*9/10 {
+		t.Errorf("%d frames ingested, %d results back: want results for at least 90%% of at least 4 frames\n%s", ingested, back, out.String())
+	}
+	if !strings.Contains(out.String(), "the text-reader app") {
+		t.Errorf("the intro does not name the app:\n%s", out.String())
 	}
 }
 

@@ -34,7 +34,7 @@ func TestLeanRefusals(t *testing.T) {
 		{"validate -f examples/traffic/app.yaml --profiles examples/traffic/profiles.yaml", exitOK, "app traffic: valid"},
 		// The stateful ops are pure Go (the lean build has them); OpenCV's are not.
 		{"serve -f cmd/mdag/testdata/haar-only.yaml -p examples/face/profiles.yaml --listen 127.0.0.1:0", exitInvalid,
-			"module crop: op haar-face: op has no implementation in this binary (implemented: activity, count, crop, segment, sequence, sink, track, window)"},
+			"module crop: op haar-face: op has no implementation in this binary (implemented: activity, count, crop, place, segment, sequence, sink, text-crop, track, window)"},
 	} {
 		t.Run(tc.args, func(t *testing.T) {
 			var out bytes.Buffer

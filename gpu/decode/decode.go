@@ -5,8 +5,16 @@
 // model decodes the same way whichever runtime ran it.
 //
 // Built in: classify (top-k labels), blazeface (MediaPipe BlazeFace front,
-// 128x128: anchors, score threshold, NMS) and boxes (SSD- or YOLO-style
-// box outputs with NMS).
+// 128x128: anchors, score threshold, NMS), boxes (the detector heads
+// users bring, by Params.Format: ssd, yolov5 (alias yolo), yolov8 (v9,
+// YOLO11), yolox, ssd-tf, detr, rtdetr, e2e; see Boxes), keypoints
+// (YOLOv8/YOLO11-pose: boxes with media.Keypoints), db (DB text
+// detection: probability map to text boxes) and ctc (CTC text recognition: greedy decoding against a keys
+// file).
+//
+// CheckShapes says whether a decoder and format can read outputs of given
+// shapes (the registry's check, `mdag validate --models`); Infer proposes
+// a decoder from the shapes alone (`mdag models inspect`).
 package decode
 
 import (
@@ -62,7 +70,9 @@ type Params struct {
 	TopK      int      // classify: labels kept
 	Softmax   bool     // classify: the output is logits
 	Labels    []string // class names by index
-	Format    string   // boxes: "ssd" or "yolo"
+	Format    string   // boxes and keypoints: the head's layout (Formats)
+	Binarize  float64  // db: the probability a text pixel needs (0: DefaultBinarize)
+	Unclip    float64  // db: how far boxes grow back, DB's unclip ratio (0: DefaultUnclip)
 }
 
 // Result is what a decoder found in one item.
@@ -78,7 +88,7 @@ type Func func(outs []Output, g Geometry, p Params) (Result, error)
 // literal, no init side effects), others added with Register.
 var (
 	mu    sync.RWMutex
-	funcs = map[string]Func{"classify": Classify, "blazeface": BlazeFace, "boxes": Boxes}
+	funcs = map[string]Func{"classify": Classify, "blazeface": BlazeFace, "boxes": Boxes, "keypoints": Keypoints, "db": DB, "ctc": CTC}
 )
 
 // Register adds a decoder under name; a name given twice is an error.

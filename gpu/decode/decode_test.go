@@ -73,8 +73,8 @@ func TestBoxes(t *testing.T) {
 			"[{10 10 40 40 car 0.9} {60 60 30 30 person 0.3}]"},
 		{"ssd, outputs swapped", []Output{ssdScores, ssdBoxes}, Params{Format: "ssd", Threshold: 0.85, NMS: 0.45}, "[{10 10 40 40 class1 0.9}]"},
 		{"yolo", []Output{yolo}, Params{Format: "yolo", Threshold: 0.3, NMS: 0.45}, "[{40 40 20 20 class1 0.8"},
-		{"ssd wrong shape", []Output{ssdBoxes}, Params{Format: "ssd"}, "error: boxes (ssd): want 2 outputs"},
-		{"format", []Output{yolo}, Params{Format: "detr"}, `error: boxes: format "detr" unknown`},
+		{"ssd wrong shape", []Output{ssdBoxes}, Params{Format: "ssd"}, "error: boxes (ssd): want two outputs, boxes [K,4] (x1,y1,x2,y2 as fractions of the input) and scores [K,C]: one output given"},
+		{"format", []Output{yolo}, Params{Format: "retina"}, `error: boxes: format "retina" unknown (ssd, yolo, yolov5, yolov8, yolox, ssd-tf, detr, rtdetr, e2e)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := Boxes(tc.outs, g, tc.p)
@@ -121,7 +121,7 @@ func TestRegister(t *testing.T) {
 	if err := Register("classify", Classify); err == nil {
 		t.Fatal("registered classify twice")
 	}
-	if got := strings.Join(Names(), ","); got != "blazeface,boxes,classify" {
+	if got := strings.Join(Names(), ","); got != "blazeface,boxes,classify,ctc,db,keypoints" {
 		t.Fatalf("names %s", got)
 	}
 }

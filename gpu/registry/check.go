@@ -92,8 +92,8 @@ func (m *Model) checkDecoder(outs []Tensor, file string) error {
 		want = 1
 	case "blazeface":
 		want = 4
-	case "boxes":
-		want = map[string]int{"ssd": 2, "yolo": 1}[m.Decoder.Format]
+	case "boxes", "keypoints":
+		return m.checkHead(outs, file) // heads.go
 	default:
 		return nil
 	}

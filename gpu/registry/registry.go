@@ -75,13 +75,17 @@ type Input struct {
 
 // Decoder names the output decoder and its settings.
 type Decoder struct {
-	Name      string  `yaml:"name"`      // classify, blazeface, boxes (decode.Names)
+	Name      string  `yaml:"name"`      // classify, blazeface, boxes, keypoints, db, ctc (decode.Names)
 	Labels    string  `yaml:"labels"`    // a file of class names, one a line, relative to the YAML
 	TopK      int     `yaml:"top_k"`     // classify (default 1)
 	Softmax   bool    `yaml:"softmax"`   // classify: the output is logits
 	Threshold float64 `yaml:"threshold"` // detectors: the score a box needs
-	NMS       float64 `yaml:"nms"`       // detectors: IoU for suppression (default 0.45; blazeface 0.3)
-	Format    string  `yaml:"format"`    // boxes: ssd or yolo
+	NMS       float64 `yaml:"nms"`       // detectors: IoU for suppression (default decode.NMSFor: 0.45, none for heads that suppress inside; blazeface 0.3)
+	Format    string  `yaml:"format"`    // boxes: ssd (default), yolo = yolov5, yolov8, yolox, ssd-tf, detr, rtdetr, e2e; keypoints: yolov8 (decode.Formats)
+	// db: the probability a text pixel needs (default 0.3) and DB's
+	// unclip ratio, how far a text region grows back (default 1.5).
+	Binarize float64 `yaml:"binarize"`
+	Unclip   float64 `yaml:"unclip"`
 }
 
 type doc struct {
@@ -91,7 +95,7 @@ type doc struct {
 // Params are the decoder's settings as decode.Params.
 func (m *Model) Params() decode.Params {
 	d := m.Decoder
-	return decode.Params{Threshold: d.Threshold, NMS: d.NMS, TopK: d.TopK, Softmax: d.Softmax, Labels: m.Labels, Format: d.Format}
+	return decode.Params{Threshold: d.Threshold, NMS: d.NMS, TopK: d.TopK, Softmax: d.Softmax, Labels: m.Labels, Format: d.Format, Binarize: d.Binarize, Unclip: d.Unclip}
 }
 
 // Load reads and validates a registry file.
@@ -271,16 +275,35 @@ func (m *Model) validate(pos *yamlx.Positions, p, dir string) yamlx.ErrorList {
 	if d.NMS < 0 || d.NMS > 1 {
 		add(pos.Errorf(dp+".nms", "%g: want 0..1", d.NMS))
 	}
-	if d.NMS == 0 && d.Name == "boxes" {
-		d.NMS = 0.45
-	}
-	if d.Name == "boxes" {
+	if fs := decode.Formats(d.Name); len(fs) > 0 {
 		if d.Format == "" {
-			d.Format = "ssd"
+			d.Format = fs[0]
 		}
-		add(oneOf(pos, dp+".format", d.Format, "ssd", "yolo"))
+		add(oneOf(pos, dp+".format", d.Format, fs...))
 	} else if d.Format != "" {
-		add(pos.Errorf(dp+".format", "only for the boxes decoder"))
+		add(pos.Errorf(dp+".format", "only for the boxes and keypoints decoders"))
+	}
+	if d.NMS == 0 {
+		d.NMS = decode.NMSFor(d.Name, d.Format)
+	}
+	if d.Name == "db" {
+		if d.Binarize == 0 {
+			d.Binarize = decode.DefaultBinarize
+		}
+		if d.Unclip == 0 {
+			d.Unclip = decode.DefaultUnclip
+		}
+		if d.Binarize <= 0 || d.Binarize >= 1 {
+			add(pos.Errorf(dp+".binarize", "%g: want > 0 and < 1", d.Binarize))
+		}
+		if d.Unclip < 1 || d.Unclip > 4 {
+			add(pos.Errorf(dp+".unclip", "%g: want 1..4 (DB: 1.5 to 2)", d.Unclip))
+		}
+	} else if d.Binarize != 0 || d.Unclip != 0 {
+		add(pos.Errorf(dp, "binarize and unclip are for the db decoder"))
+	}
+	if d.Name == "ctc" && d.Labels == "" {
+		add(pos.Errorf(dp+".labels", "missing: the ctc decoder needs the keys file (one character a line)"))
 	}
 	if d.Name != "classify" && (d.TopK != 0 || d.Softmax) {
 		add(pos.Errorf(dp, "top_k and softmax are for the classify decoder"))
@@ -294,8 +317,10 @@ func (m *Model) validate(pos *yamlx.Positions, p, dir string) yamlx.ErrorList {
 		if err != nil {
 			add(pos.Errorf(dp+".labels", "%v", err))
 		} else {
+			// ASCII blanks only: a keys file may hold a character
+			// TrimSpace would take (PP-OCR's has U+3000, the ideographic space)
 			for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
-				m.Labels = append(m.Labels, strings.TrimSpace(l))
+				m.Labels = append(m.Labels, strings.Trim(l, " \t\r"))
 			}
 		}
 	}

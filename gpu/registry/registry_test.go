@@ -77,8 +77,8 @@ func TestParseErrors(t *testing.T) {
 		{"std zero", strings.Replace(base, "height: 8", "height: 8, std: [1, 0, 1]", 1), []string{"models.m.input.std[1]: 0: must be > 0"}},
 		{"uint8 scale", strings.Replace(strings.Replace(base, "float32", "uint8", 1), "height: 8", "height: 8, scale: 2", 1), []string{"a uint8 input takes the pixels as they are"}},
 		{"max batch", strings.Replace(base, "max_batch: 4", "max_batch: 0", 1), []string{"models.yaml:6: models.m.max_batch: 0: want 1..1024"}},
-		{"decoder", strings.Replace(base, "classify", "yolo9", 1), []string{`models.m.decoder.name: "yolo9" unknown (one of blazeface, boxes, classify)`}},
-		{"boxes format", strings.Replace(base, "{name: classify}", "{name: boxes, format: retina}", 1), []string{`models.m.decoder.format: "retina" unknown (one of ssd, yolo)`}},
+		{"decoder", strings.Replace(base, "classify", "yolo9", 1), []string{`models.m.decoder.name: "yolo9" unknown (one of blazeface, boxes, classify, ctc, db, keypoints)`}},
+		{"boxes format", strings.Replace(base, "{name: classify}", "{name: boxes, format: retina}", 1), []string{`models.m.decoder.format: "retina" unknown (one of ssd, yolo, yolov5, yolov8, yolox, ssd-tf, detr, rtdetr, e2e)`}},
 		{"labels missing", strings.Replace(base, "{name: classify}", "{name: classify, labels: nope.txt}", 1), []string{"models.m.decoder.labels", "nope.txt"}},
 		{"device", strings.Replace(base, "max_batch: 4", "max_batch: 4\n    devices: [cpu, tpu, cpu]", 1), []string{`models.m.devices[1]: "tpu" unknown`, `models.m.devices[2]: "cpu" given twice`}},
 		{"kserve missing", strings.Replace(strings.Replace(base, "format: onnx", "format: kserve", 1), "    file: m.onnx\n", "", 1), []string{"models.m.kserve: missing"}},
@@ -157,8 +157,8 @@ func TestCheck(t *testing.T) {
 		{"output", mk(func(m *Model) { m.Outputs = []string{"scores"} }), g, "no output 'scores' in tiny-classifier.onnx (its outputs: 'probs' float32[batch,10])"},
 		{"labels", mk(func(m *Model) { m.Labels = []string{"a", "b"} }), g, "model face: output 'probs' is float32[batch,10] in tiny-classifier.onnx: 10 classes, the labels file has 2"},
 		{"blazeface outputs", mk(func(m *Model) { m.Decoder.Name = "blazeface" }), g, "the blazeface decoder reads 4 outputs, tiny-classifier.onnx gives 1"},
-		{"ssd outputs", mk(func(m *Model) { m.Decoder = Decoder{Name: "boxes", Format: "ssd"} }), g, "the boxes decoder reads 2 outputs"},
-		{"yolo outputs", mk(func(m *Model) { m.Decoder = Decoder{Name: "boxes", Format: "yolo"} }), g, ""},
+		{"ssd outputs", mk(func(m *Model) { m.Decoder = Decoder{Name: "boxes", Format: "ssd"} }), g, "the boxes decoder (format ssd) reads two outputs, boxes [K,4] (x1,y1,x2,y2 as fractions of the input) and scores [K,C]; tiny-classifier.onnx gives 'probs' float32[batch,10]: one output given"},
+		{"yolo outputs", mk(func(m *Model) { m.Decoder = Decoder{Name: "boxes", Format: "yolo"} }), g, "output 'probs' [10] has rank 1 after the batch, want 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.m.Check(tc.g)

@@ -72,12 +72,27 @@ func BoxesToPB(bs []media.Box) []*api.Box {
 	out := make([]*api.Box, len(bs))
 	for i, b := range bs {
 		out[i] = &api.Box{X: int32(b.X), Y: int32(b.Y), W: int32(b.W), H: int32(b.H), Class: b.Class, Score: b.Score}
+		if b.Keypoints != nil {
+			out[i].Keypoints = make([]*api.Keypoint, len(b.Keypoints.Points))
+			for j, k := range b.Keypoints.Points {
+				out[i].Keypoints[j] = &api.Keypoint{X: k.X, Y: k.Y, Score: k.Score}
+			}
+		}
 	}
 	return out
 }
 
+// BoxFromPB is a box from the wire; its keypoints, if any, are carried
+// as they are (Caps.CheckItem bounds their number first).
 func BoxFromPB(b *api.Box) media.Box {
-	return media.Box{X: int(b.GetX()), Y: int(b.GetY()), W: int(b.GetW()), H: int(b.GetH()), Class: b.GetClass(), Score: b.GetScore()}
+	out := media.Box{X: int(b.GetX()), Y: int(b.GetY()), W: int(b.GetW()), H: int(b.GetH()), Class: b.GetClass(), Score: b.GetScore()}
+	if ks := b.GetKeypoints(); len(ks) > 0 {
+		out.Keypoints = &media.Keypoints{Points: make([]media.Keypoint, len(ks))}
+		for j, k := range ks {
+			out.Keypoints.Points[j] = media.Keypoint{X: k.GetX(), Y: k.GetY(), Score: k.GetScore()}
+		}
+	}
+	return out
 }
 
 func BoxesFromPB(bs []*api.Box) []media.Box {
@@ -461,6 +476,24 @@ const (
 	DefaultSendQueue = 4096 // messages waiting for one worker's stream
 )
 
+// MaxKeypoints bounds the keypoints of one box from the wire (COCO
+// WholeBody has 133): a box with more is refused, like a frame with too
+// many boxes.
+const MaxKeypoints = 256
+
+// ErrKeypoints is a box with more than MaxKeypoints.
+var ErrKeypoints = errors.New("too many keypoints")
+
+// CheckKeypoints refuses a box with more than MaxKeypoints.
+func CheckKeypoints(bs []*api.Box) error {
+	for i, b := range bs {
+		if n := len(b.GetKeypoints()); n > MaxKeypoints {
+			return fmt.Errorf("%w: box %d has %d, the limit is %d", ErrKeypoints, i, n, MaxKeypoints)
+		}
+	}
+	return nil
+}
+
 // MaxBoxBytes bounds one box's encoding with a class name of up to 64
 // bytes; it sizes the headroom a message gets for its boxes.
 const MaxBoxBytes = 96
@@ -546,6 +579,12 @@ func (c Caps) CheckItem(p *api.Item) error {
 		return err
 	}
 	if err := c.CheckBoxes("ground-truth boxes", len(p.GetTruth())); err != nil {
+		return err
+	}
+	if err := CheckKeypoints(p.GetBoxes()); err != nil {
+		return err
+	}
+	if err := CheckKeypoints(p.GetTruth()); err != nil {
 		return err
 	}
 	if err := c.checkResults("", p.GetLabels(), p.GetTracks()); err != nil {

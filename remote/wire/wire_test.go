@@ -159,6 +159,10 @@ func TestItemRoundTrip(t *testing.T) {
 		{"audio only", &media.Item{Stream: "mic", Seq: 1, Audio: &media.Audio{Rate: 8000, Channels: 1, PCM: []int16{-2, 3}}}},
 		{"empty audio chunk", &media.Item{Stream: "mic", Seq: 2, Audio: &media.Audio{Rate: 8000, Channels: 1, PCM: []int16{}}}},
 		{"bare", &media.Item{Stream: "s"}},
+		// a pose model's keypoints cross the wire (issue 37: they were
+		// dropped, so a pose model on a remote worker lost its points)
+		{"keypoints", &media.Item{Stream: "s", Boxes: []media.Box{{X: 1, Y: 2, W: 3, H: 4, Class: "person", Score: 0.9,
+			Keypoints: &media.Keypoints{Points: []media.Keypoint{{X: 1.5, Y: 2.5, Score: 0.8}, {X: 3, Y: 4, Score: 0.1}}}}, {X: 5, W: 1, H: 1, Class: "person"}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var back api.Item
@@ -303,6 +307,9 @@ func TestCapsItem(t *testing.T) {
 		{"a step's tracks", &api.Item{Steps: []*api.Step{{Seq: 8, Tracks: t3}}}, ErrTracks, "too many tracks: 3 tracks on step 0 (seq 8), the limit is 2"},
 		{"a step's labels", &api.Item{Steps: []*api.Step{{Seq: 8, Labels: l3}}}, ErrLabels, "too many labels: 3 labels on step 0 (seq 8), the limit is 2"},
 		{"audio", &api.Item{Audio: &api.Audio{Pcm: make([]byte, 10)}}, ErrAudioSize, "audio chunk over the size limit: 10 bytes of PCM, the limit is 8"},
+		{"keypoints at their limit", &api.Item{Boxes: []*api.Box{{Keypoints: make([]*api.Keypoint, MaxKeypoints)}}}, nil, ""},
+		{"keypoints", &api.Item{Boxes: []*api.Box{{}, {Keypoints: make([]*api.Keypoint, MaxKeypoints+1)}}}, ErrKeypoints, "too many keypoints: box 1 has 257, the limit is 256"},
+		{"ground truth's keypoints", &api.Item{Truth: []*api.Box{{Keypoints: make([]*api.Keypoint, MaxKeypoints+1)}}}, ErrKeypoints, "too many keypoints"},
 		{"odd audio: no cap's", &api.Item{Audio: &api.Audio{Pcm: make([]byte, 7)}}, nil, "audio: 7 bytes of PCM, want whole 16-bit samples"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
