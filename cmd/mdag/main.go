@@ -41,6 +41,8 @@ func commands() []command {
 		{"validate", "check an app (and its profiles) and summarise its graph and feasibility", runValidate},
 		{"allocate", "choose worker types, configurations and capacity per module at least cost (Scrooge MILP)", runAllocate},
 		{"place", "allocate, then place onto instances: full and partial, best fit, warm reuse, fewest moves", runPlace},
+		{"models", "inspect an ONNX model: its inputs, outputs, opset and metadata, and a proposed registry entry", runModels},
+		{"try", "run one registry model on an image or a video's first frames: what it found as JSON, drawn on a PNG", runTry},
 		{"profile", "measure a model on an executor (batch x concurrency, or SERF for CPU workers) and write its profile", runProfile},
 		{"pack", "pack model sessions onto GPUs with Nexus's squishy bin packing", runPack},
 		{"partition", "split models over sub-clusters balancing rate and memory (Symphony MILP)", runPartition},

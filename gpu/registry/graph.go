@@ -10,9 +10,57 @@ import (
 )
 
 // Graph is what an ONNX file says about its inputs and outputs, read
-// without a runtime (the protobuf wire format, like gpu.CheckONNX).
+// without a runtime (the protobuf wire format, like gpu.CheckONNX), and
+// what the model carries beside them: the operator sets it imports, the
+// exporter and its metadata_props (Ultralytics exports keep their class
+// names, input size, stride and task there: UltralyticsNames reads them).
 type Graph struct {
 	Inputs, Outputs []Tensor
+	Opsets          []Opset // opset_import, in file order
+	Producer        string  // producer_name and producer_version, e.g. "pytorch 2.3.0" ("" when absent)
+	IRVersion       int64
+	// Metadata are the model's metadata_props (key: value) in file
+	// order; a key given twice keeps both.
+	Metadata []Prop
+}
+
+// Opset is one operator set the model imports: its domain ("" is ONNX's
+// default domain, ai.onnx) and version.
+type Opset struct {
+	Domain  string
+	Version int64
+}
+
+func (o Opset) String() string {
+	d := o.Domain
+	if d == "" {
+		d = "ai.onnx"
+	}
+	return fmt.Sprintf("%s v%d", d, o.Version)
+}
+
+// Prop is one metadata_props entry.
+type Prop struct{ Key, Value string }
+
+// Meta returns the value of the first metadata_props entry named key.
+func (g *Graph) Meta(key string) (string, bool) {
+	for _, p := range g.Metadata {
+		if p.Key == key {
+			return p.Value, true
+		}
+	}
+	return "", false
+}
+
+// Opset returns the version of the default (ai.onnx) operator set, 0 when
+// the model imports none.
+func (g *Graph) Opset() int64 {
+	for _, o := range g.Opsets {
+		if o.Domain == "" || o.Domain == "ai.onnx" {
+			return o.Version
+		}
+	}
+	return 0
 }
 
 // Tensor is a graph input or output: name, element type and shape.
@@ -120,13 +168,55 @@ func walk(b []byte, f func(num protowire.Number, typ protowire.Type, v []byte, x
 
 // ParseGraph reads a serialized ONNX ModelProto (field 7: GraphProto; its
 // fields 11 and 12: inputs and outputs as ValueInfoProto; 5: initializers,
-// which old exporters also list as inputs and are not inputs here).
+// which old exporters also list as inputs and are not inputs here) and the
+// model's own fields: 1 ir_version, 2 producer_name, 3 producer_version,
+// 8 opset_import (OperatorSetIdProto: 1 domain, 2 version) and 14
+// metadata_props (StringStringEntryProto: 1 key, 2 value).
 func ParseGraph(b []byte) (*Graph, error) {
 	var graph []byte
 	found := false
-	err := walk(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-		if num == 7 && typ == protowire.BytesType {
+	g := &Graph{}
+	var producer, producerVersion string
+	err := walk(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+		switch {
+		case num == 7 && typ == protowire.BytesType:
 			graph, found = v, true
+		case num == 1 && typ == protowire.VarintType:
+			g.IRVersion = int64(x)
+		case num == 2 && typ == protowire.BytesType:
+			producer = string(v)
+		case num == 3 && typ == protowire.BytesType:
+			producerVersion = string(v)
+		case num == 8 && typ == protowire.BytesType:
+			var o Opset
+			err := walk(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+				switch {
+				case num == 1 && typ == protowire.BytesType:
+					o.Domain = string(v)
+				case num == 2 && typ == protowire.VarintType:
+					o.Version = int64(x)
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("opset_import: %w", err)
+			}
+			g.Opsets = append(g.Opsets, o)
+		case num == 14 && typ == protowire.BytesType:
+			var p Prop
+			err := walk(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+				switch {
+				case num == 1 && typ == protowire.BytesType:
+					p.Key = string(v)
+				case num == 2 && typ == protowire.BytesType:
+					p.Value = string(v)
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("metadata_props: %w", err)
+			}
+			g.Metadata = append(g.Metadata, p)
 		}
 		return nil
 	})
@@ -136,7 +226,7 @@ func ParseGraph(b []byte) (*Graph, error) {
 	if !found {
 		return nil, fmt.Errorf("no graph")
 	}
-	g := &Graph{}
+	g.Producer = strings.TrimSpace(producer + " " + producerVersion)
 	inits := map[string]bool{}
 	err = walk(graph, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		if typ != protowire.BytesType {

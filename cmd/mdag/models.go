@@ -1,0 +1,588 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/mdag/mdag/gpu/decode"
+	"github.com/mdag/mdag/gpu/registry"
+)
+
+// mdag models inspect FILE.onnx looks at a model the project never saw
+// (issue 37): its inputs and outputs, opset and metadata_props, read
+// from the protobuf without a runtime (registry.ReadGraph), and a
+// proposed registry entry: the input block from the input's shape (the
+// layout from where the 3 channels are, the size from fixed dimensions or
+// an Ultralytics export's imgsz), the normalisation of the model's family,
+// max_batch when the batch is symbolic, the decoder decode.Infer proposes
+// from the outputs' shapes (its reason as a comment) and the class names
+// an Ultralytics export carries, written to a labels file beside the
+// YAML. The entry is checked as `mdag validate --models` would check it
+// (registry.Parse, then Check against the graph) before it is printed.
+
+const modelsSynopsis = "inspect FILE.onnx [--name NAME] [--dir DIR] [--max-batch 8] [--write-labels=true] [-o text|yaml|json]"
+
+func runModels(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintf(stderr, "Subcommands of mdag models:\n  inspect   print a model's inputs, outputs, opset and metadata and propose its registry entry\n\n")
+		runModelsInspect([]string{"-h"}, stdout, stderr)
+		if len(args) == 0 {
+			return exitInvalid
+		}
+		return exitOK
+	}
+	switch args[0] {
+	case "inspect":
+		return runModelsInspect(args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "mdag models: unknown subcommand %q (inspect)\n", args[0])
+	return exitInvalid
+}
+
+// parseWithArgs parses flags that may come before or after the
+// positional arguments (FILE --name x as well as --name x FILE).
+func parseWithArgs(fs *flag.FlagSet, args []string) ([]string, int, bool) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if err == flag.ErrHelp {
+				return nil, exitOK, false
+			}
+			return nil, exitInvalid, false
+		}
+		if fs.NArg() == 0 {
+			return pos, exitOK, true
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func runModelsInspect(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("models inspect", strings.TrimPrefix(modelsSynopsis, "inspect "), stderr)
+	name := fs.String("name", "", "the entry's name, what apps write in model: (default: the file's name without .onnx)")
+	dir := fs.String("dir", ".", "the directory the registry YAML will be in: file: and labels: are written relative to it, and the labels file goes there")
+	maxBatch := fs.Int("max-batch", 8, "max_batch to propose when the batch dimension is symbolic (a fixed batch of 1 gets 1)")
+	writeLabels := fs.Bool("write-labels", true, "when the model carries class names (Ultralytics metadata names), write them to DIR/NAME.labels, one a line, for the entry's decoder labels:")
+	out := fs.String("o", "text", "output `format`: text (the report, then the entry), yaml (only the registry document, to redirect into a models.yaml) or json")
+	pos, code, ok := parseWithArgs(fs, args)
+	if !ok {
+		return code
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "mdag models inspect: "+format+"\n", a...)
+		return exitInvalid
+	}
+	switch {
+	case len(pos) != 1:
+		return usageErr("want one model file (FILE.onnx), got %d arguments", len(pos))
+	case *out != "text" && *out != "yaml" && *out != "json":
+		return usageErr("-o %q: want text, yaml or json", *out)
+	case *maxBatch < 1 || *maxBatch > 1024:
+		return usageErr("--max-batch %d: want 1..1024", *maxBatch)
+	}
+	if *name == "" {
+		*name = entryName(pos[0])
+	}
+	if !regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`).MatchString(*name) {
+		return usageErr("--name %q: letters, digits, _ . and - (starting with a letter or digit)", *name)
+	}
+	g, err := registry.ReadGraph(pos[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag models inspect: %v\n", err)
+		return exitInvalid
+	}
+	ins, err := inspectModel(g, pos[0], inspectOptions{name: *name, dir: *dir, maxBatch: *maxBatch, writeLabels: *writeLabels})
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag models inspect: %v\n", err)
+		return exitFailure
+	}
+	switch *out {
+	case "json":
+		writeJSON(stdout, ins, true)
+	case "yaml":
+		io.WriteString(stdout, ins.Entry.YAML)
+		if !ins.Decoder.OK {
+			fmt.Fprintf(stderr, "mdag models inspect: no decoder proposed: %s\n", ins.Decoder.Why)
+		}
+	default:
+		writeInspection(stdout, ins)
+	}
+	return exitOK
+}
+
+// entryName is a file's name without its extension, lower case, as an
+// entry name.
+func entryName(file string) string {
+	n := strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
+	n = regexp.MustCompile(`[^A-Za-z0-9_.-]+`).ReplaceAllString(n, "-")
+	n = strings.Trim(n, "-.")
+	if n == "" {
+		return "model"
+	}
+	return n
+}
+
+type inspectOptions struct {
+	name, dir   string
+	maxBatch    int
+	writeLabels bool
+}
+
+// inspection is what `mdag models inspect` found (-o json prints it).
+type inspection struct {
+	File      string            `json:"file"`
+	IRVersion int64             `json:"ir_version"`
+	Producer  string            `json:"producer,omitempty"`
+	Opset     []inspectOpset    `json:"opset"`
+	Inputs    []inspectTensor   `json:"inputs"`
+	Outputs   []inspectTensor   `json:"outputs"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	// Labels are the class names the metadata carries (Ultralytics names).
+	Labels  []string        `json:"labels,omitempty"`
+	Family  string          `json:"family"` // whose preprocessing the entry assumes
+	Decoder inspectDecoder  `json:"decoder"`
+	Entry   inspectProposal `json:"entry"`
+	Notes   []string        `json:"notes,omitempty"` // what a person should check
+}
+
+type inspectOpset struct {
+	Domain  string `json:"domain"`
+	Version int64  `json:"version"`
+}
+
+type inspectTensor struct {
+	Name  string `json:"name"`
+	DType string `json:"dtype"`
+	Shape []any  `json:"shape"` // a fixed size, or the symbolic dimension's name ("?" when unnamed)
+	Text  string `json:"text"`  // dtype[d0,d1,...]
+}
+
+type inspectDecoder struct {
+	Name   string `json:"name,omitempty"`
+	Format string `json:"format,omitempty"`
+	Why    string `json:"why"`
+	OK     bool   `json:"ok"` // false: no decoder could be inferred (why says what was seen)
+}
+
+type inspectProposal struct {
+	Name       string          `json:"name"`
+	YAML       string          `json:"yaml"`                  // the registry document (models: NAME: ...)
+	Model      *registry.Model `json:"model"`                 // the entry as proposed
+	LabelsFile string          `json:"labels_file,omitempty"` // written beside the YAML
+	Check      string          `json:"check"`                 // "ok", or what `mdag validate --models` would say
+}
+
+const (
+	scale255  = 1.0 / 255
+	scale1275 = 1.0 / 127.5
+)
+
+var imagenetMean, imagenetStd = []float64{0.485, 0.456, 0.406}, []float64{0.229, 0.224, 0.225}
+
+func inspectModel(g *registry.Graph, file string, o inspectOptions) (*inspection, error) {
+	ins := &inspection{File: file, IRVersion: g.IRVersion, Producer: g.Producer}
+	for _, op := range g.Opsets {
+		ins.Opset = append(ins.Opset, inspectOpset{Domain: op.Domain, Version: op.Version})
+	}
+	for _, t := range g.Inputs {
+		ins.Inputs = append(ins.Inputs, jsonTensor(t))
+	}
+	for _, t := range g.Outputs {
+		ins.Outputs = append(ins.Outputs, jsonTensor(t))
+	}
+	if len(g.Metadata) > 0 {
+		ins.Metadata = map[string]string{}
+		for _, p := range g.Metadata {
+			if _, dup := ins.Metadata[p.Key]; !dup {
+				ins.Metadata[p.Key] = p.Value
+			}
+		}
+	}
+	note := func(format string, a ...any) { ins.Notes = append(ins.Notes, fmt.Sprintf(format, a...)) }
+	ultra, isUltra, err := g.Ultralytics()
+	if err != nil {
+		note("the Ultralytics metadata is not all readable: %v", err)
+	}
+	ins.Labels = ultra.Names
+
+	m := &registry.Model{Format: "onnx", Name: o.name, Devices: []string{"cpu"}}
+	in := g.Inputs[0]
+	if len(g.Inputs) > 1 {
+		note("the graph has %d inputs (%s); the executors feed one, the first is proposed", len(g.Inputs), strings.Join(registry.Names(g.Inputs), ", "))
+	}
+	m.Input.Name = in.Name
+	m.Input.DType = in.DType
+	if !slices.Contains([]string{"float32", "float16", "uint8"}, in.DType) {
+		note("input '%s' is %s: the executors feed float32, float16 or uint8", in.Name, in)
+	}
+	// layout and size
+	fixed := func(i int) int64 {
+		if i < len(in.Dims) && in.Dims[i].Fixed {
+			return in.Dims[i].Value
+		}
+		return 0
+	}
+	var h, w int64
+	inputComment := ""
+	switch {
+	case len(in.Dims) != 4:
+		m.Input.Layout = "NCHW"
+		note("input '%s' is %s: the executors feed rank 4, [N,3,H,W] or [N,H,W,3]", in.Name, in)
+	case fixed(1) == 3 || (fixed(3) != 3 && fixed(1) > 0 && fixed(1) <= 4):
+		m.Input.Layout, h, w = "NCHW", fixed(2), fixed(3)
+		inputComment = "channels first (dimension 1 is 3)"
+	case fixed(3) == 3 || (fixed(3) > 0 && fixed(3) <= 4):
+		m.Input.Layout, h, w = "NHWC", fixed(1), fixed(2)
+		inputComment = "channels last (dimension 3 is 3)"
+	default:
+		m.Input.Layout, h, w = "NCHW", fixed(2), fixed(3)
+		inputComment = "layout not told by the shape: NCHW assumed"
+		note("input '%s' is %s: no dimension is fixed at 3 channels; NCHW is assumed", in.Name, in)
+	}
+	switch {
+	case h > 0 && w > 0:
+		inputComment += fmt.Sprintf(", %dx%d fixed in the graph", w, h)
+	case isUltra && ultra.Width > 0 && ultra.Height > 0:
+		w, h = int64(ultra.Width), int64(ultra.Height)
+		inputComment += fmt.Sprintf(", %dx%d from the metadata's imgsz (the graph's size is symbolic)", w, h)
+	default:
+		w, h = 640, 640
+		inputComment += ", size symbolic in the graph: 640x640 proposed, set the size it was trained at"
+		note("input '%s' is %s: its size is symbolic; 640x640 is proposed (set the size the model was trained at)", in.Name, in)
+	}
+	m.Input.Width, m.Input.Height = int(w), int(h)
+	batchComment := ""
+	switch d := in.Dims; {
+	case len(d) == 0:
+	case !d[0].Fixed:
+		m.MaxBatch = o.maxBatch
+		batchComment = fmt.Sprintf("the batch dimension '%s' is symbolic", d[0])
+	case d[0].Value == 1:
+		m.MaxBatch = 1
+		batchComment = "the batch dimension is fixed at 1 (export with a dynamic batch to batch frames)"
+	default:
+		m.MaxBatch = 1
+		note("input '%s' is %s: its batch is fixed at %d; the executors run batches of 1..max_batch, so re-export it with a symbolic (dynamic) batch", in.Name, in, d[0].Value)
+	}
+
+	// the decoder
+	name, format, why, ok := decode.Infer(registry.Shapes(g.Outputs), decode.Input{W: m.Input.Width, H: m.Input.Height})
+	ins.Decoder = inspectDecoder{Name: name, Format: format, Why: why, OK: ok}
+	if isUltra && ok {
+		switch t := ultra.Task; {
+		case t == "pose" && name != "keypoints", t == "detect" && name != "boxes":
+			note("the metadata says task %s, the outputs' shapes say decoder %s: check", t, name)
+		case t != "" && t != "pose" && t != "detect":
+			note("the metadata says task %s: only its boxes are decoded (no masks, angles or class-only outputs)", t)
+		}
+	}
+	m.Decoder.Name, m.Decoder.Format = name, format
+
+	// the family's preprocessing
+	ultraLayout := slices.Contains([]string{"yolov8", "yolov5", "yolo", "e2e"}, format) || name == "keypoints" || (format == "rtdetr" && len(g.Outputs) == 1)
+	colour, resize := "rgb", "stretch"
+	var scale float64
+	var mean, std []float64
+	switch {
+	case in.DType == "uint8":
+		ins.Family = "uint8 pixels"
+		inputComment += "; uint8: the pixels as they are"
+	case isUltra || ultraLayout:
+		ins.Family = "Ultralytics"
+		scale, resize = scale255, "letterbox"
+		inputComment += "; Ultralytics: RGB in [0,1] (pixel/255), letterboxed"
+	case name == "blazeface":
+		ins.Family = "MediaPipe"
+		scale, mean = scale1275, []float64{1, 1, 1}
+		inputComment += "; MediaPipe: RGB in [-1,1] (pixel/127.5 - 1)"
+	case format == "yolox":
+		ins.Family = "YOLOX"
+		scale, colour, resize = 1, "bgr", "letterbox"
+		inputComment += "; YOLOX: BGR pixels 0..255, not normalised, letterboxed"
+	case format == "detr" || name == "classify":
+		ins.Family = "ImageNet"
+		scale, mean, std = scale255, imagenetMean, imagenetStd
+		inputComment += "; ImageNet normalisation assumed: (pixel/255 - mean) / std, RGB (check the model's)"
+		note("the normalisation is ImageNet's, assumed: check the model's preprocessing")
+	default:
+		ins.Family = "unknown"
+		scale = scale255
+		inputComment += "; RGB in [0,1] assumed (check the model's normalisation: mean, std)"
+		note("the normalisation is not known from the graph: RGB in [0,1] is assumed, check the model's preprocessing")
+	}
+	m.Input.Colour, m.Input.Resize, m.Input.Scale, m.Input.Mean, m.Input.Std = colour, resize, scale, mean, std
+
+	// decoder settings and labels
+	switch {
+	case name == "classify":
+		m.Decoder.TopK = 5
+	case name == "blazeface":
+		m.Decoder.Threshold = decode.BlazeFaceThreshold
+	case ins.Family == "Ultralytics":
+		m.Decoder.Threshold = 0.25 // Ultralytics' predict default conf
+	case ok:
+		m.Decoder.Threshold = 0.5
+	}
+	labels := ultra.Names
+	if ok && len(labels) > 0 {
+		if err := decode.CheckShapes(name, format, registry.Shapes(g.Outputs), decode.Input{W: m.Input.Width, H: m.Input.Height}, len(labels)); err != nil {
+			note("the metadata's %d class names do not fit the outputs (%v): no labels proposed", len(labels), err)
+			labels = nil
+		}
+	}
+	rel := func(p string) string {
+		ad, err1 := filepath.Abs(o.dir)
+		ap, err2 := filepath.Abs(p)
+		if err1 != nil || err2 != nil {
+			return p
+		}
+		// relative to the YAML, unless that climbs above its parent
+		if r, err := filepath.Rel(ad, ap); err == nil && !strings.HasPrefix(filepath.ToSlash(r), "../../") {
+			return filepath.ToSlash(r)
+		}
+		return ap
+	}
+	m.File = rel(file)
+	labelsComment := ""
+	if len(labels) > 0 && ok {
+		lf := o.name + ".labels"
+		path := filepath.Join(o.dir, lf)
+		if o.writeLabels {
+			if err := os.WriteFile(path, []byte(strings.Join(labels, "\n")+"\n"), 0o644); err != nil {
+				return nil, fmt.Errorf("writing the labels file: %w", err)
+			}
+			ins.Entry.LabelsFile = path
+			m.Decoder.Labels = lf
+			labelsComment = fmt.Sprintf("labels: %d class names from the model's metadata, written to %s", len(labels), lf)
+		} else {
+			labelsComment = fmt.Sprintf("the model carries %d class names (metadata names); --write-labels writes them for labels:", len(labels))
+		}
+	}
+	ins.Entry.Name = o.name
+	ins.Entry.Model = m
+	ins.Entry.YAML = entryYAML(m, inputComment, batchComment, labelsComment, ins.Decoder)
+
+	// the check mdag validate --models makes
+	ins.Entry.Check = "ok"
+	if !ok {
+		ins.Entry.Check = "no decoder: " + why
+	} else if reg, err := registry.Parse(filepath.Join(o.dir, "models.yaml"), []byte(ins.Entry.YAML)); err != nil {
+		ins.Entry.Check = err.Error()
+	} else if err := reg.Models[o.name].Check(g); err != nil {
+		ins.Entry.Check = err.Error()
+	}
+	return ins, nil
+}
+
+func jsonTensor(t registry.Tensor) inspectTensor {
+	it := inspectTensor{Name: t.Name, DType: t.DType, Text: t.String(), Shape: []any{}}
+	for _, d := range t.Dims {
+		if d.Fixed {
+			it.Shape = append(it.Shape, d.Value)
+		} else {
+			it.Shape = append(it.Shape, d.String())
+		}
+	}
+	return it
+}
+
+// yamlScalar quotes s when YAML would read it as something else.
+func yamlScalar(s string) string {
+	if regexp.MustCompile(`^[A-Za-z_./][A-Za-z0-9_./-]*$`).MatchString(s) && !slices.Contains([]string{"true", "false", "yes", "no", "on", "off", "null", "y", "n"}, strings.ToLower(s)) {
+		return s
+	}
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func yamlFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+func yamlFloats(fs []float64) string {
+	s := make([]string, len(fs))
+	for i, f := range fs {
+		s[i] = yamlFloat(f)
+	}
+	return "[" + strings.Join(s, ", ") + "]"
+}
+
+// comment writes text as YAML comment lines at indent, wrapped at about
+// 100 columns.
+func comment(b *bytes.Buffer, indent, text string) {
+	line := indent + "#"
+	for _, w := range strings.Fields(text) {
+		if len(line)+1+len(w) > 100 && len(line) > len(indent)+1 {
+			b.WriteString(line + "\n")
+			line = indent + "#"
+		}
+		line += " " + w
+	}
+	b.WriteString(line + "\n")
+}
+
+// flow writes a flow mapping of parts after head, wrapped at about 100
+// columns with its continuation lines under the first part.
+func flow(b *bytes.Buffer, head string, parts []string) {
+	line := head
+	for i, p := range parts {
+		sep := ", "
+		if i == 0 {
+			sep = ""
+		}
+		if i > 0 && len(line)+len(sep)+len(p)+1 > 100 {
+			b.WriteString(line + ",\n")
+			line, sep = strings.Repeat(" ", len(head)), ""
+		}
+		line += sep + p
+	}
+	b.WriteString(line + "}\n")
+}
+
+// entryYAML is the registry document with the one entry, in the style of
+// examples/models.yaml.
+func entryYAML(m *registry.Model, inputComment, batchComment, labelsComment string, d inspectDecoder) string {
+	var b bytes.Buffer
+	const ind = "    "
+	fmt.Fprintf(&b, "models:\n  %s:\n", yamlScalar(m.Name))
+	fmt.Fprintf(&b, "%sformat: onnx\n%sfile: %s\n", ind, ind, yamlScalar(m.File))
+	comment(&b, ind, "input: "+inputComment)
+	in := m.Input
+	parts := []string{"name: " + yamlScalar(in.Name), "dtype: " + in.DType, "layout: " + in.Layout,
+		fmt.Sprintf("width: %d", in.Width), fmt.Sprintf("height: %d", in.Height), "colour: " + in.Colour}
+	if in.DType != "uint8" {
+		if in.Scale != 0 && in.Scale != 1 {
+			parts = append(parts, "scale: "+yamlFloat(in.Scale))
+		}
+		if in.Mean != nil {
+			parts = append(parts, "mean: "+yamlFloats(in.Mean))
+		}
+		if in.Std != nil {
+			parts = append(parts, "std: "+yamlFloats(in.Std))
+		}
+	}
+	parts = append(parts, "resize: "+in.Resize)
+	flow(&b, ind+"input: {", parts)
+	fmt.Fprintf(&b, "%smax_batch: %d", ind, m.MaxBatch)
+	if batchComment != "" {
+		b.WriteString("  # " + batchComment)
+	}
+	b.WriteString("\n")
+	if !d.OK {
+		comment(&b, ind, "NO DECODER PROPOSED: "+d.Why)
+		comment(&b, ind, "name one of "+strings.Join(decode.Names(), ", ")+" (README: The models YAML); until then this entry does not load:")
+		fmt.Fprintf(&b, "%s# decoder: {name: ...}\n", ind)
+	} else {
+		comment(&b, ind, "decoder proposed from the outputs' shapes: "+d.Why)
+		if labelsComment != "" {
+			comment(&b, ind, labelsComment)
+		}
+		dp := []string{"name: " + d.Name}
+		if d.Format != "" {
+			dp = append(dp, "format: "+d.Format)
+		}
+		if m.Decoder.Threshold > 0 {
+			dp = append(dp, "threshold: "+yamlFloat(m.Decoder.Threshold))
+		}
+		if m.Decoder.TopK > 0 {
+			dp = append(dp, fmt.Sprintf("top_k: %d", m.Decoder.TopK))
+		}
+		if m.Decoder.Labels != "" {
+			dp = append(dp, "labels: "+yamlScalar(m.Decoder.Labels))
+		}
+		flow(&b, ind+"decoder: {", dp)
+	}
+	fmt.Fprintf(&b, "%sdevices: [cpu]  # add cuda where ONNX Runtime has the CUDA provider\n", ind)
+	return b.String()
+}
+
+// writeInspection prints the report, then the entry.
+func writeInspection(w io.Writer, ins *inspection) {
+	var ops []string
+	for _, o := range ins.Opset {
+		ops = append(ops, registry.Opset{Domain: o.Domain, Version: o.Version}.String())
+	}
+	fmt.Fprintf(w, "model %s: ONNX IR %d, opset %s", ins.File, ins.IRVersion, strings.Join(ops, ", "))
+	if ins.Producer != "" {
+		fmt.Fprintf(w, ", producer %s", ins.Producer)
+	}
+	fmt.Fprintln(w)
+	for _, part := range []struct {
+		title string
+		ts    []inspectTensor
+	}{{"inputs", ins.Inputs}, {"outputs", ins.Outputs}} {
+		fmt.Fprintf(w, "%s:\n", part.title)
+		for _, t := range part.ts {
+			var sym []string
+			for _, d := range t.Shape {
+				if s, ok := d.(string); ok {
+					sym = append(sym, s)
+				}
+			}
+			extra := ""
+			if len(sym) > 0 {
+				extra = "  (symbolic: " + strings.Join(sym, ", ") + ")"
+			}
+			fmt.Fprintf(w, "  %-24s %s%s\n", t.Name, t.Text, extra)
+		}
+	}
+	if len(ins.Metadata) == 0 {
+		fmt.Fprintln(w, "metadata: none")
+	} else {
+		fmt.Fprintln(w, "metadata:")
+		for _, k := range sortedStrings(ins.Metadata) {
+			v := ins.Metadata[k]
+			if k == "names" && len(ins.Labels) > 0 {
+				v = fmt.Sprintf("%d classes: %s", len(ins.Labels), abbreviate(strings.Join(ins.Labels, ", "), 80))
+			}
+			fmt.Fprintf(w, "  %s: %s\n", k, abbreviate(v, 100))
+		}
+	}
+	if ins.Decoder.OK {
+		f := ""
+		if ins.Decoder.Format != "" {
+			f = " (format " + ins.Decoder.Format + ")"
+		}
+		fmt.Fprintf(w, "decoder: %s%s: %s\n", ins.Decoder.Name, f, ins.Decoder.Why)
+	} else {
+		fmt.Fprintf(w, "decoder: cannot infer one: %s\n", ins.Decoder.Why)
+	}
+	fmt.Fprintf(w, "preprocessing: %s\n", ins.Family)
+	if ins.Entry.LabelsFile != "" {
+		fmt.Fprintf(w, "labels: %d class names written to %s\n", len(ins.Labels), ins.Entry.LabelsFile)
+	}
+	for _, n := range ins.Notes {
+		fmt.Fprintf(w, "check: %s\n", n)
+	}
+	if ins.Entry.Check == "ok" {
+		fmt.Fprintln(w, "entry: passes the registry's checks against the graph (mdag validate --models)")
+	} else {
+		fmt.Fprintf(w, "entry: does not pass the registry's checks yet: %s\n", ins.Entry.Check)
+	}
+	fmt.Fprintf(w, "\nProposed registry entry (the entry under models: goes into your models.yaml; -o yaml prints it alone):\n\n%s", ins.Entry.YAML)
+}
+
+func sortedStrings[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func abbreviate(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > n {
+		return s[:n-3] + "..."
+	}
+	return s
+}
