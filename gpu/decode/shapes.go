@@ -123,6 +123,25 @@ func CheckShapes(decoder, format string, outs []Shape, in Input, labels int) err
 		}
 		return nil
 	}
+	// pair checks two outputs, boxes [N,4] and a second [N,C] (scores or
+	// logits, what), with N (dim) agreeing; it returns the second
+	pair := func(dim, what string) (Shape, error) {
+		if err := n(2); err != nil {
+			return Shape{}, err
+		}
+		bi := boxesIndex(outs)
+		if bi < 0 {
+			return Shape{}, fmt.Errorf("neither %s nor %s is [%s,4]", outs[0], outs[1], dim)
+		}
+		b, s := outs[bi], outs[1-bi]
+		if err := rank(s, 2); err != nil {
+			return Shape{}, err
+		}
+		if n1, n2 := b.Dims[0], s.Dims[0]; n1 > 0 && n2 > 0 && n1 != n2 {
+			return Shape{}, fmt.Errorf("boxes %s and %s %s differ in %s", b, what, s, dim)
+		}
+		return s, nil
+	}
 	// with the input's size known (the registry's check), a head with
 	// more classes than candidates is taken for a transposed one
 	known := in.W > 0 && in.H > 0
@@ -152,19 +171,9 @@ func CheckShapes(decoder, format string, outs []Shape, in Input, labels int) err
 	}
 	switch format {
 	case "ssd", "":
-		if err := n(2); err != nil {
+		s, err := pair("K", "scores")
+		if err != nil {
 			return err
-		}
-		bi := boxesIndex(outs)
-		if bi < 0 {
-			return fmt.Errorf("neither %s nor %s is [K,4]", outs[0], outs[1])
-		}
-		b, s := outs[bi], outs[1-bi]
-		if err := rank(s, 2); err != nil {
-			return err
-		}
-		if k1, k2 := b.Dims[0], s.Dims[0]; k1 > 0 && k2 > 0 && k1 != k2 {
-			return fmt.Errorf("boxes %s and scores %s differ in K", b, s)
 		}
 		return classes(s, s.Dims[1])
 	case "yolo", "yolov5", "yolox":
@@ -227,19 +236,9 @@ func CheckShapes(decoder, format string, outs []Shape, in Input, labels int) err
 			}
 			return nil
 		}
-		if err := n(2); err != nil {
+		s, err := pair("Q", "logits")
+		if err != nil {
 			return err
-		}
-		bi := boxesIndex(outs)
-		if bi < 0 {
-			return fmt.Errorf("neither %s nor %s is [Q,4]", outs[0], outs[1])
-		}
-		b, s := outs[bi], outs[1-bi]
-		if err := rank(s, 2); err != nil {
-			return err
-		}
-		if q1, q2 := b.Dims[0], s.Dims[0]; q1 > 0 && q2 > 0 && q1 != q2 {
-			return fmt.Errorf("boxes %s and logits %s differ in Q", b, s)
 		}
 		if c := s.Dims[1]; format == "detr" && c > 0 && c < 2 {
 			return fmt.Errorf("logits %s: want at least one class and the no-object class", s)
