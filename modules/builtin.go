@@ -1,6 +1,7 @@
 package modules
 
 import (
+	"cmp"
 	"fmt"
 	"image"
 	"slices"
@@ -45,16 +46,20 @@ type passThrough struct{}
 func (passThrough) Process(it *media.Item) ([]*media.Item, error) { return []*media.Item{it}, nil }
 func (passThrough) Close()                                        {}
 
-// crop cuts one item per matching detection out of the frame.
+// crop cuts one item per matching detection out of the frame: the box's
+// rectangle (pad around it, within the frame) as it is, or what cut makes
+// of it (text-crop: a text line).
 type crop struct {
 	pad      int
 	classes  []string
 	minScore float32
+	op       string                                           // "crop" when empty, for errors
+	cut      func(*media.Frame, image.Rectangle) *media.Frame // nil: Frame.Crop
 }
 
 func (c crop) Process(it *media.Item) ([]*media.Item, error) {
 	if err := it.Frame.Valid(); err != nil {
-		return nil, fmt.Errorf("crop: %w", err)
+		return nil, fmt.Errorf("%s: %w", cmp.Or(c.op, "crop"), err)
 	}
 	var out []*media.Item
 	for _, b := range it.Boxes {
@@ -71,7 +76,11 @@ func (c crop) Process(it *media.Item) ([]*media.Item, error) {
 		o := it.Derive()
 		box := b
 		o.Region = &box
-		o.Frame = it.Frame.Crop(r)
+		if c.cut != nil {
+			o.Frame = c.cut(it.Frame, r)
+		} else {
+			o.Frame = it.Frame.Crop(r)
+		}
 		out = append(out, o)
 	}
 	return out, nil

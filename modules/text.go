@@ -1,15 +1,13 @@
 package modules
 
 import (
-	"fmt"
 	"image"
 	"math"
-	"slices"
 
 	"github.com/mdag/mdag/media"
 )
 
-// textCrop is the text-crop op: the rectifying crop in front of a text
+// newTextCrop is the text-crop op (a crop whose cut is TextLine): the rectifying crop in front of a text
 // recogniser (PP-OCR rec). Per matching box it cuts the box out of the
 // frame (pad pixels around it), scales it to height pixels keeping its
 // aspect (bilinear), and places it left-aligned in a width x height
@@ -25,44 +23,11 @@ import (
 // Boxes are axis-aligned (the db decoder's), so rectifying is scaling;
 // a rotated box would need a perspective warp here. The item keeps the
 // box as its Region (as crop does), for place to put the text back.
-type textCrop struct {
-	w, h, pad int
-	fill      byte
-	classes   []string
-	minScore  float32
-}
-
 func newTextCrop(p Params) (Processor, error) {
-	return textCrop{w: p.Int("width"), h: p.Int("height"), pad: p.Int("pad"), fill: byte(p.Int("fill")),
-		classes: p.Strings("classes"), minScore: float32(p.Float("min_score"))}, nil
+	w, h, fill := p.Int("width"), p.Int("height"), byte(p.Int("fill"))
+	return crop{pad: p.Int("pad"), classes: p.Strings("classes"), minScore: float32(p.Float("min_score")), op: "text-crop",
+		cut: func(f *media.Frame, r image.Rectangle) *media.Frame { return TextLine(f, r, w, h, fill) }}, nil
 }
-
-func (c textCrop) Process(it *media.Item) ([]*media.Item, error) {
-	if err := it.Frame.Valid(); err != nil {
-		return nil, fmt.Errorf("text-crop: %w", err)
-	}
-	var out []*media.Item
-	for _, b := range it.Boxes {
-		if len(c.classes) > 0 && !slices.Contains(c.classes, b.Class) {
-			continue
-		}
-		if b.Score < c.minScore {
-			continue
-		}
-		r := image.Rect(b.X-c.pad, b.Y-c.pad, b.X+b.W+c.pad, b.Y+b.H+c.pad).Intersect(image.Rect(0, 0, it.Frame.W, it.Frame.H))
-		if r.Empty() {
-			continue
-		}
-		o := it.Derive()
-		box := b
-		o.Region = &box
-		o.Frame = TextLine(it.Frame, r, c.w, c.h, c.fill)
-		out = append(out, o)
-	}
-	return out, nil
-}
-
-func (textCrop) Close() {}
 
 // TextLine cuts r out of f and returns it as a w x h text line: scaled to
 // height h keeping its aspect (at most w wide, at least 1), bilinear,

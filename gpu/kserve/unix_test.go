@@ -7,16 +7,15 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 
 	pb "github.com/mdag/mdag/api/kserve"
+	"github.com/mdag/mdag/internal/testproc"
 	"github.com/mdag/mdag/internal/unixsock"
 )
 
@@ -72,41 +71,13 @@ func TestUnixEndpointOfAnotherUID(t *testing.T) {
 		l.Close()
 		os.Exit(0)
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the server runs as uid 65534")
-	}
-	pub, err := os.MkdirTemp("", "mdag-kserve-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(pub) })
-	if err := os.Chmod(pub, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	child := filepath.Join(pub, "kserve.test")
-	if err := os.Link(exe, child); err != nil { // another file system: copy
-		b, err := os.ReadFile(exe)
-		if err != nil || os.WriteFile(child, b, 0o755) != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chmod(child, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	cmd, pub := testproc.AsNobody(t, "TestUnixEndpointOfAnotherUID")
 	dir := filepath.Join(pub, "run")
 	if err := os.Mkdir(dir, 0o700); err != nil || os.Chown(dir, 65534, 65534) != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "infer.sock")
-	cmd := exec.Command(child, "-test.run=^TestUnixEndpointOfAnotherUID$", "-test.count=1")
-	cmd.Dir = pub
-	// GORACE: a race-enabled child would wait a second on exit
-	cmd.Env = append(os.Environ(), "MDAG_KSERVE_TEST_SERVE="+path, "GORACE=atexit_sleep_ms=0")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd.Env = append(cmd.Env, "MDAG_KSERVE_TEST_SERVE="+path)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -46,6 +46,7 @@ var allowed = map[string][]string{
 	"internal/auth":         {"internal/clock", "internal/yamlx"},
 	"internal/unixsock":     {},
 	"internal/h2test":       {},
+	"internal/testproc":     {},
 	"internal/readmecheck":  {},
 	"ingest":                {},
 	"ingest/audiofile":      {"media"},

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,6 +19,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/mdag/mdag/internal/testproc"
 )
 
 // chanWriter sends each write (one log record) to a channel.
@@ -388,49 +389,12 @@ func TestHelperProcess(t *testing.T) {
 	}
 }
 
-// asNobody returns a command running this test binary's TestHelperProcess
-// as uid 65534 (the caller adds its MDAG_UNIXSOCK_* variable), from a directory (returned) that uid may use.
-func asNobody(t *testing.T) (*exec.Cmd, string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the peer runs as uid 65534")
-	}
-	pub, err := os.MkdirTemp("", "mdag-peer-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(pub) })
-	if err := os.Chmod(pub, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	child := filepath.Join(pub, "peer.test")
-	if err := os.Link(exe, child); err != nil { // another file system: copy
-		b, err := os.ReadFile(exe)
-		if err != nil || os.WriteFile(child, b, 0o755) != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chmod(child, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(child, "-test.run=^TestHelperProcess$", "-test.count=1")
-	cmd.Dir = pub
-	// GORACE: a race-enabled child would wait a second on exit
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	return cmd, pub
-}
-
 // A connection from another uid is closed at once and logged, even when
 // the socket's mode and directory are loosened so that its connect
 // succeeds: SO_PEERCRED is checked on every connection. (The peer, uid
 // 65534, talks to a root's server: its Dial lets it.)
 func TestListenPeerRefused(t *testing.T) {
-	cmd, pub := asNobody(t)
+	cmd, pub := testproc.AsNobody(t, "TestHelperProcess")
 	logs := make(chanWriter, 16)
 	path := filepath.Join(pub, "run", "infer.sock")
 	lis, err := Listen(path, slog.New(slog.NewTextHandler(logs, nil)))
@@ -490,7 +454,7 @@ func TestListenPeerRefused(t *testing.T) {
 // directory of that uid; it stops at the test's end.
 func serveAsNobody(t *testing.T) (path string, pid int) {
 	t.Helper()
-	cmd, pub := asNobody(t)
+	cmd, pub := testproc.AsNobody(t, "TestHelperProcess")
 	dir := filepath.Join(pub, "run")
 	if err := os.Mkdir(dir, 0o700); err != nil || os.Chown(dir, 65534, 65534) != nil {
 		t.Fatal(err)
