@@ -29,26 +29,32 @@ import (
 	"github.com/mdag/mdag/media"
 )
 
-// mdag try runs one registry model on an image (PNG, JPEG, GIF) or the
-// first frames of a video file (the full build reads videos with OpenCV)
-// on a real executor, and says what it found: JSON on stdout (per frame
-// the boxes with class, score and the colour they are drawn in, and a
-// classifier's labels) and, with --out, the frame annotated as a PNG
-// (boxes, class and score tags, keypoints; a video's frames as one PNG
+// mdag try runs one registry model, or a whole app, on an image (PNG,
+// JPEG, GIF) or the first frames of a video file (the full build reads
+// videos with OpenCV) on a real executor, and says what it found: JSON on
+// stdout (per frame the boxes with class, score and the colour they are
+// drawn in, and a classifier's labels; an app's frames also their outcome,
+// latency, counts and events) and, with --out, the frame annotated as a
+// PNG (boxes, class and score tags, keypoints; a video's frames as one PNG
 // each, --out's name with -0000, -0001, ... before the extension). It is
-// the step between `mdag models inspect` and an app: see a model's
-// decoder, threshold and preprocessing work on a picture first.
+// the step between `mdag models inspect` and serving: see a model's
+// decoder, threshold and preprocessing work on a picture first, then the
+// app's whole graph (try_app.go) on the same picture.
 
-const trySynopsis = "--models models.yaml --model NAME [--executor onnx|kserve] [--device cpu|cuda] [--ort-lib PATH] [--threshold T] [--max-frames 8] [--out FILE.png] FILE"
+const trySynopsis = "(--models models.yaml --model NAME | -f app.yaml -p profiles.yaml --models models.yaml | --example NAME --models models.yaml) " +
+	"[--executor onnx|kserve] [--device cpu|cuda] [--ort-lib PATH] [--threshold T] [--max-frames 8] [--out FILE.png] FILE"
 
 func runTry(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("try", trySynopsis, stderr)
-	models := fs.String("models", "", "the model registry (models.yaml) that names --model")
-	model := fs.String("model", "", "the registry entry to run")
+	models := fs.String("models", "", "the model registry (models.yaml) that names --model, or the app's GPU modules' models")
+	model := fs.String("model", "", "the registry entry to run (or -f/-p or --example: a whole app)")
+	file := fs.String("f", "", "run this app's whole graph instead of one model (with -p)")
+	profiles := fs.String("p", "", "the app's profiles (with -f): the plan its frames run on")
+	example := fs.String("example", "", "run an embedded example app's whole graph instead of one model (e.g. face-live)")
 	executor := fs.String("executor", "onnx", "the executor that runs it: onnx (ONNX Runtime; format: onnx entries) or kserve (the entry's Open Inference Protocol server; format: kserve)")
 	device := fs.String("device", "cpu", "with --executor onnx: cpu or cuda")
 	lib := fs.String("ort-lib", onnx.DefaultLib(), "with --executor onnx: the ONNX Runtime shared library (env "+onnx.LibEnv+"; make deps installs it)")
-	threshold := fs.Float64("threshold", -1, "the score a detection needs, instead of the entry's decoder threshold (0..1; -1: the entry's)")
+	threshold := fs.Float64("threshold", -1, "the score a detection needs, instead of the entry's decoder threshold (0..1; -1: the entry's; one model only)")
 	maxFrames := fs.Int("max-frames", 8, "for a video: the frames to run, from the first")
 	out := fs.String("out", "", "write the annotated frame here as a PNG (a video: one PNG per frame, FILE-0000.png, FILE-0001.png, ...); default none")
 	pos, code, ok := parseWithArgs(fs, args)
@@ -59,19 +65,24 @@ func runTry(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag try: "+format+"\n", a...)
 		return exitInvalid
 	}
+	isApp := *file != "" || *profiles != "" || *example != ""
 	switch {
 	case len(pos) != 1:
 		return usageErr("want one image or video file, got %d arguments", len(pos))
-	case *models == "" || *model == "":
-		return usageErr("--models models.yaml and --model NAME are required")
+	case isApp && *model != "":
+		return usageErr("give --model NAME (one model) or -f/-p or --example (a whole app), not both")
+	case *models == "" || (!isApp && *model == ""):
+		return usageErr("--models models.yaml and --model NAME are required (or -f app.yaml -p profiles.yaml --models models.yaml for a whole app)")
 	case *executor == "emulated":
-		return usageErr("--executor emulated reports the objects a synthetic source drew into its frames; a file's frames carry none: try runs the model itself (onnx or kserve)")
+		return usageErr("--executor emulated reports the objects a synthetic source drew into its frames; a file's frames carry none: try runs the models themselves (onnx or kserve)")
 	case *executor != "onnx" && *executor != "kserve":
 		return usageErr("--executor %q: want onnx or kserve", *executor)
 	case *maxFrames < 1:
 		return usageErr("--max-frames %d: must be >= 1", *maxFrames)
 	case *threshold != -1 && (*threshold < 0 || *threshold > 1):
 		return usageErr("--threshold %g: want 0..1", *threshold)
+	case *threshold != -1 && isApp:
+		return usageErr("--threshold is for one model: an app's models run with their registry thresholds")
 	case *out != "" && !strings.EqualFold(filepath.Ext(*out), ".png"):
 		return usageErr("--out %s: want a .png file", *out)
 	}
@@ -81,62 +92,30 @@ func runTry(args []string, stdout, stderr io.Writer) int {
 		printErrors(stderr, err)
 		return exitInvalid
 	}
-	m, err := reg.Get(*model)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	if m.Format != *executor {
-		return usageErr("model %s is format %s: --executor %s runs format: %s entries", m.Name, m.Format, *executor, *executor)
-	}
-	if *threshold >= 0 {
-		m.Decoder.Threshold = *threshold
-	}
 	frames, kind, err := readFrames(pos[0], *maxFrames)
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag try: %v\n", err)
 		return exitInvalid
 	}
-	// only this model is loaded: the registry's others are not needed
-	one := &registry.Registry{File: reg.File, Models: map[string]*registry.Model{m.Name: m}}
-	var x gpu.Executor
-	switch *executor {
-	case "onnx":
-		ox, err := onnx.New(one, onnx.Config{Lib: *lib, Device: *device, Sessions: 1})
-		if err != nil {
-			fmt.Fprintf(stderr, "mdag try: %v\n", err)
-			return exitFailure
-		}
-		defer ox.Close()
-		x = ox
-	case "kserve":
-		kx, err := kserve.New(one, kserve.Config{})
-		if err != nil {
-			fmt.Fprintf(stderr, "mdag try: %v\n", err)
-			return exitFailure
-		}
-		defer kx.Close()
-		x = kx
+	var tr *tryRun
+	if isApp {
+		tr, code = startTryApp(tryAppArgs{file: *file, profiles: *profiles, example: *example, reg: reg, executor: *executor, device: *device, lib: *lib}, stderr)
+	} else {
+		tr, code = startTryModel(reg, *model, *executor, *device, *lib, *threshold, stderr)
 	}
-	res := tryResult{Model: m.Name, Executor: *executor, Input: pos[0], Kind: kind, Threshold: m.Decoder.Threshold}
+	if tr == nil {
+		return code
+	}
+	defer tr.close()
+	res := tr.res
+	res.Executor, res.Input, res.Kind = *executor, pos[0], kind
 	for i, f := range frames {
-		outs, err := x.Run(context.Background(), m.Name, []*media.Item{{Stream: "try", Seq: uint64(i), Frame: f}})
+		tf, err := tr.step(i, f)
 		if err != nil {
 			fmt.Fprintf(stderr, "mdag try: frame %d: %v\n", i, err)
 			return exitFailure
 		}
-		tf := tryFrame{Frame: i, Width: f.W, Height: f.H, Boxes: []tryBox{}, Labels: []string{}}
-		for _, o := range outs[0] {
-			for _, b := range o.Boxes {
-				tb := tryBox{X: b.X, Y: b.Y, W: b.W, H: b.H, Class: b.Class, Score: b.Score, Colour: hexColour(boxColour(b.Class, m.Labels))}
-				if b.Keypoints != nil {
-					for _, p := range b.Keypoints.Points {
-						tb.Keypoints = append(tb.Keypoints, [3]float32{p.X, p.Y, p.Score})
-					}
-				}
-				tf.Boxes = append(tf.Boxes, tb)
-			}
-			tf.Labels = append(tf.Labels, o.Labels...)
-		}
+		tf.Frame, tf.Width, tf.Height = i, f.W, f.H
 		if *out != "" {
 			tf.PNG = *out
 			if kind == "video" {
@@ -155,7 +134,11 @@ func runTry(args []string, stdout, stderr io.Writer) int {
 	for _, f := range res.Frames {
 		n += len(f.Boxes)
 	}
-	fmt.Fprintf(stderr, "mdag try: %d frame(s) of %s through %s on %s: %d box(es)", len(res.Frames), pos[0], m.Name, *executor, n)
+	what := res.Model
+	if res.App != "" {
+		what = "app " + res.App
+	}
+	fmt.Fprintf(stderr, "mdag try: %d frame(s) of %s through %s on %s: %d box(es)", len(res.Frames), pos[0], what, *executor, n)
 	if *out != "" {
 		fmt.Fprintf(stderr, ", drawn in %s", res.Frames[0].PNG)
 		if len(res.Frames) > 1 {
@@ -166,13 +149,86 @@ func runTry(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// tryRun is what try runs each frame through: one model, or an app.
+type tryRun struct {
+	res   tryResult                                     // filled but for the frames
+	step  func(i int, f *media.Frame) (tryFrame, error) // one frame's boxes and labels
+	close func()
+}
+
+// startTryModel loads one registry model on the executor.
+func startTryModel(reg *registry.Registry, name, executor, device, lib string, threshold float64, stderr io.Writer) (*tryRun, int) {
+	m, err := reg.Get(name)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag try: %v\n", err)
+		return nil, exitInvalid
+	}
+	if m.Format != executor {
+		fmt.Fprintf(stderr, "mdag try: model %s is format %s: --executor %s runs format: %s entries\n", m.Name, m.Format, executor, executor)
+		return nil, exitInvalid
+	}
+	if threshold >= 0 {
+		m.Decoder.Threshold = threshold
+	}
+	// only this model is loaded: the registry's others are not needed
+	one := &registry.Registry{File: reg.File, Models: map[string]*registry.Model{m.Name: m}}
+	x, err := tryExecutor(one, executor, device, lib)
+	if err != nil {
+		fmt.Fprintf(stderr, "mdag try: %v\n", err)
+		return nil, exitFailure
+	}
+	step := func(i int, f *media.Frame) (tryFrame, error) {
+		outs, err := x.Run(context.Background(), m.Name, []*media.Item{{Stream: "try", Seq: uint64(i), Frame: f}})
+		if err != nil {
+			return tryFrame{}, err
+		}
+		tf := tryFrame{Boxes: []tryBox{}, Labels: []string{}}
+		for _, o := range outs[0] {
+			tf.Boxes = append(tf.Boxes, tryBoxes(o.Boxes, m.Labels)...)
+			tf.Labels = append(tf.Labels, o.Labels...)
+		}
+		return tf, nil
+	}
+	return &tryRun{res: tryResult{Model: m.Name, Threshold: m.Decoder.Threshold}, step: step, close: x.Close}, exitOK
+}
+
+// tryExecutor is the executor of reg's models: ONNX Runtime (one session
+// a model) or Open Inference Protocol servers.
+func tryExecutor(reg *registry.Registry, executor, device, lib string) (interface {
+	gpu.Executor
+	Close()
+}, error) {
+	if executor == "kserve" {
+		return kserve.New(reg, kserve.Config{})
+	}
+	return onnx.New(reg, onnx.Config{Lib: lib, Device: device, Sessions: 1})
+}
+
+// tryBoxes are boxes as try's JSON has them, coloured by class (labels:
+// the model's classes, which fix each one's colour).
+func tryBoxes(bs []media.Box, labels []string) []tryBox {
+	var out []tryBox
+	for _, b := range bs {
+		tb := tryBox{X: b.X, Y: b.Y, W: b.W, H: b.H, Class: b.Class, Score: b.Score, Colour: hexColour(boxColour(b.Class, labels))}
+		if b.Keypoints != nil {
+			for _, p := range b.Keypoints.Points {
+				tb.Keypoints = append(tb.Keypoints, [3]float32{p.X, p.Y, p.Score})
+			}
+		}
+		out = append(out, tb)
+	}
+	return out
+}
+
 // tryResult is mdag try's JSON.
 type tryResult struct {
-	Model     string     `json:"model"`
+	Model     string     `json:"model,omitempty"` // one model's run
+	App       string     `json:"app,omitempty"`   // or an app's
 	Executor  string     `json:"executor"`
 	Input     string     `json:"input"`
 	Kind      string     `json:"kind"` // image or video
-	Threshold float64    `json:"threshold"`
+	Threshold float64    `json:"threshold,omitempty"`
+	SLOMillis float64    `json:"slo_ms,omitempty"` // an app's
 	Frames    []tryFrame `json:"frames"`
 }
 
@@ -182,7 +238,22 @@ type tryFrame struct {
 	Height int      `json:"height"`
 	Boxes  []tryBox `json:"boxes"`
 	Labels []string `json:"labels"` // a classifier's
-	PNG    string   `json:"png,omitempty"`
+	// an app's frame: how it ended (finished, late, dropped), in how long,
+	// and a drop's module and reason; its sinks' counts and events
+	Outcome   string         `json:"outcome,omitempty"`
+	LatencyMS float64        `json:"latency_ms,omitempty"`
+	Module    string         `json:"module,omitempty"`
+	Reason    string         `json:"reason,omitempty"`
+	Counts    map[string]int `json:"counts,omitempty"`
+	Events    []tryEvent     `json:"events,omitempty"`
+	PNG       string         `json:"png,omitempty"`
+}
+
+type tryEvent struct {
+	Kind   string `json:"kind"`
+	Rule   string `json:"rule"`
+	Track  uint64 `json:"track,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
 
 type tryBox struct {

@@ -116,6 +116,27 @@ func TestTryImage(t *testing.T) {
 	}
 }
 
+// TestTryApp: try runs a whole app (face-live: BlazeFace, then count and
+// sink) on the face photo through the embedded engine and reports what
+// its sinks hand a client: the face, the count, the frame's outcome.
+func TestTryApp(t *testing.T) {
+	requireBlazeFace(t)
+	face := faceJPEG(t)
+	out := filepath.Join(t.TempDir(), "app.png")
+	res := tryJSON(t, "-f", "../../examples/face-live/app.yaml", "-p", "../../examples/face-live/profiles.yaml", "--models", "../../examples/models.yaml", "--out", out, face)
+	if res.App != "face-live" || res.Model != "" || res.SLOMillis != 500 || len(res.Frames) != 1 {
+		t.Fatalf("result %+v", res)
+	}
+	f := res.Frames[0]
+	if f.Outcome != "finished" || f.LatencyMS <= 0 || len(f.Boxes) != 1 || f.Boxes[0].Class != "face" || f.Counts["face"] != 1 || f.PNG != out {
+		t.Fatalf("frame %+v, want one face finished and counted, drawn in %s", f, out)
+	}
+	if b := f.Boxes[0]; abs(b.X-243) > 10 || abs(b.Y-198) > 10 || abs(b.W-229) > 10 || abs(b.H-172) > 10 {
+		t.Errorf("box %+v, want about 243,198 229x172 (the model alone finds it there)", b)
+	}
+	checkDrawn(t, f)
+}
+
 func abs(x int) int {
 	if x < 0 {
 		return -x
@@ -148,6 +169,11 @@ func TestTryRefusals(t *testing.T) {
 		{"--models " + reg + " --model blazeface --out x.jpg " + img, "--out x.jpg: want a .png file"},
 		{"--models " + reg + " --model blazeface --threshold 2 " + img, "--threshold 2: want 0..1"},
 		{"--models " + reg + " --model blazeface " + filepath.Join(dir, "none.jpg"), "no such file"},
+		{"--example face-live --models " + reg + " --model blazeface " + img, "give --model NAME (one model) or -f/-p or --example (a whole app), not both"},
+		{"--example face-live --models " + reg + " --threshold 0.5 " + img, "--threshold is for one model"},
+		{"--example face-live " + img, "--models models.yaml and --model NAME are required (or -f app.yaml"},
+		{"-f ../../examples/face-live/app.yaml --models " + reg + " " + img, "need -f app.yaml and -p profiles.yaml"},
+		{"--example traffic --models " + reg + " " + img, "is not in the model registry"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"try"}, strings.Fields(c.args)...), &out, &errb); code != exitInvalid || !strings.Contains(errb.String(), c.want) || out.Len() != 0 {

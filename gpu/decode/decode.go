@@ -73,6 +73,7 @@ type Params struct {
 	Format    string   // boxes and keypoints: the head's layout (Formats)
 	Binarize  float64  // db: the probability a text pixel needs (0: DefaultBinarize)
 	Unclip    float64  // db: how far boxes grow back, DB's unclip ratio (0: DefaultUnclip)
+	Space     float64  // ctc: the space class's probability that makes a gap between characters a space (0: only where it is the best class)
 }
 
 // Result is what a decoder found in one item.

@@ -116,13 +116,61 @@ func TestCTC(t *testing.T) {
 		keys []string
 		want string
 	}{
+		{[]Output{ctcOut(5, 0.8, 1)}, keys, "has no space class"},
 		{[]Output{ctcOut(5, 0.8, 1)}, nil, "no keys"},
 		{[]Output{ctcOut(9, 0.8, 1)}, keys, "9 classes; the keys file has 4"},
 		{nil, keys, "want 1 output"},
 		{[]Output{{Name: "p", Shape: []int64{5}, Data: make([]float32, 5)}}, keys, "want [T,C]"},
 	} {
-		if _, err := CTC(tc.outs, g, Params{Labels: tc.keys}); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := CTC(tc.outs, g, Params{Labels: tc.keys, Space: 0.05}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("error %v, want %q", err, tc.want)
 		}
+	}
+}
+
+// TestCTCSpace: with Params.Space, a blank run between two characters in
+// which the space class reaches Space reads as a space; below it, or before
+// the first character, or beside a space already read, it adds nothing.
+func TestCTCSpace(t *testing.T) {
+	keys := []string{"A", "B", "7", "\u3000"}
+	g := Geometry{InW: 320, InH: 48, FrameW: 320, FrameH: 48}
+	// out is ctcOut(6, ...) with the space class (5) at sp[t] in blank timesteps
+	out := func(sp map[int]float32, seq ...int) Output {
+		o := ctcOut(6, 0.8, seq...)
+		for i, v := range sp {
+			o.Data[i*6+5], o.Data[i*6] = v, 0.8-v
+		}
+		return o
+	}
+	tests := []struct {
+		name  string
+		space float64
+		o     Output
+		want  string
+	}{
+		{"a word gap", 0.05, out(map[int]float32{2: 0.02, 3: 0.3}, 1, 0, 0, 0, 2), "A B"},
+		{"off: greedy", 0, out(map[int]float32{2: 0.3}, 1, 0, 0, 0, 2), "AB"},
+		{"inside a word", 0.05, out(map[int]float32{1: 0.01, 2: 0.04}, 1, 0, 0, 2), "AB"},
+		{"the threshold itself", 0.25, out(map[int]float32{1: 0.25}, 1, 0, 2), "A B"},
+		{"before the first character", 0.05, out(map[int]float32{0: 0.3}, 0, 1, 2), "AB"},
+		{"after the last", 0.05, out(map[int]float32{2: 0.3}, 1, 2, 0), "AB"},
+		{"beside a space read", 0.05, out(map[int]float32{1: 0.3, 3: 0.3}, 1, 0, 5, 0, 2), "A B"},
+		{"two gaps", 0.05, out(map[int]float32{1: 0.2, 3: 0.2}, 1, 0, 3, 0, 2), "A 7 B"},
+		{"only a space", 0.05, out(nil, 0, 5, 0), ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := CTC([]Output{tc.o}, g, Params{Labels: keys, Threshold: 0.5, Space: tc.space})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			if len(r.Labels) > 0 {
+				got = r.Labels[0]
+			}
+			if got != tc.want {
+				t.Fatalf("read %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -155,10 +155,9 @@ func editDistance(a, b string) int {
 // the real models as the app does and compares each sign's string with the
 // detection overlapping its plate best (IoU >= 0.3; none: nothing read):
 // character accuracy (1 - edit distance / length, over all strings)
-// >= 95% and exact strings >= 90%, spaces left out of both sides. The
-// Chinese PP-OCRv4 recogniser mostly reads no space between words
-// ("SALE 50%" as "SALE50%": its training text is mostly Chinese, written
-// without them), so the figures with spaces are logged, not asserted.
+// >= 95% and exact strings >= 90%, spaces included (the registry's ctc
+// space setting reads word gaps the Chinese recogniser seldom marks as
+// spaces itself; the figures without spaces are logged beside).
 func TestTextReaderAccuracy(t *testing.T) {
 	x, _ := loadTextModels(t, 0)
 	requireFiles(t, textClip, textTruth)
@@ -170,7 +169,10 @@ func TestTextReaderAccuracy(t *testing.T) {
 	if err := json.Unmarshal(b, &truth); err != nil {
 		t.Fatal(err)
 	}
-	const step = 6
+	step := 6
+	if os.Getenv("MDAG_TEXT_EVERY_FRAME") != "" { // docs/benchmarks.md's figure
+		step = 1
+	}
 	frames := mjpegFrames(t, textClip, func(i int) bool { return i%step == 0 })
 	if len(frames) != (len(truth.Frames)+step-1)/step {
 		t.Fatalf("%s: %d frames read, the truth has %d (every %dth kept)", textClip, len(frames), len(truth.Frames), step)
@@ -181,7 +183,7 @@ func TestTextReaderAccuracy(t *testing.T) {
 	}
 	ctx := context.Background()
 	var chars, dist, strs, exact, extra int
-	var charsSp, distSp, exactSp int // spaces kept
+	var charsNS, distNS, exactNS int // spaces left out
 	var cols, lines int              // the text's columns in the 320-wide crops: the rest is padding
 	for i := 0; i < len(truth.Frames); i += step {
 		f := frames[i]
@@ -224,18 +226,18 @@ func TestTextReaderAccuracy(t *testing.T) {
 				s, used[best] = read[best].Class, true
 			}
 			strs++
-			charsSp += len([]rune(tt.Text))
-			distSp += min(editDistance(s, tt.Text), len([]rune(tt.Text)))
+			chars += len([]rune(tt.Text))
+			dist += min(editDistance(s, tt.Text), len([]rune(tt.Text)))
 			if s == tt.Text {
-				exactSp++
-			}
-			s, want := strings.ReplaceAll(s, " ", ""), strings.ReplaceAll(tt.Text, " ", "")
-			chars += len([]rune(want))
-			dist += min(editDistance(s, want), len([]rune(want)))
-			if s == want {
 				exact++
 			} else {
-				t.Logf("frame %d: read %q, want %q (spaces left out; IoU %.2f)", i, s, want, bi)
+				t.Logf("frame %d: read %q, want %q (IoU %.2f)", i, s, tt.Text, bi)
+			}
+			s, want := strings.ReplaceAll(s, " ", ""), strings.ReplaceAll(tt.Text, " ", "")
+			charsNS += len([]rune(want))
+			distNS += min(editDistance(s, want), len([]rune(want)))
+			if s == want {
+				exactNS++
 			}
 		}
 		for j, r := range read {
@@ -246,11 +248,11 @@ func TestTextReaderAccuracy(t *testing.T) {
 		}
 	}
 	charAcc, strAcc := 1-float64(dist)/float64(chars), float64(exact)/float64(strs)
-	t.Logf("%d frames, %d strings (%d characters without spaces): character accuracy %.4f, exact strings %.4f (%d of %d); %d other detections",
+	t.Logf("%d frames, %d strings (%d characters): character accuracy %.4f, exact strings %.4f (%d of %d); %d other detections",
 		len(frames), strs, chars, charAcc, strAcc, exact, strs, extra)
 	t.Logf("%d crops: the text fills %.1f%% of the recogniser's 320 columns on average (the rest is padding)", lines, 100*float64(cols)/float64(320*lines))
-	t.Logf("spaces kept (%d characters): character accuracy %.4f, exact strings %.4f (%d of %d)",
-		charsSp, 1-float64(distSp)/float64(charsSp), float64(exactSp)/float64(strs), exactSp, strs)
+	t.Logf("spaces left out (%d characters): character accuracy %.4f, exact strings %.4f (%d of %d)",
+		charsNS, 1-float64(distNS)/float64(charsNS), float64(exactNS)/float64(strs), exactNS, strs)
 	if charAcc < 0.95 || strAcc < 0.90 {
 		t.Errorf("character accuracy %.4f (want >= 0.95), exact strings %.4f (want >= 0.90)", charAcc, strAcc)
 	}

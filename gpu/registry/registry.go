@@ -86,6 +86,10 @@ type Decoder struct {
 	// unclip ratio, how far a text region grows back (default 1.5).
 	Binarize float64 `yaml:"binarize"`
 	Unclip   float64 `yaml:"unclip"`
+	// ctc: a gap between two characters reads as a space when the space
+	// class reaches this probability in it (default 0: only where the
+	// space is the best class, PaddleOCR's greedy decoding).
+	Space float64 `yaml:"space"`
 }
 
 type doc struct {
@@ -95,7 +99,7 @@ type doc struct {
 // Params are the decoder's settings as decode.Params.
 func (m *Model) Params() decode.Params {
 	d := m.Decoder
-	return decode.Params{Threshold: d.Threshold, NMS: d.NMS, TopK: d.TopK, Softmax: d.Softmax, Labels: m.Labels, Format: d.Format, Binarize: d.Binarize, Unclip: d.Unclip}
+	return decode.Params{Threshold: d.Threshold, NMS: d.NMS, TopK: d.TopK, Softmax: d.Softmax, Labels: m.Labels, Format: d.Format, Binarize: d.Binarize, Unclip: d.Unclip, Space: d.Space}
 }
 
 // Load reads and validates a registry file.
@@ -301,6 +305,11 @@ func (m *Model) validate(pos *yamlx.Positions, p, dir string) yamlx.ErrorList {
 		}
 	} else if d.Binarize != 0 || d.Unclip != 0 {
 		add(pos.Errorf(dp, "binarize and unclip are for the db decoder"))
+	}
+	if d.Space < 0 || d.Space >= 1 {
+		add(pos.Errorf(dp+".space", "%g: want 0 (off) up to below 1", d.Space))
+	} else if d.Space != 0 && d.Name != "ctc" {
+		add(pos.Errorf(dp+".space", "only for the ctc decoder"))
 	}
 	if d.Name == "ctc" && d.Labels == "" {
 		add(pos.Errorf(dp+".labels", "missing: the ctc decoder needs the keys file (one character a line)"))

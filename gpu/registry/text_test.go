@@ -31,11 +31,13 @@ func TestTextDecoders(t *testing.T) {
 		t.Errorf("keys %q, want a, U+3000, b", got)
 	}
 	for dec, want := range map[string]string{
-		"{name: db, binarize: 1.2}":       "decoder.binarize: 1.2: want > 0 and < 1",
-		"{name: db, unclip: 9}":           "decoder.unclip: 9: want 1..4",
-		"{name: classify, unclip: 2}":     "binarize and unclip are for the db decoder",
-		"{name: ctc}":                     "decoder.labels: missing: the ctc decoder needs the keys file",
-		"{name: ctc, labels: nokeys.txt}": "nokeys.txt",
+		"{name: db, binarize: 1.2}":               "decoder.binarize: 1.2: want > 0 and < 1",
+		"{name: db, unclip: 9}":                   "decoder.unclip: 9: want 1..4",
+		"{name: classify, unclip: 2}":             "binarize and unclip are for the db decoder",
+		"{name: ctc}":                             "decoder.labels: missing: the ctc decoder needs the keys file",
+		"{name: ctc, labels: nokeys.txt}":         "nokeys.txt",
+		"{name: ctc, labels: keys.txt, space: 1}": "decoder.space: 1: want 0 (off) up to below 1",
+		"{name: db, space: 0.1}":                  "decoder.space: only for the ctc decoder",
 	} {
 		if _, err := Parse(filepath.Join(dir, "models.yaml"), []byte(entry(dec))); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("decoder %s: %v, want %q", dec, err, want)
