@@ -53,6 +53,9 @@ type App struct {
 	// streams and stop after them.
 	Warm    int      `yaml:"warm" json:"warm,omitempty"`
 	Modules []Module `yaml:"modules" json:"modules"`
+	// Outputs are where the app's results go besides the stream's own
+	// client: MQTT, NATS, webhooks (outputs.go).
+	Outputs []Output `yaml:"outputs" json:"outputs,omitempty"`
 
 	// File is the path the app was loaded from ("" when built in code).
 	File string `yaml:"-" json:"-"`

@@ -56,6 +56,7 @@ func (a *App) validate(decodeFailed bool) yamlx.ErrorList {
 	case a.Warm > 0 && a.FPS <= 0:
 		add("warm", "needs fps: the rate each stream kept warm is planned at")
 	}
+	a.validateOutputs(add)
 	if len(a.Modules) == 0 {
 		add("modules", "required: at least one module")
 		return errs

@@ -161,6 +161,10 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	defer obs.Close()
+	if err := obs.startOutputs(app, *stateDir); err != nil {
+		fmt.Fprintf(stderr, "mdag coordinator: %v\n", err)
+		return exitFailure
+	}
 	warnNoState(*stateDir, log)
 	e := obs.e
 	if kp != nil {
@@ -247,6 +251,8 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		g.Stop()
 	}
 	writeStatusTable(stdout, final)
+	obs.flushOutputs(5 * time.Second)
+	writeOutputLines(stdout, obs.outs)
 	writeCameraTable(stdout, cams.Status())
 	p := srv.Plane()
 	fmt.Fprintf(stdout, "data plane %s: %d result frames by reference, %d relayed (%d bytes); %d hops, p50 %.3f ms, p99 %.3f ms\n",

@@ -22,6 +22,7 @@ import (
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/observe/dashboard"
 	"github.com/mdag/mdag/observe/metrics"
+	"github.com/mdag/mdag/outputs"
 	"github.com/mdag/mdag/profile"
 )
 
@@ -63,7 +64,8 @@ type observed struct {
 	auth    *auth.Store // --tokens (nil: none): the API needs an api token
 	hosts   []string    // --allowed-hosts: Host names a loopback --listen answers besides local ones
 	log     *slog.Logger
-	results *frameSink // the engine's OnFrame: results to the WHIP server
+	results *frameSink   // the engine's OnFrame: results to the WHIP server
+	outs    *outputs.Hub // the app's outputs (nil: none)
 }
 
 // webIngest is WebRTC (WHIP) ingest as the HTTP face and the summaries
@@ -90,6 +92,7 @@ var (
 type frameSink struct {
 	publish atomic.Pointer[func(coordinator.FrameResult)]
 	thumbs  atomic.Pointer[dashboard.Thumbs]
+	outputs atomic.Pointer[outputs.Hub]
 }
 
 func (f *frameSink) onFrame(r coordinator.FrameResult) {
@@ -98,6 +101,9 @@ func (f *frameSink) onFrame(r coordinator.FrameResult) {
 	}
 	if p := f.publish.Load(); p != nil {
 		(*p)(r)
+	}
+	if h := f.outputs.Load(); h != nil {
+		h.Add(outputResult(r))
 	}
 }
 
@@ -173,10 +179,57 @@ func (o *observed) ingest(stream string, seq uint64, capture time.Time, f *media
 	return o.sink().Ingest(stream, seq, capture, f, truth)
 }
 
-// Close stops the recorder, then the coordinator.
+// startOutputs starts the app's outputs (its `outputs:`), their spools
+// under stateDir when the YAML names no directory, and puts their figures
+// in the metrics, the dashboard and GET /v1/outputs.
+func (o *observed) startOutputs(app *dag.App, stateDir string) error {
+	h, err := startOutputs(app, stateDir, o.log)
+	if err != nil || h == nil {
+		return err
+	}
+	o.outs = h
+	o.results.outputs.Store(h)
+	o.rec.SetOutputs(h.Status)
+	o.mx.SetOutputs(func() []metrics.Output {
+		var out []metrics.Output
+		for _, s := range h.Status() {
+			out = append(out, metrics.Output{App: string(app.Name), Name: s.Name, Connected: s.Connected, Published: s.Published, Retried: s.Retried,
+				Rejected: s.Rejected, DroppedFull: s.DroppedFull, Expired: s.Expired, DroppedBusy: s.DroppedBusy, Waiting: s.Waiting,
+				SpoolBytes: s.SpoolBytes, LagSeconds: s.LagSeconds})
+		}
+		return out
+	})
+	return nil
+}
+
+// flushOutputs waits, at most limit, for the outputs to send what waits
+// in their spools (an output that is down is not waited for: its
+// messages stay spooled for the next start).
+func (o *observed) flushOutputs(limit time.Duration) {
+	if o.outs == nil {
+		return
+	}
+	for end := time.Now().Add(limit); time.Now().Before(end); {
+		busy := false
+		for _, s := range o.outs.Status() {
+			busy = busy || (s.Waiting > 0 && s.Connected)
+		}
+		if !busy {
+			return
+		}
+		<-time.After(20 * time.Millisecond)
+	}
+}
+
+// Close stops the recorder, then the coordinator, then the outputs
+// (what they have not sent stays in their spools for the next start).
 func (o *observed) Close() {
 	o.rec.Close()
 	o.e.Close()
+	if o.outs != nil {
+		o.results.outputs.Store(nil)
+		o.outs.Close()
+	}
 }
 
 // handler routes every endpoint; "/" is the dashboard. With --tokens the
@@ -228,7 +281,18 @@ func (o *observed) handler() http.Handler {
 	mux.Handle("GET /v1/status", apiHeader(st))
 	mux.Handle("POST /v1/instances/{id}/drain", sameOrigin(apiHeader(drainHandler(o.e, o.log))))
 	mux.Handle("GET /healthz", st)
-	try := "/ for the dashboard, /metrics, /v1/status, POST /v1/instances/{id}/drain"
+	mux.Handle("GET /v1/outputs", apiHeader(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var st []outputs.Status
+		if o.outs != nil {
+			st = o.outs.Status()
+		}
+		if st == nil {
+			st = []outputs.Status{}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		writeJSON(w, st, true)
+	})))
+	try := "/ for the dashboard, /metrics, /v1/status, /v1/outputs, POST /v1/instances/{id}/drain"
 	if o.ws != nil {
 		try += ", /v1/streams, /whip/{app}"
 	}

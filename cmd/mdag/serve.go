@@ -173,6 +173,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	defer obs.Close()
+	if err := obs.startOutputs(app, *stateDir); err != nil {
+		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
+		return exitFailure
+	}
 	warnNoState(*stateDir, log)
 	e := obs.e
 	obs.hosts = af.hosts()
@@ -284,6 +288,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		writeIngestLine(stdout, obs.ws.Admission())
 	}
 	writeCameraTable(stdout, cams.Status())
+	obs.flushOutputs(5 * time.Second)
+	writeOutputLines(stdout, obs.outs)
 	writeReplanSummary(stdout, st, replans)
 	return exitOK
 }

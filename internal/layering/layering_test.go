@@ -48,6 +48,7 @@ var allowed = map[string][]string{
 	"internal/h2test":       {},
 	"internal/testproc":     {},
 	"internal/readmecheck":  {},
+	"internal/brokertest":   {},
 	"ingest":                {},
 	"ingest/audiofile":      {"media"},
 	"modules":               {"media"},
@@ -83,8 +84,10 @@ var allowed = map[string][]string{
 	"remote/client":         {"api", "gpu", "ingest/synth", "internal/clock", "internal/pki", "internal/unixsock", "media", "modules", "remote/wire", "worker"},
 	"ingest/synth":          {"internal/clock", "media"},
 	"observe/metrics":       {"ingest"},
-	"observe/dashboard":     {"coordinator", "ingest", "internal/auth", "internal/clock", "media"},
+	"observe/dashboard":     {"coordinator", "ingest", "internal/auth", "internal/clock", "media", "outputs"},
 	"eval/plot":             {},
+	"outputs":               {"internal/clock", "media", "outputs/spool"},
+	"outputs/spool":         {},
 	// the allocator ablation links lp_solve through allocator/milp
 	"eval/alloccmp": {"allocator", "allocator/milp", "dag", "eval/plot", "examples", "profile"},
 	// mdag eval: the coordinator in virtual time (links lp_solve through allocator/milp)
@@ -99,6 +102,10 @@ var allowed = map[string][]string{
 	"ingest/opus": {"media"},
 	"ingest/whip": {"dag", "ingest", "ingest/avc", "ingest/opus", "ingest/vpx", "internal/auth", "internal/clock", "internal/defaults", "media"},
 	"ingest/rtsp": {"ingest", "internal/clock", "internal/yamlx"},
+	// output transports (the runner, in outputs, drives them)
+	"outputs/mqtt":    {"outputs"},
+	"outputs/nats":    {"outputs"},
+	"outputs/webhook": {"outputs"},
 	// the binary wires everything
 	"cmd/mdag": nil,
 }

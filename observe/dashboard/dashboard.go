@@ -29,6 +29,7 @@ import (
 	"github.com/mdag/mdag/ingest"
 	"github.com/mdag/mdag/internal/auth"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/outputs"
 )
 
 //go:embed static
@@ -100,6 +101,9 @@ type Snapshot struct {
 	// Ingest is the WebRTC ingest's admission state (refused, pending,
 	// shed streams, the decoding load); nil without WHIP ingest.
 	Ingest *ingest.Admission `json:"ingest,omitempty"`
+	// Outputs are the app outputs' delivery figures (MQTT, NATS,
+	// webhooks); none without outputs.
+	Outputs []outputs.Status `json:"outputs,omitempty"`
 }
 
 // Recorder samples a status source and keeps its history.
@@ -108,6 +112,7 @@ type Recorder struct {
 	status func() coordinator.Status
 	thumbs *Thumbs
 	ingest func() ingest.Admission // guarded by mu
+	outs   func() []outputs.Status // guarded by mu
 
 	mu       sync.Mutex
 	apps     map[string]*App
@@ -150,6 +155,14 @@ func (r *Recorder) SetIngest(f func() ingest.Admission) {
 	r.mu.Unlock()
 }
 
+// SetOutputs adds the outputs' figures (outputs.Hub.Status) to each
+// sample.
+func (r *Recorder) SetOutputs(f func() []outputs.Status) {
+	r.mu.Lock()
+	r.outs = f
+	r.mu.Unlock()
+}
+
 // Start samples now and then every Interval until Close.
 func (r *Recorder) Start() {
 	r.Sample()
@@ -188,12 +201,16 @@ func (r *Recorder) Close() {
 func (r *Recorder) Sample() {
 	st := r.status()
 	r.mu.Lock()
-	admission := r.ingest
+	admission, outs := r.ingest, r.outs
 	r.mu.Unlock()
 	var adm *ingest.Admission
 	if admission != nil {
 		a := admission()
 		adm = &a
+	}
+	var outSt []outputs.Status
+	if outs != nil {
+		outSt = outs()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -201,7 +218,7 @@ func (r *Recorder) Sample() {
 		return
 	}
 	now := r.cfg.Clock.Now()
-	delta := Snapshot{Now: now.UnixMilli(), Policy: st.Policy, Interval: r.cfg.Interval.Seconds(), Instances: st.Instances, Ingest: adm}
+	delta := Snapshot{Now: now.UnixMilli(), Policy: st.Policy, Interval: r.cfg.Interval.Seconds(), Instances: st.Instances, Ingest: adm, Outputs: outSt}
 	byApp := instancesByApp(st.Instances)
 	for i := range st.Sessions {
 		s := st.Sessions[i]

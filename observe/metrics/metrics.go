@@ -65,6 +65,7 @@ type Metrics struct {
 	load    func() float64
 	gpu     func() GPUSnapshot
 	cameras func() []Camera
+	outputs func() []Output
 	// grpc is the coordinator's gRPC port: refusals, data plane, hops.
 	grpc    func() GRPC
 	instSet map[[2]string]bool // (type, state) series set last time
@@ -139,7 +140,7 @@ func New(withRuntime bool) *Metrics {
 		httpRefused: f.counter("http", "requests_refused_total",
 			"HTTP API requests refused (status, dashboard, thumbnails, /metrics with --tokens), by reason (unauthorized: 401); WHIP's refusals are mdag_ingest_streams_refused_total.", "reason"),
 	}
-	reg.MustRegister(ingestCollector{m}, gpuCollector{m}, cameraCollector{m}, grpcCollector{m})
+	reg.MustRegister(ingestCollector{m}, gpuCollector{m}, cameraCollector{m}, grpcCollector{m}, outputCollector{m})
 	if withRuntime {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

@@ -42,6 +42,7 @@ function merge(snap, full) {
   state.interval = snap.interval_s || state.interval;
   if (snap.instances) state.instances = snap.instances;
   if (snap.ingest) state.ingest = snap.ingest;
+  if (snap.outputs) state.outputs = snap.outputs;
   for (const a of snap.apps || []) {
     let cur = state.apps.get(a.app);
     if (!cur || full) {
@@ -185,6 +186,7 @@ function renderApp(id, a, span) {
   if (ing) sec.append(ing);
   const sl = streamList(state.ingest, id);
   if (sl) sec.append(sl);
+  for (const o of state.outputs || []) sec.append(outputLine(o));
   if (l.degraded) {
     // Said loudly: the plan carries only part of the frames (the rest are shed at ingest) or none at all.
     sec.append(el("p", { class: "degraded" }, `DEGRADED: the plan carries ${pct(l.admitted || 0)} of the frames. ${l.degraded.replace(/^degraded: /, "")}`));
@@ -260,6 +262,21 @@ function renderApp(id, a, span) {
   }
   sec.append(thumbs);
   return sec;
+}
+
+// outputLine is one app output (MQTT, NATS, webhook): where it sends,
+// whether it is up, what it delivered, what waits in its spool and what
+// was lost, by reason. Down or losing messages: said loudly.
+function outputLine(o) {
+  const dropped = { rejected: o.rejected, full: o.dropped_full, expired: o.expired, busy: o.dropped_busy };
+  const lost = Object.entries(dropped).filter(([, v]) => v > 0).map(([k, v]) => `${k} = ${v}`).join(", ");
+  const parts = [`output ${o.name} → ${o.to} (${(o.send || []).join(", ")})`,
+    o.connected ? "up" : `DOWN since ${o.down_since}: ${o.last_error || ""}`,
+    `${o.published} delivered, ${o.retried} retries`,
+    `spool: ${o.waiting} waiting (${fmt(o.spool_bytes / 1024, 0)} KiB), lag ${fmt(o.lag_seconds, 1)} s`];
+  if (lost) parts.push("LOST: " + lost);
+  const bad = !o.connected || lost;
+  return el("div", { class: "drops" + (bad ? " warn" : ""), id: `output-${o.name}` }, parts.join(" · "));
 }
 
 // ingestLine is the WebRTC ingest's admission state: streams admitted and
