@@ -16,6 +16,7 @@ import (
 
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/egress/whep"
 	"github.com/mdag/mdag/ingest/whip"
 	"github.com/mdag/mdag/internal/auth"
 	"github.com/mdag/mdag/media"
@@ -235,7 +236,23 @@ func (wf *whipFlags) attach(cmd, listen string, app *dag.App, obs *observed, log
 		return nil, err
 	}
 	obs.setWhip(ws)
-	return ws.Close, nil
+	// WHEP (annotated video out) on the same ICE settings as WHIP
+	wcfg := whep.Config{Apps: []string{string(app.Name)}, FPS: max(1, int(app.FPS+0.5)), Log: log}
+	if lo, hi, ok := strings.Cut(*wf.udpPorts, "-"); ok { // server checked it
+		a, _ := strconv.ParseUint(lo, 10, 16)
+		b, _ := strconv.ParseUint(hi, 10, 16)
+		wcfg.UDPPortMin, wcfg.UDPPortMax = uint16(a), uint16(b)
+	}
+	if *wf.publicIP != "" {
+		wcfg.PublicIPs = []string{*wf.publicIP}
+	}
+	wv, err := whep.New(wcfg, obs.eg)
+	if err != nil {
+		ws.Close()
+		return nil, fmt.Errorf("mdag %s: whep: %w", cmd, err)
+	}
+	obs.whep = wv.Handler()
+	return func() { wv.Close(); ws.Close() }, nil
 }
 
 // setWhip adds the WHIP server: its routes, its ingest counters, and the
