@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -269,5 +271,48 @@ func TestAiortc(t *testing.T) {
 	sum = runAiortc(t, ctx, hs.URL+"/whep/app/cam", 2, "--colour", "255,0,0", "--min-run", "24")
 	if sum.Frames > 0 && (c.B != 255 || c.G != 0 || c.R != 0) && sum.WithBox != 0 {
 		t.Errorf("colour B,G,R 255,0,0, which nothing draws, found in %d of %d frames", sum.WithBox, sum.Frames)
+	}
+}
+
+// cpuTime is this process's user+system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestViewerCost measures the server's CPU for 0, 1, 4 and 8 aiortc
+// viewers of one 320x240 15 fps stream (the viewers run in their own
+// processes, so the process CPU is the source, the egress and the
+// server's WebRTC). Opt-in: MDAG_WHEP_COST=1 (it takes ~25 s and wants
+// idle cores; aiortc decoding 8 streams needs more than 2).
+func TestViewerCost(t *testing.T) {
+	if os.Getenv("MDAG_WHEP_COST") != "1" {
+		t.Skip("set MDAG_WHEP_COST=1 to measure the cost of WHEP per viewer")
+	}
+	s, hub, hs := newServer(t, Config{MaxPerStream: 16, MaxViewers: 16})
+	source(t, hub, "cam", 15)
+	const window = 3 * time.Second
+	for _, n := range []int{0, 1, 4, 8} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = exec.CommandContext(ctx, "/usr/bin/python3", "../../tools/whep_aiortc.py", hs.URL+"/whep/app/cam", "6", "--no-decode-check").Run()
+			}()
+		}
+		if n > 0 {
+			waitFor(t, fmt.Sprintf("%d viewers", n), func() bool { return s.Stats().Viewers == n })
+		}
+		time.Sleep(time.Second) // ICE and the first key frame
+		c0, w0 := cpuTime(), time.Now()
+		time.Sleep(window)
+		cpu, wall := cpuTime()-c0, time.Since(w0)
+		t.Logf("%d viewers: server process CPU %.1f ms/s (%.3f cores)", n, float64(cpu.Milliseconds())/wall.Seconds(), cpu.Seconds()/wall.Seconds())
+		wg.Wait()
+		cancel()
+		waitFor(t, "the viewers to leave", func() bool { return s.Stats().Viewers == 0 })
 	}
 }
