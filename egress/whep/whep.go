@@ -6,7 +6,8 @@
 //	POST    /whep/{app}/{stream}        SDP offer (recvonly video) -> 201, SDP answer, Location
 //	DELETE  /whep/{app}/{stream}/{id}   end the viewer
 //	OPTIONS /whep/...                   CORS preflight (same-origin pages need none)
-//	GET     /v1/whep                    viewers and per-stream counters (JSON)
+//	GET     /v1/whep                    viewers, live streams and per-stream counters (JSON)
+//	GET     /whep/player.js             the browser player (no data: serve it without a token)
 //
 // The encoder of a stream starts with its first viewer and stops with its
 // last; a new viewer gets a key frame (and so does a viewer's PLI).
@@ -17,6 +18,7 @@ package whep
 
 import (
 	"crypto/rand"
+	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -77,6 +79,7 @@ type Server struct {
 	viewers int              // all feeds' viewers, and the ones being set up
 	closed  bool
 	refused map[string]uint64 // by reason
+	ended   Totals            // the counters of feeds that have stopped
 	started atomic.Uint64     // viewers that got an answer
 }
 
@@ -158,9 +161,25 @@ func New(cfg Config, hub *egress.Hub) (*Server, error) {
 	return &Server{cfg: cfg, hub: hub, api: api, clk: cfg.Clock, log: cfg.Log, feeds: map[string]*feed{}, refused: map[string]uint64{}}, nil
 }
 
-// Handler serves the WHEP endpoints and GET /v1/whep.
+// PlayerJS is the browser player (static/player.js): whepPlay(url,
+// video, token) and whepLive(token).
+//
+//go:embed static/player.js
+var PlayerJS []byte
+
+// PlayerPath is where Handler serves PlayerJS. It holds no data: callers
+// that guard the handler with a token serve this path without one (a
+// <script src> cannot send a header).
+const PlayerPath = "/whep/player.js"
+
+// Handler serves the WHEP endpoints, GET /v1/whep and the player.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+PlayerPath, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-cache")
+		_, _ = w.Write(PlayerJS)
+	})
 	mux.HandleFunc("POST /whep/{app}/{stream}", s.handlePost)
 	mux.HandleFunc("DELETE /whep/{app}/{stream}/{id}", s.handleDelete)
 	mux.HandleFunc("PATCH /whep/{app}/{stream}/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -368,7 +387,18 @@ func (s *Server) dropFeedLocked(f *feed) func() {
 	}
 	delete(s.feeds, f.stream)
 	return func() {
+		// the ring's counters go with the watch: keep them (a frame or
+		// two arriving between this and the stop are not counted)
+		var eg egress.Stats
+		for _, st := range s.hub.Stats() {
+			if st.Stream == f.stream {
+				eg = st
+			}
+		}
 		f.stop() // waits for the sink: the encoder is free after it
+		s.mu.Lock()
+		s.ended.add(f, eg)
+		s.mu.Unlock()
 		if f.enc != nil {
 			f.enc.Close()
 			f.enc = nil
@@ -473,13 +503,37 @@ type StreamStats struct {
 	Egress       egress.Stats `json:"egress"`
 }
 
+// Totals are counters over every feed this server has run (Prometheus
+// counters: they only grow).
+type Totals struct {
+	Encoded      uint64 `json:"encoded_frames"`
+	EncodedBytes uint64 `json:"encoded_bytes"`
+	Errors       uint64 `json:"errors"`
+	Evicted      uint64 `json:"evicted_frames"` // frames the ring's bounds evicted before their result came
+	Skipped      uint64 `json:"skipped_frames"` // frames replaced while the encoder was busy
+	Undrawn      uint64 `json:"undrawn_frames"` // frames sent without drawings (their result was a drop)
+}
+
+func (t *Totals) add(f *feed, eg egress.Stats) {
+	t.Encoded += f.encoded.Load()
+	t.EncodedBytes += f.bytes.Load()
+	t.Errors += f.errs.Load()
+	t.Evicted += eg.Evicted
+	t.Skipped += eg.Skipped
+	t.Undrawn += eg.Undrawn
+}
+
 // Stats is the server's state.
 type Stats struct {
+	Apps         []string          `json:"apps"`
+	Live         []string          `json:"live"` // the streams one can watch
 	Viewers      int               `json:"viewers"`
 	MaxViewers   int               `json:"max_viewers"`
 	MaxPerStream int               `json:"max_per_stream"`
 	Started      uint64            `json:"viewers_started"`
 	Refused      map[string]uint64 `json:"refused"`
+	Totals       Totals            `json:"totals"`
+	BitrateKbps  int               `json:"bitrate_kbps"`
 	Streams      []StreamStats     `json:"streams"`
 }
 
@@ -489,13 +543,19 @@ func (s *Server) Stats() Stats {
 	for _, st := range s.hub.Stats() {
 		eg[st.Stream] = st
 	}
+	live := s.hub.Live()
+	if live == nil {
+		live = []string{}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := Stats{Viewers: s.viewers, MaxViewers: s.cfg.MaxViewers, MaxPerStream: s.cfg.MaxPerStream, Started: s.started.Load(), Refused: map[string]uint64{}}
+	out := Stats{Apps: s.cfg.Apps, Live: live, Viewers: s.viewers, MaxViewers: s.cfg.MaxViewers, MaxPerStream: s.cfg.MaxPerStream, BitrateKbps: s.cfg.BitrateKbps, Started: s.started.Load(), Refused: map[string]uint64{}}
+	out.Totals = s.ended
 	for k, v := range s.refused {
 		out.Refused[k] = v
 	}
 	for name, f := range s.feeds {
+		out.Totals.add(f, eg[name])
 		out.Streams = append(out.Streams, StreamStats{Stream: name, Viewers: len(f.viewers), Encoded: f.encoded.Load(), EncodedBytes: f.bytes.Load(), Errors: f.errs.Load(), Egress: eg[name]})
 	}
 	sort.Slice(out.Streams, func(i, j int) bool { return out.Streams[i].Stream < out.Streams[j].Stream })
