@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -72,6 +73,8 @@ type observed struct {
 	// whep serves them (nil: none, the lean build has no WebRTC).
 	eg   *egress.Hub
 	whep http.Handler
+	// whepSummary is WHEP's line in serve's summary ("": no WHEP).
+	whepSummary func() string
 }
 
 // webIngest is WebRTC (WHIP) ingest as the HTTP face and the summaries
@@ -88,7 +91,8 @@ type webIngest interface {
 // against the full build's flags.
 var (
 	whipFlagNames = []string{"allow-origin", "token-file", "open", "offer-rate", "offer-burst", "offer-rate-ip", "offer-burst-ip", "max-streams", "max-pending", "connect-timeout", "cpu-cores",
-		"cpu-ceiling", "stream-cost", "cpu-machine", "shed-after", "max-resolution", "oversize", "udp-ports", "public-ip", "emulate-objects", "codecs"}
+		"cpu-ceiling", "stream-cost", "cpu-machine", "shed-after", "max-resolution", "oversize", "udp-ports", "public-ip", "emulate-objects", "codecs",
+		"whep-max-viewers", "whep-max-per-stream", "whep-bitrate"}
 	whipBoolFlags = []string{"open", "cpu-machine"}
 )
 
@@ -282,6 +286,18 @@ func (o *observed) handler() http.Handler {
 		mux.Handle("/whep/", h)
 		mux.Handle("GET /v1/whep", h)
 	}
+	// the player (the stream page's and the dashboard's) is code, no
+	// data: open, like /dashboard/; without WHEP a stub that defines
+	// nothing, so the pages hide their players
+	mux.HandleFunc("GET /whep/player.js", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-cache")
+		if o.whep != nil {
+			_, _ = w.Write(whepPlayerJS)
+			return
+		}
+		_, _ = io.WriteString(w, "// no WHEP (annotated video out) on this server: "+noWhepWhy+"\n")
+	})
 	mux.Handle("GET /metrics", apiHeader(o.mx.Handler()))
 	d := o.rec.Handler()
 	// a browser opening the page without a valid token is shown how to

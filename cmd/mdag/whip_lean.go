@@ -17,7 +17,7 @@ import (
 // flag's name rather than misread; their help names them on one line.
 
 // errNoWhip is what every WHIP flag answers.
-var errNoWhip = errors.New("WHIP ingest is not in the lean build (sources: mdag source, serve --synthetic); " + fullBuild)
+var errNoWhip = errors.New("WHIP ingest and WHEP out are not in the lean build (sources: mdag source, serve --synthetic); " + fullBuild)
 
 // whipFlags holds nothing: every WHIP flag refuses its value.
 type whipFlags struct{}
@@ -44,3 +44,9 @@ func (f refusedFlag) IsBoolFlag() bool { return f.isBool }
 func (refusedFlag) notInBuild() string {
 	return "WHIP ingest is not in the lean build (" + fullBuild + "); refused flags"
 }
+
+// whepPlayerJS is never served here (o.whep is nil).
+var whepPlayerJS []byte
+
+// noWhepWhy says why GET /whep/player.js is a stub.
+const noWhepWhy = "this is the lean build"
