@@ -6,8 +6,8 @@ import (
 	"bufio"
 	"flag"
 	"fmt"
-	"maps"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -81,28 +81,28 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 		origins: origins,
 		tokenFile: fs.String("token-file", "", "the simple form of --tokens: plaintext bearer tokens accepted for WHIP (every app) and results, one per line (# comments); "+
 			"the API stays open; none and no --tokens: open, allowed only on a loopback --listen unless --open"),
-		open:       fs.Bool("open", false, "accept WHIP streams without a token on a non-loopback --listen"),
-		offerRate:  fs.Float64("offer-rate", 20, "WHIP offers (POST) per second accepted from all clients together; more get 429 with Retry-After (0: no limit)"),
-		offerBurst: fs.Float64("offer-burst", 100, "WHIP offers accepted at once before --offer-rate applies"),
-		ipRate:     fs.Float64("offer-rate-ip", 2, "WHIP offers per second accepted from one client IP; more get 429 with Retry-After (0: no limit)"),
-		ipBurst:    fs.Float64("offer-burst-ip", 20, "WHIP offers accepted at once from one client IP before --offer-rate-ip applies"),
-		maxStreams: fs.Int("max-streams", 64, "most admitted WHIP streams at once (a stream is admitted when its first frame decodes); more get 503 with Retry-After"),
-		maxPending: fs.Int("max-pending", 0, "most WHIP streams waiting for their first frame at once (default --max-streams); more get 503"),
-		connect:    fs.Duration("connect-timeout", 10*time.Second, "end a WHIP stream whose first frame has not decoded this long after its offer"),
-		cores:      fs.Float64("cpu-cores", 0, "CPU cores this process may use, for WHIP admission (default GOMAXPROCS)"),
-		ceiling:    fs.Float64("cpu-ceiling", 0.7, "share of --cpu-cores WHIP admission fills with the measured CPU load; a stream that would not fit gets 503"),
-		streamCost: fs.Float64("stream-cost", 0.15, "predicted CPU load of a new WHIP stream in cores until one has been measured"),
-		cpuMachine: fs.Bool("cpu-machine", false, "WHIP admission also counts the machine's busy cores (other processes) when larger than this process's CPU, where the process may use every core (default: this process only, so a busy neighbour cannot shed streams)"),
-		shedAfter:  fs.Duration("shed-after", 3*time.Second, "end the newest WHIP streams (reason overload; as many as the excess over the per-stream cost, never the last) when the CPU load stays above capacity this long (negative: never)"),
-		maxRes:     fs.String("max-resolution", "1920x1080", "largest decoded frame WxH handed to the session"),
-		oversize:   fs.String("oversize", string(whip.Downscale), "frames above --max-resolution: downscale or reject (ends the stream)"),
-		udpPorts:   fs.String("udp-ports", "", "UDP port range for WebRTC media, MIN-MAX (default: ephemeral)"),
-		publicIP:   fs.String("public-ip", "", "IP to announce in ICE candidates instead of local addresses (1:1 NAT, e.g. a node's external IP)"),
+		open:          fs.Bool("open", false, "accept WHIP streams without a token on a non-loopback --listen"),
+		offerRate:     fs.Float64("offer-rate", 20, "WHIP offers (POST) per second accepted from all clients together; more get 429 with Retry-After (0: no limit)"),
+		offerBurst:    fs.Float64("offer-burst", 100, "WHIP offers accepted at once before --offer-rate applies"),
+		ipRate:        fs.Float64("offer-rate-ip", 2, "WHIP offers per second accepted from one client IP; more get 429 with Retry-After (0: no limit)"),
+		ipBurst:       fs.Float64("offer-burst-ip", 20, "WHIP offers accepted at once from one client IP before --offer-rate-ip applies"),
+		maxStreams:    fs.Int("max-streams", 64, "most admitted WHIP streams at once (a stream is admitted when its first frame decodes); more get 503 with Retry-After"),
+		maxPending:    fs.Int("max-pending", 0, "most WHIP streams waiting for their first frame at once (default --max-streams); more get 503"),
+		connect:       fs.Duration("connect-timeout", 10*time.Second, "end a WHIP stream whose first frame has not decoded this long after its offer"),
+		cores:         fs.Float64("cpu-cores", 0, "CPU cores this process may use, for WHIP admission (default GOMAXPROCS)"),
+		ceiling:       fs.Float64("cpu-ceiling", 0.7, "share of --cpu-cores WHIP admission fills with the measured CPU load; a stream that would not fit gets 503"),
+		streamCost:    fs.Float64("stream-cost", 0.15, "predicted CPU load of a new WHIP stream in cores until one has been measured"),
+		cpuMachine:    fs.Bool("cpu-machine", false, "WHIP admission also counts the machine's busy cores (other processes) when larger than this process's CPU, where the process may use every core (default: this process only, so a busy neighbour cannot shed streams)"),
+		shedAfter:     fs.Duration("shed-after", 3*time.Second, "end the newest WHIP streams (reason overload; as many as the excess over the per-stream cost, never the last) when the CPU load stays above capacity this long (negative: never)"),
+		maxRes:        fs.String("max-resolution", "1920x1080", "largest decoded frame WxH handed to the session"),
+		oversize:      fs.String("oversize", string(whip.Downscale), "frames above --max-resolution: downscale or reject (ends the stream)"),
+		udpPorts:      fs.String("udp-ports", "", "UDP port range for WebRTC media, MIN-MAX (default: ephemeral)"),
+		publicIP:      fs.String("public-ip", "", "IP to announce in ICE candidates instead of local addresses (1:1 NAT, e.g. a node's external IP)"),
 		whepMax:       fs.Int("whep-max-viewers", 32, "most WHEP viewers (annotated video out, /whep/{app}/{stream}) at once; more get 503"),
 		whepPerStream: fs.Int("whep-max-per-stream", 8, "most WHEP viewers of one stream at once; more get 503 (a stream is encoded once for all its viewers)"),
 		whepBitrate:   fs.Int("whep-bitrate", 1000, "target bitrate of a stream's WHEP (VP8) encoder, kbit/s"),
-		codecs:     fs.String("codecs", strings.Join(whip.DefaultCodecs, ","), "video codecs WHIP accepts, in order of preference: a stream is answered with the first its offer has (vp8, h264)"),
-		objects:    fs.String("emulate-objects", "motion", "what emulated GPU detectors report for WebRTC video, which has no ground truth: motion (moving regions, by background subtraction) or none"),
+		codecs:        fs.String("codecs", strings.Join(whip.DefaultCodecs, ","), "video codecs WHIP accepts, in order of preference: a stream is answered with the first its offer has (vp8, h264)"),
+		objects:       fs.String("emulate-objects", "motion", "what emulated GPU detectors report for WebRTC video, which has no ground truth: motion (moving regions, by background subtraction) or none"),
 	}
 }
 
