@@ -9,14 +9,18 @@ import (
 	"fmt"
 	"log/slog"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/egress"
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/ingest/synth"
+	"github.com/mdag/mdag/internal/browsertest"
 	"github.com/mdag/mdag/internal/clock"
 )
 
@@ -130,6 +134,52 @@ func TestWhepServe(t *testing.T) {
 	if sum.Status != 201 || sum.Frames < 20 || sum.WithBox < sum.Frames*7/10 {
 		t.Errorf("%d frames, %d with class %q's drawn colour (status %d): want >= 20 and >= 70%%", sum.Frames, sum.WithBox, class, sum.Status)
 	}
+	// the built-in pages play it: the stream page's "watch" section and
+	// the dashboard's watch link (egress/whep's TestChromium checks the
+	// player's pixels; this checks the pages' wiring)
+	t.Run("pages", func(t *testing.T) {
+		bctx := browsertest.New(t, 60*time.Second)
+		playing := func(page, video string, start func() error) {
+			t.Helper()
+			if _, err := chromedp.Run(bctx, chromedp.Navigate(base+page)); err != nil {
+				t.Fatal(err)
+			}
+			if err := start(); err != nil {
+				t.Fatalf("%s: %v", page, err)
+			}
+			v := `document.getElementById("` + video + `")`
+			if _, err := chromedp.Run(bctx, chromedp.Poll[bool](v+`.videoWidth > 0 && `+v+`.currentTime > 0.5`,
+				chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+				st, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body.innerText`))
+				t.Fatalf("%s: the annotated video did not play in 30 s: %v\n%s", page, err, st)
+			}
+			n, _ := chromedp.Run(bctx, chromedp.Evaluate[int](`fetch("/v1/whep").then(r => r.json()).then(s => s.viewers)`, chromedp.EvalAwaitPromise))
+			if n != 1 {
+				t.Errorf("%s: %d WHEP viewers while playing: want 1", page, n)
+			}
+		}
+		playing("/stream/"+string(app.Name), "annotated", func() error {
+			_, err := chromedp.Run(bctx, chromedp.Evaluate[any](`window.mdagWatch("cam")`, chromedp.EvalAwaitPromise))
+			return err
+		})
+		if _, err := chromedp.Run(bctx, chromedp.Evaluate[any](`window.mdagUnwatch()`, chromedp.EvalAwaitPromise)); err != nil {
+			t.Fatal(err)
+		}
+		// the dashboard: its thumbnail's watch link
+		playing("/", "watchvideo", func() error {
+			_, err := chromedp.Run(bctx, chromedp.Poll[bool](`(() => { const a = document.querySelector('.thumbs a.watch[data-stream="cam"]'); if (a) a.click(); return !!a; })()`,
+				chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second)))
+			return err
+		})
+		cap, _ := chromedp.Run(bctx, chromedp.Poll[string](`(() => { const f = document.querySelector('.thumbs figcaption'); return f && /1 watching/.test(f.textContent) ? f.textContent : null; })()`,
+			chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second)))
+		if !strings.Contains(cap, "1 watching") {
+			t.Errorf("the dashboard's thumbnail caption %q: want 1 watching", cap)
+		}
+		if _, err := chromedp.Run(bctx, chromedp.Evaluate[any](`window.mdagUnwatch()`, chromedp.EvalAwaitPromise)); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func withBox(out []byte) int {
