@@ -17,7 +17,7 @@ import (
 // flag's name rather than misread; their help names them on one line.
 
 // errNoWhip is what every WHIP flag answers.
-var errNoWhip = errors.New("WHIP ingest and WHEP out are not in the lean build (sources: mdag source, serve --synthetic); " + fullBuild)
+var errNoWhip = errors.New("WHIP ingest is not in the lean build (sources: mdag source, serve --synthetic); " + fullBuild)
 
 // whipFlags holds nothing: every WHIP flag refuses its value.
 type whipFlags struct{}
