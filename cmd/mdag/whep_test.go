@@ -18,6 +18,7 @@ import (
 
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/egress"
+	"github.com/mdag/mdag/egress/whep"
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/browsertest"
@@ -187,4 +188,20 @@ func withBox(out []byte) int {
 	_ = json.Unmarshal(out, &m)
 	f, _ := m["with_box"].(float64)
 	return int(f)
+}
+
+// TestWhepSummary: serve's WHEP line and the metrics' figures say the
+// refusals and encoder errors.
+func TestWhepSummary(t *testing.T) {
+	st := whep.Stats{Apps: []string{"traffic"}, Started: 5, Viewers: 1, MaxPerStream: 8, MaxViewers: 32,
+		Refused: map[string]uint64{"stream_full": 2, "full": 1}, Totals: whep.Totals{Encoded: 900, Errors: 3, Evicted: 4}}
+	got := whepSummary(st)
+	want := "WHEP: 5 viewers served (1 now, limits 8 a stream, 32 in all), 900 frames encoded; 3 refused (full 1, stream_full 2); 3 ENCODER ERRORS; 4 frames evicted before their result"
+	if got != want {
+		t.Errorf("summary\n%s\nwant\n%s", got, want)
+	}
+	m := egressMetrics(st)
+	if len(m) != 1 || m[0].App != "traffic" || m[0].Viewers != 1 || m[0].Refused["full"] != 1 || m[0].Errors != 3 || m[0].Evicted != 4 || m[0].Encoded != 900 {
+		t.Errorf("metrics %+v", m)
+	}
 }

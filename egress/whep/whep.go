@@ -78,9 +78,10 @@ type Server struct {
 	feeds   map[string]*feed // by stream
 	viewers int              // all feeds' viewers, and the ones being set up
 	closed  bool
-	refused map[string]uint64 // by reason
-	ended   Totals            // the counters of feeds that have stopped
-	started atomic.Uint64     // viewers that got an answer
+	refused map[string]uint64    // by reason
+	said    map[string]time.Time // reason -> when a refusal was last logged
+	ended   Totals               // the counters of feeds that have stopped
+	started atomic.Uint64        // viewers that got an answer
 }
 
 // feed is one watched stream: its encoder and the track its viewers share.
@@ -158,7 +159,7 @@ func New(cfg Config, hub *egress.Hub) (*Server, error) {
 		se.SetNAT1To1IPs(cfg.PublicIPs, webrtc.ICECandidateTypeHost)
 	}
 	api := webrtc.NewAPI(webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(ir), webrtc.WithSettingEngine(se))
-	return &Server{cfg: cfg, hub: hub, api: api, clk: cfg.Clock, log: cfg.Log, feeds: map[string]*feed{}, refused: map[string]uint64{}}, nil
+	return &Server{cfg: cfg, hub: hub, api: api, clk: cfg.Clock, log: cfg.Log, feeds: map[string]*feed{}, refused: map[string]uint64{}, said: map[string]time.Time{}}, nil
 }
 
 // PlayerJS is the browser player (static/player.js): whepPlay(url,
@@ -214,9 +215,18 @@ const (
 )
 
 func (s *Server) refuse(w http.ResponseWriter, code int, reason, msg string) {
+	now := s.clk.Now()
 	s.mu.Lock()
 	s.refused[reason]++
+	n := s.refused[reason]
+	say := now.Sub(s.said[reason]) >= 10*time.Second // at most one line per reason every 10 s
+	if say {
+		s.said[reason] = now
+	}
 	s.mu.Unlock()
+	if say {
+		s.log.Warn("whep: viewer refused", "reason", reason, "status", code, "detail", msg, "refused_so_far", n)
+	}
 	if code == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "5")
 	}
@@ -448,7 +458,7 @@ func (f *feed) sink(s *Server) egress.Sink {
 			enc, err := vpx.NewEncoder(vpx.EncoderConfig{Width: fr.W, Height: fr.H, FPS: s.cfg.FPS, BitrateKbps: s.cfg.BitrateKbps})
 			if err != nil {
 				f.enc = nil
-				f.errs.Add(1)
+				f.fail(s, "cannot start the encoder", err)
 				return
 			}
 			f.enc, f.w, f.h = enc, fr.W, fr.H
@@ -464,16 +474,24 @@ func (f *feed) sink(s *Server) egress.Sink {
 		f.pts += max(1, int64(d*time.Duration(s.cfg.FPS)/time.Second))
 		pkts, err := f.enc.Encode(fr, pts, f.keyReq.Swap(false))
 		if err != nil {
-			f.errs.Add(1)
+			f.fail(s, "cannot encode a frame", err)
 			return
 		}
 		for _, p := range pkts {
 			if err := f.track.WriteSample(pmedia.Sample{Data: p.Data, Duration: d}); err != nil {
-				f.errs.Add(1)
+				f.fail(s, "cannot send a frame", err)
 			}
 			f.bytes.Add(uint64(len(p.Data)))
 		}
 		f.encoded.Add(1)
+	}
+}
+
+// fail counts an encoder error; the first of a feed and every 100th are
+// logged (viewers miss those frames).
+func (f *feed) fail(s *Server, what string, err error) {
+	if n := f.errs.Add(1); n == 1 || n%100 == 0 {
+		s.log.Warn("whep: "+what+": viewers miss frames", "stream", f.stream, "err", err, "errors", n)
 	}
 }
 

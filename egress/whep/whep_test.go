@@ -151,6 +151,18 @@ func TestViewers(t *testing.T) {
 	if resp, err := http.Post(hs.URL+"/whep/other/cam-a", "application/sdp", strings.NewReader("")); err != nil || resp.StatusCode != 404 {
 		t.Errorf("unknown app: %v %v", resp, err)
 	}
+	if st := s.Stats(); strings.Join(st.Live, ",") != "cam-a,cam-b" || st.Refused[RefusedUnknown] != 2 {
+		t.Errorf("stats: live %v, refused %v: want cam-a,cam-b and 2 unknown", st.Live, st.Refused)
+	}
+	if resp, err := http.Get(hs.URL + PlayerPath); err != nil || resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/javascript") {
+		t.Errorf("GET %s: %v %v", PlayerPath, resp, err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), "async function whepPlay(") {
+			t.Errorf("GET %s is not the player", PlayerPath)
+		}
+	}
 
 	v1, code, _ := offerPion(t, hs.URL+"/whep/app/cam-a")
 	v2, code2, _ := offerPion(t, hs.URL+"/whep/app/cam-a")
