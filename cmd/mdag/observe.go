@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/egress"
 	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/gpu/nvml"
 	"github.com/mdag/mdag/ingest"
@@ -66,6 +68,13 @@ type observed struct {
 	log     *slog.Logger
 	results *frameSink   // the engine's OnFrame: results to the WHIP server
 	outs    *outputs.Hub // the app's outputs (nil: none)
+	// eg keeps the frames of streams someone watches over WHEP and draws
+	// their results (a stream nobody watches costs a timestamp a frame);
+	// whep serves them (nil: none, the lean build has no WebRTC).
+	eg   *egress.Hub
+	whep http.Handler
+	// whepSummary is WHEP's line in serve's summary ("": no WHEP).
+	whepSummary func() string
 }
 
 // webIngest is WebRTC (WHIP) ingest as the HTTP face and the summaries
@@ -82,7 +91,8 @@ type webIngest interface {
 // against the full build's flags.
 var (
 	whipFlagNames = []string{"allow-origin", "token-file", "open", "offer-rate", "offer-burst", "offer-rate-ip", "offer-burst-ip", "max-streams", "max-pending", "connect-timeout", "cpu-cores",
-		"cpu-ceiling", "stream-cost", "cpu-machine", "shed-after", "max-resolution", "oversize", "udp-ports", "public-ip", "emulate-objects", "codecs"}
+		"cpu-ceiling", "stream-cost", "cpu-machine", "shed-after", "max-resolution", "oversize", "udp-ports", "public-ip", "emulate-objects", "codecs",
+		"whep-max-viewers", "whep-max-per-stream", "whep-bitrate"}
 	whipBoolFlags = []string{"open", "cpu-machine"}
 )
 
@@ -93,6 +103,7 @@ type frameSink struct {
 	publish atomic.Pointer[func(coordinator.FrameResult)]
 	thumbs  atomic.Pointer[dashboard.Thumbs]
 	outputs atomic.Pointer[outputs.Hub]
+	egress  atomic.Pointer[egress.Hub]
 }
 
 func (f *frameSink) onFrame(r coordinator.FrameResult) {
@@ -104,6 +115,9 @@ func (f *frameSink) onFrame(r coordinator.FrameResult) {
 	}
 	if h := f.outputs.Load(); h != nil {
 		h.Add(outputResult(r))
+	}
+	if h := f.egress.Load(); h != nil {
+		h.Result(egress.Result{Stream: r.Stream, Seq: r.Seq, Dropped: r.Outcome == coordinator.Dropped, Boxes: r.Boxes, Tracks: r.Tracks, Labels: r.Labels})
 	}
 }
 
@@ -119,7 +133,8 @@ func startObserved(cfg coordinator.Config, limits map[profile.WorkerTypeID]int, 
 // startObservedWith is startObserved with the in-process emulated GPUs'
 // variance model v (`--variance`).
 func startObservedWith(cfg coordinator.Config, limits map[profile.WorkerTypeID]int, app *dag.App, prof *profile.File, v gpu.Variance) (*observed, error) {
-	o := &observed{mx: newMetrics(), results: &frameSink{}, log: cfg.Log}
+	o := &observed{mx: newMetrics(), results: &frameSink{}, log: cfg.Log, eg: egress.New(egress.Config{})}
+	o.results.egress.Store(o.eg)
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
 	}
@@ -172,7 +187,7 @@ func (o *observed) serveHTTP(addr string) (string, *http.Server, error) {
 }
 
 // sink is the engine as a WHIP sink whose frames also feed the thumbnails.
-func (o *observed) sink() tapSink { return tapSink{o.e, o.rec.Thumbs()} }
+func (o *observed) sink() tapSink { return tapSink{o.e, o.rec.Thumbs(), o.eg} }
 
 // ingest is e.Ingest feeding the thumbnails (for in-process sources).
 func (o *observed) ingest(stream string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error {
@@ -257,6 +272,32 @@ func (o *observed) handler() http.Handler {
 			mux.Handle(p, h)
 		}
 	}
+	if o.whep != nil {
+		// annotated video is camera pixels: the thumbnails' rule
+		var h http.Handler
+		switch {
+		case o.auth.GatesAPI():
+			h = api(o.whep)
+		case o.ws != nil:
+			h = o.ws.RequireToken(o.whep)
+		default:
+			h = o.whep
+		}
+		mux.Handle("/whep/", h)
+		mux.Handle("GET /v1/whep", h)
+	}
+	// the player (the stream page's and the dashboard's) is code, no
+	// data: open, like /dashboard/; without WHEP a stub that defines
+	// nothing, so the pages hide their players
+	mux.HandleFunc("GET /whep/player.js", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-cache")
+		if o.whep != nil {
+			_, _ = w.Write(whepPlayerJS)
+			return
+		}
+		_, _ = io.WriteString(w, "// no WHEP (annotated video out) on this server: "+noWhepWhy+"\n")
+	})
 	mux.Handle("GET /metrics", apiHeader(o.mx.Handler()))
 	d := o.rec.Handler()
 	// a browser opening the page without a valid token is shown how to
@@ -296,6 +337,9 @@ func (o *observed) handler() http.Handler {
 	if o.ws != nil {
 		try += ", /v1/streams, /whip/{app}"
 	}
+	if o.whep != nil {
+		try += ", /whep/{app}/{stream}, /v1/whep"
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("no such endpoint: %s %s (try %s)", r.Method, r.URL.Path, try), http.StatusNotFound)
 	})
@@ -305,6 +349,7 @@ func (o *observed) handler() http.Handler {
 type tapSink struct {
 	e      *coordinator.Engine
 	thumbs *dashboard.Thumbs
+	eg     *egress.Hub // nil: no WHEP out
 }
 
 func (t tapSink) Join(app dag.AppID, id string) error { return t.e.Join(app, id) }
@@ -325,6 +370,9 @@ func (t tapSink) Ingest(id string, seq uint64, capture time.Time, f *media.Frame
 	err := t.e.Ingest(id, seq, capture, f, truth)
 	if err == nil {
 		t.thumbs.Offer(id, f)
+		if t.eg != nil {
+			t.eg.Ingest(id, seq, f)
+		}
 	}
 	return err
 }

@@ -287,6 +287,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	if obs.ws != nil {
 		writeIngestLine(stdout, obs.ws.Admission())
 	}
+	if obs.whepSummary != nil {
+		fmt.Fprintln(stdout, obs.whepSummary())
+	}
 	writeCameraTable(stdout, cams.Status())
 	obs.flushOutputs(5 * time.Second)
 	writeOutputLines(stdout, obs.outs)

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -16,10 +17,12 @@ import (
 
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/egress/whep"
 	"github.com/mdag/mdag/ingest/whip"
 	"github.com/mdag/mdag/internal/auth"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/modules/cv"
+	"github.com/mdag/mdag/observe/metrics"
 )
 
 // whipFlags are the WebRTC ingest flags of serve and coordinator.
@@ -45,6 +48,10 @@ type whipFlags struct {
 	objects    *string
 	codecs     *string
 	origins    *originList
+	// WHEP (annotated video out)
+	whepMax       *int
+	whepPerStream *int
+	whepBitrate   *int
 }
 
 // originList is --allow-origin: repeated or comma-separated.
@@ -74,25 +81,28 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 		origins: origins,
 		tokenFile: fs.String("token-file", "", "the simple form of --tokens: plaintext bearer tokens accepted for WHIP (every app) and results, one per line (# comments); "+
 			"the API stays open; none and no --tokens: open, allowed only on a loopback --listen unless --open"),
-		open:       fs.Bool("open", false, "accept WHIP streams without a token on a non-loopback --listen"),
-		offerRate:  fs.Float64("offer-rate", 20, "WHIP offers (POST) per second accepted from all clients together; more get 429 with Retry-After (0: no limit)"),
-		offerBurst: fs.Float64("offer-burst", 100, "WHIP offers accepted at once before --offer-rate applies"),
-		ipRate:     fs.Float64("offer-rate-ip", 2, "WHIP offers per second accepted from one client IP; more get 429 with Retry-After (0: no limit)"),
-		ipBurst:    fs.Float64("offer-burst-ip", 20, "WHIP offers accepted at once from one client IP before --offer-rate-ip applies"),
-		maxStreams: fs.Int("max-streams", 64, "most admitted WHIP streams at once (a stream is admitted when its first frame decodes); more get 503 with Retry-After"),
-		maxPending: fs.Int("max-pending", 0, "most WHIP streams waiting for their first frame at once (default --max-streams); more get 503"),
-		connect:    fs.Duration("connect-timeout", 10*time.Second, "end a WHIP stream whose first frame has not decoded this long after its offer"),
-		cores:      fs.Float64("cpu-cores", 0, "CPU cores this process may use, for WHIP admission (default GOMAXPROCS)"),
-		ceiling:    fs.Float64("cpu-ceiling", 0.7, "share of --cpu-cores WHIP admission fills with the measured CPU load; a stream that would not fit gets 503"),
-		streamCost: fs.Float64("stream-cost", 0.15, "predicted CPU load of a new WHIP stream in cores until one has been measured"),
-		cpuMachine: fs.Bool("cpu-machine", false, "WHIP admission also counts the machine's busy cores (other processes) when larger than this process's CPU, where the process may use every core (default: this process only, so a busy neighbour cannot shed streams)"),
-		shedAfter:  fs.Duration("shed-after", 3*time.Second, "end the newest WHIP streams (reason overload; as many as the excess over the per-stream cost, never the last) when the CPU load stays above capacity this long (negative: never)"),
-		maxRes:     fs.String("max-resolution", "1920x1080", "largest decoded frame WxH handed to the session"),
-		oversize:   fs.String("oversize", string(whip.Downscale), "frames above --max-resolution: downscale or reject (ends the stream)"),
-		udpPorts:   fs.String("udp-ports", "", "UDP port range for WebRTC media, MIN-MAX (default: ephemeral)"),
-		publicIP:   fs.String("public-ip", "", "IP to announce in ICE candidates instead of local addresses (1:1 NAT, e.g. a node's external IP)"),
-		codecs:     fs.String("codecs", strings.Join(whip.DefaultCodecs, ","), "video codecs WHIP accepts, in order of preference: a stream is answered with the first its offer has (vp8, h264)"),
-		objects:    fs.String("emulate-objects", "motion", "what emulated GPU detectors report for WebRTC video, which has no ground truth: motion (moving regions, by background subtraction) or none"),
+		open:          fs.Bool("open", false, "accept WHIP streams without a token on a non-loopback --listen"),
+		offerRate:     fs.Float64("offer-rate", 20, "WHIP offers (POST) per second accepted from all clients together; more get 429 with Retry-After (0: no limit)"),
+		offerBurst:    fs.Float64("offer-burst", 100, "WHIP offers accepted at once before --offer-rate applies"),
+		ipRate:        fs.Float64("offer-rate-ip", 2, "WHIP offers per second accepted from one client IP; more get 429 with Retry-After (0: no limit)"),
+		ipBurst:       fs.Float64("offer-burst-ip", 20, "WHIP offers accepted at once from one client IP before --offer-rate-ip applies"),
+		maxStreams:    fs.Int("max-streams", 64, "most admitted WHIP streams at once (a stream is admitted when its first frame decodes); more get 503 with Retry-After"),
+		maxPending:    fs.Int("max-pending", 0, "most WHIP streams waiting for their first frame at once (default --max-streams); more get 503"),
+		connect:       fs.Duration("connect-timeout", 10*time.Second, "end a WHIP stream whose first frame has not decoded this long after its offer"),
+		cores:         fs.Float64("cpu-cores", 0, "CPU cores this process may use, for WHIP admission (default GOMAXPROCS)"),
+		ceiling:       fs.Float64("cpu-ceiling", 0.7, "share of --cpu-cores WHIP admission fills with the measured CPU load; a stream that would not fit gets 503"),
+		streamCost:    fs.Float64("stream-cost", 0.15, "predicted CPU load of a new WHIP stream in cores until one has been measured"),
+		cpuMachine:    fs.Bool("cpu-machine", false, "WHIP admission also counts the machine's busy cores (other processes) when larger than this process's CPU, where the process may use every core (default: this process only, so a busy neighbour cannot shed streams)"),
+		shedAfter:     fs.Duration("shed-after", 3*time.Second, "end the newest WHIP streams (reason overload; as many as the excess over the per-stream cost, never the last) when the CPU load stays above capacity this long (negative: never)"),
+		maxRes:        fs.String("max-resolution", "1920x1080", "largest decoded frame WxH handed to the session"),
+		oversize:      fs.String("oversize", string(whip.Downscale), "frames above --max-resolution: downscale or reject (ends the stream)"),
+		udpPorts:      fs.String("udp-ports", "", "UDP port range for WebRTC media, MIN-MAX (default: ephemeral)"),
+		publicIP:      fs.String("public-ip", "", "IP to announce in ICE candidates instead of local addresses (1:1 NAT, e.g. a node's external IP)"),
+		whepMax:       fs.Int("whep-max-viewers", 32, "most WHEP viewers (annotated video out, /whep/{app}/{stream}) at once; more get 503"),
+		whepPerStream: fs.Int("whep-max-per-stream", 8, "most WHEP viewers of one stream at once; more get 503 (a stream is encoded once for all its viewers)"),
+		whepBitrate:   fs.Int("whep-bitrate", 1000, "target bitrate of a stream's WHEP (VP8) encoder, kbit/s"),
+		codecs:        fs.String("codecs", strings.Join(whip.DefaultCodecs, ","), "video codecs WHIP accepts, in order of preference: a stream is answered with the first its offer has (vp8, h264)"),
+		objects:       fs.String("emulate-objects", "motion", "what emulated GPU detectors report for WebRTC video, which has no ground truth: motion (moving regions, by background subtraction) or none"),
 	}
 }
 
@@ -235,7 +245,71 @@ func (wf *whipFlags) attach(cmd, listen string, app *dag.App, obs *observed, log
 		return nil, err
 	}
 	obs.setWhip(ws)
-	return ws.Close, nil
+	// WHEP (annotated video out) on the same ICE settings as WHIP
+	if *wf.whepMax < 1 || *wf.whepPerStream < 1 || *wf.whepBitrate < 50 {
+		ws.Close()
+		return nil, fmt.Errorf("mdag %s: --whep-max-viewers and --whep-max-per-stream must be at least 1, --whep-bitrate at least 50 (kbit/s); got %d, %d, %d",
+			cmd, *wf.whepMax, *wf.whepPerStream, *wf.whepBitrate)
+	}
+	wcfg := whep.Config{Apps: []string{string(app.Name)}, FPS: max(1, int(app.FPS+0.5)), Log: log,
+		MaxViewers: *wf.whepMax, MaxPerStream: min(*wf.whepPerStream, *wf.whepMax), BitrateKbps: *wf.whepBitrate}
+	if lo, hi, ok := strings.Cut(*wf.udpPorts, "-"); ok { // server checked it
+		a, _ := strconv.ParseUint(lo, 10, 16)
+		b, _ := strconv.ParseUint(hi, 10, 16)
+		wcfg.UDPPortMin, wcfg.UDPPortMax = uint16(a), uint16(b)
+	}
+	if *wf.publicIP != "" {
+		wcfg.PublicIPs = []string{*wf.publicIP}
+	}
+	wv, err := whep.New(wcfg, obs.eg)
+	if err != nil {
+		ws.Close()
+		return nil, fmt.Errorf("mdag %s: whep: %w", cmd, err)
+	}
+	obs.whep = wv.Handler()
+	obs.whepSummary = func() string { return whepSummary(wv.Stats()) }
+	obs.mx.SetEgress(func() []metrics.Egress { return egressMetrics(wv.Stats()) })
+	log.Info("WHEP (annotated video out)", "endpoint", "/whep/"+string(app.Name)+"/{stream}", "max_viewers", wcfg.MaxViewers,
+		"max_per_stream", wcfg.MaxPerStream, "bitrate_kbps", wcfg.BitrateKbps)
+	return func() { wv.Close(); ws.Close() }, nil
+}
+
+// noWhepWhy says why GET /whep/player.js is a stub (no WHIP server).
+const noWhepWhy = "it has no WebRTC server (WHIP ingest is off)"
+
+// whepPlayerJS is what GET /whep/player.js serves when WHEP is on.
+var whepPlayerJS = whep.PlayerJS
+
+// whepSummary is serve's summary line for WHEP.
+func whepSummary(st whep.Stats) string {
+	var refused uint64
+	var why []string
+	for _, k := range slices.Sorted(maps.Keys(st.Refused)) {
+		refused += st.Refused[k]
+		why = append(why, fmt.Sprintf("%s %d", k, st.Refused[k]))
+	}
+	line := fmt.Sprintf("WHEP: %d viewers served (%d now, limits %d a stream, %d in all), %d frames encoded", st.Started, st.Viewers, st.MaxPerStream, st.MaxViewers, st.Totals.Encoded)
+	if refused > 0 {
+		line += fmt.Sprintf("; %d refused (%s)", refused, strings.Join(why, ", "))
+	}
+	if st.Totals.Errors > 0 {
+		line += fmt.Sprintf("; %d ENCODER ERRORS", st.Totals.Errors)
+	}
+	if st.Totals.Evicted > 0 {
+		line += fmt.Sprintf("; %d frames evicted before their result", st.Totals.Evicted)
+	}
+	return line
+}
+
+// egressMetrics are the WHEP server's figures for /metrics.
+func egressMetrics(st whep.Stats) []metrics.Egress {
+	out := make([]metrics.Egress, 0, len(st.Apps))
+	for _, app := range st.Apps { // one app per server (serve, coordinator)
+		out = append(out, metrics.Egress{App: app, Viewers: st.Viewers, Streams: len(st.Streams), Refused: st.Refused,
+			Encoded: st.Totals.Encoded, EncodedBytes: st.Totals.EncodedBytes, Errors: st.Totals.Errors,
+			Evicted: st.Totals.Evicted, Skipped: st.Totals.Skipped})
+	}
+	return out
 }
 
 // setWhip adds the WHIP server: its routes, its ingest counters, and the

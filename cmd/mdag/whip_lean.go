@@ -44,3 +44,9 @@ func (f refusedFlag) IsBoolFlag() bool { return f.isBool }
 func (refusedFlag) notInBuild() string {
 	return "WHIP ingest is not in the lean build (" + fullBuild + "); refused flags"
 }
+
+// whepPlayerJS is never served here (o.whep is nil).
+var whepPlayerJS []byte
+
+// noWhepWhy says why GET /whep/player.js is a stub.
+const noWhepWhy = "this is the lean build"

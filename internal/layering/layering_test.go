@@ -22,6 +22,7 @@ var pure = []string{
 	// beyond the list: what the lean worker and the observers need
 	"ingest", "ingest/synth", "ingest/audiofile", "remote/wire", "remote/client", "internal/pki", "observe/metrics",
 	"profile/serf", "profile/measure", "coordinator/store", "coordinator/kube", "eval/plot",
+	"egress",
 }
 
 // native are the import paths (prefixes) that link native code at the edges.
@@ -88,6 +89,8 @@ var allowed = map[string][]string{
 	"eval/plot":             {},
 	"outputs":               {"internal/clock", "media", "outputs/spool"},
 	"outputs/spool":         {},
+	// annotated video out: the pure ring and drawing, and its WHEP edge
+	"egress": {"internal/clock", "media"},
 	// the allocator ablation links lp_solve through allocator/milp
 	"eval/alloccmp": {"allocator", "allocator/milp", "dag", "eval/plot", "examples", "profile"},
 	// mdag eval: the coordinator in virtual time (links lp_solve through allocator/milp)
@@ -101,6 +104,7 @@ var allowed = map[string][]string{
 	"ingest/avc":  {"media"},
 	"ingest/opus": {"media"},
 	"ingest/whip": {"dag", "ingest", "ingest/avc", "ingest/opus", "ingest/vpx", "internal/auth", "internal/clock", "internal/defaults", "media"},
+	"egress/whep": {"egress", "ingest/vpx", "internal/clock", "media"},
 	"ingest/rtsp": {"ingest", "internal/clock", "internal/yamlx"},
 	// output transports (the runner, in outputs, drives them)
 	"outputs/mqtt":    {"outputs"},

@@ -66,6 +66,10 @@ func scripted() *Metrics {
 			Discarded: 4, Restarts: 1, CameraLost: 2, FramesRefused: 5, Codecs: map[string]int{"h264": 1, "vp8": 1}, Refused: map[string]uint64{"capacity": 4, "pending-limit": 1}, Ended: map[string]uint64{"client": 3, "overload": 1}}}
 	})
 	m.SetIngestLoad(func() float64 { return 0.85 })
+	m.SetEgress(func() []Egress {
+		return []Egress{{App: "traffic", Viewers: 3, Streams: 2, Refused: map[string]uint64{"stream_full": 2, "unknown_stream": 1},
+			Encoded: 900, EncodedBytes: 1 << 20, Errors: 1, Evicted: 4, Skipped: 7}}
+	})
 	m.SetCameras(func() []Camera {
 		return []Camera{{App: "traffic", State: "streaming", Reconnects: 3}, {App: "traffic", State: "reconnecting", Reconnects: 4}, {App: "traffic", State: "streaming"}}
 	})
@@ -129,8 +133,8 @@ func TestLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := regexp.MustCompile(`^mdag_(session|module|scheduler|cluster|planner|ingest|gpu|grpc|http)_[a-z_]+$`)
-	units := regexp.MustCompile(`_(total|seconds|ratio|bytes|size|dollars_per_hour|streams|instances|processes|available)$`)
+	name := regexp.MustCompile(`^mdag_(session|module|scheduler|cluster|planner|ingest|gpu|grpc|http|egress)_[a-z_]+$`)
+	units := regexp.MustCompile(`_(total|seconds|ratio|bytes|size|dollars_per_hour|streams|instances|processes|available|viewers)$`)
 	for _, f := range fams {
 		n := f.GetName()
 		if !name.MatchString(n) {

@@ -177,6 +177,8 @@ function mdagStreamPage({app, media}) {
       session = await whipPublish("/whip/" + encodeURIComponent(app), camera, token, draw,
                                   {codec: picker.value, simulcast: stats.simulcast});
       stats.codec = session.codec; stats.offered = session.offered;
+      stats.stream = session.resource.split("/").pop(); // the stream id (Mdag-Stream)
+      refreshWatch(stats.stream);
       session.pc.addEventListener("connectionstatechange", () => { stats.state = session.pc.connectionState; show(); });
       stats.state = "streaming"; show();
       $("stop").disabled = false;
@@ -195,10 +197,78 @@ function mdagStreamPage({app, media}) {
     $("start").disabled = false;
   }
 
+  // Watching (WHEP, /whep/player.js; absent in the lean build): the
+  // annotated video of any live stream, by default the one this page sends.
+  const watch = stats.watch = {state: "not watching", error: "", stream: ""};
+  let viewer = null;
+  const wstatus = $("whepstatus"), pick = $("whepstream");
+  function showWatch() {
+    wstatus.className = watch.error ? "err" : "";
+    wstatus.textContent = watch.error || (watch.stream ? `${watch.stream}: ${watch.state}` : watch.state);
+  }
+  async function refreshWatch(prefer) {
+    if (typeof whepLive !== "function") return;
+    try {
+      const st = await whepLive(token);
+      if (!st) return;
+      const cur = prefer || pick.value;
+      pick.replaceChildren(...(st.live.length ? st.live : [""]).map((s) => {
+        const o = document.createElement("option");
+        o.value = s; o.textContent = s || "(no live stream yet)";
+        return o;
+      }));
+      if (st.live.includes(cur)) pick.value = cur;
+    } catch (e) {
+      watch.error = String(e.message || e); showWatch();
+    }
+  }
+  async function startWatch(stream) {
+    stream = stream || pick.value;
+    $("watch").disabled = true; watch.error = ""; watch.stream = stream;
+    if (viewer) await viewer.stop();
+    try {
+      if (!stream) throw new Error("no live stream to watch: press Start, or send one");
+      watch.state = "connecting"; showWatch();
+      const url = "/whep/" + encodeURIComponent(app) + "/" + encodeURIComponent(stream);
+      // a stream that has just started is live once its first frames are in: retry a 404 a few times
+      for (let i = 0; ; i++) {
+        try {
+          viewer = await whepPlay(url, $("annotated"), token, (s) => { watch.state = s; showWatch(); });
+          break;
+        } catch (e) {
+          if (i >= 10 || !/^WHEP 404/.test(e.message)) throw e;
+          watch.state = "waiting for the stream's first frames"; showWatch();
+          await new Promise((r) => setTimeout(r, 1000));
+        }
+      }
+      watch.state = "playing"; showWatch();
+      $("unwatch").disabled = false;
+    } catch (e) {
+      viewer = null; watch.error = String(e.message || e); watch.state = "failed"; showWatch();
+    }
+    $("watch").disabled = false;
+  }
+  async function stopWatch() {
+    $("unwatch").disabled = true;
+    if (viewer) await viewer.stop();
+    viewer = null; watch.state = "not watching"; showWatch();
+  }
+  if (typeof whepPlay !== "function" || audio) {
+    // no WHEP here (the lean build), or an audio app (no picture)
+    $("watchsec").hidden = true;
+  } else {
+    $("watch").onclick = () => startWatch();
+    $("unwatch").onclick = stopWatch;
+    pick.onfocus = () => refreshWatch();
+    refreshWatch();
+  }
+  window.mdagWatch = startWatch;
+  window.mdagUnwatch = stopWatch;
+
   $("start").onclick = start;
   $("stop").onclick = stop;
   window.mdagStart = start;
   window.mdagStop = stop;
-  if (query.has("autostart")) start();
+  if (query.has("autostart")) start().then(() => { if (query.has("watch") && stats.stream) startWatch(stats.stream); });
   show();
 }

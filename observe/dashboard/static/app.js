@@ -255,7 +255,15 @@ function renderApp(id, a, span) {
   const stamp = Math.floor(state.now / 2000);
   const auth = authQuery ? "&" + authQuery : "";
   for (const s of a.thumbs || []) {
-    thumbs.append(el("figure", {}, el("img", { src: `/v1/thumbs/${encodeURIComponent(s)}?t=${stamp}${auth}`, alt: "stream " + s, width: 160 }), el("figcaption", {}, s)));
+    const cap = el("figcaption", {}, s);
+    if (whep.on) { // WHEP: a watch link and the stream's viewers
+      const n = whep.viewers.get(s) || 0;
+      const w = el("a", { href: "#", class: "watch", "data-stream": s }, "watch");
+      w.onclick = (ev) => { ev.preventDefault(); watchStream(id, s); };
+      cap.append(" · ", w);
+      if (n) cap.append(` · ${n} watching`);
+    }
+    thumbs.append(el("figure", {}, el("img", { src: `/v1/thumbs/${encodeURIComponent(s)}?t=${stamp}${auth}`, alt: "stream " + s, width: 160 }), cap));
   }
   if ((l.stream_ids || []).length > (a.thumbs || []).length) {
     thumbs.append(el("span", { class: "drops" }, `${(l.stream_ids || []).length} streams joined; thumbnails for those sending frames`));
@@ -382,6 +390,56 @@ function renderInstances() {
   const active = state.instances.filter((i) => i.state !== "warm").length;
   document.getElementById("cluster").textContent = `${active} active instances · $${fmt(cost, 2)}/h`;
 }
+
+// WHEP (annotated video out; /whep/player.js, absent in the lean build):
+// viewers per stream from GET /v1/whep every 5 s, a refusal said loudly,
+// and one inline player (#watch) for the stream picked by its "watch" link.
+const whep = { on: typeof whepPlay === "function", viewers: new Map(), line: "", session: null, stream: "" };
+
+async function pollWhep() {
+  try {
+    const st = await whepLive(accessToken);
+    if (!st) { whep.on = false; return; }
+    whep.viewers = new Map((st.streams || []).map((x) => [x.stream, x.viewers]));
+    const refused = Object.entries(st.refused || {}).filter(([, v]) => v > 0);
+    whep.line = `WHEP: ${st.viewers} of ${st.max_viewers} viewers (at most ${st.max_per_stream} a stream)` +
+      (refused.length ? "; refused: " + refused.map(([k, v]) => `${k} ${v}`).join(", ") : "") +
+      ((st.totals || {}).errors ? `; ${st.totals.errors} encoder errors` : "");
+    const line = document.getElementById("whepline");
+    line.textContent = whep.line;
+    line.className = refused.length || (st.totals || {}).errors ? "drops" : "";
+  } catch (e) {
+    document.getElementById("whepline").textContent = "WHEP status unavailable: " + e.message;
+    document.getElementById("whepline").className = "drops";
+  }
+  dirty = true;
+}
+
+async function watchStream(app, stream) {
+  const box = document.getElementById("watch"), status = document.getElementById("watchstatus");
+  box.hidden = false;
+  if (whep.session) await whep.session.stop();
+  whep.session = null; whep.stream = stream;
+  status.className = ""; status.textContent = `${app}/${stream}: connecting`;
+  try {
+    whep.session = await whepPlay(`/whep/${encodeURIComponent(app)}/${encodeURIComponent(stream)}`, document.getElementById("watchvideo"), accessToken,
+      (st) => { status.textContent = `${app}/${stream}: ${st}`; status.className = st === "failed" ? "drops" : ""; });
+  } catch (e) {
+    status.textContent = `${app}/${stream}: ${e.message}`; status.className = "drops";
+  }
+  pollWhep();
+}
+
+async function unwatch() {
+  if (whep.session) await whep.session.stop();
+  whep.session = null;
+  document.getElementById("watch").hidden = true;
+  pollWhep();
+}
+window.mdagWatch = watchStream;
+window.mdagUnwatch = unwatch;
+document.getElementById("unwatch").onclick = unwatch;
+if (whep.on) { pollWhep(); setInterval(pollWhep, 5000); }
 
 function render() {
   if (!dirty) return;
