@@ -22,6 +22,7 @@ var pure = []string{
 	// beyond the list: what the lean worker and the observers need
 	"ingest", "ingest/synth", "ingest/audiofile", "remote/wire", "remote/client", "internal/pki", "observe/metrics",
 	"profile/serf", "profile/measure", "coordinator/store", "coordinator/kube", "eval/plot",
+	"clips",
 }
 
 // native are the import paths (prefixes) that link native code at the edges.
@@ -88,6 +89,8 @@ var allowed = map[string][]string{
 	"eval/plot":             {},
 	"outputs":               {"internal/clock", "media", "outputs/spool"},
 	"outputs/spool":         {},
+	// event clips: the encoder is handed in (ingest/avc's, by the binary)
+	"clips": {"dag", "internal/clock", "media", "outputs"},
 	// the allocator ablation links lp_solve through allocator/milp
 	"eval/alloccmp": {"allocator", "allocator/milp", "dag", "eval/plot", "examples", "profile"},
 	// mdag eval: the coordinator in virtual time (links lp_solve through allocator/milp)

@@ -1,0 +1,135 @@
+package clips
+
+import (
+	"encoding/json"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/ingest/avc"
+	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/media"
+)
+
+// avcEncoder is the binary's encoder (cmd/mdag's clipEncoder), here for the test.
+type avcEncoder struct {
+	e   *avc.Encoder
+	pts int64
+}
+
+func (a *avcEncoder) Encode(f *media.Frame, key bool) ([]byte, bool, error) {
+	out, err := a.e.Encode(f, a.pts, key)
+	a.pts++
+	if err != nil || len(out) == 0 {
+		return nil, false, err
+	}
+	var au []byte
+	k := false
+	for _, o := range out {
+		au = append(au, o.Data...)
+		k = k || o.Key
+	}
+	return au, k, nil
+}
+
+func (a *avcEncoder) Close() { a.e.Close() }
+
+func newAVC(w, h, fps, kbps int) (Encoder, error) {
+	e, err := avc.NewEncoder(avc.EncoderConfig{Width: w, Height: h, FPS: fps, BitrateKbps: kbps, KeyEvery: 10 * fps})
+	if err != nil {
+		return nil, err
+	}
+	return &avcEncoder{e: e}, nil
+}
+
+// scene is a moving gradient, so each frame differs.
+func scene(w, h, i int) *media.Frame {
+	f := &media.Frame{W: w, H: h, Pix: make([]byte, w*h*3)}
+	for y := range h {
+		for x := range w {
+			p := (y*w + x) * 3
+			f.Pix[p], f.Pix[p+1], f.Pix[p+2] = byte(x+4*i), byte(y+2*i), byte(x+y)
+		}
+	}
+	return f
+}
+
+// TestClipFFprobe: a clip written around an activity event, by the real
+// encoder (libx264) and muxer, opens with ffprobe with the expected codec,
+// size, frame count and duration.
+func TestClipFFprobe(t *testing.T) {
+	probe, err := exec.LookPath("ffprobe")
+	if err != nil {
+		if os.Getenv("MDAG_REQUIRE_FFMPEG") != "" {
+			t.Fatal("ffprobe not found and MDAG_REQUIRE_FFMPEG is set: apt-get install ffmpeg")
+		}
+		t.Skip("ffprobe not found (apt-get install ffmpeg; MDAG_REQUIRE_FFMPEG=1 makes this a failure)")
+	}
+	clk := clock.NewFake(t0)
+	dir := t.TempDir()
+	r, err := New(Config{App: "t", Dir: dir, FPS: 10, Clock: clk, NewEncoder: newAVC, Log: slog.New(slog.DiscardHandler),
+		Clips: dag.Clips{Pre: 2 * time.Second, Post: 3 * time.Second, MaxLength: time.Minute, MaxBytes: 1 << 30, MaxAge: time.Hour, PerMinute: 6, BitrateKbps: 500}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	const w, h = 320, 240
+	for i := range 100 { // 10 s at 10 fps; a line-cross at 5.5 s, its result 3 frames later
+		capture := at(i)
+		clk.Set(capture.Add(50 * time.Millisecond))
+		r.Frame("cam", uint64(i), capture, scene(w, h, i))
+		if i == 58 {
+			r.Event("cam", 55, time.Time{}, media.Event{Kind: "line-cross", Rule: "door", Track: 3, Detail: "crossed line door left-to-right"})
+		}
+	}
+	r.Sync()
+	list := r.Store().List()
+	if len(list) != 1 {
+		t.Fatalf("%d clips, want 1", len(list))
+	}
+	// from the key frame at 3.0 s (pre-roll to 3.5 s; a key frame every
+	// second) to 8.5 s: frames 30..85
+	const frames = 56
+	c := list[0]
+	if c.Frames != frames || c.Duration != 5600*time.Millisecond {
+		t.Errorf("clip %+v: want %d frames, 5.6 s", c, frames)
+	}
+	out, err := exec.Command(probe, "-v", "error", "-count_frames", "-show_entries", "stream=nb_read_frames,codec_name,width,height",
+		"-show_entries", "format=duration", "-of", "json", filepath.Join(dir, c.Name)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ffprobe: %v\n%s", err, out)
+	}
+	var p struct {
+		Streams []struct {
+			Codec  string `json:"codec_name"`
+			W      int    `json:"width"`
+			H      int    `json:"height"`
+			Frames string `json:"nb_read_frames"`
+		}
+		Format struct {
+			Duration string
+		}
+	}
+	if err := json.Unmarshal(out, &p); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	d, _ := strconv.ParseFloat(p.Format.Duration, 64)
+	if len(p.Streams) != 1 || p.Streams[0].Codec != "h264" || p.Streams[0].W != w || p.Streams[0].H != h ||
+		p.Streams[0].Frames != strconv.Itoa(frames) || d < 5.55 || d > 5.65 {
+		t.Errorf("ffprobe: %s\nwant h264 %dx%d, %d frames, 5.6 s", out, w, h, frames)
+	}
+	t.Logf("ffprobe: %s", out)
+	var sc Sidecar
+	b, err := os.ReadFile(filepath.Join(dir, c.Name[:len(c.Name)-4]+".json"))
+	if err == nil {
+		err = json.Unmarshal(b, &sc)
+	}
+	if err != nil || sc.Event == nil || sc.Event.Rule != "door" || sc.Seq != 55 || sc.Clip.Frames != frames {
+		t.Errorf("sidecar: %v %s", err, b)
+	}
+}
