@@ -64,8 +64,9 @@ type observed struct {
 	auth    *auth.Store // --tokens (nil: none): the API needs an api token
 	hosts   []string    // --allowed-hosts: Host names a loopback --listen answers besides local ones
 	log     *slog.Logger
-	results *frameSink   // the engine's OnFrame: results to the WHIP server
-	outs    *outputs.Hub // the app's outputs (nil: none)
+	results *frameSink                   // the engine's OnFrame: results to the WHIP server
+	outs    *outputs.Hub                 // the app's outputs (nil: none)
+	clips   atomic.Pointer[clipRecorder] // the app's clips (nil: none)
 }
 
 // webIngest is WebRTC (WHIP) ingest as the HTTP face and the summaries
@@ -93,6 +94,7 @@ type frameSink struct {
 	publish atomic.Pointer[func(coordinator.FrameResult)]
 	thumbs  atomic.Pointer[dashboard.Thumbs]
 	outputs atomic.Pointer[outputs.Hub]
+	clips   atomic.Pointer[clipRecorder]
 }
 
 func (f *frameSink) onFrame(r coordinator.FrameResult) {
@@ -104,6 +106,9 @@ func (f *frameSink) onFrame(r coordinator.FrameResult) {
 	}
 	if h := f.outputs.Load(); h != nil {
 		h.Add(outputResult(r))
+	}
+	if c := f.clips.Load(); c != nil && len(r.Events) > 0 {
+		c.onFrame(r)
 	}
 }
 
@@ -172,7 +177,7 @@ func (o *observed) serveHTTP(addr string) (string, *http.Server, error) {
 }
 
 // sink is the engine as a WHIP sink whose frames also feed the thumbnails.
-func (o *observed) sink() tapSink { return tapSink{o.e, o.rec.Thumbs()} }
+func (o *observed) sink() tapSink { return tapSink{o.e, o.rec.Thumbs(), &o.clips} }
 
 // ingest is e.Ingest feeding the thumbnails (for in-process sources).
 func (o *observed) ingest(stream string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error {
@@ -221,11 +226,29 @@ func (o *observed) flushOutputs(limit time.Duration) {
 	}
 }
 
-// Close stops the recorder, then the coordinator, then the outputs
-// (what they have not sent stays in their spools for the next start).
+// startClips starts the app's clips (its `clips:`): frames ingested feed
+// their rings, results' events make clips, GET /v1/clips lists them.
+func (o *observed) startClips(app *dag.App, stateDir string) error {
+	c, err := startClips(app, stateDir, o.log)
+	if err != nil || c == nil {
+		return err
+	}
+	o.clips.Store(c)
+	o.results.clips.Store(c)
+	return nil
+}
+
+// Close stops the recorder, then the coordinator, then the clips (the
+// clips being recorded are written) and the outputs (what they have not
+// sent stays in their spools for the next start).
 func (o *observed) Close() {
 	o.rec.Close()
 	o.e.Close()
+	if c := o.clips.Load(); c != nil {
+		o.results.clips.Store(nil)
+		o.clips.Store(nil)
+		c.Close()
+	}
 	if o.outs != nil {
 		o.results.outputs.Store(nil)
 		o.outs.Close()
@@ -292,7 +315,9 @@ func (o *observed) handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		writeJSON(w, st, true)
 	})))
-	try := "/ for the dashboard, /metrics, /v1/status, /v1/outputs, POST /v1/instances/{id}/drain"
+	mux.Handle("GET /v1/clips", apiHeader(clipsList(o.clips.Load)))
+	mux.Handle("GET /v1/clips/{name}", apiHeader(clipFile(o.clips.Load)))
+	try := "/ for the dashboard, /metrics, /v1/status, /v1/outputs, /v1/clips, POST /v1/instances/{id}/drain"
 	if o.ws != nil {
 		try += ", /v1/streams, /whip/{app}"
 	}
@@ -305,6 +330,7 @@ func (o *observed) handler() http.Handler {
 type tapSink struct {
 	e      *coordinator.Engine
 	thumbs *dashboard.Thumbs
+	clips  *atomic.Pointer[clipRecorder] // nil or holding nil: no clips
 }
 
 func (t tapSink) Join(app dag.AppID, id string) error { return t.e.Join(app, id) }
@@ -317,7 +343,19 @@ func (t tapSink) Admit(app dag.AppID) error { return t.e.Admit(app) }
 // session later than half the SLO make the server shed its newest streams.
 func (t tapSink) Saturated(app dag.AppID) bool { return t.e.Saturated(app) }
 
-func (t tapSink) Leave(id string) error { return t.e.Leave(id) }
+func (t tapSink) Leave(id string) error {
+	if c := t.clipRec(); c != nil {
+		c.EndStream(id)
+	}
+	return t.e.Leave(id)
+}
+
+func (t tapSink) clipRec() *clipRecorder {
+	if t.clips == nil {
+		return nil
+	}
+	return t.clips.Load()
+}
 
 // Ingest hands the frame on first: a thumbnail (about 1 ms once a second
 // per stream) never delays it. Frames are read-only once ingested.
@@ -325,6 +363,9 @@ func (t tapSink) Ingest(id string, seq uint64, capture time.Time, f *media.Frame
 	err := t.e.Ingest(id, seq, capture, f, truth)
 	if err == nil {
 		t.thumbs.Offer(id, f)
+		if c := t.clipRec(); c != nil { // encoded into the stream's ring (clips: the app's clips section)
+			c.Frame(id, seq, capture, f)
+		}
 	}
 	return err
 }
