@@ -165,6 +165,10 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag coordinator: %v\n", err)
 		return exitFailure
 	}
+	if err := obs.startClips(app, *stateDir); err != nil {
+		fmt.Fprintf(stderr, "mdag coordinator: %v\n", err)
+		return exitFailure
+	}
 	warnNoState(*stateDir, log)
 	e := obs.e
 	if kp != nil {
