@@ -289,12 +289,12 @@ func checkURL(add func(path, format string, args ...any), path, s string, scheme
 	}
 	u, err := url.Parse(s)
 	switch {
-	case err != nil:
-		add(path, "%v", err)
+	case err != nil: // not quoted: a URL may carry a secret
+		add(path, "not a URL (want %s://HOST[:PORT])", schemes[0])
 	case !slices.Contains(schemes, u.Scheme):
 		add(path, "scheme %q: want %s", u.Scheme, strings.Join(schemes, " or "))
 	case u.Host == "":
-		add(path, "%q has no host", s)
+		add(path, "no host (want %s://HOST[:PORT])", u.Scheme)
 	case u.User != nil:
 		add(path, "credentials in the URL: give them in the output's username/password_file (or headers) so they stay out of logs")
 	}

@@ -22,6 +22,9 @@ type Output struct {
 	Every     time.Duration // state's interval
 	Transport Transport
 	Spool     *spool.Spool // the output's own: Close closes it
+	// SendTimeout bounds one Send of a batch (0: 30 s); a webhook's
+	// per-request timeout times a few.
+	SendTimeout time.Duration
 }
 
 // Config configures a Hub.
@@ -41,14 +44,18 @@ type Config struct {
 // Hub turns results into messages for each output and runs each
 // output's delivery.
 type Hub struct {
-	cfg    Config
-	clk    clock.Clock
-	log    *slog.Logger
-	in     chan Result
-	done   chan struct{}
-	wg     sync.WaitGroup
-	outs   []*runner
-	closed sync.Once
+	cfg     Config
+	clk     clock.Clock
+	log     *slog.Logger
+	in      chan Result
+	stopIn  chan struct{} // Close: make messages of what is queued, then stop
+	done    chan struct{} // then: the runners and ticks stop
+	produce sync.WaitGroup
+	wg      sync.WaitGroup
+	outs    []*runner
+	closed  sync.Once
+	mu      sync.RWMutex // Add's send against Close
+	closing bool
 }
 
 // Start starts the hub's goroutines: one that makes messages, and a runner
@@ -57,7 +64,7 @@ func Start(cfg Config) (*Hub, error) {
 	if len(cfg.Outputs) == 0 {
 		return nil, errors.New("outputs: none")
 	}
-	h := &Hub{cfg: cfg, clk: cfg.Clock, log: cfg.Log, done: make(chan struct{})}
+	h := &Hub{cfg: cfg, clk: cfg.Clock, log: cfg.Log, stopIn: make(chan struct{}), done: make(chan struct{})}
 	if h.clk == nil {
 		h.clk = clock.Real{}
 	}
@@ -78,7 +85,10 @@ func Start(cfg Config) (*Hub, error) {
 		if o.Transport == nil || o.Spool == nil {
 			return nil, fmt.Errorf("outputs: %s: no transport or spool", o.Name)
 		}
-		r := &runner{Output: o, h: h, log: h.log.With("output", o.Name, "to", o.Transport.Describe()), wake: make(chan struct{}, 1)}
+		if o.SendTimeout <= 0 {
+			o.SendTimeout = 30 * time.Second
+		}
+		r := &runner{Output: o, h: h, log: h.log.With("output", o.Name, "to", o.Transport.Describe()), wake: make(chan struct{}, 1), fresh: map[string]bool{}}
 		r.st.Connected = true // until a send says otherwise
 		h.outs = append(h.outs, r)
 	}
@@ -89,8 +99,8 @@ func Start(cfg Config) (*Hub, error) {
 			ticks = append(ticks, tick{r, h.clk.After(r.Every)})
 		}
 	}
-	h.wg.Add(1)
-	go h.produce(ticks)
+	h.produce.Add(1)
+	go h.run(ticks)
 	for _, r := range h.outs {
 		h.wg.Add(1)
 		go r.run()
@@ -99,33 +109,45 @@ func Start(cfg Config) (*Hub, error) {
 }
 
 // Add hands the hub a frame's result. It never blocks: a result that
-// finds the queue full is dropped for every output and counted.
+// finds the queue full is dropped and counted (busy) for every output it
+// would have made a message for; after Close it is counted the same way.
 func (h *Hub) Add(r Result) {
-	select {
-	case <-h.done:
-		return
-	default:
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if !h.closing {
+		select {
+		case h.in <- r:
+			return
+		default:
+		}
 	}
-	select {
-	case h.in <- r:
-	default:
-		for _, o := range h.outs {
-			o.mu.Lock()
-			o.st.DroppedBusy++
-			first := o.st.DroppedBusy == 1
-			o.mu.Unlock()
-			if first {
-				o.log.Warn("results arrive faster than they become messages: dropping results (counted: dropped_busy)", "queue", h.cfg.Queue)
-			}
+	for _, o := range h.outs {
+		if !o.wants(r) {
+			continue
+		}
+		o.mu.Lock()
+		o.st.DroppedBusy++
+		n := o.st.DroppedBusy
+		o.mu.Unlock()
+		if n == 1 || n%1000 == 0 {
+			o.log.Warn("results arrive faster than they become messages (or after the outputs closed): dropping them (counted: dropped busy)", "queue", h.cfg.Queue, "dropped", n)
 		}
 	}
 }
 
-// Close stops making messages, stops the runners (messages not yet sent
-// stay in the spools for the next start), and closes transports and
-// spools.
+// Queued is how many results wait to become messages.
+func (h *Hub) Queued() int { return len(h.in) }
+
+// Close makes messages of the results queued, stops the runners
+// (messages not yet sent stay in the spools for the next start), and
+// closes transports and spools.
 func (h *Hub) Close() {
 	h.closed.Do(func() {
+		h.mu.Lock()
+		h.closing = true
+		h.mu.Unlock()
+		close(h.stopIn)
+		h.produce.Wait() // every queued result is in a spool now
 		close(h.done)
 		h.wg.Wait()
 		for _, r := range h.outs {
@@ -151,17 +173,24 @@ type streamState struct {
 	counts  map[string]int
 	seq     uint64
 	capture time.Time
-	fresh   bool // a result since the last state tick
+	seen    time.Time // the hub's clock at its latest result
 }
 
-// produce makes each output's messages from the results, in order, and
-// each stream's state on its outputs' intervals.
-func (h *Hub) produce(ticks []tick) {
-	defer h.wg.Done()
+// forgetAfter is how long a stream that sends nothing is remembered (its
+// counts: the next result after that sends them again).
+const forgetAfter = 10 * time.Minute
+
+// run makes each output's messages from the results, in order, and each
+// stream's state on its outputs' intervals; on Close it makes messages of
+// what is queued first.
+func (h *Hub) run(ticks []tick) {
+	defer h.produce.Done()
 	streams := map[string]*streamState{}
 	stateTick := make(chan *runner, len(ticks))
 	for i := range ticks {
+		h.wg.Add(1)
 		go func(t tick) {
+			defer h.wg.Done()
 			for {
 				select {
 				case <-h.done:
@@ -177,33 +206,36 @@ func (h *Hub) produce(ticks []tick) {
 			}
 		}(ticks[i])
 	}
+	drain := func() {
+		for {
+			select {
+			case r := <-h.in:
+				h.result(r, streams)
+			default:
+				return
+			}
+		}
+	}
 	for {
 		select {
-		case <-h.done:
+		case <-h.stopIn:
+			drain()
 			return
 		case r := <-h.in:
 			h.result(r, streams)
 		case o := <-stateTick:
-			// results that came before the tick count in it
-			for drained := false; !drained; {
-				select {
-				case r := <-h.in:
-					h.result(r, streams)
-				default:
-					drained = true
-				}
-			}
+			drain() // results that came before the tick count in it
 			now := h.clk.Now()
-			for _, id := range slices.Sorted(maps.Keys(streams)) {
-				s := streams[id]
-				if !s.fresh {
-					delete(streams, id) // gone quiet: no state until it sends again
-					continue
+			for _, id := range slices.Sorted(maps.Keys(o.fresh)) {
+				if s := streams[id]; s != nil {
+					o.add(Body{Kind: KindState, Stream: id, Seq: s.seq, Capture: s.capture, Counts: orEmpty(s.counts)}, h.cfg.App, now)
 				}
-				o.add(Body{Kind: KindState, Stream: id, Seq: s.seq, Capture: s.capture, Counts: orEmpty(s.counts)}, h.cfg.App, now)
 			}
-			for _, s := range streams {
-				s.fresh = false
+			clear(o.fresh)
+			for id, s := range streams {
+				if now.Sub(s.seen) > forgetAfter {
+					delete(streams, id)
+				}
 			}
 		}
 	}
@@ -231,7 +263,7 @@ func (h *Hub) result(r Result, streams map[string]*streamState) {
 		if !maps.Equal(orEmpty(s.counts), orEmpty(r.Counts)) {
 			changed = true
 		}
-		s.counts, s.seq, s.capture, s.fresh = maps.Clone(r.Counts), r.Seq, capture, true
+		s.counts, s.seq, s.capture, s.seen = maps.Clone(r.Counts), r.Seq, capture, now
 	}
 	base := Body{Stream: r.Stream, Seq: r.Seq, Capture: capture}
 	for _, o := range h.outs {
@@ -253,9 +285,24 @@ func (h *Hub) result(r Result, streams map[string]*streamState) {
 				b := base
 				b.Kind, b.Frame = KindFrame, frameOf(r)
 				o.add(b, h.cfg.App, now)
+			case KindState:
+				if completed {
+					o.fresh[r.Stream] = true
+				}
 			}
 		}
 	}
+}
+
+// wants reports whether r would make a message of this output (what a
+// dropped result costs it).
+func (r *runner) wants(res Result) bool {
+	for _, k := range r.Kinds {
+		if k != KindEvent || len(res.Events) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Status is an output's figures, for the status API, the dashboard and
@@ -273,14 +320,18 @@ type Status struct {
 	DroppedFull uint64    `json:"dropped_full"`         // dropped by the spool's when_full policy
 	Expired     uint64    `json:"expired"`              // dropped for waiting longer than max_age
 	DroppedBusy uint64    `json:"dropped_busy"`         // results dropped before they became messages
-	Corrupt     uint64    `json:"corrupt"`              // damaged records skipped in the spool on start
+	Corrupt     uint64    `json:"corrupt"`              // damaged stretches of the spool skipped (on start, or found when read)
+	Unspooled   uint64    `json:"unspooled"`            // messages that could not be spooled (too large for it, a disk error)
+	Queued      int       `json:"queued"`               // results waiting to become messages
 	Waiting     int       `json:"waiting"`              // messages in the spool
 	SpoolBytes  int64     `json:"spool_bytes"`
 	LagSeconds  float64   `json:"lag_seconds"` // the oldest waiting message's age
 }
 
 // Dropped is every message (or result) the output lost, by any reason.
-func (s Status) Dropped() uint64 { return s.Rejected + s.DroppedFull + s.Expired + s.DroppedBusy }
+func (s Status) Dropped() uint64 {
+	return s.Rejected + s.DroppedFull + s.Expired + s.DroppedBusy + s.Corrupt + s.Unspooled
+}
 
 // Status is each output's figures, in the configured order.
 func (h *Hub) Status() []Status {
@@ -291,7 +342,7 @@ func (h *Hub) Status() []Status {
 		st := r.st
 		r.mu.Unlock()
 		sp := r.Spool.Stats()
-		st.Name, st.To, st.Kinds = r.Name, r.Transport.Describe(), r.Kinds
+		st.Name, st.To, st.Kinds, st.Queued = r.Name, r.Transport.Describe(), r.Kinds, len(h.in)
 		st.DroppedFull, st.Expired, st.Corrupt, st.Waiting, st.SpoolBytes = sp.DroppedFull, sp.Expired, sp.Corrupt, sp.Waiting, sp.Bytes
 		if !sp.Oldest.IsZero() && sp.Waiting > 0 {
 			st.LagSeconds = max(0, now.Sub(sp.Oldest).Seconds())
@@ -309,24 +360,31 @@ type runner struct {
 	wake chan struct{}
 	mu   sync.Mutex
 	st   Status // the counters the runner keeps (the spool keeps the rest)
-	made uint64
+	// fresh are the streams with a result since this output's last state
+	// tick (the hub's goroutine alone uses it)
+	fresh map[string]bool
 }
 
-// add makes b a message of this output and appends it to the spool.
+// add makes b a message of this output and appends it to the spool; one
+// that cannot be spooled is counted (a full drop-newest spool counts its
+// own).
 func (r *runner) add(b Body, app string, now time.Time) {
 	b.Schema, b.App, b.Time, b.ID = Schema, app, now, newID(now)
 	data, err := json.Marshal(b)
-	if err != nil {
-		r.log.Error("a message that does not encode", "err", err)
-		return
+	if err == nil {
+		err = r.Spool.Append(data)
 	}
-	if err := r.Spool.Append(data); err != nil {
+	if err != nil {
+		full := errors.Is(err, spool.ErrFull)
 		r.mu.Lock()
 		r.st.LastError = "spool: " + err.Error()
+		if !full {
+			r.st.Unspooled++
+		}
+		n := r.st.Unspooled
 		r.mu.Unlock()
-		// a full drop-newest spool counts the drop itself; other errors are loud
-		if !errors.Is(err, spool.ErrFull) {
-			r.log.Error("spooling a message failed: it is lost", "err", err)
+		if !full && (n == 1 || n%100 == 0) {
+			r.log.Error("a message could not be spooled: it is lost (counted: unspooled)", "kind", b.Kind, "stream", b.Stream, "err", err, "unspooled", n)
 		}
 		return
 	}
@@ -390,8 +448,10 @@ func (r *runner) run() {
 		if acked > 0 {
 			r.ack(acked, false)
 		}
-		if err == nil {
-			if backoff > 0 {
+		if err == nil || (acked > 0 && !IsPermanent(err)) {
+			// delivered, or some of it: the destination answers (a slow
+			// one runs out of the batch's time); the rest goes next
+			if backoff > 0 || !r.connected() {
 				r.up()
 			}
 			backoff = 0
@@ -417,22 +477,32 @@ func (r *runner) run() {
 
 // send sends one batch, bounded in time so a Close is not held up long.
 func (r *runner) send(msgs []Message) (int, error) {
-	ctx, cancel := contextUntil(r.h.done, 30*time.Second)
+	ctx, cancel := contextUntil(r.h.done, r.SendTimeout)
 	defer cancel()
 	return r.Transport.Send(ctx, msgs)
 }
 
+// ack takes n sent (or rejected) messages out of the spool; only those
+// still there count (the full policy may have dropped some meanwhile,
+// counted as such).
 func (r *runner) ack(n int, rejected bool) {
-	if err := r.Spool.Ack(n); err != nil {
+	k, err := r.Spool.AckCount(n)
+	if err != nil {
 		r.log.Error("acknowledging in the spool", "err", err)
 	}
 	r.mu.Lock()
 	if rejected {
-		r.st.Rejected += uint64(n)
+		r.st.Rejected += uint64(k)
 	} else {
-		r.st.Published += uint64(n)
+		r.st.Published += uint64(k)
 	}
 	r.mu.Unlock()
+}
+
+func (r *runner) connected() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st.Connected
 }
 
 func (r *runner) down(err error, pending int, wait time.Duration) {
@@ -460,13 +530,24 @@ func (r *runner) up() {
 	r.log.Info("output back: sending what waited", "down_for", r.h.clk.Now().Sub(since).Round(time.Millisecond), "waiting", sp.Waiting)
 }
 
-// sleep waits d on the hub's clock; false when the hub closes first.
+// sleep waits d on the hub's clock, syncing the spool each second of it
+// (what came in while the destination was down is on disk); false when
+// the hub closes first.
 func (r *runner) sleep(d time.Duration) bool {
-	select {
-	case <-r.h.done:
-		return false
-	case <-r.h.clk.After(d):
-		return true
+	end := r.h.clk.Now().Add(d)
+	for {
+		left := end.Sub(r.h.clk.Now())
+		if left <= 0 {
+			return true
+		}
+		select {
+		case <-r.h.done:
+			return false
+		case <-r.h.clk.After(min(left, time.Second)):
+		}
+		if err := r.Spool.Sync(); err != nil {
+			r.log.Warn("syncing the spool", "err", err)
+		}
 	}
 }
 

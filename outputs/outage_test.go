@@ -268,3 +268,57 @@ func subscribeMQTT(t *testing.T, addr string, got *arrived, schema *jsonschema.S
 		<-c.Done()
 	}
 }
+
+// TestFullSpoolMQTT: while mosquitto is down a 64 KiB drop-newest spool
+// fills; what does not fit is dropped and counted, what fits arrives in
+// order when the broker is back: the delivered and the dropped add up to
+// every event, and the dropped are the newest.
+func TestFullSpoolMQTT(t *testing.T) {
+	t.Parallel()
+	b := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{})
+	schema := loadSchema(t)
+	got := &arrived{}
+	stop := subscribeMQTT(t, b.Addr(), got, schema)
+	defer func() { stop() }()
+	tr, err := mqtt.New(mqtt.Config{URL: b.URL(), ClientID: "mdag-full"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := spool.Open(spool.Options{Dir: t.TempDir(), MaxBytes: 64 << 10, MaxAge: time.Hour, WhenFull: spool.DropNewest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := outputs.Start(outputs.Config{App: "lot", Clock: clock.Real{}, BackoffMax: 500 * time.Millisecond,
+		Outputs: []outputs.Output{{Name: "o", Kinds: []string{outputs.KindEvent}, Transport: tr, Spool: sp}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	b.Stop()
+	const n = 400 // about 270 bytes each: 108 KB for a 64 KiB spool
+	for i := range n {
+		h.Add(outputs.Result{App: "lot", Stream: "gate-1", Seq: uint64(i), Outcome: "finished", Finished: time.Now(),
+			Events: []media.Event{{Kind: "line-cross", Rule: "gate"}}})
+	}
+	waitFor(t, "every event spooled or dropped", func() bool {
+		st := h.Status()[0]
+		return st.Queued == 0 && uint64(st.Waiting)+st.DroppedFull == n
+	})
+	full := h.Status()[0]
+	if full.DroppedFull == 0 || full.Connected || full.SpoolBytes > 64<<10 {
+		t.Fatalf("status %+v: want the spool full, drops counted, the output down", full)
+	}
+	b.Start()
+	waitFor(t, "the spool drained", func() bool { st := h.Status()[0]; return st.Waiting == 0 && st.Connected })
+	st := h.Status()[0]
+	kept := n - int(st.DroppedFull)
+	if int(st.Published) != kept || st.Dropped() != st.DroppedFull {
+		t.Fatalf("status %+v: want %d published (%d events less %d dropped)", st, kept, n, st.DroppedFull)
+	}
+	// drop-newest: the first `kept` events arrive, the rest never
+	stop()
+	stop = subscribeMQTT(t, b.Addr(), got, schema)
+	waitFor(t, "the kept events at the subscriber", func() bool { return got.count() >= kept })
+	got.check(t, kept)
+	t.Logf("%d events into a 64 KiB spool while the broker was down: %d kept and delivered, %d dropped (drop-newest)", n, kept, st.DroppedFull)
+}

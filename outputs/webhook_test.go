@@ -63,7 +63,7 @@ func TestWebhookRetries(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	tr, err := webhook.New(webhook.Config{URL: srv.URL, Secret: secret, Timeout: 300 * time.Millisecond})
+	tr, err := webhook.New(webhook.Config{URL: srv.URL, Secret: secret, Timeout: 2 * time.Second}) // long enough for a 200 on a loaded machine
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -199,7 +199,7 @@ func (o *observed) startOutputs(app *dag.App, stateDir string) error {
 		var out []metrics.Output
 		for _, s := range h.Status() {
 			out = append(out, metrics.Output{App: string(app.Name), Name: s.Name, Connected: s.Connected, Published: s.Published, Retried: s.Retried,
-				Rejected: s.Rejected, DroppedFull: s.DroppedFull, Expired: s.Expired, DroppedBusy: s.DroppedBusy, Waiting: s.Waiting,
+				Rejected: s.Rejected, DroppedFull: s.DroppedFull, Expired: s.Expired, DroppedBusy: s.DroppedBusy, Corrupt: s.Corrupt, Unspooled: s.Unspooled, Waiting: s.Waiting,
 				SpoolBytes: s.SpoolBytes, LagSeconds: s.LagSeconds})
 		}
 		return out
@@ -217,7 +217,7 @@ func (o *observed) flushOutputs(limit time.Duration) {
 	for end := time.Now().Add(limit); time.Now().Before(end); {
 		busy := false
 		for _, s := range o.outs.Status() {
-			busy = busy || (s.Waiting > 0 && s.Connected)
+			busy = busy || s.Queued > 0 || (s.Waiting > 0 && s.Connected)
 		}
 		if !busy {
 			return

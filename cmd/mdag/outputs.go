@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
@@ -27,6 +28,9 @@ import (
 func startOutputs(app *dag.App, stateDir string, log *slog.Logger) (*outputs.Hub, error) {
 	if len(app.Outputs) == 0 {
 		return nil, nil
+	}
+	if err := checkOutputs(app); err != nil {
+		return nil, err
 	}
 	var outs []outputs.Output
 	fail := func(err error) (*outputs.Hub, error) {
@@ -55,7 +59,11 @@ func startOutputs(app *dag.App, stateDir string, log *slog.Logger) (*outputs.Hub
 		if st := sp.Stats(); st.Waiting > 0 || st.Corrupt > 0 {
 			log.Info("output spool opened with messages from before: they are sent first", "output", spec.Name, "dir", dir, "waiting", st.Waiting, "corrupt_skipped", st.Corrupt)
 		}
-		outs = append(outs, outputs.Output{Name: spec.Name, Kinds: spec.Send, Every: spec.Every, Transport: tr, Spool: sp})
+		o := outputs.Output{Name: spec.Name, Kinds: spec.Send, Every: spec.Every, Transport: tr, Spool: sp}
+		if w := spec.Webhook; w != nil {
+			o.SendTimeout = max(30*time.Second, 2*w.Timeout) // a batch has time for at least one slow answer
+		}
+		outs = append(outs, o)
 		log.Info("output", "name", spec.Name, "to", tr.Describe(), "send", strings.Join(spec.Send, ","), "spool", dir,
 			"spool_max", spec.Spool.MaxBytes.String(), "spool_max_age", spec.Spool.MaxAge, "when_full", spec.Spool.WhenFull)
 	}
@@ -64,6 +72,40 @@ func startOutputs(app *dag.App, stateDir string, log *slog.Logger) (*outputs.Hub
 		return fail(err)
 	}
 	return h, nil
+}
+
+// checkOutputs builds each output's transport as serve will (without
+// reading its secret and TLS files), and refuses two outputs sharing a
+// spool directory: what validates, starts.
+func checkOutputs(app *dag.App) error {
+	var bad []string
+	at := func(i int, field string) string {
+		path := fmt.Sprintf("outputs[%d]%s", i, field)
+		line := 0
+		if p := app.Positions(); p != nil {
+			line = p.Line(path)
+		}
+		return fmt.Sprintf("%s:%d: %s", app.File, line, path)
+	}
+	dirs := map[string]int{}
+	for i, o := range app.Outputs {
+		tr, err := transportOf(app, o, false)
+		if err != nil {
+			bad = append(bad, fmt.Sprintf("%s: %v", at(i, ""), err))
+		} else {
+			tr.Close()
+		}
+		if d, err := spoolDir(app, o, ""); err == nil {
+			if j, dup := dirs[filepath.Clean(d)]; dup {
+				bad = append(bad, fmt.Sprintf("%s: %s is outputs[%d]'s spool too: each output needs its own", at(i, ".spool.dir"), d, j))
+			}
+			dirs[filepath.Clean(d)] = i
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%s", strings.Join(bad, "\n"))
+	}
+	return nil
 }
 
 // spoolDir is where an output's spool lives.
@@ -132,6 +174,24 @@ func tlsConfig(app *dag.App, t dag.TLS) (*tls.Config, error) {
 
 // transport builds the output's transport; it connects on first use.
 func transport(app *dag.App, o dag.Output) (outputs.Transport, error) {
+	return transportOf(app, o, true)
+}
+
+// transportOf builds the output's transport; without files, its secret
+// and TLS files are not read (placeholders stand in: validate checks the
+// rest as the transport will).
+func transportOf(app *dag.App, o dag.Output, files bool) (outputs.Transport, error) {
+	secret := secret
+	tlsConfig := tlsConfig
+	if !files {
+		secret = func(_ *dag.App, path string) (string, error) {
+			if path == "" {
+				return "", nil
+			}
+			return "x", nil
+		}
+		tlsConfig = func(*dag.App, dag.TLS) (*tls.Config, error) { return &tls.Config{MinVersion: tls.VersionTLS12}, nil }
+	}
 	switch {
 	case o.MQTT != nil:
 		m := o.MQTT
@@ -198,7 +258,7 @@ func writeOutputLines(w io.Writer, h *outputs.Hub) {
 		if !s.Connected {
 			state = "DOWN: " + s.LastError
 		}
-		fmt.Fprintf(w, "output %s -> %s: %d delivered, %d retries, %d waiting in the spool, %d lost (rejected %d, full %d, expired %d, busy %d); %s\n",
-			s.Name, s.To, s.Published, s.Retried, s.Waiting, s.Dropped(), s.Rejected, s.DroppedFull, s.Expired, s.DroppedBusy, state)
+		fmt.Fprintf(w, "output %s -> %s: %d delivered, %d retries, %d waiting in the spool, %d lost (rejected %d, full %d, expired %d, busy %d, corrupt %d, unspooled %d); %s\n",
+			s.Name, s.To, s.Published, s.Retried, s.Waiting, s.Dropped(), s.Rejected, s.DroppedFull, s.Expired, s.DroppedBusy, s.Corrupt, s.Unspooled, state)
 	}
 }

@@ -45,6 +45,9 @@ func startTryApp(a tryAppArgs, stderr io.Writer) (*tryRun, int) {
 		printErrors(stderr, err)
 		return nil, exitInvalid
 	}
+	if len(app.Outputs) > 0 {
+		fmt.Fprintf(stderr, "mdag try: app %s's outputs (%d) are not started: try reports on stdout only\n", app.Name, len(app.Outputs))
+	}
 	// only the app's models are loaded
 	used := &registry.Registry{File: a.reg.File, Models: map[string]*registry.Model{}}
 	for _, m := range app.Modules {

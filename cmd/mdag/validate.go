@@ -279,6 +279,9 @@ func fmtFloat(f float64) string {
 // profiles bound to it; problems are printed and turned into an exit code.
 func loadInputs(file, profiles string, stderr io.Writer) (*dag.Graph, *profile.Catalog, int) {
 	app, err := dag.Load(file)
+	if err == nil {
+		err = checkOutputs(app)
+	}
 	if err != nil {
 		printErrors(stderr, err)
 		return nil, nil, exitInvalid

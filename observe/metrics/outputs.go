@@ -12,6 +12,8 @@ type Output struct {
 	DroppedFull uint64 // dropped by the spool's when_full policy
 	Expired     uint64 // dropped for waiting past max_age
 	DroppedBusy uint64 // results dropped before they became messages
+	Corrupt     uint64 // damaged stretches of the spool skipped
+	Unspooled   uint64 // messages that could not be spooled
 	Waiting     int
 	SpoolBytes  int64
 	LagSeconds  float64
@@ -63,7 +65,7 @@ func (c outputCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, d := range []struct {
 			reason string
 			n      uint64
-		}{{"rejected", o.Rejected}, {"full", o.DroppedFull}, {"expired", o.Expired}, {"busy", o.DroppedBusy}} {
+		}{{"rejected", o.Rejected}, {"full", o.DroppedFull}, {"expired", o.Expired}, {"busy", o.DroppedBusy}, {"corrupt", o.Corrupt}, {"unspooled", o.Unspooled}} {
 			ch <- prometheus.MustNewConstMetric(outputDropped, prometheus.CounterValue, float64(d.n), o.App, o.Name, d.reason)
 		}
 		ch <- prometheus.MustNewConstMetric(outputWaiting, prometheus.GaugeValue, float64(o.Waiting), o.App, o.Name)

@@ -232,6 +232,13 @@ func (c *conn5) publish(ctx context.Context, batch []outputs.Message, topics []s
 		if c.maxSize > 0 {
 			// the packet's size: PacketID is 0 now, 2 bytes either way
 			if n, err := pub.Packet().WriteTo(io.Discard); err == nil && uint64(n) > uint64(c.maxSize) {
+				// the ones in flight first: acked must end at this message
+				// (the one the caller drops)
+				for len(window) > 0 {
+					if err := wait(); err != nil {
+						return acked, err
+					}
+				}
 				return acked, outputs.Permanent("mqtt: message %s: %d bytes, over the broker's maximum packet size %d", m.ID, n, c.maxSize)
 			}
 		}

@@ -395,7 +395,7 @@ func (s *Spool) scan(seq uint64, last bool, skipBefore int64, buf []byte) (int64
 		n := int64(binary.LittleEndian.Uint32(hdr[0:]))
 		sum := binary.LittleEndian.Uint32(hdr[4:])
 		t := int64(binary.LittleEndian.Uint64(hdr[8:]))
-		if HeaderSize+n > s.maxBytes || off+HeaderSize+n > size {
+		if off+HeaderSize+n > size {
 			damaged = true
 			break
 		}
@@ -412,7 +412,14 @@ func (s *Spool) scan(seq uint64, last bool, skipBefore int64, buf []byte) (int64
 			damaged = true
 			break
 		}
-		if off >= skipBefore {
+		switch {
+		case off < skipBefore:
+		case HeaderSize+n > s.maxBytes:
+			// intact, but over a MaxBytes lowered since it was written:
+			// it can never be sent under this limit (counted as dropped
+			// by the full policy, not as damage)
+			s.st.DroppedFull++
+		default:
 			m := meta{seg: seq, off: off, n: uint32(n), t: t}
 			s.q = append(s.q, m)
 			s.bytes += m.size()
@@ -701,22 +708,30 @@ func intact(rec []byte, m meta) bool {
 // n larger than what the last Peek returned (less those acked since) is an
 // error.
 func (s *Spool) Ack(n int) error {
+	_, err := s.AckCount(n)
+	return err
+}
+
+// AckCount is Ack, and says how many records it removed: fewer than n
+// when DropOldest dropped some of the peeked ones meanwhile (those are
+// counted in DroppedFull, not delivered).
+func (s *Spool) AckCount(n int) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return 0, ErrClosed
 	}
 	if n < 0 {
-		return fmt.Errorf("spool: ack %d: negative", n)
+		return 0, fmt.Errorf("spool: ack %d: negative", n)
 	}
 	if n > s.peekN {
-		return fmt.Errorf("spool: ack %d: the last Peek returned %d records not yet acked", n, s.peekN)
+		return 0, fmt.Errorf("spool: ack %d: the last Peek returned %d records not yet acked", n, s.peekN)
 	}
 	end := s.peekFirst + uint64(n)
 	s.peekFirst = end
 	s.peekN -= n
 	if end <= s.firstID {
-		return nil // all dropped already
+		return 0, nil // all dropped already
 	}
 	k := int(end - s.firstID)
 	if k > s.waiting() { // cannot happen: peeked records leave only from the front
@@ -725,7 +740,7 @@ func (s *Spool) Ack(n int) error {
 	s.removeFront(k)
 	s.st.Acked += uint64(k)
 	s.totalAcked += uint64(k)
-	return s.deleteDeadSegments()
+	return k, s.deleteDeadSegments()
 }
 
 // Wait returns nil as soon as a record waits (immediately if one does),

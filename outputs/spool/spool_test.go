@@ -667,6 +667,30 @@ func TestMaxBytesLowered(t *testing.T) {
 	}
 }
 
+// TestMaxBytesLoweredBigRecord: a record over a MaxBytes lowered since it
+// was written is dropped (counted as full), not taken for damage: the
+// records after it stay.
+func TestMaxBytesLoweredBigRecord(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, Options{Dir: dir, MaxBytes: 1 << 20})
+	for i := range uint64(11) {
+		n := 50
+		if i == 5 {
+			n = 100 << 10
+		}
+		mustAppend(t, s, payload(i, n))
+	}
+	s.Close()
+	s = mustOpen(t, Options{Dir: dir, MaxBytes: 64 << 10})
+	defer s.Close()
+	if st := s.Stats(); st.Waiting != 10 || st.DroppedFull != 1 || st.Corrupt != 0 {
+		t.Fatalf("Stats = %+v: want the 10 small records waiting, the big one dropped as full", st)
+	}
+	if got := peekIDs(t, s); !slices.Equal(got, []uint64{0, 1, 2, 3, 4, 6, 7, 8, 9, 10}) {
+		t.Fatalf("waiting = %v", got)
+	}
+}
+
 // TestProperty appends random payloads, peeks and acks in random chunks,
 // syncs, reopens and crashes at random points, against a model.
 func TestProperty(t *testing.T) {

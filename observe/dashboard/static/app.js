@@ -268,7 +268,7 @@ function renderApp(id, a, span) {
 // whether it is up, what it delivered, what waits in its spool and what
 // was lost, by reason. Down or losing messages: said loudly.
 function outputLine(o) {
-  const dropped = { rejected: o.rejected, full: o.dropped_full, expired: o.expired, busy: o.dropped_busy };
+  const dropped = { rejected: o.rejected, full: o.dropped_full, expired: o.expired, busy: o.dropped_busy, corrupt: o.corrupt, unspooled: o.unspooled };
   const lost = Object.entries(dropped).filter(([, v]) => v > 0).map(([k, v]) => `${k} = ${v}`).join(", ");
   const parts = [`output ${o.name} → ${o.to} (${(o.send || []).join(", ")})`,
     o.connected ? "up" : `DOWN since ${o.down_since}: ${o.last_error || ""}`,
