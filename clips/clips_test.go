@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -96,6 +97,7 @@ func (g *rig) frames(n int) {
 		at := t0.Add(time.Duration(g.seq) * 100 * time.Millisecond)
 		g.clk.Set(at.Add(50 * time.Millisecond))
 		g.r.Frame("cam", g.seq, at, tiny)
+		g.r.Sync() // encoded before the next: no frame dropped from the queue
 		g.seq++
 	}
 }
@@ -313,8 +315,8 @@ func TestRetention(t *testing.T) {
 			}
 		}
 	}
-	if n, b := st2.Removed(); n != 2 || b != infos[0].Bytes+infos[1].Bytes {
-		t.Errorf("removed %d, %d bytes", n, b)
+	if rm := st2.Removed(); rm.Clips != 2 || rm.Bytes != infos[0].Bytes+infos[1].Bytes {
+		t.Errorf("removed %+v", rm)
 	}
 	// by age: an hour after the fourth began, it and the third go on the next write
 	clk.Set(t0.Add(time.Hour + 3*time.Minute + time.Second))
@@ -324,6 +326,9 @@ func TestRetention(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 4 {
 		t.Errorf("%d files, want 2 clips and their JSON", len(ents))
+	}
+	if rm := st2.Removed(); rm.Clips != 4 || rm.ForBytes != 2 || rm.ForAge != 2 {
+		t.Errorf("removed %+v: want 2 for bytes, 2 for age", rm)
 	}
 }
 
@@ -344,3 +349,165 @@ func TestEvenCrop(t *testing.T) {
 }
 
 type outputsBody = outputs.Body
+
+// gatedEncoder encodes a frame for each token in gate, and says so on
+// entered when it starts one.
+type gatedEncoder struct {
+	fakeEncoder
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func (e *gatedEncoder) Encode(f *media.Frame, key bool) ([]byte, bool, error) {
+	e.entered <- struct{}{}
+	<-e.gate
+	return e.fakeEncoder.Encode(f, key)
+}
+
+// TestQueueFull: Frame never waits for the encoder; frames past a full
+// queue are dropped from the recording, counted, logged once, and noted in
+// the clip.
+func TestQueueFull(t *testing.T) {
+	clk := clock.NewFake(t0)
+	enc := &gatedEncoder{gate: make(chan struct{}, 100), entered: make(chan struct{}, 100)}
+	logs := &syncWriter{w: &strings.Builder{}}
+	r, err := New(Config{App: "t", Dir: t.TempDir(), FPS: 10, Clock: clk, FrameQueue: 4,
+		Log:        slog.New(slog.NewTextHandler(logs, nil)),
+		Clips:      dag.Clips{Pre: 2 * time.Second, Post: time.Second, MaxLength: time.Minute, MaxBytes: 1 << 30, MaxAge: time.Hour, PerMinute: 6},
+		NewEncoder: func(w, h, fps, kbps int) (Encoder, error) { return enc, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	feed := func(i int) {
+		clk.Set(at(i))
+		r.Frame("cam", uint64(i), at(i), tiny)
+	}
+	for i := range 20 { // encoded one by one
+		enc.gate <- struct{}{}
+		feed(i)
+		r.Sync()
+	}
+	// the encoder stalls on frame 20; 21..24 fill the queue; 25..29 are dropped
+	feed(20)
+	for range 21 {
+		<-enc.entered
+	}
+	for i := 21; i < 30; i++ {
+		feed(i) // returns at once: the encoder is stuck
+	}
+	if s := r.Stats(); s.FramesDropped != 5 || s.Frames != 20 {
+		t.Errorf("stats %+v: want 5 dropped, 20 encoded", s)
+	}
+	for range 5 {
+		enc.gate <- struct{}{}
+	}
+	r.Sync()
+	for i := 30; i < 60; i++ {
+		enc.gate <- struct{}{}
+		feed(i)
+		if i == 31 { // a dropped frame's event: its capture is known all the same
+			r.Event("cam", 28, time.Time{}, media.Event{Kind: "dwell", Rule: "r"})
+		}
+		r.Sync()
+	}
+	// pre-roll from 0.8 s: the key frame at 0; post-roll to 3.8 s: frames
+	// 0..38 less the 5 dropped
+	list := r.Store().List()
+	if len(list) != 1 || list[0].FramesDropped != 5 || list[0].Frames != 34 {
+		t.Fatalf("clips %+v: want one of 34 frames, 5 dropped", list)
+	}
+	if n := strings.Count(logs.String(), "frames dropped from its recording"); n != 1 {
+		t.Errorf("%d drop logs, want 1 (once a minute per stream):\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "frames_dropped=5") {
+		t.Errorf("the clip's log does not say frames_dropped=5:\n%s", logs.String())
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  *strings.Builder
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.String()
+}
+
+// TestNoLeak: each stream's goroutine ends with the stream, and Close
+// ends the rest; their encoders are closed.
+func TestNoLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	var encs []*fakeEncoder
+	var mu sync.Mutex
+	r, err := New(Config{App: "t", Dir: t.TempDir(), FPS: 10, Clock: clock.NewFake(t0), Log: slog.New(slog.DiscardHandler),
+		Clips: dag.Clips{Pre: time.Second, Post: time.Second, MaxLength: time.Minute, MaxBytes: 1 << 30, MaxAge: time.Hour, PerMinute: 6},
+		NewEncoder: func(w, h, fps, kbps int) (Encoder, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			e := &fakeEncoder{}
+			encs = append(encs, e)
+			return e, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		r.Frame(fmt.Sprint("s", i), 0, t0, tiny)
+	}
+	r.Sync()
+	if s := r.Stats(); s.Streams != 5 {
+		t.Fatalf("%d streams", s.Streams)
+	}
+	r.EndStream("s0")
+	r.EndStream("s1")
+	r.Sync()
+	if s := r.Stats(); s.Streams != 3 {
+		t.Fatalf("%d streams after two ended", s.Streams)
+	}
+	r.Close()
+	r.Frame("s9", 0, t0, tiny) // after Close: ignored, no goroutine
+	mu.Lock()
+	for i, e := range encs {
+		if !e.closed {
+			t.Errorf("encoder %d not closed", i)
+		}
+	}
+	mu.Unlock()
+	// every goroutine was waited for (Close returns after they are done);
+	// the runtime counts one until it has exited, so allow it to finish
+	for range 100 {
+		if runtime.NumGoroutine() <= before {
+			return
+		}
+		runtime.Gosched()
+	}
+	buf := make([]byte, 1<<16)
+	t.Errorf("goroutines: %d before, %d after Close\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+}
+
+// TestScale: frames over MaxSide are scaled down, aspect kept, sides even.
+func TestScale(t *testing.T) {
+	f := media.NewFrame(1920, 1080)
+	for i := range f.Pix {
+		f.Pix[i] = byte(i / 3 % 1920 * 255 / 1919)
+	}
+	g := scale(f, 1280)
+	if g.W != 1280 || g.H != 720 || len(g.Pix) != 1280*720*3 || g.Pix[0] != 0 || g.Pix[len(g.Pix)-1] < 250 {
+		t.Errorf("1920x1080 -> %dx%d", g.W, g.H)
+	}
+	if g := scale(media.NewFrame(1081, 1921), 1280); g.W != 720 || g.H != 1280 {
+		t.Errorf("1081x1921 -> %dx%d", g.W, g.H)
+	}
+	if g := scale(f, 1920); g != f {
+		t.Error("a frame that fits is not copied")
+	}
+}

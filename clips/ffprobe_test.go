@@ -83,6 +83,7 @@ func TestClipFFprobe(t *testing.T) {
 		capture := at(i)
 		clk.Set(capture.Add(50 * time.Millisecond))
 		r.Frame("cam", uint64(i), capture, scene(w, h, i))
+		r.Sync() // encoded before the next: none dropped from the stream's queue
 		if i == 58 {
 			r.Event("cam", 55, time.Time{}, media.Event{Kind: "line-cross", Rule: "door", Track: 3, Detail: "crossed line door left-to-right"})
 		}

@@ -9,6 +9,7 @@ type Sample struct {
 	Capture time.Time
 	Key     bool
 	Data    []byte
+	Gap     int // frames of the stream not recorded just before this one (its encoder behind, errors)
 }
 
 // ring is a stream's recent samples: from a key frame at or before Keep

@@ -22,14 +22,18 @@ import (
 // the first event's message (outputs.Body, kind event) with a "clip"
 // object added.
 type Info struct {
-	Name     string          `json:"name"` // NAME.mp4
-	Stream   string          `json:"stream"`
-	Start    time.Time       `json:"start"` // the first frame's capture
-	Duration time.Duration   `json:"duration_ns"`
-	Seconds  float64         `json:"duration_s"`
-	Frames   int             `json:"frames"`
-	Bytes    int64           `json:"bytes"`
-	Events   []outputs.Event `json:"events"` // every event the clip holds, the first first
+	Name     string        `json:"name"` // NAME.mp4
+	Stream   string        `json:"stream"`
+	Start    time.Time     `json:"start"` // the first frame's capture
+	Duration time.Duration `json:"duration_ns"`
+	Seconds  float64       `json:"duration_s"`
+	Frames   int           `json:"frames"`
+	// FramesDropped are the stream's frames within the clip that were not
+	// recorded (the stream's encoder was behind, or failed): the clip
+	// skips them, its samples' durations span the gaps.
+	FramesDropped int             `json:"frames_dropped"`
+	Bytes         int64           `json:"bytes"`
+	Events        []outputs.Event `json:"events"` // every event the clip holds, the first first
 }
 
 // Sidecar is NAME.json.
@@ -45,11 +49,17 @@ type Store struct {
 	maxAge   time.Duration
 	clock    clock.Clock
 
-	mu           sync.Mutex
-	clips        []Info // oldest first
-	bytes        int64
-	removed      int64
-	removedBytes int64
+	mu      sync.Mutex
+	clips   []Info // oldest first
+	bytes   int64
+	removed Removal
+}
+
+// Removal counts the clips retention removed.
+type Removal struct {
+	Clips, Bytes int64
+	ForBytes     int64 // clips removed to fit the bytes
+	ForAge       int64 // clips removed as older than the age
 }
 
 var nameRE = regexp.MustCompile(`^[0-9]{8}T[0-9]{9}Z-[A-Za-z0-9_-]+-[0-9]+\.mp4$`)
@@ -91,11 +101,11 @@ func OpenStore(dir string, maxBytes int64, maxAge time.Duration, clk clock.Clock
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.dir }
 
-// Removed returns the clips and bytes retention removed.
-func (s *Store) Removed() (int64, int64) {
+// Removed returns what retention removed.
+func (s *Store) Removed() Removal {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.removed, s.removedBytes
+	return s.removed
 }
 
 // List returns the clips, newest first.
@@ -139,6 +149,9 @@ func (s *Store) Write(first outputs.Body, events []outputs.Event, samples []Samp
 	base := fmt.Sprintf("%s-%s-%d", start.Format("20060102T150405.000Z"), stream, samples[0].Seq)
 	base = strings.Replace(base, ".", "", 1)
 	info := Info{Name: base + ".mp4", Stream: first.Stream, Start: start, Frames: len(samples), Events: events}
+	for _, x := range samples[1:] {
+		info.FramesDropped += x.Gap
+	}
 	mp4 := filepath.Join(s.dir, info.Name)
 	f, err := os.CreateTemp(s.dir, ".clip-*")
 	if err != nil {
@@ -223,7 +236,12 @@ func (s *Store) enforce() {
 		}
 		s.clips = s.clips[1:]
 		s.bytes -= c.Bytes
-		s.removed++
-		s.removedBytes += c.Bytes
+		s.removed.Clips++
+		s.removed.Bytes += c.Bytes
+		if c.Start.Before(cut) {
+			s.removed.ForAge++
+		} else {
+			s.removed.ForBytes++
+		}
 	}
 }

@@ -45,6 +45,7 @@ clips: {pre: 1s, post: 1s}
 			f.Pix[j] = byte(i + j)
 		}
 		c.Frame("cam", uint64(i), t0.Add(time.Duration(i)*100*time.Millisecond), f)
+		c.Sync() // encoded before the next (Frame only queues it)
 		if i == 20 {
 			c.onFrame(coordinator.FrameResult{Stream: "cam", Seq: 20, Events: []media.Event{{Kind: "dwell", Rule: "desk", Track: 1}}})
 		}

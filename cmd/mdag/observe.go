@@ -363,7 +363,7 @@ func (t tapSink) Ingest(id string, seq uint64, capture time.Time, f *media.Frame
 	err := t.e.Ingest(id, seq, capture, f, truth)
 	if err == nil {
 		t.thumbs.Offer(id, f)
-		if c := t.clipRec(); c != nil { // encoded into the stream's ring (clips: the app's clips section)
+		if c := t.clipRec(); c != nil { // queued for the stream's encoder (clips: the app's clips section); never waits for it
 			c.Frame(id, seq, capture, f)
 		}
 	}
