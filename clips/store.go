@@ -108,6 +108,13 @@ func (s *Store) Removed() Removal {
 	return s.removed
 }
 
+// Usage returns the clips on disk and their bytes.
+func (s *Store) Usage() (int, int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.clips), s.bytes
+}
+
 // List returns the clips, newest first.
 func (s *Store) List() []Info {
 	s.mu.Lock()

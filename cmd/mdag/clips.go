@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,14 +16,19 @@ import (
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/observe/dashboard"
+	"github.com/mdag/mdag/observe/metrics"
 )
 
 // clipRecorder is the app's clips (its `clips:`) and the ticker that ends
 // clips whose streams stopped.
 type clipRecorder struct {
 	*clips.Recorder
-	stop chan struct{}
-	wg   sync.WaitGroup
+	app      string
+	maxBytes dag.Bytes
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	once     sync.Once
 }
 
 // startClips starts the app's clips recorder, writing under the section's
@@ -40,7 +47,7 @@ func startClips(app *dag.App, stateDir string, log *slog.Logger) (*clipRecorder,
 	if err != nil {
 		return nil, fmt.Errorf("%s: clips: %w", app.File, err)
 	}
-	c := &clipRecorder{Recorder: r, stop: make(chan struct{})}
+	c := &clipRecorder{Recorder: r, app: string(app.Name), maxBytes: app.Clips.MaxBytes, stop: make(chan struct{})}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -61,11 +68,76 @@ func startClips(app *dag.App, stateDir string, log *slog.Logger) (*clipRecorder,
 	return c, nil
 }
 
-// Close writes the clips being recorded and stops.
+// Close writes the clips being recorded and stops; the clips on disk are
+// still listed and served. It may be called more than once.
 func (c *clipRecorder) Close() {
-	close(c.stop)
-	c.wg.Wait()
-	c.Recorder.Close()
+	c.once.Do(func() {
+		close(c.stop)
+		c.wg.Wait()
+		c.Recorder.Close()
+	})
+}
+
+// metrics is the recorder's figures for /metrics.
+func (c *clipRecorder) metrics() metrics.Clips {
+	s := c.Stats()
+	_, stored := c.Store().Usage()
+	return metrics.Clips{App: c.app, Streams: s.Streams, Frames: s.Frames, FramesDropped: s.FramesDropped, EncodeErrors: s.EncodeErrors,
+		Written: s.Clips, WrittenBytes: s.ClipBytes, WriteErrors: s.WriteErrors, Limited: s.Limited, Missed: s.Missed,
+		RemovedForBytes: s.ForBytes, RemovedForAge: s.ForAge, RemovedBytes: s.RemovedBytes, RingDrops: s.RingDrops, StoredBytes: stored}
+}
+
+// status is the clips' state for the dashboard: the counters and the
+// latest 10 clips.
+func (c *clipRecorder) status() *dashboard.Clips {
+	s := c.Stats()
+	n, b := c.Store().Usage()
+	d := &dashboard.Clips{Dir: c.Store().Dir(), Streams: s.Streams, Frames: s.Frames, FramesDropped: s.FramesDropped, EncodeErrors: s.EncodeErrors,
+		Events: s.Events, Limited: s.Limited, Missed: s.Missed, Written: s.Clips, WriteErrors: s.WriteErrors, RingDrops: s.RingDrops,
+		RemovedBytes: s.ForBytes, RemovedAge: s.ForAge, OnDisk: n, DiskBytes: b, MaxBytes: int64(c.maxBytes), Latest: []dashboard.ClipItem{}}
+	list := c.Store().List()
+	for _, i := range list[:min(len(list), 10)] {
+		it := dashboard.ClipItem{Name: i.Name, Stream: i.Stream, Start: i.Start.UnixMilli(), Seconds: i.Seconds, Frames: i.Frames, FramesDropped: i.FramesDropped, Events: len(i.Events)}
+		if len(i.Events) > 0 {
+			it.Event = i.Events[0].Kind
+			if i.Events[0].Rule != "" {
+				it.Event += " " + i.Events[0].Rule
+			}
+		}
+		d.Latest = append(d.Latest, it)
+	}
+	return d
+}
+
+// writeClipLine is serve's and the coordinator's summary of the event
+// clips: what was written and is on disk, what retention removed, the
+// events that made no clip and the video not recorded; DEGRADED, with
+// why, when anything was lost.
+func writeClipLine(w io.Writer, c *clipRecorder) {
+	if c == nil {
+		return
+	}
+	s := c.Stats()
+	n, b := c.Store().Usage()
+	var lost []string
+	if s.FramesDropped > 0 {
+		lost = append(lost, fmt.Sprintf("%d frames not recorded: the encoder behind", s.FramesDropped))
+	}
+	if s.EncodeErrors > 0 {
+		lost = append(lost, fmt.Sprintf("%d frames not recorded: errors", s.EncodeErrors))
+	}
+	if s.WriteErrors > 0 {
+		lost = append(lost, fmt.Sprintf("%d clips lost: write errors", s.WriteErrors))
+	}
+	if s.RingDrops > 0 {
+		lost = append(lost, fmt.Sprintf("%d GOPs dropped from the rings: less pre-roll", s.RingDrops))
+	}
+	state := "ok"
+	if len(lost) > 0 {
+		state = "DEGRADED: " + strings.Join(lost, ", ")
+	}
+	fmt.Fprintf(w, "clips -> %s: %d written (%d bytes), %d on disk (%d bytes); %d removed by retention (%d for max_bytes, %d for max_age); %d events, %d skipped (limit %d, no video %d); %d frames recorded; %s\n",
+		c.Store().Dir(), s.Clips, s.ClipBytes, n, b, s.Removed, s.ForBytes, s.ForAge, s.Events, s.Limited+s.Missed, s.Limited, s.Missed, s.Frames, state)
 }
 
 // onFrame hands a result's events to the recorder.

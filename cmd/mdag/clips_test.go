@@ -4,11 +4,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,6 +99,19 @@ clips: {pre: 1s, post: 1s}
 		if resp.StatusCode != want {
 			t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, want)
 		}
+	}
+	// the dashboard's, /metrics' and the summary's figures
+	d := c.status()
+	if d.Written != 1 || d.OnDisk != 1 || d.Frames != 40 || d.Events != 1 || len(d.Latest) != 1 || d.Latest[0].Name != list[0].Name || d.Latest[0].Event != "dwell desk" || d.MaxBytes != 1<<30 {
+		t.Errorf("dashboard: %+v", d)
+	}
+	if m := c.metrics(); m.App != "t" || m.Written != 1 || m.WrittenBytes != list[0].Bytes || m.StoredBytes != list[0].Bytes || m.Streams != 1 {
+		t.Errorf("metrics: %+v", m)
+	}
+	var sum strings.Builder
+	writeClipLine(&sum, c)
+	if want := fmt.Sprintf("1 written (%d bytes), 1 on disk", list[0].Bytes); !strings.Contains(sum.String(), want) || !strings.HasSuffix(sum.String(), "40 frames recorded; ok\n") {
+		t.Errorf("summary %q, want %q ... ok", sum.String(), want)
 	}
 	current = nil
 	resp, _ = http.Get(srv.URL + "/v1/clips")

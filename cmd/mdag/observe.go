@@ -235,7 +235,20 @@ func (o *observed) startClips(app *dag.App, stateDir string) error {
 	}
 	o.clips.Store(c)
 	o.results.clips.Store(c)
+	o.rec.SetClips(c.status)
+	o.mx.SetClips(func() []metrics.Clips { return []metrics.Clips{c.metrics()} })
 	return nil
+}
+
+// closeClips writes the clips being recorded (the run has ended: serve's
+// summary counts them) and returns the recorder, nil without clips. The
+// clips stay listed and served.
+func (o *observed) closeClips() *clipRecorder {
+	c := o.clips.Load()
+	if c != nil {
+		c.Close()
+	}
+	return c
 }
 
 // Close stops the recorder, then the coordinator, then the clips (the
@@ -292,14 +305,20 @@ func (o *observed) handler() http.Handler {
 	// Thumbnails are camera pixels: they need a token when ingest does
 	// (the page passes its own ?access_token= on), an api token with
 	// --tokens.
-	switch {
-	case o.auth.GatesAPI():
-		mux.Handle("GET /v1/thumbs/{stream}", api(d))
-	case o.ws != nil:
-		mux.Handle("GET /v1/thumbs/{stream}", o.ws.RequireToken(d))
-	default:
-		mux.Handle("GET /v1/thumbs/{stream}", d)
+	// Event clips are camera pixels too, gated the same way (the
+	// dashboard's links carry its ?access_token=).
+	pixels := func(h http.Handler) http.Handler {
+		switch {
+		case o.auth.GatesAPI():
+			return api(h)
+		case o.ws != nil:
+			return o.ws.RequireToken(h)
+		}
+		return h
 	}
+	mux.Handle("GET /v1/thumbs/{stream}", pixels(d))
+	mux.Handle("GET /v1/clips", pixels(clipsList(o.clips.Load)))
+	mux.Handle("GET /v1/clips/{name}", pixels(clipFile(o.clips.Load)))
 	st := statusHandler(o.e)
 	mux.Handle("GET /v1/status", apiHeader(st))
 	mux.Handle("POST /v1/instances/{id}/drain", sameOrigin(apiHeader(drainHandler(o.e, o.log))))
@@ -315,8 +334,6 @@ func (o *observed) handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		writeJSON(w, st, true)
 	})))
-	mux.Handle("GET /v1/clips", apiHeader(clipsList(o.clips.Load)))
-	mux.Handle("GET /v1/clips/{name}", apiHeader(clipFile(o.clips.Load)))
 	try := "/ for the dashboard, /metrics, /v1/status, /v1/outputs, /v1/clips, POST /v1/instances/{id}/drain"
 	if o.ws != nil {
 		try += ", /v1/streams, /whip/{app}"

@@ -294,6 +294,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	writeCameraTable(stdout, cams.Status())
 	obs.flushOutputs(5 * time.Second)
 	writeOutputLines(stdout, obs.outs)
+	writeClipLine(stdout, obs.closeClips())
 	writeReplanSummary(stdout, st, replans)
 	return exitOK
 }

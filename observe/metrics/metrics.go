@@ -66,6 +66,7 @@ type Metrics struct {
 	gpu     func() GPUSnapshot
 	cameras func() []Camera
 	outputs func() []Output
+	clips   func() []Clips
 	// grpc is the coordinator's gRPC port: refusals, data plane, hops.
 	grpc    func() GRPC
 	instSet map[[2]string]bool // (type, state) series set last time
@@ -140,7 +141,7 @@ func New(withRuntime bool) *Metrics {
 		httpRefused: f.counter("http", "requests_refused_total",
 			"HTTP API requests refused (status, dashboard, thumbnails, /metrics with --tokens), by reason (unauthorized: 401); WHIP's refusals are mdag_ingest_streams_refused_total.", "reason"),
 	}
-	reg.MustRegister(ingestCollector{m}, gpuCollector{m}, cameraCollector{m}, grpcCollector{m}, outputCollector{m})
+	reg.MustRegister(ingestCollector{m}, gpuCollector{m}, cameraCollector{m}, grpcCollector{m}, outputCollector{m}, clipCollector{m})
 	if withRuntime {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
