@@ -136,8 +136,8 @@ func writeClipLine(w io.Writer, c *clipRecorder) {
 	if len(lost) > 0 {
 		state = "DEGRADED: " + strings.Join(lost, ", ")
 	}
-	fmt.Fprintf(w, "clips -> %s: %d written (%d bytes), %d on disk (%d bytes); %d removed by retention (%d for max_bytes, %d for max_age); %d events, %d skipped (limit %d, no video %d); %d frames recorded; %s\n",
-		c.Store().Dir(), s.Clips, s.ClipBytes, n, b, s.Removed, s.ForBytes, s.ForAge, s.Events, s.Limited+s.Missed, s.Limited, s.Missed, s.Frames, state)
+	fmt.Fprintf(w, "clips -> %s: %d written (%d bytes), %d on disk (%d bytes); %d removed by retention (%d for max_bytes, %d for max_age); %d events (%d skipped by the per-minute limit, %d with no video); %d frames recorded; %s\n",
+		c.Store().Dir(), s.Clips, s.ClipBytes, n, b, s.Removed, s.ForBytes, s.ForAge, s.Events, s.Limited, s.Missed, s.Frames, state)
 }
 
 // onFrame hands a result's events to the recorder.

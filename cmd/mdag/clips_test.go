@@ -3,13 +3,17 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -120,4 +124,57 @@ clips: {pre: 1s, post: 1s}
 	if string(b) != "[]\n" && string(b) != "[]" {
 		t.Errorf("no clips: %q", b)
 	}
+}
+
+// TestServeClips: serve with the actdet example's activity rules and a
+// clips section, on a synthetic people scene (emulated GPUs), writes a
+// clip around a real line-cross event: the summary says so, the JSON is
+// the event's, and ffprobe reads the MP4 (when installed). About 2.3 s.
+func TestServeClips(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 1 s of a live stream")
+	}
+	dir := t.TempDir()
+	app, err := os.ReadFile("../../examples/actdet/app.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app = append(app, "clips: {dir: clips, pre: 1s, post: 1s, on: [line-cross, dwell]}\n"...)
+	if err := os.WriteFile(filepath.Join(dir, "app.yaml"), app, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"serve", "-f", filepath.Join(dir, "app.yaml"), "-p", "../../examples/actdet/profiles.yaml", "--synthetic", "1", "--scene", "people", "--objects", "8",
+		"--duration", "1s", "--listen", "127.0.0.1:0"}, &out, &errb)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	line := regexp.MustCompile(`(?m)^clips -> .*: ([1-9][0-9]*) written .* frames recorded; ok$`).FindString(out.String())
+	if line == "" {
+		t.Fatalf("no clips line with a clip written and ok:\n%s\n%s", out.String(), errb.String())
+	}
+	mp4s, _ := filepath.Glob(filepath.Join(dir, "clips", "*.mp4"))
+	if len(mp4s) == 0 {
+		t.Fatalf("no MP4 in %s (%s)", filepath.Join(dir, "clips"), line)
+	}
+	var sc clips.Sidecar
+	b, err := os.ReadFile(strings.TrimSuffix(mp4s[0], ".mp4") + ".json")
+	if err == nil {
+		err = json.Unmarshal(b, &sc)
+	}
+	if err != nil || sc.App != "actdet" || sc.Kind != "event" || sc.Event == nil || (sc.Event.Kind != "line-cross" && sc.Event.Kind != "dwell") || sc.Clip.Frames == 0 || sc.Clip.FramesDropped != 0 {
+		t.Fatalf("sidecar: %v\n%s", err, b)
+	}
+	probe, err := exec.LookPath("ffprobe")
+	if err != nil {
+		if os.Getenv("MDAG_REQUIRE_FFMPEG") != "" {
+			t.Fatal("ffprobe not found and MDAG_REQUIRE_FFMPEG is set")
+		}
+		t.Skip("ffprobe not found")
+	}
+	p, err := exec.Command(probe, "-v", "error", "-count_frames", "-show_entries", "stream=nb_read_frames,codec_name,width,height", "-of", "csv=p=0", mp4s[0]).CombinedOutput()
+	if want := fmt.Sprintf("h264,320,240,%d", sc.Clip.Frames); err != nil || strings.TrimSpace(string(p)) != want {
+		t.Errorf("ffprobe: %v %q, want %q", err, p, want)
+	}
+	t.Logf("%s; ffprobe %s", line, strings.TrimSpace(string(p)))
 }
