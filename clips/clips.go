@@ -568,7 +568,8 @@ func scale(f *media.Frame, side int) *media.Frame {
 		src := f.Pix[(y*f.H/h)*f.W*3:]
 		dst := pix[y*w*3 : (y+1)*w*3]
 		for x, sx := range xs {
-			copy(dst[x*3:x*3+3], src[sx:sx+3])
+			d, s := dst[x*3:x*3+3:x*3+3], src[sx:sx+3:sx+3]
+			d[0], d[1], d[2] = s[0], s[1], s[2]
 		}
 	}
 	return &media.Frame{W: w, H: h, Pix: pix}

@@ -2,11 +2,13 @@ package clips
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,5 +134,80 @@ func TestClipFFprobe(t *testing.T) {
 	}
 	if err != nil || sc.Event == nil || sc.Event.Rule != "door" || sc.Seq != 55 || sc.Clip.Frames != frames {
 		t.Errorf("sidecar: %v %s", err, b)
+	}
+}
+
+// BenchmarkRecord is the recording's cost per frame with the real encoder
+// (libx264, the binary's settings) at the default bitrate: the stream's
+// goroutine's encode and the ring, as Frame queues it. cpu-ms/frame is
+// the process's CPU time (libx264's threads included) per frame;
+// cores@10fps is what one stream at 10 fps costs. 1920x1080 is scaled to
+// 1280x720 first (MaxSide). docs/benchmarks.md has the figures.
+func BenchmarkRecord(b *testing.B) {
+	for _, sz := range [][2]int{{320, 240}, {640, 480}, {1280, 720}, {1920, 1080}} {
+		b.Run(fmt.Sprintf("%dx%d", sz[0], sz[1]), func(b *testing.B) {
+			clk := clock.NewFake(t0)
+			r, err := New(Config{App: "b", Dir: b.TempDir(), FPS: 10, Clock: clk, NewEncoder: newAVC, Log: slog.New(slog.DiscardHandler),
+				Clips: dag.Clips{Pre: 5 * time.Second, Post: 5 * time.Second, MaxLength: time.Minute, MaxBytes: 1 << 30, MaxAge: time.Hour, PerMinute: 6, BitrateKbps: 1000}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			frames := make([]*media.Frame, 30)
+			for i := range frames {
+				frames[i] = scene(sz[0], sz[1], i)
+			}
+			r.Frame("cam", 0, t0, frames[0]) // the encoder's start
+			r.Sync()
+			cpu0 := cpuTime()
+			b.ResetTimer()
+			for i := range b.N {
+				at := t0.Add(time.Duration(i+1) * 100 * time.Millisecond)
+				clk.Set(at)
+				r.Frame("cam", uint64(i+1), at, frames[(i+1)%len(frames)])
+				r.Sync()
+			}
+			b.StopTimer()
+			per := (cpuTime() - cpu0).Seconds() / float64(b.N)
+			b.ReportMetric(per*1000, "cpu-ms/frame")
+			b.ReportMetric(per*10, "cores@10fps")
+		})
+	}
+}
+
+// BenchmarkFrameQueue is Frame's cost on the ingest path: it only queues
+// the frame (the encoder here takes no time).
+func BenchmarkFrameQueue(b *testing.B) {
+	r, err := New(Config{App: "b", Dir: b.TempDir(), FPS: 10, Clock: clock.NewFake(t0), Log: slog.New(slog.DiscardHandler), FrameQueue: 1 << 16,
+		Clips:      dag.Clips{Pre: 5 * time.Second, Post: 5 * time.Second, MaxLength: time.Minute, MaxBytes: 1 << 30, MaxAge: time.Hour, PerMinute: 6},
+		NewEncoder: func(w, h, fps, kbps int) (Encoder, error) { return &fakeEncoder{}, nil }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	f := scene(640, 480, 0)
+	for i := 0; b.Loop(); i++ {
+		r.Frame("cam", uint64(i), t0.Add(time.Duration(i)*100*time.Millisecond), f)
+		if i%1000 == 999 {
+			b.StopTimer()
+			r.Sync()
+			b.StartTimer()
+		}
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkScale is scaling a 1920x1080 frame to 1280x720.
+func BenchmarkScale(b *testing.B) {
+	f := scene(1920, 1080, 0)
+	for b.Loop() {
+		scale(f, 1280)
 	}
 }

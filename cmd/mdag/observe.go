@@ -269,9 +269,9 @@ func (o *observed) Close() {
 }
 
 // handler routes every endpoint; "/" is the dashboard. With --tokens the
-// status, the dashboard (its page, history, event stream and thumbnails)
-// and /metrics need an api token (Authorization: Bearer; the dashboard's
-// page, history, event stream and thumbnails also take ?access_token=,
+// status, the dashboard (its page, history, event stream and thumbnails),
+// event clips (/v1/clips) and /metrics need an api token (Authorization: Bearer; the dashboard's
+// page, history, event stream, thumbnails and clips also take ?access_token=,
 // for the browser's EventSource and img; /v1/status and /metrics take the
 // header only; a browser opening / without a valid token gets the 401 as
 // the dashboard's sign-in page, dashboard.SignIn); /healthz and the
