@@ -511,3 +511,21 @@ func TestScale(t *testing.T) {
 		t.Error("a frame that fits is not copied")
 	}
 }
+
+// TestSizeChange: a stream whose frame size changes ends the clip being
+// recorded (written), and records on at the new size with a new encoder.
+func TestSizeChange(t *testing.T) {
+	g := newRig(t, dag.Clips{Pre: time.Second, Post: 5 * time.Second})
+	g.frames(20)
+	g.event(18, "dwell")
+	g.clk.Set(at(20))
+	g.r.Frame("cam", 20, at(20), &media.Frame{W: 6, H: 6, Pix: make([]byte, 108)})
+	g.r.Sync()
+	w := g.written()
+	if len(w) != 1 || w[0].Clip.Frames != 20 { // from the key frame at 0 (pre-roll to 0.8 s) to the last 4x4 frame
+		t.Fatalf("after the size change: %+v", w)
+	}
+	if s := g.r.Stats(); s.Frames != 21 || s.EncodeErrors != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
