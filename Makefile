@@ -6,7 +6,7 @@ GO ?= go
 export CGO_CFLAGS := -g -O2 -I/usr/include/lpsolve
 export CGO_LDFLAGS := -lcolamd -lm
 # Debian packages the build and tests need (more join as features land).
-DEB_PACKAGES := libopencv-dev opencv-data opencv-doc liblpsolve55-dev libvpx-dev libopus-dev libavcodec-dev libswscale-dev python3-aiortc chromium python3-onnx python3-numpy gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-ugly gstreamer1.0-plugins-bad gstreamer1.0-plugins-good gstreamer1.0-tools python3-gi python3-grpcio python3-protobuf python3-torch python3-torchvision fonts-dejavu-core python3-pil python3-av mosquitto mosquitto-clients nats-server
+DEB_PACKAGES := libopencv-dev opencv-data opencv-doc liblpsolve55-dev libvpx-dev libopus-dev libavcodec-dev libswscale-dev python3-aiortc chromium python3-onnx python3-numpy gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-ugly gstreamer1.0-plugins-bad gstreamer1.0-plugins-good gstreamer1.0-tools python3-gi python3-grpcio python3-protobuf python3-torch python3-torchvision fonts-dejavu-core python3-pil python3-av mosquitto mosquitto-clients nats-server ffmpeg
 DURATION ?=
 DEMO_FLAGS ?=
 APP ?=
@@ -71,7 +71,7 @@ vet: ## gofmt check and go vet every package, in the full and the lean build
 test: deps build lean vet models-check ## deps, build, lean (checked by tools/lean-check.sh), vet, the models (built and checked), then every test with -race (and the lean build's)
 	tools/lean-check.sh $(LEAN_BIN)
 	$(GO) test -race -count=1 -tags lean -run Lean ./cmd/mdag
-	MDAG_REQUIRE_INTEROP=1 MDAG_REQUIRE_MODELS=1 MDAG_REQUIRE_ORT=1 MDAG_REQUIRE_TORCH=1 MDAG_REQUIRE_BROKERS=1 $(GO) test -race -count=1 -timeout 15m ./...
+	MDAG_REQUIRE_INTEROP=1 MDAG_REQUIRE_MODELS=1 MDAG_REQUIRE_ORT=1 MDAG_REQUIRE_TORCH=1 MDAG_REQUIRE_BROKERS=1 MDAG_REQUIRE_FFMPEG=1 $(GO) test -race -count=1 -timeout 15m ./...
 	./$(BIN) eval --short
 
 demo: build ## the whole system live: the traffic app (APP=tracker, pose, caption, actdet, face, face-live or text-reader for another), WHIP clients joining and leaving, the dashboard (DURATION=30s stops it; DEMO_FLAGS="--listen 127.0.0.1:0" and more)

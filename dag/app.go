@@ -56,6 +56,8 @@ type App struct {
 	// Outputs are where the app's results go besides the stream's own
 	// client: MQTT, NATS, webhooks (outputs.go).
 	Outputs []Output `yaml:"outputs" json:"outputs,omitempty"`
+	// Clips writes MP4 clips of each stream around its events (clips.go).
+	Clips *Clips `yaml:"clips" json:"clips,omitempty"`
 
 	// File is the path the app was loaded from ("" when built in code).
 	File string `yaml:"-" json:"-"`

@@ -57,6 +57,7 @@ func (a *App) validate(decodeFailed bool) yamlx.ErrorList {
 		add("warm", "needs fps: the rate each stream kept warm is planned at")
 	}
 	a.validateOutputs(add)
+	a.validateClips(add)
 	if len(a.Modules) == 0 {
 		add("modules", "required: at least one module")
 		return errs

@@ -77,6 +77,11 @@ func TestAPITokens(t *testing.T) {
 		{"thumbnail no token", "/v1/thumbs/s1", "", false, 401, 404},
 		{"thumbnail ingest token", "/v1/thumbs/s1", testIngestToken, true, 401, 404},
 		{"thumbnail api token", "/v1/thumbs/s1", testAPIToken, true, 404, 404},
+		// event clips are camera pixels, gated like thumbnails (the dashboard's links carry ?access_token=)
+		{"clips no token", "/v1/clips", "", false, 401, 200},
+		{"clips api token in the query", "/v1/clips", testAPIToken, true, 200, 200},
+		{"clip no token", "/v1/clips/x.mp4", "", false, 401, 404},
+		{"clip api token", "/v1/clips/x.mp4", testAPIToken, true, 404, 404},
 		{"healthz", "/healthz", "", false, 200, 200},
 		{"dashboard code", "/dashboard/app.js", "", false, 200, 200},
 	}

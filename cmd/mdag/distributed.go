@@ -165,6 +165,10 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag coordinator: %v\n", err)
 		return exitFailure
 	}
+	if err := obs.startClips(app, *stateDir); err != nil {
+		fmt.Fprintf(stderr, "mdag coordinator: %v\n", err)
+		return exitFailure
+	}
 	warnNoState(*stateDir, log)
 	e := obs.e
 	if kp != nil {
@@ -253,6 +257,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	writeStatusTable(stdout, final)
 	obs.flushOutputs(5 * time.Second)
 	writeOutputLines(stdout, obs.outs)
+	writeClipLine(stdout, obs.closeClips())
 	writeCameraTable(stdout, cams.Status())
 	p := srv.Plane()
 	fmt.Fprintf(stdout, "data plane %s: %d result frames by reference, %d relayed (%d bytes); %d hops, p50 %.3f ms, p99 %.3f ms\n",

@@ -66,8 +66,9 @@ type observed struct {
 	auth    *auth.Store // --tokens (nil: none): the API needs an api token
 	hosts   []string    // --allowed-hosts: Host names a loopback --listen answers besides local ones
 	log     *slog.Logger
-	results *frameSink   // the engine's OnFrame: results to the WHIP server
-	outs    *outputs.Hub // the app's outputs (nil: none)
+	results *frameSink                   // the engine's OnFrame: results to the WHIP server
+	outs    *outputs.Hub                 // the app's outputs (nil: none)
+	clips   atomic.Pointer[clipRecorder] // the app's clips (nil: none)
 	// eg keeps the frames of streams someone watches over WHEP and draws
 	// their results (a stream nobody watches costs a timestamp a frame);
 	// whep serves them (nil: none, the lean build has no WebRTC).
@@ -104,6 +105,7 @@ type frameSink struct {
 	thumbs  atomic.Pointer[dashboard.Thumbs]
 	outputs atomic.Pointer[outputs.Hub]
 	egress  atomic.Pointer[egress.Hub]
+	clips   atomic.Pointer[clipRecorder]
 }
 
 func (f *frameSink) onFrame(r coordinator.FrameResult) {
@@ -118,6 +120,9 @@ func (f *frameSink) onFrame(r coordinator.FrameResult) {
 	}
 	if h := f.egress.Load(); h != nil {
 		h.Result(egress.Result{Stream: r.Stream, Seq: r.Seq, Dropped: r.Outcome == coordinator.Dropped, Boxes: r.Boxes, Tracks: r.Tracks, Labels: r.Labels})
+	}
+	if c := f.clips.Load(); c != nil && len(r.Events) > 0 {
+		c.onFrame(r)
 	}
 }
 
@@ -187,7 +192,7 @@ func (o *observed) serveHTTP(addr string) (string, *http.Server, error) {
 }
 
 // sink is the engine as a WHIP sink whose frames also feed the thumbnails.
-func (o *observed) sink() tapSink { return tapSink{o.e, o.rec.Thumbs(), o.eg} }
+func (o *observed) sink() tapSink { return tapSink{o.e, o.rec.Thumbs(), o.eg, &o.clips} }
 
 // ingest is e.Ingest feeding the thumbnails (for in-process sources).
 func (o *observed) ingest(stream string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error {
@@ -236,11 +241,42 @@ func (o *observed) flushOutputs(limit time.Duration) {
 	}
 }
 
-// Close stops the recorder, then the coordinator, then the outputs
-// (what they have not sent stays in their spools for the next start).
+// startClips starts the app's clips (its `clips:`): frames ingested feed
+// their rings, results' events make clips, GET /v1/clips lists them.
+func (o *observed) startClips(app *dag.App, stateDir string) error {
+	c, err := startClips(app, stateDir, o.log)
+	if err != nil || c == nil {
+		return err
+	}
+	o.clips.Store(c)
+	o.results.clips.Store(c)
+	o.rec.SetClips(c.status)
+	o.mx.SetClips(func() []metrics.Clips { return []metrics.Clips{c.metrics()} })
+	return nil
+}
+
+// closeClips writes the clips being recorded (the run has ended: serve's
+// summary counts them) and returns the recorder, nil without clips. The
+// clips stay listed and served.
+func (o *observed) closeClips() *clipRecorder {
+	c := o.clips.Load()
+	if c != nil {
+		c.Close()
+	}
+	return c
+}
+
+// Close stops the recorder, then the coordinator, then the clips (the
+// clips being recorded are written) and the outputs (what they have not
+// sent stays in their spools for the next start).
 func (o *observed) Close() {
 	o.rec.Close()
 	o.e.Close()
+	if c := o.clips.Load(); c != nil {
+		o.results.clips.Store(nil)
+		o.clips.Store(nil)
+		c.Close()
+	}
 	if o.outs != nil {
 		o.results.outputs.Store(nil)
 		o.outs.Close()
@@ -248,9 +284,9 @@ func (o *observed) Close() {
 }
 
 // handler routes every endpoint; "/" is the dashboard. With --tokens the
-// status, the dashboard (its page, history, event stream and thumbnails)
-// and /metrics need an api token (Authorization: Bearer; the dashboard's
-// page, history, event stream and thumbnails also take ?access_token=,
+// status, the dashboard (its page, history, event stream and thumbnails),
+// event clips (/v1/clips) and /metrics need an api token (Authorization: Bearer; the dashboard's
+// page, history, event stream, thumbnails and clips also take ?access_token=,
 // for the browser's EventSource and img; /v1/status and /metrics take the
 // header only; a browser opening / without a valid token gets the 401 as
 // the dashboard's sign-in page, dashboard.SignIn); /healthz and the
@@ -310,14 +346,20 @@ func (o *observed) handler() http.Handler {
 	// Thumbnails are camera pixels: they need a token when ingest does
 	// (the page passes its own ?access_token= on), an api token with
 	// --tokens.
-	switch {
-	case o.auth.GatesAPI():
-		mux.Handle("GET /v1/thumbs/{stream}", api(d))
-	case o.ws != nil:
-		mux.Handle("GET /v1/thumbs/{stream}", o.ws.RequireToken(d))
-	default:
-		mux.Handle("GET /v1/thumbs/{stream}", d)
+	// Event clips are camera pixels too, gated the same way (the
+	// dashboard's links carry its ?access_token=).
+	pixels := func(h http.Handler) http.Handler {
+		switch {
+		case o.auth.GatesAPI():
+			return api(h)
+		case o.ws != nil:
+			return o.ws.RequireToken(h)
+		}
+		return h
 	}
+	mux.Handle("GET /v1/thumbs/{stream}", pixels(d))
+	mux.Handle("GET /v1/clips", pixels(clipsList(o.clips.Load)))
+	mux.Handle("GET /v1/clips/{name}", pixels(clipFile(o.clips.Load)))
 	st := statusHandler(o.e)
 	mux.Handle("GET /v1/status", apiHeader(st))
 	mux.Handle("POST /v1/instances/{id}/drain", sameOrigin(apiHeader(drainHandler(o.e, o.log))))
@@ -333,7 +375,7 @@ func (o *observed) handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		writeJSON(w, st, true)
 	})))
-	try := "/ for the dashboard, /metrics, /v1/status, /v1/outputs, POST /v1/instances/{id}/drain"
+	try := "/ for the dashboard, /metrics, /v1/status, /v1/outputs, /v1/clips, POST /v1/instances/{id}/drain"
 	if o.ws != nil {
 		try += ", /v1/streams, /whip/{app}"
 	}
@@ -349,7 +391,8 @@ func (o *observed) handler() http.Handler {
 type tapSink struct {
 	e      *coordinator.Engine
 	thumbs *dashboard.Thumbs
-	eg     *egress.Hub // nil: no WHEP out
+	eg     *egress.Hub                   // nil: no WHEP out
+	clips  *atomic.Pointer[clipRecorder] // nil or holding nil: no clips
 }
 
 func (t tapSink) Join(app dag.AppID, id string) error { return t.e.Join(app, id) }
@@ -362,7 +405,19 @@ func (t tapSink) Admit(app dag.AppID) error { return t.e.Admit(app) }
 // session later than half the SLO make the server shed its newest streams.
 func (t tapSink) Saturated(app dag.AppID) bool { return t.e.Saturated(app) }
 
-func (t tapSink) Leave(id string) error { return t.e.Leave(id) }
+func (t tapSink) Leave(id string) error {
+	if c := t.clipRec(); c != nil {
+		c.EndStream(id)
+	}
+	return t.e.Leave(id)
+}
+
+func (t tapSink) clipRec() *clipRecorder {
+	if t.clips == nil {
+		return nil
+	}
+	return t.clips.Load()
+}
 
 // Ingest hands the frame on first: a thumbnail (about 1 ms once a second
 // per stream) never delays it. Frames are read-only once ingested.
@@ -372,6 +427,9 @@ func (t tapSink) Ingest(id string, seq uint64, capture time.Time, f *media.Frame
 		t.thumbs.Offer(id, f)
 		if t.eg != nil {
 			t.eg.Ingest(id, seq, f)
+		}
+		if c := t.clipRec(); c != nil { // queued for the stream's encoder (clips: the app's clips section); never waits for it
+			c.Frame(id, seq, capture, f)
 		}
 	}
 	return err

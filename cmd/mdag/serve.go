@@ -177,6 +177,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
 		return exitFailure
 	}
+	if err := obs.startClips(app, *stateDir); err != nil {
+		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
+		return exitFailure
+	}
 	warnNoState(*stateDir, log)
 	e := obs.e
 	obs.hosts = af.hosts()
@@ -293,6 +297,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	writeCameraTable(stdout, cams.Status())
 	obs.flushOutputs(5 * time.Second)
 	writeOutputLines(stdout, obs.outs)
+	writeClipLine(stdout, obs.closeClips())
 	writeReplanSummary(stdout, st, replans)
 	return exitOK
 }

@@ -23,6 +23,7 @@ var pure = []string{
 	"ingest", "ingest/synth", "ingest/audiofile", "remote/wire", "remote/client", "internal/pki", "observe/metrics",
 	"profile/serf", "profile/measure", "coordinator/store", "coordinator/kube", "eval/plot",
 	"egress",
+	"clips",
 }
 
 // native are the import paths (prefixes) that link native code at the edges.
@@ -91,6 +92,8 @@ var allowed = map[string][]string{
 	"outputs/spool":         {},
 	// annotated video out: the pure ring and drawing, and its WHEP edge
 	"egress": {"internal/clock", "media"},
+	// event clips: the encoder is handed in (ingest/avc's, by the binary)
+	"clips": {"dag", "internal/clock", "media", "outputs"},
 	// the allocator ablation links lp_solve through allocator/milp
 	"eval/alloccmp": {"allocator", "allocator/milp", "dag", "eval/plot", "examples", "profile"},
 	// mdag eval: the coordinator in virtual time (links lp_solve through allocator/milp)

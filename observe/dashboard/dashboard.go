@@ -104,6 +104,43 @@ type Snapshot struct {
 	// Outputs are the app outputs' delivery figures (MQTT, NATS,
 	// webhooks); none without outputs.
 	Outputs []outputs.Status `json:"outputs,omitempty"`
+	// Clips are the event clips' figures and the latest clips; nil
+	// without a clips section.
+	Clips *Clips `json:"clips,omitempty"`
+}
+
+// Clips is the event clips' state: what was recorded, written, skipped,
+// lost and removed, and the latest clips (GET /v1/clips lists them all).
+type Clips struct {
+	Dir           string     `json:"dir"`
+	Streams       int        `json:"streams"` // being recorded
+	Frames        int64      `json:"frames"`
+	FramesDropped int64      `json:"frames_dropped"` // the encoder behind
+	EncodeErrors  int64      `json:"encode_errors"`
+	Events        int64      `json:"events"`
+	Limited       int64      `json:"limited"` // events past max_clips_per_stream_per_minute
+	Missed        int64      `json:"missed"`  // events with no video
+	Written       int64      `json:"written"`
+	WriteErrors   int64      `json:"write_errors"`
+	RingDrops     int64      `json:"ring_drops"`
+	RemovedBytes  int64      `json:"removed_for_bytes"` // clips retention removed to fit max_bytes
+	RemovedAge    int64      `json:"removed_for_age"`
+	OnDisk        int        `json:"on_disk"`
+	DiskBytes     int64      `json:"disk_bytes"`
+	MaxBytes      int64      `json:"max_bytes"`
+	Latest        []ClipItem `json:"latest"` // newest first
+}
+
+// ClipItem is one clip in Clips.Latest.
+type ClipItem struct {
+	Name          string  `json:"name"` // GET /v1/clips/{name}
+	Stream        string  `json:"stream"`
+	Start         int64   `json:"start_ms"`
+	Seconds       float64 `json:"duration_s"`
+	Frames        int     `json:"frames"`
+	FramesDropped int     `json:"frames_dropped"`
+	Event         string  `json:"event"` // the first event: kind, and rule
+	Events        int     `json:"events"`
 }
 
 // Recorder samples a status source and keeps its history.
@@ -113,6 +150,7 @@ type Recorder struct {
 	thumbs *Thumbs
 	ingest func() ingest.Admission // guarded by mu
 	outs   func() []outputs.Status // guarded by mu
+	clips  func() *Clips           // guarded by mu
 
 	mu       sync.Mutex
 	apps     map[string]*App
@@ -163,6 +201,13 @@ func (r *Recorder) SetOutputs(f func() []outputs.Status) {
 	r.mu.Unlock()
 }
 
+// SetClips adds the event clips' state to each sample.
+func (r *Recorder) SetClips(f func() *Clips) {
+	r.mu.Lock()
+	r.clips = f
+	r.mu.Unlock()
+}
+
 // Start samples now and then every Interval until Close.
 func (r *Recorder) Start() {
 	r.Sample()
@@ -201,8 +246,12 @@ func (r *Recorder) Close() {
 func (r *Recorder) Sample() {
 	st := r.status()
 	r.mu.Lock()
-	admission, outs := r.ingest, r.outs
+	admission, outs, clipsF := r.ingest, r.outs, r.clips
 	r.mu.Unlock()
+	var cl *Clips
+	if clipsF != nil {
+		cl = clipsF()
+	}
 	var adm *ingest.Admission
 	if admission != nil {
 		a := admission()
@@ -218,7 +267,7 @@ func (r *Recorder) Sample() {
 		return
 	}
 	now := r.cfg.Clock.Now()
-	delta := Snapshot{Now: now.UnixMilli(), Policy: st.Policy, Interval: r.cfg.Interval.Seconds(), Instances: st.Instances, Ingest: adm, Outputs: outSt}
+	delta := Snapshot{Now: now.UnixMilli(), Policy: st.Policy, Interval: r.cfg.Interval.Seconds(), Instances: st.Instances, Ingest: adm, Outputs: outSt, Clips: cl}
 	byApp := instancesByApp(st.Instances)
 	for i := range st.Sessions {
 		s := st.Sessions[i]

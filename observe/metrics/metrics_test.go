@@ -77,6 +77,10 @@ func scripted() *Metrics {
 		return GRPC{Refused: map[string]uint64{"frame-size": 2, "unknown-task": 1}, RelayedFrames: 3, RelayedBytes: 3 * 230400, RefFrames: 40,
 			Hops: 43, HopBuckets: map[float64]uint64{0.0005: 10, 0.001: 40, 0.0025: 43}, HopSum: 30 * time.Millisecond}
 	})
+	m.SetClips(func() []Clips {
+		return []Clips{{App: "traffic", Streams: 2, Frames: 600, FramesDropped: 3, EncodeErrors: 1, Written: 4, WrittenBytes: 4 << 20, WriteErrors: 1,
+			Limited: 2, Missed: 1, RemovedForBytes: 1, RemovedForAge: 2, RemovedBytes: 3 << 20, RingDrops: 1, StoredBytes: 1 << 20}}
+	})
 	m.SetGPU(func() GPUSnapshot {
 		return GPUSnapshot{Available: true, Devices: []GPUDevice{{Index: "0", Name: "NVIDIA H100", UtilRatio: 0.42,
 			MemUsed: 3 << 30, MemTotal: 80 << 30, Processes: 1, CurrentUsed: 1 << 30}}}
@@ -133,7 +137,7 @@ func TestLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := regexp.MustCompile(`^mdag_(session|module|scheduler|cluster|planner|ingest|gpu|grpc|http|egress)_[a-z_]+$`)
+	name := regexp.MustCompile(`^mdag_(session|module|scheduler|cluster|planner|ingest|gpu|grpc|http|egress|output|clips)_[a-z_]+$`)
 	units := regexp.MustCompile(`_(total|seconds|ratio|bytes|size|dollars_per_hour|streams|instances|processes|available|viewers)$`)
 	for _, f := range fams {
 		n := f.GetName()
@@ -184,6 +188,7 @@ func TestNil(t *testing.T) {
 	m.SetIngestLoad(nil)
 	m.SetGPU(nil)
 	m.SetCameras(nil)
+	m.SetClips(nil)
 }
 
 // TestHandler serves the text exposition with the runtime collectors.

@@ -43,6 +43,7 @@ function merge(snap, full) {
   if (snap.instances) state.instances = snap.instances;
   if (snap.ingest) state.ingest = snap.ingest;
   if (snap.outputs) state.outputs = snap.outputs;
+  if (snap.clips) state.clips = snap.clips;
   for (const a of snap.apps || []) {
     let cur = state.apps.get(a.app);
     if (!cur || full) {
@@ -187,6 +188,8 @@ function renderApp(id, a, span) {
   const sl = streamList(state.ingest, id);
   if (sl) sec.append(sl);
   for (const o of state.outputs || []) sec.append(outputLine(o));
+  const cl = clipsBlock(state.clips);
+  if (cl) sec.append(cl);
   if (l.degraded) {
     // Said loudly: the plan carries only part of the frames (the rest are shed at ingest) or none at all.
     sec.append(el("p", { class: "degraded" }, `DEGRADED: the plan carries ${pct(l.admitted || 0)} of the frames. ${l.degraded.replace(/^degraded: /, "")}`));
@@ -285,6 +288,37 @@ function outputLine(o) {
   if (lost) parts.push("LOST: " + lost);
   const bad = !o.connected || lost;
   return el("div", { class: "drops" + (bad ? " warn" : ""), id: `output-${o.name}` }, parts.join(" · "));
+}
+
+// clipsBlock is the event clips (the app's clips section): what was
+// recorded, written, skipped and removed by retention, the disk used, and
+// the latest clips, linked to GET /v1/clips/{name}. Frames not recorded or
+// clips lost: said loudly.
+function clipsBlock(c) {
+  if (!c) return null;
+  const auth = authQuery ? "?" + authQuery : "";
+  const lost = [];
+  if (c.frames_dropped) lost.push(`${c.frames_dropped} frames not recorded (the encoder behind)`);
+  if (c.encode_errors) lost.push(`${c.encode_errors} frames not recorded (errors)`);
+  if (c.write_errors) lost.push(`${c.write_errors} clips lost (write errors)`);
+  if (c.ring_drops) lost.push(`${c.ring_drops} GOPs dropped from the rings (less pre-roll)`);
+  const parts = [`clips → ${c.dir}: ${c.streams} streams recorded, ${c.frames} frames`,
+    `${c.written} written, ${c.on_disk} on disk (${fmt(c.disk_bytes / 1048576, 1)} of ${fmt(c.max_bytes / 1048576, 0)} MiB)`,
+    `retention removed ${c.removed_for_bytes} for max_bytes, ${c.removed_for_age} for max_age`,
+    `${c.events} events: ${c.limited} skipped by the per-minute limit, ${c.missed} with no video`];
+  if (lost.length) parts.push("LOST: " + lost.join(", "));
+  const div = el("div", { id: "clips" }, el("div", { class: "drops" + (lost.length ? " warn" : "") }, parts.join(" · ")));
+  if ((c.latest || []).length) {
+    const ul = el("ul", { class: "clips" });
+    for (const x of c.latest) {
+      const when = new Date(x.start_ms).toLocaleTimeString();
+      ul.append(el("li", {}, el("a", { href: `/v1/clips/${encodeURIComponent(x.name)}${auth}`, target: "_blank", rel: "noopener" }, x.name),
+        ` ${x.stream} · ${when} · ${fmt(x.duration_s, 1)} s · ${x.frames} frames` + (x.frames_dropped ? ` (${x.frames_dropped} NOT RECORDED)` : "") +
+        ` · ${x.event}` + (x.events > 1 ? ` +${x.events - 1} more` : "")));
+    }
+    div.append(ul);
+  }
+  return div;
 }
 
 // ingestLine is the WebRTC ingest's admission state: streams admitted and
