@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -138,7 +139,15 @@ func startObserved(cfg coordinator.Config, limits map[profile.WorkerTypeID]int, 
 // startObservedWith is startObserved with the in-process emulated GPUs'
 // variance model v (`--variance`).
 func startObservedWith(cfg coordinator.Config, limits map[profile.WorkerTypeID]int, app *dag.App, prof *profile.File, v gpu.Variance) (*observed, error) {
-	o := &observed{mx: newMetrics(), results: &frameSink{}, log: cfg.Log, eg: egress.New(egress.Config{})}
+	// the WHEP ring holds a watched stream's frames until their results
+	// come (the SLO and a second, at least 2 s, at the app's rate, at
+	// least 64 frames): a frame leaves it with its result, so it holds
+	// about the frames in flight, which the engine holds too; the viewers'
+	// limits bound how many streams are watched
+	age := max(2*time.Second, app.SLO+time.Second)
+	frames := max(64, int(math.Ceil(max(app.FPS, 30)*age.Seconds())))
+	o := &observed{mx: newMetrics(), results: &frameSink{}, log: cfg.Log,
+		eg: egress.New(egress.Config{MaxAge: age, MaxFrames: frames, MaxBytes: int64(frames) * 1920 * 1080 * 3})}
 	o.results.egress.Store(o.eg)
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
@@ -422,12 +431,14 @@ func (t tapSink) clipRec() *clipRecorder {
 // Ingest hands the frame on first: a thumbnail (about 1 ms once a second
 // per stream) never delays it. Frames are read-only once ingested.
 func (t tapSink) Ingest(id string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error {
+	if t.eg != nil {
+		// before the engine: a frame it drops at once (shed, no plan)
+		// reports its result inside Ingest, and is sent undrawn
+		t.eg.Ingest(id, seq, f)
+	}
 	err := t.e.Ingest(id, seq, capture, f, truth)
 	if err == nil {
 		t.thumbs.Offer(id, f)
-		if t.eg != nil {
-			t.eg.Ingest(id, seq, f)
-		}
 		if c := t.clipRec(); c != nil { // queued for the stream's encoder (clips: the app's clips section); never waits for it
 			c.Frame(id, seq, capture, f)
 		}

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -34,6 +35,9 @@ func TestWhepServe(t *testing.T) {
 		t.Skip("short")
 	}
 	if exec.Command("/usr/bin/python3", "-c", "import aiortc").Run() != nil {
+		if os.Getenv("MDAG_REQUIRE_INTEROP") == "1" {
+			t.Fatal("python3-aiortc is missing and MDAG_REQUIRE_INTEROP=1 (make deps installs it)")
+		}
 		t.Skip("python3-aiortc is missing")
 	}
 	app, prof, err := examples.Parse("tracker")

@@ -26,6 +26,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -74,14 +75,17 @@ type Server struct {
 	clk clock.Clock
 	log *slog.Logger
 
-	mu      sync.Mutex
-	feeds   map[string]*feed // by stream
-	viewers int              // all feeds' viewers, and the ones being set up
-	closed  bool
-	refused map[string]uint64    // by reason
-	said    map[string]time.Time // reason -> when a refusal was last logged
-	ended   Totals               // the counters of feeds that have stopped
-	started atomic.Uint64        // viewers that got an answer
+	mu    sync.Mutex
+	feeds map[string]*feed // by stream
+	// stopping are the feeds whose last viewer left, until their stop
+	// returns (the hub's watch is theirs until then)
+	stopping map[string]chan struct{}
+	viewers  int // all feeds' viewers, and the ones being set up
+	closed   bool
+	refused  map[string]uint64    // by reason
+	said     map[string]time.Time // reason -> when a refusal was last logged
+	ended    Totals               // the counters of feeds that have stopped
+	started  atomic.Uint64        // viewers that got an answer
 }
 
 // feed is one watched stream: its encoder and the track its viewers share.
@@ -92,6 +96,9 @@ type feed struct {
 	pending int // viewers being set up
 	stop    func()
 	keyReq  atomic.Bool
+	// lastKeyReq is when a viewer's PLI or FIR last forced a key frame
+	// (unix ns)
+	lastKeyReq atomic.Int64
 	// owned by the hub's goroutine for the stream (the sink)
 	enc     *vpx.Encoder
 	w, h    int
@@ -107,6 +114,12 @@ type viewer struct {
 	pc      *webrtc.PeerConnection
 	started time.Time
 }
+
+// OfferReadTimeout bounds reading an offer's body; keyInterval is the
+// least time between key frames viewers' PLIs and FIRs force.
+var OfferReadTimeout = 10 * time.Second
+
+const keyInterval = 500 * time.Millisecond
 
 // New returns a server fed by hub.
 func New(cfg Config, hub *egress.Hub) (*Server, error) {
@@ -159,7 +172,7 @@ func New(cfg Config, hub *egress.Hub) (*Server, error) {
 		se.SetNAT1To1IPs(cfg.PublicIPs, webrtc.ICECandidateTypeHost)
 	}
 	api := webrtc.NewAPI(webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(ir), webrtc.WithSettingEngine(se))
-	return &Server{cfg: cfg, hub: hub, api: api, clk: cfg.Clock, log: cfg.Log, feeds: map[string]*feed{}, refused: map[string]uint64{}, said: map[string]time.Time{}}, nil
+	return &Server{cfg: cfg, hub: hub, api: api, clk: cfg.Clock, log: cfg.Log, feeds: map[string]*feed{}, stopping: map[string]chan struct{}{}, refused: map[string]uint64{}, said: map[string]time.Time{}}, nil
 }
 
 // PlayerJS is the browser player (static/player.js): whepPlay(url,
@@ -252,6 +265,9 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, http.StatusUnsupportedMediaType, RefusedBadOffer, "want Content-Type application/sdp (an SDP offer)")
 		return
 	}
+	// the offer within OfferReadTimeout: a client trickling its body
+	// holds no handler
+	_ = http.NewResponseController(w).SetReadDeadline(s.clk.Now().Add(OfferReadTimeout))
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
 	if err != nil || !strings.Contains(string(body), "m=video") {
 		s.refuse(w, http.StatusBadRequest, RefusedBadOffer, "the body is not an SDP offer with a video section (m=video)")
@@ -268,7 +284,7 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/sdp")
-	w.Header().Set("Location", fmt.Sprintf("/whep/%s/%s/%s", app, name, v.id))
+	w.Header().Set("Location", "/whep/"+url.PathEscape(app)+"/"+url.PathEscape(name)+"/"+v.id)
 	w.WriteHeader(http.StatusCreated)
 	_, _ = io.WriteString(w, answer)
 }
@@ -278,6 +294,18 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 func (s *Server) reserve(name string) (*feed, int, string, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for s.feeds[name] == nil && s.stopping[name] != nil { // its last viewer just left: wait for the stop
+		done := s.stopping[name]
+		s.mu.Unlock()
+		select {
+		case <-done:
+		case <-s.clk.After(5 * time.Second):
+		}
+		s.mu.Lock()
+		if s.stopping[name] == done {
+			return nil, http.StatusServiceUnavailable, RefusedFull, fmt.Sprintf("stream %q's encoder is still stopping; retry", name)
+		}
+	}
 	if s.closed {
 		return nil, http.StatusServiceUnavailable, RefusedFull, "server shutting down"
 	}
@@ -340,7 +368,13 @@ func (s *Server) start(f *feed, offer string) (*viewer, string, error) {
 			for _, p := range pkts {
 				switch p.(type) {
 				case *rtcp.PictureLossIndication, *rtcp.FullIntraRequest:
-					f.keyReq.Store(true)
+					// at most one forced key frame per keyInterval: a
+					// viewer sending PLIs without end cannot spend every
+					// viewer's bitrate on key frames
+					now := s.clk.Now().UnixNano()
+					if last := f.lastKeyReq.Load(); now-last >= int64(keyInterval) && f.lastKeyReq.CompareAndSwap(last, now) {
+						f.keyReq.Store(true)
+					}
 				}
 			}
 		}
@@ -380,6 +414,15 @@ func (s *Server) start(f *feed, offer string) (*viewer, string, error) {
 		}
 	})
 	s.mu.Lock()
+	if s.closed { // Close ran while this viewer was set up: it ends here
+		f.pending--
+		s.viewers--
+		stop := s.dropFeedLocked(f)
+		s.mu.Unlock()
+		_ = pc.Close()
+		stop()
+		return nil, "", errors.New("server shutting down")
+	}
 	f.pending--
 	f.viewers[v.id] = v
 	s.mu.Unlock()
@@ -396,19 +439,28 @@ func (s *Server) dropFeedLocked(f *feed) func() {
 		return func() {}
 	}
 	delete(s.feeds, f.stream)
-	return func() {
-		// the ring's counters go with the watch: keep them (a frame or
-		// two arriving between this and the stop are not counted)
-		var eg egress.Stats
-		for _, st := range s.hub.Stats() {
-			if st.Stream == f.stream {
-				eg = st
-			}
+	// the feed's counters move to the totals with it, at once: a scrape
+	// never sees them go down (a frame or two the sink still encodes
+	// before it stops are not counted)
+	var eg egress.Stats
+	for _, st := range s.hub.Stats() {
+		if st.Stream == f.stream {
+			eg = st
 		}
+	}
+	s.ended.add(f, eg)
+	// a new viewer of the stream waits for this stop (the hub's watch is
+	// held until it)
+	done := make(chan struct{})
+	s.stopping[f.stream] = done
+	return func() {
 		f.stop() // waits for the sink: the encoder is free after it
 		s.mu.Lock()
-		s.ended.add(f, eg)
+		if s.stopping[f.stream] == done {
+			delete(s.stopping, f.stream)
+		}
 		s.mu.Unlock()
+		close(done)
 		if f.enc != nil {
 			f.enc.Close()
 			f.enc = nil
