@@ -44,11 +44,20 @@ type Config struct {
 	// starts at a key frame at most this much before its pre-roll.
 	KeyEvery   time.Duration
 	NewEncoder NewEncoder
-	Clock      clock.Clock   // default real
-	Log        *slog.Logger  // default slog.Default()
-	Slack      time.Duration // the ring keeps Pre+Slack, for results that arrive late (default 3 s)
-	RingBytes  int           // per stream (default 64 MiB)
-	Queue      int           // clips waiting to be written (default 8)
+	Clock      clock.Clock  // default real
+	Log        *slog.Logger // default slog.Default()
+	// SLO is the app's latency objective: results arrive up to about that
+	// late, so the ring keeps Pre+Slack with Slack at least SLO + 1 s.
+	SLO       time.Duration
+	Slack     time.Duration // the ring keeps Pre+Slack, for results that arrive late (default max(3 s, SLO + 1 s))
+	RingBytes int           // per stream (default 64 MiB)
+	// Queue is the clips waiting to be written (default 8). A stream's
+	// goroutine waits for room (it is off the ingest path), so none is
+	// dropped for a full queue, at Close or on a slow disk.
+	Queue int
+	// Idle ends a stream that has had no frame for this long (default
+	// 30 s): its goroutine and encoder are freed, its open clip written.
+	Idle time.Duration
 	// FrameQueue is each stream's frames waiting for its encoder (default
 	// 8): Frame only queues; a full queue drops the frame from the
 	// recording (counted, logged, and noted in the clip's frames_dropped).
@@ -71,12 +80,15 @@ type Stats struct {
 	Missed        int64 // events with no video in the ring
 	Clips         int64 // clips written
 	ClipBytes     int64 // their MP4s' bytes
-	WriteErrors   int64 // clips not written (disk errors, queue full)
+	WriteErrors   int64 // clips not written (disk errors)
 	Removed       int64 // clips removed by retention (ForBytes + ForAge)
 	RemovedBytes  int64
 	ForBytes      int64 // clips removed to fit max_bytes
 	ForAge        int64 // clips removed as older than max_age
 	RingDrops     int64 // GOPs dropped from rings to fit their bytes
+	ShortPreRoll  int64 // clips started with less than Pre of video before the event (ring short: stream just started, results later than Slack, ring bytes)
+	Reaped        int64 // streams ended by Tick after Idle without a frame
+	Skipped       int64 // clips on disk at start that could not be indexed (left in place, not served)
 }
 
 // Recorder records the clips of one app's streams. Its methods are safe
@@ -91,6 +103,7 @@ type Recorder struct {
 	streams map[string]*stream
 	stats   Stats
 	closed  bool
+	missLog time.Time // the last "event with no video" log
 
 	queue   chan *clip
 	done    sync.WaitGroup // the writer
@@ -122,6 +135,7 @@ type stream struct {
 	dropped int // frames dropped since the last log of it
 	dropLog time.Time
 	errLog  time.Time
+	seen    time.Time      // the last Frame (clock)
 	recent  [32]seqCapture // the newest queued frames' captures, by seq%32
 
 	// the stream's goroutine's alone
@@ -131,12 +145,16 @@ type stream struct {
 	carry   int // frames not recorded since the last sample (encode errors, held back)
 
 	// under Recorder.mu (written by the stream's goroutine)
-	ring    ring
-	last    time.Time // the newest sample's capture
-	lastAt  time.Time // when it was queued (clock)
-	open    *clip
-	starts  []time.Time // clips started, by clock, within the last minute
-	limited bool        // the limit was logged (once per stretch of limited events)
+	ring      ring
+	last      time.Time // the newest sample's capture
+	lastAt    time.Time // when it was queued (clock)
+	open      *clip
+	starts    []time.Time // clips started, by clock, within the last minute
+	limited   bool        // the limit was logged (once per stretch of limited events)
+	ready     []*clip     // finished clips the stream's goroutine hands to the writer
+	ringLog   time.Time   // the last "ring over its bytes" log
+	ringDrops int         // GOPs dropped since that log
+	preLog    time.Time   // the last "short pre-roll" log
 }
 
 // clip is one being recorded.
@@ -168,7 +186,10 @@ func New(cfg Config) (*Recorder, error) {
 		cfg.Log = slog.Default()
 	}
 	if cfg.Slack <= 0 {
-		cfg.Slack = 3 * time.Second
+		cfg.Slack = max(3*time.Second, cfg.SLO+time.Second)
+	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = 30 * time.Second
 	}
 	if cfg.RingBytes <= 0 {
 		cfg.RingBytes = 64 << 20
@@ -182,11 +203,12 @@ func New(cfg Config) (*Recorder, error) {
 	if cfg.MaxSide <= 0 {
 		cfg.MaxSide = 1280
 	}
-	st, err := OpenStore(cfg.Dir, int64(cfg.Clips.MaxBytes), cfg.Clips.MaxAge, cfg.Clock)
+	st, err := openStore(cfg.Dir, int64(cfg.Clips.MaxBytes), cfg.Clips.MaxAge, cfg.Clock, cfg.Log)
 	if err != nil {
 		return nil, err
 	}
 	r := &Recorder{cfg: cfg, store: st, streams: map[string]*stream{}, queue: make(chan *clip, cfg.Queue)}
+	r.stats.Skipped = int64(st.Skipped())
 	r.done.Add(1)
 	go r.writer()
 	return r, nil
@@ -196,12 +218,14 @@ func New(cfg Config) (*Recorder, error) {
 func (r *Recorder) Store() *Store { return r.store }
 
 // Stats returns the counters.
+// The store's figures are read first, without r.mu: r.mu is never held
+// while waiting for the store (whose lock a write may hold).
 func (r *Recorder) Stats() Stats {
+	rm := r.store.Removed()
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	s := r.stats
 	s.Streams = len(r.streams)
-	rm := r.store.Removed()
+	r.mu.Unlock()
 	s.Removed, s.RemovedBytes, s.ForBytes, s.ForAge = rm.Clips, rm.Bytes, rm.ForBytes, rm.ForAge
 	return s
 }
@@ -225,6 +249,7 @@ func (r *Recorder) Frame(name string, seq uint64, capture time.Time, f *media.Fr
 		r.workers.Add(1)
 		go r.run(s)
 	}
+	s.seen = now
 	s.recent[seq%uint64(len(s.recent))] = seqCapture{seq, capture}
 	if f == nil || f.W < 2 || f.H < 2 || len(f.Pix) < f.W*f.H*3 {
 		s.gap++
@@ -249,6 +274,16 @@ func (r *Recorder) Frame(name string, seq uint64, capture time.Time, f *media.Fr
 	}
 }
 
+// every reports whether a log last made at *last may be made again at now
+// (at most once a minute), and if so notes now.
+func every(last *time.Time, now time.Time) bool {
+	if !last.IsZero() && now.Sub(*last) < time.Minute {
+		return false
+	}
+	*last = now
+	return true
+}
+
 // errorEvery logs an error of s's recording at most once a minute. r.mu held.
 func (r *Recorder) errorEvery(s *stream, now time.Time, msg string, args ...any) {
 	if !s.errLog.IsZero() && now.Sub(s.errLog) < time.Minute {
@@ -263,16 +298,33 @@ func (r *Recorder) errorEvery(s *stream, now time.Time, msg string, args ...any)
 func (r *Recorder) run(s *stream) {
 	defer r.workers.Done()
 	for j := range s.in {
-		r.encode(s, j)
+		if j.f != nil { // nil: a wake-up to hand finished clips to the writer
+			r.encode(s, j)
+		}
+		r.handOver(s)
 		r.pending.Done()
 	}
 	r.mu.Lock()
 	r.finish(s)
 	r.mu.Unlock()
+	r.handOver(s)
 	if s.enc != nil {
 		s.enc.Close()
 	}
 	r.pending.Done() // the end
+}
+
+// handOver queues s's finished clips for the writer, waiting for room
+// (without r.mu: the writer takes it): nothing is dropped for a full
+// queue. Only s's goroutine calls it.
+func (r *Recorder) handOver(s *stream) {
+	r.mu.Lock()
+	ready := s.ready
+	s.ready = nil
+	r.mu.Unlock()
+	for _, c := range ready {
+		r.queue <- c
+	}
 }
 
 // encode encodes one queued frame into s's ring and the clip being
@@ -343,7 +395,12 @@ func (r *Recorder) encode(s *stream, j job) {
 	s.ring.push(smp)
 	if d := s.ring.dropped - before; d > 0 {
 		r.stats.RingDrops += int64(d)
-		r.cfg.Log.Warn("clips: ring over its bytes: oldest video dropped", "stream", s.name, "gops", d, "max_bytes", r.cfg.RingBytes)
+		s.ringDrops += d
+		if every(&s.ringLog, j.at) {
+			r.cfg.Log.Warn("clips: ring over its bytes: oldest video dropped", "stream", s.name, "gops", s.ringDrops, "max_bytes", r.cfg.RingBytes,
+				"note", "counted in mdag_clips_ring_drops_total; logged at most once a minute per stream")
+			s.ringDrops = 0
+		}
 	}
 }
 
@@ -362,9 +419,13 @@ func (r *Recorder) Event(name string, seq uint64, capture time.Time, e media.Eve
 	}
 	r.stats.Events++
 	s := r.streams[name]
+	now := r.cfg.Clock.Now()
 	if s == nil || len(s.ring.samples) == 0 && s.open == nil {
 		r.stats.Missed++
-		r.cfg.Log.Warn("clips: event with no video recorded: no clip", "stream", name, "seq", seq, "kind", e.Kind, "rule", e.Rule)
+		if every(&r.missLog, now) {
+			r.cfg.Log.Warn("clips: event with no video recorded: no clip", "stream", name, "seq", seq, "kind", e.Kind, "rule", e.Rule,
+				"note", "counted in mdag_clips_missed_total; logged at most once a minute")
+		}
 		return
 	}
 	if capture.IsZero() {
@@ -378,7 +439,11 @@ func (r *Recorder) Event(name string, seq uint64, capture time.Time, e media.Eve
 		}
 	}
 	ev := outputs.Event{Kind: e.Kind, Rule: e.Rule, Track: e.Track, Detail: e.Detail}
-	now := r.cfg.Clock.Now()
+	if c := s.open; c != nil && capture.After(c.start.Add(r.cfg.Clips.MaxLength)) {
+		// past what the open clip may hold: it ends, a new one starts
+		r.finish(s)
+		r.wake(s)
+	}
 	if c := s.open; c != nil {
 		c.events = append(c.events, ev)
 		c.until = maxTime(c.until, capture.Add(r.cfg.Clips.Post))
@@ -387,6 +452,10 @@ func (r *Recorder) Event(name string, seq uint64, capture time.Time, e media.Eve
 		}
 		c.due = now.Add(c.until.Sub(s.last) + r.cfg.Slack)
 		r.stats.Extended++
+		return
+	}
+	if len(s.ring.samples) == 0 { // the clip being recorded just ended; no video since
+		r.stats.Missed++
 		return
 	}
 	for len(s.starts) > 0 && now.Sub(s.starts[0]) >= time.Minute {
@@ -403,6 +472,13 @@ func (r *Recorder) Event(name string, seq uint64, capture time.Time, e media.Eve
 	}
 	s.starts, s.limited = append(s.starts, now), false
 	smp := s.ring.from(capture.Add(-r.cfg.Clips.Pre))
+	if short := smp[0].Capture.Sub(capture.Add(-r.cfg.Clips.Pre)); short > 0 {
+		r.stats.ShortPreRoll++
+		if every(&s.preLog, now) {
+			r.cfg.Log.Warn("clips: less pre-roll than pre: the ring holds no older video", "stream", name, "seq", seq, "short_by", short, "pre", r.cfg.Clips.Pre, "slack", r.cfg.Slack,
+				"note", "the stream just started, its result came later than the slack, or the ring hit its bytes; counted in clips' short pre-roll; logged at most once a minute per stream")
+		}
+	}
 	c := &clip{
 		stream:  name,
 		first:   outputs.Body{Schema: "mdag.output/v1", App: r.cfg.App, Stream: name, Kind: "event", Seq: seq, Capture: capture, Time: now, Event: &ev},
@@ -422,6 +498,7 @@ func (r *Recorder) Event(name string, seq uint64, capture time.Time, e media.Eve
 	s.open = c
 	if !s.last.Before(c.until) {
 		r.finish(s)
+		r.wake(s)
 	}
 }
 
@@ -434,9 +511,20 @@ func (r *Recorder) Tick() {
 		return
 	}
 	now := r.cfg.Clock.Now()
-	for _, s := range r.streams {
+	for name, s := range r.streams {
+		if now.Sub(s.seen) >= r.cfg.Idle {
+			// no frame for long: the stream left (or a late frame of a
+			// stream that had left made it again); its goroutine writes
+			// the open clip, frees the encoder and exits
+			r.stats.Reaped++
+			r.cfg.Log.Info("clips: no frame for a while: the stream's recording ends", "stream", name, "idle", now.Sub(s.seen).Round(time.Second),
+				"open_clip", s.open != nil, "note", "counted in clips' reaped")
+			r.end(name)
+			continue
+		}
 		if s.open != nil && !now.Before(s.open.due) {
 			r.finish(s)
+			r.wake(s)
 		}
 	}
 }
@@ -459,7 +547,9 @@ func (r *Recorder) end(name string) {
 	}
 }
 
-// finish queues s's open clip for writing. r.mu held.
+// finish ends s's open clip: s's goroutine hands it to the writer (after
+// the job it is on; wake makes it, when the clip ended off that
+// goroutine). r.mu held.
 func (r *Recorder) finish(s *stream) {
 	c := s.open
 	if c == nil {
@@ -467,12 +557,18 @@ func (r *Recorder) finish(s *stream) {
 	}
 	s.open = nil
 	r.inq.Add(1)
+	s.ready = append(s.ready, c)
+}
+
+// wake makes s's goroutine hand its finished clips over: a job with no
+// frame, unless its queue is full (it then does after the jobs queued).
+// s is in r.streams (its queue open). r.mu held.
+func (r *Recorder) wake(s *stream) {
+	r.pending.Add(1)
 	select {
-	case r.queue <- c:
+	case s.in <- job{}:
 	default:
-		r.inq.Done()
-		r.stats.WriteErrors++
-		r.cfg.Log.Error("clips: writer behind: clip dropped", "stream", s.name, "start", c.start, "queue", cap(r.queue), "note", "counted in mdag_clips_write_errors_total")
+		r.pending.Done()
 	}
 }
 

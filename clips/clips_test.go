@@ -484,11 +484,10 @@ func TestNoLeak(t *testing.T) {
 	mu.Unlock()
 	// every goroutine was waited for (Close returns after they are done);
 	// the runtime counts one until it has exited, so allow it to finish
-	for range 100 {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if runtime.NumGoroutine() <= before {
 			return
 		}
-		runtime.Gosched()
 	}
 	buf := make([]byte, 1<<16)
 	t.Errorf("goroutines: %d before, %d after Close\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
@@ -527,5 +526,156 @@ func TestSizeChange(t *testing.T) {
 	}
 	if s := g.r.Stats(); s.Frames != 21 || s.EncodeErrors != 0 {
 		t.Errorf("stats %+v", s)
+	}
+}
+
+// samples makes n fake samples from start at 10 fps, a key frame first.
+func samples(start time.Time, n int) []Sample {
+	var smp []Sample
+	enc := &fakeEncoder{size: 100}
+	for i := range n {
+		au, key, _ := enc.Encode(nil, i == 0)
+		smp = append(smp, Sample{Seq: uint64(i), Capture: start.Add(time.Duration(i) * 100 * time.Millisecond), Key: key, Data: au})
+	}
+	return smp
+}
+
+// TestNames: clips that would share a name (same start, first frame and
+// event; streams sanitised alike; no name left) get their own, none
+// replaced, and a reopened store indexes them all.
+func TestNames(t *testing.T) {
+	dir := t.TempDir()
+	st, err := OpenStore(dir, 1<<40, time.Hour, clock.NewFake(t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, stream := range []string{"cam", "cam", "a/b", "a b", "", "///"} {
+		info, err := st.Write(testBody(stream), nil, samples(t0, 5), 100*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if names[info.Name] || !nameRE.MatchString(info.Name) {
+			t.Errorf("stream %q: name %q taken or not the store's pattern", stream, info.Name)
+		}
+		names[info.Name] = true
+	}
+	st2, err := OpenStore(dir, 1<<40, time.Hour, clock.NewFake(t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := st2.Usage(); n != 6 || st2.Skipped() != 0 {
+		t.Errorf("reopened: %d clips, %d skipped; want 6, 0", n, st2.Skipped())
+	}
+}
+
+// TestOpenStoreSkips: a clip without a readable JSON is skipped (not a
+// failure to open); leftover temporary files and JSONs without their MP4
+// are removed.
+func TestOpenStoreSkips(t *testing.T) {
+	dir := t.TempDir()
+	st, err := OpenStore(dir, 1<<40, time.Hour, clock.NewFake(t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Write(testBody("cam"), nil, samples(t0, 5), 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string]string{
+		"20261129T090100000Z-cam-0-0.mp4":  "mp4 without json",
+		"20261129T090200000Z-cam-0-0.mp4":  "mp4",
+		"20261129T090200000Z-cam-0-0.json": "{not json",
+		"20261129T090300000Z-cam-0-0.json": "{}", // its MP4 never written
+		".clip-123":                        "temp",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st2, err := OpenStore(dir, 1<<40, time.Hour, clock.NewFake(t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := st2.Usage(); n != 1 || st2.Skipped() != 2 {
+		t.Errorf("%d clips, %d skipped; want 1, 2", n, st2.Skipped())
+	}
+	for _, gone := range []string{".clip-123", "20261129T090300000Z-cam-0-0.json"} {
+		if _, err := os.Stat(filepath.Join(dir, gone)); err == nil {
+			t.Errorf("%s not removed", gone)
+		}
+	}
+}
+
+// TestCloseManyOpen: Close writes every open clip, more than the writer's
+// queue holds: none is dropped.
+func TestCloseManyOpen(t *testing.T) {
+	clk := clock.NewFake(t0)
+	r, err := New(Config{App: "t", Dir: t.TempDir(), FPS: 10, Clock: clk, Log: slog.New(slog.DiscardHandler), Queue: 2,
+		Clips:      dag.Clips{Pre: time.Second, Post: 30 * time.Second, MaxLength: time.Minute, MaxBytes: 1 << 30, MaxAge: time.Hour, PerMinute: 6},
+		NewEncoder: func(w, h, fps, kbps int) (Encoder, error) { return &fakeEncoder{}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		name := fmt.Sprint("s", i)
+		for seq := range 5 {
+			r.Frame(name, uint64(seq), at(seq), tiny)
+		}
+		r.Sync()
+		r.Event(name, 4, time.Time{}, media.Event{Kind: "dwell"})
+	}
+	r.Close()
+	if s := r.Stats(); s.Clips != 20 || s.WriteErrors != 0 {
+		t.Errorf("stats %+v: want 20 clips, no write errors", s)
+	}
+}
+
+// TestReap: a stream with no frame for Idle is ended by Tick, its open
+// clip written.
+func TestReap(t *testing.T) {
+	g := newRig(t, dag.Clips{Pre: time.Second, Post: time.Minute, MaxLength: 2 * time.Minute})
+	g.frames(20)
+	g.event(19, "dwell")
+	g.clk.Advance(20 * time.Second)
+	g.r.Tick()
+	if s := g.r.Stats(); s.Streams != 1 || s.Reaped != 0 {
+		t.Fatalf("reaped early: %+v", s)
+	}
+	g.clk.Advance(11 * time.Second)
+	g.r.Tick()
+	if w := g.written(); len(w) != 1 {
+		t.Fatalf("%d clips after the stream was reaped", len(w))
+	}
+	if s := g.r.Stats(); s.Streams != 0 || s.Reaped != 1 {
+		t.Errorf("stats %+v: want the stream reaped", s)
+	}
+}
+
+// TestEventPastMaxLength: an event later than the open clip can hold ends
+// it and starts a clip of its own.
+func TestEventPastMaxLength(t *testing.T) {
+	g := newRig(t, dag.Clips{Pre: time.Second, Post: time.Second, MaxLength: 3 * time.Second})
+	g.frames(20)
+	g.event(19, "dwell")
+	g.frames(6)                                                          // to 2.5 s: the clip (from 0 s) open
+	g.r.Event("cam", 40, at(40), media.Event{Kind: "loiter", Rule: "r"}) // 4 s: past 0 s + 3 s
+	g.frames(40)
+	w := g.written()
+	if len(w) != 2 || len(w[0].Clip.Events) != 1 || w[1].Seq != 40 || w[1].Event.Kind != "loiter" {
+		t.Fatalf("clips %+v: want two, the second the loiter's", w)
+	}
+}
+
+// TestShortPreRoll: a clip with less video before its event than pre is
+// counted.
+func TestShortPreRoll(t *testing.T) {
+	g := newRig(t, dag.Clips{Pre: 2 * time.Second, Post: time.Second})
+	g.frames(5)
+	g.event(4, "dwell")
+	g.frames(50)
+	g.event(50, "dwell")
+	g.frames(20)
+	if s := g.r.Stats(); s.ShortPreRoll != 1 || s.Clips != 2 {
+		t.Errorf("stats %+v: want 2 clips, 1 with short pre-roll", s)
 	}
 }

@@ -17,8 +17,8 @@ import (
 // fall inside a clip still being recorded extend that clip (up to
 // MaxLength) instead of starting another. Package clips runs them.
 type Clips struct {
-	// Dir holds the clips (default: the service's --state-dir, else the
-	// user's cache directory, then clips/APP). Relative to the app file.
+	// Dir holds the clips (default: the service's --state directory, else
+	// the user's cache directory, then clips/APP). Relative to the app file.
 	Dir  string        `yaml:"dir" json:"dir,omitempty"`
 	Pre  time.Duration `yaml:"pre" json:"pre"`   // video kept before the event (default 5s; 0 to 60s)
 	Post time.Duration `yaml:"post" json:"post"` // video kept after the (last) event (default 5s; 0 to 60s)
@@ -38,6 +38,10 @@ type Clips struct {
 	PerMinute int `yaml:"max_clips_per_stream_per_minute" json:"max_clips_per_stream_per_minute"`
 	// BitrateKbps is the clips' H.264 target bitrate (default 1000).
 	BitrateKbps int `yaml:"bitrate_kbps" json:"bitrate_kbps"`
+
+	// rolls: Pre and Post were defaulted before decoding (SetDefaults), so
+	// each is its default unless given, and an explicit 0s stays 0.
+	rolls bool
 }
 
 // ClipEventKinds are the event kinds the activity op makes.
@@ -60,12 +64,21 @@ const (
 
 var clipOnRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
+// SetDefaults sets Pre and Post to their defaults before the section is
+// decoded (yamlx calls it): each given replaces its own, so `pre: 2s`
+// keeps the default post, and `post: 0s` is no post-roll.
+func (c *Clips) SetDefaults() {
+	c.Pre, c.Post, c.rolls = DefaultClipPre, DefaultClipPost, true
+}
+
 // setDefaults fills the clips section's defaults (validate does, before
-// checking). Pre and Post default only when both are unset.
+// checking). A section not decoded from YAML (built in Go) gets Pre and
+// Post defaulted only when both are zero.
 func (c *Clips) setDefaults() {
-	if c.Pre == 0 && c.Post == 0 {
+	if !c.rolls && c.Pre == 0 && c.Post == 0 {
 		c.Pre, c.Post = DefaultClipPre, DefaultClipPost
 	}
+	c.rolls = true
 	if c.MaxLength == 0 {
 		c.MaxLength = max(DefaultClipLength, c.Pre+c.Post)
 	}

@@ -85,3 +85,27 @@ func TestClipsErrors(t *testing.T) {
 		t.Errorf("audio app: %v", err)
 	}
 }
+
+// TestClipsRollDefaults: pre and post default each on its own; an
+// explicit 0s is kept.
+func TestClipsRollDefaults(t *testing.T) {
+	for _, c := range []struct {
+		yaml      string
+		pre, post time.Duration
+	}{
+		{`{pre: 2s}`, 2 * time.Second, 5 * time.Second},
+		{`{post: 3s}`, 5 * time.Second, 3 * time.Second},
+		{`{pre: 0s}`, 0, 5 * time.Second},
+		{`{post: 0s}`, 5 * time.Second, 0},
+		{`{pre: 0s, post: 0s}`, 0, 0},
+		{`{}`, 5 * time.Second, 5 * time.Second},
+	} {
+		app, err := dag.Parse("app.yaml", []byte(activityApp+"clips: "+c.yaml+"\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", c.yaml, err)
+		}
+		if app.Clips.Pre != c.pre || app.Clips.Post != c.post {
+			t.Errorf("%s: pre %v post %v, want %v %v", c.yaml, app.Clips.Pre, app.Clips.Post, c.pre, c.post)
+		}
+	}
+}

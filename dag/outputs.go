@@ -83,7 +83,7 @@ type TLS struct {
 
 // Spool bounds the messages waiting for a destination, on disk.
 type Spool struct {
-	// Dir holds the spool (default: the service's --state-dir, else the
+	// Dir holds the spool (default: the service's --state, else the
 	// user's cache directory, then outputs/APP/NAME).
 	Dir      string        `yaml:"dir" json:"dir,omitempty"`
 	MaxBytes Bytes         `yaml:"max_bytes" json:"max_bytes"` // default 64MiB

@@ -33,17 +33,22 @@ type clipRecorder struct {
 
 // startClips starts the app's clips recorder, writing under the section's
 // dir, else stateDir's clips/APP, else the user's cache directory's
-// mdag/clips/APP. nil when the app has no clips section.
+// mdag/clips/APP. nil when the app has no clips section; an error in the
+// lean build, which cannot encode them.
 func startClips(app *dag.App, stateDir string, log *slog.Logger) (*clipRecorder, error) {
 	if app.Clips == nil {
 		return nil, nil
+	}
+	if err := clipsBuilt(app); err != nil {
+		return nil, err
 	}
 	dir, err := clipsDir(app, stateDir)
 	if err != nil {
 		return nil, err
 	}
 	fps := int(math.Round(app.FPS))
-	r, err := clips.New(clips.Config{App: string(app.Name), Clips: *app.Clips, Dir: dir, FPS: fps, NewEncoder: newClipEncoder, Clock: clock.Real{}, Log: log})
+	r, err := clips.New(clips.Config{App: string(app.Name), Clips: *app.Clips, Dir: dir, FPS: fps, SLO: app.SLO,
+		NewEncoder: newClipEncoder, Clock: clock.Real{}, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("%s: clips: %w", app.File, err)
 	}
@@ -53,12 +58,17 @@ func startClips(app *dag.App, stateDir string, log *slog.Logger) (*clipRecorder,
 		defer c.wg.Done()
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
+		enforced := time.Now()
 		for {
 			select {
 			case <-c.stop:
 				return
-			case <-t.C:
+			case now := <-t.C:
 				r.Tick()
+				if now.Sub(enforced) >= time.Minute { // max_age, when no clip is written
+					r.Store().Enforce()
+					enforced = now
+				}
 			}
 		}
 	}()
