@@ -88,7 +88,7 @@ type Transport struct {
 	qos    byte
 	addr   string // host:port
 	tls    bool
-	topic  template
+	topic  outputs.Template
 	closed chan struct{}
 
 	closeOnce sync.Once
@@ -200,7 +200,7 @@ func (t *Transport) Describe() string {
 }
 
 // Topic is the topic m goes to.
-func (t *Transport) Topic(m outputs.Message) string { return t.topic.render(m) }
+func (t *Transport) Topic(m outputs.Message) string { return t.topic.Render(m, Sanitize) }
 
 // Send publishes batch in order and returns how many, from the first, the
 // broker acknowledged (QoS 1: PUBACK; QoS 0: written). It connects first
@@ -245,7 +245,7 @@ func (t *Transport) Send(ctx context.Context, batch []outputs.Message) (int, err
 	}
 	topics := make([]string, len(batch))
 	for i, m := range batch {
-		topics[i] = t.topic.render(m)
+		topics[i] = t.topic.Render(m, Sanitize)
 	}
 	n, err := t.conn.publish(ctx, batch, topics)
 	if err != nil && !outputs.IsPermanent(err) {
@@ -306,68 +306,13 @@ func (t *Transport) dial(ctx context.Context) (net.Conn, error) {
 	return c, nil
 }
 
-// template is a parsed topic template: literal text and placeholders.
-type template []segment
-
-type segment struct {
-	lit   string
-	field string // "app", "stream", "kind"; "" for a literal
-}
-
 // parseTemplate parses a topic template: placeholders {app}, {stream},
 // {kind}; no other braces, no wildcards ('+', '#'), no NUL.
-func parseTemplate(s string) (template, error) {
+func parseTemplate(s string) (outputs.Template, error) {
 	if strings.ContainsAny(s, "+#\x00") {
 		return nil, fmt.Errorf("mqtt: topic %q: a topic to publish to has no wildcards (+, #) or NUL", s)
 	}
-	var tpl template
-	rest := s
-	for rest != "" {
-		i := strings.IndexAny(rest, "{}")
-		if i < 0 {
-			tpl = append(tpl, segment{lit: rest})
-			break
-		}
-		if rest[i] == '}' {
-			return nil, fmt.Errorf("mqtt: topic %q: '}' without '{'", s)
-		}
-		if i > 0 {
-			tpl = append(tpl, segment{lit: rest[:i]})
-		}
-		j := strings.IndexByte(rest[i:], '}')
-		if j < 0 {
-			return nil, fmt.Errorf("mqtt: topic %q: '{' without '}'", s)
-		}
-		name := rest[i+1 : i+j]
-		switch name {
-		case "app", "stream", "kind":
-		default:
-			return nil, fmt.Errorf("mqtt: topic %q: unknown placeholder {%s} (known: {app}, {stream}, {kind})", s, name)
-		}
-		tpl = append(tpl, segment{field: name})
-		rest = rest[i+j+1:]
-	}
-	if len(tpl) == 0 {
-		return nil, errors.New("mqtt: empty topic")
-	}
-	return tpl, nil
-}
-
-func (tpl template) render(m outputs.Message) string {
-	var b strings.Builder
-	for _, s := range tpl {
-		switch s.field {
-		case "":
-			b.WriteString(s.lit)
-		case "app":
-			b.WriteString(Sanitize(m.App))
-		case "stream":
-			b.WriteString(Sanitize(m.Stream))
-		case "kind":
-			b.WriteString(Sanitize(m.Kind))
-		}
-	}
-	return b.String()
+	return outputs.ParseTemplate("mqtt: topic", s)
 }
 
 // Sanitize makes s one topic level: '/', '+', '#' and NUL become '_'.

@@ -79,7 +79,7 @@ type Config struct {
 type Transport struct {
 	c        Config
 	servers  string // the URLs without user info, for Describe
-	tpl      template
+	tpl      outputs.Template
 	closed   chan struct{}
 	closeOne sync.Once
 
@@ -148,7 +148,7 @@ func (t *Transport) Describe() string {
 }
 
 // Subject is the subject m goes to.
-func (t *Transport) Subject(m outputs.Message) string { return t.tpl.render(m) }
+func (t *Transport) Subject(m outputs.Message) string { return t.tpl.Render(m, Sanitize) }
 
 // signal wakes the Sends waiting for the connection's state to change.
 func (t *Transport) signal() {
@@ -273,7 +273,7 @@ func (t *Transport) Send(ctx context.Context, batch []outputs.Message) (int, err
 	msgs := make([]*natsgo.Msg, len(batch))
 	for i, m := range batch {
 		msgs[i] = &natsgo.Msg{
-			Subject: t.tpl.render(m),
+			Subject: t.tpl.Render(m, Sanitize),
 			Data:    m.Body,
 			Header:  natsgo.Header{"Nats-Msg-Id": {m.ID}, "Content-Type": {"application/json"}},
 		}
@@ -373,17 +373,9 @@ func (c closedCtx) Err() error {
 	}
 }
 
-// template is a parsed subject template: literal text and placeholders.
-type template []segment
-
-type segment struct {
-	lit   string
-	field string // "app", "stream", "kind"; "" for a literal
-}
-
 // parseTemplate parses a subject template: placeholders {app}, {stream},
 // {kind}; no other braces, no wildcards, whitespace or empty tokens.
-func parseTemplate(s string) (template, error) {
+func parseTemplate(s string) (outputs.Template, error) {
 	if strings.ContainsAny(s, "*>\x00") || strings.IndexFunc(s, unicode.IsSpace) >= 0 {
 		return nil, fmt.Errorf("nats: subject %q: a subject to publish to has no wildcards (*, >), whitespace or NUL", s)
 	}
@@ -392,51 +384,7 @@ func parseTemplate(s string) (template, error) {
 			return nil, fmt.Errorf("nats: subject %q: empty token", s)
 		}
 	}
-	var tpl template
-	rest := s
-	for rest != "" {
-		i := strings.IndexAny(rest, "{}")
-		if i < 0 {
-			tpl = append(tpl, segment{lit: rest})
-			break
-		}
-		if rest[i] == '}' {
-			return nil, fmt.Errorf("nats: subject %q: '}' without '{'", s)
-		}
-		if i > 0 {
-			tpl = append(tpl, segment{lit: rest[:i]})
-		}
-		j := strings.IndexByte(rest[i:], '}')
-		if j < 0 {
-			return nil, fmt.Errorf("nats: subject %q: '{' without '}'", s)
-		}
-		name := rest[i+1 : i+j]
-		switch name {
-		case "app", "stream", "kind":
-		default:
-			return nil, fmt.Errorf("nats: subject %q: unknown placeholder {%s} (known: {app}, {stream}, {kind})", s, name)
-		}
-		tpl = append(tpl, segment{field: name})
-		rest = rest[i+j+1:]
-	}
-	return tpl, nil
-}
-
-func (tpl template) render(m outputs.Message) string {
-	var b strings.Builder
-	for _, s := range tpl {
-		switch s.field {
-		case "":
-			b.WriteString(s.lit)
-		case "app":
-			b.WriteString(Sanitize(m.App))
-		case "stream":
-			b.WriteString(Sanitize(m.Stream))
-		case "kind":
-			b.WriteString(Sanitize(m.Kind))
-		}
-	}
-	return b.String()
+	return outputs.ParseTemplate("nats: subject", s)
 }
 
 // Sanitize makes s one subject token: '.', '*', '>', whitespace and NUL
