@@ -68,10 +68,12 @@ vet: ## gofmt check and go vet every package, in the full and the lean build
 	$(GO) build -tags lean ./...
 	$(GO) vet -tags lean ./...
 
+# go test -p 3 on 2 cores: many packages mostly wait on real time (media streamed at its rate,
+# the broker outages, servers and browsers), so a third package at once fills those waits.
 test: deps build lean vet models-check ## deps, build, lean (checked by tools/lean-check.sh), vet, the models (built and checked), then every test with -race (and the lean build's)
 	tools/lean-check.sh $(LEAN_BIN)
 	$(GO) test -race -count=1 -tags lean -run Lean ./cmd/mdag
-	MDAG_REQUIRE_INTEROP=1 MDAG_REQUIRE_MODELS=1 MDAG_REQUIRE_ORT=1 MDAG_REQUIRE_TORCH=1 MDAG_REQUIRE_BROKERS=1 MDAG_REQUIRE_FFMPEG=1 $(GO) test -race -count=1 -timeout 15m ./...
+	MDAG_REQUIRE_INTEROP=1 MDAG_REQUIRE_MODELS=1 MDAG_REQUIRE_ORT=1 MDAG_REQUIRE_TORCH=1 MDAG_REQUIRE_BROKERS=1 MDAG_REQUIRE_FFMPEG=1 $(GO) test -race -count=1 -p 3 -timeout 15m ./...
 	./$(BIN) eval --short
 
 demo: build ## the whole system live: the traffic app (APP=tracker, pose, caption, actdet, face, face-live or text-reader for another), WHIP clients joining and leaving, the dashboard (DURATION=30s stops it; DEMO_FLAGS="--listen 127.0.0.1:0" and more)
