@@ -18,35 +18,13 @@ import (
 	"github.com/mdag/mdag/media"
 )
 
-// avcEncoder is the binary's encoder (cmd/mdag's clipEncoder), here for the test.
-type avcEncoder struct {
-	e   *avc.Encoder
-	pts int64
-}
-
-func (a *avcEncoder) Encode(f *media.Frame, key bool) ([]byte, bool, error) {
-	out, err := a.e.Encode(f, a.pts, key)
-	a.pts++
-	if err != nil || len(out) == 0 {
-		return nil, false, err
-	}
-	var au []byte
-	k := false
-	for _, o := range out {
-		au = append(au, o.Data...)
-		k = k || o.Key
-	}
-	return au, k, nil
-}
-
-func (a *avcEncoder) Close() { a.e.Close() }
-
+// newAVC is the binary's encoder (cmd/mdag's newClipEncoder), here for the test.
 func newAVC(w, h, fps, kbps int) (Encoder, error) {
 	e, err := avc.NewEncoder(avc.EncoderConfig{Width: w, Height: h, FPS: fps, BitrateKbps: kbps, KeyEvery: 10 * fps})
 	if err != nil {
 		return nil, err
 	}
-	return &avcEncoder{e: e}, nil
+	return &avc.AccessUnits{E: e}, nil
 }
 
 // scene is a moving gradient, so each frame differs.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Message is one message to deliver: what an app produced for a stream,
@@ -62,4 +63,22 @@ func Permanent(format string, a ...any) error {
 func IsPermanent(err error) bool {
 	var p *PermanentError
 	return errors.As(err, &p)
+}
+
+// Closing is a context that is done when ch closes: what a transport's
+// Send hands context.AfterFunc so that its Close ends a Send in progress.
+func Closing(ch <-chan struct{}) context.Context { return closing{ch} }
+
+type closing struct{ ch <-chan struct{} }
+
+func (c closing) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c closing) Done() <-chan struct{}       { return c.ch }
+func (c closing) Value(any) any               { return nil }
+func (c closing) Err() error {
+	select {
+	case <-c.ch:
+		return context.Canceled
+	default:
+		return nil
+	}
 }

@@ -867,3 +867,31 @@ func (e *Encoder) Close() {
 	C.mdag_enc_free(e.c)
 	e.c = nil
 }
+
+// AccessUnits is an Encoder that numbers the frames itself and gives each
+// one's output as a single Annex-B access unit, with whether it holds a
+// key frame (what event clips record: clips.Encoder).
+type AccessUnits struct {
+	E   *Encoder
+	pts int64
+}
+
+// Encode encodes f (a key frame when key); nil when the encoder holds it
+// back for now.
+func (a *AccessUnits) Encode(f *media.Frame, key bool) ([]byte, bool, error) {
+	out, err := a.E.Encode(f, a.pts, key)
+	a.pts++
+	if err != nil || len(out) == 0 {
+		return nil, false, err
+	}
+	var au []byte
+	k := false
+	for _, o := range out {
+		au = append(au, o.Data...)
+		k = k || o.Key
+	}
+	return au, k, nil
+}
+
+// Close closes the encoder.
+func (a *AccessUnits) Close() { a.E.Close() }

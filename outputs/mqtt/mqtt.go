@@ -209,7 +209,7 @@ func (t *Transport) Topic(m outputs.Message) string { return t.topic.Render(m, S
 func (t *Transport) Send(ctx context.Context, batch []outputs.Message) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := context.AfterFunc(closedCtx{t.closed}, cancel)
+	stop := context.AfterFunc(outputs.Closing(t.closed), cancel)
 	defer stop()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -267,21 +267,6 @@ func (t *Transport) Close() error {
 	}
 	t.linger.Wait()
 	return nil
-}
-
-// closedCtx is a context done when ch closes (for context.AfterFunc).
-type closedCtx struct{ ch chan struct{} }
-
-func (c closedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (c closedCtx) Done() <-chan struct{}       { return c.ch }
-func (c closedCtx) Value(any) any               { return nil }
-func (c closedCtx) Err() error {
-	select {
-	case <-c.ch:
-		return context.Canceled
-	default:
-		return nil
-	}
 }
 
 // dial opens the TCP (or TLS) connection to the broker.
