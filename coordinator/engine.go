@@ -158,13 +158,14 @@ type Engine struct {
 	log    *slog.Logger
 	epoch0 time.Time
 
-	events   chan func()
-	queue    []func() // Stepped: events not yet run
-	stepping bool     // Stepped: RunPending is running
-	done     chan struct{}
-	wg       sync.WaitGroup
-	closed   bool
-	mu       sync.Mutex // guards closed
+	events    chan func()
+	queue     []func() // Stepped: events not yet run
+	stepping  bool     // Stepped: RunPending is running
+	done      chan struct{}
+	wg        sync.WaitGroup
+	closed    bool
+	mu        sync.Mutex // guards closed and queue
+	closeOnce sync.Once
 
 	// Loop-owned state.
 	sessions    map[dag.AppID]*session
@@ -265,14 +266,12 @@ func (e *Engine) Start() {
 	}
 }
 
-// Close stops the loop, the timers and every instance it started.
-func (e *Engine) Close() {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return
-	}
-	e.mu.Unlock()
+// Close stops the loop, the timers and every instance it started. It is
+// safe to call more than once and from several goroutines: every call
+// returns once the first has finished.
+func (e *Engine) Close() { e.closeOnce.Do(e.close) }
+
+func (e *Engine) close() {
 	var final *Snapshot
 	e.call(func() {
 		if e.cfg.Store != nil {

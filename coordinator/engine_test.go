@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -9,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
+	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/ingest/synth"
@@ -207,4 +209,28 @@ next:
 		s += m.value
 	}
 	return s
+}
+
+// TestCloseConcurrent: Close from several goroutines at once stops the
+// engine once; none panics (a channel closed twice) and every call returns
+// after the engine has stopped.
+func TestCloseConcurrent(t *testing.T) {
+	e, _, err := NewEmbedded(Config{MILPSolver: milp.Solver{}}, everyType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Start()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			e.Close()
+			select {
+			case <-e.done:
+			default:
+				t.Error("Close returned before the engine stopped")
+			}
+		})
+	}
+	wg.Wait()
+	e.Close() // and once more, after
 }

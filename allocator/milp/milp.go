@@ -150,7 +150,9 @@ func (Solver) Solve(ctx context.Context, p *allocator.Problem) ([]int, allocator
 	choice := pick(lp.Variables(), yCol)
 	if len(costRow) > 0 {
 		lp.SetAddRowMode(true)
-		_ = lp.AddConstraintSparse(costRow, golp.LE, best+1e-9*math.Max(1, math.Abs(best)))
+		if err := lp.AddConstraintSparse(costRow, golp.LE, best+1e-9*math.Max(1, math.Abs(best))); err != nil {
+			return nil, stats, fmt.Errorf("%w: the second pass's cost row: %v", allocator.ErrSolver, err)
+		}
 		obj2 := make([]float64, cols)
 		obj2[lmax] = 1
 		lp.SetObjFn(obj2)

@@ -148,6 +148,23 @@ func imbalance(xs []float64) float64 {
 	return (hi - lo) / (sum / float64(len(xs)))
 }
 
+// rowAdder adds constraint rows to an lp, keeping the first error
+// lp_solve returns (the model is then incomplete, so unusable): the rows
+// read as the model's equations, and one check ends them.
+type rowAdder struct {
+	lp  *golp.LP
+	err error
+}
+
+func (r *rowAdder) add(row []golp.Entry, ct golp.ConstraintType, rhs float64) {
+	if r.err != nil {
+		return
+	}
+	if err := r.lp.AddConstraintSparse(row, ct, rhs); err != nil {
+		r.err = fmt.Errorf("row %d (%d entries): %w", r.lp.NumRows()+1, len(row), err)
+	}
+}
+
 // moveTieBreak weighs re-partitioning cost in the objective: small enough
 // never to trade balance for it, enough to break ties toward fewer moves.
 const moveTieBreak = 1e-6
@@ -180,6 +197,7 @@ func MILP(req Request) (Result, error) {
 	// allocator's floor-first): measured on TestPartitionReport, floor first
 	// found a worse partition within the time limit (23.26 against 16.79).
 	lp.SetAddRowMode(true)
+	rows := rowAdder{lp: lp}
 	var meanR, meanS float64
 	for _, md := range req.Models {
 		meanR += md.Rate
@@ -193,7 +211,7 @@ func MILP(req Request) (Result, error) {
 			row[j] = golp.Entry{Col: x(i, j), Val: 1}
 			lp.SetBinary(x(i, j), true)
 		}
-		_ = lp.AddConstraintSparse(row, golp.EQ, 1)
+		rows.add(row, golp.EQ, 1)
 	}
 	for j := 0; j < k; j++ {
 		var rateRow, memRow []golp.Entry
@@ -201,19 +219,19 @@ func MILP(req Request) (Result, error) {
 			rateRow = append(rateRow, golp.Entry{Col: x(i, j), Val: md.Rate})
 			memRow = append(memRow, golp.Entry{Col: x(i, j), Val: mib(md.Static)})
 			if req.MaxMemory > 0 {
-				_ = lp.AddConstraintSparse([]golp.Entry{{Col: dCol(j), Val: 1}, {Col: x(i, j), Val: -mib(md.Dynamic)}}, golp.GE, 0)
+				rows.add([]golp.Entry{{Col: dCol(j), Val: 1}, {Col: x(i, j), Val: -mib(md.Dynamic)}}, golp.GE, 0)
 			}
 		}
 		if req.MaxRate > 0 {
-			_ = lp.AddConstraintSparse(rateRow, golp.LE, req.MaxRate)
+			rows.add(rateRow, golp.LE, req.MaxRate)
 		}
 		if req.MaxMemory > 0 {
-			_ = lp.AddConstraintSparse(append(slices.Clone(memRow), golp.Entry{Col: dCol(j), Val: 1}), golp.LE, mib(req.MaxMemory))
+			rows.add(append(slices.Clone(memRow), golp.Entry{Col: dCol(j), Val: 1}), golp.LE, mib(req.MaxMemory))
 		}
-		_ = lp.AddConstraintSparse(append(slices.Clone(rateRow), golp.Entry{Col: dR, Val: -1}), golp.LE, meanR)
-		_ = lp.AddConstraintSparse(append(slices.Clone(rateRow), golp.Entry{Col: dR, Val: 1}), golp.GE, meanR)
-		_ = lp.AddConstraintSparse(append(slices.Clone(memRow), golp.Entry{Col: dS, Val: -1}), golp.LE, meanS)
-		_ = lp.AddConstraintSparse(append(slices.Clone(memRow), golp.Entry{Col: dS, Val: 1}), golp.GE, meanS)
+		rows.add(append(slices.Clone(rateRow), golp.Entry{Col: dR, Val: -1}), golp.LE, meanR)
+		rows.add(append(slices.Clone(rateRow), golp.Entry{Col: dR, Val: 1}), golp.GE, meanR)
+		rows.add(append(slices.Clone(memRow), golp.Entry{Col: dS, Val: -1}), golp.LE, meanS)
+		rows.add(append(slices.Clone(memRow), golp.Entry{Col: dS, Val: 1}), golp.GE, meanS)
 	}
 	// y_ij >= |x_ij - x'_ij|, modelled when some model is placed already or
 	// moves are bounded: ties in balance then go to the partition that moves
@@ -234,20 +252,23 @@ func MILP(req Request) (Result, error) {
 			if md.Current == j {
 				was = 1
 			}
-			_ = lp.AddConstraintSparse([]golp.Entry{{Col: y(i, j), Val: 1}, {Col: x(i, j), Val: -1}}, golp.GE, -was)
-			_ = lp.AddConstraintSparse([]golp.Entry{{Col: y(i, j), Val: 1}, {Col: x(i, j), Val: 1}}, golp.GE, was)
+			rows.add([]golp.Entry{{Col: y(i, j), Val: 1}, {Col: x(i, j), Val: -1}}, golp.GE, -was)
+			rows.add([]golp.Entry{{Col: y(i, j), Val: 1}, {Col: x(i, j), Val: 1}}, golp.GE, was)
 			costRow = append(costRow, golp.Entry{Col: y(i, j), Val: md.MoveCost})
 		}
 	}
 	if req.MaxMoveCost >= 0 {
-		_ = lp.AddConstraintSparse(costRow, golp.LE, req.MaxMoveCost)
+		rows.add(costRow, golp.LE, req.MaxMoveCost)
 	}
 	// Start from the heuristic: golp cannot pass lp_solve a starting
 	// solution, so the MILP is asked for a strictly better one instead.
 	heur, haveHeur := req.heuristicPartition()
 	if haveHeur {
-		_ = lp.AddConstraintSparse([]golp.Entry{{Col: dR, Val: 1}, {Col: dS, Val: req.W}}, golp.LE,
+		rows.add([]golp.Entry{{Col: dR, Val: 1}, {Col: dS, Val: req.W}}, golp.LE,
 			heur.Objective-1e-6*math.Max(1, heur.Objective))
+	}
+	if rows.err != nil {
+		return Result{}, fmt.Errorf("partition MILP: %w", rows.err)
 	}
 	obj := make([]float64, cols)
 	obj[dR], obj[dS] = 1, req.W
