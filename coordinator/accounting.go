@@ -84,7 +84,7 @@ func (a *accounting) outcome(capture time.Time, r FrameResult) {
 	case Dropped:
 		a.total.Dropped++
 		w.Dropped++
-		k := string(r.Module) + ": " + r.Reason
+		k := string(r.Module) + ": " + string(r.Reason)
 		a.drops[k]++
 		w.drops[k]++
 		return

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/dag"
 )
 
@@ -91,17 +92,10 @@ func (a Observation) add(o Observation) Observation {
 	return a
 }
 
-// Trigger kinds (Replan.Kinds).
-const (
-	KindScaling    = "scaling"
-	KindBallooning = "ballooning"
-	KindFinishRate = "finish-rate"
-)
-
 // Trigger is a detector's verdict: re-plan with these factors (and this
 // headroom), because.
 type Trigger struct {
-	Kind     string
+	Kind     why.Trigger // why.OnScaling, OnBallooning or OnFinishRate
 	Scale    map[dag.ModuleID]float64
 	Balloon  map[dag.ModuleID]float64
 	Headroom float64 // the session's headroom multiplier (1 = the engine's)
@@ -373,17 +367,17 @@ func (d *Detector) Observe(now time.Time, obs map[dag.ModuleID]Observation) (Tri
 		return Trigger{}, false
 	}
 	d.lastPlan = now // the re-plan this asks for is on its way
-	t.Kind = KindScaling
+	t.Kind = why.OnScaling
 	if balloonMoved && !scaleMoved {
-		t.Kind = KindBallooning
+		t.Kind = why.OnBallooning
 	}
 	t.Reason = strings.Join(reasons, "; ")
 	if len(stale) > 0 {
-		why := fmt.Sprintf("unconfirmed for %d windows while work was dropped unfinished: %s", d.starved, strings.Join(stale, ", "))
+		because := fmt.Sprintf("unconfirmed for %d windows while work was dropped unfinished: %s", d.starved, strings.Join(stale, ", "))
 		if t.Reason == "" {
-			t.Reason = why
+			t.Reason = because
 		} else {
-			t.Reason += "; " + why
+			t.Reason += "; " + because
 		}
 	}
 	if len(also) > 0 {
@@ -479,14 +473,6 @@ func (d *Detector) need(v, planned float64) int {
 	return d.cfg.Windows
 }
 
-// capacityReasons are the drop reasons more capacity fixes: queues too
-// long to finish in time, no instance hosting the module, the scheduler's
-// deadline drops.
-var capacityReasons = map[string]bool{
-	"cannot-finish": true, "no-instance": true, "action-rejected": true, "no-gpu-for-model": true,
-	"early-drop": true, "queue-full": true,
-}
-
 // FinishRate takes a session's complete windows (oldest first). When the
 // FinishWindows most recent of them started after the current plan was
 // applied, all finished fewer frames than the target, and most of what
@@ -516,7 +502,7 @@ func (d *Detector) FinishRate(now time.Time, ws []WindowStatus) (Trigger, bool) 
 		}
 		for k, c := range w.Drops {
 			_, reason, _ := strings.Cut(k, ": ")
-			if capacityReasons[reason] {
+			if why.Drop(reason).Capacity() {
 				fixable += c
 				byReason[k] += c
 			}
@@ -537,18 +523,18 @@ func (d *Detector) FinishRate(now time.Time, ws []WindowStatus) (Trigger, bool) 
 	for _, k := range sortedKeys64(byReason) {
 		reasons = append(reasons, fmt.Sprintf("%s %d", k, byReason[k]))
 	}
-	why := fmt.Sprintf("finish rate %.1f%% over the last %d s (target %.0f%%; %s)", 100*float64(fin)/float64(sent), n,
+	because := fmt.Sprintf("finish rate %.1f%% over the last %d s (target %.0f%%; %s)", 100*float64(fin)/float64(sent), n,
 		100*d.cfg.FinishTarget, strings.Join(reasons, ", "))
 	if h <= d.headroom {
 		// At the bound: say so once per plan, re-plan nothing.
 		d.frAsked = true
-		return Trigger{Kind: KindFinishRate, Headroom: d.headroom, Reason: why,
-			Problems: []string{fmt.Sprintf("%s; headroom already at its bound x%.3g", why, d.cfg.MaxHeadroom)}}, false
+		return Trigger{Kind: why.OnFinishRate, Headroom: d.headroom, Reason: because,
+			Problems: []string{fmt.Sprintf("%s; headroom already at its bound x%.3g", because, d.cfg.MaxHeadroom)}}, false
 	}
 	d.frAsked = true
 	d.lastPlan = now
-	return Trigger{Kind: KindFinishRate, Scale: copyMap(d.scale), Balloon: copyMap(d.balloon), Headroom: h,
-		Reason: fmt.Sprintf("%s: headroom x%.3g -> x%.3g", why, d.headroom, h)}, true
+	return Trigger{Kind: why.OnFinishRate, Scale: copyMap(d.scale), Balloon: copyMap(d.balloon), Headroom: h,
+		Reason: fmt.Sprintf("%s: headroom x%.3g -> x%.3g", because, d.headroom, h)}, true
 }
 
 // slower lists the modules whose measured ballooning is, in the current

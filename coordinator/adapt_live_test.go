@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/worker"
@@ -254,7 +255,7 @@ func runFactorsLeave(tb testing.TB, start starter, log *slog.Logger) factorsLeav
 			next.next.Late++
 		default:
 			next.next.Dropped++
-			next.drops[string(r.Module)+": "+r.Reason]++
+			next.drops[string(r.Module)+": "+string(r.Reason)]++
 		}
 	}}, everyType)
 	defer w.close()
@@ -270,7 +271,7 @@ func runFactorsLeave(tb testing.TB, start starter, log *slog.Logger) factorsLeav
 	e.call(func() {
 		s := e.sessions["traffic"]
 		s.scale["crop-vehicles"], s.balloon["classify"], s.headroom = 50, 5, 2
-		e.trigger(KindScaling, "test: a stream with 50 vehicles a frame")
+		e.trigger(why.OnScaling, "test: a stream with 50 vehicles a frame")
 	})
 	w.until("the taught plan", 10*time.Second, func() bool { _, ok := replanAfter(e, taught, "50 vehicles"); return ok })
 	w.stop("cam-a")
@@ -341,7 +342,7 @@ func finishRateAddsCapacity(t *testing.T) {
 	finishRate := func() []Replan {
 		var out []Replan
 		for _, r := range e.Replans() {
-			if slices.Contains(r.Kinds, KindFinishRate) {
+			if slices.Contains(r.Kinds, why.OnFinishRate) {
 				out = append(out, r)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/dag"
 )
 
@@ -320,7 +321,7 @@ func TestDetectorFinishRate(t *testing.T) {
 		t.Error("did not fire on windows after the warm-up")
 	}
 	tr, ok := d.FinishRate(now, []WindowStatus{bad(0), bad(1), bad(2), bad(3)})
-	if !ok || tr.Kind != KindFinishRate || tr.Headroom != 1.25 || !strings.Contains(tr.Reason, "finish rate 90.0%") ||
+	if !ok || tr.Kind != why.OnFinishRate || tr.Headroom != 1.25 || !strings.Contains(tr.Reason, "finish rate 90.0%") ||
 		!strings.Contains(tr.Reason, "classify: cannot-finish 15") || !strings.Contains(tr.Reason, "x1 -> x1.25") {
 		t.Fatalf("got %v %+v: want one step of headroom, saying why", ok, tr)
 	}

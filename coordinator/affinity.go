@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/worker"
 )
@@ -254,7 +255,7 @@ func (e *Engine) dispatchStateful(s *session, ms *modState, a *affinity) {
 			// No instance hosts the module: what waits is dropped.
 			for _, g := range a.queue {
 				for _, w := range g.works {
-					e.drop(w, "no-instance", "no live instance hosts the stateful module"+e.startingFor(w.s.app.Name, w.m))
+					e.drop(w, why.NoInstance, "no live instance hosts the stateful module"+e.startingFor(w.s.app.Name, w.m))
 				}
 			}
 			a.queue = nil
@@ -288,7 +289,7 @@ func (e *Engine) dispatchStateful(s *session, ms *modState, a *affinity) {
 		// them would otherwise queue without end (its state sees a gap).
 		if lat := ms.latency[in.id]; e.now().Add(lat + s.minTail[ms.mod.Name]).After(g.fr.deadline) {
 			for _, w := range g.works {
-				e.drop(w, "cannot-finish", fmt.Sprintf("stateful module: %v to run and %v after, %v left", lat, s.minTail[ms.mod.Name], g.fr.deadline.Sub(e.now()).Round(time.Microsecond)))
+				e.drop(w, why.CannotFinish, fmt.Sprintf("stateful module: %v to run and %v after, %v left", lat, s.minTail[ms.mod.Name], g.fr.deadline.Sub(e.now()).Round(time.Microsecond)))
 			}
 			continue
 		}

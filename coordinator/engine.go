@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/allocator"
+	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/internal/clock"
@@ -120,7 +121,7 @@ type FrameResult struct {
 	Outcome  Outcome
 	Latency  time.Duration
 	Module   dag.ModuleID // for drops: where
-	Reason   string       // for drops: why
+	Reason   why.Drop     // for drops: why
 	Boxes    []media.Box
 	Labels   []string
 	Counts   map[string]int
@@ -185,8 +186,8 @@ type Engine struct {
 	slotsOf     map[string][]scheduler.GPUID // "instance#module key": its slots in the current scheduler
 	nextGPU     scheduler.GPUID
 	planning    bool
-	replanDue   []string // triggers waiting for the running plan to finish
-	dueKinds    []string // their kinds (and the next plan's)
+	replanDue   []string      // triggers waiting for the running plan to finish
+	dueKinds    []why.Trigger // their kinds (and the next plan's)
 	replans     []Replan
 	nextPlan    int
 	lastApplied *Replan // the last plan applied, recorded or not
@@ -447,7 +448,7 @@ func (e *Engine) Deploy(app *dag.App, f *profile.File) error {
 		e.restoreSession(s)
 		e.log.Info("app deployed", "app", app.Name, "modules", len(app.Modules), "slo", app.SLO, "warm", app.Warm)
 		if app.Warm > 0 {
-			e.trigger("deploy", fmt.Sprintf("%s deployed, warm for %d streams", app.Name, app.Warm))
+			e.trigger(why.OnDeploy, fmt.Sprintf("%s deployed, warm for %d streams", app.Name, app.Warm))
 		}
 	})
 	return out
@@ -491,7 +492,7 @@ func (e *Engine) JoinAt(app dag.AppID, streamID string, fps float64) error {
 				}
 			}
 			e.log.Info("stream joined", "app", app, "stream", streamID, "streams", len(s.streams))
-			e.trigger("join", fmt.Sprintf("stream %s joined %s (%d streams)", streamID, app, len(s.streams)))
+			e.trigger(why.OnJoin, fmt.Sprintf("stream %s joined %s (%d streams)", streamID, app, len(s.streams)))
 			if s.plan == nil {
 				wait = s.planned
 			}
@@ -505,20 +506,6 @@ func (e *Engine) JoinAt(app dag.AppID, streamID string, fps float64) error {
 		}
 	}
 	return out
-}
-
-// LoadDrop says whether a drop reason is one a slow or busy machine causes:
-// a frame that can no longer finish by its deadline, a batch that could
-// not start in its window, a full queue. Any other reason (no-instance,
-// no-plan, worker-lost, no-gpu-for-model, module-not-loaded, shed) means a
-// frame had no route or was shed by policy, which load alone never
-// explains where a plan exists.
-func LoadDrop(reason string) bool {
-	switch reason {
-	case "cannot-finish", "action-rejected", "early-drop", "queue-full":
-		return true
-	}
-	return false
 }
 
 // ErrOverloaded is what Admit answers when a session cannot take another
@@ -586,7 +573,7 @@ func (e *Engine) Leave(streamID string) error {
 			// app's factors, not from a plan for a scene no one sends.
 			st.s.forget()
 		}
-		e.trigger("leave", fmt.Sprintf("stream %s left %s (%d streams)", streamID, st.s.app.Name, len(st.s.streams)))
+		e.trigger(why.OnLeave, fmt.Sprintf("stream %s left %s (%d streams)", streamID, st.s.app.Name, len(st.s.streams)))
 	})
 	return out
 }
@@ -650,7 +637,7 @@ func (e *Engine) AddInstance(id string, typ profile.WorkerTypeID, inst Instance)
 		e.insts[id] = &instState{id: id, typ: typ, inst: inst, state: placement.Warm, registered: true,
 			releaseAt: e.clk.Now().Add(24 * time.Hour), outstanding: map[uint64]bool{}}
 		e.log.Info("worker registered", "instance", id, "type", typ)
-		e.trigger("worker-registered", "worker "+id+" ("+string(typ)+") registered")
+		e.trigger(why.OnWorkerRegistered, "worker "+id+" ("+string(typ)+") registered")
 	})
 }
 
@@ -789,7 +776,7 @@ type frame struct {
 	busy     map[dag.ModuleID]int // items at each module not yet retired (stateful modules' gathers read it)
 	dropped  bool
 	module   dag.ModuleID
-	reason   string
+	reason   why.Drop
 	outputs  []*media.Item
 }
 
@@ -847,7 +834,7 @@ func (e *Engine) ingest(st *stream, seq uint64, capture time.Time, payload *medi
 		// (the shed ones are counted, never silently skipped).
 		st.credit += s.admit
 		if st.credit < 1 {
-			fr.dropped, fr.module, fr.reason = true, "-", "shed"
+			fr.dropped, fr.module, fr.reason = true, "-", why.Shed
 			e.finishFrame(s, fr)
 			return
 		}
@@ -881,11 +868,11 @@ func (e *Engine) emit(s *session, fr *frame, m dag.ModuleID, it *media.Item) {
 		fr.busy[m]++
 	}
 	if s.plan == nil {
-		e.drop(w, "no-plan", "the session has no feasible plan yet")
+		e.drop(w, why.NoPlan, "the session has no feasible plan yet")
 		return
 	}
 	if now.Add(s.minTail[m] + ms.fastest).After(fr.deadline) {
-		e.drop(w, "cannot-finish", fmt.Sprintf("needs %v more, %v left", (s.minTail[m]+ms.fastest).Round(time.Microsecond), fr.deadline.Sub(now).Round(time.Microsecond)))
+		e.drop(w, why.CannotFinish, fmt.Sprintf("needs %v more, %v left", (s.minTail[m]+ms.fastest).Round(time.Microsecond), fr.deadline.Sub(now).Round(time.Microsecond)))
 		return
 	}
 	if ms.mod.Kind == dag.GPU {
@@ -898,7 +885,7 @@ func (e *Engine) emit(s *session, fr *frame, m dag.ModuleID, it *media.Item) {
 	}
 	in, ok := e.pick(ms)
 	if !ok {
-		e.drop(w, "no-instance", "no live instance hosts the module"+e.startingFor(s.app.Name, m))
+		e.drop(w, why.NoInstance, "no live instance hosts the module"+e.startingFor(s.app.Name, m))
 		return
 	}
 	// Early drop on the instance's queue: waiting behind what is
@@ -906,7 +893,7 @@ func (e *Engine) emit(s *session, fr *frame, m dag.ModuleID, it *media.Item) {
 	ahead := len(in.byMod[ms.key]) / max(1, ms.conc[in.id])
 	expect := time.Duration(ahead+1) * ms.latency[in.id]
 	if now.Add(expect + s.minTail[m]).After(fr.deadline) {
-		e.drop(w, "cannot-finish", fmt.Sprintf("%d ahead on %s, %v expected", len(in.byMod[ms.key]), in.id, expect.Round(time.Microsecond)))
+		e.drop(w, why.CannotFinish, fmt.Sprintf("%d ahead on %s, %v expected", len(in.byMod[ms.key]), in.id, expect.Round(time.Microsecond)))
 		return
 	}
 	e.submit(in, []*work{w}, nil, time.Time{}, time.Time{}, nil)
@@ -1055,7 +1042,7 @@ func (e *Engine) onResult(instance string, r worker.Result) {
 	}
 	if reason != worker.Done {
 		for _, w := range t.works {
-			e.drop(w, reason.String(), detail)
+			e.drop(w, outcomeDrop(reason), detail)
 		}
 		return
 	}
@@ -1108,7 +1095,7 @@ func (e *Engine) forget(t *taskState) {
 }
 
 // drop ends an item: its frame is counted dropped at module w.m for reason.
-func (e *Engine) drop(w *work, reason, detail string) {
+func (e *Engine) drop(w *work, reason why.Drop, detail string) {
 	ms := w.s.mods[w.m]
 	ms.obs.dropped++
 	if !w.f.dropped {
@@ -1173,7 +1160,7 @@ func (e *Engine) finishFrame(s *session, fr *frame) {
 	if len(s.streams) == 0 && len(s.frames) == 0 && s.plan != nil && s.rate > 0 && s.app.Warm == 0 {
 		// The streams left and their last frame ended: the session can
 		// give its instances back now.
-		defer e.trigger("leave", fmt.Sprintf("the last frames of %s's streams ended", s.app.Name))
+		defer e.trigger(why.OnLeave, fmt.Sprintf("the last frames of %s's streams ended", s.app.Name))
 	}
 	s.acct.outcome(fr.capture, res)
 	s.mx.Frame(string(res.Outcome), string(res.Module), res.Reason, res.Latency)
@@ -1187,7 +1174,7 @@ func (e *Engine) finishFrame(s *session, fr *frame) {
 func (e *Engine) arriveGPU(w *work) {
 	ms := w.s.mods[w.m]
 	if e.sched == nil || !ms.scheduled {
-		e.drop(w, "no-instance", "no live GPU hosts the model"+e.startingFor(w.s.app.Name, w.m))
+		e.drop(w, why.NoInstance, "no live GPU hosts the model"+e.startingFor(w.s.app.Name, w.m))
 		return
 	}
 	now := e.now()
@@ -1270,8 +1257,8 @@ func (e *Engine) pump() {
 			if d.Reason == scheduler.DropExpired {
 				e.probe(w.s.mods[w.m])
 			}
-			w.s.mods[w.m].mx.SchedulerDrop(string(d.Reason))
-			e.drop(w, string(d.Reason), fmt.Sprintf("scheduler at +%v, deadline +%v, capture +%v", d.At, d.Request.Deadline, e.schedTime(w.f.capture)))
+			w.s.mods[w.m].mx.SchedulerDrop(schedulerDrop(d.Reason))
+			e.drop(w, schedulerDrop(d.Reason), fmt.Sprintf("scheduler at +%v, deadline +%v, capture +%v", d.At, d.Request.Deadline, e.schedTime(w.f.capture)))
 		}
 	}
 	for _, a := range acts {
@@ -1291,7 +1278,7 @@ func (e *Engine) pump() {
 		in := e.insts[e.gpuInst[a.GPU]]
 		if in == nil || in.lost {
 			for _, w := range ws {
-				e.drop(w, "worker-lost", "the GPU's instance is gone")
+				e.drop(w, why.WorkerLost, "the GPU's instance is gone")
 			}
 			continue
 		}
@@ -1416,7 +1403,7 @@ func (in *instState) loaded(specs []worker.ModuleSpec) {
 	}
 }
 
-func (e *Engine) loseInstance(id, why string) {
+func (e *Engine) loseInstance(id, cause string) {
 	in := e.insts[id]
 	if in == nil || in.lost {
 		return
@@ -1445,7 +1432,7 @@ func (e *Engine) loseInstance(id, why string) {
 			t.aff.busy = 0
 		}
 		for _, w := range t.works {
-			e.drop(w, "worker-lost", why)
+			e.drop(w, why.WorkerLost, cause)
 		}
 	}
 	delete(e.insts, id)
@@ -1455,9 +1442,9 @@ func (e *Engine) loseInstance(id, why string) {
 		e.cfg.Provisioner.Release(id)
 	}
 	e.statefulLost(id)
-	e.log.Warn("worker lost", "instance", id, "type", in.typ, "why", why, "in_flight_dropped", len(ids))
+	e.log.Warn("worker lost", "instance", id, "type", in.typ, "why", cause, "in_flight_dropped", len(ids))
 	e.rebuildScheduler()
-	e.trigger("worker-lost", "worker "+id+" lost: "+why)
+	e.trigger(why.OnWorkerLost, "worker "+id+" lost: "+cause)
 }
 
 // ErrUnknownInstance: Drain named no live instance.
@@ -1480,7 +1467,7 @@ func (e *Engine) Drain(id string) error {
 		default:
 			in.draining = true
 			e.log.Warn("instance draining", "instance", id, "type", in.typ)
-			e.trigger("drain", "operator drains "+id)
+			e.trigger(why.OnDrain, "operator drains "+id)
 		}
 	})
 	return out
@@ -1499,3 +1486,13 @@ func (e *Engine) WorkerTypes() map[profile.WorkerTypeID]bool {
 	})
 	return out
 }
+
+// schedulerDrop is the drop reason of a request the central scheduler
+// dropped (the scheduler's reasons are among why's Drops under their own
+// strings: TestReasonVocabulary).
+func schedulerDrop(r scheduler.DropReason) why.Drop { return why.Drop(r) }
+
+// outcomeDrop is the drop reason of a worker's outcome other than Done
+// (every worker.Outcome is among why's Drops under its String:
+// TestReasonVocabulary).
+func outcomeDrop(o worker.Outcome) why.Drop { return why.Drop(o.String()) }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mdag/mdag/allocator/milp"
+	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/examples"
 	"github.com/mdag/mdag/ingest/synth"
@@ -54,7 +55,7 @@ func waitFor(t testing.TB, what string, limit time.Duration, cond func() bool) {
 func checkRouted(t *testing.T, where string, drops map[string]uint64) {
 	t.Helper()
 	for k, n := range drops {
-		if _, reason, _ := strings.Cut(k, ": "); !LoadDrop(reason) {
+		if _, reason, _ := strings.Cut(k, ": "); !why.Drop(reason).Load() {
 			t.Errorf("%s: %d frames dropped %q: a routing drop, not a deadline one", where, n, k)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/allocator/milp"
+	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/clock"
@@ -282,12 +283,12 @@ type recorder struct {
 	nop
 	mu       sync.Mutex
 	frames   map[frameKey]FrameResult
-	triggers map[string]int
+	triggers map[why.Trigger]int
 	mods     map[string]*modRecorder
 }
 
 func newRecorder() *recorder {
-	return &recorder{frames: map[frameKey]FrameResult{}, triggers: map[string]int{}, mods: map[string]*modRecorder{}}
+	return &recorder{frames: map[frameKey]FrameResult{}, triggers: map[why.Trigger]int{}, mods: map[string]*modRecorder{}}
 }
 
 func (r *recorder) frame(res FrameResult) {
@@ -305,14 +306,14 @@ func (r *recorder) result(stream string, seq uint64) (FrameResult, bool) {
 }
 
 // Trigger implements Observer.
-func (r *recorder) Trigger(kind string) {
+func (r *recorder) Trigger(kind why.Trigger) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.triggers[kind]++
 }
 
 // triggered is how many re-plan triggers of kind there were.
-func (r *recorder) triggered(kind string) int {
+func (r *recorder) triggered(kind why.Trigger) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.triggers[kind]
@@ -322,7 +323,7 @@ func (r *recorder) triggered(kind string) int {
 func (r *recorder) Module(_, module, _ string, _ bool) ModuleObserver {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	m := &modRecorder{r: r, drops: map[string]int{}}
+	m := &modRecorder{r: r, drops: map[why.Drop]int{}}
 	r.mods[module] = m
 	return m
 }
@@ -337,7 +338,7 @@ func (r *recorder) module(name string) modRecorder {
 	}
 	c := *m
 	c.batches = append([]int(nil), m.batches...)
-	c.drops = map[string]int{}
+	c.drops = map[why.Drop]int{}
 	for k, v := range m.drops {
 		c.drops[k] = v
 	}
@@ -349,7 +350,7 @@ type modRecorder struct {
 	r       *recorder
 	in      int
 	batches []int
-	drops   map[string]int // the scheduler's, by reason
+	drops   map[why.Drop]int // the scheduler's, by reason
 }
 
 func (m *modRecorder) In() {
@@ -364,7 +365,7 @@ func (m *modRecorder) Batch(n int) {
 	m.batches = append(m.batches, n)
 }
 
-func (m *modRecorder) SchedulerDrop(reason string) {
+func (m *modRecorder) SchedulerDrop(reason why.Drop) {
 	m.r.mu.Lock()
 	defer m.r.mu.Unlock()
 	m.drops[reason]++

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"fmt"
 
+	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/profile"
 )
 
@@ -51,5 +52,5 @@ func (e *Engine) planFrame(s *session) {
 		from = was.String()
 	}
 	e.log.Info("planning at the frame size the streams send", "app", s.app.Name, "frame", big.String(), "was", from)
-	e.trigger("frame", fmt.Sprintf("%s: streams send %s frames, planned at %s", s.app.Name, big, from))
+	e.trigger(why.OnFrameSize, fmt.Sprintf("%s: streams send %s frames, planned at %s", s.app.Name, big, from))
 }

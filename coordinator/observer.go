@@ -1,6 +1,10 @@
 package coordinator
 
-import "time"
+import (
+	"time"
+
+	"github.com/mdag/mdag/coordinator/why"
+)
 
 // Observer receives the coordinator's events and state. observe/metrics
 // implements it for Prometheus (through Observe); the default records
@@ -28,7 +32,7 @@ type StateObserver interface {
 	// Solve records a planner stage's time ("allocate", "place").
 	Solve(stage string, d time.Duration)
 	// Trigger counts a re-plan trigger by kind; Replanned a re-plan.
-	Trigger(kind string)
+	Trigger(kind why.Trigger)
 	Replanned()
 }
 
@@ -38,7 +42,7 @@ type AppObserver interface {
 	Admitted(share float64)
 	Refused()
 	IngestDelay(d time.Duration)
-	Frame(outcome, module, reason string, latency time.Duration)
+	Frame(outcome, module string, reason why.Drop, latency time.Duration)
 }
 
 // ModuleObserver records one module's items and batches.
@@ -47,7 +51,7 @@ type ModuleObserver interface {
 	Exec(d time.Duration)
 	Queued(d time.Duration)
 	Batch(size int)
-	SchedulerDrop(reason string)
+	SchedulerDrop(reason why.Drop)
 	Rejected()
 	// StateEvent counts a stateful module's state event: migrate, restore,
 	// reset or failed (affinity.go); MigrationPause records how long a
@@ -85,18 +89,18 @@ func (nop) ModuleFactors(string, string, float64, float64)       {}
 func (nop) Instances(map[[2]string]int)                          {}
 func (nop) Cost(float64, float64)                                {}
 func (nop) Solve(string, time.Duration)                          {}
-func (nop) Trigger(string)                                       {}
+func (nop) Trigger(why.Trigger)                                  {}
 func (nop) Replanned()                                           {}
 func (nop) FrameSent()                                           {}
 func (nop) Admitted(float64)                                     {}
 func (nop) Refused()                                             {}
 func (nop) IngestDelay(time.Duration)                            {}
-func (nop) Frame(string, string, string, time.Duration)          {}
+func (nop) Frame(string, string, why.Drop, time.Duration)        {}
 func (nop) In()                                                  {}
 func (nop) Exec(time.Duration)                                   {}
 func (nop) Queued(time.Duration)                                 {}
 func (nop) Batch(int)                                            {}
-func (nop) SchedulerDrop(string)                                 {}
+func (nop) SchedulerDrop(why.Drop)                               {}
 func (nop) Rejected()                                            {}
 func (nop) StateEvent(string)                                    {}
 func (nop) MigrationPause(time.Duration)                         {}

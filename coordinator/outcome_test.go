@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/allocator/milp"
+	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/worker"
 )
@@ -39,7 +40,7 @@ func TestResultOutcomes(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		answer func(worker.Task) worker.Result
-		reason string // "" for a finished frame
+		reason why.Drop // "" for a finished frame
 	}{
 		{"done", func(t worker.Task) worker.Result { return worker.Result{Task: t.ID, Outputs: pass(t)} }, ""},
 		{"queue full", func(t worker.Task) worker.Result {

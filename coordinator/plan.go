@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/allocator"
+	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/placement"
 	"github.com/mdag/mdag/profile"
@@ -24,7 +25,7 @@ type Replan struct {
 	N              int                  `json:"n"`
 	At             time.Time            `json:"at"`
 	Trigger        string               `json:"trigger"`
-	Kinds          []string             `json:"kinds"` // what kinds of event asked for it: deploy (an app kept warm), join, leave, frame (the streams' frame size changed), scaling, ballooning, finish-rate, epoch, worker-registered, worker-lost, ingest, turn-off
+	Kinds          []why.Trigger        `json:"kinds"` // what kinds of event asked for it (why.Triggers)
 	PlanMS         float64              `json:"plan_ms"`
 	Moves          []placement.Move     `json:"moves"`
 	CostWhole      float64              `json:"cost_whole_per_hour"`
@@ -70,7 +71,7 @@ type planInput struct {
 
 type planOutput struct {
 	trigger string
-	kinds   []string
+	kinds   []why.Trigger
 	snapIDs map[string]bool
 	plan    placement.Plan
 	allocs  map[dag.AppID]*allocator.Allocation
@@ -86,7 +87,7 @@ type planOutput struct {
 
 // trigger counts an event of kind (join, leave, scaling, ballooning,
 // epoch, worker-registered, worker-lost, ingest, turn-off) and re-plans for it.
-func (e *Engine) trigger(kind, text string) {
+func (e *Engine) trigger(kind why.Trigger, text string) {
 	e.cfg.Observer.Trigger(kind)
 	e.dueKinds = append(e.dueKinds, kind)
 	e.replan(text)
@@ -563,9 +564,9 @@ func (e *Engine) apply(out planOutput) {
 
 // routine says every kind is a periodic check (epoch, turn-off), not an
 // event that asked for a change.
-func routine(kinds []string) bool {
+func routine(kinds []why.Trigger) bool {
 	for _, k := range kinds {
-		if k != "epoch" && k != "turn-off" {
+		if !k.Routine() {
 			return false
 		}
 	}
@@ -606,7 +607,7 @@ func (e *Engine) armTurnOff(now time.Time) {
 		return
 	}
 	e.turnOffTm = e.clk.AfterFunc(max(0, first.Sub(now)), func() {
-		e.post(func() { e.trigger("turn-off", "warm instances reached the turn-off delay") })
+		e.post(func() { e.trigger(why.OnTurnOff, "warm instances reached the turn-off delay") })
 	})
 }
 

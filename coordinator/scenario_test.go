@@ -3,7 +3,6 @@ package coordinator
 import (
 	"bufio"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -517,22 +516,29 @@ func (sc *scenario) expect() {
 		rs := r.e.Replans()
 		var got []string
 		for _, p := range rs[min(sc.replans, len(rs)):] {
-			got = append(got, strings.Join(p.Kinds, "+"))
+			var kinds []string
+			for _, k := range p.Kinds {
+				kinds = append(kinds, string(k))
+			}
+			got = append(got, strings.Join(kinds, "+"))
 		}
 		sc.replans = len(rs)
 		if len(got) == 0 {
 			got = []string{"none"}
 		}
 		if !slices.Equal(got, a) {
-			var why []string
+			var which []string
 			for _, p := range rs[max(0, len(rs)-len(got)):] {
-				why = append(why, fmt.Sprintf("+%v %q", p.At.Sub(fakeStart), p.Trigger))
+				which = append(which, fmt.Sprintf("+%v %q", p.At.Sub(fakeStart), p.Trigger))
 			}
-			sc.fail("re-plans since the last check: %v (%s)", got, strings.Join(why, "; "))
+			sc.fail("re-plans since the last check: %v (%s)", got, strings.Join(which, "; "))
 		}
 	case "triggers":
+		got := map[string]int{}
 		r.rec.mu.Lock()
-		got := maps.Clone(r.rec.triggers)
+		for k, n := range r.rec.triggers {
+			got[string(k)] = n
+		}
 		r.rec.mu.Unlock()
 		sc.exactMap(a, got)
 	case "items":
@@ -556,7 +562,7 @@ func (sc *scenario) expect() {
 		r.rec.mu.Lock()
 		for name, m := range r.rec.mods {
 			for reason, n := range m.drops {
-				got[name+":"+reason] = n
+				got[name+":"+string(reason)] = n
 			}
 		}
 		r.rec.mu.Unlock()
@@ -692,7 +698,7 @@ func (sc *scenario) expectFrame(a []string) {
 				sc.fail("%s", desc)
 			}
 		case !ok || string(res.Outcome) != outcome,
-			module != "" && (string(res.Module) != module || res.Reason != reason),
+			module != "" && (string(res.Module) != module || string(res.Reason) != reason),
 			hasLatency && res.Latency != latency:
 			sc.fail("%s", desc)
 		}

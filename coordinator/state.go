@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/internal/clock"
 )
@@ -16,11 +17,6 @@ import (
 // SnapshotVersion is the version of the Snapshot format this build writes
 // and reads. A store holding another version is refused at start.
 const SnapshotVersion = 1
-
-// RestartReason is the drop reason of the frames a restart cut off: the
-// ones in flight when the previous coordinator stopped, and those a
-// resumed stream sent that it never accounted (counted lost, module "-").
-const RestartReason = "coordinator-restart"
 
 // Store keeps the coordinator's state across restarts (Config.Store;
 // coordinator/store is the bbolt one). Load returns (nil, nil) when the
@@ -37,7 +33,9 @@ type Store interface {
 // learned factors), the workers registered, the re-plan counters. Frames
 // in flight are not stored one by one: Total.Open() of a restored session
 // is the number of frames in flight at the save, counted lost with reason
-// RestartReason when it is restored.
+// why.CoordinatorRestart when it is restored (the ones in flight when the
+// previous coordinator stopped, and those a resumed stream sent that it
+// never accounted: module "-").
 type Snapshot struct {
 	Version          int              `json:"version"`
 	SavedAt          time.Time        `json:"saved_at"`
@@ -189,7 +187,7 @@ func (e *Engine) loadState() error {
 		e.ps.expect[in.ID] = in.Type
 	}
 	e.nextPlan, e.unchanged = snap.ReplansTotal, snap.ReplansUnchanged
-	e.log.Warn("coordinator state restored: sessions continue, frames in flight at the stop are counted lost ("+RestartReason+")",
+	e.log.Warn("coordinator state restored: sessions continue, frames in flight at the stop are counted lost ("+string(why.CoordinatorRestart)+")",
 		"restarts", snap.Restarts, "saved_at", snap.SavedAt, "sessions", len(snap.Sessions), "workers_expected", len(snap.Instances))
 	return nil
 }
@@ -242,13 +240,13 @@ func (e *Engine) countRestartLost(s *session, n uint64, sent bool) {
 		s.acct.total.Sent += n
 	}
 	s.acct.total.Dropped += n
-	s.acct.drops["-: "+RestartReason] += n
+	s.acct.drops["-: "+string(why.CoordinatorRestart)] += n
 	e.ps.lost += n
 	for range n {
 		if sent {
 			s.mx.FrameSent()
 		}
-		s.mx.Frame(string(Dropped), "-", RestartReason, 0)
+		s.mx.Frame(string(Dropped), "-", why.CoordinatorRestart, 0)
 	}
 }
 

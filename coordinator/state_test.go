@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/allocator/milp"
+	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/ingest/synth"
 )
 
@@ -114,8 +115,8 @@ func TestRestartContinues(t *testing.T) {
 		inFlight := ss.Total.Open()
 		want := ss.Total
 		want.Dropped += inFlight
-		if got.Total != want || got.Open != 0 || got.Drops["-: "+RestartReason] != inFlight {
-			t.Fatalf("restored: %+v open %d drops %v; want %+v, %d lost %s", got.Total, got.Open, got.Drops, want, inFlight, RestartReason)
+		if got.Total != want || got.Open != 0 || got.Drops["-: "+string(why.CoordinatorRestart)] != inFlight {
+			t.Fatalf("restored: %+v open %d drops %v; want %+v, %d lost %s", got.Total, got.Open, got.Drops, want, inFlight, string(why.CoordinatorRestart))
 		}
 		if p := st.Persist; p == nil || p.Restarts != 1 || p.LostFrames != inFlight || !slices.Equal(p.AwaitingStreams, []string{"cam-0"}) {
 			t.Fatalf("persist status %+v; want 1 restart, %d lost, cam-0 awaited", p, inFlight)
@@ -139,8 +140,8 @@ func TestRestartContinues(t *testing.T) {
 		newFrames := f2.framesEnded() // the restart's losses have no OnFrame: they are counted, not delivered
 		lost := inFlight + unsaved
 		t.Logf("saved %+v; %d in flight, %d unsaved, %d sent after the resume; now %+v", ss.Total, inFlight, unsaved, newFrames, after.Total)
-		if after.Drops["-: "+RestartReason] != lost {
-			t.Errorf("lost to the restart: %d; want %d in flight + %d unsaved", after.Drops["-: "+RestartReason], inFlight, unsaved)
+		if after.Drops["-: "+string(why.CoordinatorRestart)] != lost {
+			t.Errorf("lost to the restart: %d; want %d in flight + %d unsaved", after.Drops["-: "+string(why.CoordinatorRestart)], inFlight, unsaved)
 		}
 		if after.Total.Sent != ss.Total.Sent+unsaved+newFrames || after.Total.Finished+after.Total.Late+after.Total.Dropped != after.Total.Sent {
 			t.Errorf("after: %+v; want sent %d (saved) + %d (unsaved) + %d (resumed), every one ended", after.Total, ss.Total.Sent, unsaved, newFrames)
@@ -170,7 +171,7 @@ func TestRestartContinues(t *testing.T) {
 			t.Fatal(err)
 		}
 		third := f3.e.Status()
-		if third.Sessions[0].Total != saved2.Sessions[0].Total || third.Sessions[0].Drops["-: "+RestartReason] != lost || third.Persist.Restarts != 2 {
+		if third.Sessions[0].Total != saved2.Sessions[0].Total || third.Sessions[0].Drops["-: "+string(why.CoordinatorRestart)] != lost || third.Persist.Restarts != 2 {
 			t.Errorf("second restart: %+v drops %v restarts %d; want %+v, still %d lost, 2 restarts",
 				third.Sessions[0].Total, third.Sessions[0].Drops, third.Persist.Restarts, saved2.Sessions[0].Total, lost)
 		}

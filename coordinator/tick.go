@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/allocator"
+	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/placement"
 )
@@ -23,7 +24,10 @@ func (e *Engine) armTick() {
 func (e *Engine) tick() {
 	now := e.now()
 	win := e.cfg.Adapt.Window.Seconds()
-	type due struct{ kind, text string }
+	type due struct {
+		kind why.Trigger
+		text string
+	}
 	var triggers []due
 	for _, id := range e.appIDs() {
 		s := e.sessions[id]
@@ -76,7 +80,7 @@ func (e *Engine) tick() {
 			// what the plan reserved for it: re-plan (at most every 5 s).
 			if r := s.ingestReserve(); now.Sub(s.reserveAt) >= 5*time.Second && absDur(r-s.reserve) > max(10*time.Millisecond, s.reserve/4) {
 				s.reserveAt = now
-				e.trigger("ingest", fmt.Sprintf("%s: ingest delay p95 %v, the plan reserved %v of the SLO", id, r, s.reserve))
+				e.trigger(why.OnIngest, fmt.Sprintf("%s: ingest delay p95 %v, the plan reserved %v of the SLO", id, r, s.reserve))
 			}
 			if t, ok := s.det.Observe(now, obs); ok {
 				s.scale, s.balloon = t.Scale, t.Balloon
@@ -104,7 +108,7 @@ func (e *Engine) tick() {
 		})
 		for _, fr := range lost {
 			if !fr.dropped {
-				fr.dropped, fr.reason = true, "lost"
+				fr.dropped, fr.reason = true, why.Lost
 				fr.module = "-"
 			}
 			e.finishFrame(s, fr)
@@ -115,7 +119,7 @@ func (e *Engine) tick() {
 	}
 	if now.Sub(e.lastEpoch) >= e.cfg.Epoch {
 		e.lastEpoch = now
-		e.trigger("epoch", "epoch")
+		e.trigger(why.OnEpoch, "epoch")
 	}
 	e.checkpointsDue(now)
 	e.releaseDrained()

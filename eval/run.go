@@ -25,6 +25,7 @@ import (
 	"github.com/mdag/mdag/allocator"
 	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/coordinator"
+	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/media"
@@ -100,37 +101,37 @@ func (s Second) FinishRate() float64 {
 
 // Result is what came of a run.
 type Result struct {
-	System     string            `json:"system"`
-	NexusGPU   string            `json:"nexus_gpu,omitempty"`  // the Nexus-style system's GPU type
-	FrontEnds  int               `json:"front_ends,omitempty"` // and its front-ends
-	Headroom   float64           `json:"headroom,omitempty"`   // and its headroom, when not the engine's
-	App        dag.AppID         `json:"app"`
-	Duration   time.Duration     `json:"duration"`
-	Sent       uint64            `json:"sent"`
-	Finished   uint64            `json:"finished"`
-	Late       uint64            `json:"late"`
-	Dropped    uint64            `json:"dropped"`
-	Open       uint64            `json:"open"` // frames that never ended (must be 0)
-	Drops      map[string]uint64 `json:"drops,omitempty"`
-	FinishRate float64           `json:"finish_rate"`
-	Cost       float64           `json:"cost"`            // dollars over the run
-	CostRate   float64           `json:"cost_per_hour"`   // mean $/h
-	Starts     int               `json:"instance_starts"` // instances started
-	Replans    int               `json:"replans"`
-	Plans      []Plan            `json:"plans,omitempty"` // every re-plan: when, why, what it cost
-	Seconds    []Second          `json:"seconds"`
-	Digest     string            `json:"digest"` // of everything above: the same for a seed
-	Wall       time.Duration     `json:"wall"`   // real time the run took
-	Problems   []string          `json:"problems,omitempty"`
+	System     string              `json:"system"`
+	NexusGPU   string              `json:"nexus_gpu,omitempty"`  // the Nexus-style system's GPU type
+	FrontEnds  int                 `json:"front_ends,omitempty"` // and its front-ends
+	Headroom   float64             `json:"headroom,omitempty"`   // and its headroom, when not the engine's
+	App        dag.AppID           `json:"app"`
+	Duration   time.Duration       `json:"duration"`
+	Sent       uint64              `json:"sent"`
+	Finished   uint64              `json:"finished"`
+	Late       uint64              `json:"late"`
+	Dropped    uint64              `json:"dropped"`
+	Open       uint64              `json:"open"` // frames that never ended (must be 0)
+	Drops      map[why.Drop]uint64 `json:"drops,omitempty"`
+	FinishRate float64             `json:"finish_rate"`
+	Cost       float64             `json:"cost"`            // dollars over the run
+	CostRate   float64             `json:"cost_per_hour"`   // mean $/h
+	Starts     int                 `json:"instance_starts"` // instances started
+	Replans    int                 `json:"replans"`
+	Plans      []Plan              `json:"plans,omitempty"` // every re-plan: when, why, what it cost
+	Seconds    []Second            `json:"seconds"`
+	Digest     string              `json:"digest"` // of everything above: the same for a seed
+	Wall       time.Duration       `json:"wall"`   // real time the run took
+	Problems   []string            `json:"problems,omitempty"`
 }
 
 // Plan is one re-plan of a run, as the engine explains it.
 type Plan struct {
-	T        float64  `json:"t"` // seconds since the start
-	Trigger  string   `json:"trigger"`
-	Kinds    []string `json:"kinds"`
-	Cost     float64  `json:"cost_per_hour"` // the plan's whole instances
-	Problems []string `json:"problems,omitempty"`
+	T        float64       `json:"t"` // seconds since the start
+	Trigger  string        `json:"trigger"`
+	Kinds    []why.Trigger `json:"kinds"`
+	Cost     float64       `json:"cost_per_hour"` // the plan's whole instances
+	Problems []string      `json:"problems,omitempty"`
 }
 
 // start is where every run's virtual clock starts (a whole second).
@@ -171,7 +172,7 @@ func Run(x Experiment) (*Result, error) {
 	}
 	end := start.Add(x.Workload.Duration)
 	p := &provisioner{clk: clk, limits: limits, prices: prices, ops: modules.Builtin(), insts: map[string]*vinst{}, bill: newBill(end, fixed.exclude)}
-	res := &Result{System: x.System.Name, App: app.Name, Duration: x.Workload.Duration, Drops: map[string]uint64{}}
+	res := &Result{System: x.System.Name, App: app.Name, Duration: x.Workload.Duration, Drops: map[why.Drop]uint64{}}
 	if x.System.Nexus {
 		res.NexusGPU, res.FrontEnds, res.Headroom = string(x.System.NexusGPU), x.System.FrontEnds, x.System.Headroom
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mdag/mdag/coordinator"
+	"github.com/mdag/mdag/coordinator/why"
 )
 
 // TestClientServe runs `mdag serve` (token required) and `mdag client` as
@@ -152,7 +152,7 @@ func TestServeOpenRefused(t *testing.T) {
 func checkRouted(t *testing.T, where string, drops map[string]uint64) {
 	t.Helper()
 	for k, n := range drops {
-		if _, reason, _ := strings.Cut(k, ": "); !coordinator.LoadDrop(reason) {
+		if _, reason, _ := strings.Cut(k, ": "); !why.Drop(reason).Load() {
 			t.Errorf("%s: %d frames dropped %q: a routing drop, not a deadline one", where, n, k)
 		}
 	}

@@ -448,7 +448,7 @@ func writeDemoSummary(w io.Writer, ran time.Duration, st coordinator.Status, rep
 	kinds := map[string]int{}
 	for _, r := range replans {
 		for _, k := range r.Kinds {
-			kinds[k]++
+			kinds[string(k)]++
 		}
 	}
 	keys := make([]string, 0, len(kinds))

@@ -243,7 +243,7 @@ func transportOf(app *dag.App, o dag.Output, files bool) (outputs.Transport, err
 // outputResult is an engine result as the outputs take it.
 func outputResult(r coordinator.FrameResult) outputs.Result {
 	return outputs.Result{App: string(r.App), Stream: r.Stream, Seq: r.Seq, Outcome: string(r.Outcome), Latency: r.Latency,
-		Module: string(r.Module), Reason: r.Reason, Boxes: r.Boxes, Labels: r.Labels, Counts: r.Counts, Tracks: r.Tracks,
+		Module: string(r.Module), Reason: string(r.Reason), Boxes: r.Boxes, Labels: r.Labels, Counts: r.Counts, Tracks: r.Tracks,
 		Events: r.Events, Finished: r.Finished}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/coordinator/store"
+	"github.com/mdag/mdag/coordinator/why"
 )
 
 // freePort is a loopback address no one listens on now (the restarted
@@ -166,7 +167,7 @@ func TestMultiProcessRestart(t *testing.T) {
 	waitFor(t, "every frame to end", 10*time.Second, func() bool { return getStatus(t, url2).Sessions[0].Open == 0 })
 	final := getStatus(t, url2)
 	fs := final.Sessions[0]
-	lost := fs.Drops["-: "+coordinator.RestartReason]
+	lost := fs.Drops["-: "+string(why.CoordinatorRestart)]
 	t.Logf("cameras: %d produced, %d accepted after the restart, %d refused; coordinator: %+v, %d lost to the restart\n%s",
 		produced, accepted, rejected, fs.Total, lost, src.stdout())
 	if produced == 0 || fs.Total.Sent+rejected != produced || fs.Total.Finished+fs.Total.Late+fs.Total.Dropped != fs.Total.Sent {
@@ -261,4 +262,4 @@ func TestServeStateContinues(t *testing.T) {
 }
 
 // restartDrop is how the status table shows frames lost to a restart.
-const restartDrop = "-: " + coordinator.RestartReason
+const restartDrop = "-: " + string(why.CoordinatorRestart)

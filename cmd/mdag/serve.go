@@ -335,7 +335,7 @@ func writeReplanSummary(w io.Writer, st coordinator.Status, rs []coordinator.Rep
 	var unchanged []string
 	for _, r := range rs {
 		for _, k := range r.Kinds {
-			kinds[k]++
+			kinds[string(k)]++
 		}
 		if r.Unchanged {
 			unchanged = append(unchanged, fmt.Sprintf("#%d %s", r.N, r.Trigger))

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mdag/mdag/coordinator"
+	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/internal/pki"
 )
 
@@ -270,7 +270,7 @@ func TestDistributedTLS(t *testing.T) {
 	}
 	if d := regexp.MustCompile(`drops: (.*)`).FindStringSubmatch(c.out.String()); d != nil {
 		for _, r := range regexp.MustCompile(`\w[\w-]*: ([a-z-]+)=\d+`).FindAllStringSubmatch(d[1], -1) {
-			if !coordinator.LoadDrop(r[1]) {
+			if !why.Drop(r[1]).Load() {
 				t.Errorf("a frame dropped %s: not for load, so the TLS workers did not carry it:\n%s", r[1], c.out.String())
 			}
 		}

@@ -150,7 +150,7 @@ func startTryApp(a tryAppArgs, stderr io.Writer) (*tryRun, int) {
 // tryAppFrame is one app frame's result as try's JSON has it.
 func tryAppFrame(r coordinator.FrameResult, labels []string) tryFrame {
 	tf := tryFrame{Boxes: tryBoxes(r.Boxes, labels), Labels: r.Labels, Outcome: string(r.Outcome),
-		LatencyMS: float64(r.Latency) / float64(time.Millisecond), Module: string(r.Module), Reason: r.Reason, Counts: r.Counts}
+		LatencyMS: float64(r.Latency) / float64(time.Millisecond), Module: string(r.Module), Reason: string(r.Reason), Counts: r.Counts}
 	if tf.Boxes == nil {
 		tf.Boxes = []tryBox{}
 	}

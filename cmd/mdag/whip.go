@@ -335,7 +335,7 @@ func motionObjects() whip.Objects { return cv.NewMotion() }
 // clientResult is the WHIP client's view of a frame's outcome.
 func clientResult(r coordinator.FrameResult) whip.Result {
 	out := whip.Result{Stream: r.Stream, Frame: r.Seq, Outcome: string(r.Outcome), LatencyMS: float64(r.Latency.Microseconds()) / 1000,
-		Module: string(r.Module), Reason: r.Reason, Labels: r.Labels, Counts: r.Counts}
+		Module: string(r.Module), Reason: string(r.Reason), Labels: r.Labels, Counts: r.Counts}
 	for _, b := range r.Boxes {
 		out.Boxes = append(out.Boxes, whipBox(b))
 	}

@@ -54,7 +54,7 @@ func engineServer(t *testing.T) (*Server, *httptest.Server, *atomic.Int64) {
 			finished.Add(1)
 		}
 		if s := srv.Load(); s != nil {
-			s.Publish(Result{Stream: r.Stream, Frame: r.Seq, Outcome: string(r.Outcome), Module: string(r.Module), Reason: r.Reason})
+			s.Publish(Result{Stream: r.Stream, Frame: r.Seq, Outcome: string(r.Outcome), Module: string(r.Module), Reason: string(r.Reason)})
 		}
 	}}, limits)
 	e.Start()

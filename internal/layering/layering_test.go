@@ -21,7 +21,7 @@ var pure = []string{
 	"scheduler", "scheduler/sim", "gpu", "gpu/decode", "gpu/registry", "gpu/prep", "gpu/queue", "gpu/kserve", "worker", "coordinator",
 	// beyond the list: what the lean worker and the observers need
 	"ingest", "ingest/synth", "ingest/audiofile", "remote/wire", "remote/client", "internal/pki", "observe/metrics",
-	"profile/serf", "profile/measure", "coordinator/store", "coordinator/kube", "eval/plot",
+	"profile/serf", "profile/measure", "coordinator/store", "coordinator/why", "coordinator/kube", "eval/plot",
 	"egress",
 	"clips",
 }
@@ -78,14 +78,15 @@ var allowed = map[string][]string{
 	"runners/torch":         {},
 	"deploy":                {},
 	"worker":                {"dag", "gpu", "gpu/queue", "internal/clock", "media", "modules"},
-	"coordinator":           {"allocator", "dag", "gpu", "internal/defaults", "internal/clock", "media", "modules", "placement", "profile", "scheduler", "worker"},
+	"coordinator":           {"allocator", "coordinator/why", "dag", "gpu", "internal/defaults", "internal/clock", "media", "modules", "placement", "profile", "scheduler", "worker"},
 	"coordinator/store":     {"coordinator"},
 	"coordinator/kube":      {"coordinator", "internal/clock", "internal/pki", "profile", "worker"},
 	"remote/wire":           {"api", "dag", "media", "worker"},
 	"remote":                {"api", "coordinator", "dag", "internal/auth", "internal/clock", "internal/pki", "profile", "remote/wire", "worker"},
 	"remote/client":         {"api", "gpu", "ingest/synth", "internal/clock", "internal/pki", "internal/unixsock", "media", "modules", "remote/wire", "worker"},
 	"ingest/synth":          {"internal/clock", "media"},
-	"observe/metrics":       {"ingest"},
+	"observe/metrics":       {"coordinator/why", "ingest"},
+	"coordinator/why":       {},
 	"observe/dashboard":     {"coordinator", "ingest", "internal/auth", "internal/clock", "media", "outputs"},
 	"eval/plot":             {},
 	"outputs":               {"internal/clock", "media", "outputs/spool"},
@@ -97,7 +98,7 @@ var allowed = map[string][]string{
 	// the allocator ablation links lp_solve through allocator/milp
 	"eval/alloccmp": {"allocator", "allocator/milp", "dag", "eval/plot", "examples", "profile"},
 	// mdag eval: the coordinator in virtual time (links lp_solve through allocator/milp)
-	"eval": {"allocator", "allocator/milp", "coordinator", "dag", "eval/plot", "examples", "gpu", "internal/clock", "media", "modules", "profile", "scheduler", "worker"},
+	"eval": {"allocator", "allocator/milp", "coordinator", "coordinator/why", "dag", "eval/plot", "examples", "gpu", "internal/clock", "media", "modules", "profile", "scheduler", "worker"},
 	// the native edges
 	"modules/cv":  {"media", "modules"},
 	"gpu/opencv":  {"gpu", "gpu/decode", "media", "modules/cv"},

@@ -14,9 +14,11 @@ package metrics
 
 import (
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/ingest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -92,7 +94,7 @@ func New(withRuntime bool) *Metrics {
 		frames: f.counter("session", "frames_total",
 			"Frames that ended, by outcome: finished (within the SLO), late (completed after the deadline), dropped (see mdag_session_frames_dropped_total for where and why).", "app", "outcome"),
 		framesDropped: f.counter("session", "frames_dropped_total",
-			"Dropped frames by the module where the drop happened ('-' for frames lost past their deadline) and the reason (cannot-finish, deadline, no-plan, no-instance, worker-lost, lost, ...).", "app", "module", "reason"),
+			"Dropped frames by the module where the drop happened ('-': before any, shed, lost past their deadline, cut off by a restart) and the reason ("+dropList()+").", "app", "module", "reason"),
 		latency: f.histogram("session", "latency_seconds", "End-to-end latency, capture to the last module's output, of completed (finished or late) frames.", lat, "app"),
 		ingestDelay: f.histogram("session", "ingest_delay_seconds",
 			"Delay from a frame's capture to its arrival in the session (encode, network, decode); plans keep its p95 out of the graph's latency budget.",
@@ -125,7 +127,7 @@ func New(withRuntime bool) *Metrics {
 			[]float64{1, 2, 4, 8, 16, 32, 64, 128}, "app", "module", "model"),
 		schedBatches: f.counter("scheduler", "batches_total", "GPU batches the central scheduler dispatched.", "app", "module", "model"),
 		schedDrops: f.counter("scheduler", "drops_total",
-			"Requests the central scheduler dropped because they could not meet their deadline (early drop), by reason.", "app", "module", "reason"),
+			"Requests the central scheduler dropped because they could not meet their deadline (early drop), by reason ("+strings.Join([]string{string(why.CannotFinish), string(why.ActionRejected), string(why.NoGPUForModel), string(why.EarlyDrop)}, ", ")+").", "app", "module", "reason"),
 		schedRejected: f.counter("scheduler", "rejected_total",
 			"Batches a worker refused because they could not start inside their action window (Clockwork); the requests are re-scheduled.", "app", "module"),
 
@@ -136,7 +138,7 @@ func New(withRuntime bool) *Metrics {
 		solve: f.histogram("planner", "solve_seconds", "Wall time of one planning step: stage=allocate (the MILP, all apps), stage=place (bin packing).",
 			[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}, "stage"),
 		triggers: f.counter("planner", "triggers_total",
-			"Events that asked for a re-plan: join, leave, scaling, ballooning, finish-rate (windows below target: more headroom), epoch, worker-registered, worker-lost, ingest, turn-off (a warm instance reached the turn-off delay).", "kind"),
+			"Events that asked for a re-plan, by kind ("+triggerList()+"; finish-rate: windows below target, more headroom; turn-off: a warm instance reached the turn-off delay).", "kind"),
 		replans: f.counter1("planner", "replans_total", "Plans applied (one plan may answer several triggers)."),
 
 		httpRefused: f.counter("http", "requests_refused_total",
@@ -247,18 +249,18 @@ func (a *AppMetrics) IngestDelay(d time.Duration) {
 
 // Frame counts a frame's outcome; module and reason matter for drops,
 // latency for completed frames.
-func (a *AppMetrics) Frame(outcome, module, reason string, latency time.Duration) {
+func (a *AppMetrics) Frame(outcome, module string, reason why.Drop, latency time.Duration) {
 	if a == nil {
 		return
 	}
 	switch outcome {
 	case Dropped:
 		a.dropped.Inc()
-		k := [2]string{module, reason}
+		k := [2]string{module, string(reason)}
 		a.mu.Lock()
 		c := a.drops[k]
 		if c == nil {
-			c = a.m.framesDropped.WithLabelValues(a.app, module, reason)
+			c = a.m.framesDropped.WithLabelValues(a.app, module, string(reason))
 			a.drops[k] = c
 		}
 		a.mu.Unlock()
@@ -331,11 +333,11 @@ func (mm *ModuleMetrics) Batch(size int) {
 }
 
 // SchedulerDrop counts a request the scheduler dropped.
-func (mm *ModuleMetrics) SchedulerDrop(reason string) {
+func (mm *ModuleMetrics) SchedulerDrop(reason why.Drop) {
 	if mm == nil {
 		return
 	}
-	mm.m.schedDrops.WithLabelValues(mm.app, mm.module, reason).Inc()
+	mm.m.schedDrops.WithLabelValues(mm.app, mm.module, string(reason)).Inc()
 }
 
 // Rejected counts a batch a worker refused.
@@ -426,11 +428,11 @@ func (m *Metrics) Solve(stage string, d time.Duration) {
 }
 
 // Trigger counts an event that asked for a re-plan.
-func (m *Metrics) Trigger(kind string) {
+func (m *Metrics) Trigger(kind why.Trigger) {
 	if m == nil {
 		return
 	}
-	m.triggers.WithLabelValues(kind).Inc()
+	m.triggers.WithLabelValues(string(kind)).Inc()
 }
 
 // Replanned counts an applied plan.
@@ -447,4 +449,23 @@ func (m *Metrics) HTTPRefused(reason string) {
 		return
 	}
 	m.httpRefused.WithLabelValues(reason).Inc()
+}
+
+// dropList and triggerList name every label value of the drop reasons and
+// the trigger kinds, from the coordinator's vocabulary (coordinator/why),
+// for the help texts.
+func dropList() string {
+	var out []string
+	for _, d := range why.Drops() {
+		out = append(out, string(d))
+	}
+	return strings.Join(out, ", ")
+}
+
+func triggerList() string {
+	var out []string
+	for _, t := range why.Triggers() {
+		out = append(out, string(t))
+	}
+	return strings.Join(out, ", ")
 }
