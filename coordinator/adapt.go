@@ -247,118 +247,25 @@ func key(m dag.ModuleID, kind string) string { return string(m) + "\x00" + kind 
 // evaluations, the factors it would plan with differ from the current
 // plan's, and the minimum interval since the last plan has passed.
 func (d *Detector) Observe(now time.Time, obs map[dag.ModuleID]Observation) (Trigger, bool) {
-	var reasons []string
 	names := make([]dag.ModuleID, 0, len(obs))
 	for m := range obs {
 		names = append(names, m)
 	}
 	sort.Slice(names, func(i, j int) bool { return names[i] < names[j] })
-	// Starved: some module has dropped at least MinItems items since it
-	// last finished one (over as many windows as that takes: one 10 fps
-	// stream brings 2-3 frames a window).
-	starved := false
-	for _, m := range names {
-		if o := obs[m]; o.Done > 0 {
-			d.dropRun[m] = 0
-		} else {
-			d.dropRun[m] += o.Dropped
-		}
-		if d.dropRun[m] >= d.cfg.MinItems {
-			starved = true
-		}
-	}
-	if starved {
-		d.starved++
-	} else {
-		d.starved = 0
-	}
-	for _, m := range names {
-		o := d.acc[m].add(obs[m])
-		sk, bk := key(m, "scale"), key(m, "balloon")
-		d.stale[sk]++
-		d.stale[bk]++
-		if o.Tasks > 0 {
-			d.stale[bk] = 0
-			b := max(1, o.Balloon)
-			if o.Excess < d.cfg.MinExcess {
-				b = 1 // too little time to matter, whatever the ratio
-			}
-			d.check(m, "balloon", b, d.plannedBalloon(m), 0.1, d.cfg.MaxBalloon, &reasons)
-		}
-		if o.Done < d.cfg.MinItems {
-			o.Tasks, o.Balloon, o.Excess = 0, 0, 0 // ballooning evaluated; keep pooling items
-			d.acc[m] = o
-			continue
-		}
-		delete(d.acc, m)
-		d.stale[sk] = 0
-		d.check(m, "scale", float64(o.Out)/float64(o.Done), d.plannedScale(m), 0.5, d.cfg.MaxScale, &reasons)
-	}
+	d.countStarved(names, obs)
+	reasons := d.checkWindow(names, obs)
 	t := Trigger{Scale: copyMap(d.scale), Balloon: copyMap(d.balloon), Headroom: d.headroom}
-	// Factors no observation has confirmed while work was being dropped
-	// unfinished go back to the app's: they were learned from streams
-	// whose plan now serves nothing.
-	var stale []string
-	if d.starved >= d.cfg.StaleWindows {
-		for _, m := range d.modules() {
-			sk, bk := key(m, "scale"), key(m, "balloon")
-			if p, def := d.plannedScale(m), d.defScale(m); d.stale[sk] >= d.cfg.StaleWindows && !same(p, def, d.cfg.Threshold, 0.5) {
-				t.Scale[m] = def
-				stale = append(stale, fmt.Sprintf("%s scale %.3g -> %.3g", m, p, def))
-			}
-			if p := d.plannedBalloon(m); d.stale[bk] >= d.cfg.StaleWindows && !same(p, 1, d.cfg.Threshold, 0.1) {
-				t.Balloon[m] = 1
-				stale = append(stale, fmt.Sprintf("%s balloon %.3g -> 1", m, p))
-			}
-		}
-	}
+	stale := d.resetStale(&t)
 	if len(reasons) == 0 && len(stale) == 0 || now.Sub(d.lastPlan) < d.cfg.MinInterval {
 		return Trigger{}, false
 	}
-	// Hysteresis decides whether to re-plan; once re-planning, every factor
-	// off in the latest window rides along (a slowdown that hits several
-	// modules is seen a window apart in each; without this the second
-	// module waits out another minimum interval while it drops frames).
-	var also []string
-	for _, k := range sortedKeys(d.smooth) {
-		v := d.smooth[k]
-		m, kind, _ := strings.Cut(k, "\x00")
-		planned := d.plannedBalloon(dag.ModuleID(m))
-		if kind == "scale" {
-			planned = d.plannedScale(dag.ModuleID(m))
-		}
-		if v < planned && d.streak[k] < d.need(v, planned) {
-			continue // a fall not yet confirmed does not ride along
-		}
-		if d.streak[k] < d.cfg.Windows {
-			also = append(also, fmt.Sprintf("%s %s -> %.3g", m, kind, v))
-		}
-		if kind == "scale" {
-			// A module seen idle keeps capacity for a quarter item per
-			// input, so the first objects find an instance.
-			t.Scale[dag.ModuleID(m)] = max(v, MinScale)
-		} else {
-			t.Balloon[dag.ModuleID(m)] = max(1, v)
-		}
-		if raw, ok := d.over[k]; ok {
-			t.Problems = append(t.Problems, fmt.Sprintf("%s %s observed %.3g, beyond the bound %.3g: planned at the bound", m, kind, raw, v))
-		}
-	}
-	// A re-plan with the factors the plan already has changes nothing:
-	// the streak was noise around the planned value (windows off both
-	// ways), or a smoothed value fell back inside the threshold.
-	scaleMoved, balloonMoved := false, false
-	for _, m := range d.modules(t.Scale, t.Balloon) {
-		if !same(t.Scale[m], d.plannedScale(m), d.cfg.Threshold, 0.5) {
-			if _, ok := t.Scale[m]; ok {
-				scaleMoved = true
-			}
-		}
-		if !same(max(1, t.Balloon[m]), d.plannedBalloon(m), d.cfg.Threshold, 0.1) {
-			balloonMoved = true
-		}
-	}
+	also := d.rideAlong(&t)
+	scaleMoved, balloonMoved := d.moved(t)
 	if !scaleMoved && !balloonMoved {
+		// A re-plan with the factors the plan already has changes
+		// nothing: the streak was noise around the planned value
+		// (windows off both ways), or a smoothed value fell back inside
+		// the threshold.
 		for _, k := range sortedKeys(d.smooth) {
 			d.streak[k] = 0
 		}
@@ -390,6 +297,132 @@ func (d *Detector) Observe(now time.Time, obs map[dag.ModuleID]Observation) (Tri
 		t.Balloon[m] = min(t.Balloon[m], d.cfg.MaxBalloon)
 	}
 	return t, true
+}
+
+// countStarved counts the windows in a row in which some module has
+// dropped at least MinItems items since it last finished one (over as many
+// windows as that takes: one 10 fps stream brings 2-3 frames a window).
+func (d *Detector) countStarved(names []dag.ModuleID, obs map[dag.ModuleID]Observation) {
+	starved := false
+	for _, m := range names {
+		if o := obs[m]; o.Done > 0 {
+			d.dropRun[m] = 0
+		} else {
+			d.dropRun[m] += o.Dropped
+		}
+		if d.dropRun[m] >= d.cfg.MinItems {
+			starved = true
+		}
+	}
+	if starved {
+		d.starved++
+	} else {
+		d.starved = 0
+	}
+}
+
+// checkWindow pools each module's window with the ones before it and
+// checks its ballooning (every window with tasks) and scaling (once
+// MinItems items are pooled) factors against the plan's; it returns the
+// factors that moved past the hysteresis.
+func (d *Detector) checkWindow(names []dag.ModuleID, obs map[dag.ModuleID]Observation) []string {
+	var reasons []string
+	for _, m := range names {
+		o := d.acc[m].add(obs[m])
+		sk, bk := key(m, "scale"), key(m, "balloon")
+		d.stale[sk]++
+		d.stale[bk]++
+		if o.Tasks > 0 {
+			d.stale[bk] = 0
+			b := max(1, o.Balloon)
+			if o.Excess < d.cfg.MinExcess {
+				b = 1 // too little time to matter, whatever the ratio
+			}
+			d.check(m, "balloon", b, d.plannedBalloon(m), 0.1, d.cfg.MaxBalloon, &reasons)
+		}
+		if o.Done < d.cfg.MinItems {
+			o.Tasks, o.Balloon, o.Excess = 0, 0, 0 // ballooning evaluated; keep pooling items
+			d.acc[m] = o
+			continue
+		}
+		delete(d.acc, m)
+		d.stale[sk] = 0
+		d.check(m, "scale", float64(o.Out)/float64(o.Done), d.plannedScale(m), 0.5, d.cfg.MaxScale, &reasons)
+	}
+	return reasons
+}
+
+// resetStale sends the factors no observation has confirmed while work
+// was being dropped unfinished back to the app's (they were learned from
+// streams whose plan now serves nothing), in t; it returns what it reset.
+func (d *Detector) resetStale(t *Trigger) []string {
+	var stale []string
+	if d.starved < d.cfg.StaleWindows {
+		return nil
+	}
+	for _, m := range d.modules() {
+		sk, bk := key(m, "scale"), key(m, "balloon")
+		if p, def := d.plannedScale(m), d.defScale(m); d.stale[sk] >= d.cfg.StaleWindows && !same(p, def, d.cfg.Threshold, 0.5) {
+			t.Scale[m] = def
+			stale = append(stale, fmt.Sprintf("%s scale %.3g -> %.3g", m, p, def))
+		}
+		if p := d.plannedBalloon(m); d.stale[bk] >= d.cfg.StaleWindows && !same(p, 1, d.cfg.Threshold, 0.1) {
+			t.Balloon[m] = 1
+			stale = append(stale, fmt.Sprintf("%s balloon %.3g -> 1", m, p))
+		}
+	}
+	return stale
+}
+
+// rideAlong puts every smoothed factor in t. Hysteresis decides whether
+// to re-plan; once re-planning, every factor off in the latest window
+// rides along (a slowdown that hits several modules is seen a window apart
+// in each; without this the second module waits out another minimum
+// interval while it drops frames). It returns the factors seen off for
+// fewer windows than the hysteresis asks.
+func (d *Detector) rideAlong(t *Trigger) []string {
+	var also []string
+	for _, k := range sortedKeys(d.smooth) {
+		v := d.smooth[k]
+		m, kind, _ := strings.Cut(k, "\x00")
+		planned := d.plannedBalloon(dag.ModuleID(m))
+		if kind == "scale" {
+			planned = d.plannedScale(dag.ModuleID(m))
+		}
+		if v < planned && d.streak[k] < d.need(v, planned) {
+			continue // a fall not yet confirmed does not ride along
+		}
+		if d.streak[k] < d.cfg.Windows {
+			also = append(also, fmt.Sprintf("%s %s -> %.3g", m, kind, v))
+		}
+		if kind == "scale" {
+			// A module seen idle keeps capacity for a quarter item per
+			// input, so the first objects find an instance.
+			t.Scale[dag.ModuleID(m)] = max(v, MinScale)
+		} else {
+			t.Balloon[dag.ModuleID(m)] = max(1, v)
+		}
+		if raw, ok := d.over[k]; ok {
+			t.Problems = append(t.Problems, fmt.Sprintf("%s %s observed %.3g, beyond the bound %.3g: planned at the bound", m, kind, raw, v))
+		}
+	}
+	return also
+}
+
+// moved says whether t's scaling and ballooning factors differ from the
+// plan's beyond the threshold.
+func (d *Detector) moved(t Trigger) (scale, balloon bool) {
+	for _, m := range d.modules(t.Scale, t.Balloon) {
+		if !same(t.Scale[m], d.plannedScale(m), d.cfg.Threshold, 0.5) {
+			if _, ok := t.Scale[m]; ok {
+				scale = true
+			}
+		}
+		if !same(max(1, t.Balloon[m]), d.plannedBalloon(m), d.cfg.Threshold, 0.1) {
+			balloon = true
+		}
+	}
+	return scale, balloon
 }
 
 // same says whether a and b are equal within the relative threshold or the

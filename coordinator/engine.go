@@ -992,22 +992,7 @@ func (e *Engine) onResult(instance string, r worker.Result) {
 	s := t.works[0].s
 	ms := s.mods[t.works[0].m]
 	if r.Outcome == worker.Rejected && t.action != nil {
-		ms.obs.rejected++
-		ms.mx.Rejected()
-		if t.gen == e.schedGen {
-			// The scheduler puts the requests back in line under their
-			// IDs: so must the engine, or they could never be dispatched
-			// or dropped again.
-			for i, w := range t.works {
-				e.reqs[t.reqs[i]] = w
-			}
-			e.sched.Rejected(e.schedTime(now), t.action)
-		} else {
-			for _, w := range t.works {
-				e.arriveGPU(w)
-			}
-		}
-		e.pump()
+		e.requeueRejected(t, ms, now)
 		return
 	}
 	measured := r.Measured
@@ -1027,25 +1012,61 @@ func (e *Engine) onResult(instance string, r worker.Result) {
 	}
 	// Anything but a usable Done drops the task's items, with the outcome's
 	// code as the reason.
-	reason, detail := r.Outcome, r.Detail
-	switch r.Outcome {
-	case worker.Done:
-		if len(r.Outputs) != len(t.works) {
-			reason, detail = worker.BadResult, fmt.Sprintf("%d outputs for %d items", len(r.Outputs), len(t.works))
-		}
-	case worker.Rejected: // only a GPU task has a window to miss
-		reason, detail = worker.BadResult, "rejected a task that had no action window"
-	default:
-		if !r.Outcome.Valid() {
-			reason, detail = worker.BadResult, fmt.Sprintf("unknown outcome %d (detail: %q)", uint8(r.Outcome), r.Detail)
-		}
-	}
-	if reason != worker.Done {
+	if reason, detail := usable(t, r); reason != worker.Done {
 		for _, w := range t.works {
 			e.drop(w, outcomeDrop(reason), detail)
 		}
 		return
 	}
+	e.completed(instance, t, r, measured, now)
+}
+
+// requeueRejected puts a GPU task's requests a worker rejected (its action
+// window passed) back to the scheduler: under their IDs when its
+// scheduler still runs, as new arrivals when a plan has replaced it.
+func (e *Engine) requeueRejected(t *taskState, ms *modState, now time.Time) {
+	ms.obs.rejected++
+	ms.mx.Rejected()
+	if t.gen == e.schedGen {
+		// The scheduler puts the requests back in line under their
+		// IDs: so must the engine, or they could never be dispatched
+		// or dropped again.
+		for i, w := range t.works {
+			e.reqs[t.reqs[i]] = w
+		}
+		e.sched.Rejected(e.schedTime(now), t.action)
+	} else {
+		for _, w := range t.works {
+			e.arriveGPU(w)
+		}
+	}
+	e.pump()
+}
+
+// usable says whether a result can be used (worker.Done) or else why not:
+// its outcome, or BadResult with what is wrong with it.
+func usable(t *taskState, r worker.Result) (worker.Outcome, string) {
+	switch r.Outcome {
+	case worker.Done:
+		if len(r.Outputs) != len(t.works) {
+			return worker.BadResult, fmt.Sprintf("%d outputs for %d items", len(r.Outputs), len(t.works))
+		}
+	case worker.Rejected: // only a GPU task has a window to miss
+		return worker.BadResult, "rejected a task that had no action window"
+	default:
+		if !r.Outcome.Valid() {
+			return worker.BadResult, fmt.Sprintf("unknown outcome %d (detail: %q)", uint8(r.Outcome), r.Detail)
+		}
+	}
+	return r.Outcome, r.Detail
+}
+
+// completed records a task that ran (its measured time teaches the
+// ballooning factor unless it was a cold run) and sends its items' outputs
+// on to the next modules.
+func (e *Engine) completed(instance string, t *taskState, r worker.Result, measured time.Duration, now time.Time) {
+	s := t.works[0].s
+	ms := s.mods[t.works[0].m]
 	if exp := ms.expected(instance, len(t.works)); exp > 0 && measured > 0 {
 		ms.obs.measured += r.Measured
 		ms.obs.profiled += exp

@@ -353,14 +353,7 @@ func (e *Engine) sortedInsts() []*instState {
 func (e *Engine) apply(out planOutput) {
 	e.planning = false
 	now := e.now()
-	// Re-check: an instance the plan counts on has gone since the snapshot.
-	stale := ""
-	for _, pi := range out.plan.Instances {
-		if out.snapIDs[string(pi.ID)] && e.insts[string(pi.ID)] == nil && len(pi.Loads) > 0 {
-			stale = string(pi.ID)
-		}
-	}
-	if stale != "" {
+	if stale := e.staleInstance(out); stale != "" {
 		e.log.Info("plan discarded: instance gone since the snapshot", "instance", stale, "trigger", out.trigger)
 		e.replanDue = append(e.replanDue, out.trigger)
 		e.dueKinds = append(e.dueKinds, out.kinds...)
@@ -372,11 +365,29 @@ func (e *Engine) apply(out planOutput) {
 	rp := Replan{N: e.nextPlan, At: now, Trigger: out.trigger, Kinds: out.kinds, PlanMS: float64(out.took.Microseconds()) / 1000,
 		Moves: out.plan.Moves, CostWhole: out.plan.CostWhole, CostFractional: out.plan.CostFractional,
 		Shortages: out.plan.Shortages, Problems: out.problems}
-	inPlan := map[string]placement.Instance{}
+	rp.Problems = append(rp.Problems, e.startPlanned(out, now)...)
+	e.releaseUnplanned(out, prevWarm, now)
+	rp.Sessions = e.applySessions(out, now)
+	e.loadPlanned(prevWarm, now, &rp)
+	e.record(rp, now)
+}
+
+// staleInstance names an instance the plan counts on that has gone since
+// the snapshot it was made from ("" when none has): the plan is discarded.
+func (e *Engine) staleInstance(out planOutput) string {
+	stale := ""
 	for _, pi := range out.plan.Instances {
-		inPlan[string(pi.ID)] = pi
+		if out.snapIDs[string(pi.ID)] && e.insts[string(pi.ID)] == nil && len(pi.Loads) > 0 {
+			stale = string(pi.ID)
+		}
 	}
-	// Start what the plan starts.
+	return stale
+}
+
+// startPlanned starts what the plan starts and sets every planned
+// instance's state and loads; it returns the starts that failed.
+func (e *Engine) startPlanned(out planOutput, now time.Time) []string {
+	var problems []string
 	for _, pi := range out.plan.Instances {
 		id := string(pi.ID)
 		in := e.insts[id]
@@ -386,7 +397,7 @@ func (e *Engine) apply(out planOutput) {
 			}
 			inst, err := e.cfg.Provisioner.Start(id, pi.Type)
 			if err != nil {
-				rp.Problems = append(rp.Problems, fmt.Sprintf("start %s: %v", id, err))
+				problems = append(problems, fmt.Sprintf("start %s: %v", id, err))
 				continue
 			}
 			in = &instState{id: id, typ: pi.Type, inst: inst, outstanding: map[uint64]bool{}}
@@ -416,10 +427,19 @@ func (e *Engine) apply(out planOutput) {
 			in.releaseAt = now.Add(24 * time.Hour)
 		}
 	}
-	// Release what the plan released (never a registered worker: it stays
-	// connected, idle, until it leaves).
+	return problems
+}
+
+// releaseUnplanned releases the instances of the snapshot the plan left
+// out (never a registered worker: it stays connected, idle, until it
+// leaves).
+func (e *Engine) releaseUnplanned(out planOutput, prevWarm map[string][]bridgeLoad, now time.Time) {
+	inPlan := map[string]bool{}
+	for _, pi := range out.plan.Instances {
+		inPlan[string(pi.ID)] = true
+	}
 	for _, in := range e.sortedInsts() {
-		if _, ok := inPlan[in.id]; ok || !out.snapIDs[in.id] {
+		if inPlan[in.id] || !out.snapIDs[in.id] {
 			continue
 		}
 		if in.registered {
@@ -443,68 +463,84 @@ func (e *Engine) apply(out planOutput) {
 			e.cfg.Provisioner.Release(in.id)
 		}
 	}
-	// Sessions: allocations, budgets and routes.
+}
+
+// applySessions gives every session its allocation, budgets and
+// admission from the plan, resets its routes and wakes the streams that
+// waited for a plan; it returns the sessions as planned, by app.
+func (e *Engine) applySessions(out planOutput, now time.Time) []PlannedSession {
+	var planned []PlannedSession
 	for id, s := range e.sessions {
-		in := out.inputs[id]
-		ps := PlannedSession{App: id, Rate: in.rate, Scale: in.scale, Balloon: in.balloon, IngestMS: millis(in.reserve)}
-		if in.extra > 1 {
-			ps.Headroom = in.extra
-		}
-		a := out.allocs[id]
-		s.admit = 1
-		if f, ok := out.admit[id]; ok {
-			s.admit = f
-		}
-		ps.Admitted = s.admit
-		s.mx.Admitted(s.admit)
-		s.degraded = out.appProblem[id]
-		ps.Reason = s.degraded
-		if a != nil {
-			s.alloc, s.rate = a, in.rate
-			ps.Feasible, ps.Cost, ps.Critical = !slices.Contains(out.kept, id), a.CostPerHour, a.CriticalLatencyMS
-			for _, ma := range a.Modules {
-				s.mods[ma.Module].budget = time.Duration(ma.LatencyMS * float64(time.Millisecond))
-			}
-			s.reserve = in.reserve
-			s.planTail = tails(s.g, func(m dag.ModuleID) time.Duration {
-				if s.mods[m].mod.Kind == dag.GPU {
-					return s.mods[m].budget + e.cfg.DispatchDelay
-				}
-				return s.mods[m].budget
-			})
-			plan := out.plan
-			s.plan = &plan
-		} else if in.rate > 0 && ps.Reason == "" {
-			ps.Reason = "no allocation"
-		} else if in.rate == 0 && s.plan != nil && len(s.streams) == 0 {
-			// No streams: the session holds nothing (its instances were
-			// unloaded by this plan and go after the turn-off delay) and
-			// costs nothing; the next stream waits for a fresh plan.
-			s.alloc, s.plan, s.rate, s.admit, s.degraded = nil, nil, 0, 1, ""
-			s.planned = make(chan struct{})
-			ps.Reason = "no streams"
-		}
-		full := map[dag.ModuleID]float64{}
-		for _, m := range s.g.Order() {
-			full[m] = s.g.Scale(m, s.scale)
-		}
-		s.det.Planned(now, full, s.balloon, in.extra)
-		if in.rate > 0 {
-			select {
-			case <-s.planned:
-			default:
-				close(s.planned)
-			}
-		}
-		for _, ms := range s.mods {
-			ms.routes, ms.conc, ms.latency, ms.gpuLat = nil, map[string]int{}, map[string]time.Duration{}, map[string][]time.Duration{}
-			ms.cpuProf, ms.gpuProf = map[string]time.Duration{}, map[string][]time.Duration{}
-		}
-		rp.Sessions = append(rp.Sessions, ps)
+		planned = append(planned, e.applySession(id, s, out, now))
 	}
-	sort.Slice(rp.Sessions, func(i, j int) bool { return rp.Sessions[i].App < rp.Sessions[j].App })
-	// Loads onto instances, and the bridges that keep a moved GPU module
-	// where it runs warm until its new instances are.
+	sort.Slice(planned, func(i, j int) bool { return planned[i].App < planned[j].App })
+	return planned
+}
+
+func (e *Engine) applySession(id dag.AppID, s *session, out planOutput, now time.Time) PlannedSession {
+	in := out.inputs[id]
+	ps := PlannedSession{App: id, Rate: in.rate, Scale: in.scale, Balloon: in.balloon, IngestMS: millis(in.reserve)}
+	if in.extra > 1 {
+		ps.Headroom = in.extra
+	}
+	a := out.allocs[id]
+	s.admit = 1
+	if f, ok := out.admit[id]; ok {
+		s.admit = f
+	}
+	ps.Admitted = s.admit
+	s.mx.Admitted(s.admit)
+	s.degraded = out.appProblem[id]
+	ps.Reason = s.degraded
+	if a != nil {
+		s.alloc, s.rate = a, in.rate
+		ps.Feasible, ps.Cost, ps.Critical = !slices.Contains(out.kept, id), a.CostPerHour, a.CriticalLatencyMS
+		for _, ma := range a.Modules {
+			s.mods[ma.Module].budget = time.Duration(ma.LatencyMS * float64(time.Millisecond))
+		}
+		s.reserve = in.reserve
+		s.planTail = tails(s.g, func(m dag.ModuleID) time.Duration {
+			if s.mods[m].mod.Kind == dag.GPU {
+				return s.mods[m].budget + e.cfg.DispatchDelay
+			}
+			return s.mods[m].budget
+		})
+		plan := out.plan
+		s.plan = &plan
+	} else if in.rate > 0 && ps.Reason == "" {
+		ps.Reason = "no allocation"
+	} else if in.rate == 0 && s.plan != nil && len(s.streams) == 0 {
+		// No streams: the session holds nothing (its instances were
+		// unloaded by this plan and go after the turn-off delay) and
+		// costs nothing; the next stream waits for a fresh plan.
+		s.alloc, s.plan, s.rate, s.admit, s.degraded = nil, nil, 0, 1, ""
+		s.planned = make(chan struct{})
+		ps.Reason = "no streams"
+	}
+	full := map[dag.ModuleID]float64{}
+	for _, m := range s.g.Order() {
+		full[m] = s.g.Scale(m, s.scale)
+	}
+	s.det.Planned(now, full, s.balloon, in.extra)
+	if in.rate > 0 {
+		select {
+		case <-s.planned:
+		default:
+			close(s.planned)
+		}
+	}
+	for _, ms := range s.mods {
+		ms.routes, ms.conc, ms.latency, ms.gpuLat = nil, map[string]int{}, map[string]time.Duration{}, map[string][]time.Duration{}
+		ms.cpuProf, ms.gpuProf = map[string]time.Duration{}, map[string][]time.Duration{}
+	}
+	return ps
+}
+
+// loadPlanned loads the plan's modules onto the instances, with the
+// bridges that keep a moved GPU module where it runs warm until its new
+// instances are, rebuilds the central scheduler, and starts moving the
+// streams whose state the plan moved; rp gets the problems and bridges.
+func (e *Engine) loadPlanned(prevWarm map[string][]bridgeLoad, now time.Time, rp *Replan) {
 	e.bridgeTo(prevWarm)
 	for _, in := range e.sortedInsts() {
 		if in.pending {
@@ -531,6 +567,12 @@ func (e *Engine) apply(out planOutput) {
 			}
 		}
 	}
+}
+
+// record keeps an applied plan in the history (a routine check that
+// changed nothing is not a re-plan), counts and logs it, and runs the
+// re-plan the triggers that came meanwhile asked for.
+func (e *Engine) record(rp Replan, now time.Time) {
 	rp.Unchanged = e.lastApplied != nil && sameOutcome(*e.lastApplied, rp)
 	e.lastApplied = &rp
 	if rp.Unchanged && routine(rp.Kinds) {
@@ -813,61 +855,16 @@ func (e *Engine) rebuildScheduler() error {
 			if ms.mod.Kind != dag.GPU {
 				continue
 			}
-			var ids []scheduler.GPUID
-			share := map[scheduler.GPUID]float64{} // placement's rate for each slot (the nexus policy's packing)
-			var table []time.Duration
-			for _, r := range ms.routes {
-				in := e.insts[r.inst]
-				if in == nil || in.lost {
-					continue
-				}
-				// Each module has its own slots on an instance: the plan
-				// gives co-located modules fractions of the GPU that run
-				// side by side (Scrooge's partial allocations). Slots
-				// shared by the instance's modules made a 10 ms AlexNet
-				// batch wait out a 1.5 s S2VT batch on the same P100
-				// (caption: features took 565 ms against a 46 ms budget).
-				for slot := range max(1, ms.conc[r.inst]) {
-					gid := e.gpuID(fmt.Sprintf("%s#%s#%d", r.inst, ms.key, slot))
-					ids = append(ids, gid)
-					e.slotsOf[r.inst+"#"+ms.key] = append(e.slotsOf[r.inst+"#"+ms.key], gid)
-					gpuSet[gid] = true
-					share[gid] += r.weight / float64(max(1, ms.conc[r.inst]))
-				}
-				if l := ms.gpuLat[r.inst]; len(table) == 0 || len(l) > 0 && l[0] > table[0] {
-					table = l
-				}
-			}
-			if len(ids) == 0 || len(table) == 0 {
+			model, ok := e.schedModel(s, m, gpuSet)
+			if !ok {
 				continue
 			}
-			slices.Sort(ids)
-			slo := ms.budget
-			if slo <= 0 {
-				slo = s.app.SLO
-			}
-			// The nexus policy packs models onto GPUs by their expected
-			// rates: the allocation's (the others estimate online).
-			rate := 0.0
-			if e.cfg.Policy == scheduler.Nexus && s.alloc != nil {
-				for _, ma := range s.alloc.Modules {
-					if ma.Module == m {
-						rate = ma.Rate
-					}
-				}
-			}
-			var shares []float64
-			if e.cfg.Policy == scheduler.Nexus {
-				for _, g := range ids {
-					shares = append(shares, share[g])
-				}
-			}
-			cfg.Models = append(cfg.Models, scheduler.Model{ID: ms.model, SLO: slo, Latency: table, GPUs: ids, Rate: rate, Shares: shares})
+			cfg.Models = append(cfg.Models, model)
 			ms.scheduled = true
 			if ms.lastDone.IsZero() {
 				ms.lastDone = e.now() // the probe's clock starts with the model's first scheduler
 			}
-			fmt.Fprintf(&sig, "%s %v %v %v %.6g %.6g|", ms.model, slo, table, ids, rate, shares)
+			fmt.Fprintf(&sig, "%s %v %v %v %.6g %.6g|", model.ID, model.SLO, model.Latency, model.GPUs, model.Rate, model.Shares)
 		}
 	}
 	for g := range gpuSet {
@@ -878,6 +875,71 @@ func (e *Engine) rebuildScheduler() error {
 		return nil
 	}
 	e.schedSig = sig.String()
+	return e.replaceScheduler(cfg)
+}
+
+// schedModel is a GPU module as the central scheduler sees it: its own
+// slots on each instance it is routed to (added to gpuSet), its latency
+// table, its budget as the SLO and, for the nexus policy, its rate and
+// slot shares; false when no live instance serves it.
+func (e *Engine) schedModel(s *session, m dag.ModuleID, gpuSet map[scheduler.GPUID]bool) (scheduler.Model, bool) {
+	ms := s.mods[m]
+	var ids []scheduler.GPUID
+	share := map[scheduler.GPUID]float64{} // placement's rate for each slot (the nexus policy's packing)
+	var table []time.Duration
+	for _, r := range ms.routes {
+		in := e.insts[r.inst]
+		if in == nil || in.lost {
+			continue
+		}
+		// Each module has its own slots on an instance: the plan gives
+		// co-located modules fractions of the GPU that run side by side
+		// (Scrooge's partial allocations). Slots shared by the instance's
+		// modules made a 10 ms AlexNet batch wait out a 1.5 s S2VT batch
+		// on the same P100 (caption: features took 565 ms against a 46 ms
+		// budget).
+		for slot := range max(1, ms.conc[r.inst]) {
+			gid := e.gpuID(fmt.Sprintf("%s#%s#%d", r.inst, ms.key, slot))
+			ids = append(ids, gid)
+			e.slotsOf[r.inst+"#"+ms.key] = append(e.slotsOf[r.inst+"#"+ms.key], gid)
+			gpuSet[gid] = true
+			share[gid] += r.weight / float64(max(1, ms.conc[r.inst]))
+		}
+		if l := ms.gpuLat[r.inst]; len(table) == 0 || len(l) > 0 && l[0] > table[0] {
+			table = l
+		}
+	}
+	if len(ids) == 0 || len(table) == 0 {
+		return scheduler.Model{}, false
+	}
+	slices.Sort(ids)
+	slo := ms.budget
+	if slo <= 0 {
+		slo = s.app.SLO
+	}
+	// The nexus policy packs models onto GPUs by their expected rates: the
+	// allocation's (the others estimate online).
+	rate := 0.0
+	var shares []float64
+	if e.cfg.Policy == scheduler.Nexus {
+		if s.alloc != nil {
+			for _, ma := range s.alloc.Modules {
+				if ma.Module == m {
+					rate = ma.Rate
+				}
+			}
+		}
+		for _, g := range ids {
+			shares = append(shares, share[g])
+		}
+	}
+	return scheduler.Model{ID: ms.model, SLO: slo, Latency: table, GPUs: ids, Rate: rate, Shares: shares}, true
+}
+
+// replaceScheduler starts a new central scheduler from cfg (none when no
+// GPU module is served) and hands it the requests the old one held, in
+// their order.
+func (e *Engine) replaceScheduler(cfg scheduler.Config) error {
 	e.schedGen++
 	if e.schedTm != nil {
 		e.schedTm.Stop()

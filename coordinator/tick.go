@@ -23,96 +23,15 @@ func (e *Engine) armTick() {
 // open far past their deadline as lost, and runs the periodic epoch.
 func (e *Engine) tick() {
 	now := e.now()
-	win := e.cfg.Adapt.Window.Seconds()
-	type due struct {
-		kind why.Trigger
-		text string
-	}
-	var triggers []due
+	var triggers []adaptDue
 	for _, id := range e.appIDs() {
 		s := e.sessions[id]
-		obs := map[dag.ModuleID]Observation{}
-		for m, ms := range s.mods {
-			o := ms.obs.Observation
-			o.Dropped = ms.obs.dropped
-			if ms.obs.balloonN > 0 && ms.obs.profiled > 0 {
-				o.Tasks = ms.obs.balloonN
-				o.Balloon = float64(ms.obs.measured) / float64(ms.obs.profiled)
-				o.Excess = (ms.obs.measured - ms.obs.profiled) / time.Duration(ms.obs.balloonN)
-			}
-			obs[m] = o
-			st := ModuleStatus{Module: m, Kind: ms.mod.Kind, RateIn: float64(o.In) / win, RateOut: float64(o.Out) / win,
-				Balloon: o.Balloon, BudgetMS: ms.budget.Seconds() * 1000, Instances: len(ms.routes), Dropped: ms.last.Dropped + uint64(ms.obs.dropped),
-				Rejected: ms.last.Rejected + uint64(ms.obs.rejected)}
-			if o.Done > 0 {
-				st.Scale = float64(o.Out) / float64(o.Done)
-			} else {
-				st.Scale = ms.last.Scale
-			}
-			if ms.obs.latN > 0 {
-				st.LatencyMS = ms.obs.latSum.Seconds() * 1000 / float64(ms.obs.latN)
-			} else {
-				st.LatencyMS = ms.last.LatencyMS
-			}
-			if ms.obs.tasks > 0 {
-				st.ExecMS = ms.obs.execSum.Seconds() * 1000 / float64(ms.obs.tasks)
-				st.MeanBatch = float64(ms.obs.batches) / float64(ms.obs.tasks)
-			} else {
-				st.ExecMS, st.MeanBatch = ms.last.ExecMS, ms.last.MeanBatch
-				if o.Balloon == 0 {
-					st.Balloon = ms.last.Balloon
-				}
-			}
-			ms.last = st
-			ms.obs = modObs{}
+		obs := e.closeWindow(s)
+		e.checkIngest(id, s)
+		if t, ok := e.adapt(id, s, obs, now); ok {
+			triggers = append(triggers, t)
 		}
-		if d, ok := s.ingestP95(); ok && len(s.streams) > 0 && d >= s.app.SLO/2 {
-			if s.ingestOver == "" {
-				s.ingestOver = fmt.Sprintf("ingest saturated: frames reach the session %v after capture (p95), half the %v SLO or more; they cannot finish, and new streams are refused", d.Round(time.Millisecond), s.app.SLO)
-				e.log.Warn("ingest saturated", "app", id, "ingest_p95", d.Round(time.Millisecond), "slo", s.app.SLO, "streams", len(s.streams))
-			}
-		} else if s.ingestOver != "" {
-			e.log.Info("ingest recovered", "app", id)
-			s.ingestOver = ""
-		}
-		if s.plan != nil && len(s.streams) > 0 {
-			// The delay before frames reach the session moved away from
-			// what the plan reserved for it: re-plan (at most every 5 s).
-			if r := s.ingestReserve(); now.Sub(s.reserveAt) >= 5*time.Second && absDur(r-s.reserve) > max(10*time.Millisecond, s.reserve/4) {
-				s.reserveAt = now
-				e.trigger(why.OnIngest, fmt.Sprintf("%s: ingest delay p95 %v, the plan reserved %v of the SLO", id, r, s.reserve))
-			}
-			if t, ok := s.det.Observe(now, obs); ok {
-				s.scale, s.balloon = t.Scale, t.Balloon
-				triggers = append(triggers, due{t.Kind, string(id) + ": " + t.Reason})
-				e.adaptProblems(id, t)
-			} else if t, ok := s.det.FinishRate(now, s.acct.windowsBefore(now.Add(-s.app.SLO-100*time.Millisecond), e.cfg.Adapt.FinishWindows)); ok {
-				s.headroom = t.Headroom
-				triggers = append(triggers, due{t.Kind, string(id) + ": " + t.Reason})
-			} else {
-				e.adaptProblems(id, t)
-			}
-		}
-		// Frames far past their deadline are lost: counted, never forgotten.
-		var lost []*frame
-		for _, fr := range s.frames {
-			if now.Sub(fr.deadline) > e.cfg.LostAfter {
-				lost = append(lost, fr)
-			}
-		}
-		sort.Slice(lost, func(i, j int) bool {
-			if lost[i].key.stream != lost[j].key.stream {
-				return lost[i].key.stream < lost[j].key.stream
-			}
-			return lost[i].key.seq < lost[j].key.seq
-		})
-		for _, fr := range lost {
-			if !fr.dropped {
-				fr.dropped, fr.reason = true, why.Lost
-				fr.module = "-"
-			}
-			e.finishFrame(s, fr)
-		}
+		e.loseOverdue(s, now)
 	}
 	for _, t := range triggers {
 		e.trigger(t.kind, "adapt "+t.text)
@@ -125,6 +44,120 @@ func (e *Engine) tick() {
 	e.releaseDrained()
 	e.publishMetrics(now)
 	e.armTick()
+}
+
+// adaptDue is a re-plan a session's detector asked for in a tick: run
+// once every session's window is closed.
+type adaptDue struct {
+	kind why.Trigger
+	text string
+}
+
+// closeWindow ends the adaptation window of a session's modules: their
+// observations for the detector, their status for /v1/status (a module
+// idle in the window keeps its last figures).
+func (e *Engine) closeWindow(s *session) map[dag.ModuleID]Observation {
+	win := e.cfg.Adapt.Window.Seconds()
+	obs := map[dag.ModuleID]Observation{}
+	for m, ms := range s.mods {
+		o := ms.obs.Observation
+		o.Dropped = ms.obs.dropped
+		if ms.obs.balloonN > 0 && ms.obs.profiled > 0 {
+			o.Tasks = ms.obs.balloonN
+			o.Balloon = float64(ms.obs.measured) / float64(ms.obs.profiled)
+			o.Excess = (ms.obs.measured - ms.obs.profiled) / time.Duration(ms.obs.balloonN)
+		}
+		obs[m] = o
+		st := ModuleStatus{Module: m, Kind: ms.mod.Kind, RateIn: float64(o.In) / win, RateOut: float64(o.Out) / win,
+			Balloon: o.Balloon, BudgetMS: ms.budget.Seconds() * 1000, Instances: len(ms.routes), Dropped: ms.last.Dropped + uint64(ms.obs.dropped),
+			Rejected: ms.last.Rejected + uint64(ms.obs.rejected)}
+		if o.Done > 0 {
+			st.Scale = float64(o.Out) / float64(o.Done)
+		} else {
+			st.Scale = ms.last.Scale
+		}
+		if ms.obs.latN > 0 {
+			st.LatencyMS = ms.obs.latSum.Seconds() * 1000 / float64(ms.obs.latN)
+		} else {
+			st.LatencyMS = ms.last.LatencyMS
+		}
+		if ms.obs.tasks > 0 {
+			st.ExecMS = ms.obs.execSum.Seconds() * 1000 / float64(ms.obs.tasks)
+			st.MeanBatch = float64(ms.obs.batches) / float64(ms.obs.tasks)
+		} else {
+			st.ExecMS, st.MeanBatch = ms.last.ExecMS, ms.last.MeanBatch
+			if o.Balloon == 0 {
+				st.Balloon = ms.last.Balloon
+			}
+		}
+		ms.last = st
+		ms.obs = modObs{}
+	}
+	return obs
+}
+
+// checkIngest says loudly when frames reach the session half its SLO or
+// more after capture (they cannot finish; new streams are refused), and
+// when that ends.
+func (e *Engine) checkIngest(id dag.AppID, s *session) {
+	if d, ok := s.ingestP95(); ok && len(s.streams) > 0 && d >= s.app.SLO/2 {
+		if s.ingestOver == "" {
+			s.ingestOver = fmt.Sprintf("ingest saturated: frames reach the session %v after capture (p95), half the %v SLO or more; they cannot finish, and new streams are refused", d.Round(time.Millisecond), s.app.SLO)
+			e.log.Warn("ingest saturated", "app", id, "ingest_p95", d.Round(time.Millisecond), "slo", s.app.SLO, "streams", len(s.streams))
+		}
+	} else if s.ingestOver != "" {
+		e.log.Info("ingest recovered", "app", id)
+		s.ingestOver = ""
+	}
+}
+
+// adapt runs a planned session's detectors on the window: the ingest
+// delay against the plan's reserve (a re-plan now, at most every 5 s),
+// then the scaling and ballooning factors, else the finish rate; it
+// returns the re-plan they ask for.
+func (e *Engine) adapt(id dag.AppID, s *session, obs map[dag.ModuleID]Observation, now time.Time) (adaptDue, bool) {
+	if s.plan == nil || len(s.streams) == 0 {
+		return adaptDue{}, false
+	}
+	if r := s.ingestReserve(); now.Sub(s.reserveAt) >= 5*time.Second && absDur(r-s.reserve) > max(10*time.Millisecond, s.reserve/4) {
+		s.reserveAt = now
+		e.trigger(why.OnIngest, fmt.Sprintf("%s: ingest delay p95 %v, the plan reserved %v of the SLO", id, r, s.reserve))
+	}
+	if t, ok := s.det.Observe(now, obs); ok {
+		s.scale, s.balloon = t.Scale, t.Balloon
+		e.adaptProblems(id, t)
+		return adaptDue{t.Kind, string(id) + ": " + t.Reason}, true
+	} else if t, ok := s.det.FinishRate(now, s.acct.windowsBefore(now.Add(-s.app.SLO-100*time.Millisecond), e.cfg.Adapt.FinishWindows)); ok {
+		s.headroom = t.Headroom
+		return adaptDue{t.Kind, string(id) + ": " + t.Reason}, true
+	} else {
+		e.adaptProblems(id, t)
+	}
+	return adaptDue{}, false
+}
+
+// loseOverdue ends the session's frames far past their deadline as lost:
+// counted, never forgotten.
+func (e *Engine) loseOverdue(s *session, now time.Time) {
+	var lost []*frame
+	for _, fr := range s.frames {
+		if now.Sub(fr.deadline) > e.cfg.LostAfter {
+			lost = append(lost, fr)
+		}
+	}
+	sort.Slice(lost, func(i, j int) bool {
+		if lost[i].key.stream != lost[j].key.stream {
+			return lost[i].key.stream < lost[j].key.stream
+		}
+		return lost[i].key.seq < lost[j].key.seq
+	})
+	for _, fr := range lost {
+		if !fr.dropped {
+			fr.dropped, fr.reason = true, why.Lost
+			fr.module = "-"
+		}
+		e.finishFrame(s, fr)
+	}
 }
 
 // adaptProblems says loudly what a detector saw and will not plan for.
