@@ -105,11 +105,11 @@ type Trigger struct {
 	Problems []string
 }
 
-// Detector decides when a session's observed scaling or ballooning factors
+// detector decides when a session's observed scaling or ballooning factors
 // have moved far enough from the plan's to re-plan, and when its finish
 // rate asks for more capacity. It is a pure state machine: time comes in
 // with each call.
-type Detector struct {
+type detector struct {
 	cfg      AdaptConfig
 	def      map[dag.ModuleID]float64 // the app's scaling factors (YAML)
 	scale    map[dag.ModuleID]float64 // what the current plan assumes
@@ -127,10 +127,10 @@ type Detector struct {
 	frAsked  bool                 // a finish-rate re-plan is on its way
 }
 
-// NewDetector returns a detector for an app whose modules declare the
+// newDetector returns a detector for an app whose modules declare the
 // scaling factors def (nil: 1 for every module).
-func NewDetector(cfg AdaptConfig, def map[dag.ModuleID]float64) *Detector {
-	d := &Detector{cfg: cfg.withDefaults(), def: copyMap(def)}
+func newDetector(cfg AdaptConfig, def map[dag.ModuleID]float64) *detector {
+	d := &detector{cfg: cfg.withDefaults(), def: copyMap(def)}
 	d.Forget()
 	return d
 }
@@ -138,7 +138,7 @@ func NewDetector(cfg AdaptConfig, def map[dag.ModuleID]float64) *Detector {
 // Forget drops everything learned: the session's last stream left, and
 // what its streams taught describes nothing that still runs. The next plan
 // is made with the app's factors and the engine's headroom.
-func (d *Detector) Forget() {
+func (d *detector) Forget() {
 	d.scale, d.balloon = copyMap(d.def), map[dag.ModuleID]float64{}
 	d.headroom = 1
 	d.acc = map[dag.ModuleID]Observation{}
@@ -158,13 +158,13 @@ func (d *Detector) Forget() {
 // up at now: the finish-rate rule judges only windows that start after
 // it. What a warm-up loses (frames that waited for new instances) is not a
 // lack of rate, and more headroom would start more instances to warm up.
-func (d *Detector) Warmed(now time.Time) {
+func (d *detector) Warmed(now time.Time) {
 	if !d.planned.IsZero() && now.After(d.planned) {
 		d.planned = now
 	}
 }
 
-func (d *Detector) Planned(now time.Time, scale, balloon map[dag.ModuleID]float64, headroom float64) {
+func (d *detector) Planned(now time.Time, scale, balloon map[dag.ModuleID]float64, headroom float64) {
 	oldScale, oldBalloon, oldHeadroom := copyMap(d.scale), copyMap(d.balloon), d.headroom
 	d.scale, d.balloon = copyMap(scale), copyMap(balloon)
 	d.headroom = max(1, headroom)
@@ -222,14 +222,14 @@ func copyMap(m map[dag.ModuleID]float64) map[dag.ModuleID]float64 {
 	return out
 }
 
-func (d *Detector) defScale(m dag.ModuleID) float64 {
+func (d *detector) defScale(m dag.ModuleID) float64 {
 	if v, ok := d.def[m]; ok {
 		return v
 	}
 	return 1
 }
 
-func (d *Detector) plannedScale(m dag.ModuleID) float64 {
+func (d *detector) plannedScale(m dag.ModuleID) float64 {
 	if v, ok := d.scale[m]; ok {
 		return v
 	}
@@ -238,7 +238,7 @@ func (d *Detector) plannedScale(m dag.ModuleID) float64 {
 
 // plannedBalloon is what the plan assumes (plans never assume better than
 // the profile).
-func (d *Detector) plannedBalloon(m dag.ModuleID) float64 { return max(1, d.balloon[m]) }
+func (d *detector) plannedBalloon(m dag.ModuleID) float64 { return max(1, d.balloon[m]) }
 
 func key(m dag.ModuleID, kind string) string { return string(m) + "\x00" + kind }
 
@@ -246,7 +246,7 @@ func key(m dag.ModuleID, kind string) string { return string(m) + "\x00" + kind 
 // module's factor has been off by more than the threshold for enough
 // evaluations, the factors it would plan with differ from the current
 // plan's, and the minimum interval since the last plan has passed.
-func (d *Detector) Observe(now time.Time, obs map[dag.ModuleID]Observation) (Trigger, bool) {
+func (d *detector) Observe(now time.Time, obs map[dag.ModuleID]Observation) (Trigger, bool) {
 	names := make([]dag.ModuleID, 0, len(obs))
 	for m := range obs {
 		names = append(names, m)
@@ -302,7 +302,7 @@ func (d *Detector) Observe(now time.Time, obs map[dag.ModuleID]Observation) (Tri
 // countStarved counts the windows in a row in which some module has
 // dropped at least MinItems items since it last finished one (over as many
 // windows as that takes: one 10 fps stream brings 2-3 frames a window).
-func (d *Detector) countStarved(names []dag.ModuleID, obs map[dag.ModuleID]Observation) {
+func (d *detector) countStarved(names []dag.ModuleID, obs map[dag.ModuleID]Observation) {
 	starved := false
 	for _, m := range names {
 		if o := obs[m]; o.Done > 0 {
@@ -325,7 +325,7 @@ func (d *Detector) countStarved(names []dag.ModuleID, obs map[dag.ModuleID]Obser
 // checks its ballooning (every window with tasks) and scaling (once
 // MinItems items are pooled) factors against the plan's; it returns the
 // factors that moved past the hysteresis.
-func (d *Detector) checkWindow(names []dag.ModuleID, obs map[dag.ModuleID]Observation) []string {
+func (d *detector) checkWindow(names []dag.ModuleID, obs map[dag.ModuleID]Observation) []string {
 	var reasons []string
 	for _, m := range names {
 		o := d.acc[m].add(obs[m])
@@ -355,7 +355,7 @@ func (d *Detector) checkWindow(names []dag.ModuleID, obs map[dag.ModuleID]Observ
 // resetStale sends the factors no observation has confirmed while work
 // was being dropped unfinished back to the app's (they were learned from
 // streams whose plan now serves nothing), in t; it returns what it reset.
-func (d *Detector) resetStale(t *Trigger) []string {
+func (d *detector) resetStale(t *Trigger) []string {
 	var stale []string
 	if d.starved < d.cfg.StaleWindows {
 		return nil
@@ -380,7 +380,7 @@ func (d *Detector) resetStale(t *Trigger) []string {
 // in each; without this the second module waits out another minimum
 // interval while it drops frames). It returns the factors seen off for
 // fewer windows than the hysteresis asks.
-func (d *Detector) rideAlong(t *Trigger) []string {
+func (d *detector) rideAlong(t *Trigger) []string {
 	var also []string
 	for _, k := range sortedKeys(d.smooth) {
 		v := d.smooth[k]
@@ -411,7 +411,7 @@ func (d *Detector) rideAlong(t *Trigger) []string {
 
 // moved says whether t's scaling and ballooning factors differ from the
 // plan's beyond the threshold.
-func (d *Detector) moved(t Trigger) (scale, balloon bool) {
+func (d *detector) moved(t Trigger) (scale, balloon bool) {
 	for _, m := range d.modules(t.Scale, t.Balloon) {
 		if !same(t.Scale[m], d.plannedScale(m), d.cfg.Threshold, 0.5) {
 			if _, ok := t.Scale[m]; ok {
@@ -434,7 +434,7 @@ func same(a, b, threshold, floor float64) bool {
 
 // modules is every module the detector (or one of more) knows a factor
 // for, sorted.
-func (d *Detector) modules(more ...map[dag.ModuleID]float64) []dag.ModuleID {
+func (d *detector) modules(more ...map[dag.ModuleID]float64) []dag.ModuleID {
 	set := map[dag.ModuleID]bool{}
 	for _, mm := range append(more, d.def, d.scale, d.balloon) {
 		for m := range mm {
@@ -451,7 +451,7 @@ func sortedKeys(m map[string]float64) []string { return slices.Sorted(maps.Keys(
 // check updates one factor's smoothed value and streak; floor is the
 // smallest absolute change that counts (so 0 -> 0.2 objects is not news),
 // bound the largest value planned for.
-func (d *Detector) check(m dag.ModuleID, kind string, v, planned, floor, bound float64, reasons *[]string) {
+func (d *detector) check(m dag.ModuleID, kind string, v, planned, floor, bound float64, reasons *[]string) {
 	k := key(m, kind)
 	if v > bound {
 		d.over[k] = max(d.over[k], v)
@@ -499,7 +499,7 @@ func (d *Detector) check(m dag.ModuleID, kind string, v, planned, floor, bound f
 const FallWindows = 4
 
 // need is the streak a factor's change needs before it re-plans.
-func (d *Detector) need(v, planned float64) int {
+func (d *detector) need(v, planned float64) int {
 	if v < planned {
 		return FallWindows * d.cfg.Windows
 	}
@@ -515,7 +515,7 @@ func (d *Detector) need(v, planned float64) int {
 // the ballooning re-plan fixes, not missing rate). It
 // fires at most once per plan: the next needs windows of the plan it
 // asked for.
-func (d *Detector) FinishRate(now time.Time, ws []WindowStatus) (Trigger, bool) {
+func (d *detector) FinishRate(now time.Time, ws []WindowStatus) (Trigger, bool) {
 	n := d.cfg.FinishWindows
 	if d.cfg.NoFinishRate || d.frAsked || len(ws) < n || d.planned.IsZero() {
 		return Trigger{}, false
@@ -572,7 +572,7 @@ func (d *Detector) FinishRate(now time.Time, ws []WindowStatus) (Trigger, bool) 
 
 // slower lists the modules whose measured ballooning is, in the current
 // streak, above what the plan assumes by more than the threshold.
-func (d *Detector) slower() []string {
+func (d *detector) slower() []string {
 	var out []string
 	for _, k := range sortedKeys(d.smooth) {
 		m, kind, _ := strings.Cut(k, "\x00")

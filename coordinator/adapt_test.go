@@ -49,7 +49,7 @@ func TestDetector(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := NewDetector(AdaptConfig{Window: win}, nil)
+			d := newDetector(AdaptConfig{Window: win}, nil)
 			d.Planned(t0, map[dag.ModuleID]float64{"crop": 4, "crop0": 0.6, "detect": 1}, nil, 1)
 			now := t0
 			for i, s := range tc.steps {
@@ -68,7 +68,7 @@ func TestDetector(t *testing.T) {
 
 func TestDetectorTriggerCarriesFactors(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	d := NewDetector(AdaptConfig{}, nil)
+	d := newDetector(AdaptConfig{}, nil)
 	d.Planned(t0, map[dag.ModuleID]float64{"crop": 4}, nil, 1)
 	var tr Trigger
 	var ok bool
@@ -85,7 +85,7 @@ func TestDetectorTriggerCarriesFactors(t *testing.T) {
 // factor planned for a slowdown is the worst window, not the mean.
 func TestDetectorRideAlong(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	d := NewDetector(AdaptConfig{}, nil)
+	d := newDetector(AdaptConfig{}, nil)
 	d.Planned(t0, map[dag.ModuleID]float64{"detect": 1, "face": 1}, nil, 1)
 	obs := func(detect, face float64) map[dag.ModuleID]Observation {
 		return map[dag.ModuleID]Observation{"detect": gpuObs(detect), "face": gpuObs(face)}
@@ -119,7 +119,7 @@ func gpuObs(b float64) Observation {
 // replay feeds windows to d from t0, one every 250 ms, applying each
 // trigger's plan at once (as the engine's applier does, a little later).
 // It returns the triggers with the time of each.
-func replay(d *Detector, t0 time.Time, windows []map[dag.ModuleID]Observation) ([]Trigger, []time.Time) {
+func replay(d *detector, t0 time.Time, windows []map[dag.ModuleID]Observation) ([]Trigger, []time.Time) {
 	var trs []Trigger
 	var at []time.Time
 	for i, o := range windows {
@@ -149,7 +149,7 @@ func repeat(n int, o map[dag.ModuleID]Observation) []map[dag.ModuleID]Observatio
 // back to ~1 once.
 func TestDetectorSpikeDoesNotRatchet(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	d := NewDetector(AdaptConfig{}, map[dag.ModuleID]float64{"detect": 1})
+	d := newDetector(AdaptConfig{}, map[dag.ModuleID]float64{"detect": 1})
 	d.Planned(t0, map[dag.ModuleID]float64{"detect": 1}, nil, 1)
 	normal := map[dag.ModuleID]Observation{"detect": gpuObs(1.02)}
 	spike := map[dag.ModuleID]Observation{"detect": gpuObs(6)}
@@ -195,7 +195,7 @@ func TestDetectorBalloonBounds(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := NewDetector(AdaptConfig{}, nil)
+			d := newDetector(AdaptConfig{}, nil)
 			d.Planned(t0, nil, nil, 1)
 			trs, _ := replay(d, t0, tc.windows)
 			if len(trs) != tc.replans {
@@ -221,7 +221,7 @@ func TestDetectorBalloonBounds(t *testing.T) {
 // that, the unconfirmed factors go back to the app's, once.
 func TestDetectorStaleFactorsForgotten(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	d := NewDetector(AdaptConfig{}, map[dag.ModuleID]float64{"detect": 1, "crop": 4, "classify": 1})
+	d := newDetector(AdaptConfig{}, map[dag.ModuleID]float64{"detect": 1, "crop": 4, "classify": 1})
 	d.Planned(t0, map[dag.ModuleID]float64{"detect": 1, "crop": 50, "classify": 1}, map[dag.ModuleID]float64{"classify": 3}, 1)
 	starved := map[dag.ModuleID]Observation{"detect": {In: 10, Dropped: 10}, "crop": {}, "classify": {}}
 	trs, at := replay(d, t0, repeat(40, starved))
@@ -237,7 +237,7 @@ func TestDetectorStaleFactorsForgotten(t *testing.T) {
 		t.Errorf("forgotten after %v, want 2 s (8 windows)", d)
 	}
 	// One 10 fps stream: 2-3 frames a window, all dropped at detect.
-	d = NewDetector(AdaptConfig{}, map[dag.ModuleID]float64{"detect": 1, "crop": 4})
+	d = newDetector(AdaptConfig{}, map[dag.ModuleID]float64{"detect": 1, "crop": 4})
 	d.Planned(t0, map[dag.ModuleID]float64{"detect": 1, "crop": 50}, nil, 1)
 	var slow []map[dag.ModuleID]Observation
 	for i := range 40 {
@@ -248,7 +248,7 @@ func TestDetectorStaleFactorsForgotten(t *testing.T) {
 		t.Errorf("one starved 10 fps stream: %d re-plans %+v, want one within 3 s with crop back to 4", len(trs), trs)
 	}
 	// Idle is not starved: a module that gets nothing keeps its factor.
-	d = NewDetector(AdaptConfig{}, map[dag.ModuleID]float64{"crop": 4, "classify": 1})
+	d = newDetector(AdaptConfig{}, map[dag.ModuleID]float64{"crop": 4, "classify": 1})
 	d.Planned(t0, map[dag.ModuleID]float64{"crop": 0.25, "classify": 1}, map[dag.ModuleID]float64{"classify": 2}, 1)
 	idle := map[dag.ModuleID]Observation{"crop": {In: 10, Done: 10, Out: 0}, "classify": {}}
 	if trs, _ := replay(d, t0, repeat(40, idle)); len(trs) != 0 {
@@ -260,7 +260,7 @@ func TestDetectorStaleFactorsForgotten(t *testing.T) {
 // app's factors and the engine's headroom.
 func TestDetectorForget(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	d := NewDetector(AdaptConfig{}, map[dag.ModuleID]float64{"crop": 4})
+	d := newDetector(AdaptConfig{}, map[dag.ModuleID]float64{"crop": 4})
 	d.Planned(t0, map[dag.ModuleID]float64{"crop": 50}, map[dag.ModuleID]float64{"crop": 3}, 1.5)
 	d.Observe(t0.Add(250*time.Millisecond), map[dag.ModuleID]Observation{"crop": {In: 10, Done: 10, Out: 500}})
 	d.Forget()
@@ -288,7 +288,7 @@ func TestDetectorFinishRate(t *testing.T) {
 	bad := func(sec int) WindowStatus {
 		return win(sec, 80, 72, 2, map[string]uint64{"classify: cannot-finish": 5, "count: no-instance": 1})
 	}
-	d := NewDetector(AdaptConfig{}, nil)
+	d := newDetector(AdaptConfig{}, nil)
 	if _, ok := d.FinishRate(t0, []WindowStatus{bad(1), bad(2), bad(3)}); ok {
 		t.Fatal("fired with no plan")
 	}
@@ -303,7 +303,7 @@ func TestDetectorFinishRate(t *testing.T) {
 	// Missing latency, not rate: while a module measures 3x its profile
 	// (a ballooning streak the plan does not have yet), more headroom is
 	// not what the frames lack.
-	slow := NewDetector(AdaptConfig{}, nil)
+	slow := newDetector(AdaptConfig{}, nil)
 	slow.Planned(t0, nil, nil, 1)
 	slow.Observe(now, map[dag.ModuleID]Observation{"classify": gpuObs(3)})
 	if tr, ok := slow.FinishRate(now, []WindowStatus{bad(1), bad(2), bad(3)}); ok {
@@ -311,7 +311,7 @@ func TestDetectorFinishRate(t *testing.T) {
 	}
 	// Losses while the plan's instances warm up are not missing rate: the
 	// windows that started before they were warm do not count.
-	warming := NewDetector(AdaptConfig{}, nil)
+	warming := newDetector(AdaptConfig{}, nil)
 	warming.Planned(t0, nil, nil, 1)
 	warming.Warmed(t0.Add(2500 * time.Millisecond))
 	if tr, ok := warming.FinishRate(now, []WindowStatus{bad(1), bad(2), bad(3)}); ok {
@@ -353,7 +353,7 @@ func TestDetectorProperties(t *testing.T) {
 	for seed := range uint64(200) {
 		rng := rand.New(rand.NewPCG(seed, 18))
 		t0 := time.Unix(1000, 0)
-		d := NewDetector(cfg, map[dag.ModuleID]float64{"a": 1, "b": 4, "c": 0.6})
+		d := newDetector(cfg, map[dag.ModuleID]float64{"a": 1, "b": 4, "c": 0.6})
 		d.Planned(t0, map[dag.ModuleID]float64{"a": 1, "b": 4, "c": 0.6}, nil, 1)
 		var last time.Time
 		for i := range 200 {
@@ -405,7 +405,7 @@ func TestDetectorProperties(t *testing.T) {
 // change was never planned for.
 func TestDetectorStreakSurvivesUnrelatedPlans(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	d := NewDetector(AdaptConfig{}, map[dag.ModuleID]float64{"crop": 4})
+	d := newDetector(AdaptConfig{}, map[dag.ModuleID]float64{"crop": 4})
 	planned := map[dag.ModuleID]float64{"crop": 4}
 	d.Planned(t0, planned, nil, 1)
 	fired := false
@@ -432,7 +432,7 @@ func TestDetectorStreakSurvivesUnrelatedPlans(t *testing.T) {
 // 3.21 -> 1.81 -> 1.05 -> 2.17 in 5 s).
 func TestDetectorNoisyBalloonSettles(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	d := NewDetector(AdaptConfig{}, nil)
+	d := newDetector(AdaptConfig{}, nil)
 	d.Planned(t0, nil, nil, 1)
 	var ws []map[dag.ModuleID]Observation
 	for range 12 {

@@ -7,17 +7,18 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/allocator/milp"
+	"github.com/mdag/mdag/internal/testapps"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/observe/metrics"
 	"github.com/mdag/mdag/profile"
 )
 
 func startChain(b *testing.B, n int, onFrame func(FrameResult), mx *metrics.Metrics) *Engine {
-	app, prof, err := NoopChain(n)
+	app, prof, err := testapps.NoopChain(n)
 	if err != nil {
 		b.Fatal(err)
 	}
-	e, _ := MustEmbedded(Config{MILPSolver: milp.Solver{}, OnFrame: onFrame, Observer: Observe(mx)}, map[profile.WorkerTypeID]int{"CPU": 1})
+	e, _ := mustEmbedded(b, Config{MILPSolver: milp.Solver{}, OnFrame: onFrame, Observer: Observe(mx)}, map[profile.WorkerTypeID]int{"CPU": 1})
 	e.Start()
 	if err := e.Deploy(app, prof); err != nil {
 		b.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/internal/defaults"
 	"github.com/mdag/mdag/modules"
-	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/scheduler"
 )
 
@@ -93,24 +92,4 @@ func (a *AdaptConfig) check(c *defaults.Fields) {
 func (a AdaptConfig) withDefaults() AdaptConfig {
 	a.check(&defaults.Fields{Prefix: "coordinator.AdaptConfig"})
 	return a
-}
-
-// MustNew is New for configs known to be valid (tests, fixed wiring): an
-// error panics.
-func MustNew(cfg Config) *Engine {
-	e, err := New(cfg)
-	if err != nil {
-		panic(err)
-	}
-	return e
-}
-
-// MustEmbedded is NewEmbedded for configs known to be valid: an error
-// panics.
-func MustEmbedded(cfg Config, limit map[profile.WorkerTypeID]int) (*Engine, *Local) {
-	e, l, err := NewEmbedded(cfg, limit)
-	if err != nil {
-		panic(err)
-	}
-	return e, l
 }

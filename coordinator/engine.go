@@ -12,7 +12,8 @@
 // it as a closure. Planning (allocation and placement, which may take a
 // while) runs off the loop on a snapshot and the loop's applier re-checks the
 // plan against live state before applying it. Time comes only from the
-// injected clock.
+// injected clock. coordinator/README.md maps the files and draws a frame's
+// and a plan's path through them.
 package coordinator
 
 import (
@@ -21,9 +22,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/mdag/mdag/allocator"
@@ -33,7 +31,6 @@ import (
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/modules"
-	"github.com/mdag/mdag/placement"
 	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/scheduler"
 	"github.com/mdag/mdag/worker"
@@ -152,56 +149,29 @@ const (
 // high-rate shared clusters it was built for.
 const DefaultPolicy = scheduler.Clockwork
 
-// Engine is the coordinator.
+// Engine is the coordinator. One event loop (loop) runs everything that
+// touches its state; the state is grouped by responsibility: the sessions
+// and their frames (session.go, engine.go), the instances (registry,
+// instance.go), the GPU path to the central scheduler (gpuPath, gpu.go),
+// the planning driver (planDriver, plan.go) and persistence (state.go).
+// coordinator/README.md maps every file.
 type Engine struct {
 	cfg    Config
 	clk    clock.Clock
 	log    *slog.Logger
 	epoch0 time.Time
-
-	events    chan func()
-	queue     []func() // Stepped: events not yet run
-	stepping  bool     // Stepped: RunPending is running
-	done      chan struct{}
-	wg        sync.WaitGroup
-	closed    bool
-	mu        sync.Mutex // guards closed and queue
-	closeOnce sync.Once
+	loop
 
 	// Loop-owned state.
-	sessions    map[dag.AppID]*session
-	streams     map[string]*stream
-	insts       map[string]*instState
-	tasks       map[uint64]*taskState
-	nextTask    uint64
-	sched       scheduler.Scheduler
-	schedGen    int
-	schedSig    string
-	schedTm     clock.Timer
-	schedAt     scheduler.Time
-	reqs        map[uint64]*work // GPU requests waiting in the scheduler
-	nextReq     uint64
-	gpuIDs      map[string]scheduler.GPUID
-	gpuInst     map[scheduler.GPUID]string
-	slotsOf     map[string][]scheduler.GPUID // "instance#module key": its slots in the current scheduler
-	nextGPU     scheduler.GPUID
-	planning    bool
-	replanDue   []string      // triggers waiting for the running plan to finish
-	dueKinds    []why.Trigger // their kinds (and the next plan's)
-	replans     []Replan
-	nextPlan    int
-	lastApplied *Replan // the last plan applied, recorded or not
-	unchanged   int     // recorded re-plans that changed nothing
-	tickTm      clock.Timer
-	turnOffTm   clock.Timer
-	gapTm       clock.Timer // MinReplanGap: the deferred re-plan
-	lastPlanAt  time.Time   // when the last planning round started
-	lastEpoch   time.Time
-	ps          persist
-	dirtyS      map[*session]map[string]bool // streams whose stateful modules may move on (affinity.go)
-	releaseDue  bool                         // an instance a plan released finished its last work (releaseDrained)
-	pendingIDs  map[profile.WorkerTypeID]int // one past the highest ID number started as Pending, per type (placement.Snapshot.NextID)
-	givenUp     map[string]time.Time         // instances started as Pending since released or lost: when (a late registration under the ID is refused)
+	sessions map[dag.AppID]*session
+	streams  map[string]*stream
+	tasks    map[uint64]*taskState
+	nextTask uint64
+	dirtyS   map[*session]map[string]bool // streams whose stateful modules may move on (affinity.go)
+	registry
+	gpuPath
+	planDriver
+	ps persist
 }
 
 // New returns an engine; call Start before use and Close after. Zero
@@ -213,10 +183,10 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, clk: cfg.Clock, log: cfg.Log, epoch0: cfg.Clock.Now(),
-		events: make(chan func(), 1<<16), done: make(chan struct{}),
-		sessions: map[dag.AppID]*session{}, streams: map[string]*stream{}, insts: map[string]*instState{},
-		tasks: map[uint64]*taskState{}, reqs: map[uint64]*work{}, gpuIDs: map[string]scheduler.GPUID{},
-		gpuInst: map[scheduler.GPUID]string{}}
+		loop:     loop{events: make(chan func(), 1<<16), done: make(chan struct{})},
+		sessions: map[dag.AppID]*session{}, streams: map[string]*stream{}, tasks: map[uint64]*taskState{},
+		registry: registry{insts: map[string]*instState{}},
+		gpuPath:  gpuPath{reqs: map[uint64]*work{}, gpuIDs: map[string]scheduler.GPUID{}, gpuInst: map[scheduler.GPUID]string{}}}
 	if cfg.Store != nil {
 		if err := e.loadState(); err != nil {
 			return nil, err
@@ -243,158 +213,6 @@ func NewEmbedded(cfg Config, limit map[profile.WorkerTypeID]int) (*Engine, *Loca
 	}
 	l.Engine = e
 	return e, l, nil
-}
-
-// Start runs the loop (Stepped: arms it; RunPending runs it).
-func (e *Engine) Start() {
-	if !e.cfg.Stepped {
-		e.wg.Add(1)
-		go func() {
-			defer e.wg.Done()
-			for {
-				select {
-				case f := <-e.events:
-					e.runEvent(f)
-				case <-e.done:
-					return
-				}
-			}
-		}()
-	}
-	e.post(func() { e.lastEpoch = e.clk.Now(); e.armTick() })
-	if e.cfg.Store != nil {
-		e.startSaver()
-	}
-}
-
-// Close stops the loop, the timers and every instance it started. It is
-// safe to call more than once and from several goroutines: every call
-// returns once the first has finished.
-func (e *Engine) Close() { e.closeOnce.Do(e.close) }
-
-func (e *Engine) close() {
-	var final *Snapshot
-	e.call(func() {
-		if e.cfg.Store != nil {
-			if e.ps.tm != nil {
-				e.ps.tm.Stop()
-			}
-			final = e.snapshot()
-		}
-		if e.tickTm != nil {
-			e.tickTm.Stop()
-		}
-		if e.schedTm != nil {
-			e.schedTm.Stop()
-		}
-		if e.turnOffTm != nil {
-			e.turnOffTm.Stop()
-		}
-		if e.gapTm != nil {
-			e.gapTm.Stop()
-		}
-		for _, in := range e.insts {
-			if in.startTm != nil {
-				in.startTm.Stop()
-			}
-			in.inst.Close()
-		}
-	})
-	e.mu.Lock()
-	e.closed = true
-	e.mu.Unlock()
-	close(e.done)
-	e.wg.Wait()
-	if e.cfg.Store != nil && final != nil {
-		// The saver's write in progress ends first: the final state is
-		// the last one written.
-		if e.ps.quit != nil {
-			close(e.ps.quit)
-			<-e.ps.saverDone
-		}
-		if _, err := e.write(final); err != nil {
-			e.log.Error("saving coordinator state at shutdown failed", "err", err)
-		}
-	}
-	if l, ok := e.cfg.Provisioner.(*Local); ok {
-		l.Close()
-	}
-}
-
-// runEvent runs one event of the loop.
-func (e *Engine) runEvent(f func()) {
-	f()
-	if len(e.dirtyS) > 0 {
-		e.advanceDirty()
-	}
-	if e.releaseDue {
-		e.releaseDue = false
-		e.releaseDrained()
-	}
-}
-
-// RunPending runs the queued events of a Stepped engine, and those they
-// queue, until none is left; it reports how many ran. It must not be
-// called on an engine that is not Stepped.
-func (e *Engine) RunPending() int {
-	if !e.cfg.Stepped {
-		panic("coordinator: RunPending on an engine that is not Stepped")
-	}
-	if e.stepping {
-		return 0 // called from an event (call inside the loop): the outer RunPending goes on
-	}
-	e.stepping = true
-	defer func() { e.stepping = false }()
-	n := 0
-	for {
-		e.mu.Lock() // an instance may post from another goroutine (then the order is its)
-		if len(e.queue) == 0 {
-			e.mu.Unlock()
-			return n
-		}
-		f := e.queue[0]
-		e.queue[0] = nil
-		e.queue = e.queue[1:]
-		e.mu.Unlock()
-		e.runEvent(f)
-		n++
-	}
-}
-
-// post queues f on the loop; after Close it is dropped.
-func (e *Engine) post(f func()) {
-	e.mu.Lock()
-	closed := e.closed
-	if e.cfg.Stepped && !closed {
-		e.queue = append(e.queue, f)
-	}
-	e.mu.Unlock()
-	if closed || e.cfg.Stepped {
-		return
-	}
-	select {
-	case e.events <- f:
-	case <-e.done:
-	}
-}
-
-// call runs f on the loop and waits for it.
-func (e *Engine) call(f func()) {
-	if e.cfg.Stepped {
-		if e.stepping { // from an event: run it now, as the loop would have before returning
-			f()
-			return
-		}
-		e.post(f)
-		e.RunPending()
-		return
-	}
-	ch := make(chan struct{})
-	e.post(func() { f(); close(ch) })
-	select {
-	case <-ch:
-	case <-e.done:
-	}
 }
 
 // ErrUnknownApp and friends are the errors callers map to HTTP statuses.
@@ -614,131 +432,6 @@ func (e *Engine) ingestMedia(streamID string, seq uint64, capture time.Time, m d
 	return out
 }
 
-// AddInstance adds a running instance: a worker that registered over
-// gRPC. Under the ID of an instance the provisioner started as Pending (a
-// Kubernetes pod) it binds the worker to that planned instance, which gets
-// its loads and serves from then on (see Pending); under any other ID it is
-// a worker the provisioner did not start: a registered instance, which
-// no plan releases, and the engine re-plans.
-func (e *Engine) AddInstance(id string, typ profile.WorkerTypeID, inst Instance) {
-	e.post(func() {
-		delete(e.ps.expect, id)
-		if in := e.insts[id]; in != nil && in.pending {
-			e.bind(in, typ, inst)
-			return
-		}
-		if at, ok := e.givenUp[id]; ok && e.insts[id] == nil {
-			// The worker of a pod the engine gave up (its pod is being
-			// deleted): it is no instance of the plan's.
-			e.log.Warn("a worker registered under the ID of a provisioned instance given up; closed", "instance", id, "type", typ, "given_up", at)
-			inst.Close()
-			return
-		}
-		e.insts[id] = &instState{id: id, typ: typ, inst: inst, state: placement.Warm, registered: true,
-			releaseAt: e.clk.Now().Add(24 * time.Hour), outstanding: map[uint64]bool{}}
-		e.log.Info("worker registered", "instance", id, "type", typ)
-		e.trigger(why.OnWorkerRegistered, "worker "+id+" ("+string(typ)+") registered")
-	})
-}
-
-// bind gives a Pending instance the connection of its worker, which just
-// registered: it takes its planned loads and serves.
-func (e *Engine) bind(in *instState, typ profile.WorkerTypeID, inst Instance) {
-	if typ != in.typ {
-		e.loseInstance(in.id, fmt.Sprintf("its worker registered as type %s, the plan started it as %s", typ, in.typ))
-		inst.Close()
-		return
-	}
-	if in.startTm != nil {
-		in.startTm.Stop()
-		in.startTm = nil
-	}
-	old := in.inst
-	in.inst, in.pending = inst, false
-	old.Close()
-	if in.state == placement.Starting {
-		in.state = placement.Active
-	}
-	took := e.now().Sub(in.startedAt)
-	if err := e.load(in, e.specs(in)); err != nil {
-		e.log.Error("loading a provisioned instance that came up failed", "instance", in.id, "err", err)
-	}
-	for _, k := range e.bridgedKeys() {
-		e.endBridges(k) // what it hosts without a warm-up needs no bridge now
-	}
-	e.rebuildScheduler()
-	// Stateful modules' streams may now move their state onto it.
-	for _, s := range e.sessions {
-		for _, m := range s.statefulMods {
-			for st := range s.mods[m].affs {
-				e.dirty(s, st)
-			}
-		}
-	}
-	e.log.Info("provisioned instance up", "instance", in.id, "type", in.typ, "took", took.Round(time.Millisecond), "modules", len(in.loads))
-}
-
-// giveUp records that a provisioned instance (started as Pending) is gone
-// from the engine, so that a late registration under its ID is refused;
-// records older than the start timeout and 10 minutes more go.
-func (e *Engine) giveUp(in *instState) {
-	if !in.provisioned {
-		return
-	}
-	now := e.now()
-	if e.givenUp == nil {
-		e.givenUp = map[string]time.Time{}
-	}
-	for id, at := range e.givenUp {
-		if now.Sub(at) > e.cfg.StartTimeout+10*time.Minute {
-			delete(e.givenUp, id)
-		}
-	}
-	e.givenUp[in.id] = now
-}
-
-// startPending watches a Pending instance's start: one whose worker has
-// not registered within Config.StartTimeout is lost.
-func (e *Engine) startPending(in *instState) {
-	in.pending, in.provisioned, in.startedAt = true, true, e.now()
-	timeout := e.cfg.StartTimeout
-	in.startTm = e.clk.AfterFunc(timeout, func() {
-		e.post(func() {
-			if e.insts[in.id] == in && in.pending {
-				e.loseInstance(in.id, fmt.Sprintf("not up within the start timeout of %v: its worker never registered", timeout))
-			}
-		})
-	})
-}
-
-// startingFor lists the Pending instances (not up yet) the plan loaded
-// module m of app onto, for the reason of a drop that found none up.
-func (e *Engine) startingFor(app dag.AppID, m dag.ModuleID) string {
-	var ids []string
-	for _, in := range e.sortedInsts() {
-		if !in.pending {
-			continue
-		}
-		for _, l := range in.loads {
-			if l.App == app && l.Module == m {
-				ids = append(ids, in.id)
-				break
-			}
-		}
-	}
-	if len(ids) == 0 {
-		return ""
-	}
-	return " (planned on " + strings.Join(ids, ", ") + ", still starting)"
-}
-
-// LostInstance reports that an instance is gone (missed heartbeats, its
-// stream broke, its process died): work in flight there is counted as
-// dropped with reason worker-lost, and the engine re-plans at once.
-func (e *Engine) LostInstance(id, why string) {
-	e.post(func() { e.loseInstance(id, why) })
-}
-
 // Result is how instances report task outcomes (from any goroutine).
 func (e *Engine) Result(instance string, r worker.Result) {
 	e.post(func() { e.onResult(instance, r) })
@@ -746,10 +439,6 @@ func (e *Engine) Result(instance string, r worker.Result) {
 
 // now is the engine's time; schedNow the scheduler's (since the engine started).
 func (e *Engine) now() time.Time { return e.clk.Now() }
-
-func (e *Engine) schedTime(t time.Time) scheduler.Time { return t.Sub(e.epoch0) }
-
-func (e *Engine) wallTime(t scheduler.Time) time.Time { return e.epoch0.Add(t) }
 
 // ---- sessions, frames and items ----
 
@@ -1188,324 +877,6 @@ func (e *Engine) finishFrame(s *session, fr *frame) {
 	if e.cfg.OnFrame != nil {
 		e.cfg.OnFrame(res)
 	}
-}
-
-// ---- the GPU path ----
-
-func (e *Engine) arriveGPU(w *work) {
-	ms := w.s.mods[w.m]
-	if e.sched == nil || !ms.scheduled {
-		e.drop(w, why.NoInstance, "no live GPU hosts the model"+e.startingFor(w.s.app.Name, w.m))
-		return
-	}
-	now := e.now()
-	// The frame's SLO is the bound: a request is dropped only when it can
-	// no longer finish by its frame's deadline less the fastest possible
-	// rest of the graph (hard). A 2 ms split of a 600 ms SLO used to drop
-	// every frame that a 17 ms cold batch or a shared core delayed. The
-	// scheduler aims first at the plan's target (soft: the frame's deadline
-	// less the plan's time for the rest of the graph), so a work-conserving
-	// policy does not grow a batch into the time the modules after it were
-	// planned to have; a request that cannot meet its target any more is
-	// put back in line with the hard bound (rescue, in pump), never dropped
-	// for missing the plan.
-	hard := w.f.deadline.Add(-w.s.minTail[w.m])
-	dl := hard
-	w.hard = time.Time{}
-	if soft := w.f.deadline.Add(-w.s.planTail[w.m]); soft.Before(hard) && !soft.Before(now.Add(ms.budget+e.cfg.DispatchDelay)) {
-		dl, w.hard = soft, hard
-	}
-	e.nextReq++
-	e.reqs[e.nextReq] = w
-	e.sched.Arrive(e.schedTime(now), scheduler.Request{ID: e.nextReq, Model: ms.model, Arrival: e.schedTime(now), Deadline: e.schedTime(dl)})
-	e.pump()
-}
-
-// ProbeAfter: a GPU module whose requests the scheduler has dropped as
-// unable to finish, ProbeDrops of them with no batch of it finishing for
-// this long, has its estimate reset to the profile, so the next requests
-// run and measure it again. A slowdown that is real is then measured again
-// and learned (ballooning); a stale one (a stall, a cold run, a neighbour
-// gone) stops costing every frame.
-const (
-	ProbeAfter = time.Second
-	ProbeDrops = 4
-)
-
-// probe counts a scheduler cannot-finish drop of module ms and resets the
-// model's estimate when the drops have gone on with nothing run.
-func (e *Engine) probe(ms *modState) {
-	ms.expired++
-	now := e.now()
-	if ms.expired < ProbeDrops || now.Sub(ms.lastDone) < ProbeAfter || e.sched == nil {
-		return
-	}
-	est := e.sched.Estimator()
-	e.log.Warn("scheduler estimate re-measured: it let no batch run", "module", ms.key,
-		"dropped", ms.expired, "since_last_batch", now.Sub(ms.lastDone).Round(time.Millisecond),
-		"estimate_b1", est.Estimate(ms.model, 1), "profiled_b1", est.Profiled(ms.model, 1))
-	est.Reset(ms.model)
-	ms.expired, ms.lastDone = 0, now
-}
-
-// rescue puts a request that missed the plan's target back in line with
-// its hard bound: the frame's SLO still has room.
-func (e *Engine) rescue(w *work) {
-	hard := w.hard
-	w.hard = time.Time{}
-	now := e.now()
-	e.nextReq++
-	e.reqs[e.nextReq] = w
-	e.sched.Arrive(e.schedTime(now), scheduler.Request{ID: e.nextReq, Model: w.s.mods[w.m].model, Arrival: e.schedTime(now), Deadline: e.schedTime(hard)})
-}
-
-// pump carries out what the scheduler decided and re-arms its timer.
-func (e *Engine) pump() {
-	if e.sched == nil {
-		return
-	}
-	acts, drops := e.sched.Take()
-	rescued := false
-	for _, d := range drops {
-		w := e.reqs[d.Request.ID]
-		delete(e.reqs, d.Request.ID)
-		if w != nil {
-			if d.Reason == scheduler.DropExpired && !w.hard.IsZero() {
-				e.rescue(w)
-				rescued = true
-				continue
-			}
-			if d.Reason == scheduler.DropExpired {
-				e.probe(w.s.mods[w.m])
-			}
-			w.s.mods[w.m].mx.SchedulerDrop(schedulerDrop(d.Reason))
-			e.drop(w, schedulerDrop(d.Reason), fmt.Sprintf("scheduler at +%v, deadline +%v, capture +%v", d.At, d.Request.Deadline, e.schedTime(w.f.capture)))
-		}
-	}
-	for _, a := range acts {
-		var ws []*work
-		var ids []uint64
-		for _, r := range a.Requests {
-			if w := e.reqs[r.ID]; w != nil {
-				ws = append(ws, w)
-				ids = append(ids, r.ID)
-				delete(e.reqs, r.ID)
-			}
-		}
-		if len(ws) == 0 {
-			continue
-		}
-		ws[0].s.mods[ws[0].m].mx.Batch(len(ws))
-		in := e.insts[e.gpuInst[a.GPU]]
-		if in == nil || in.lost {
-			for _, w := range ws {
-				e.drop(w, why.WorkerLost, "the GPU's instance is gone")
-			}
-			continue
-		}
-		// The batch may start as soon as its worker has it: the GPU is
-		// free (the scheduler dispatches only to a free one), and the
-		// dispatch margin (a.Earliest is now + DispatchDelay) is what
-		// the scheduler reserves for getting it there, not a wait to
-		// impose: waiting it out idled the GPU for the margin on every
-		// batch (10 ms of each 15 ms batch of the tracker's reid).
-		e.submit(in, ws, ids, e.now(), e.wallTime(a.Latest), a)
-	}
-	if rescued {
-		// The rescued requests went back in line after Take: what the
-		// scheduler decided for them is taken now (each is rescued once).
-		e.pump()
-		return
-	}
-	next := e.sched.Next()
-	if next == scheduler.Never {
-		return
-	}
-	if e.schedTm != nil && e.schedAt == next {
-		return
-	}
-	if e.schedTm != nil {
-		e.schedTm.Stop()
-	}
-	e.schedAt = next
-	gen := e.schedGen
-	e.schedTm = e.clk.AfterFunc(max(0, e.wallTime(next).Sub(e.now())), func() {
-		e.post(func() {
-			if gen != e.schedGen || e.schedAt != next {
-				return
-			}
-			e.schedTm = nil
-			e.sched.Tick(e.schedTime(e.now()))
-			e.pump()
-		})
-	})
-}
-
-// ---- instances ----
-
-type instState struct {
-	id          string
-	typ         profile.WorkerTypeID
-	inst        Instance
-	state       placement.State
-	releaseAt   time.Time
-	loads       []placement.Load
-	bridge      []placement.Load    // GPU modules a plan moved away, kept until their new instances are warm (bridge.go)
-	hosted      []worker.ModuleSpec // what it was last given to host (load)
-	registered  bool
-	lost        bool
-	draining    bool // Drain: no loads; its stateful modules' streams move out with their state
-	outstanding map[uint64]bool
-	releasing   bool // a plan released it while it still worked: released once idle (releaseDrained)
-	byMod       map[string]map[uint64]bool
-	// pending: the provisioner started it as Pending and its worker has
-	// not registered yet (since startedAt; startTm is the start timeout).
-	pending     bool
-	provisioned bool // started as Pending (stays true once bound)
-	startedAt   time.Time
-	startTm     clock.Timer
-	// runs counts, per hosted module (key) and batch size, the batches
-	// started here (submitted, warm-up batches included; one the worker
-	// never ran is taken back) since the module was loaded: the first
-	// WarmupRuns of each are cold (warming).
-	runs map[string]map[int]int
-	// gpuMods are the GPU modules loaded here; warm counts each one's
-	// warm-up batches still out, and held its slots held from the
-	// current scheduler meanwhile (warmup.go).
-	gpuMods map[string]bool
-	warm    map[string]int
-	held    map[string][]scheduler.GPUID
-}
-
-// allLoads is what in hosts for the plan: its loads, then its bridges.
-func (in *instState) allLoads() []placement.Load {
-	return append(slices.Clone(in.loads), in.bridge...)
-}
-
-// WarmupRuns is how many batches of each size a module runs on an instance
-// after it is loaded there before their times count as measurements.
-const WarmupRuns = 2
-
-// warming counts a batch of b of module key starting (submitted) and says
-// whether it is a cold one. A nil instance (gone) counts nothing.
-func (in *instState) warming(key string, b int) bool {
-	if in == nil {
-		return false
-	}
-	if in.runs == nil {
-		in.runs = map[string]map[int]int{}
-	}
-	if in.runs[key] == nil {
-		in.runs[key] = map[int]int{}
-	}
-	in.runs[key][b]++
-	return in.runs[key][b] <= WarmupRuns
-}
-
-// unstarted takes back a batch warming counted that the worker rejected
-// (it never ran).
-func (in *instState) unstarted(key string, b int) {
-	if in != nil && in.runs[key][b] > 0 {
-		in.runs[key][b]--
-	}
-}
-
-// loaded forgets the runs of modules the instance no longer hosts: loaded
-// again, they start cold.
-func (in *instState) loaded(specs []worker.ModuleSpec) {
-	keep := map[string]bool{}
-	for _, sp := range specs {
-		keep[sp.Key()] = true
-	}
-	for k := range in.runs {
-		if !keep[k] {
-			delete(in.runs, k)
-		}
-	}
-}
-
-func (e *Engine) loseInstance(id, cause string) {
-	in := e.insts[id]
-	if in == nil || in.lost {
-		return
-	}
-	in.lost = true
-	if in.startTm != nil {
-		in.startTm.Stop()
-		in.startTm = nil
-	}
-	ids := make([]uint64, 0, len(in.outstanding))
-	for t := range in.outstanding {
-		ids = append(ids, t)
-	}
-	slices.Sort(ids)
-	for _, tid := range ids {
-		t := e.tasks[tid]
-		if t == nil {
-			continue
-		}
-		e.forget(t)
-		if t.state != nil {
-			e.onStateResult(t, nil)
-			continue
-		}
-		if t.aff != nil {
-			t.aff.busy = 0
-		}
-		for _, w := range t.works {
-			e.drop(w, why.WorkerLost, cause)
-		}
-	}
-	delete(e.insts, id)
-	e.giveUp(in)
-	in.inst.Close()
-	if !in.registered && e.cfg.Provisioner != nil {
-		e.cfg.Provisioner.Release(id)
-	}
-	e.statefulLost(id)
-	e.log.Warn("worker lost", "instance", id, "type", in.typ, "why", cause, "in_flight_dropped", len(ids))
-	e.rebuildScheduler()
-	e.trigger(why.OnWorkerLost, "worker "+id+" lost: "+cause)
-}
-
-// ErrUnknownInstance: Drain named no live instance.
-var ErrUnknownInstance = errors.New("unknown instance")
-
-// Drain empties an instance: the next plan places nothing on it, moves its
-// modules elsewhere (each stream's state of a stateful module with it,
-// export then import, no frame lost) and keeps it, empty, until it leaves
-// (a registered worker) or is released. What it runs meanwhile finishes.
-// It is how an operator takes a worker out of service without losing
-// work (`mdag drain`, POST /v1/instances/{id}/drain).
-func (e *Engine) Drain(id string) error {
-	var out error
-	e.call(func() {
-		in := e.insts[id]
-		switch {
-		case in == nil || in.lost:
-			out = fmt.Errorf("instance %q: %w", id, ErrUnknownInstance)
-		case in.draining:
-		default:
-			in.draining = true
-			e.log.Warn("instance draining", "instance", id, "type", in.typ)
-			e.trigger(why.OnDrain, "operator drains "+id)
-		}
-	})
-	return out
-}
-
-// WorkerTypes is the set of worker types in the deployed apps' profiles:
-// the types a registering worker may have.
-func (e *Engine) WorkerTypes() map[profile.WorkerTypeID]bool {
-	out := map[profile.WorkerTypeID]bool{}
-	e.call(func() {
-		for _, s := range e.sessions {
-			for _, w := range s.cat.Workers() {
-				out[w.Type] = true
-			}
-		}
-	})
-	return out
 }
 
 // schedulerDrop is the drop reason of a request the central scheduler

@@ -99,7 +99,7 @@ func startFake(t *testing.T, cfg Config, limits map[profile.WorkerTypeID]int) *f
 	if cfg.MILPSolver == nil {
 		cfg.MILPSolver = milp.Solver{}
 	}
-	f.e, f.local = MustEmbedded(cfg, limits)
+	f.e, f.local = mustEmbedded(t, cfg, limits)
 	f.local.deliver = func(inst string, r worker.Result) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -369,4 +369,24 @@ func (m *modRecorder) SchedulerDrop(reason why.Drop) {
 	m.r.mu.Lock()
 	defer m.r.mu.Unlock()
 	m.drops[reason]++
+}
+
+// mustNew and mustEmbedded are New and NewEmbedded for a test's fixed
+// configs: an error ends the test.
+func mustNew(tb testing.TB, cfg Config) *Engine {
+	tb.Helper()
+	e, err := New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+func mustEmbedded(tb testing.TB, cfg Config, limit map[profile.WorkerTypeID]int) (*Engine, *Local) {
+	tb.Helper()
+	e, l, err := NewEmbedded(cfg, limit)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e, l
 }

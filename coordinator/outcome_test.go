@@ -7,6 +7,7 @@ import (
 
 	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/coordinator/why"
+	"github.com/mdag/mdag/internal/testapps"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/worker"
 )
@@ -68,12 +69,12 @@ func TestResultOutcomes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				app, prof, err := NoopChain(1)
+				app, prof, err := testapps.NoopChain(1)
 				if err != nil {
 					t.Fatal(err)
 				}
 				frames := make(chan FrameResult, 1)
-				e := MustNew(Config{MILPSolver: milp.Solver{}, OnFrame: func(r FrameResult) { frames <- r }})
+				e := mustNew(t, Config{MILPSolver: milp.Solver{}, OnFrame: func(r FrameResult) { frames <- r }})
 				e.Start()
 				defer e.Close()
 				if err := e.Deploy(app, prof); err != nil {

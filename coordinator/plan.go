@@ -7,18 +7,35 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mdag/mdag/allocator"
 	"github.com/mdag/mdag/coordinator/why"
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/placement"
 	"github.com/mdag/mdag/profile"
-	"github.com/mdag/mdag/scheduler"
 	"github.com/mdag/mdag/worker"
 )
+
+// planDriver runs the planning rounds: the triggers waiting for one, the
+// history of plans applied, the timers that re-plan (adaptation tick,
+// turn-off, the minimum gap).
+type planDriver struct {
+	planning    bool
+	replanDue   []string      // triggers waiting for the running plan to finish
+	dueKinds    []why.Trigger // their kinds (and the next plan's)
+	replans     []Replan
+	nextPlan    int
+	lastApplied *Replan // the last plan applied, recorded or not
+	unchanged   int     // recorded re-plans that changed nothing
+	tickTm      clock.Timer
+	turnOffTm   clock.Timer
+	gapTm       clock.Timer // MinReplanGap: the deferred re-plan
+	lastPlanAt  time.Time   // when the last planning round started
+	lastEpoch   time.Time
+}
 
 // Replan records one planning round: why it ran and what it changed.
 type Replan struct {
@@ -338,15 +355,6 @@ func fmtLimits(m map[profile.WorkerTypeID]float64) string {
 }
 
 func sortedApps(m map[dag.AppID]planInput) []dag.AppID { return slices.Sorted(maps.Keys(m)) }
-
-func (e *Engine) sortedInsts() []*instState {
-	out := make([]*instState, 0, len(e.insts))
-	for _, in := range e.insts {
-		out = append(out, in)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
-	return out
-}
 
 // apply is the one applier: it re-checks a plan against live state and
 // carries it out.
@@ -826,169 +834,6 @@ func latencyTable(cfgs []profile.Config, conc int, balloon float64) []time.Durat
 		}
 	}
 	return out
-}
-
-// rebuildScheduler gives the central scheduler the GPUs and models of the
-// live routing tables. An unchanged set keeps the scheduler (and its rate
-// estimates); a changed one replaces it: requests waiting in it are handed
-// to the new one, and batches still running on GPUs finish normally (a GPU
-// the new scheduler over-books rejects the late action, which is how the
-// scheduler learns of it).
-//
-// A scheduler that cannot be built (a model's table refused) leaves its
-// GPU modules unserved: the error is logged here and is the plan's problem.
-func (e *Engine) rebuildScheduler() error {
-	cfg := scheduler.Config{NoLoadShed: true, Network: scheduler.Network{Control: e.cfg.DispatchDelay}}
-	gpuSet := map[scheduler.GPUID]bool{}
-	e.slotsOf = map[string][]scheduler.GPUID{}
-	var sig strings.Builder
-	apps := make([]dag.AppID, 0, len(e.sessions))
-	for id := range e.sessions {
-		apps = append(apps, id)
-	}
-	slices.Sort(apps)
-	for _, id := range apps {
-		s := e.sessions[id]
-		for _, m := range s.g.Order() {
-			ms := s.mods[m]
-			ms.scheduled = false
-			if ms.mod.Kind != dag.GPU {
-				continue
-			}
-			model, ok := e.schedModel(s, m, gpuSet)
-			if !ok {
-				continue
-			}
-			cfg.Models = append(cfg.Models, model)
-			ms.scheduled = true
-			if ms.lastDone.IsZero() {
-				ms.lastDone = e.now() // the probe's clock starts with the model's first scheduler
-			}
-			fmt.Fprintf(&sig, "%s %v %v %v %.6g %.6g|", model.ID, model.SLO, model.Latency, model.GPUs, model.Rate, model.Shares)
-		}
-	}
-	for g := range gpuSet {
-		cfg.GPUs = append(cfg.GPUs, g)
-	}
-	slices.Sort(cfg.GPUs)
-	if sig.String() == e.schedSig && e.sched != nil {
-		return nil
-	}
-	e.schedSig = sig.String()
-	return e.replaceScheduler(cfg)
-}
-
-// schedModel is a GPU module as the central scheduler sees it: its own
-// slots on each instance it is routed to (added to gpuSet), its latency
-// table, its budget as the SLO and, for the nexus policy, its rate and
-// slot shares; false when no live instance serves it.
-func (e *Engine) schedModel(s *session, m dag.ModuleID, gpuSet map[scheduler.GPUID]bool) (scheduler.Model, bool) {
-	ms := s.mods[m]
-	var ids []scheduler.GPUID
-	share := map[scheduler.GPUID]float64{} // placement's rate for each slot (the nexus policy's packing)
-	var table []time.Duration
-	for _, r := range ms.routes {
-		in := e.insts[r.inst]
-		if in == nil || in.lost {
-			continue
-		}
-		// Each module has its own slots on an instance: the plan gives
-		// co-located modules fractions of the GPU that run side by side
-		// (Scrooge's partial allocations). Slots shared by the instance's
-		// modules made a 10 ms AlexNet batch wait out a 1.5 s S2VT batch
-		// on the same P100 (caption: features took 565 ms against a 46 ms
-		// budget).
-		for slot := range max(1, ms.conc[r.inst]) {
-			gid := e.gpuID(fmt.Sprintf("%s#%s#%d", r.inst, ms.key, slot))
-			ids = append(ids, gid)
-			e.slotsOf[r.inst+"#"+ms.key] = append(e.slotsOf[r.inst+"#"+ms.key], gid)
-			gpuSet[gid] = true
-			share[gid] += r.weight / float64(max(1, ms.conc[r.inst]))
-		}
-		if l := ms.gpuLat[r.inst]; len(table) == 0 || len(l) > 0 && l[0] > table[0] {
-			table = l
-		}
-	}
-	if len(ids) == 0 || len(table) == 0 {
-		return scheduler.Model{}, false
-	}
-	slices.Sort(ids)
-	slo := ms.budget
-	if slo <= 0 {
-		slo = s.app.SLO
-	}
-	// The nexus policy packs models onto GPUs by their expected rates: the
-	// allocation's (the others estimate online).
-	rate := 0.0
-	var shares []float64
-	if e.cfg.Policy == scheduler.Nexus {
-		if s.alloc != nil {
-			for _, ma := range s.alloc.Modules {
-				if ma.Module == m {
-					rate = ma.Rate
-				}
-			}
-		}
-		for _, g := range ids {
-			shares = append(shares, share[g])
-		}
-	}
-	return scheduler.Model{ID: ms.model, SLO: slo, Latency: table, GPUs: ids, Rate: rate, Shares: shares}, true
-}
-
-// replaceScheduler starts a new central scheduler from cfg (none when no
-// GPU module is served) and hands it the requests the old one held, in
-// their order.
-func (e *Engine) replaceScheduler(cfg scheduler.Config) error {
-	e.schedGen++
-	if e.schedTm != nil {
-		e.schedTm.Stop()
-		e.schedTm = nil
-	}
-	waiting := e.reqs
-	e.reqs = map[uint64]*work{}
-	e.sched = nil
-	var rebuildErr error
-	if len(cfg.Models) > 0 {
-		sc, err := scheduler.New(e.cfg.Policy, cfg)
-		if err != nil {
-			e.log.Error("scheduler rebuild failed: GPU modules are unserved", "err", err)
-			rebuildErr = fmt.Errorf("GPU modules unserved: %w", err)
-		} else {
-			e.sched = sc
-			e.holdBusy() // before anything arrives in it
-		}
-	}
-	ids := make([]uint64, 0, len(waiting))
-	for id := range waiting {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		e.arriveGPU(waiting[id])
-	}
-	return rebuildErr
-}
-
-func (e *Engine) gpuID(slot string) scheduler.GPUID {
-	if id, ok := e.gpuIDs[slot]; ok {
-		return id
-	}
-	e.nextGPU++
-	e.gpuIDs[slot] = e.nextGPU
-	inst, _, _ := strings.Cut(slot, "#")
-	e.gpuInst[e.nextGPU] = inst
-	return e.nextGPU
-}
-
-// idNumber is N of placement's instance ID TYPE-N.
-func idNumber(id string, typ profile.WorkerTypeID) (int, bool) {
-	rest, ok := strings.CutPrefix(id, string(typ)+"-")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(rest)
-	return n, err == nil && n >= 0
 }
 
 // millis is d in milliseconds.

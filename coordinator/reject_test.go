@@ -59,7 +59,7 @@ func rejectedBatchesRequeue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := MustNew(Config{MILPSolver: milp.Solver{}})
+	e := mustNew(t, Config{MILPSolver: milp.Solver{}})
 	e.Start()
 	defer e.Close()
 	if err := e.Deploy(app, prof); err != nil {

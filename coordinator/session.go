@@ -25,7 +25,7 @@ type session struct {
 	frames  map[frameKey]*frame
 	mods    map[dag.ModuleID]*modState
 	acct    *accounting
-	det     *Detector
+	det     *detector
 	// headroom multiplies the engine's headroom for this session: raised
 	// by finish-rate triggers, back to 1 when the last stream leaves.
 	headroom float64
@@ -153,7 +153,7 @@ func newSession(app *dag.App, g *dag.Graph, cat *profile.Catalog, ac AdaptConfig
 			s.statefulMods = append(s.statefulMods, m)
 		}
 	}
-	s.det = NewDetector(ac, def)
+	s.det = newDetector(ac, def)
 	s.minTail = tails(g, func(m dag.ModuleID) time.Duration { return s.mods[m].fastest })
 	return s
 }

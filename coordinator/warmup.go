@@ -26,6 +26,10 @@ import (
 // module whose warm-up failed, still meets its first run cold; the first
 // WarmupRuns of each size never teach the estimate).
 
+// WarmupRuns is how many batches of each size a module runs on an instance
+// after it is loaded there before their times count as measurements.
+const WarmupRuns = 2
+
 // warmFrame is the warm-up batches' input: blank, small (it crosses the
 // wire to remote workers), resized by the executor like any frame.
 const warmW, warmH = 320, 240

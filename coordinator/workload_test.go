@@ -71,7 +71,7 @@ func startLive(tb testing.TB, cfg Config, limits map[profile.WorkerTypeID]int) *
 	if cfg.MILPSolver == nil {
 		cfg.MILPSolver = milp.Solver{}
 	}
-	r.e, r.local = MustEmbedded(cfg, limits)
+	r.e, r.local = mustEmbedded(tb, cfg, limits)
 	r.e.Start()
 	tb.Cleanup(r.close)
 	return r

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mdag/mdag/allocator/milp"
 	"github.com/mdag/mdag/coordinator"
+	"github.com/mdag/mdag/internal/testapps"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/remote/client"
@@ -47,15 +48,18 @@ func BenchmarkHop(b *testing.B) {
 }
 
 func startChain(b *testing.B, mode string, n int, onFrame func(coordinator.FrameResult)) *coordinator.Engine {
-	app, prof, err := coordinator.NoopChain(n)
+	app, prof, err := testapps.NoopChain(n)
 	if err != nil {
 		b.Fatal(err)
 	}
 	var e *coordinator.Engine
 	if mode == "embedded" {
-		e, _ = coordinator.MustEmbedded(coordinator.Config{MILPSolver: milp.Solver{}, OnFrame: onFrame}, map[profile.WorkerTypeID]int{"CPU": 1})
+		e, _, err = coordinator.NewEmbedded(coordinator.Config{MILPSolver: milp.Solver{}, OnFrame: onFrame}, map[profile.WorkerTypeID]int{"CPU": 1})
 	} else {
-		e = coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}, OnFrame: onFrame})
+		e, err = coordinator.New(coordinator.Config{MILPSolver: milp.Solver{}, OnFrame: onFrame})
+	}
+	if err != nil {
+		b.Fatal(err)
 	}
 	e.Start()
 	b.Cleanup(e.Close)

@@ -100,7 +100,7 @@ func TestMaxConcurrentStreams(t *testing.T) {
 			}
 		})
 	}
-	if l := (Limits{MaxSourceStreams: 5000}).withDefaults(); l.MaxConnStreams != 5000 {
+	if l, err := (Limits{MaxSourceStreams: 5000}).withDefaults(); err != nil || l.MaxConnStreams != 5000 {
 		t.Errorf("MaxConnStreams %d with MaxSourceStreams 5000, want 5000 (a source's streams fit one connection)", l.MaxConnStreams)
 	}
 }

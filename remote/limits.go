@@ -14,6 +14,7 @@ import (
 
 	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/defaults"
 	"github.com/mdag/mdag/internal/pki"
 	"github.com/mdag/mdag/remote/wire"
 )
@@ -106,45 +107,42 @@ var DefaultLimits = Limits{
 	MaxConnStreams:   1024,
 }
 
-func (l Limits) withDefaults() Limits {
+// withDefaults fills l's zero fields with DefaultLimits' and reports a
+// field out of range (a negative count, rate or duration) by name, as
+// internal/defaults does for every config: a bad value is an error, never
+// silently replaced.
+func (l Limits) withDefaults() (Limits, error) {
 	d := DefaultLimits
-	set := func(v *int, def int) {
-		if *v <= 0 {
-			*v = def
-		}
-	}
-	setF := func(v *float64, def float64) {
-		if *v <= 0 {
-			*v = def
-		}
-	}
-	set(&l.MaxMessage, d.MaxMessage)
-	set(&l.MaxFrameW, d.MaxFrameW)
-	set(&l.MaxFrameH, d.MaxFrameH)
-	set(&l.MaxBoxes, d.MaxBoxes)
-	set(&l.MaxAudioBytes, d.MaxAudioBytes)
-	set(&l.MaxResultItems, d.MaxResultItems)
-	set(&l.MaxTracks, d.MaxTracks)
-	set(&l.MaxSteps, d.MaxSteps)
-	set(&l.MaxEvents, d.MaxEvents)
-	set(&l.MaxLabels, d.MaxLabels)
-	set(&l.MaxAudioBytes, d.MaxAudioBytes)
-	set(&l.MaxStateBytes, d.MaxStateBytes)
-	set(&l.MaxSourceStreams, d.MaxSourceStreams)
-	set(&l.MaxWorkerStreams, d.MaxWorkerStreams)
-	setF(&l.PeerRate, d.PeerRate)
-	setF(&l.PeerBurst, d.PeerBurst)
-	setF(&l.GlobalRate, d.GlobalRate)
-	setF(&l.GlobalBurst, d.GlobalBurst)
-	if l.LogEvery <= 0 {
-		l.LogEvery = d.LogEvery
-	}
-	if l.FirstMessage <= 0 {
-		l.FirstMessage = d.FirstMessage
-	}
-	set(&l.MaxConnStreams, d.MaxConnStreams)
+	c := defaults.Fields{Prefix: "remote.Limits"}
+	c.Count("MaxMessage", &l.MaxMessage, d.MaxMessage)
+	c.Count("MaxFrameW", &l.MaxFrameW, d.MaxFrameW)
+	c.Count("MaxFrameH", &l.MaxFrameH, d.MaxFrameH)
+	c.Count("MaxBoxes", &l.MaxBoxes, d.MaxBoxes)
+	c.Count("MaxAudioBytes", &l.MaxAudioBytes, d.MaxAudioBytes)
+	c.Count("MaxResultItems", &l.MaxResultItems, d.MaxResultItems)
+	c.Count("MaxTracks", &l.MaxTracks, d.MaxTracks)
+	c.Count("MaxSteps", &l.MaxSteps, d.MaxSteps)
+	c.Count("MaxEvents", &l.MaxEvents, d.MaxEvents)
+	c.Count("MaxLabels", &l.MaxLabels, d.MaxLabels)
+	c.Count("MaxStateBytes", &l.MaxStateBytes, d.MaxStateBytes)
+	c.Count("MaxSourceStreams", &l.MaxSourceStreams, d.MaxSourceStreams)
+	c.Count("MaxWorkerStreams", &l.MaxWorkerStreams, d.MaxWorkerStreams)
+	c.AtLeast("PeerRate", &l.PeerRate, 0, d.PeerRate, true)
+	c.AtLeast("PeerBurst", &l.PeerBurst, 0, d.PeerBurst, true)
+	c.AtLeast("GlobalRate", &l.GlobalRate, 0, d.GlobalRate, true)
+	c.AtLeast("GlobalBurst", &l.GlobalBurst, 0, d.GlobalBurst, true)
+	c.Duration("LogEvery", &l.LogEvery, d.LogEvery)
+	c.Duration("FirstMessage", &l.FirstMessage, d.FirstMessage)
+	c.Count("MaxConnStreams", &l.MaxConnStreams, d.MaxConnStreams)
 	l.MaxConnStreams = max(l.MaxConnStreams, l.MaxSourceStreams)
-	return l
+	return l, c.Err()
+}
+
+// Check reports the fields of l out of range, by name (nil when all are
+// valid; a zero field takes its default).
+func (l Limits) Check() error {
+	_, err := l.withDefaults()
+	return err
 }
 
 // SourceMessage is the largest message a source may send: one frame at

@@ -27,7 +27,7 @@ import (
 // TestRegistrationBuckets: the per-peer and global token buckets on a
 // fake clock. A refused attempt takes no token; time refills both.
 func TestRegistrationBuckets(t *testing.T) {
-	l := Limits{PeerRate: 1, PeerBurst: 2, GlobalRate: 2, GlobalBurst: 3}.withDefaults()
+	l := mustLimits(t, Limits{PeerRate: 1, PeerBurst: 2, GlobalRate: 2, GlobalBurst: 3})
 	t0 := time.Unix(1000, 0)
 	type try struct {
 		at   time.Duration // since t0
@@ -60,7 +60,7 @@ func TestRegistrationBuckets(t *testing.T) {
 // peers that are full again are forgotten, so a spray of addresses cannot
 // grow the map without bound.
 func TestRegistrationBucketsBounded(t *testing.T) {
-	l := Limits{PeerRate: 1, PeerBurst: 1, GlobalRate: 1e9, GlobalBurst: 1e9}.withDefaults()
+	l := mustLimits(t, Limits{PeerRate: 1, PeerBurst: 1, GlobalRate: 1e9, GlobalBurst: 1e9})
 	var g registrations
 	t0 := time.Unix(1000, 0)
 	for i := range 3 * maxPeerBuckets {
@@ -76,7 +76,7 @@ func TestRegistrationBucketsBounded(t *testing.T) {
 // Every bucket in use (peers that keep connecting, none full again): a new
 // peer is held to the global bucket, and the map does not grow.
 func TestRegistrationBucketsAllInUse(t *testing.T) {
-	l := Limits{PeerRate: 0.001, PeerBurst: 2, GlobalRate: 1e9, GlobalBurst: 1e9}.withDefaults()
+	l := mustLimits(t, Limits{PeerRate: 0.001, PeerBurst: 2, GlobalRate: 1e9, GlobalBurst: 1e9})
 	var g registrations
 	t0 := time.Unix(1000, 0)
 	for i := range maxPeerBuckets + 100 {
@@ -480,7 +480,10 @@ func TestTLSReceiveLimitByRole(t *testing.T) {
 	if _, err := pki.Init(dir, pki.InitOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	c := startTLS(t, dir)
+	// The hand-driven worker below never beats: a heartbeat of 200 ms (4
+	// missed: 800 ms) could end its stream before its 10 MB message is read
+	// on a loaded machine, and the refusal this test waits for never come.
+	c := startTLSWith(t, dir, func(s *Server) { s.Heartbeat = 30 * time.Second })
 	srcConn, err := client.DialTLS(c.addr, material(t, pki.DirFiles(dir, pki.Source), pki.Source), "")
 	if err != nil {
 		t.Fatal(err)
@@ -602,5 +605,42 @@ func TestTLSHandshakesBounded(t *testing.T) {
 	g.Stop()
 	if err := <-served; err != nil {
 		t.Errorf("Serve returned %v after Stop, want nil", err)
+	}
+}
+
+func mustLimits(t *testing.T, l Limits) Limits {
+	t.Helper()
+	l, err := l.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestLimitsOutOfRange: a negative limit is an error naming the field (as
+// internal/defaults reports every config's), never a value silently
+// replaced by the default; a server holding one refuses every stream.
+func TestLimitsOutOfRange(t *testing.T) {
+	for _, tc := range []struct {
+		l    Limits
+		want string
+	}{
+		{Limits{MaxBoxes: -1}, "remote.Limits.MaxBoxes = -1: must be >= 0"},
+		{Limits{MaxAudioBytes: -5}, "remote.Limits.MaxAudioBytes = -5"},
+		{Limits{PeerRate: -1}, "remote.Limits.PeerRate = -1: must be > 0"},
+		{Limits{FirstMessage: -time.Second}, "remote.Limits.FirstMessage = -1s"},
+		{Limits{MaxFrameW: -1, MaxFrameH: -2}, "MaxFrameH = -2"},
+	} {
+		err := tc.l.Check()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error with %q", tc.l, err, tc.want)
+		}
+		s := &Server{Limits: tc.l}
+		if err := s.Check(); err == nil {
+			t.Errorf("%+v: the server took it", tc.l)
+		}
+	}
+	if err := (Limits{}).Check(); err != nil {
+		t.Errorf("zero limits (every default): %v", err)
 	}
 }

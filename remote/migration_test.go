@@ -104,7 +104,7 @@ func serveTrackerN(t testing.TB, n int) *trackerServed {
 	for i := range n {
 		r.streams = append(r.streams, fmt.Sprintf("cam-%02d", i))
 	}
-	r.e = coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}, Checkpoint: 300 * time.Millisecond,
+	r.e = newEngine(t, coordinator.Config{MILPSolver: milp.Solver{}, Checkpoint: 300 * time.Millisecond,
 		OnFrame: func(fr coordinator.FrameResult) {
 			r.mu.Lock()
 			r.results[fr.Stream] = append(r.results[fr.Stream], fr)

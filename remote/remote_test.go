@@ -53,7 +53,7 @@ func startCoordinator(t testing.TB, app *dag.App, prof *profile.File, hb time.Du
 // here).
 func startServer(t testing.TB, app *dag.App, prof *profile.File, srv *Server) *loopback {
 	t.Helper()
-	return startEngine(t, coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}}), app, prof, srv)
+	return startEngine(t, newEngine(t, coordinator.Config{MILPSolver: milp.Solver{}}), app, prof, srv)
 }
 
 // startEngine is startServer with the engine e (not started yet).
@@ -409,4 +409,15 @@ func TestBadPeers(t *testing.T) {
 	if r.Accepted != 1 || r.Rejected != 2 || !strings.Contains(r.LastError, "frame 1: no frame") {
 		t.Errorf("reply %+v: want 1 accepted, 2 rejected, last error about frame 1", r)
 	}
+}
+
+// newEngine is coordinator.New for a test's fixed config: an error ends
+// the test.
+func newEngine(tb testing.TB, cfg coordinator.Config) *coordinator.Engine {
+	tb.Helper()
+	e, err := coordinator.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
 }

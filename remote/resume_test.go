@@ -26,7 +26,7 @@ import (
 func coordinatorAt(t *testing.T, addr string) (*coordinator.Engine, *grpc.Server, string) {
 	t.Helper()
 	app, prof := loadExample(t, "traffic")
-	e := coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}})
+	e := newEngine(t, coordinator.Config{MILPSolver: milp.Solver{}})
 	e.Start()
 	if err := e.Deploy(app, prof); err != nil {
 		t.Fatal(err)

@@ -67,6 +67,7 @@ type Server struct {
 	insts instances
 
 	once    sync.Once
+	initErr error  // a Limits field out of range (defaults): every stream is refused
 	limits  Limits // Limits with defaults
 	caps    wire.Caps
 	refused *refusals
@@ -196,7 +197,11 @@ func (s *Server) defaults() {
 		if s.Heartbeat <= 0 {
 			s.Heartbeat = wire.DefaultHeartbeat
 		}
-		s.limits = s.Limits.withDefaults()
+		var err error
+		if s.limits, err = s.Limits.withDefaults(); err != nil {
+			s.initErr = err
+			s.Log.Error("coordinator server: limits out of range; every worker and source is refused until they are fixed", "err", err)
+		}
 		l := s.limits
 		// A worker's results may carry audio chunks up to segment's
 		// longest (10 s of 96 kHz stereo fits wire.MaxAudioBytes) even
@@ -206,6 +211,14 @@ func (s *Server) defaults() {
 		s.refused = newRefusals(s.Clock, s.Log, s.limits.LogEvery)
 		s.callLog = newLogLimiter(s.Clock, s.Log, s.limits.LogEvery)
 	})
+}
+
+// Check reports a Limits field out of range, by name; a server with one
+// refuses every Connect and Ingest stream (FailedPrecondition), so call it
+// before serving.
+func (s *Server) Check() error {
+	s.defaults()
+	return s.initErr
 }
 
 // Workers lists the IDs of connected workers.
@@ -305,7 +318,9 @@ func (c *conn) send(m *api.CoordinatorMessage) bool {
 
 // Connect implements api.CoordinatorServer.
 func (s *Server) Connect(stream grpc.BidiStreamingServer[api.WorkerMessage, api.CoordinatorMessage]) error {
-	s.defaults()
+	if err := s.Check(); err != nil {
+		return status.Errorf(codes.FailedPrecondition, "coordinator misconfigured: %v", err)
+	}
 	if err := s.admitRegistration(stream.Context()); err != nil {
 		return err
 	}
@@ -593,7 +608,9 @@ func joinTypes(m map[profile.WorkerTypeID]bool) string {
 
 // Ingest implements api.CoordinatorServer: one camera stream.
 func (s *Server) Ingest(stream grpc.ClientStreamingServer[api.IngestMessage, api.IngestReply]) error {
-	s.defaults()
+	if err := s.Check(); err != nil {
+		return status.Errorf(codes.FailedPrecondition, "coordinator misconfigured: %v", err)
+	}
 	// A stream counts against its source's limit from its start, join or
 	// not, so streams that never join hold no more than that either.
 	source := peerID(stream.Context())

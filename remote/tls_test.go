@@ -64,7 +64,7 @@ func startTLSWith(t *testing.T, dir string, tune func(*Server)) *tlsCoordinator 
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}})
+	e := newEngine(t, coordinator.Config{MILPSolver: milp.Solver{}})
 	e.Start()
 	app, prof := loadExample(t, "traffic")
 	if err := e.Deploy(app, prof); err != nil {

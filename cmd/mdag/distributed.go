@@ -217,6 +217,12 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	srv := &remote.Server{Engine: e, Log: log, Heartbeat: *heartbeat, Limits: limits, Relay: *plane == "relay", Shared: tf.shared}
+	if err := srv.Check(); err != nil {
+		gl.Close()
+		hl.Close()
+		fmt.Fprintf(stderr, "mdag coordinator: %v\n", err)
+		return exitFailure
+	}
 	obs.mx.SetGRPC(func() metrics.GRPC {
 		p := srv.Plane()
 		return metrics.GRPC{Refused: srv.Refused(), RelayedFrames: p.RelayedFrames, RelayedBytes: p.RelayedBytes, RefFrames: p.RefFrames,

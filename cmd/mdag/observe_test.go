@@ -30,7 +30,7 @@ func TestGPUMetrics(t *testing.T) {
 // TestTapSinkAdmit: tapSink forwards Admit to the engine (an app it does
 // not serve is refused with the engine's reason).
 func TestTapSinkAdmit(t *testing.T) {
-	e := coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}})
+	e := newEngine(t, coordinator.Config{MILPSolver: milp.Solver{}})
 	e.Start()
 	defer e.Close()
 	var s whip.Sink = tapSink{e: e}

@@ -90,7 +90,7 @@ func TestServeSynthetic(t *testing.T) {
 }
 
 func TestStatusCommand(t *testing.T) {
-	e := coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}})
+	e := newEngine(t, coordinator.Config{MILPSolver: milp.Solver{}})
 	e.Start()
 	defer e.Close()
 	srv := httptest.NewServer(statusHandler(e))
@@ -119,7 +119,7 @@ func TestStatusCommand(t *testing.T) {
 // TestStatusIngest: `mdag status` adds the WHIP admission state when the
 // server has one (GET /v1/ingest), and goes without it when not.
 func TestStatusIngest(t *testing.T) {
-	e := coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}})
+	e := newEngine(t, coordinator.Config{MILPSolver: milp.Solver{}})
 	e.Start()
 	defer e.Close()
 	cases := []struct {
@@ -207,7 +207,7 @@ func TestStatusServerAddress(t *testing.T) {
 			}
 		})
 	}
-	e := coordinator.MustNew(coordinator.Config{MILPSolver: milp.Solver{}})
+	e := newEngine(t, coordinator.Config{MILPSolver: milp.Solver{}})
 	e.Start()
 	defer e.Close()
 	srv := httptest.NewServer(statusHandler(e))
@@ -295,4 +295,15 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// newEngine is coordinator.New for a test's fixed config: an error ends
+// the test.
+func newEngine(tb testing.TB, cfg coordinator.Config) *coordinator.Engine {
+	tb.Helper()
+	e, err := coordinator.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
 }

@@ -55,6 +55,7 @@ import (
 
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/defaults"
 	"github.com/mdag/mdag/internal/pki"
 	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/worker"
@@ -208,11 +209,11 @@ func New(ctx context.Context, cfg Config) (*Provisioner, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.CallTimeout <= 0 {
-		cfg.CallTimeout = 10 * time.Second
-	}
-	if cfg.CertValid <= 0 {
-		cfg.CertValid = DefaultCertValid
+	c := defaults.Fields{Prefix: "kube.Config"}
+	c.Duration("CallTimeout", &cfg.CallTimeout, 10*time.Second)
+	c.Duration("CertValid", &cfg.CertValid, DefaultCertValid)
+	if err := c.Err(); err != nil {
+		return nil, err
 	}
 	if cfg.Issuer != nil && (cfg.Issuer.CA == nil || cfg.Issuer.CA.Cert == nil || cfg.Issuer.CA.Key == nil) {
 		return nil, errors.New("kube: Config.Issuer has no CA certificate and key")

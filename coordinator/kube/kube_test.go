@@ -774,3 +774,20 @@ func TestWatchRetriesAfterError(t *testing.T) {
 		t.Fatal("the pod deleted while the watch failed was not reported")
 	}
 }
+
+// TestNewOutOfRange: a negative timeout or validity is an error naming
+// the field, not a value silently replaced.
+func TestNewOutOfRange(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{CallTimeout: -time.Second}, "kube.Config.CallTimeout = -1s"},
+		{Config{CertValid: -time.Hour}, "kube.Config.CertValid = -1h0m0s"},
+	} {
+		tc.cfg.Client = fake.NewClientset()
+		if _, err := New(context.Background(), tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v, want an error with %q", err, tc.want)
+		}
+	}
+}

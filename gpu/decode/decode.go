@@ -22,7 +22,6 @@ import (
 	"image"
 	"math"
 	"sort"
-	"sync"
 
 	"github.com/mdag/mdag/media"
 )
@@ -85,36 +84,18 @@ type Result struct {
 // Func decodes one item's outputs.
 type Func func(outs []Output, g Geometry, p Params) (Result, error)
 
-// funcs holds the decoders by name: the built-in ones from the start (a
-// literal, no init side effects), others added with Register.
-var (
-	mu    sync.RWMutex
-	funcs = map[string]Func{"classify": Classify, "blazeface": BlazeFace, "boxes": Boxes, "keypoints": Keypoints, "db": DB, "ctc": CTC}
-)
+// funcs holds the decoders by name: a literal, fixed at build time (no
+// registration, no init side effects, nothing to lock).
+var funcs = map[string]Func{"classify": Classify, "blazeface": BlazeFace, "boxes": Boxes, "keypoints": Keypoints, "db": DB, "ctc": CTC}
 
-// Register adds a decoder under name; a name given twice is an error.
-func Register(name string, f Func) error {
-	mu.Lock()
-	defer mu.Unlock()
-	if _, dup := funcs[name]; dup {
-		return fmt.Errorf("decoder %q registered twice", name)
-	}
-	funcs[name] = f
-	return nil
-}
-
-// Lookup returns the decoder registered as name.
+// Lookup returns the decoder named name.
 func Lookup(name string) (Func, bool) {
-	mu.RLock()
-	defer mu.RUnlock()
 	f, ok := funcs[name]
 	return f, ok
 }
 
-// Names lists the registered decoders, sorted.
+// Names lists the decoders, sorted.
 func Names() []string {
-	mu.RLock()
-	defer mu.RUnlock()
 	out := make([]string, 0, len(funcs))
 	for n := range funcs {
 		out = append(out, n)

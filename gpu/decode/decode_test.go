@@ -117,9 +117,9 @@ func TestBlazeFaceShapes(t *testing.T) {
 	}
 }
 
-func TestRegister(t *testing.T) {
-	if err := Register("classify", Classify); err == nil {
-		t.Fatal("registered classify twice")
+func TestNames(t *testing.T) {
+	if _, ok := Lookup("nope"); ok {
+		t.Fatal("Lookup found an unknown decoder")
 	}
 	if got := strings.Join(Names(), ","); got != "blazeface,boxes,classify,ctc,db,keypoints" {
 		t.Fatalf("names %s", got)

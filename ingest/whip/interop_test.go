@@ -49,7 +49,7 @@ func engineServer(t *testing.T) (*Server, *httptest.Server, *atomic.Int64) {
 	}
 	var srv atomic.Pointer[Server]
 	var finished atomic.Int64
-	e, _ := coordinator.MustEmbedded(coordinator.Config{MILPSolver: milp.Solver{}, OnFrame: func(r coordinator.FrameResult) {
+	e, _, err := coordinator.NewEmbedded(coordinator.Config{MILPSolver: milp.Solver{}, OnFrame: func(r coordinator.FrameResult) {
 		if r.Outcome == coordinator.Finished {
 			finished.Add(1)
 		}
@@ -57,6 +57,9 @@ func engineServer(t *testing.T) (*Server, *httptest.Server, *atomic.Int64) {
 			s.Publish(Result{Stream: r.Stream, Frame: r.Seq, Outcome: string(r.Outcome), Module: string(r.Module), Reason: string(r.Reason)})
 		}
 	}}, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.Start()
 	if err := e.Deploy(app, prof); err != nil {
 		t.Fatal(err)

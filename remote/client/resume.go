@@ -14,6 +14,7 @@ import (
 	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/defaults"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/remote/wire"
 )
@@ -93,11 +94,14 @@ func StreamAudioReconnecting(ctx context.Context, cc *grpc.ClientConn, app, stre
 // streamReconnecting runs generate (a source feeding r's sinks) over a
 // connection that is opened again when it breaks.
 func streamReconnecting(ctx context.Context, cc *grpc.ClientConn, app, stream string, rc Reconnect, generate func(r *reconnecting) error) (*StreamResult, error) {
-	if rc.Backoff <= 0 {
-		rc.Backoff = 100 * time.Millisecond
-	}
+	c := defaults.Fields{Prefix: "client.Reconnect"}
+	c.Duration("Backoff", &rc.Backoff, 100*time.Millisecond)
+	c.Duration("MaxBackoff", &rc.MaxBackoff, max(2*time.Second, rc.Backoff))
 	if rc.MaxBackoff < rc.Backoff {
-		rc.MaxBackoff = max(2*time.Second, rc.Backoff)
+		c.Bad("MaxBackoff", rc.MaxBackoff, fmt.Sprintf("must be >= Backoff (%v)", rc.Backoff))
+	}
+	if err := c.Err(); err != nil {
+		return nil, err
 	}
 	if rc.Clock == nil {
 		rc.Clock = clock.Real{}

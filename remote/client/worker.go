@@ -24,6 +24,7 @@ import (
 	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/defaults"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/modules"
 	"github.com/mdag/mdag/remote/wire"
@@ -118,11 +119,11 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 			kind += "+emulated"
 		}
 	}
-	if cfg.HealthInterval <= 0 {
-		cfg.HealthInterval = DefaultHealthInterval
-	}
-	if cfg.HealthTimeout <= 0 {
-		cfg.HealthTimeout = 2 * time.Second
+	c := defaults.Fields{Prefix: "client.WorkerConfig"}
+	c.Duration("HealthInterval", &cfg.HealthInterval, DefaultHealthInterval)
+	c.Duration("HealthTimeout", &cfg.HealthTimeout, 2*time.Second)
+	if err := c.Err(); err != nil {
+		return err
 	}
 	hp, _ := cfg.Exec.(healthProber)
 	probe := func(ctx context.Context) error {

@@ -1,4 +1,8 @@
-package coordinator
+// Package testapps builds the synthetic apps that tests and benchmarks
+// run (not user examples: those are in examples/). It imports only dag
+// and profile, so the coordinator's own tests can use it as well as its
+// users' (remote, cmd/mdag).
+package testapps
 
 import (
 	"fmt"
