@@ -87,7 +87,7 @@ func (a *AdaptConfig) check(c *defaults.Fields) {
 	c.AtLeast("Adapt.MaxHeadroom", &a.MaxHeadroom, 1, 2, false)
 }
 
-// withDefaults fills the zero fields of an AdaptConfig (NewDetector's;
+// withDefaults fills the zero fields of an AdaptConfig (newDetector's;
 // the engine's own was checked by New, which reports values out of range).
 func (a AdaptConfig) withDefaults() AdaptConfig {
 	a.check(&defaults.Fields{Prefix: "coordinator.AdaptConfig"})

@@ -101,6 +101,6 @@ func TestMaxConcurrentStreams(t *testing.T) {
 		})
 	}
 	if l, err := (Limits{MaxSourceStreams: 5000}).withDefaults(); err != nil || l.MaxConnStreams != 5000 {
-		t.Errorf("MaxConnStreams %d with MaxSourceStreams 5000, want 5000 (a source's streams fit one connection)", l.MaxConnStreams)
+		t.Errorf("MaxConnStreams %d (err %v) with MaxSourceStreams 5000, want 5000 (a source's streams fit one connection)", l.MaxConnStreams, err)
 	}
 }

@@ -127,10 +127,12 @@ func (l Limits) withDefaults() (Limits, error) {
 	c.Count("MaxStateBytes", &l.MaxStateBytes, d.MaxStateBytes)
 	c.Count("MaxSourceStreams", &l.MaxSourceStreams, d.MaxSourceStreams)
 	c.Count("MaxWorkerStreams", &l.MaxWorkerStreams, d.MaxWorkerStreams)
-	c.AtLeast("PeerRate", &l.PeerRate, 0, d.PeerRate, true)
-	c.AtLeast("PeerBurst", &l.PeerBurst, 0, d.PeerBurst, true)
-	c.AtLeast("GlobalRate", &l.GlobalRate, 0, d.GlobalRate, true)
-	c.AtLeast("GlobalBurst", &l.GlobalBurst, 0, d.GlobalBurst, true)
+	// Rates and bursts: +Inf is no limit (a token bucket that never
+	// empties); negative and NaN are refused.
+	c.Between("PeerRate", &l.PeerRate, d.PeerRate, 0)
+	c.Between("PeerBurst", &l.PeerBurst, d.PeerBurst, 0)
+	c.Between("GlobalRate", &l.GlobalRate, d.GlobalRate, 0)
+	c.Between("GlobalBurst", &l.GlobalBurst, d.GlobalBurst, 0)
 	c.Duration("LogEvery", &l.LogEvery, d.LogEvery)
 	c.Duration("FirstMessage", &l.FirstMessage, d.FirstMessage)
 	c.Count("MaxConnStreams", &l.MaxConnStreams, d.MaxConnStreams)

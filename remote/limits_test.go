@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"runtime"
 	"runtime/debug"
@@ -627,7 +628,8 @@ func TestLimitsOutOfRange(t *testing.T) {
 	}{
 		{Limits{MaxBoxes: -1}, "remote.Limits.MaxBoxes = -1: must be >= 0"},
 		{Limits{MaxAudioBytes: -5}, "remote.Limits.MaxAudioBytes = -5"},
-		{Limits{PeerRate: -1}, "remote.Limits.PeerRate = -1: must be > 0"},
+		{Limits{PeerRate: -1}, "remote.Limits.PeerRate = -1: must be >= 0"},
+		{Limits{GlobalBurst: math.NaN()}, "remote.Limits.GlobalBurst = NaN"},
 		{Limits{FirstMessage: -time.Second}, "remote.Limits.FirstMessage = -1s"},
 		{Limits{MaxFrameW: -1, MaxFrameH: -2}, "MaxFrameH = -2"},
 	} {
@@ -642,5 +644,8 @@ func TestLimitsOutOfRange(t *testing.T) {
 	}
 	if err := (Limits{}).Check(); err != nil {
 		t.Errorf("zero limits (every default): %v", err)
+	}
+	if err := (Limits{PeerRate: math.Inf(1), GlobalBurst: math.Inf(1)}).Check(); err != nil {
+		t.Errorf("infinite rate and burst (no limit): %v", err)
 	}
 }

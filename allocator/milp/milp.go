@@ -150,8 +150,13 @@ func (Solver) Solve(ctx context.Context, p *allocator.Problem) ([]int, allocator
 	choice := pick(lp.Variables(), yCol)
 	if len(costRow) > 0 {
 		lp.SetAddRowMode(true)
-		if err := lp.AddConstraintSparse(costRow, golp.LE, best+1e-9*math.Max(1, math.Abs(best))); err != nil {
-			return nil, stats, fmt.Errorf("%w: the second pass's cost row: %v", allocator.ErrSolver, err)
+		// golp drops lp_solve's own status: a row that was not added
+		// shows only in the row count. Pass 2 is a refinement: without
+		// its row the first pass's choice stands, said in the status.
+		rows := lp.NumRows()
+		if err := lp.AddConstraintSparse(costRow, golp.LE, best+1e-9*math.Max(1, math.Abs(best))); err != nil || lp.NumRows() != rows+1 {
+			stats.Status += fmt.Sprintf(" (second pass skipped: its cost row was not added: %v)", err)
+			return choice, stats, nil
 		}
 		obj2 := make([]float64, cols)
 		obj2[lmax] = 1

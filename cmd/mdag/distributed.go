@@ -125,6 +125,9 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	limits, err := lf.limits()
+	if err == nil {
+		err = limits.Check() // the flags' checks above are the user's words; this is remote's own
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag coordinator: %v\n", err)
 		return exitInvalid
@@ -217,12 +220,6 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	srv := &remote.Server{Engine: e, Log: log, Heartbeat: *heartbeat, Limits: limits, Relay: *plane == "relay", Shared: tf.shared}
-	if err := srv.Check(); err != nil {
-		gl.Close()
-		hl.Close()
-		fmt.Fprintf(stderr, "mdag coordinator: %v\n", err)
-		return exitFailure
-	}
 	obs.mx.SetGRPC(func() metrics.GRPC {
 		p := srv.Plane()
 		return metrics.GRPC{Refused: srv.Refused(), RelayedFrames: p.RelayedFrames, RelayedBytes: p.RelayedBytes, RefFrames: p.RefFrames,

@@ -9,8 +9,8 @@
 // the logs and the dashboard carry, so an alert or a query written against
 // one keeps its meaning. The central scheduler's reasons
 // (scheduler.DropReason) and a worker's outcomes (worker.Outcome) are
-// among them under their own strings; the coordinator's tests hold the two
-// lists equal, so that this package stays a leaf the metrics and the
+// among them under their own strings (the coordinator's tests hold both
+// lists inside this one), so that this package stays a leaf the metrics and the
 // dashboard import without the engine.
 package why
 
@@ -28,7 +28,7 @@ const (
 
 // Worker: a worker's outcomes other than ok (worker.Outcome's String).
 const (
-	Rejected        Drop = "rejected"          // a task's window passed on the worker (only a GPU task has one)
+	Rejected        Drop = "rejected"          // never ends a frame: a GPU batch whose window passed is re-scheduled (mdag_scheduler_rejected_total); listed as the worker's outcome
 	QueueFull       Drop = "queue-full"        // the module's queue on the worker was full
 	ModuleNotLoaded Drop = "module-not-loaded" // the worker has not loaded the module
 	Unloaded        Drop = "unloaded"          // the module was unloaded before the task ran

@@ -1,5 +1,5 @@
 // Package decode holds the model output decoders: pure Go functions,
-// registered by name, that turn one item's output tensors into detections
+// named, that turn one item's output tensors into detections
 // or labels. The model registry (gpu/registry) names a decoder per model
 // and every executor (gpu/onnx, gpu/opencv) calls the same function, so a
 // model decodes the same way whichever runtime ran it.

@@ -127,7 +127,7 @@ func New(withRuntime bool) *Metrics {
 			[]float64{1, 2, 4, 8, 16, 32, 64, 128}, "app", "module", "model"),
 		schedBatches: f.counter("scheduler", "batches_total", "GPU batches the central scheduler dispatched.", "app", "module", "model"),
 		schedDrops: f.counter("scheduler", "drops_total",
-			"Requests the central scheduler dropped because they could not meet their deadline (early drop), by reason ("+strings.Join([]string{string(why.CannotFinish), string(why.ActionRejected), string(why.NoGPUForModel), string(why.EarlyDrop)}, ", ")+").", "app", "module", "reason"),
+			"Requests the central scheduler dropped, by reason ("+strings.Join([]string{string(why.CannotFinish), string(why.ActionRejected), string(why.NoGPUForModel), string(why.EarlyDrop)}, ", ")+").", "app", "module", "reason"),
 		schedRejected: f.counter("scheduler", "rejected_total",
 			"Batches a worker refused because they could not start inside their action window (Clockwork); the requests are re-scheduled.", "app", "module"),
 

@@ -8,6 +8,7 @@
 package partition
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -160,8 +161,15 @@ func (r *rowAdder) add(row []golp.Entry, ct golp.ConstraintType, rhs float64) {
 	if r.err != nil {
 		return
 	}
-	if err := r.lp.AddConstraintSparse(row, ct, rhs); err != nil {
-		r.err = fmt.Errorf("row %d (%d entries): %w", r.lp.NumRows()+1, len(row), err)
+	n := r.lp.NumRows()
+	err := r.lp.AddConstraintSparse(row, ct, rhs)
+	if err == nil && r.lp.NumRows() != n+1 {
+		// golp drops lp_solve's own status (add_constraintex): a row that
+		// was not added shows only in the row count.
+		err = errors.New("lp_solve did not add it")
+	}
+	if err != nil {
+		r.err = fmt.Errorf("row %d (%d entries): %w", n+1, len(row), err)
 	}
 }
 

@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/mdag/mdag/api"
@@ -123,7 +125,8 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 	c.Duration("HealthInterval", &cfg.HealthInterval, DefaultHealthInterval)
 	c.Duration("HealthTimeout", &cfg.HealthTimeout, 2*time.Second)
 	if err := c.Err(); err != nil {
-		return err
+		// InvalidArgument: retrying cannot fix it (callers stop on it)
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	hp, _ := cfg.Exec.(healthProber)
 	probe := func(ctx context.Context) error {
