@@ -258,6 +258,43 @@ var chartCases = []struct {
 	{"monitoring", chartValues{set: []string{"namespace.create=true", "monitoring.enabled=true"}}, []string{"base", "monitoring"}, gpuNodeLabel, false},
 }
 
+// kustomizeImageValues are --set values that give the chart the images the
+// base's kustomization names (images: entries for mdag and
+// mdag-torch-runner), so that the comparison holds whichever build each
+// names: make images writes digests into the chart's values.yaml, not
+// into the kustomization. TestChartEqualsKustomize/images requires the same
+// repositories.
+func kustomizeImageValues(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(kubeDir, "base/kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, obj, err := decodeStrict(data)
+	if err != nil {
+		t.Fatalf("base/kustomization.yaml: %v", err)
+	}
+	keys := map[string]string{mdagImage: "mdag", runnerImage: "torchRunner"}
+	var set []string
+	for _, im := range obj.(*kustomization).Images {
+		key, ok := keys[im.Name]
+		if !ok {
+			t.Fatalf("base/kustomization.yaml: image %s has no key under the chart's images", im.Name)
+		}
+		delete(keys, im.Name)
+		set = append(set, "images."+key+".repository="+im.NewName, "images."+key+".tag="+im.NewTag, "images."+key+".digest="+im.Digest)
+	}
+	if len(keys) > 0 {
+		t.Fatalf("base/kustomization.yaml: no images: entry for %v", slices.Sorted(maps.Keys(keys)))
+	}
+	return set
+}
+
+// withImages is v with the kustomization's images set last.
+func withImages(t *testing.T, v chartValues) chartValues {
+	return chartValues{files: v.files, set: append(slices.Clone(v.set), kustomizeImageValues(t)...)}
+}
+
 // objectKey names an object: kind, namespace, name.
 func objectKey(m manifest) string {
 	o, ok := m.obj.(metav1.Object)
@@ -322,9 +359,32 @@ func compareObjects(t *testing.T, aName string, a []manifest, bName string, b []
 // the base, values-gke.yaml the gke overlay, provisioner.enabled the
 // provisioned overlay, monitoring.enabled the base and monitoring.
 func TestChartEqualsKustomize(t *testing.T) {
+	t.Run("images", func(t *testing.T) {
+		// the chart's defaults name the base's repositories (the tag or
+		// digest of each may differ: make images writes the chart's)
+		vals, err := chartValues{}.values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rv, err := chartutil.ToRenderValues(loadChart(t), vals, chartutil.ReleaseOptions{Name: "mdag", Namespace: namespace}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := kustomizeImageValues(t)
+		for _, s := range set {
+			k, v, _ := strings.Cut(s, "=")
+			if !strings.HasSuffix(k, ".repository") {
+				continue
+			}
+			got, err := rv.PathValue("Values." + k)
+			if err != nil || got != v {
+				t.Errorf("values.yaml %s: %v (%v), want %s as in base/kustomization.yaml", k, got, err, v)
+			}
+		}
+	})
 	for _, tc := range chartCases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := renderChart(t, tc.values)
+			r := renderChart(t, withImages(t, tc.values))
 			var want []manifest
 			for _, d := range tc.kustomize {
 				want = append(want, kustomizeBuild(t, d)...)
@@ -335,7 +395,7 @@ func TestChartEqualsKustomize(t *testing.T) {
 	// The defaults leave the Namespace to the user (helm install -n needs it
 	// first): the base's objects but that one.
 	t.Run("defaults", func(t *testing.T) {
-		r := renderChart(t, chartValues{})
+		r := renderChart(t, withImages(t, chartValues{}))
 		var want []manifest
 		for _, m := range kustomizeBuild(t, "base") {
 			if _, ok := m.obj.(*corev1.Namespace); !ok {
@@ -461,7 +521,8 @@ func TestChartRefuses(t *testing.T) {
 }
 
 // TestChartTemplatesRender: every template of the chart makes an object in
-// some rendering above (none is dead), and NOTES.txt renders in each.
+// some rendering above (none is dead), and NOTES.txt renders in each,
+// warning about Pod Security where the chart does not make the namespace.
 func TestChartTemplatesRender(t *testing.T) {
 	made := map[string]bool{}
 	for _, tc := range chartCases {
@@ -474,6 +535,15 @@ func TestChartTemplatesRender(t *testing.T) {
 		if strings.TrimSpace(r.notes) == "" {
 			t.Errorf("%s: NOTES.txt renders empty", tc.values)
 		}
+	}
+	// Without the Namespace, the notes warn that its Pod Security labels are
+	// the user's (lookup finds no namespace here, as in a dry run).
+	const psa = "Pod Security: namespace mdag does not say it enforces the restricted profile"
+	if n := renderChart(t, chartValues{}).notes; !strings.Contains(n, psa) {
+		t.Errorf("defaults: NOTES.txt does not warn %q:\n%s", psa, n)
+	}
+	if n := renderChart(t, chartCases[0].values).notes; strings.Contains(n, psa) {
+		t.Errorf("%s: NOTES.txt warns %q, but the chart makes the namespace:\n%s", chartCases[0].values, psa, n)
 	}
 	entries, err := os.ReadDir(filepath.Join(chartDir, "templates"))
 	if err != nil {
