@@ -8,7 +8,9 @@ import (
 	"path"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -26,14 +28,26 @@ import (
 // a list in one fails, since kustomize merges lists by their merge keys)
 // and images: entries for bare image names. It needs no kubectl;
 // TestKustomizeBuild compares it with kubectl's where kubectl is installed.
+// The renderings are shared (read only: appending to one copies it).
 func kustomizeBuild(t *testing.T, dir string) []manifest {
 	t.Helper()
+	builtMu.Lock()
+	defer builtMu.Unlock()
+	if objs, ok := built[dir]; ok {
+		return objs
+	}
 	objs, err := kustomizeBuildDir(dir)
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
-	return objs
+	built[dir] = slices.Clip(objs)
+	return built[dir]
 }
+
+var (
+	builtMu sync.Mutex
+	built   = map[string][]manifest{}
+)
 
 func kustomizeBuildDir(dir string) ([]manifest, error) {
 	file := path.Join(dir, "kustomization.yaml")
