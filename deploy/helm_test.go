@@ -546,6 +546,13 @@ func TestChartTemplatesRender(t *testing.T) {
 	if n := renderChart(t, chartCases[0].values).notes; strings.Contains(n, psa) {
 		t.Errorf("%s: NOTES.txt warns %q, but the chart makes the namespace:\n%s", chartCases[0].values, psa, n)
 	}
+	// Chart.yaml's kubeVersion: Pod Security Admission is in 1.25 and later
+	kv := loadChart(t).Metadata.KubeVersion
+	for v, want := range map[string]bool{"v1.25.0": true, "v1.30.2": true, "v1.37.0": true, "v1.24.9": false} {
+		if got := chartutil.IsCompatibleRange(kv, v); got != want {
+			t.Errorf("Chart.yaml kubeVersion %q admits %s: %v, want %v", kv, v, got, want)
+		}
+	}
 	entries, err := os.ReadDir(filepath.Join(chartDir, "templates"))
 	if err != nil {
 		t.Fatal(err)
