@@ -36,6 +36,7 @@ const (
 	gpuResource     = corev1.ResourceName("nvidia.com/gpu")
 	gpuNodeLabel    = "mdag.io/gpu"
 	mdagImage       = "mdag"
+	leanImage       = "mdag-lean" // the lean build (the chart's image: lean)
 	runnerImage     = "mdag-torch-runner"
 	runnerScript    = "/opt/mdag/runners/torch/runner.py" // runners/torch/runner.py in the runner image
 	appConfigMap    = "mdag-app"
@@ -318,7 +319,7 @@ func (c *cluster) checkPods(p *problems) {
 				}
 			}
 			switch imageName(ct.Image) {
-			case mdagImage:
+			case mdagImage, leanImage:
 				c.checkMdagArgs(p, where, d, ct, mounts)
 			case runnerImage:
 				c.checkRunnerArgs(p, where, ct)
@@ -787,7 +788,7 @@ func (c *cluster) checkModels(p *problems) {
 		var worker, runner *corev1.Container
 		for i, ct := range d.Spec.Template.Spec.Containers {
 			switch imageName(ct.Image) {
-			case mdagImage:
+			case mdagImage, leanImage:
 				if ct.Name == "worker" {
 					worker = &d.Spec.Template.Spec.Containers[i]
 				}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -84,9 +85,15 @@ func TestKustomizations(t *testing.T) {
 }
 
 // render runs kubectl kustomize on a directory under deploy/kubernetes and
-// decodes what it prints, strictly.
+// decodes what it prints, strictly; once per directory and test binary (the
+// objects are shared, read only).
 func render(t *testing.T, kubectl, dir string) []manifest {
 	t.Helper()
+	renderedMu.Lock()
+	defer renderedMu.Unlock()
+	if ms, ok := rendered[dir]; ok {
+		return ms
+	}
 	var stderr bytes.Buffer
 	cmd := exec.Command(kubectl, "kustomize", filepath.Join(kubeDir, dir))
 	cmd.Stderr = &stderr
@@ -98,8 +105,16 @@ func render(t *testing.T, kubectl, dir string) []manifest {
 	for _, err := range errs {
 		t.Error(err)
 	}
-	return ms
+	if len(errs) == 0 {
+		rendered[dir] = slices.Clip(ms)
+	}
+	return slices.Clip(ms)
 }
+
+var (
+	renderedMu sync.Mutex
+	rendered   = map[string][]manifest{}
+)
 
 // TestRenderedKustomizations: what kustomize itself makes of the base
 // (static mode), the provisioned overlay, the GKE overlay and the monitoring
