@@ -8,6 +8,7 @@ import (
 
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/remote/client"
+	"github.com/mdag/mdag/remote/source"
 )
 
 // TestForwarder: streams ingested on a source machine reach the
@@ -18,7 +19,7 @@ import (
 func TestForwarder(t *testing.T) {
 	app, prof := loadExample(t, "traffic")
 	c := startCoordinator(t, app, prof, time.Second)
-	f := client.NewForwarder(c.cc)
+	f := source.NewForwarder(c.cc)
 	if err := f.Join("traffic", "door"); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestForwarderJoinDoesNotBlockOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	f := client.NewForwarder(cc)
+	f := source.NewForwarder(cc)
 	joined := make(chan error, 1)
 	go func() { joined <- f.Join("traffic", "door") }()
 	select {
@@ -148,7 +149,7 @@ func TestForwarderJoinDoesNotBlockOthers(t *testing.T) {
 func TestForwarderRejoinAfterFailedStream(t *testing.T) {
 	app, prof := loadExample(t, "traffic")
 	c := startCoordinator(t, app, prof, time.Second)
-	f := client.NewForwarder(c.cc)
+	f := source.NewForwarder(c.cc)
 	defer f.Close()
 	frame := media.NewFrame(32, 24)
 	if err := f.Join("nope", "gate"); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/internal/pki"
 	"github.com/mdag/mdag/remote/client"
+	"github.com/mdag/mdag/remote/source"
 )
 
 // TestRegistrationBuckets: the per-peer and global token buckets on a
@@ -359,7 +360,7 @@ func TestHugeFrameRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r, err := client.Stream(context.Background(), c.cc, "traffic", "warm", pat, 0, 1000, 3); err != nil || r.Accepted != 3 {
+			if r, err := source.Stream(context.Background(), c.cc, "traffic", "warm", pat, 0, 1000, 3); err != nil || r.Accepted != 3 {
 				t.Fatalf("warm-up stream: %v %v", r, err)
 			}
 			cc, err := client.Dial(c.addr)
@@ -411,7 +412,7 @@ func TestResultsOnlyForGivenTasks(t *testing.T) {
 	streamDone := make(chan struct{})
 	go func() {
 		defer close(streamDone)
-		_, _ = client.Stream(ctx, c.cc, "traffic", "cam", pat, 0, 30, 0)
+		_, _ = source.Stream(ctx, c.cc, "traffic", "cam", pat, 0, 30, 0)
 	}()
 	defer func() { cancel(); <-streamDone }()
 	// Take loads (answered) until two tasks have come.

@@ -16,7 +16,7 @@ import (
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/modules"
-	"github.com/mdag/mdag/remote/client"
+	"github.com/mdag/mdag/remote/source"
 )
 
 // TestDistributedTrackMigration is issue 23's acceptance test: the tracker
@@ -126,7 +126,7 @@ func serveTrackerN(t testing.TB, n int) *trackerServed {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			if _, err := client.Stream(ctx, c.cc, "tracker", id, pat, i, 10, 0); err != nil {
+			if _, err := source.Stream(ctx, c.cc, "tracker", id, pat, i, 10, 0); err != nil {
 				t.Error(err)
 			}
 		}()

@@ -21,6 +21,7 @@ import (
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/remote/client"
+	"github.com/mdag/mdag/remote/source"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -127,7 +128,7 @@ func (c *loopback) cameras(t testing.TB, n int) *cameras {
 		cs.wg.Add(1)
 		go func() {
 			defer cs.wg.Done()
-			r, err := client.Stream(ctx, c.cc, "traffic", "cam-"+string(rune('a'+i)), pat, i, 10, 0)
+			r, err := source.Stream(ctx, c.cc, "traffic", "cam-"+string(rune('a'+i)), pat, i, 10, 0)
 			if err != nil {
 				t.Error(err)
 			}

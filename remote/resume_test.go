@@ -19,6 +19,7 @@ import (
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/remote/client"
+	"github.com/mdag/mdag/remote/source"
 )
 
 // coordinatorAt serves a fresh engine with the traffic app on addr
@@ -75,12 +76,12 @@ func TestSourceReconnects(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type out struct {
-		r   *client.StreamResult
+		r   *source.StreamResult
 		err error
 	}
 	done := make(chan out, 1)
 	go func() {
-		r, err := client.StreamReconnecting(ctx, cc, "traffic", "cam-r", pat, 0, 20, 0, client.Reconnect{})
+		r, err := source.StreamReconnecting(ctx, cc, "traffic", "cam-r", pat, 0, 20, 0, source.Reconnect{})
 		done <- out{r, err}
 	}()
 	first := waitStream(t, e1, "cam-r", 5)
@@ -130,7 +131,7 @@ func TestSourceRefusedStops(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	r, err := client.StreamReconnecting(ctx, cc, "nope", "cam-x", pat, 0, 50, 0, client.Reconnect{})
+	r, err := source.StreamReconnecting(ctx, cc, "nope", "cam-x", pat, 0, 50, 0, source.Reconnect{})
 	if status.Code(err) != codes.NotFound || ctx.Err() != nil {
 		t.Fatalf("unknown app: %v (context %v); want NotFound before the context ends", err, ctx.Err())
 	}
@@ -159,7 +160,7 @@ func TestSourceNeverConnected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := client.StreamReconnecting(context.Background(), cc, "traffic", "cam-n", pat, 0, 20, 6, client.Reconnect{})
+	r, err := source.StreamReconnecting(context.Background(), cc, "traffic", "cam-n", pat, 0, 20, 6, source.Reconnect{})
 	if err == nil || !strings.Contains(err.Error(), "never connected") || status.Code(errors.Unwrap(err)) != codes.Unavailable {
 		t.Fatalf("no coordinator: %v; want 'never connected' with Unavailable", err)
 	}
@@ -180,7 +181,7 @@ func TestForwarderRejoins(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	f := client.NewForwarder(cc)
+	f := source.NewForwarder(cc)
 	defer f.Close()
 	if err := f.Join("traffic", "door"); err != nil {
 		t.Fatal(err)

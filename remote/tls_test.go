@@ -26,6 +26,7 @@ import (
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/pki"
 	"github.com/mdag/mdag/remote/client"
+	src "github.com/mdag/mdag/remote/source"
 )
 
 // logBuf is a log sink safe for the server's goroutines.
@@ -228,7 +229,7 @@ func TestMutualTLS(t *testing.T) {
 	stream := func(cc *grpc.ClientConn, name string) (accepted uint64, err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		r, err := client.Stream(ctx, cc, "traffic", name, pat, 0, 100, 3)
+		r, err := src.Stream(ctx, cc, "traffic", name, pat, 0, 100, 3)
 		if err != nil {
 			return 0, err
 		}

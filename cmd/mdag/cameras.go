@@ -21,7 +21,7 @@ import (
 	"github.com/mdag/mdag/ingest/whip"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/observe/metrics"
-	"github.com/mdag/mdag/remote/client"
+	"github.com/mdag/mdag/remote/source"
 )
 
 // cameraFlags are serve's and coordinator's RTSP camera flags: --camera
@@ -136,14 +136,14 @@ func (cf *cameraFlags) startOn(cmd, app string, server any, log *slog.Logger) (*
 // runSource is `mdag source --camera/--cameras`, the distributed mode:
 // the cameras are read and decoded here, by a local ingest server without
 // an HTTP listener, sampled to fps, and their frames go to the coordinator
-// over gRPC (client.Forwarder), one Ingest call per camera. It reports
+// over gRPC (source.Forwarder), one Ingest call per camera. It reports
 // false when no camera flag was given.
 func (cf *cameraFlags) runSource(ctx context.Context, app string, fps float64, cc *grpc.ClientConn, prefix string, stdout, stderr io.Writer) (int, bool) {
 	if len(*cf.urls) == 0 && *cf.file == "" {
 		return 0, false
 	}
 	log := newLogger(stderr, false)
-	fwd := client.NewForwarder(cc)
+	fwd := source.NewForwarder(cc)
 	srv, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{dag.AppID(app): fps}, Scale: scaler, Log: log}, forwardSink{fwd, prefix})
 	if err != nil {
 		fmt.Fprintf(stderr, "mdag source: %v\n", err)
@@ -170,7 +170,7 @@ func (cf *cameraFlags) runSource(ctx context.Context, app string, fps float64, c
 // streams go to the coordinator, named prefix+camera (with TLS, the
 // source certificate's "NAME/": the streams it may join).
 type forwardSink struct {
-	f      *client.Forwarder
+	f      *source.Forwarder
 	prefix string
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/mdag/mdag/observe/metrics"
 	"github.com/mdag/mdag/remote"
 	"github.com/mdag/mdag/remote/client"
+	"github.com/mdag/mdag/remote/source"
 	"github.com/mdag/mdag/remote/wire"
 	"github.com/mdag/mdag/scheduler"
 )
@@ -571,12 +572,12 @@ func runSource(args []string, stdout, stderr io.Writer) int {
 			id := fmt.Sprintf("%s-%d", *prefix, i)
 			// rejoins under the same ID when the stream breaks (a
 			// coordinator restart), numbering on
-			var r *client.StreamResult
+			var r *source.StreamResult
 			var err error
 			if *audio {
-				r, err = client.StreamAudioReconnecting(ctx, cc, *app, id, synth.NewTone(), i, *fps, *count, client.Reconnect{Log: log})
+				r, err = source.StreamAudioReconnecting(ctx, cc, *app, id, synth.NewTone(), i, *fps, *count, source.Reconnect{Log: log})
 			} else {
-				r, err = client.StreamReconnecting(ctx, cc, *app, id, pat, i, *fps, *count, client.Reconnect{Log: log})
+				r, err = source.StreamReconnecting(ctx, cc, *app, id, pat, i, *fps, *count, source.Reconnect{Log: log})
 			}
 			mu.Lock()
 			defer mu.Unlock()

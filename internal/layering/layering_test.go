@@ -20,7 +20,7 @@ var pure = []string{
 	"media", "modules", "dag", "profile", "allocator", "placement", "placement/squishy",
 	"scheduler", "scheduler/sim", "gpu", "gpu/decode", "gpu/registry", "gpu/prep", "gpu/queue", "gpu/kserve", "worker", "coordinator",
 	// beyond the list: what the lean worker and the observers need
-	"ingest", "ingest/synth", "ingest/audiofile", "remote/wire", "remote/client", "internal/pki", "observe/metrics",
+	"ingest", "ingest/synth", "ingest/audiofile", "remote/wire", "remote/client", "remote/source", "internal/pki", "observe/metrics",
 	"profile/serf", "profile/measure", "coordinator/store", "coordinator/why", "coordinator/kube", "eval/plot",
 	"egress",
 	"clips",
@@ -83,7 +83,8 @@ var allowed = map[string][]string{
 	"coordinator/kube":      {"coordinator", "internal/clock", "internal/defaults", "internal/pki", "profile", "worker"},
 	"remote/wire":           {"api", "dag", "media", "worker"},
 	"remote":                {"api", "coordinator", "dag", "internal/auth", "internal/clock", "internal/defaults", "internal/pki", "profile", "remote/wire", "worker"},
-	"remote/client":         {"api", "gpu", "ingest/synth", "internal/clock", "internal/defaults", "internal/pki", "internal/unixsock", "media", "modules", "remote/wire", "worker"},
+	"remote/client":         {"api", "gpu", "internal/clock", "internal/defaults", "internal/pki", "internal/unixsock", "media", "modules", "remote/wire", "worker"},
+	"remote/source":         {"api", "ingest/synth", "internal/clock", "internal/defaults", "media", "remote/wire"},
 	"ingest/synth":          {"internal/clock", "media"},
 	"observe/metrics":       {"coordinator/why", "ingest"},
 	"coordinator/why":       {},

@@ -1,6 +1,8 @@
 // Package client is the worker side of mdag's gRPC transport: RunWorker
-// connects a worker.Worker to a coordinator and serves its tasks; Stream
-// sends a synthetic camera into an app. It imports worker, media, gpu and
+// connects a worker.Worker to a coordinator and serves its tasks; the
+// direct data plane (Store, PeerServer, DataPlane) holds and serves frames
+// between workers; Dial and DialTLS open the connections. Camera sources
+// are package remote/source. It imports worker, media, gpu and
 // remote/wire, never the coordinator or the planners, so `mdag worker`
 // carries no planner code on its path.
 package client

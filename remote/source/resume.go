@@ -1,4 +1,4 @@
-package client
+package source
 
 import (
 	"context"
@@ -94,7 +94,7 @@ func StreamAudioReconnecting(ctx context.Context, cc *grpc.ClientConn, app, stre
 // streamReconnecting runs generate (a source feeding r's sinks) over a
 // connection that is opened again when it breaks.
 func streamReconnecting(ctx context.Context, cc *grpc.ClientConn, app, stream string, rc Reconnect, generate func(r *reconnecting) error) (*StreamResult, error) {
-	c := defaults.Fields{Prefix: "client.Reconnect"}
+	c := defaults.Fields{Prefix: "source.Reconnect"}
 	c.Duration("Backoff", &rc.Backoff, 100*time.Millisecond)
 	c.Duration("MaxBackoff", &rc.MaxBackoff, max(2*time.Second, rc.Backoff))
 	if rc.MaxBackoff < rc.Backoff {
