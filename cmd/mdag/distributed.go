@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/gpu"
-	"github.com/mdag/mdag/gpu/kserve"
 	"github.com/mdag/mdag/gpu/nvml"
 	"github.com/mdag/mdag/gpu/onnx"
 	"github.com/mdag/mdag/ingest/synth"
@@ -380,68 +378,19 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mdag worker: --emulate routes some models of a real executor to the emulated one: it needs --executor onnx or kserve, not %s\n", *executor)
 		return exitInvalid
 	}
-	if err := executorFlags(*executor, ox.set(fs), kx.set(fs)); err != nil {
-		fmt.Fprintf(stderr, "mdag worker: %v\n", err)
-		return exitInvalid
-	}
 	if *executor != "emulated" && len(emulated) == 0 {
 		if err := variance.only("worker", "--executor "+*executor+" (without --emulate)"); err != nil {
 			fmt.Fprintln(stderr, err)
 			return exitInvalid
 		}
 	}
-	var exec gpu.Executor
-	var kserveX *kserve.Executor
-	switch {
-	case *executor == "kserve":
-		if len(models) > 0 {
-			fmt.Fprintln(stderr, "mdag worker: --model is the opencv executor's; --executor kserve reads --models models.yaml")
-			return exitInvalid
-		}
-		x, _, err := kx.executor(*ox.models)
-		if err != nil {
-			printErrors(stderr, fmt.Errorf("mdag worker: %w", err))
-			return exitInvalid
-		}
-		defer x.Close()
-		exec, kserveX = x, x
-	case *executor == "onnx":
-		if len(models) > 0 {
-			fmt.Fprintln(stderr, "mdag worker: --model is the opencv executor's; --executor onnx reads --models models.yaml")
-			return exitInvalid
-		}
-		x, _, err := ox.executor()
-		if err != nil {
-			printErrors(stderr, fmt.Errorf("mdag worker: %w", err))
-			return exitInvalid
-		}
-		defer x.Close()
-		exec = x
-	case *executor == "emulated":
-		if len(models) > 0 {
-			fmt.Fprintln(stderr, "mdag worker: --model needs --executor opencv")
-			return exitInvalid
-		}
-	case slices.Contains(executors, *executor):
-		if len(models) == 0 {
-			fmt.Fprintf(stderr, "mdag worker: --executor %s needs at least one --model NAME=DECODER:PATH\n", *executor)
-			return exitInvalid
-		}
-		x, closeX, err := newExecutor(*executor, models, 2)
-		if err != nil {
-			printErrors(stderr, fmt.Errorf("mdag worker: %w", err))
-			return exitInvalid
-		}
-		defer closeX()
-		exec = x
-	case len(executors) == 0:
-		fmt.Fprintf(stderr, "mdag worker: --executor %q: the %s build has emulated, onnx and kserve; "+
-			"the OpenCV DNN executor (--executor opencv) is in the full build: bin/mdag (make build)\n", *executor, buildName)
-		return exitInvalid
-	default:
-		fmt.Fprintf(stderr, "mdag worker: --executor %q: want %s\n", *executor, strings.Join(append([]string{"emulated", "onnx", "kserve"}, executors...), " or "))
+	bx, err := buildExecutor(*executor, fs, ox, kx, models, true)
+	if err != nil {
+		printErrors(stderr, fmt.Errorf("mdag worker: %w", err))
 		return exitInvalid
 	}
+	defer bx.close()
+	exec, kserveX := bx.exec, bx.kserve
 	if *slowdown <= 0 {
 		fmt.Fprintf(stderr, "mdag worker: --slowdown %g: want > 0\n", *slowdown)
 		return exitInvalid

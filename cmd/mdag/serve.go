@@ -73,58 +73,35 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	cfg.Warmup = *warmup
 	cfg.Checkpoint = checkpointFlag(*checkpoint)
 	note := "embedded mode: coordinator, GPU scheduler and in-process workers with emulated GPUs in one process"
-	if err := executorFlags(*executor, ox.set(fs), kx.set(fs)); err != nil && (*executor == "emulated" || *executor == "onnx" || *executor == "kserve") {
-		fmt.Fprintf(stderr, "mdag serve: %v\n", err)
-		return exitInvalid
-	}
 	if *executor != "emulated" {
 		if err := variance.only("serve", "--executor "+*executor); err != nil {
 			fmt.Fprintln(stderr, err)
 			return exitInvalid
 		}
 	}
-	switch {
-	case *executor == "kserve":
-		x, reg, err := kx.executor(*ox.models)
-		if err == nil {
-			err = checkAppModels(app, reg)
-			if err != nil {
-				x.Close()
-			}
+	bx, err := buildExecutor(*executor, fs, ox, kx, nil, false)
+	if err == nil && bx.reg != nil {
+		if err = checkAppModels(app, bx.reg); err != nil {
+			bx.close()
 		}
-		if err != nil {
-			printErrors(stderr, fmt.Errorf("mdag serve: %w", err))
-			return exitInvalid
-		}
-		defer x.Close()
-		if err := checkServers(x); err != nil {
+	}
+	if err != nil {
+		printErrors(stderr, fmt.Errorf("mdag serve: %w", err))
+		return exitInvalid
+	}
+	defer bx.close()
+	if bx.kserve != nil {
+		if err := checkServers(bx.kserve); err != nil {
 			// batches fail (frames dropped: executor) until it is up
 			fmt.Fprintf(stderr, "mdag serve: warning: %v\n", err)
 		}
-		// one executor for every in-process worker: its slots per model
-		// bound the batches in flight; the scheduler decides the batches
+	}
+	if x := bx.exec; x != nil {
+		// one executor for every in-process worker: its sessions (onnx) or
+		// slots (kserve) per model are the concurrency; the scheduler
+		// decides the batches
 		cfg.Executor = func(string, profile.WorkerTypeID) (gpu.Executor, error) { return x, nil }
-		note = "embedded mode: coordinator, GPU scheduler and in-process workers in one process; GPU modules run on " + x.Describe()
-	case *executor == "onnx":
-		x, reg, err := ox.executor()
-		if err == nil {
-			err = checkAppModels(app, reg)
-			if err != nil {
-				x.Close()
-			}
-		}
-		if err != nil {
-			printErrors(stderr, fmt.Errorf("mdag serve: %w", err))
-			return exitInvalid
-		}
-		defer x.Close()
-		// one executor for every in-process worker: its sessions per model
-		// are the concurrency; the scheduler decides the batches
-		cfg.Executor = func(string, profile.WorkerTypeID) (gpu.Executor, error) { return x, nil }
-		note = "embedded mode: coordinator, GPU scheduler and in-process workers in one process; GPU modules run on " + x.Describe()
-	case *executor != "emulated":
-		fmt.Fprintf(stderr, "mdag serve: --executor %q: want emulated, onnx or kserve\n", *executor)
-		return exitInvalid
+		note = "embedded mode: coordinator, GPU scheduler and in-process workers in one process; GPU modules run on " + bx.describe()
 	}
 	limits, err := parseLimits(*workers, prof)
 	if err != nil {
