@@ -304,10 +304,15 @@ func (db *dpkgDB) Files(p *debPackage) ([]string, error) {
 	return files, nil
 }
 
-// skipDoc says whether a package file is documentation the image leaves
-// out: docs, man and info pages, locales, lintian overrides; never a
-// copyright file.
+// skipDoc says whether a package file is one the image leaves out:
+// docs, man and info pages, locales, lintian overrides (never a
+// copyright file), and python3-torch's C++ test programs (torch/bin/,
+// 28 MB, one linking a library Debian does not ship; torch_shm_manager,
+// which torch.multiprocessing runs, stays).
 func skipDoc(p string) bool {
+	if strings.HasPrefix(p, "/usr/lib/python3/dist-packages/torch/bin/") {
+		return path.Base(p) != "torch_shm_manager"
+	}
 	if strings.HasPrefix(p, "/usr/share/doc/") {
 		return path.Base(p) != "copyright"
 	}

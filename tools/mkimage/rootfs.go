@@ -37,7 +37,7 @@ func (c *collector) Packages() []*debPackage {
 	return out
 }
 
-// Host adds the host file at p and, when p is a symlink, the chain of
+// Host adds the host file at p (a path under the database's root) and, when p is a symlink, the chain of
 // links to the file it names (each link at its own path, as ld.so
 // follows them); a directory on the way that is a symlink (other than
 // the merged /lib, /bin) is added as one too. The file must belong to
@@ -49,13 +49,13 @@ func (c *collector) Host(p string) error {
 		if p, err = c.dirLinks(p); err != nil {
 			return err
 		}
-		fi, err := os.Lstat(p)
+		fi, err := os.Lstat(c.hp(p))
 		if err != nil {
 			return err
 		}
 		switch {
 		case fi.Mode()&os.ModeSymlink != 0:
-			target, err := os.Readlink(p)
+			target, err := os.Readlink(c.hp(p))
 			if err != nil {
 				return err
 			}
@@ -98,11 +98,14 @@ func (c *collector) use(pkg *debPackage) error {
 	}
 	c.pkgs[pkg.Name] = pkg
 	cp := "/usr/share/doc/" + pkg.Name + "/copyright"
-	if _, err := os.Stat(filepath.Join(c.db.root, cp)); err != nil {
+	if _, err := os.Stat(c.hp(cp)); err != nil {
 		return fmt.Errorf("package %s: no copyright file at %s: %w", pkg.Name, cp, err)
 	}
-	return c.Host(filepath.Join(c.db.root, cp))
+	return c.Host(cp)
 }
+
+// hp is the host file of path p of the database's root ("/" but in tests).
+func (c *collector) hp(p string) string { return filepath.Join(c.db.root, p) }
 
 // dirLinks adds the symlinks among p's parent directories (but the
 // merged top directories) and returns p with them resolved.
@@ -114,14 +117,14 @@ func (c *collector) dirLinks(p string) (string, error) {
 		if i == 0 {
 			continue // /lib, /bin: links the image makes itself
 		}
-		fi, err := os.Lstat(cur)
+		fi, err := os.Lstat(c.hp(cur))
 		if err != nil {
 			return "", err
 		}
 		if fi.Mode()&os.ModeSymlink == 0 {
 			continue
 		}
-		target, err := os.Readlink(cur)
+		target, err := os.Readlink(c.hp(cur))
 		if err != nil {
 			return "", err
 		}
