@@ -228,7 +228,13 @@ func (db *dpkgDB) Verify(p *debPackage, file string) error {
 // Depends, recursively, each alternative's first installed choice
 // (virtual packages through Provides). A dependency with no installed
 // choice is an error naming the package that needs it.
-func (db *dpkgDB) Closure(names []string) ([]*debPackage, error) {
+//
+// follow, when not nil, says which packages' own dependencies are
+// followed: the runner follows Python packages' and leaves shared-library
+// packages to ldd (their libraries come through HostLibraries, without
+// the rest of their dependency trees: Debian's torchvision depends on
+// OpenCV and ffmpeg, which depend on Mesa, Qt, LLVM, GDAL...).
+func (db *dpkgDB) Closure(names []string, follow func(string) bool) ([]*debPackage, error) {
 	seen := map[string]bool{}
 	var out []*debPackage
 	var visit func(name, from string) error
@@ -241,6 +247,9 @@ func (db *dpkgDB) Closure(names []string) ([]*debPackage, error) {
 			return fmt.Errorf("package %s (needed by %s) is not installed: apt-get install %s", name, from, name)
 		}
 		seen[name] = true
+		if follow != nil && !follow(name) {
+			return nil
+		}
 		out = append(out, p)
 		for _, dep := range strings.Split(p.Depends, ",") {
 			if strings.TrimSpace(dep) == "" {

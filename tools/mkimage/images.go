@@ -35,6 +35,19 @@ const (
 // with them.
 var runnerPackages = []string{"python3", "python3-torch", "python3-torchvision", "python3-grpcio", "python3-protobuf", "python3-numpy"}
 
+// runnerFollow says which packages of the runner's dependency closure
+// come whole: Python's (python3*, libpython3*) and the data they read
+// (time zones, MIME types); any other package is left out, and the
+// shared libraries the included ELF files link come through ldd, file
+// by file (HostLibraries).
+func runnerFollow(name string) bool {
+	switch name {
+	case "tzdata", "media-types", "mime-support", "readline-common", "libpython3-stdlib":
+		return true
+	}
+	return strings.HasPrefix(name, "python3") || strings.HasPrefix(name, "libpython3")
+}
+
 // cvData are files the full build's CPU ops open at run time (modules/cv:
 // haar-face's default cascade, opencv-data).
 var cvData = []string{"/usr/share/opencv4/haarcascades/haarcascade_frontalface_default.xml"}
@@ -353,7 +366,7 @@ func runnerImage(db *dpkgDB, repo, stamp string, base v1.Image) (spec, *collecto
 	if err := baseTree(c); err != nil {
 		return fail(err)
 	}
-	pkgs, err := db.Closure(runnerPackages)
+	pkgs, err := db.Closure(runnerPackages, runnerFollow)
 	if err != nil {
 		return fail(err)
 	}

@@ -239,7 +239,7 @@ func TestClosure(t *testing.T) {
 	f.add(t, "libc6", "", "", map[string]string{})
 	f.add(t, "unrelated", "libc6", "", map[string]string{})
 	db := f.load(t)
-	pkgs, err := db.Closure([]string{"python3"})
+	pkgs, err := db.Closure([]string{"python3"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,18 @@ func TestClosure(t *testing.T) {
 		t.Errorf("closure %q, want %q", strings.Join(got, " "), want)
 	}
 	f.add(t, "broken", "libmissing1 | libmissing2", "", map[string]string{})
-	if _, err := f.load(t).Closure([]string{"broken"}); err == nil || !strings.Contains(err.Error(), `package broken depends on "libmissing1 | libmissing2"`) {
+	follow, err := db.Closure([]string{"python3"}, func(n string) bool { return strings.HasPrefix(n, "python3") || n == "libpython3-stdlib" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = got[:0]
+	for _, p := range follow {
+		got = append(got, p.Name)
+	}
+	if want := "libpython3-stdlib python3 python3.11"; strings.Join(got, " ") != want {
+		t.Errorf("closure following python3* and libpython3-stdlib: %q, want %q", strings.Join(got, " "), want)
+	}
+	if _, err := f.load(t).Closure([]string{"broken"}, nil); err == nil || !strings.Contains(err.Error(), `package broken depends on "libmissing1 | libmissing2"`) {
 		t.Errorf("a dependency not installed: %v", err)
 	}
 }
