@@ -164,6 +164,13 @@ func (c *collector) Package(pkg *debPackage) error {
 			if err := c.t.Symlink(imagePath(f), target, "package "+pkg.Name); err != nil {
 				return err
 			}
+			// a link into a package not taken whole (torch/lib/*.so ->
+			// libtorch1.13's files): the file it names comes too
+			if fi, err := os.Stat(hp); err == nil && fi.Mode().IsRegular() {
+				if err := c.Host(f); err != nil {
+					return fmt.Errorf("%s (a link of package %s): %w", f, pkg.Name, err)
+				}
+			}
 		case fi.Mode().IsRegular():
 			if err := c.db.Verify(pkg, f); err != nil {
 				return err
