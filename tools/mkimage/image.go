@@ -2,7 +2,6 @@ package main
 
 import (
 	"archive/tar"
-	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -67,8 +66,7 @@ func assemble(s spec, work string, epoch time.Time) (*built, error) {
 		if err != nil {
 			return nil, err
 		}
-		cw := &countWriter{}
-		err = l.Tree.Write(io.MultiWriter(out, cw), epoch)
+		err = l.Tree.Write(out, epoch)
 		if cerr := out.Close(); err == nil {
 			err = cerr
 		}
@@ -120,10 +118,6 @@ func assemble(s spec, work string, epoch time.Time) (*built, error) {
 	}
 	return b, nil
 }
-
-type countWriter struct{ n int64 }
-
-func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
 
 // writeArchive writes img as an OCI image layout archive at out: a tar
 // of oci-layout, index.json (one manifest, annotated with refName) and
@@ -316,9 +310,4 @@ func parseDigests(b []byte) (map[string]string, error) {
 		m[f[0]] = f[1]
 	}
 	return m, nil
-}
-
-func prettyJSON(v any) []byte {
-	b, _ := json.MarshalIndent(v, "", "  ")
-	return b
 }

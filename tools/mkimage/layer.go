@@ -186,23 +186,3 @@ func (t *tree) WriteTar(w io.Writer, epoch time.Time) error {
 	}
 	return tw.Close()
 }
-
-// Size is the bytes of the regular files in the tree.
-func (t *tree) Size() (int64, error) {
-	var n int64
-	for p, e := range t.entries {
-		if e.kind != tar.TypeReg {
-			continue
-		}
-		if e.src == "" {
-			n += int64(len(e.data))
-			continue
-		}
-		fi, err := os.Stat(e.src)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", p, err)
-		}
-		n += fi.Size()
-	}
-	return n, nil
-}

@@ -34,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -113,7 +114,7 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 	}
 	want := map[string]bool{}
 	for _, n := range strings.Split(*only, ",") {
-		if !contains(imageNames, n) {
+		if !slices.Contains(imageNames, n) {
 			return fmt.Errorf("--only %s: no image %q (%s)", *only, n, strings.Join(imageNames, ", "))
 		}
 		want[n] = true
@@ -301,13 +302,4 @@ func push(archive, ref, work string, insecure bool) (v1.Hash, error) {
 		return v1.Hash{}, fmt.Errorf("push %s to %s: %w", archive, ref, err)
 	}
 	return img.Digest()
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
