@@ -119,7 +119,7 @@ type versionInfo struct {
 // buildSource names the sources an image's binary was built from, set by
 // the linker (make images: -ldflags "-X main.buildSource=src-HASH[+dirty]"):
 // a hash of the tracked files that go into the binary (git ls-files -s
-// without deploy/, docs/ and the top-level *.md), so that a commit that
+// without deploy/, docs/, the top-level *.md and *_test.go), so that a commit that
 // only pins image digests in deploy/ builds the same binary. Images are
 // built with -buildvcs=false, so this is their only stamp.
 var buildSource string

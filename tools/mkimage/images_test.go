@@ -114,6 +114,26 @@ func TestImages(t *testing.T) {
 			t.Logf("serve with the OpenCV op resize: %d frames finished", n)
 		}
 	})
+	t.Run("mdag-whip", func(t *testing.T) {
+		// WHIP ingest in the image: VP8 from the host's client (the same
+		// full build), decoded by the image's libvpx
+		root, _ := unpack(t, "mdag", d)
+		srv := start(t, root, nil, "serve", binPath, "serve", "--example", "traffic", "--listen", "127.0.0.1:0", "--duration", "120s")
+		line := srv.waitFor(t, regexp.MustCompile(`msg=serving .* status=(http://\S+)/v1/status`), 60*time.Second)
+		server := line[1]
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, filepath.Join(imageDir(), "bin", "mdag"), "client", "--app", "traffic", "--server", server, "--duration", "4s").CombinedOutput()
+		if err != nil {
+			t.Fatalf("mdag client into the image's WHIP endpoint: %v\n%s", err, out)
+		}
+		poll(t, "WHIP frames finished", 60*time.Second, func() (bool, string) {
+			st, err := exec.Command(filepath.Join(imageDir(), "bin", "mdag-lean"), "status", "--server", server).CombinedOutput()
+			return err == nil && regexp.MustCompile(`(?m)^ *frames sent [0-9]+, finished [1-9][0-9]*,`).Match(st), string(st)
+		})
+		srv.checkCreds(t)
+		t.Logf("WHIP: mdag client streamed VP8 into serve in the image; frames finished")
+	})
 	t.Run("mdag-torch-runner", func(t *testing.T) {
 		root, _ := unpack(t, "mdag-torch-runner", d)
 		// uid, groups, read-only root, writable /tmp, as the runner sees them

@@ -565,9 +565,11 @@ func TestSourceStamp(t *testing.T) {
 	if s := stamp(); s != s1 {
 		t.Errorf("deploy/ and README.md changed: stamp %s, want %s", s, s1)
 	}
+	write("main_test.go", "package main\n")
+	git("add", ".")
 	git("commit", "-qam", "pin")
 	if s := stamp(); s != s1 {
-		t.Errorf("a commit of deploy/ and README.md: stamp %s, want %s", s, s1)
+		t.Errorf("a commit of deploy/, README.md and a test: stamp %s, want %s", s, s1)
 	}
 	write("examples/a/README.md", "embedded 2\n")
 	if s := stamp(); s != s1+"+dirty" {
