@@ -520,6 +520,24 @@ func TestPin(t *testing.T) {
 	}
 }
 
+// TestKeepBlankLines: the blank lines between a file's sections survive a
+// pin (yaml.v3 drops them when it encodes); when the edit adds or removes
+// lines, the encoder's output is kept as it is.
+func TestKeepBlankLines(t *testing.T) {
+	in := "# top\na: {x: 1, d: \"\"}\n\n# b\nb: 2\n\n\nc: 3\n"
+	out, err := editYAML([]byte(in), func(n *yaml.Node) error { set(lookup(n, "a"), "d", "sha256:1"); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "# top\na: {x: 1, d: 'sha256:1'}\n\n# b\nb: 2\n\n\nc: 3\n"; string(out) != want {
+		t.Errorf("got\n%s\nwant\n%s", out, want)
+	}
+	out, err = editYAML([]byte(in), func(n *yaml.Node) error { set(n, "e", "4"); return nil })
+	if err != nil || !strings.HasSuffix(string(out), "c: 3\ne: \"4\"\n") {
+		t.Errorf("a line added: %v\n%s", err, out)
+	}
+}
+
 // TestSourceStamp: the stamp changes with the sources, not with deploy/,
 // docs/ or the top-level *.md; untracked or changed sources add +dirty.
 func TestSourceStamp(t *testing.T) {

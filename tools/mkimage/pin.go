@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -80,7 +81,49 @@ func editYAML(b []byte, edit func(*yaml.Node) error) ([]byte, error) {
 	if err := enc.Encode(&doc); err != nil {
 		return nil, err
 	}
-	return out.Bytes(), enc.Close()
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return keepBlankLines(b, out.Bytes()), nil
+}
+
+// keepBlankLines puts back the blank lines of in that yaml.v3 drops when
+// it encodes out, when the edit kept every other line in place (values
+// changed, no line added or removed): the k-th non-blank line of out gets
+// the blank lines that came before the k-th of in.
+func keepBlankLines(in, out []byte) []byte {
+	inLines := strings.Split(strings.TrimSuffix(string(in), "\n"), "\n")
+	outLines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	blanksBefore := map[int]int{} // k-th non-blank line of in -> blank lines before it
+	k, blanks := 0, 0
+	for _, l := range inLines {
+		if strings.TrimSpace(l) == "" {
+			blanks++
+			continue
+		}
+		blanksBefore[k] = blanks
+		k, blanks = k+1, 0
+	}
+	nonBlank := 0
+	for _, l := range outLines {
+		if strings.TrimSpace(l) != "" {
+			nonBlank++
+		}
+	}
+	if nonBlank != k {
+		return out
+	}
+	var b strings.Builder
+	k = 0
+	for _, l := range outLines {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		b.WriteString(strings.Repeat("\n", blanksBefore[k]))
+		b.WriteString(l + "\n")
+		k++
+	}
+	return []byte(b.String())
 }
 
 // lookup is the value of key in mapping m, or nil.
