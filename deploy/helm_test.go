@@ -424,7 +424,7 @@ func TestChartChecks(t *testing.T) {
 		}}, gpuNodeLabel, false, map[string]string{
 			"mdag-worker-p100/worker":       "registry.example.com/mdag-lean@" + digest,
 			"mdag-worker-v100/worker":       "registry.example.com/mdag@" + digest,
-			"mdag-worker-v100/torch-runner": "registry.example.com/mdag-torch-runner:v0.1.0",
+			"mdag-worker-v100/torch-runner": chartImage(t, "torchRunner"),
 			"mdag-coordinator/coordinator":  "registry.example.com/mdag@" + digest,
 		}},
 	}
@@ -436,9 +436,9 @@ func TestChartChecks(t *testing.T) {
 			provisioned bool
 			images      map[string]string
 		}{tc.name, tc.values, tc.gpuSel, tc.provisioned, map[string]string{
-			"mdag-worker-p100/worker":       "registry.example.com/mdag:v0.1.0",
-			"mdag-worker-p100/torch-runner": "registry.example.com/mdag-torch-runner:v0.1.0",
-			"mdag-worker-cpu/worker":        "registry.example.com/mdag:v0.1.0",
+			"mdag-worker-p100/worker":       chartImage(t, "mdag"),
+			"mdag-worker-p100/torch-runner": chartImage(t, "torchRunner"),
+			"mdag-worker-cpu/worker":        chartImage(t, "mdag"),
 		}})
 	}
 	for _, tc := range cases {
@@ -485,9 +485,9 @@ func TestChartRefuses(t *testing.T) {
 		{"unknown worker image", []string{"workers.p100.image=full"}, true, []string{"/workers/p100/image", "'mdag', 'lean'"}},
 		{"digest not sha256", []string{"images.mdag.digest=md5:0123"}, true, []string{"/images/mdag/digest"}},
 		{"worker key not a name", []string{"workers.P100_x.type=P100"}, true, []string{"/workers", "P100_x"}},
-		{"tag latest", []string{"images.mdag.tag=latest"}, false, []string{"images.mdag.tag is latest"}},
-		{"no tag, no digest", []string{"images.torchRunner.tag="}, false, []string{"images.torchRunner: no tag and no digest"}},
-		{"tag latest of the lean image, used", []string{"workers.cpu.image=lean", "images.lean.tag=latest"}, false, []string{"images.lean.tag is latest"}},
+		{"tag latest", []string{"images.mdag.digest=", "images.mdag.tag=latest"}, false, []string{"images.mdag.tag is latest"}},
+		{"no tag, no digest", []string{"images.torchRunner.digest=", "images.torchRunner.tag="}, false, []string{"images.torchRunner: no tag and no digest"}},
+		{"tag latest of the lean image, used", []string{"workers.cpu.image=lean", "images.lean.digest=", "images.lean.tag=latest"}, false, []string{"images.lean.tag is latest"}},
 		{"GPU model without a node label value", []string{"workers.p100.gpu=A100"}, false, []string{"workers.p100.gpu", "A100", "gpuNodePools.labelValues"}},
 		{"type not the key", []string{"workers.p100.type=V100"}, false, []string{"workers.p100.type", "V100"}},
 	}
@@ -582,7 +582,10 @@ func TestChartValuesUsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := deepCopy(defaults).(map[string]any)
-	for _, s := range []string{"namespace.create=true", "provisioner.enabled=true", "monitoring.enabled=true", "workers.cpu.image=lean"} {
+	// The images by tag: with the digests make images pins, the tags are
+	// unused (a digest wins), and the digests are checked below.
+	for _, s := range []string{"namespace.create=true", "provisioner.enabled=true", "monitoring.enabled=true", "workers.cpu.image=lean",
+		"images.mdag.digest=", "images.lean.digest=", "images.torchRunner.digest="} {
 		if err := strvals.ParseInto(s, base); err != nil {
 			t.Fatal(err)
 		}
@@ -709,4 +712,29 @@ func deepCopy(v any) any {
 		return out
 	}
 	return v
+}
+
+// chartImage is the image the chart's values.yaml names for key (mdag,
+// lean, torchRunner): repository@digest when make images pinned a digest,
+// else repository:tag.
+func chartImage(t *testing.T, key string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Images map[string]struct{ Repository, Tag, Digest string }
+	}
+	if err := yaml.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	im, ok := v.Images[key]
+	if !ok {
+		t.Fatalf("values.yaml: no images.%s", key)
+	}
+	if im.Digest != "" {
+		return im.Repository + "@" + im.Digest
+	}
+	return im.Repository + ":" + im.Tag
 }
