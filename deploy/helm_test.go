@@ -738,3 +738,32 @@ func chartImage(t *testing.T, key string) string {
 	}
 	return im.Repository + ":" + im.Tag
 }
+
+// TestPinnedImagesAgree: the kustomize base and the chart's values name
+// the same build of each image (make images pins both): one pinned by hand
+// or by a partial pin in one place only fails here.
+func TestPinnedImagesAgree(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(kubeDir, "base", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k kustomization
+	if err := yaml.UnmarshalStrict(b, &k); err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]string{"mdag": "mdag", "mdag-torch-runner": "torchRunner"}
+	for _, im := range k.Images {
+		key, ok := keys[im.Name]
+		if !ok {
+			t.Errorf("kustomization image %s: not an image the chart names", im.Name)
+			continue
+		}
+		want := im.NewName + ":" + im.NewTag
+		if im.Digest != "" {
+			want = im.NewName + "@" + im.Digest
+		}
+		if got := chartImage(t, key); got != want {
+			t.Errorf("image %s: the chart's values name %s, the kustomize base %s: pin both (make images)", im.Name, got, want)
+		}
+	}
+}

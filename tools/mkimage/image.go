@@ -290,10 +290,10 @@ func untar(archive, dir string) error {
 }
 
 // digestsFile is build/images/digests.txt: "name sha256:..." a line, sorted.
-func digestsFile(bs []*built) []byte {
+func digestsFile(digests map[string]string) []byte {
 	var lines []string
-	for _, b := range bs {
-		lines = append(lines, b.Name+" "+b.Digest.String())
+	for n, d := range digests {
+		lines = append(lines, n+" "+d)
 	}
 	sort.Strings(lines)
 	return []byte(strings.Join(lines, "\n") + "\n")

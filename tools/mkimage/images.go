@@ -54,12 +54,13 @@ var cvData = []string{"/usr/share/opencv4/haarcascades/haarcascade_frontalface_d
 
 // sourceStamp is the binary's buildSource: "src-" and 16 hex digits of
 // the sha256 of `git ls-files -s` over the files that go into the binary
-// (all tracked files but deploy/, docs/, the top-level *.md and the Go
-// tests: what a commit that pins image digests, edits docs or adds a test
-// changes), "+dirty" when
+// (all tracked files but deploy/, docs/, tools/ (the build's own tools,
+// this one among them: none is in the binary), the top-level *.md and the
+// Go tests: what a commit that pins image digests, edits docs or the image
+// builder or adds a test changes), "+dirty" when
 // those differ from HEAD or untracked files are among them.
 func sourceStamp(repo string) (string, error) {
-	spec := []string{"--", ".", ":(exclude)deploy", ":(exclude)docs", ":(exclude,top,glob)*.md", ":(exclude)build", ":(exclude,glob)**/*_test.go"}
+	spec := []string{"--", ".", ":(exclude)deploy", ":(exclude)docs", ":(exclude)tools", ":(exclude,top,glob)*.md", ":(exclude)build", ":(exclude,glob)**/*_test.go"}
 	out, err := gitOut(repo, append([]string{"ls-files", "-s"}, spec...)...)
 	if err != nil {
 		return "", err

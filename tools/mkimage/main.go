@@ -170,9 +170,37 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "mkimage: %-18s %s  %6.1f MiB compressed, %6.1f MiB uncompressed (%.1fs)\n", n, b.Digest,
 			float64(b.Compressed)/(1<<20), float64(b.Uncompressed)/(1<<20), time.Since(t0).Seconds())
 	}
+	// digests.txt keeps the images of earlier builds this one did not
+	// redo (--only), where their archives are still there.
 	dpath := filepath.Join(*out, "digests.txt")
-	if err := os.WriteFile(dpath, digestsFile(bs), 0o644); err != nil {
+	all := map[string]string{}
+	if b, err := os.ReadFile(dpath); err == nil {
+		if prev, err := parseDigests(b); err == nil {
+			for n, d := range prev {
+				if _, err := os.Stat(filepath.Join(*out, n+".oci.tar")); err == nil {
+					all[n] = d
+				}
+			}
+		}
+	}
+	for _, b := range bs {
+		all[b.Name] = b.Digest.String()
+	}
+	if err := os.WriteFile(dpath, digestsFile(all), 0o644); err != nil {
 		return err
+	}
+	if want["mdag-torch-runner"] {
+		// what the runner is built on: pin pins only a CUDA one (pin.go)
+		base := debianRunner
+		if *torchBase != "" {
+			base = *torchBase
+		}
+		if err := os.WriteFile(filepath.Join(*out, "mdag-torch-runner.base"), []byte(base+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	if *pin && strings.Contains(stamp, "+dirty") {
+		return fmt.Errorf("not pinning: the images were built from a tree with uncommitted changes (%s); commit, then make images", stamp)
 	}
 	fmt.Fprintf(stdout, "mkimage: %s written; built in %.1fs\n", dpath, time.Since(start).Seconds())
 	if *pin {

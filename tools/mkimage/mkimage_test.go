@@ -479,7 +479,7 @@ func TestPin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := editYAML(in, func(n *yaml.Node) error { return pinKustomization(n, digests) })
+	out, err := editYAML(in, func(n *yaml.Node) error { return pinKustomization(n, digests, nil) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,11 +494,11 @@ func TestPin(t *testing.T) {
 	if strings.Contains(s, "newTag") {
 		t.Errorf("newTag left:\n%s", s)
 	}
-	again, _ := editYAML(out, func(n *yaml.Node) error { return pinKustomization(n, digests) })
+	again, _ := editYAML(out, func(n *yaml.Node) error { return pinKustomization(n, digests, nil) })
 	if !bytes.Equal(again, out) {
 		t.Errorf("pinning twice changes the file:\n%s", again)
 	}
-	if _, err := editYAML(in, func(n *yaml.Node) error { return pinKustomization(n, map[string]string{"mdag": digests["mdag"]}) }); err == nil || !strings.Contains(err.Error(), "mdag-torch-runner") {
+	if _, err := editYAML(in, func(n *yaml.Node) error { return pinKustomization(n, map[string]string{"mdag": digests["mdag"]}, nil) }); err == nil || !strings.Contains(err.Error(), "mdag-torch-runner") {
 		t.Errorf("a digest missing: %v", err)
 	}
 	vin, err := os.ReadFile("testdata/values.yaml")
@@ -580,8 +580,9 @@ func TestSourceStamp(t *testing.T) {
 	}
 	write("deploy/k.yaml", "digest: sha256:1\n")
 	write("README.md", "readme 2\n")
+	write("tools/mkimage/pin.go", "package main\n")
 	if s := stamp(); s != s1 {
-		t.Errorf("deploy/ and README.md changed: stamp %s, want %s", s, s1)
+		t.Errorf("deploy/ and README.md changed, a file under tools/ added: stamp %s, want %s", s, s1)
 	}
 	write("main_test.go", "package main\n")
 	git("add", ".")
@@ -600,5 +601,53 @@ func TestSourceStamp(t *testing.T) {
 	write("new.go", "package main\n")
 	if s := stamp(); !strings.HasSuffix(s, "+dirty") {
 		t.Errorf("an untracked source: %s, want +dirty", s)
+	}
+}
+
+// TestPinRunnerBase: a runner built on Debian's CPU PyTorch is not pinned
+// (the manifests run it with --device=cuda): its entries keep their tag
+// while the mdag images get their digests; one built on a CUDA base
+// (--torch-base) is pinned.
+func TestPinRunnerBase(t *testing.T) {
+	for _, tc := range []struct {
+		base      string
+		runnerPin bool
+	}{{debianRunner, false}, {"", false}, {"docker.io/pytorch/pytorch@sha256:" + strings.Repeat("9", 64), true}} {
+		dir := t.TempDir()
+		kust, vals := filepath.Join(dir, "kustomization.yaml"), filepath.Join(dir, "values.yaml")
+		for src, dst := range map[string]string{"testdata/kustomization.yaml": kust, "testdata/values.yaml": vals} {
+			b, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(dst, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		digests := map[string]string{"mdag": "sha256:" + strings.Repeat("1", 64), "mdag-lean": "sha256:" + strings.Repeat("2", 64), "mdag-torch-runner": "sha256:" + strings.Repeat("3", 64)}
+		if err := os.WriteFile(filepath.Join(dir, "digests.txt"), digestsFile(digests), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if tc.base != "" {
+			if err := os.WriteFile(filepath.Join(dir, "mdag-torch-runner.base"), []byte(tc.base+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out strings.Builder
+		if err := runPin([]string{"--digests", filepath.Join(dir, "digests.txt"), "--kustomization", kust, "--helm-values", vals}, &out, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		k, _ := os.ReadFile(kust)
+		v, _ := os.ReadFile(vals)
+		runner := strings.Repeat("3", 64)
+		if got := strings.Contains(string(k), runner) && strings.Contains(string(v), runner); got != tc.runnerPin {
+			t.Errorf("base %q: runner pinned %v, want %v\n%s\n%s", tc.base, got, tc.runnerPin, k, v)
+		}
+		if !strings.Contains(string(k), strings.Repeat("1", 64)) || !strings.Contains(string(v), strings.Repeat("2", 64)) {
+			t.Errorf("base %q: the mdag images are not pinned:\n%s\n%s", tc.base, k, v)
+		}
+		if !tc.runnerPin && (!strings.Contains(string(k), "newTag: v0.1.0") || !strings.Contains(out.String(), "--torch-base")) {
+			t.Errorf("base %q: the runner's tag is gone, or pin did not say how to pin it: %s", tc.base, out.String())
+		}
 	}
 }

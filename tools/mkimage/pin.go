@@ -6,10 +6,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 )
+
+// debianRunner is what mdag-torch-runner.base says of a runner built on
+// Debian's CPU PyTorch (no --torch-base).
+const debianRunner = "debian (CPU PyTorch)"
 
 // helmKeys maps an image to its key under the chart's images:.
 var helmKeys = map[string]string{"mdag": "mdag", "mdag-lean": "lean", "mdag-torch-runner": "torchRunner"}
@@ -31,7 +36,18 @@ func runPin(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", *digests, err)
 	}
-	if err := editFile(*kust, func(doc *yaml.Node) error { return pinKustomization(doc, d) }); err != nil {
+	// The manifests run the runner beside GPU workers with --device=cuda,
+	// which a runner on Debian's CPU PyTorch refuses: it is pinned only
+	// when built on a CUDA PyTorch base (--torch-base), else the manifests
+	// keep naming it by tag, for the image you build on your base.
+	keep := map[string]bool{}
+	if base, _ := os.ReadFile(filepath.Join(filepath.Dir(*digests), "mdag-torch-runner.base")); strings.TrimSpace(string(base)) == debianRunner || len(base) == 0 {
+		delete(d, "mdag-torch-runner")
+		keep["mdag-torch-runner"] = true
+		fmt.Fprintf(stdout, "mkimage pin: mdag-torch-runner left as it is: it was built on Debian's CPU PyTorch, and the manifests run it with --device=cuda; "+
+			"build it on a CUDA PyTorch image to pin it (mkimage build --only mdag-torch-runner --torch-base REF --pin; docs/deploy.md, \"Images\")\n")
+	}
+	if err := editFile(*kust, func(doc *yaml.Node) error { return pinKustomization(doc, d, keep) }); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "mkimage pin: %s\n", *kust)
@@ -158,7 +174,7 @@ func remove(m *yaml.Node, key string) {
 // pinKustomization sets digest: in each images: entry whose name is an
 // image built (mdag, mdag-torch-runner) and drops its newTag; newName
 // stays. An image the kustomization maps with no digest given is an error.
-func pinKustomization(m *yaml.Node, digests map[string]string) error {
+func pinKustomization(m *yaml.Node, digests map[string]string, keep map[string]bool) error {
 	images := lookup(m, "images")
 	if images == nil || images.Kind != yaml.SequenceNode {
 		return fmt.Errorf("no images: list")
@@ -169,6 +185,9 @@ func pinKustomization(m *yaml.Node, digests map[string]string) error {
 			return fmt.Errorf("images[%d]: no name", i)
 		}
 		d, ok := digests[n.Value]
+		if keep[n.Value] {
+			continue
+		}
 		if !ok {
 			return fmt.Errorf("images[%d] (%s): no digest for it in digests.txt (build it: make images)", i, n.Value)
 		}
