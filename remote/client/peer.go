@@ -16,6 +16,7 @@ import (
 
 	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/defaults"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/remote/wire"
 )
@@ -96,6 +97,17 @@ func (h *heldHeap) Pop() any {
 	old[len(old)-1] = nil // the frame may go
 	*h = old[:len(old)-1]
 	return e
+}
+
+// check reports s's fields out of range (negative), by name; zero ones
+// take their defaults at first use.
+func (s *Store) check(c *defaults.Fields, prefix string) {
+	if s.MaxBytes < 0 {
+		c.Bad(prefix+"MaxBytes", s.MaxBytes, fmt.Sprintf("must be >= 0 (0: the default %d)", DefaultStoreBytes))
+	}
+	if s.HoldAfter < 0 {
+		c.Bad(prefix+"HoldAfter", s.HoldAfter, "must be >= 0 (0: the default "+DefaultHoldAfter.String()+")")
+	}
 }
 
 func (s *Store) init() {

@@ -126,6 +126,9 @@ func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error
 	c := defaults.Fields{Prefix: "client.WorkerConfig"}
 	c.Duration("HealthInterval", &cfg.HealthInterval, DefaultHealthInterval)
 	c.Duration("HealthTimeout", &cfg.HealthTimeout, 2*time.Second)
+	if cfg.Data != nil && cfg.Data.Store != nil {
+		cfg.Data.Store.check(&c, "Data.Store.")
+	}
 	if err := c.Err(); err != nil {
 		// InvalidArgument: retrying cannot fix it (callers stop on it)
 		return status.Error(codes.InvalidArgument, err.Error())
