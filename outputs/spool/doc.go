@@ -63,7 +63,10 @@
 // MaxBytes bounds the bytes of waiting records, header included (Stats.Bytes);
 // it frees as records are acked. When an Append would exceed it, WhenFull
 // decides: DropOldest (the default) drops the oldest waiting records until the
-// new one fits, DropNewest refuses the new record with ErrFull. A record
+// new one fits, DropNewest refuses the new record with ErrFull, and every
+// later one until a record leaves (acked or expired): what is kept is a
+// prefix of what came, never a smaller record slipped in after a larger
+// one was refused. A record
 // larger than MaxBytes on its own is always an error (ErrTooLarge). Acked
 // records stay on disk until their whole segment is acked, so disk usage may
 // exceed MaxBytes by at most one segment (the segment being read: SegmentBytes,

@@ -126,6 +126,11 @@ type Spool struct {
 	qh      int
 	firstID uint64 // id of q[qh]; ids are consecutive in append order
 	bytes   int64
+	// refusing: DropNewest refused a record for room; every later one is
+	// refused too until a record leaves (removeFront), so what is kept is
+	// a prefix of what came, with no holes (a smaller record must not slip
+	// in after a larger one was dropped)
+	refusing bool
 
 	peekFirst uint64 // id of the first record of the last Peek not yet acked
 	peekN     int    // how many of them remain
@@ -451,6 +456,9 @@ func (s *Spool) waiting() int { return len(s.q) - s.qh }
 
 // removeFront removes n waiting records from the front of the queue.
 func (s *Spool) removeFront(n int) {
+	if n > 0 {
+		s.refusing = false // room again (DropNewest)
+	}
 	for i := s.qh; i < s.qh+n; i++ {
 		s.bytes -= s.q[i].size()
 	}
@@ -498,8 +506,13 @@ func (s *Spool) Append(payload []byte) error {
 		return fmt.Errorf("%w: record of %d bytes (%d payload + %d header) > MaxBytes %d",
 			ErrTooLarge, need, len(payload), HeaderSize, s.maxBytes)
 	}
+	if s.policy == DropNewest && s.refusing {
+		s.st.DroppedFull++
+		return ErrFull
+	}
 	if s.bytes+need > s.maxBytes {
 		if s.policy == DropNewest {
+			s.refusing = true
 			s.st.DroppedFull++
 			return ErrFull
 		}

@@ -382,6 +382,38 @@ func TestDropNewest(t *testing.T) {
 	}
 }
 
+// TestDropNewestKeepsAPrefix: once a record is refused for room, a smaller
+// one that would fit is refused too, until a record leaves: what is kept
+// is a prefix of what came (no holes: the dropped are the newest).
+func TestDropNewestKeepsAPrefix(t *testing.T) {
+	s := mustOpen(t, Options{Dir: t.TempDir(), MaxBytes: 1000, WhenFull: DropNewest})
+	defer s.Close()
+	for i := range uint64(9) {
+		mustAppend(t, s, payload(i, 100-HeaderSize))
+	}
+	mustAppend(t, s, payload(9, 60-HeaderSize)) // 960 bytes held
+	if err := s.Append(payload(10, 50-HeaderSize)); !errors.Is(err, ErrFull) {
+		t.Fatalf("a 50-byte record into 40 free = %v; want ErrFull", err)
+	}
+	if err := s.Append(payload(11, 30-HeaderSize)); !errors.Is(err, ErrFull) {
+		t.Fatalf("a 30-byte record after a refusal = %v; want ErrFull (it would fit, but 10 was dropped)", err)
+	}
+	if st := s.Stats(); st.DroppedFull != 2 || st.Waiting != 10 {
+		t.Fatalf("Stats = %+v", st)
+	}
+	if recs, _ := s.Peek(1, 0); idOf(t, recs[0].Payload) != 0 {
+		t.Fatal("oldest record lost")
+	}
+	if err := s.Ack(1); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, s, payload(20, 100-HeaderSize)) // room again
+	want := append(seq(1, 10), 20)
+	if got := peekIDs(t, s); !slices.Equal(got, want) {
+		t.Fatalf("waiting = %v", got)
+	}
+}
+
 func TestMaxAge(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	now := t0
