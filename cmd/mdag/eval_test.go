@@ -14,9 +14,13 @@ func TestEvalFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--duration", "1s"}, "--duration is 10s..24h"},
-		{[]string{"--clients", "0"}, "--clients 1..1000"},
-		{[]string{"-o", "yaml"}, "-o table or json"},
+		{[]string{"--duration", "1s"}, "mdag eval: --duration 1s: want 10s..24h"},
+		{[]string{"--clients", "0"}, "--clients 0: want 1..1000"},
+		{[]string{"-o", "yaml"}, `-o "yaml": want table or json`},
+		// every problem at once, counted, not the first
+		{[]string{"--duration", "1s", "--clients", "0", "--apps", "pose", "--nexus-gpus", ""},
+			"mdag eval: --duration 1s: want 10s..24h\nmdag eval: --clients 0: want 1..1000\nmdag eval: --apps: eval: no setup for app \"pose\"" +
+				" (have traffic, face, tracker)\nmdag eval: --nexus-gpus needs at least one entry\n4 problems found\nRun 'mdag help eval' for its flags.\n"},
 		{[]string{"--apps", "pose"}, `no setup for app "pose"`},
 		{[]string{"--apps", ","}, "at least one entry"},
 	} {

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"testing"
+)
+
+// fakeCmd is a subcommand whose steps record that they ran.
+type fakeCmd struct {
+	n        int
+	problems []error
+	err      error
+	ran      bool
+}
+
+func (c *fakeCmd) flags(fs *flag.FlagSet)         { fs.IntVar(&c.n, "n", 1, "a number") }
+func (c *fakeCmd) validate(*flag.FlagSet) []error { return c.problems }
+func (c *fakeCmd) run(*cmdEnv) error              { c.ran = true; return c.err }
+
+func TestExecuteSteps(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		problems []error
+		err      error
+		code     int
+		stderr   string
+		ran      bool
+	}{
+		{"ok", []string{"-n", "2"}, nil, nil, exitOK, "", true},
+		{"bad flag", []string{"-n", "x"}, nil, nil, exitInvalid, "invalid value", false},
+		{"extra argument", []string{"x"}, nil, nil, exitInvalid, "mdag fake: unexpected arguments: x\n", false},
+		{"help", []string{"-h"}, nil, nil, exitOK, "Usage: mdag fake [-n N]", false},
+		{"one problem", nil, []error{errors.New("--n 0: want > 0")}, nil, exitInvalid,
+			"mdag fake: --n 0: want > 0\nRun 'mdag help fake' for its flags.\n", false},
+		{"every problem", nil, []error{errors.New("a"), errors.Join(errors.New("b"), errors.New("c"))}, nil, exitInvalid,
+			"mdag fake: a\nmdag fake: b\nmdag fake: c\n3 problems found\nRun 'mdag help fake' for its flags.\n", false},
+		{"failure", nil, nil, errors.New("disk full"), exitFailure, "mdag fake: disk full\n", true},
+		{"invalid", nil, nil, invalidf("app.yaml:3: %s", "bad"), exitInvalid, "mdag fake: app.yaml:3: bad\n", true},
+		{"wrapped", nil, nil, fmt.Errorf("load: %w", infeasible(errors.New("no plan"))), exitInfeasible, "mdag fake: load: no plan\n", true},
+		{"reported", nil, nil, reported(exitInfeasible), exitInfeasible, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &fakeCmd{problems: tc.problems, err: tc.err}
+			var out, errb bytes.Buffer
+			code := execute("fake", "[-n N]", c, tc.args, &out, &errb)
+			if code != tc.code || c.ran != tc.ran || !bytes.Contains(errb.Bytes(), []byte(tc.stderr)) || tc.stderr == "" && errb.Len() > 0 {
+				t.Errorf("exit %d, ran %v, stderr %q; want %d, %v, %q", code, c.ran, errb.String(), tc.code, tc.ran, tc.stderr)
+			}
+		})
+	}
+}
