@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/mdag/mdag/allocator"
 	"github.com/mdag/mdag/allocator/milp"
@@ -38,66 +40,77 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
+const allocateSynopsis = "-f app.yaml --profiles profiles.yaml [--rate R | --streams N] [--scale MODULE=F ...] " +
+	"[--balloon MODULE=F ...] [--exclude-worker TYPE ...] [--method milp|bruteforce|greedy|nexus-dp|even] [-o table|json]"
+
 func runAllocate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("allocate", "-f app.yaml --profiles profiles.yaml [--rate R | --streams N] [--scale MODULE=F ...] "+
-		"[--balloon MODULE=F ...] [--exclude-worker TYPE ...] [--method milp|bruteforce|greedy|nexus-dp|even] [-o table|json]", stderr)
-	file := fs.String("f", "", "application YAML `file` (required)")
-	profiles := fs.String("profiles", "", "profiles and worker types YAML `file` (required)")
-	rate := fs.Float64("rate", 0, "ingress `rate` in frames per second for the whole session (default: --streams x the app's fps)")
-	streams := fs.Int("streams", 1, "`number` of streams in the session, each at the app's fps; ignored with --rate")
-	scale, balloon := factorFlag{}, factorFlag{}
-	fs.Var(scale, "scale", "observed scaling factor `MODULE=F` overriding the app's (repeatable)")
-	fs.Var(balloon, "balloon", "ballooning factor `MODULE=F` multiplying the module's execution times (repeatable)")
-	var exclude listFlag
-	fs.Var(&exclude, "exclude-worker", "worker `TYPE` not to use (repeatable)")
-	method := fs.String("method", string(allocator.MILP), "allocation `method`: milp, bruteforce, greedy, nexus-dp or even")
-	segment := fs.Duration("segment", 0, "nexus-dp latency budget `segment` (default 1ms)")
-	out := fs.String("o", "table", "output `format`: table or json")
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	return execute("allocate", allocateSynopsis, &allocateCmd{scale: factorFlag{}, balloon: factorFlag{}}, args, stdout, stderr)
+}
+
+// allocateCmd is mdag allocate's options.
+type allocateCmd struct {
+	app            appFlags
+	scale, balloon factorFlag
+	exclude        listFlag
+	method, out    string
+	segment        time.Duration
+}
+
+func (c *allocateCmd) flags(fs *flag.FlagSet) {
+	c.app.bind(fs, "profiles and worker types YAML `file` (required)")
+	fs.Var(c.scale, "scale", "observed scaling factor `MODULE=F` overriding the app's (repeatable)")
+	fs.Var(c.balloon, "balloon", "ballooning factor `MODULE=F` multiplying the module's execution times (repeatable)")
+	fs.Var(&c.exclude, "exclude-worker", "worker `TYPE` not to use (repeatable)")
+	fs.StringVar(&c.method, "method", string(allocator.MILP), "allocation `method`: milp, bruteforce, greedy, nexus-dp or even")
+	fs.DurationVar(&c.segment, "segment", 0, "nexus-dp latency budget `segment` (default 1ms)")
+	fs.StringVar(&c.out, "o", "table", "output `format`: table or json")
+}
+
+func (c *allocateCmd) validate(*flag.FlagSet) []error {
+	errs := append(c.app.require(), outputFlag(c.out, "table", "json")...)
+	return append(errs, c.app.check()...)
+}
+
+func (c *allocateCmd) run(env *cmdEnv) error {
+	g, cat, err := readInputs(c.app.file, c.app.profiles)
+	if err != nil {
+		return err
 	}
-	switch {
-	case *file == "" || *profiles == "":
-		fmt.Fprintln(stderr, "mdag allocate: -f app.yaml and --profiles profiles.yaml are required")
-		fs.Usage()
-		return exitInvalid
-	case *out != "table" && *out != "json":
-		fmt.Fprintf(stderr, "mdag allocate: -o must be table or json, got %q\n", *out)
-		return exitInvalid
-	case *rate < 0 || math.IsNaN(*rate) || math.IsInf(*rate, 0):
-		fmt.Fprintf(stderr, "mdag allocate: --rate must be a positive number, got %v\n", *rate)
-		return exitInvalid
-	case *streams < 1:
-		fmt.Fprintf(stderr, "mdag allocate: --streams must be >= 1, got %d\n", *streams)
-		return exitInvalid
-	}
-	g, cat, code := loadInputs(*file, *profiles, stderr)
-	if code != exitOK {
-		return code
-	}
-	r, _ := SessionRate(g.App(), *rate, *streams)
-	req := allocator.Request{Graph: g, Catalog: cat, Rate: r, Scale: scale, Balloon: balloon,
-		Method: allocator.Method(*method), Segment: *segment, MILPSolver: milp.Solver{}}
-	for _, w := range exclude {
-		req.Exclude = append(req.Exclude, profile.WorkerTypeID(w))
-	}
+	r, _ := SessionRate(g.App(), c.app.rate, c.app.streams)
+	req := allocator.Request{Graph: g, Catalog: cat, Rate: r, Scale: c.scale, Balloon: c.balloon,
+		Method: allocator.Method(c.method), Segment: c.segment, MILPSolver: milp.Solver{}, Exclude: workerTypes(c.exclude)}
 	a, err := allocator.Allocate(context.Background(), req)
 	if err != nil {
-		fmt.Fprintln(stderr, "mdag allocate:", err)
-		return exitInvalid
+		return invalid(err)
 	}
-	if *out == "json" {
-		writeJSON(stdout, a, false)
+	if c.out == "json" {
+		writeJSON(env.stdout, a, false)
 	} else {
-		writeAllocationTable(stdout, a, r)
+		writeAllocationTable(env.stdout, a, r)
 	}
-	if !a.Feasible {
-		if *out == "json" {
-			fmt.Fprintln(stderr, "infeasible: "+a.Reason)
-		}
-		return exitInfeasible
+	return infeasibleAs(c.out, env.stderr, a.Feasible, a.Reason)
+}
+
+// workerTypes are the types a repeated flag names.
+func workerTypes(names []string) []profile.WorkerTypeID {
+	var out []profile.WorkerTypeID
+	for _, w := range names {
+		out = append(out, profile.WorkerTypeID(w))
 	}
-	return exitOK
+	return out
+}
+
+// infeasibleAs ends a planning command whose plan is infeasible with exit 3;
+// with -o json, whose stdout is the document alone, the reason goes to stderr
+// (the table says it on stdout).
+func infeasibleAs(out string, stderr io.Writer, feasible bool, reason string) error {
+	if feasible {
+		return nil
+	}
+	if out == "json" {
+		fmt.Fprintln(stderr, "infeasible: "+reason)
+	}
+	return reported(exitInfeasible)
 }
 
 func writeAllocationTable(w io.Writer, a *allocator.Allocation, rate float64) {

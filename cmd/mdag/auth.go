@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"crypto/rand"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -109,80 +110,98 @@ func runToken(args []string, stdout, stderr io.Writer) int {
 }
 
 func tokenCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "new" && args[0] != "hash") {
-		fmt.Fprintln(stderr, "Usage: mdag token new --app APP [--name NAME] [--role ingest|api] [--max-streams N] [--max-resolution WxH] [--max-fps F]\n"+
+	usage := func(w io.Writer) {
+		fmt.Fprintln(w, "Usage: mdag token new --app APP [--name NAME] [--role ingest|api] [--max-streams N] [--max-resolution WxH] [--max-fps F]\n"+
 			"       mdag token hash < token.txt\n\n"+
 			"new prints a random token (give it to the client) and the entry to add to the --tokens file (only its sha256 is stored).\n"+
 			"hash prints the hash: line of a token read from stdin.")
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			return exitOK
-		}
-		return exitInvalid
 	}
-	if args[0] == "hash" {
-		fs := newFlags("token hash", "< token.txt", stderr)
-		if code, ok := parseFlags(fs, args[1:]); !ok {
-			return code
-		}
-		line, err := bufio.NewReader(io.LimitReader(stdin, 4096)).ReadString('\n')
-		if err != nil && err != io.EOF {
-			fmt.Fprintf(stderr, "mdag token hash: reading stdin: %v\n", err)
-			return exitFailure
-		}
-		h, err := auth.Hash(strings.TrimRight(line, "\r\n"))
-		if err != nil {
-			fmt.Fprintf(stderr, "mdag token hash: %v\n", err)
-			return exitInvalid
-		}
-		fmt.Fprintf(stdout, "hash: %s\n", h)
-		return exitOK
+	return runGroup("token", usage, []subcmd{
+		{"new", "--app APP [flags]", func() subcommand { return new(tokenNewCmd) }},
+		{"hash", "< token.txt", func() subcommand { return &tokenHashCmd{stdin: stdin} }},
+	}, args, stdout, stderr)
+}
+
+// tokenHashCmd is mdag token hash: no flags; the token comes on stdin.
+type tokenHashCmd struct{ stdin io.Reader }
+
+func (c *tokenHashCmd) flags(*flag.FlagSet)            {}
+func (c *tokenHashCmd) validate(*flag.FlagSet) []error { return nil }
+
+func (c *tokenHashCmd) run(env *cmdEnv) error {
+	line, err := bufio.NewReader(io.LimitReader(c.stdin, 4096)).ReadString('\n')
+	if err != nil && err != io.EOF {
+		return fmt.Errorf("reading stdin: %w", err)
 	}
-	fs := newFlags("token new", "--app APP [flags]", stderr)
-	var apps stringList
-	fs.Var(&apps, "app", "app the token may stream into, repeated or comma-separated (* : every app); ingest tokens")
-	name := fs.String("name", "", "the token's name in logs and refusals (default: the app and a random suffix)")
-	role := fs.String("role", string(auth.Ingest), "ingest (stream into apps) or api (status, dashboard, metrics, streams)")
-	maxStreams := fs.Int("max-streams", 0, "most streams at once (0: the server's limit only)")
-	maxRes := fs.String("max-resolution", "", "largest frame WxH its streams are downscaled to (default: the server's)")
-	maxFPS := fs.Float64("max-fps", 0, "rate its frames are sampled to (0: the app's)")
-	if code, ok := parseFlags(fs, args[1:]); !ok {
-		return code
+	h, err := auth.Hash(strings.TrimRight(line, "\r\n"))
+	if err != nil {
+		return invalid(err)
 	}
+	fmt.Fprintf(env.stdout, "hash: %s\n", h)
+	return nil
+}
+
+// tokenNewCmd is mdag token new's options.
+type tokenNewCmd struct {
+	apps               stringList
+	name, role, maxRes string
+	maxStreams         int
+	maxFPS             float64
+}
+
+func (c *tokenNewCmd) flags(fs *flag.FlagSet) {
+	fs.Var(&c.apps, "app", "app the token may stream into, repeated or comma-separated (* : every app); ingest tokens")
+	fs.StringVar(&c.name, "name", "", "the token's name in logs and refusals (default: the app and a random suffix)")
+	fs.StringVar(&c.role, "role", string(auth.Ingest), "ingest (stream into apps) or api (status, dashboard, metrics, streams)")
+	fs.IntVar(&c.maxStreams, "max-streams", 0, "most streams at once (0: the server's limit only)")
+	fs.StringVar(&c.maxRes, "max-resolution", "", "largest frame WxH its streams are downscaled to (default: the server's)")
+	fs.Float64Var(&c.maxFPS, "max-fps", 0, "rate its frames are sampled to (0: the app's)")
+}
+
+// validate leaves the checks to the entry's own: it must load as the
+// --tokens file loads it (run checks it before printing).
+func (c *tokenNewCmd) validate(*flag.FlagSet) []error { return nil }
+
+func (c *tokenNewCmd) run(env *cmdEnv) error {
 	tok := auth.NewToken()
 	h, _ := auth.Hash(tok)
-	if *name == "" {
-		base := *role
-		if len(apps) > 0 && apps[0] != "*" {
-			base = apps[0]
+	if c.name == "" {
+		base := c.role
+		if len(c.apps) > 0 && c.apps[0] != "*" {
+			base = c.apps[0]
 		}
-		*name = tokenName(base, tok)
+		c.name = tokenName(base, tok)
 	}
+	entry := c.entry(h)
+	// The entry must load as it is printed: the same checks as --tokens.
+	if _, err := auth.Parse("the new entry", []byte("tokens:\n"+entry)); err != nil {
+		return invalid(err)
+	}
+	fmt.Fprintf(env.stdout, "token: %s\n# give the token to the client (Authorization: Bearer TOKEN); add this entry under tokens: in the --tokens file:\n%s", tok, entry)
+	return nil
+}
+
+// entry is the token's entry in the --tokens file, by its hash.
+func (c *tokenNewCmd) entry(hash string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "  - name: %s\n    hash: %s\n    role: %s\n", *name, h, *role)
-	if len(apps) > 0 {
-		q := make([]string, len(apps))
-		for i, a := range apps {
+	fmt.Fprintf(&b, "  - name: %s\n    hash: %s\n    role: %s\n", c.name, hash, c.role)
+	if len(c.apps) > 0 {
+		q := make([]string, len(c.apps))
+		for i, a := range c.apps {
 			q[i] = strconv.Quote(a)
 		}
 		fmt.Fprintf(&b, "    apps: [%s]\n", strings.Join(q, ", "))
 	}
-	if *maxStreams != 0 {
-		fmt.Fprintf(&b, "    max_streams: %d\n", *maxStreams)
+	if c.maxStreams != 0 {
+		fmt.Fprintf(&b, "    max_streams: %d\n", c.maxStreams)
 	}
-	if *maxRes != "" {
-		fmt.Fprintf(&b, "    max_resolution: %s\n", *maxRes)
+	if c.maxRes != "" {
+		fmt.Fprintf(&b, "    max_resolution: %s\n", c.maxRes)
 	}
-	if *maxFPS != 0 {
-		fmt.Fprintf(&b, "    max_fps: %g\n", *maxFPS)
+	if c.maxFPS != 0 {
+		fmt.Fprintf(&b, "    max_fps: %g\n", c.maxFPS)
 	}
-	entry := b.String()
-	// The entry must load as it is printed: the same checks as --tokens.
-	if _, err := auth.Parse("the new entry", []byte("tokens:\n"+entry)); err != nil {
-		fmt.Fprintf(stderr, "mdag token new: %v\n", err)
-		return exitInvalid
-	}
-	fmt.Fprintf(stdout, "token: %s\n# give the token to the client (Authorization: Bearer TOKEN); add this entry under tokens: in the --tokens file:\n%s", tok, entry)
-	return exitOK
+	return b.String()
 }
 
 // tokenName is a new token's default name: base (its app or role) and a

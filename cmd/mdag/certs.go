@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,66 +23,61 @@ func runCerts(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(w, "\ninit creates a CA (ca.pem, ca-key.pem) and one certificate per role (coordinator.pem, worker.pem, source.pem,")
 		fmt.Fprintln(w, "each with ROLE-key.pem) in DIR; issue signs another with DIR's CA. Keys are written 0600. Run 'mdag certs init -h'.")
 	}
-	if len(args) == 0 {
-		usage(stderr)
-		return exitInvalid
-	}
-	switch args[0] {
-	case "init":
-		return runCertsInit(args[1:], stdout, stderr)
-	case "issue":
-		return runCertsIssue(args[1:], stdout, stderr)
-	case "-h", "--help", "help":
-		usage(stdout)
-		return exitOK
-	}
-	fmt.Fprintf(stderr, "mdag certs: unknown subcommand %q: want init or issue\n", args[0])
-	usage(stderr)
-	return exitInvalid
+	return runGroup("certs", usage, []subcmd{
+		{"init", "--dir DIR [flags]", func() subcommand { return new(certsInitCmd) }},
+		{"issue", "--dir DIR --role ROLE [flags]", func() subcommand { return new(certsIssueCmd) }},
+	}, args, stdout, stderr)
 }
 
-func runCertsInit(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("certs init", "--dir DIR [flags]", stderr)
-	dir := fs.String("dir", "", "directory to create the CA and certificates in (required; created 0700)")
-	hosts := fs.String("hosts", pki.DefaultHosts, "the coordinator certificate's DNS names and IPs, comma-separated: every name workers and sources dial it by")
-	valid := fs.Duration("valid", pki.DefaultCertValid, "how long the certificates are valid (the CA: 10 years)")
-	force := fs.Bool("force", false, "replace existing files: a new CA, so every certificate the old one issued (mdag certs issue's too) stops being trusted "+
+// certsInitCmd is mdag certs init's options.
+type certsInitCmd struct {
+	dir, hosts string
+	valid      time.Duration
+	force      bool
+}
+
+func (c *certsInitCmd) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.dir, "dir", "", "directory to create the CA and certificates in (required; created 0700)")
+	fs.StringVar(&c.hosts, "hosts", pki.DefaultHosts, "the coordinator certificate's DNS names and IPs, comma-separated: every name workers and sources dial it by")
+	fs.DurationVar(&c.valid, "valid", pki.DefaultCertValid, "how long the certificates are valid (the CA: 10 years)")
+	fs.BoolVar(&c.force, "force", false, "replace existing files: a new CA, so every certificate the old one issued (mdag certs issue's too) stops being trusted "+
 		"and every peer needs new files (to replace one certificate, keep the CA: mdag certs issue --force)")
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+}
+
+func (c *certsInitCmd) validate(*flag.FlagSet) []error {
+	var errs []error
+	if c.dir == "" {
+		errs = append(errs, errors.New("--dir is required"))
 	}
-	if *dir == "" {
-		fmt.Fprintln(stderr, "mdag certs init: --dir is required")
-		return exitInvalid
+	if c.valid <= 0 {
+		errs = append(errs, fmt.Errorf("--valid %v: want > 0", c.valid))
 	}
-	if *valid <= 0 {
-		fmt.Fprintf(stderr, "mdag certs init: --valid %v: want > 0\n", *valid)
-		return exitInvalid
-	}
-	if exist := existingCAFiles(*dir); len(exist) > 0 && !*force {
-		fmt.Fprintf(stderr, "mdag certs init: refusing to overwrite %s: %s has a CA already.\n"+
+	return errs
+}
+
+func (c *certsInitCmd) run(env *cmdEnv) error {
+	if exist := existingCAFiles(c.dir); len(exist) > 0 && !c.force {
+		return invalidf("refusing to overwrite %s: %s has a CA already.\n"+
 			"  --force makes a new CA: every certificate the old one issued (these and every --out directory of mdag certs issue) stops being trusted,\n"+
 			"  and the coordinator, every worker and every source need the new files before they can connect again.\n"+
-			"  To replace one certificate and keep the CA: mdag certs issue --dir %s --role coordinator|worker|source [--name NAME] [--out DIR] --force\n",
-			strings.Join(exist, ", "), *dir, *dir)
-		return exitInvalid
+			"  To replace one certificate and keep the CA: mdag certs issue --dir %s --role coordinator|worker|source [--name NAME] [--out DIR] --force",
+			strings.Join(exist, ", "), c.dir, c.dir)
 	}
-	if root := gitWorkTree(*dir); root != "" && !gitIgnored(root, *dir) {
-		fmt.Fprintf(stderr, "mdag certs init: warning: %s is inside the git work tree %s and not ignored by it: %s signs every certificate; "+
+	if root := gitWorkTree(c.dir); root != "" && !gitIgnored(root, c.dir) {
+		fmt.Fprintf(env.stderr, "mdag certs init: warning: %s is inside the git work tree %s and not ignored by it: %s signs every certificate; "+
 			"keep it out of commits (add %s/ to .gitignore) or use a directory outside the repository\n",
-			*dir, root, filepath.Join(*dir, pki.CAKeyFile), filepath.Clean(*dir))
+			c.dir, root, filepath.Join(c.dir, pki.CAKeyFile), filepath.Clean(c.dir))
 	}
-	wrote, err := pki.Init(*dir, pki.InitOptions{Hosts: *hosts, Now: time.Now(), Valid: *valid, Force: *force})
+	wrote, err := pki.Init(c.dir, pki.InitOptions{Hosts: c.hosts, Now: time.Now(), Valid: c.valid, Force: c.force})
 	if err != nil {
-		fmt.Fprintf(stderr, "mdag certs init: %v\n", err)
-		return exitInvalid
+		return invalid(err)
 	}
 	for _, f := range wrote {
-		fmt.Fprintln(stdout, "wrote", f)
+		fmt.Fprintln(env.stdout, "wrote", f)
 	}
-	fmt.Fprintf(stdout, "the coordinator's certificate names %s; run coordinator, workers and sources with --tls-dir %s\n", *hosts, *dir)
-	fmt.Fprintf(stdout, "keep %s/ca-key.pem off the servers: only mdag certs issue needs it\n", *dir)
-	return exitOK
+	fmt.Fprintf(env.stdout, "the coordinator's certificate names %s; run coordinator, workers and sources with --tls-dir %s\n", c.hosts, c.dir)
+	fmt.Fprintf(env.stdout, "keep %s/ca-key.pem off the servers: only mdag certs issue needs it\n", c.dir)
+	return nil
 }
 
 // existingCAFiles are the files of mdag certs init already in dir.
@@ -131,38 +128,49 @@ func gitIgnored(root, dir string) bool {
 	return exec.Command("git", "-C", root, "check-ignore", "-q", "--no-index", probe).Run() == nil
 }
 
-func runCertsIssue(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("certs issue", "--dir DIR --role ROLE [flags]", stderr)
-	dir := fs.String("dir", "", "the CA's directory (ca.pem, ca-key.pem from mdag certs init; required)")
-	role := fs.String("role", "", "coordinator, worker or source (required)")
-	name := fs.String("name", "", "the certificate's name, in mdag://ROLE/NAME and the logs (default: the role)")
-	hosts := fs.String("hosts", "", "with --role coordinator: its DNS names and IPs, comma-separated (default "+pki.DefaultHosts+")")
-	out := fs.String("out", "", "directory to write ROLE.pem, ROLE-key.pem and a copy of ca.pem to (default: --dir); one per machine")
-	valid := fs.Duration("valid", pki.DefaultCertValid, "how long the certificate is valid (at most the CA's end)")
-	force := fs.Bool("force", false, "replace existing files (rotation: running peers use them for new connections)")
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+// certsIssueCmd is mdag certs issue's options.
+type certsIssueCmd struct {
+	dir, role, name, hosts, out string
+	valid                       time.Duration
+	force                       bool
+	r                           pki.Role // --role, parsed
+}
+
+func (c *certsIssueCmd) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.dir, "dir", "", "the CA's directory (ca.pem, ca-key.pem from mdag certs init; required)")
+	fs.StringVar(&c.role, "role", "", "coordinator, worker or source (required)")
+	fs.StringVar(&c.name, "name", "", "the certificate's name, in mdag://ROLE/NAME and the logs (default: the role)")
+	fs.StringVar(&c.hosts, "hosts", "", "with --role coordinator: its DNS names and IPs, comma-separated (default "+pki.DefaultHosts+")")
+	fs.StringVar(&c.out, "out", "", "directory to write ROLE.pem, ROLE-key.pem and a copy of ca.pem to (default: --dir); one per machine")
+	fs.DurationVar(&c.valid, "valid", pki.DefaultCertValid, "how long the certificate is valid (at most the CA's end)")
+	fs.BoolVar(&c.force, "force", false, "replace existing files (rotation: running peers use them for new connections)")
+}
+
+func (c *certsIssueCmd) validate(*flag.FlagSet) []error {
+	var errs []error
+	if c.dir == "" {
+		errs = append(errs, errors.New("--dir is required"))
 	}
-	if *dir == "" || *role == "" {
-		fmt.Fprintln(stderr, "mdag certs issue: --dir and --role are required")
-		return exitInvalid
+	if c.role == "" {
+		errs = append(errs, errors.New("--role is required"))
+	} else if r, err := pki.ParseRole(c.role); err != nil {
+		errs = append(errs, fmt.Errorf("--role: %w", err))
+	} else {
+		c.r = r
 	}
-	r, err := pki.ParseRole(*role)
+	if c.valid <= 0 {
+		errs = append(errs, fmt.Errorf("--valid %v: want > 0", c.valid))
+	}
+	return errs
+}
+
+func (c *certsIssueCmd) run(env *cmdEnv) error {
+	wrote, err := pki.IssueFiles(c.dir, pki.IssueOptions{Role: c.r, Name: c.name, Hosts: c.hosts, Out: c.out, Now: time.Now(), Valid: c.valid, Force: c.force})
 	if err != nil {
-		fmt.Fprintf(stderr, "mdag certs issue: --role: %v\n", err)
-		return exitInvalid
-	}
-	if *valid <= 0 {
-		fmt.Fprintf(stderr, "mdag certs issue: --valid %v: want > 0\n", *valid)
-		return exitInvalid
-	}
-	wrote, err := pki.IssueFiles(*dir, pki.IssueOptions{Role: r, Name: *name, Hosts: *hosts, Out: *out, Now: time.Now(), Valid: *valid, Force: *force})
-	if err != nil {
-		fmt.Fprintf(stderr, "mdag certs issue: %v\n", err)
-		return exitInvalid
+		return invalid(err)
 	}
 	for _, f := range wrote {
-		fmt.Fprintln(stdout, "wrote", f)
+		fmt.Fprintln(env.stdout, "wrote", f)
 	}
-	return exitOK
+	return nil
 }

@@ -58,21 +58,19 @@ func execute(name, synopsis string, c subcommand, args []string, stdout, stderr 
 func reportInvalid(w io.Writer, name string, errs []error) {
 	n := 0
 	for _, err := range errs {
-		for _, l := range strings.Split(err.Error(), "\n") {
-			fmt.Fprintf(w, "mdag %s: %s\n", name, l)
-			n++
-		}
+		n += printPrefixed(w, name, err)
 	}
 	if n > 1 {
 		fmt.Fprintf(w, "%d problems found\n", n)
 	}
-	fmt.Fprintf(w, "Run 'mdag help %s' for its flags.\n", name)
+	fmt.Fprintf(w, "Run 'mdag %s -h' for its flags.\n", name)
 }
 
 // exitError is an error with the exit code it ends its command with.
 type exitError struct {
 	code int
 	err  error // nil: already reported
+	bare bool  // err says where itself (file:line): printed as it is, counted
 }
 
 func (e *exitError) Error() string {
@@ -85,20 +83,25 @@ func (e *exitError) Error() string {
 func (e *exitError) Unwrap() error { return e.err }
 
 // exitWith ends the command with code, reporting err (when not nil).
-func exitWith(code int, err error) error { return &exitError{code, err} }
+func exitWith(code int, err error) error { return &exitError{code: code, err: err} }
 
 // invalid is bad input found after validation (a file that does not parse,
 // a model that is not there): exit 2.
-func invalid(err error) error { return &exitError{exitInvalid, err} }
+func invalid(err error) error { return &exitError{code: exitInvalid, err: err} }
 
 // invalidf is invalid with a formatted error.
 func invalidf(format string, a ...any) error { return invalid(fmt.Errorf(format, a...)) }
 
+// problems is invalid input whose error says where each problem is
+// (app.yaml:12: ...; an errors.Join of them): printed as it is, one problem
+// per line, with their count, as mdag validate prints them.
+func problems(err error) error { return &exitError{exitInvalid, err, true} }
+
 // infeasible is valid input that cannot meet its SLO: exit 3.
-func infeasible(err error) error { return &exitError{exitInfeasible, err} }
+func infeasible(err error) error { return &exitError{code: exitInfeasible, err: err} }
 
 // reported ends the command with code; it has said why already.
-func reported(code int) error { return &exitError{code, nil} }
+func reported(code int) error { return &exitError{code: code} }
 
 // exitCode reports err on stderr, prefixed with the command (one line per
 // line of the error), and returns its exit code.
@@ -113,9 +116,58 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		if ee.err == nil {
 			return code
 		}
+		if ee.bare {
+			printErrors(stderr, ee.err)
+			return code
+		}
 	}
-	for _, l := range strings.Split(err.Error(), "\n") {
-		fmt.Fprintf(stderr, "mdag %s: %s\n", name, l)
-	}
+	printPrefixed(stderr, name, err)
 	return code
+}
+
+// printPrefixed writes err with "mdag NAME: " before each of its problems
+// (the lines of an errors.Join); an indented line continues the one above
+// and is written as it is. It returns the number of problems.
+func printPrefixed(w io.Writer, name string, err error) int {
+	n := 0
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if strings.HasPrefix(l, " ") || strings.HasPrefix(l, "\t") {
+			fmt.Fprintln(w, l)
+			continue
+		}
+		fmt.Fprintf(w, "mdag %s: %s\n", name, l)
+		n++
+	}
+	return n
+}
+
+// subcmd is one subcommand of a group (mdag certs init).
+type subcmd struct {
+	name, synopsis string
+	new            func() subcommand
+}
+
+// runGroup runs a command made of subcommands (mdag certs init|issue): the
+// first argument names the one to execute; none, or help, prints usage.
+func runGroup(group string, usage func(io.Writer), subs []subcmd, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitInvalid
+	}
+	for _, s := range subs {
+		if s.name == args[0] {
+			return execute(group+" "+s.name, s.synopsis, s.new(), args[1:], stdout, stderr)
+		}
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		return exitOK
+	}
+	names := make([]string, len(subs))
+	for i, s := range subs {
+		names[i] = s.name
+	}
+	fmt.Fprintf(stderr, "mdag %s: unknown subcommand %q: want %s\n", group, args[0], strings.Join(names, " or "))
+	usage(stderr)
+	return exitInvalid
 }

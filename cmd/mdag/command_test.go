@@ -35,12 +35,15 @@ func TestExecuteSteps(t *testing.T) {
 		{"extra argument", []string{"x"}, nil, nil, exitInvalid, "mdag fake: unexpected arguments: x\n", false},
 		{"help", []string{"-h"}, nil, nil, exitOK, "Usage: mdag fake [-n N]", false},
 		{"one problem", nil, []error{errors.New("--n 0: want > 0")}, nil, exitInvalid,
-			"mdag fake: --n 0: want > 0\nRun 'mdag help fake' for its flags.\n", false},
+			"mdag fake: --n 0: want > 0\nRun 'mdag fake -h' for its flags.\n", false},
 		{"every problem", nil, []error{errors.New("a"), errors.Join(errors.New("b"), errors.New("c"))}, nil, exitInvalid,
-			"mdag fake: a\nmdag fake: b\nmdag fake: c\n3 problems found\nRun 'mdag help fake' for its flags.\n", false},
+			"mdag fake: a\nmdag fake: b\nmdag fake: c\n3 problems found\nRun 'mdag fake -h' for its flags.\n", false},
 		{"failure", nil, nil, errors.New("disk full"), exitFailure, "mdag fake: disk full\n", true},
 		{"invalid", nil, nil, invalidf("app.yaml:3: %s", "bad"), exitInvalid, "mdag fake: app.yaml:3: bad\n", true},
 		{"wrapped", nil, nil, fmt.Errorf("load: %w", infeasible(errors.New("no plan"))), exitInfeasible, "mdag fake: load: no plan\n", true},
+		{"problems", nil, nil, problems(errors.Join(errors.New("app.yaml:3: x"), errors.New("app.yaml:9: y"))), exitInvalid,
+			"app.yaml:3: x\napp.yaml:9: y\n2 problems found\n", true},
+		{"continued", nil, nil, errors.New("refusing: x\n  --force replaces it"), exitFailure, "mdag fake: refusing: x\n  --force replaces it\n", true},
 		{"reported", nil, nil, reported(exitInfeasible), exitInfeasible, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

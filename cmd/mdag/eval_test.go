@@ -20,7 +20,7 @@ func TestEvalFlags(t *testing.T) {
 		// every problem at once, counted, not the first
 		{[]string{"--duration", "1s", "--clients", "0", "--apps", "pose", "--nexus-gpus", ""},
 			"mdag eval: --duration 1s: want 10s..24h\nmdag eval: --clients 0: want 1..1000\nmdag eval: --apps: eval: no setup for app \"pose\"" +
-				" (have traffic, face, tracker)\nmdag eval: --nexus-gpus needs at least one entry\n4 problems found\nRun 'mdag help eval' for its flags.\n"},
+				" (have traffic, face, tracker)\nmdag eval: --nexus-gpus needs at least one entry\n4 problems found\nRun 'mdag eval -h' for its flags.\n"},
 		{[]string{"--apps", "pose"}, `no setup for app "pose"`},
 		{[]string{"--apps", ","}, "at least one entry"},
 	} {

@@ -97,13 +97,15 @@ func usage(w io.Writer) {
 }
 
 func runVersion(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("version", "", stderr)
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	writeVersion(stdout, readBuildInfo())
-	return exitOK
+	return execute("version", "", new(versionCmd), args, stdout, stderr)
 }
+
+// versionCmd is mdag version: no options.
+type versionCmd struct{}
+
+func (versionCmd) flags(*flag.FlagSet)            {}
+func (versionCmd) validate(*flag.FlagSet) []error { return nil }
+func (versionCmd) run(env *cmdEnv) error          { writeVersion(env.stdout, readBuildInfo()); return nil }
 
 // feature is one line of mdag version: what the binary has of a kind.
 type feature struct{ name, has string }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -11,29 +14,49 @@ import (
 )
 
 func runPartition(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("partition", "-f models.yaml --subclusters K [--method milp|greedy|random] [--time-limit 10s] [-o table|json]", stderr)
-	file := fs.String("f", "", "models YAML `file` (required): rate, static and dynamic memory per model, limits")
-	k := fs.Int("subclusters", 0, "`number` of sub-clusters (required)")
-	method := fs.String("method", "milp", "`method`: milp (Symphony Appendix A, started from greedy), greedy (the heuristic alone) or random (Symphony's baseline)")
-	limit := fs.Duration("time-limit", 10*time.Second, "solver time `limit`; the best solution found by then is returned")
-	seed := fs.Uint64("seed", 1, "random search `seed`")
-	out := fs.String("o", "table", "output `format`: table or json")
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	return execute("partition", "-f models.yaml --subclusters K [--method milp|greedy|random] [--time-limit 10s] [-o table|json]",
+		new(partitionCmd), args, stdout, stderr)
+}
+
+// partitionCmd is mdag partition's options.
+type partitionCmd struct {
+	file, method, out string
+	k                 int
+	limit             time.Duration
+	seed              uint64
+}
+
+func (c *partitionCmd) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.file, "f", "", "models YAML `file` (required): rate, static and dynamic memory per model, limits")
+	fs.IntVar(&c.k, "subclusters", 0, "`number` of sub-clusters (required)")
+	fs.StringVar(&c.method, "method", "milp", "`method`: milp (Symphony Appendix A, started from greedy), greedy (the heuristic alone) or random (Symphony's baseline)")
+	fs.DurationVar(&c.limit, "time-limit", 10*time.Second, "solver time `limit`; the best solution found by then is returned")
+	fs.Uint64Var(&c.seed, "seed", 1, "random search `seed`")
+	fs.StringVar(&c.out, "o", "table", "output `format`: table or json")
+}
+
+func (c *partitionCmd) validate(*flag.FlagSet) []error {
+	var errs []error
+	if c.file == "" {
+		errs = append(errs, errors.New("-f models.yaml is required"))
 	}
-	if *file == "" || *k < 1 || *method != "milp" && *method != "greedy" && *method != "random" || *out != "table" && *out != "json" {
-		fmt.Fprintln(stderr, "mdag partition: -f models.yaml and --subclusters K >= 1 are required; --method is milp, greedy or random; -o table or json")
-		fs.Usage()
-		return exitInvalid
+	if c.k < 1 {
+		errs = append(errs, fmt.Errorf("--subclusters K >= 1 is required, got %d", c.k))
 	}
-	req, err := spec.LoadModels(*file)
+	if !slices.Contains([]string{"milp", "greedy", "random"}, c.method) {
+		errs = append(errs, fmt.Errorf("--method must be milp, greedy or random, got %q", c.method))
+	}
+	return append(errs, outputFlag(c.out, "table", "json")...)
+}
+
+func (c *partitionCmd) run(env *cmdEnv) error {
+	req, err := spec.LoadModels(c.file)
 	if err != nil {
-		printErrors(stderr, err)
-		return exitInvalid
+		return problems(err)
 	}
-	req.SubClusters, req.TimeLimit, req.Seed = *k, *limit, *seed
+	req.SubClusters, req.TimeLimit, req.Seed = c.k, c.limit, c.seed
 	var p partition.Result
-	switch *method {
+	switch c.method {
 	case "milp":
 		p, err = partition.MILP(req)
 	case "greedy":
@@ -42,31 +65,35 @@ func runPartition(args []string, stdout, stderr io.Writer) int {
 		p, err = partition.Random(req, 1<<30)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "mdag partition:", err)
-		return exitInvalid
+		return invalid(err)
 	}
-	if *out == "json" {
-		writeJSON(stdout, p, false)
-	} else if !p.Feasible {
-		fmt.Fprintf(stdout, "%s: no partition meets the limits (%s)\n", p.Method, p.Status)
-	} else {
-		fmt.Fprintf(stdout, "%s (%s): objective %.4g; imbalance (max-min)/mean: rate %.3f, static memory %.3f; move cost %g\n\n",
-			p.Method, p.Status, p.Objective, p.RateImbal, p.MemImbal, p.MoveCost)
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "SUB-CLUSTER\tRATE/S\tSTATIC MIB\tMODELS")
-		for j := 0; j < *k; j++ {
-			var names []string
-			for i, a := range p.Assign {
-				if a == j {
-					names = append(names, req.Models[i].Name)
-				}
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%v\n", j, fmtFloat(p.Rates[j]), fmtFloat(p.StaticMiB[j]), names)
-		}
-		tw.Flush()
+	switch {
+	case c.out == "json":
+		writeJSON(env.stdout, p, false)
+	case !p.Feasible:
+		fmt.Fprintf(env.stdout, "%s: no partition meets the limits (%s)\n", p.Method, p.Status)
+	default:
+		writePartitionTable(env.stdout, p, req)
 	}
 	if !p.Feasible {
-		return exitInfeasible
+		return reported(exitInfeasible)
 	}
-	return exitOK
+	return nil
+}
+
+func writePartitionTable(w io.Writer, p partition.Result, req partition.Request) {
+	fmt.Fprintf(w, "%s (%s): objective %.4g; imbalance (max-min)/mean: rate %.3f, static memory %.3f; move cost %g\n\n",
+		p.Method, p.Status, p.Objective, p.RateImbal, p.MemImbal, p.MoveCost)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SUB-CLUSTER\tRATE/S\tSTATIC MIB\tMODELS")
+	for j := 0; j < req.SubClusters; j++ {
+		var names []string
+		for i, a := range p.Assign {
+			if a == j {
+				names = append(names, req.Models[i].Name)
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\n", j, fmtFloat(p.Rates[j]), fmtFloat(p.StaticMiB[j]), names)
+	}
+	tw.Flush()
 }

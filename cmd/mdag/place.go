@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/mdag/mdag/allocator"
 	"github.com/mdag/mdag/allocator/milp"
+	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/placement"
 	"github.com/mdag/mdag/placement/spec"
 	"github.com/mdag/mdag/profile"
@@ -25,82 +27,118 @@ type placeReport struct {
 	CarriesRate float64 `json:"carries_rate,omitempty"`
 }
 
+const placeSynopsis = "-f app.yaml --profiles profiles.yaml [--rate R | --streams N] [--cluster cluster.yaml] [--exclude-worker TYPE ...] [-o table|json]"
+
 func runPlace(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("place", "-f app.yaml --profiles profiles.yaml [--rate R | --streams N] [--cluster cluster.yaml] [--exclude-worker TYPE ...] [-o table|json]", stderr)
-	file := fs.String("f", "", "application YAML `file` (required)")
-	profiles := fs.String("profiles", "", "profiles and worker types YAML `file` (required)")
-	rate := fs.Float64("rate", 0, "ingress `rate` in frames per second for the whole session (default: --streams x the app's fps)")
-	streams := fs.Int("streams", 1, "`number` of streams in the session, each at the app's fps; ignored with --rate")
-	cluster := fs.String("cluster", "", "cluster snapshot YAML `file`: instances, limits per type, turn-off delay (default: an empty cluster)")
-	var exclude listFlag
-	fs.Var(&exclude, "exclude-worker", "worker `TYPE` not to use (repeatable)")
-	out := fs.String("o", "table", "output `format`: table or json")
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	return execute("place", placeSynopsis, new(placeCmd), args, stdout, stderr)
+}
+
+// placeCmd is mdag place's options.
+type placeCmd struct {
+	app          appFlags
+	cluster, out string
+	exclude      listFlag
+}
+
+func (c *placeCmd) flags(fs *flag.FlagSet) {
+	c.app.bind(fs, "profiles and worker types YAML `file` (required)")
+	fs.StringVar(&c.cluster, "cluster", "", "cluster snapshot YAML `file`: instances, limits per type, turn-off delay (default: an empty cluster)")
+	fs.Var(&c.exclude, "exclude-worker", "worker `TYPE` not to use (repeatable)")
+	fs.StringVar(&c.out, "o", "table", "output `format`: table or json")
+}
+
+func (c *placeCmd) validate(*flag.FlagSet) []error {
+	errs := append(c.app.require(), outputFlag(c.out, "table", "json")...)
+	return append(errs, c.app.check()...)
+}
+
+func (c *placeCmd) run(env *cmdEnv) error {
+	g, cat, err := readInputs(c.app.file, c.app.profiles)
+	if err != nil {
+		return err
 	}
-	if *file == "" || *profiles == "" {
-		fmt.Fprintln(stderr, "mdag place: -f app.yaml and --profiles profiles.yaml are required")
-		fs.Usage()
-		return exitInvalid
+	snap, err := c.snapshot(cat)
+	if err != nil {
+		return err
 	}
-	if *out != "table" && *out != "json" || *rate < 0 || *streams < 1 {
-		fmt.Fprintln(stderr, "mdag place: -o must be table or json, --rate >= 0, --streams >= 1")
-		return exitInvalid
+	r, _ := SessionRate(g.App(), c.app.rate, c.app.streams)
+	req := allocator.Request{Graph: g, Catalog: cat, Rate: r, MILPSolver: milp.Solver{}, Exclude: workerTypes(c.exclude),
+		Limits: clusterLimits(snap, g.App().Name)}
+	rep, err := allocateAndPlace(g, snap, &req)
+	if err != nil {
+		return invalid(err)
 	}
-	g, cat, code := loadInputs(*file, *profiles, stderr)
-	if code != exitOK {
-		return code
+	if !rep.Allocation.Feasible && len(req.Limits) > 0 {
+		// What the pool can carry: the runtime plans for this share and
+		// sheds the rest.
+		if f, _, err := allocator.LargestShare(context.Background(), req, 10); err == nil && f > 0 {
+			rep.CarriesRate = r * f
+		}
 	}
+	if c.out == "json" {
+		writeJSON(env.stdout, rep, false)
+	} else {
+		writePlaceTable(env.stdout, rep, r)
+	}
+	return infeasibleAs(c.out, env.stderr, rep.Allocation.Feasible, rep.Allocation.Reason)
+}
+
+// snapshot is the cluster to place onto (--cluster; default: empty), with
+// the catalog's prices.
+func (c *placeCmd) snapshot(cat *profile.Catalog) (placement.Snapshot, error) {
 	snap := placement.Snapshot{Now: time.Now(), TurnOffDelay: placement.DefaultTurnOff}
-	if *cluster != "" {
+	if c.cluster != "" {
 		var err error
-		if snap, err = spec.LoadCluster(*cluster, time.Now(), cat.Workers()); err != nil {
-			printErrors(stderr, err)
-			return exitInvalid
+		if snap, err = spec.LoadCluster(c.cluster, time.Now(), cat.Workers()); err != nil {
+			return snap, problems(err)
 		}
 	}
 	snap.Prices = map[profile.WorkerTypeID]float64{}
 	for _, w := range cat.Workers() {
 		snap.Prices[w.Type] = w.Price
 	}
-	r, _ := SessionRate(g.App(), *rate, *streams)
-	req := allocator.Request{Graph: g, Catalog: cat, Rate: r, MILPSolver: milp.Solver{}}
-	for _, w := range exclude {
-		req.Exclude = append(req.Exclude, profile.WorkerTypeID(w))
-	}
-	// The cluster's limits bound the allocation itself (the cheapest
-	// allocation that fits the pool, not the cheapest that then runs out).
-	// Other apps' loads in the cluster take their share of a limit first.
+	return snap, nil
+}
+
+// clusterLimits are the cluster's limits on the allocation itself (the
+// cheapest allocation that fits the pool, not the cheapest that then runs
+// out), after other apps' loads take their share of a limit; nil: none.
+func clusterLimits(snap placement.Snapshot, app dag.AppID) map[profile.WorkerTypeID]float64 {
+	var limits map[profile.WorkerTypeID]float64
 	for t, n := range snap.Limits {
-		if req.Limits == nil {
-			req.Limits = map[profile.WorkerTypeID]float64{}
+		if limits == nil {
+			limits = map[profile.WorkerTypeID]float64{}
 		}
 		used := 0.0
 		for _, in := range snap.Instances {
 			for _, l := range in.Loads {
-				if in.Type == t && l.App != g.App().Name {
+				if in.Type == t && l.App != app {
 					used += l.Fraction
 				}
 			}
 		}
-		req.Limits[t] = max(0, float64(n)-used)
+		limits[t] = max(0, float64(n)-used)
 	}
+	return limits
+}
+
+// allocateAndPlace allocates, then places onto the cluster; Scrooge
+// Section 3.4: when a type cannot be had, it allocates again without it
+// (or, when partials did not pack within its limit, with less of it).
+func allocateAndPlace(g *dag.Graph, snap placement.Snapshot, req *allocator.Request) (placeReport, error) {
 	rep := placeReport{}
-	// Scrooge Section 3.4: when a type cannot be had, allocate again without
-	// it (or, when partials did not pack within its limit, with less of it).
 	for try := 0; ; try++ {
-		a, err := allocator.Allocate(context.Background(), req)
+		a, err := allocator.Allocate(context.Background(), *req)
 		if err != nil {
-			fmt.Fprintln(stderr, "mdag place:", err)
-			return exitInvalid
+			return rep, err
 		}
 		rep.Allocation = a
 		if !a.Feasible {
-			break
+			return rep, nil
 		}
 		rep.Plan = placement.Place(snap, placement.Demands(g.App(), a))
 		if len(rep.Plan.Shortages) == 0 {
-			break
+			return rep, nil
 		}
 		for _, s := range rep.Plan.Shortages {
 			if l, ok := req.Limits[s.Type]; ok && l > 0 && try < 4 {
@@ -111,25 +149,6 @@ func runPlace(args []string, stdout, stderr io.Writer) int {
 			rep.Excluded = append(rep.Excluded, s.Type)
 		}
 	}
-	if !rep.Allocation.Feasible && len(req.Limits) > 0 {
-		// What the pool can carry: the runtime plans for this share and
-		// sheds the rest.
-		if f, _, err := allocator.LargestShare(context.Background(), req, 10); err == nil && f > 0 {
-			rep.CarriesRate = r * f
-		}
-	}
-	if *out == "json" {
-		writeJSON(stdout, rep, false)
-	} else {
-		writePlaceTable(stdout, rep, r)
-	}
-	if !rep.Allocation.Feasible {
-		if *out == "json" {
-			fmt.Fprintln(stderr, "infeasible: "+rep.Allocation.Reason)
-		}
-		return exitInfeasible
-	}
-	return exitOK
 }
 
 func writePlaceTable(w io.Writer, rep placeReport, rate float64) {

@@ -40,7 +40,9 @@ func TestCerts(t *testing.T) {
 		{"rotate it", []string{"certs", "issue", "--dir", dir, "--role", "worker", "--name", "w1", "--out", w1, "--force"}, exitOK, "wrote " + filepath.Join(w1, "worker.pem"), ""},
 		{"a worker with hosts", []string{"certs", "issue", "--dir", dir, "--role", "worker", "--hosts", "x", "--out", t.TempDir()}, exitInvalid, "", "a worker's certificate names no host"},
 		{"an unknown role", []string{"certs", "issue", "--dir", dir, "--role", "admin"}, exitInvalid, "", `--role: role "admin": want coordinator, worker or source`},
-		{"issue without --role", []string{"certs", "issue", "--dir", dir}, exitInvalid, "", "--dir and --role are required"},
+		{"issue without --role", []string{"certs", "issue", "--dir", dir}, exitInvalid, "", "mdag certs issue: --role is required"},
+		{"issue without anything", []string{"certs", "issue", "--valid", "0s"}, exitInvalid, "",
+			"mdag certs issue: --dir is required\nmdag certs issue: --role is required\nmdag certs issue: --valid 0s: want > 0\n3 problems found\n"},
 		{"issue without a CA", []string{"certs", "issue", "--dir", t.TempDir(), "--role", "source"}, exitInvalid, "", "create one with mdag certs init --dir"},
 		{"a bad name", []string{"certs", "issue", "--dir", dir, "--role", "source", "--name", "a/b", "--out", t.TempDir()}, exitInvalid, "", `name "a/b": character '/'`},
 	} {

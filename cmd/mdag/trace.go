@@ -41,103 +41,120 @@ const traceSynopsis = "--video FILE --detector hog|haar|motion|blazeface [--fps 
 var traceDetectors = map[string]string{"hog": "hog-people", "haar": "haar-face", "motion": "motion", "blazeface": "blazeface"}
 
 func runTrace(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("trace", traceSynopsis, stderr)
-	video := fs.String("video", "", "the video file to read (any OpenCV reads: .avi, .mp4, ...)")
-	detector := fs.String("detector", "", "hog (hog-people op), haar (haar-face op), motion (motion op: MOG2, one model over the sampled frames) or blazeface (the registry's blazeface model on ONNX Runtime)")
-	fps := fs.Float64("fps", 10, "frames sampled per second of video (by timestamp); above the video's rate every frame is taken")
-	out := fs.String("out", "", "write the CSV here (default: stdout)")
-	maxFrames := fs.Int("max-frames", 0, "stop after this many sampled frames (0: the whole video)")
-	models := fs.String("models", "examples/models.yaml", "with --detector blazeface: the model registry holding the blazeface entry")
-	ortLib := fs.String("ort-lib", onnx.DefaultLib(), "with --detector blazeface: the ONNX Runtime shared library (env "+onnx.LibEnv+"; make deps installs it)")
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	return execute("trace", traceSynopsis, new(traceCmd), args, stdout, stderr)
+}
+
+// traceCmd is mdag trace's options.
+type traceCmd struct {
+	video, detector, out, models, ortLib string
+	fps                                  float64
+	maxFrames                            int
+}
+
+func (c *traceCmd) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.video, "video", "", "the video file to read (any OpenCV reads: .avi, .mp4, ...)")
+	fs.StringVar(&c.detector, "detector", "", "hog (hog-people op), haar (haar-face op), motion (motion op: MOG2, one model over the sampled frames) or blazeface (the registry's blazeface model on ONNX Runtime)")
+	fs.Float64Var(&c.fps, "fps", 10, "frames sampled per second of video (by timestamp); above the video's rate every frame is taken")
+	fs.StringVar(&c.out, "out", "", "write the CSV here (default: stdout)")
+	fs.IntVar(&c.maxFrames, "max-frames", 0, "stop after this many sampled frames (0: the whole video)")
+	fs.StringVar(&c.models, "models", "examples/models.yaml", "with --detector blazeface: the model registry holding the blazeface entry")
+	fs.StringVar(&c.ortLib, "ort-lib", onnx.DefaultLib(), "with --detector blazeface: the ONNX Runtime shared library (env "+onnx.LibEnv+"; make deps installs it)")
+}
+
+func (c *traceCmd) validate(fs *flag.FlagSet) []error {
+	var bad []error
+	if c.video == "" {
+		bad = append(bad, errors.New("--video is required"))
 	}
-	var bad []string
-	if *video == "" {
-		bad = append(bad, "--video is required")
+	if _, ok := traceDetectors[c.detector]; !ok {
+		bad = append(bad, fmt.Errorf("--detector %q: want one of %s", c.detector, strings.Join(traceDetectorNames(), ", ")))
 	}
-	if _, ok := traceDetectors[*detector]; !ok {
-		bad = append(bad, fmt.Sprintf("--detector %q: want one of %s", *detector, strings.Join(traceDetectorNames(), ", ")))
+	if !(c.fps > 0) || math.IsInf(c.fps, 0) {
+		bad = append(bad, fmt.Errorf("--fps %v: must be > 0", c.fps))
 	}
-	if !(*fps > 0) || math.IsInf(*fps, 0) {
-		bad = append(bad, fmt.Sprintf("--fps %v: must be > 0", *fps))
+	if c.maxFrames < 0 {
+		bad = append(bad, fmt.Errorf("--max-frames %d: must be >= 0 (0: the whole video)", c.maxFrames))
 	}
-	if *maxFrames < 0 {
-		bad = append(bad, fmt.Sprintf("--max-frames %d: must be >= 0 (0: the whole video)", *maxFrames))
-	}
-	if *detector != "blazeface" {
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "models" || f.Name == "ort-lib" {
-				bad = append(bad, fmt.Sprintf("--%s needs --detector blazeface", f.Name))
+	if c.detector != "blazeface" {
+		for _, name := range []string{"models", "ort-lib"} {
+			if flagGiven(fs, name) {
+				bad = append(bad, fmt.Errorf("--%s needs --detector blazeface", name))
 			}
-		})
-	}
-	if len(bad) > 0 {
-		for _, b := range bad {
-			fmt.Fprintf(stderr, "mdag trace: %s\n", b)
 		}
-		return exitInvalid
 	}
-	sum, err := fileSHA256(*video)
+	return bad
+}
+
+func (c *traceCmd) run(env *cmdEnv) error {
+	sum, err := fileSHA256(c.video)
 	if err != nil {
-		fmt.Fprintf(stderr, "mdag trace: --video: %v\n", err)
-		return exitInvalid
+		return invalidf("--video: %v", err)
 	}
-	if err := probeVideo(*video); err != nil {
-		fmt.Fprintf(stderr, "mdag trace: --video %v\n", err)
-		return exitInvalid
+	vc, vfps, err := openTraceVideo(c.video)
+	if err != nil {
+		return err
 	}
-	vc, err := gocv.VideoCaptureFile(*video)
+	defer vc.Close()
+	det, params, err := newTraceDetector(c.detector, c.models, c.ortLib)
+	if err != nil {
+		return fmt.Errorf("detector %s: %w", c.detector, err)
+	}
+	defer det.Close()
+	w, closeOut, err := c.output(env.stdout)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "# mdag trace: video=%s sha256=%s detector=%s params=%s fps=%g video_fps=%g size=%dx%d mdag=%s commit=%s\n",
+		filepath.Base(c.video), sum, c.detector, params, c.fps, vfps,
+		int(vc.Get(gocv.VideoCaptureFrameWidth)), int(vc.Get(gocv.VideoCaptureFrameHeight)), version, vcsRevision())
+	fmt.Fprintln(bw, "t_s,objects")
+	n, err := traceVideo(vc, c.video, vfps, c.fps, c.maxFrames, det, bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := closeOut(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stderr, "mdag trace: %d frames of %s sampled at %g fps through %s\n", n, c.video, c.fps, c.detector)
+	return nil
+}
+
+// output is where the CSV goes: --out, or stdout.
+func (c *traceCmd) output(stdout io.Writer) (io.Writer, func() error, error) {
+	if c.out == "" {
+		return stdout, func() error { return nil }, nil
+	}
+	f, err := os.Create(c.out)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--out: %w", err)
+	}
+	return f, f.Close, nil
+}
+
+// openTraceVideo opens a video for tracing and reads its frame rate; a
+// file OpenCV cannot read as video, or one without a usable rate, is
+// refused before any output is written.
+func openTraceVideo(path string) (*gocv.VideoCapture, float64, error) {
+	if err := probeVideo(path); err != nil {
+		return nil, 0, invalidf("--video %v", err)
+	}
+	vc, err := gocv.VideoCaptureFile(path)
 	if err != nil || !vc.IsOpened() {
 		if vc != nil {
 			vc.Close()
 		}
-		fmt.Fprintf(stderr, "mdag trace: --video %s: OpenCV cannot open it as video (%v)\n", *video, errOrNone(err))
-		return exitFailure
+		return nil, 0, fmt.Errorf("--video %s: OpenCV cannot open it as video (%v)", path, errOrNone(err))
 	}
-	defer vc.Close()
 	vfps := vc.Get(gocv.VideoCaptureFPS)
 	if !(vfps > 0) || vfps > 1000 {
-		fmt.Fprintf(stderr, "mdag trace: --video %s: the container gives no usable frame rate (%v); timestamps cannot be computed\n", *video, vfps)
-		return exitInvalid
+		vc.Close()
+		return nil, 0, invalidf("--video %s: the container gives no usable frame rate (%v); timestamps cannot be computed", path, vfps)
 	}
-
-	det, params, err := newTraceDetector(*detector, *models, *ortLib)
-	if err != nil {
-		fmt.Fprintf(stderr, "mdag trace: detector %s: %v\n", *detector, err)
-		return exitFailure
-	}
-	defer det.Close()
-
-	w := stdout
-	var file *os.File
-	if *out != "" {
-		if file, err = os.Create(*out); err != nil {
-			fmt.Fprintf(stderr, "mdag trace: --out: %v\n", err)
-			return exitFailure
-		}
-		w = file
-	}
-	bw := bufio.NewWriter(w)
-	fmt.Fprintf(bw, "# mdag trace: video=%s sha256=%s detector=%s params=%s fps=%g video_fps=%g size=%dx%d mdag=%s commit=%s\n",
-		filepath.Base(*video), sum, *detector, params, *fps, vfps,
-		int(vc.Get(gocv.VideoCaptureFrameWidth)), int(vc.Get(gocv.VideoCaptureFrameHeight)), version, vcsRevision())
-	fmt.Fprintln(bw, "t_s,objects")
-	n, err := traceVideo(vc, *video, vfps, *fps, *maxFrames, det, bw)
-	if err == nil {
-		err = bw.Flush()
-	}
-	if file != nil {
-		if cerr := file.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "mdag trace: %v\n", err)
-		return exitFailure
-	}
-	fmt.Fprintf(stderr, "mdag trace: %d frames of %s sampled at %g fps through %s\n", n, *video, *fps, *detector)
-	return exitOK
+	return vc, vfps, nil
 }
 
 // probeVideo opens path and reads its first frame, so a file OpenCV

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -64,95 +67,149 @@ func SessionRate(app *dag.App, rate float64, streams int) (float64, string) {
 	return float64(streams) * fps, fmt.Sprintf("%d streams at %s", streams, from)
 }
 
+// appFlags are the app and its session's rate, as the planning commands
+// (validate, allocate, place) take them.
+type appFlags struct {
+	file, profiles string
+	rate           float64
+	streams        int
+}
+
+// bind declares -f, --profiles (described by profilesUse), --rate and --streams.
+func (a *appFlags) bind(fs *flag.FlagSet, profilesUse string) {
+	fs.StringVar(&a.file, "f", "", "application YAML `file` (required)")
+	fs.StringVar(&a.profiles, "profiles", "", profilesUse)
+	fs.Float64Var(&a.rate, "rate", 0, "ingress `rate` in frames per second for the whole session (default: --streams x the app's fps)")
+	fs.IntVar(&a.streams, "streams", 1, "`number` of streams in the session, each at the app's fps (30 when the app sets none); ignored with --rate")
+}
+
+// check reports every problem with the rate and the streams.
+func (a *appFlags) check() []error {
+	var errs []error
+	if a.rate < 0 || math.IsNaN(a.rate) || math.IsInf(a.rate, 0) {
+		errs = append(errs, fmt.Errorf("--rate must be a positive number, got %v", a.rate))
+	}
+	if a.streams < 1 {
+		errs = append(errs, fmt.Errorf("--streams must be >= 1, got %d", a.streams))
+	}
+	return errs
+}
+
+// require reports -f and --profiles when missing.
+func (a *appFlags) require() []error {
+	if a.file == "" || a.profiles == "" {
+		return []error{errors.New("-f app.yaml and --profiles profiles.yaml are required")}
+	}
+	return nil
+}
+
+// outputFlag checks -o against the formats a command writes.
+func outputFlag(out string, formats ...string) []error {
+	if slices.Contains(formats, out) {
+		return nil
+	}
+	return []error{fmt.Errorf("-o must be %s, got %q", strings.Join(formats, " or "), out)}
+}
+
+const validateSynopsis = "-f app.yaml [--profiles profiles.yaml] [--models models.yaml] [--cameras cameras.yaml] [--streams N | --rate R] [-o text|json] | --models models.yaml"
+
 func runValidate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("validate", "-f app.yaml [--profiles profiles.yaml] [--models models.yaml] [--cameras cameras.yaml] [--streams N | --rate R] [-o text|json] | --models models.yaml", stderr)
-	file := fs.String("f", "", "application YAML `file` (required)")
-	profiles := fs.String("profiles", "", "profiles and worker types YAML `file`; adds the feasibility check")
-	rate := fs.Float64("rate", 0, "ingress `rate` in frames per second for the whole session (default: --streams x the app's fps)")
-	streams := fs.Int("streams", 1, "`number` of streams in the session, each at the app's fps (30 when the app sets none); ignored with --rate")
-	out := fs.String("o", "text", "output `format`: text or json")
-	cameras := fs.String("cameras", "", "cameras YAML `file` to check against the app of -f (names, URLs, apps, fps, transports)")
-	models := fs.String("models", "", "model registry YAML `file`: checks each ONNX entry against its file's graph and, with -f, that every GPU module's model is in it")
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	return execute("validate", validateSynopsis, new(validateCmd), args, stdout, stderr)
+}
+
+// validateCmd is mdag validate's options.
+type validateCmd struct {
+	app                  appFlags
+	out, cameras, models string
+}
+
+func (c *validateCmd) flags(fs *flag.FlagSet) {
+	c.app.bind(fs, "profiles and worker types YAML `file`; adds the feasibility check")
+	fs.StringVar(&c.out, "o", "text", "output `format`: text or json")
+	fs.StringVar(&c.cameras, "cameras", "", "cameras YAML `file` to check against the app of -f (names, URLs, apps, fps, transports)")
+	fs.StringVar(&c.models, "models", "", "model registry YAML `file`: checks each ONNX entry against its file's graph and, with -f, that every GPU module's model is in it")
+}
+
+func (c *validateCmd) validate(*flag.FlagSet) []error {
+	var errs []error
+	if c.app.file == "" && c.models == "" {
+		errs = append(errs, errors.New("-f app.yaml or --models models.yaml is required"))
 	}
-	if *models != "" {
-		reg, err := registry.Load(*models)
-		if err == nil {
-			err = reg.CheckFiles()
+	if c.cameras != "" && c.app.file == "" {
+		errs = append(errs, errors.New("--cameras needs -f app.yaml: the app the cameras stream into"))
+	}
+	errs = append(errs, outputFlag(c.out, "text", "json")...)
+	return append(errs, c.app.check()...)
+}
+
+func (c *validateCmd) run(env *cmdEnv) error {
+	if c.models != "" {
+		if err := c.checkModels(env.stdout); err != nil || c.app.file == "" {
+			return err
 		}
-		if err == nil && *file != "" {
-			app, lerr := dag.Load(*file)
-			if lerr != nil {
-				printErrors(stderr, lerr)
-				return exitInvalid
-			}
-			err = checkAppModels(app, reg)
-		}
-		if err != nil {
-			printErrors(stderr, err)
-			return exitInvalid
-		}
-		if *file == "" {
-			fmt.Fprintf(stdout, "%s: %d models valid (%s)\n", *models, len(reg.Models), strings.Join(reg.Names(), ", "))
-			return exitOK
+	}
+	if c.cameras != "" {
+		if err := c.checkCameras(env.stdout); err != nil {
+			return err
 		}
 	}
-	if *cameras != "" {
-		if *file == "" {
-			fmt.Fprintln(stderr, "mdag validate: --cameras needs -f app.yaml: the app the cameras stream into")
-			return exitInvalid
-		}
-		app, err := dag.Load(*file)
-		if err != nil {
-			printErrors(stderr, err)
-			return exitInvalid
-		}
-		msg, err := checkCamerasFile(*cameras, []string{string(app.Name)})
-		if err != nil {
-			printErrors(stderr, err)
-			return exitInvalid
-		}
-		fmt.Fprintln(stdout, msg)
-	}
-	if *file == "" {
-		fmt.Fprintln(stderr, "mdag validate: -f app.yaml or --models models.yaml is required")
-		fs.Usage()
-		return exitInvalid
-	}
-	if *out != "text" && *out != "json" {
-		fmt.Fprintf(stderr, "mdag validate: -o must be text or json, got %q\n", *out)
-		return exitInvalid
-	}
-	if *rate < 0 || math.IsNaN(*rate) || math.IsInf(*rate, 0) {
-		fmt.Fprintf(stderr, "mdag validate: --rate must be a positive number, got %v\n", *rate)
-		return exitInvalid
-	}
-	if *streams < 1 {
-		fmt.Fprintf(stderr, "mdag validate: --streams must be >= 1, got %d\n", *streams)
-		return exitInvalid
-	}
-	g, cat, code := loadInputs(*file, *profiles, stderr)
-	if code != exitOK {
-		return code
-	}
-	rep, err := buildValidateReport(g, cat, *rate, *streams)
+	g, cat, err := readInputs(c.app.file, c.app.profiles)
 	if err != nil {
-		fmt.Fprintln(stderr, "mdag validate:", err)
-		return exitInvalid
+		return err
 	}
-	if *out == "json" {
-		writeJSON(stdout, rep, true)
+	rep, err := buildValidateReport(g, cat, c.app.rate, c.app.streams)
+	if err != nil {
+		return invalid(err)
+	}
+	if c.out == "json" {
+		writeJSON(env.stdout, rep, true)
 	} else {
-		writeValidateText(stdout, rep)
+		writeValidateText(env.stdout, rep)
 	}
 	if rep.Feasible != nil && !*rep.Feasible {
-		if *out == "json" {
-			fmt.Fprintln(stderr, rep.Reason)
+		if c.out == "json" {
+			fmt.Fprintln(env.stderr, rep.Reason)
 		}
-		return exitInfeasible
+		return reported(exitInfeasible)
 	}
-	return exitOK
+	return nil
+}
+
+// checkModels checks the registry's files (--models) and, with -f, that it
+// has every GPU module's model.
+func (c *validateCmd) checkModels(stdout io.Writer) error {
+	reg, err := registry.Load(c.models)
+	if err == nil {
+		err = reg.CheckFiles()
+	}
+	if err == nil && c.app.file != "" {
+		app, lerr := dag.Load(c.app.file)
+		if lerr != nil {
+			return problems(lerr)
+		}
+		err = checkAppModels(app, reg)
+	}
+	if err != nil {
+		return problems(err)
+	}
+	if c.app.file == "" {
+		fmt.Fprintf(stdout, "%s: %d models valid (%s)\n", c.models, len(reg.Models), strings.Join(reg.Names(), ", "))
+	}
+	return nil
+}
+
+// checkCameras checks the cameras file (--cameras) against the app of -f.
+func (c *validateCmd) checkCameras(stdout io.Writer) error {
+	app, err := dag.Load(c.app.file)
+	if err != nil {
+		return problems(err)
+	}
+	msg, err := checkCamerasFile(c.cameras, []string{string(app.Name)})
+	if err != nil {
+		return problems(err)
+	}
+	fmt.Fprintln(stdout, msg)
+	return nil
 }
 
 func buildValidateReport(g *dag.Graph, cat *profile.Catalog, rate float64, streams int) (*validateReport, error) {
@@ -278,30 +335,37 @@ func fmtFloat(f float64) string {
 // loadInputs loads and validates an app and, when profiles is not empty, its
 // profiles bound to it; problems are printed and turned into an exit code.
 func loadInputs(file, profiles string, stderr io.Writer) (*dag.Graph, *profile.Catalog, int) {
+	g, cat, err := readInputs(file, profiles)
+	if err != nil {
+		exitCode(stderr, "", err)
+		return nil, nil, exitInvalid
+	}
+	return g, cat, exitOK
+}
+
+// readInputs loads an app and, when profiles is not "", its profiles bound
+// to it; its errors are problems (they say file:line).
+func readInputs(file, profiles string) (*dag.Graph, *profile.Catalog, error) {
 	app, err := dag.Load(file)
 	if err == nil {
 		err = checkOutputs(app)
 	}
 	if err != nil {
-		printErrors(stderr, err)
-		return nil, nil, exitInvalid
+		return nil, nil, problems(err)
 	}
 	var cat *profile.Catalog
 	if profiles != "" {
 		pf, err := profile.Load(profiles)
 		if err != nil {
-			printErrors(stderr, err)
-			return nil, nil, exitInvalid
+			return nil, nil, problems(err)
 		}
 		if cat, err = profile.Bind(app, pf); err != nil {
-			printErrors(stderr, err)
-			return nil, nil, exitInvalid
+			return nil, nil, problems(err)
 		}
 	}
 	g, err := dag.NewGraph(app)
 	if err != nil {
-		printErrors(stderr, err)
-		return nil, nil, exitInvalid
+		return nil, nil, problems(err)
 	}
-	return g, cat, exitOK
+	return g, cat, nil
 }
