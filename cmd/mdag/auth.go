@@ -110,16 +110,17 @@ func runToken(args []string, stdout, stderr io.Writer) int {
 }
 
 func tokenCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	usage := func(w io.Writer) {
-		fmt.Fprintln(w, "Usage: mdag token new --app APP [--name NAME] [--role ingest|api] [--max-streams N] [--max-resolution WxH] [--max-fps F]\n"+
-			"       mdag token hash < token.txt\n\n"+
-			"new prints a random token (give it to the client) and the entry to add to the --tokens file (only its sha256 is stored).\n"+
-			"hash prints the hash: line of a token read from stdin.")
-	}
-	return runGroup("token", usage, []subcmd{
+	return runGroup("token", tokenUsage, []subcmd{
 		{"new", "--app APP [flags]", func() subcommand { return new(tokenNewCmd) }},
 		{"hash", "< token.txt", func() subcommand { return &tokenHashCmd{stdin: stdin} }},
 	}, args, stdout, stderr)
+}
+
+func tokenUsage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: mdag token new --app APP [--name NAME] [--role ingest|api] [--max-streams N] [--max-resolution WxH] [--max-fps F]\n"+
+		"       mdag token hash < token.txt\n\n"+
+		"new prints a random token (give it to the client) and the entry to add to the --tokens file (only its sha256 is stored).\n"+
+		"hash prints the hash: line of a token read from stdin.")
 }
 
 // tokenHashCmd is mdag token hash: no flags; the token comes on stdin.

@@ -17,16 +17,17 @@ import (
 // runCerts is `mdag certs init|issue`: the CA and the certificates of
 // mutual TLS on the coordinator's gRPC port.
 func runCerts(args []string, stdout, stderr io.Writer) int {
-	usage := func(w io.Writer) {
-		fmt.Fprintln(w, "Usage: mdag certs init --dir DIR [--hosts NAMES] [--valid D] [--force]")
-		fmt.Fprintln(w, "       mdag certs issue --dir DIR --role coordinator|worker|source [--name NAME] [--hosts NAMES] [--out DIR] [--valid D] [--force]")
-		fmt.Fprintln(w, "\ninit creates a CA (ca.pem, ca-key.pem) and one certificate per role (coordinator.pem, worker.pem, source.pem,")
-		fmt.Fprintln(w, "each with ROLE-key.pem) in DIR; issue signs another with DIR's CA. Keys are written 0600. Run 'mdag certs init -h'.")
-	}
-	return runGroup("certs", usage, []subcmd{
+	return runGroup("certs", certsUsage, []subcmd{
 		{"init", "--dir DIR [flags]", func() subcommand { return new(certsInitCmd) }},
 		{"issue", "--dir DIR --role ROLE [flags]", func() subcommand { return new(certsIssueCmd) }},
 	}, args, stdout, stderr)
+}
+
+func certsUsage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: mdag certs init --dir DIR [--hosts NAMES] [--valid D] [--force]")
+	fmt.Fprintln(w, "       mdag certs issue --dir DIR --role coordinator|worker|source [--name NAME] [--hosts NAMES] [--out DIR] [--valid D] [--force]")
+	fmt.Fprintln(w, "\ninit creates a CA (ca.pem, ca-key.pem) and one certificate per role (coordinator.pem, worker.pem, source.pem,")
+	fmt.Fprintln(w, "each with ROLE-key.pem) in DIR; issue signs another with DIR's CA. Keys are written 0600. Run 'mdag certs init -h'.")
 }
 
 // certsInitCmd is mdag certs init's options.
