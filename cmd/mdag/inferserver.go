@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +28,213 @@ import (
 // Triton gRPC) over one of mdag's executors (both builds): the onnx
 // executor's sessions, or the emulated model (the protocol's cost without
 // compute).
+
+const inferServerSynopsis = "--models models.yaml [--executor onnx|emulated] [flags]"
+
+func runInferServer(args []string, stdout, stderr io.Writer) int {
+	return execute("infer-server", inferServerSynopsis, new(inferServerCmd), args, stdout, stderr)
+}
+
+// inferServerCmd is mdag infer-server's options.
+type inferServerCmd struct {
+	listen, executor string
+	profiles, worker string
+	onnx             *onnxFlags
+	duration, grace  time.Duration
+	verbose, open    bool
+	shm              kserve.ShmLimits
+	unixPath         string // --listen's socket, by validate
+	unix             bool
+}
+
+func (c *inferServerCmd) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8001", "the gRPC address: HOST:PORT over TCP (Triton's gRPC port is 8001), or unix:/PATH, a Unix socket (mode 0600, in a directory only its owner may write; "+
+		"the path at most 107 bytes) that only the server's own uid and root may use, each connection's peer checked (SO_PEERCRED); "+
+		"mdag's kserve executor in turn talks to a unix: endpoint only when its server is of the worker's own uid or root")
+	fs.StringVar(&c.executor, "executor", "onnx", "onnx: the registry's onnx models on ONNX Runtime; emulated: every registry model, answered after its profiled l(b) with zeros (the protocol's cost without compute)")
+	c.onnx = addONNXFlags(fs)
+	fs.Lookup("models").Usage = "the model registry (models.yaml): onnx serves its onnx entries, emulated every entry's input tensor and max_batch"
+	fs.StringVar(&c.profiles, "profiles", "", "with --executor emulated: profiles YAML whose points give each model's l(b)")
+	fs.StringVar(&c.worker, "worker-type", "", "with --executor emulated: the profiles' worker type to take l(b) from (default: the only one)")
+	fs.DurationVar(&c.duration, "duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
+	fs.DurationVar(&c.grace, "grace", 5*time.Second, "on stop, how long requests running may take to finish")
+	fs.BoolVar(&c.verbose, "v", false, "log debug events")
+	fs.Func("model", "serve only these of the registry's models (comma-separated, repeatable; default: all): e.g. the one a profiles file has, with --executor emulated", func(v string) error {
+		for n := range strings.SplitSeq(v, ",") {
+			if n = strings.TrimSpace(n); n == "" {
+				return fmt.Errorf("an empty model name in %q", v)
+			}
+			c.onnx.keep = append(c.onnx.keep, n)
+		}
+		return nil
+	})
+	fs.BoolVar(&c.open, "open", false, "allow a --listen that is not loopback: the protocol has no authentication here, so anyone who can reach the port can run the models and register shared memory; only on a trusted network")
+	fs.IntVar(&c.shm.MaxRegions, "shm-max-regions", kserve.DefaultShmLimits.MaxRegions, "the most shared memory regions registered at once (all clients together); one more is refused with ResourceExhausted")
+	fs.Uint64Var(&c.shm.MaxBytes, "shm-max-bytes", kserve.DefaultShmLimits.MaxBytes, "the most bytes of shared memory registered at once (the regions' byte_size summed)")
+}
+
+func (c *inferServerCmd) validate(fs *flag.FlagSet) []error {
+	var errs []error
+	c.unixPath, c.unix = unixsock.Path(c.listen)
+	if c.unix && c.open {
+		errs = append(errs, fmt.Errorf("--open is for a TCP --listen: --listen %s is the server's own uid's only", c.listen))
+	}
+	if !c.unix && !loopback(c.listen) && !c.open {
+		errs = append(errs, fmt.Errorf("--listen %s is not a loopback address: the Open Inference Protocol port has no authentication, "+
+			"so anyone who can reach it could run the models; keep it on 127.0.0.1 (the worker's shared memory needs one host anyway), or give --open on a trusted network", c.listen))
+	}
+	errs = append(errs, c.executorProblems(fs)...)
+	if c.grace < 0 {
+		errs = append(errs, fmt.Errorf("--grace %v: want >= 0", c.grace))
+	}
+	if c.shm.MaxRegions <= 0 || c.shm.MaxBytes == 0 {
+		errs = append(errs, fmt.Errorf("--shm-max-regions %d and --shm-max-bytes %d: want both > 0", c.shm.MaxRegions, c.shm.MaxBytes))
+	}
+	return errs
+}
+
+// executorProblems are the problems with --executor and the flags of
+// the executor it did not choose.
+func (c *inferServerCmd) executorProblems(fs *flag.FlagSet) []error {
+	var errs []error
+	switch c.executor {
+	case "onnx":
+		if c.profiles != "" || c.worker != "" {
+			errs = append(errs, errors.New("--profiles and --worker-type are the emulated executor's; --executor onnx runs the models"))
+		}
+	case "emulated":
+		for _, g := range c.onnx.set(fs) {
+			if g != "--models" {
+				errs = append(errs, fmt.Errorf("%s needs --executor onnx", g))
+			}
+		}
+		if *c.onnx.models == "" || c.profiles == "" {
+			errs = append(errs, errors.New("--executor emulated needs --models models.yaml (the tensors) and --profiles profiles.yaml (l(b) of each model)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--executor %q: want onnx or emulated", c.executor))
+	}
+	return errs
+}
+
+func (c *inferServerCmd) run(env *cmdEnv) error {
+	is, err := newInferServer(c.executor, c.onnx, c.profiles, c.worker)
+	if err != nil {
+		return invalid(err)
+	}
+	defer is.close()
+	if err := is.srv.SetShmLimits(c.shm); err != nil {
+		return invalid(err)
+	}
+	log := newLogger(env.stderr, c.verbose)
+	lis, err := c.listenOn(log)
+	if err != nil {
+		return invalid(err)
+	}
+	c.announce(is, lis, log)
+	ctx, cancel := runContext(c.duration)
+	defer cancel()
+	if err := serveInfer(ctx, is.srv, lis, c.grace, log); err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "infer-server on %s stopped\n", grpcAddr(lis))
+	return nil
+}
+
+// listenOn listens on --listen: a TCP port or a Unix socket.
+func (c *inferServerCmd) listenOn(log *slog.Logger) (net.Listener, error) {
+	var lis net.Listener
+	var err error
+	if c.unix {
+		lis, err = unixsock.Listen(c.unixPath, log)
+	} else {
+		lis, err = net.Listen("tcp", c.listen)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--listen %s: %w", c.listen, err)
+	}
+	return lis, nil
+}
+
+// announce logs where the server serves, with what, and each model.
+func (c *inferServerCmd) announce(is *inferServer, lis net.Listener, log *slog.Logger) {
+	log.Info("serving the Open Inference Protocol (KServe v2 gRPC)", "grpc", grpcAddr(lis), "executor", is.what,
+		"shm_max_regions", c.shm.MaxRegions, "shm_max_bytes", c.shm.MaxBytes)
+	for _, m := range is.srv.Models() {
+		md, _ := is.srv.ModelMetadata(context.Background(), &pb.ModelMetadataRequest{Name: m})
+		log.Info("model", "name", m, "platform", md.Platform, "inputs", tensorList(md.Inputs), "outputs", tensorList(md.Outputs))
+	}
+}
+
+// inferServer is a built server and what it holds.
+type inferServer struct {
+	srv   *kserve.Server
+	close func()
+	what  string // the executor, for the log
+}
+
+// newInferServer builds the server of the flags: executor is onnx or
+// emulated, with its flags (validate checked them).
+func newInferServer(executor string, ox *onnxFlags, profiles, worker string) (*inferServer, error) {
+	if executor == "onnx" {
+		x, _, err := ox.executor()
+		if err != nil {
+			return nil, err
+		}
+		s, err := kserve.NewServer("mdag", version, onnxBackend{x})
+		if err != nil {
+			x.Close()
+			return nil, err
+		}
+		return &inferServer{srv: s, close: x.Close, what: x.Describe()}, nil
+	}
+	reg, err := ox.registry()
+	if err != nil {
+		return nil, err
+	}
+	pf, err := profile.Load(profiles)
+	if err != nil {
+		return nil, err
+	}
+	l, err := profileLatency(pf, worker, reg)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kserve.NewEmulated(reg, clock.Real{}, l)
+	if err != nil {
+		return nil, err
+	}
+	s, err := kserve.NewServer("mdag", version, e)
+	if err != nil {
+		return nil, err
+	}
+	return &inferServer{srv: s, close: func() {}, what: "emulated (profiled l(b) from " + profiles + ", zeros back)"}, nil
+}
+
+// serveInfer serves s on lis until ctx ends, then stops gracefully (at
+// most grace for requests running).
+func serveInfer(ctx context.Context, s *kserve.Server, lis net.Listener, grace time.Duration, log *slog.Logger) error {
+	g := grpc.NewServer(kserve.ServerOptions()...)
+	s.Register(g)
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("stopping: requests running finish first", "grace", grace)
+	stopped := make(chan struct{})
+	go func() { g.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(grace):
+		g.Stop()
+		<-stopped
+	}
+	<-errc
+	return s.Close()
+}
 
 // PlatformONNX is the platform ModelMetadata reports for the onnx
 // executor's models (Triton's name for ONNX Runtime).
@@ -147,175 +355,6 @@ func profileLatency(pf *profile.File, worker string, reg *registry.Registry) (gp
 		l := a.l + time.Duration(float64(c.l-a.l)*float64(b-a.b)/float64(c.b-a.b))
 		return max(l, 0), true
 	}, nil
-}
-
-// inferServer is a built server and what it holds.
-type inferServer struct {
-	srv   *kserve.Server
-	close func()
-	what  string // the executor, for the log
-}
-
-// newInferServer builds the server of the flags.
-func newInferServer(executor string, ox *onnxFlags, profiles, worker string) (*inferServer, error) {
-	switch executor {
-	case "onnx":
-		if profiles != "" || worker != "" {
-			return nil, fmt.Errorf("--profiles and --worker-type are the emulated executor's; --executor onnx runs the models")
-		}
-		x, _, err := ox.executor()
-		if err != nil {
-			return nil, err
-		}
-		s, err := kserve.NewServer("mdag", version, onnxBackend{x})
-		if err != nil {
-			x.Close()
-			return nil, err
-		}
-		return &inferServer{srv: s, close: x.Close, what: x.Describe()}, nil
-	case "emulated":
-		if *ox.models == "" || profiles == "" {
-			return nil, fmt.Errorf("--executor emulated needs --models models.yaml (the tensors) and --profiles profiles.yaml (l(b) of each model)")
-		}
-		reg, err := ox.registry()
-		if err != nil {
-			return nil, err
-		}
-		pf, err := profile.Load(profiles)
-		if err != nil {
-			return nil, err
-		}
-		l, err := profileLatency(pf, worker, reg)
-		if err != nil {
-			return nil, err
-		}
-		e, err := kserve.NewEmulated(reg, clock.Real{}, l)
-		if err != nil {
-			return nil, err
-		}
-		s, err := kserve.NewServer("mdag", version, e)
-		if err != nil {
-			return nil, err
-		}
-		return &inferServer{srv: s, close: func() {}, what: "emulated (profiled l(b) from " + profiles + ", zeros back)"}, nil
-	}
-	return nil, fmt.Errorf("--executor %q: want onnx or emulated", executor)
-}
-
-// serveInfer serves s on lis until ctx ends, then stops gracefully (at
-// most grace for requests running).
-func serveInfer(ctx context.Context, s *kserve.Server, lis net.Listener, grace time.Duration, log *slog.Logger) error {
-	g := grpc.NewServer(kserve.ServerOptions()...)
-	s.Register(g)
-	errc := make(chan error, 1)
-	go func() { errc <- g.Serve(lis) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("stopping: requests running finish first", "grace", grace)
-	stopped := make(chan struct{})
-	go func() { g.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(grace):
-		g.Stop()
-		<-stopped
-	}
-	<-errc
-	return s.Close()
-}
-
-func runInferServer(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("infer-server", "--models models.yaml [--executor onnx|emulated] [flags]", stderr)
-	listen := fs.String("listen", "127.0.0.1:8001", "the gRPC address (Triton's gRPC port is 8001)")
-	executor := fs.String("executor", "onnx", "onnx: the registry's onnx models on ONNX Runtime; emulated: every registry model, answered after its profiled l(b) with zeros (the protocol's cost without compute)")
-	ox := addONNXFlags(fs)
-	fs.Lookup("models").Usage = "the model registry (models.yaml): onnx serves its onnx entries, emulated every entry's input tensor and max_batch"
-	profiles := fs.String("profiles", "", "with --executor emulated: profiles YAML whose points give each model's l(b)")
-	worker := fs.String("worker-type", "", "with --executor emulated: the profiles' worker type to take l(b) from (default: the only one)")
-	duration := fs.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
-	grace := fs.Duration("grace", 5*time.Second, "on stop, how long requests running may take to finish")
-	verbose := fs.Bool("v", false, "log debug events")
-	fs.Func("model", "serve only these of the registry's models (comma-separated, repeatable; default: all): e.g. the one a profiles file has, with --executor emulated", func(v string) error {
-		for n := range strings.SplitSeq(v, ",") {
-			if n = strings.TrimSpace(n); n == "" {
-				return fmt.Errorf("an empty model name in %q", v)
-			}
-			ox.keep = append(ox.keep, n)
-		}
-		return nil
-	})
-	open := fs.Bool("open", false, "allow a --listen that is not loopback: the protocol has no authentication here, so anyone who can reach the port can run the models and register shared memory; only on a trusted network")
-	shmRegions := fs.Int("shm-max-regions", kserve.DefaultShmLimits.MaxRegions, "the most shared memory regions registered at once (all clients together); one more is refused with ResourceExhausted")
-	shmBytes := fs.Uint64("shm-max-bytes", kserve.DefaultShmLimits.MaxBytes, "the most bytes of shared memory registered at once (the regions' byte_size summed)")
-	fs.Lookup("listen").Usage = "the gRPC address: HOST:PORT over TCP (Triton's gRPC port is 8001), or unix:/PATH, a Unix socket (mode 0600, in a directory only its owner may write; the path at most 107 bytes) that only the server's own uid and root may use, each connection's peer checked (SO_PEERCRED); mdag's kserve executor in turn talks to a unix: endpoint only when its server is of the worker's own uid or root"
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	unixPath, isUnix := unixsock.Path(*listen)
-	if isUnix && *open {
-		fmt.Fprintf(stderr, "mdag infer-server: --open is for a TCP --listen: --listen %s is the server's own uid's only\n", *listen)
-		return exitInvalid
-	}
-	if !isUnix && !loopback(*listen) && !*open {
-		fmt.Fprintf(stderr, "mdag infer-server: --listen %s is not a loopback address: the Open Inference Protocol port has no authentication, "+
-			"so anyone who can reach it could run the models; keep it on 127.0.0.1 (the worker's shared memory needs one host anyway), or give --open on a trusted network\n", *listen)
-		return exitInvalid
-	}
-	if given := ox.set(fs); *executor == "emulated" {
-		for _, g := range given {
-			if g != "--models" {
-				fmt.Fprintf(stderr, "mdag infer-server: %s needs --executor onnx\n", g)
-				return exitInvalid
-			}
-		}
-	}
-	if *grace < 0 {
-		fmt.Fprintf(stderr, "mdag infer-server: --grace %v: want >= 0\n", *grace)
-		return exitInvalid
-	}
-	limits := kserve.ShmLimits{MaxRegions: *shmRegions, MaxBytes: *shmBytes}
-	if limits.MaxRegions <= 0 || limits.MaxBytes == 0 {
-		fmt.Fprintf(stderr, "mdag infer-server: --shm-max-regions %d and --shm-max-bytes %d: want both > 0\n", limits.MaxRegions, limits.MaxBytes)
-		return exitInvalid
-	}
-	is, err := newInferServer(*executor, ox, *profiles, *worker)
-	if err != nil {
-		printErrors(stderr, fmt.Errorf("mdag infer-server: %w", err))
-		return exitInvalid
-	}
-	defer is.close()
-	if err := is.srv.SetShmLimits(limits); err != nil {
-		fmt.Fprintf(stderr, "mdag infer-server: %v\n", err)
-		return exitInvalid
-	}
-	log := newLogger(stderr, *verbose)
-	var lis net.Listener
-	if isUnix {
-		lis, err = unixsock.Listen(unixPath, log)
-	} else {
-		lis, err = net.Listen("tcp", *listen)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "mdag infer-server: --listen %s: %v\n", *listen, err)
-		return exitInvalid
-	}
-	log.Info("serving the Open Inference Protocol (KServe v2 gRPC)", "grpc", grpcAddr(lis), "executor", is.what,
-		"shm_max_regions", limits.MaxRegions, "shm_max_bytes", limits.MaxBytes)
-	for _, m := range is.srv.Models() {
-		md, _ := is.srv.ModelMetadata(context.Background(), &pb.ModelMetadataRequest{Name: m})
-		log.Info("model", "name", m, "platform", md.Platform, "inputs", tensorList(md.Inputs), "outputs", tensorList(md.Outputs))
-	}
-	ctx, cancel := runContext(*duration)
-	defer cancel()
-	if err := serveInfer(ctx, is.srv, lis, *grace, log); err != nil {
-		fmt.Fprintf(stderr, "mdag infer-server: %v\n", err)
-		return exitFailure
-	}
-	fmt.Fprintf(stdout, "infer-server on %s stopped\n", grpcAddr(lis))
-	return exitOK
 }
 
 // tensorList says tensors as the log shows them: input FP32[-1 3 64 64].

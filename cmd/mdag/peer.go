@@ -36,62 +36,76 @@ func addPeerFlags(fs *flag.FlagSet) *peerFlags {
 	}
 }
 
+// address is where the Peer service listens ("" for none): --peer-listen,
+// or by default a loopback port beside a loopback --coordinator coord.
+func (f *peerFlags) address(coord string) string {
+	switch {
+	case *f.listen == "off":
+		return ""
+	case *f.listen == "" && loopbackTarget(coord) && !unixsock.IsTarget(coord):
+		// not beside a unix: coordinator: a loopback peer port is open to
+		// every local user, what the Unix socket is there to avoid
+		return "127.0.0.1:0"
+	}
+	return *f.listen
+}
+
+// check returns every problem with the flags, for a worker of coordinator
+// coord, with mutual TLS or not.
+func (f *peerFlags) check(coord string, tls bool) []error {
+	var errs []error
+	switch {
+	case *f.listen == "" && *f.advertise != "":
+		errs = append(errs, errors.New("--advertise without --peer-listen: give the address to listen at too"))
+	case *f.listen == "off" && *f.advertise != "":
+		errs = append(errs, errors.New("--advertise with --peer-listen off: there is no peer port to advertise"))
+	}
+	if *f.inline < 0 {
+		errs = append(errs, fmt.Errorf("--peer-inline %d: want >= 0 bytes", *f.inline))
+	}
+	if *f.storeMiB <= 0 {
+		errs = append(errs, fmt.Errorf("--peer-store %d: want > 0 MiB", *f.storeMiB))
+	}
+	if listen := f.address(coord); listen != "" && !tls && !loopback(listen) {
+		errs = append(errs, fmt.Errorf("--peer-listen %s is not a loopback address, so the peer port needs mutual TLS: give --tls-dir (mdag certs init)", listen))
+	}
+	if adv := *f.advertise; adv != "" {
+		if h, p, err := net.SplitHostPort(adv); err != nil || net.ParseIP(h) == nil || p == "" {
+			errs = append(errs, fmt.Errorf("--advertise %q: want IP:PORT, the address other workers reach this one at (the coordinator checks it is the address this worker connects from)", adv))
+		}
+	}
+	return errs
+}
+
 // start listens and serves the Peer service, with mutual TLS when m is
 // set (plaintext on loopback only, as on the coordinator's port), and
-// returns the worker's data plane and how to stop it.
+// returns the worker's data plane and how to stop it. The flags are
+// checked (check).
 func (f *peerFlags) start(id, coord string, m *pki.Material, log *slog.Logger) (*client.DataPlane, func(), error) {
 	dial := client.Dial
 	if m != nil {
 		dial = func(addr string) (*grpc.ClientConn, error) { return client.DialPeerTLS(addr, m) }
 	}
-	dp := &client.DataPlane{Dial: dial}
-	listen := *f.listen
-	switch {
-	case listen == "" && *f.advertise != "":
-		return nil, nil, errors.New("--advertise without --peer-listen: give the address to listen at too")
-	case listen == "off" && *f.advertise != "":
-		return nil, nil, errors.New("--advertise with --peer-listen off: there is no peer port to advertise")
-	case listen == "off":
-		listen = ""
-	case listen == "" && loopbackTarget(coord) && !unixsock.IsTarget(coord):
-		// not beside a unix: coordinator: a loopback peer port is open to
-		// every local user, what the Unix socket is there to avoid
-		listen = "127.0.0.1:0"
-	}
-	if *f.inline < 0 {
-		return nil, nil, fmt.Errorf("--peer-inline %d: want >= 0 bytes", *f.inline)
-	}
-	dp.InlineBelow = *f.inline
+	dp := &client.DataPlane{Dial: dial, InlineBelow: *f.inline}
 	if *f.inline == 0 {
 		dp.InlineBelow = -1
 	}
-	if *f.storeMiB <= 0 {
-		return nil, nil, fmt.Errorf("--peer-store %d: want > 0 MiB", *f.storeMiB)
-	}
+	listen := f.address(coord)
 	if listen == "" {
 		log.Info("data plane: relay: this worker's outputs travel through the coordinator (give --peer-listen and --advertise for the direct data plane)")
 		return dp, func() {}, nil
-	}
-	if m == nil && !loopback(listen) {
-		return nil, nil, fmt.Errorf("--peer-listen %s is not a loopback address, so the peer port needs mutual TLS: give --tls-dir (mdag certs init)", listen)
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--peer-listen %s: %w", listen, err)
 	}
-	adv := *f.advertise
-	if adv == "" {
-		a := ln.Addr().(*net.TCPAddr)
-		if a.IP.IsUnspecified() {
-			ln.Close()
-			return nil, nil, fmt.Errorf("--peer-listen %s listens on every interface: give --advertise HOST:PORT, the address other workers reach it at", listen)
-		}
-		adv = a.String()
-	} else if h, p, err := net.SplitHostPort(adv); err != nil || net.ParseIP(h) == nil || p == "" {
+	dp.Addr = *f.advertise
+	if a := ln.Addr().(*net.TCPAddr); dp.Addr == "" && a.IP.IsUnspecified() {
 		ln.Close()
-		return nil, nil, fmt.Errorf("--advertise %q: want IP:PORT, the address other workers reach this one at (the coordinator checks it is the address this worker connects from)", adv)
+		return nil, nil, fmt.Errorf("--peer-listen %s listens on every interface: give --advertise HOST:PORT, the address other workers reach it at", listen)
+	} else if dp.Addr == "" {
+		dp.Addr = a.String()
 	}
-	dp.Addr = adv
 	dp.Store = &client.Store{MaxBytes: int64(*f.storeMiB) << 20}
 	var opts []grpc.ServerOption
 	if m != nil {
@@ -103,6 +117,6 @@ func (f *peerFlags) start(id, coord string, m *pki.Material, log *slog.Logger) (
 	if m == nil {
 		tlsMode = "plaintext, loopback"
 	}
-	log.Info("data plane: direct: frames this worker makes stay here for the next module's worker", "peer_listen", ln.Addr().String(), "advertise", adv, "tls", tlsMode, "store_mib", *f.storeMiB)
+	log.Info("data plane: direct: frames this worker makes stay here for the next module's worker", "peer_listen", ln.Addr().String(), "advertise", dp.Addr, "tls", tlsMode, "store_mib", *f.storeMiB)
 	return dp, g.Stop, nil
 }

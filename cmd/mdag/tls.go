@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -66,35 +67,67 @@ func addTLSFlags(fs *flag.FlagSet, client bool) *tlsFlags {
 	return f
 }
 
-// material loads role's TLS material, or returns nil for plaintext when
-// that is allowed on addr (the value of the flag named flagName).
-func (f *tlsFlags) material(cmd string, role pki.Role, flagName, addr string, log *slog.Logger) (*pki.Material, error) {
+// grpcMode is how a process's gRPC runs, by its TLS flags and address.
+type grpcMode int
+
+const (
+	plainUnix     grpcMode = iota // a Unix socket: each end checks the other's uid
+	plainLoopback                 // loopback, no TLS flags: plaintext, with a warning
+	mutualTLS
+)
+
+// mode is how gRPC runs on addr (the value of the flag named flagName)
+// with these flags, or what is wrong with them: a check of the flags
+// alone, for validate; material loads what it chose.
+func (f *tlsFlags) mode(flagName, addr string) (grpcMode, error) {
 	given := *f.dir != "" || *f.ca != "" || *f.cert != "" || *f.key != ""
 	local := loopbackTarget(addr)
 	unix := unixsock.IsTarget(addr)
 	howTo := "create certificates with `mdag certs init --dir certs --hosts HOST,IP` (HOST, IP: the coordinator's name and address) and give every process --tls-dir certs"
 	switch {
 	case *f.insecure && given:
-		return nil, fmt.Errorf("mdag %s: --insecure with --tls-dir/--ca/--cert/--key: choose plaintext or TLS", cmd)
+		return 0, errors.New("--insecure with --tls-dir/--ca/--cert/--key: choose plaintext or TLS")
 	case unix && (given || len(f.shared) > 0):
 		what := "--tls-dir/--ca/--cert/--key"
 		if !given {
 			what = "--shared-cert"
 		}
-		return nil, fmt.Errorf("mdag %s: %s with %s %s: gRPC on a Unix socket is plaintext, its two ends authenticated by their uids "+
+		return 0, fmt.Errorf("%s with %s %s: gRPC on a Unix socket is plaintext, its two ends authenticated by their uids "+
 			"(only this user and root may use the socket, and each end checks the other's with SO_PEERCRED), so mutual TLS adds nothing there; "+
-			"drop %s, or give a HOST:PORT for mutual TLS", cmd, what, flagName, addr, what)
+			"drop %s, or give a HOST:PORT for mutual TLS", what, flagName, addr, what)
 	case unix:
+		return plainUnix, nil
+	case *f.insecure && !local:
+		return 0, fmt.Errorf("--insecure with %s %s: plaintext gRPC is allowed only on a loopback address (127.0.0.1, ::1, localhost): "+
+			"anyone who can reach it could register as a worker and receive camera frames, or send frames; %s", flagName, addr, howTo)
+	case !given && !local:
+		return 0, fmt.Errorf("%s %s is not a loopback address, so gRPC needs mutual TLS: %s (plaintext, --insecure, is allowed on loopback only)", flagName, addr, howTo)
+	case !given && len(f.shared) > 0:
+		return 0, errors.New("--shared-cert names certificates, but gRPC is plaintext: give --tls-dir too")
+	case !given:
+		return plainLoopback, nil
+	}
+	if *f.dir == "" {
+		for _, o := range []struct{ flag, v string }{{"--ca", *f.ca}, {"--cert", *f.cert}, {"--key", *f.key}} {
+			if o.v == "" {
+				return 0, fmt.Errorf("%s is missing: give --tls-dir DIR, or all of --ca, --cert and --key", o.flag)
+			}
+		}
+	}
+	return mutualTLS, nil
+}
+
+// material loads role's TLS material, or returns nil for plaintext when
+// that is allowed on addr (the value of the flag named flagName).
+func (f *tlsFlags) material(role pki.Role, flagName, addr string, log *slog.Logger) (*pki.Material, error) {
+	mode, err := f.mode(flagName, addr)
+	switch {
+	case err != nil:
+		return nil, err
+	case mode == plainUnix:
 		log.Info("gRPC is plaintext on a Unix socket: only this user and root may use it, each end checking the other's uid (SO_PEERCRED)", strings.TrimPrefix(flagName, "--"), addr)
 		return nil, nil
-	case *f.insecure && !local:
-		return nil, fmt.Errorf("mdag %s: --insecure with %s %s: plaintext gRPC is allowed only on a loopback address (127.0.0.1, ::1, localhost): "+
-			"anyone who can reach it could register as a worker and receive camera frames, or send frames; %s", cmd, flagName, addr, howTo)
-	case !given && !local:
-		return nil, fmt.Errorf("mdag %s: %s %s is not a loopback address, so gRPC needs mutual TLS: %s (plaintext, --insecure, is allowed on loopback only)", cmd, flagName, addr, howTo)
-	case !given && len(f.shared) > 0:
-		return nil, fmt.Errorf("mdag %s: --shared-cert names certificates, but gRPC is plaintext: give --tls-dir too", cmd)
-	case !given:
+	case mode == plainLoopback:
 		log.Warn("gRPC is plaintext, on loopback: any process on this machine may connect, and any local user may take the port first; "+
 			"give --tls-dir for mutual TLS (mdag certs init), or use a Unix socket, authenticated by uid: --grpc unix:/PATH on the coordinator, --coordinator unix:/PATH on workers and sources",
 			strings.TrimPrefix(flagName, "--"), addr)
@@ -107,21 +140,14 @@ func (f *tlsFlags) material(cmd string, role pki.Role, flagName, addr string, lo
 	if *f.dir != "" {
 		files = pki.DirFiles(*f.dir, role)
 	}
-	for _, o := range []struct {
-		flag string
-		v    string
-		dst  *string
-	}{{"--ca", *f.ca, &files.CA}, {"--cert", *f.cert, &files.Cert}, {"--key", *f.key, &files.Key}} {
-		if o.v != "" {
-			*o.dst = o.v
-		}
-		if *o.dst == "" {
-			return nil, fmt.Errorf("mdag %s: %s is missing: give --tls-dir DIR, or all of --ca, --cert and --key", cmd, o.flag)
+	for _, o := range []struct{ v, dst *string }{{f.ca, &files.CA}, {f.cert, &files.Cert}, {f.key, &files.Key}} {
+		if *o.v != "" {
+			*o.dst = *o.v
 		}
 	}
 	m, err := pki.Load(files, role, log, nil)
 	if err != nil {
-		return nil, fmt.Errorf("mdag %s: TLS: %w", cmd, err)
+		return nil, fmt.Errorf("TLS: %w", err)
 	}
 	c := m.Certificate()
 	log.Info("gRPC mutual TLS", "cert", m.Name(), "ca", files.CA, "expires", c.NotAfter.UTC().Format(time.RFC3339))
@@ -133,15 +159,10 @@ func (f *tlsFlags) material(cmd string, role pki.Role, flagName, addr string, lo
 
 // dial connects a worker or source to the coordinator at addr, with
 // mutual TLS or, where allowed, in plaintext (on a Unix socket, only to a
-// coordinator of this uid or root: client.Dial checks).
-func (f *tlsFlags) dial(cmd string, role pki.Role, addr string, log *slog.Logger) (*grpc.ClientConn, error) {
-	cc, _, err := f.dialMaterial(cmd, role, addr, log)
-	return cc, err
-}
-
-// dialMaterial is dial that also returns the TLS material (nil: plaintext).
-func (f *tlsFlags) dialMaterial(cmd string, role pki.Role, addr string, log *slog.Logger) (*grpc.ClientConn, *pki.Material, error) {
-	m, err := f.material(cmd, role, "--coordinator", addr, log)
+// coordinator of this uid or root: client.Dial checks); it also returns
+// the TLS material (nil: plaintext).
+func (f *tlsFlags) dial(role pki.Role, addr string, log *slog.Logger) (*grpc.ClientConn, *pki.Material, error) {
+	m, err := f.material(role, "--coordinator", addr, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -153,7 +174,7 @@ func (f *tlsFlags) dialMaterial(cmd string, role pki.Role, addr string, log *slo
 		cc, err = client.DialTLS(addr, m, *f.serverName)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("mdag %s: --coordinator %s: %w", cmd, addr, err)
+		return nil, nil, fmt.Errorf("--coordinator %s: %w", addr, err)
 	}
 	return cc, m, nil
 }

@@ -115,7 +115,7 @@ func TestGRPCSecurityFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			var logs bytes.Buffer
-			m, err := tf.material("coordinator", pki.Coordinator, "--grpc", c.addr, slog.New(slog.NewTextHandler(&logs, nil)))
+			m, err := tf.material(pki.Coordinator, "--grpc", c.addr, slog.New(slog.NewTextHandler(&logs, nil)))
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
 					t.Fatalf("material = %v, want an error with %q", err, c.err)
