@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -31,6 +32,9 @@ import (
 
 const modelsSynopsis = "inspect FILE.onnx [--name NAME] [--dir DIR] [--max-batch 8] [--write-labels=true] [-o text|yaml|json]"
 
+// runModels dispatches to models' subcommands (inspect is the one): it has
+// no flags of its own, so it is not a subcommand in execute's shape, and
+// each of its subcommands is.
 func runModels(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintf(stderr, "Subcommands of mdag models:\n  inspect   print a model's inputs, outputs, opset and metadata and propose its registry entry\n\n")
@@ -48,76 +52,124 @@ func runModels(args []string, stdout, stderr io.Writer) int {
 	return exitInvalid
 }
 
-// parseWithArgs parses flags that may come before or after the
-// positional arguments (FILE --name x as well as --name x FILE).
-func parseWithArgs(fs *flag.FlagSet, args []string) ([]string, int, bool) {
-	var pos []string
+// positional is a subcommand with positional arguments besides its flags
+// (mdag try FILE, mdag models inspect FILE.onnx).
+type positional interface {
+	subcommand
+	setArgs(args []string)
+}
+
+// executeArgs is execute for a command with positional arguments, which
+// may come before, between or after its flags (FILE --name x as well as
+// --name x FILE): execute refuses them (unexpected arguments), so they are
+// taken out of args and handed to c, and execute gets the flags.
+func executeArgs(name, synopsis string, c positional, args []string, stdout, stderr io.Writer) int {
+	flags, pos := splitArgs(c, args)
+	c.setArgs(pos)
+	return execute(name, synopsis, c, flags, stdout, stderr)
+}
+
+// splitArgs separates args into flags and positional arguments by parsing
+// them with c's flags on a scratch set, so that a flag's value is not
+// taken for an argument. On a parse error (or -h) it stops there: the rest
+// goes with the flags, and execute's parse fails (or helps) the same way.
+func splitArgs(c subcommand, args []string) (flags, pos []string) {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.flags(fs)
 	for {
-		if err := fs.Parse(args); err != nil {
-			if err == flag.ErrHelp {
-				return nil, exitOK, false
-			}
-			return nil, exitInvalid, false
+		if fs.Parse(args) != nil {
+			return append(flags, args...), pos
 		}
-		if fs.NArg() == 0 {
-			return pos, exitOK, true
+		rest := fs.Args()
+		used := args[:len(args)-len(rest)]
+		if n := len(used); n > 0 && used[n-1] == "--" && fs.Parse(used[:n-1]) == nil {
+			used = used[:n-1] // "--" ended the flags (it is no flag's value): execute would take the flags after it for arguments
 		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+		flags = append(flags, used...)
+		if len(rest) == 0 {
+			return flags, pos
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
 }
 
+// problem is one of a validate step's checks (try, profile, models
+// inspect): when bad, msg says what is wrong.
+type problem struct {
+	bad bool
+	msg string
+}
+
+// failed are the failing checks' messages as errors, in order.
+func failed(checks ...problem) []error {
+	var errs []error
+	for _, p := range checks {
+		if p.bad {
+			errs = append(errs, errors.New(p.msg))
+		}
+	}
+	return errs
+}
+
 func runModelsInspect(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("models inspect", strings.TrimPrefix(modelsSynopsis, "inspect "), stderr)
-	name := fs.String("name", "", "the entry's name, what apps write in model: (default: the file's name without .onnx)")
-	dir := fs.String("dir", ".", "the directory the registry YAML will be in: file: and labels: are written relative to it, and the labels file goes there")
-	maxBatch := fs.Int("max-batch", 8, "max_batch to propose when the batch dimension is symbolic (a fixed batch of 1 gets 1)")
-	writeLabels := fs.Bool("write-labels", true, "when the model carries class names (Ultralytics metadata names), write them to DIR/NAME.labels, one a line, for the entry's decoder labels:")
-	out := fs.String("o", "text", "output `format`: text (the report, then the entry), yaml (only the registry document, to redirect into a models.yaml) or json")
-	pos, code, ok := parseWithArgs(fs, args)
-	if !ok {
-		return code
+	return executeArgs("models inspect", strings.TrimPrefix(modelsSynopsis, "inspect "), new(modelsInspectCmd), args, stdout, stderr)
+}
+
+// modelsInspectCmd is mdag models inspect's options.
+type modelsInspectCmd struct {
+	inspectOptions
+	out   string
+	files []string // the positional arguments: one FILE.onnx
+}
+
+func (c *modelsInspectCmd) setArgs(args []string) { c.files = args }
+
+func (c *modelsInspectCmd) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.name, "name", "", "the entry's name, what apps write in model: (default: the file's name without .onnx)")
+	fs.StringVar(&c.dir, "dir", ".", "the directory the registry YAML will be in: file: and labels: are written relative to it, and the labels file goes there")
+	fs.IntVar(&c.maxBatch, "max-batch", 8, "max_batch to propose when the batch dimension is symbolic (a fixed batch of 1 gets 1)")
+	fs.BoolVar(&c.writeLabels, "write-labels", true, "when the model carries class names (Ultralytics metadata names), write them to DIR/NAME.labels, one a line, for the entry's decoder labels:")
+	fs.StringVar(&c.out, "o", "text", "output `format`: text (the report, then the entry), yaml (only the registry document, to redirect into a models.yaml) or json")
+}
+
+func (c *modelsInspectCmd) validate(*flag.FlagSet) []error {
+	if c.name == "" && len(c.files) == 1 {
+		c.name = entryName(c.files[0])
 	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "mdag models inspect: "+format+"\n", a...)
-		return exitInvalid
-	}
-	switch {
-	case len(pos) != 1:
-		return usageErr("want one model file (FILE.onnx), got %d arguments", len(pos))
-	case *out != "text" && *out != "yaml" && *out != "json":
-		return usageErr("-o %q: want text, yaml or json", *out)
-	case *maxBatch < 1 || *maxBatch > 1024:
-		return usageErr("--max-batch %d: want 1..1024", *maxBatch)
-	}
-	if *name == "" {
-		*name = entryName(pos[0])
-	}
-	if !regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`).MatchString(*name) {
-		return usageErr("--name %q: letters, digits, _ . and - (starting with a letter or digit)", *name)
-	}
-	g, err := registry.ReadGraph(pos[0])
+	return failed(
+		problem{len(c.files) != 1, fmt.Sprintf("want one model file (FILE.onnx), got %d arguments", len(c.files))},
+		problem{c.out != "text" && c.out != "yaml" && c.out != "json", fmt.Sprintf("-o %q: want text, yaml or json", c.out)},
+		problem{c.maxBatch < 1 || c.maxBatch > 1024, fmt.Sprintf("--max-batch %d: want 1..1024", c.maxBatch)},
+		problem{c.name != "" && !entryNameRE.MatchString(c.name), fmt.Sprintf("--name %q: letters, digits, _ . and - (starting with a letter or digit)", c.name)},
+	)
+}
+
+// entryNameRE is what an entry's name may be.
+var entryNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+func (c *modelsInspectCmd) run(env *cmdEnv) error {
+	g, err := registry.ReadGraph(c.files[0])
 	if err != nil {
-		fmt.Fprintf(stderr, "mdag models inspect: %v\n", err)
-		return exitInvalid
+		return invalid(err)
 	}
-	ins, err := inspectModel(g, pos[0], inspectOptions{name: *name, dir: *dir, maxBatch: *maxBatch, writeLabels: *writeLabels})
+	ins, err := inspectModel(g, c.files[0], c.inspectOptions)
 	if err != nil {
-		fmt.Fprintf(stderr, "mdag models inspect: %v\n", err)
-		return exitFailure
+		return err
 	}
-	switch *out {
+	switch c.out {
 	case "json":
-		writeJSON(stdout, ins, true)
+		writeJSON(env.stdout, ins, true)
 	case "yaml":
-		io.WriteString(stdout, ins.Entry.YAML)
+		io.WriteString(env.stdout, ins.Entry.YAML)
 		if !ins.Decoder.OK {
-			fmt.Fprintf(stderr, "mdag models inspect: no decoder proposed: %s\n", ins.Decoder.Why)
+			fmt.Fprintf(env.stderr, "mdag models inspect: no decoder proposed: %s\n", ins.Decoder.Why)
 		}
 	default:
-		writeInspection(stdout, ins)
+		writeInspection(env.stdout, ins)
 	}
-	return exitOK
+	return nil
 }
 
 // entryName is a file's name without its extension, lower case, as an
@@ -132,6 +184,8 @@ func entryName(file string) string {
 	return n
 }
 
+// inspectOptions are what inspectModel proposes the entry with (mdag models
+// inspect's flags).
 type inspectOptions struct {
 	name, dir   string
 	maxBatch    int

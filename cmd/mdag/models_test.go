@@ -283,3 +283,42 @@ func TestModelsInspectNoDecoder(t *testing.T) {
 		}
 	}
 }
+
+// TestModelsInspectFlags: every problem with the flags and the arguments
+// at once, counted; flags before, between and after the file.
+func TestModelsInspectFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"models", "inspect", "a.onnx", "-o", "xml", "b.onnx", "--max-batch", "0", "--name", "a b"}, &out, &errb)
+	want := `mdag models inspect: want one model file (FILE.onnx), got 2 arguments
+mdag models inspect: -o "xml": want text, yaml or json
+mdag models inspect: --max-batch 0: want 1..1024
+mdag models inspect: --name "a b": letters, digits, _ . and - (starting with a letter or digit)
+4 problems found
+Run 'mdag help models inspect' for its flags.
+`
+	if code != exitInvalid || out.Len() != 0 || errb.String() != want {
+		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant exit 2 and:\n%s", code, out.String(), errb.String(), want)
+	}
+}
+
+// TestSplitArgs: a command's positional arguments come out from among its
+// flags, a flag's value staying with it; after a parse error the rest is
+// left to execute, which says what is wrong.
+func TestSplitArgs(t *testing.T) {
+	for _, tc := range []struct {
+		args, flags, pos string
+	}{
+		{"f.onnx", "", "f.onnx"},
+		{"--name x f.onnx -o json", "--name x -o json", "f.onnx"},
+		{"-o json f.onnx --write-labels=false g.onnx", "-o json --write-labels=false", "f.onnx g.onnx"},
+		{"--name -- f.onnx", "--name --", "f.onnx"},
+		{"-- -o", "", "-o"},
+		{"f.onnx --bogus g.onnx", "--bogus g.onnx", "f.onnx"},
+		{"-h f.onnx", "-h f.onnx", ""},
+	} {
+		flags, pos := splitArgs(new(modelsInspectCmd), strings.Fields(tc.args))
+		if strings.Join(flags, " ") != tc.flags || strings.Join(pos, " ") != tc.pos {
+			t.Errorf("%q: flags %q, arguments %q; want %q, %q", tc.args, flags, pos, tc.flags, tc.pos)
+		}
+	}
+}

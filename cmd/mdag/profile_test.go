@@ -378,3 +378,22 @@ func FuzzIntsFlag(f *testing.F) {
 		}
 	})
 }
+
+// TestProfileFlags: every problem with the flags at once, counted, then
+// where the flags are told (not the whole usage).
+func TestProfileFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(strings.Fields("profile --op count --serf --params [1] --price 0 -o xml --max-rho 2"), &out, &errb)
+	want := `mdag profile: --worker-type is required: the worker type the profile is for
+mdag profile: --price must be > 0 dollars per hour, got 0
+mdag profile: -o "xml": want yaml or json
+mdag profile: --max-rho 2: must be in (0, 1)
+mdag profile: --serf measures a model's intra-op threads; --op runs a CPU op (no --serf)
+mdag profile: --params "[1]": want a YAML mapping such as '{classes: [face]}'
+6 problems found
+Run 'mdag help profile' for its flags.
+`
+	if code != exitInvalid || out.Len() != 0 || errb.String() != want {
+		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant exit 2 and:\n%s", code, out.String(), errb.String(), want)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"hash/fnv"
 	"image"
@@ -45,91 +46,121 @@ const trySynopsis = "(--models models.yaml --model NAME | -f app.yaml -p profile
 	"[--executor onnx|kserve] [--device cpu|cuda] [--ort-lib PATH] [--threshold T] [--max-frames 8] [--out FILE.png] FILE"
 
 func runTry(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("try", trySynopsis, stderr)
-	models := fs.String("models", "", "the model registry (models.yaml) that names --model, or the app's GPU modules' models")
-	model := fs.String("model", "", "the registry entry to run (or -f/-p or --example: a whole app)")
-	file := fs.String("f", "", "run this app's whole graph instead of one model (with -p)")
-	profiles := fs.String("p", "", "the app's profiles (with -f): the plan its frames run on")
-	example := fs.String("example", "", "run an embedded example app's whole graph instead of one model (e.g. face-live)")
-	executor := fs.String("executor", "onnx", "the executor that runs it: onnx (ONNX Runtime; format: onnx entries) or kserve (the entry's Open Inference Protocol server; format: kserve)")
-	device := fs.String("device", "cpu", "with --executor onnx: cpu or cuda")
-	lib := fs.String("ort-lib", onnx.DefaultLib(), "with --executor onnx: the ONNX Runtime shared library (env "+onnx.LibEnv+"; make deps installs it)")
-	threshold := fs.Float64("threshold", -1, "the score a detection needs, instead of the entry's decoder threshold (0..1; -1: the entry's; one model only)")
-	maxFrames := fs.Int("max-frames", 8, "for a video: the frames to run, from the first")
-	out := fs.String("out", "", "write the annotated frame here as a PNG (a video: one PNG per frame, FILE-0000.png, FILE-0001.png, ...); default none")
-	pos, code, ok := parseWithArgs(fs, args)
-	if !ok {
-		return code
-	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "mdag try: "+format+"\n", a...)
-		return exitInvalid
-	}
-	isApp := *file != "" || *profiles != "" || *example != ""
-	switch {
-	case len(pos) != 1:
-		return usageErr("want one image or video file, got %d arguments", len(pos))
-	case isApp && *model != "":
-		return usageErr("give --model NAME (one model) or -f/-p or --example (a whole app), not both")
-	case *models == "" || (!isApp && *model == ""):
-		return usageErr("--models models.yaml and --model NAME are required (or -f app.yaml -p profiles.yaml --models models.yaml for a whole app)")
-	case *executor == "emulated":
-		return usageErr("--executor emulated reports the objects a synthetic source drew into its frames; a file's frames carry none: try runs the models themselves (onnx or kserve)")
-	case *executor != "onnx" && *executor != "kserve":
-		return usageErr("--executor %q: want onnx or kserve", *executor)
-	case *maxFrames < 1:
-		return usageErr("--max-frames %d: must be >= 1", *maxFrames)
-	case *threshold != -1 && (*threshold < 0 || *threshold > 1):
-		return usageErr("--threshold %g: want 0..1", *threshold)
-	case *threshold != -1 && isApp:
-		return usageErr("--threshold is for one model: an app's models run with their registry thresholds")
-	case *out != "" && !strings.EqualFold(filepath.Ext(*out), ".png"):
-		return usageErr("--out %s: want a .png file", *out)
-	}
-	reg, err := registry.Load(*models)
+	return executeArgs("try", trySynopsis, new(tryCmd), args, stdout, stderr)
+}
+
+// tryCmd is mdag try's options.
+type tryCmd struct {
+	models, model              string // one model
+	file, profiles, example    string // or an app
+	executor, device, lib, out string
+	threshold                  float64
+	maxFrames                  int
+	inputs                     []string // the positional arguments: one image or video
+}
+
+func (c *tryCmd) setArgs(args []string) { c.inputs = args }
+
+func (c *tryCmd) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.models, "models", "", "the model registry (models.yaml) that names --model, or the app's GPU modules' models")
+	fs.StringVar(&c.model, "model", "", "the registry entry to run (or -f/-p or --example: a whole app)")
+	fs.StringVar(&c.file, "f", "", "run this app's whole graph instead of one model (with -p)")
+	fs.StringVar(&c.profiles, "p", "", "the app's profiles (with -f): the plan its frames run on")
+	fs.StringVar(&c.example, "example", "", "run an embedded example app's whole graph instead of one model (e.g. face-live)")
+	fs.StringVar(&c.executor, "executor", "onnx", "the executor that runs it: onnx (ONNX Runtime; format: onnx entries) or kserve (the entry's Open Inference Protocol server; format: kserve)")
+	fs.StringVar(&c.device, "device", "cpu", "with --executor onnx: cpu or cuda")
+	fs.StringVar(&c.lib, "ort-lib", onnx.DefaultLib(), "with --executor onnx: the ONNX Runtime shared library (env "+onnx.LibEnv+"; make deps installs it)")
+	fs.Float64Var(&c.threshold, "threshold", -1, "the score a detection needs, instead of the entry's decoder threshold (0..1; -1: the entry's; one model only)")
+	fs.IntVar(&c.maxFrames, "max-frames", 8, "for a video: the frames to run, from the first")
+	fs.StringVar(&c.out, "out", "", "write the annotated frame here as a PNG (a video: one PNG per frame, FILE-0000.png, FILE-0001.png, ...); default none")
+}
+
+// isApp says whether try runs a whole app rather than one model.
+func (c *tryCmd) isApp() bool { return c.file != "" || c.profiles != "" || c.example != "" }
+
+func (c *tryCmd) validate(*flag.FlagSet) []error {
+	threshold := c.threshold != -1
+	return failed(
+		problem{len(c.inputs) != 1, fmt.Sprintf("want one image or video file, got %d arguments", len(c.inputs))},
+		problem{c.isApp() && c.model != "", "give --model NAME (one model) or -f/-p or --example (a whole app), not both"},
+		problem{c.models == "" || (!c.isApp() && c.model == ""),
+			"--models models.yaml and --model NAME are required (or -f app.yaml -p profiles.yaml --models models.yaml for a whole app)"},
+		problem{c.executor == "emulated",
+			"--executor emulated reports the objects a synthetic source drew into its frames; a file's frames carry none: try runs the models themselves (onnx or kserve)"},
+		problem{c.executor != "emulated" && c.executor != "onnx" && c.executor != "kserve", fmt.Sprintf("--executor %q: want onnx or kserve", c.executor)},
+		problem{c.maxFrames < 1, fmt.Sprintf("--max-frames %d: must be >= 1", c.maxFrames)},
+		problem{threshold && (c.threshold < 0 || c.threshold > 1), fmt.Sprintf("--threshold %g: want 0..1", c.threshold)},
+		problem{threshold && c.isApp(), "--threshold is for one model: an app's models run with their registry thresholds"},
+		problem{c.out != "" && !strings.EqualFold(filepath.Ext(c.out), ".png"), fmt.Sprintf("--out %s: want a .png file", c.out)},
+	)
+}
+
+func (c *tryCmd) run(env *cmdEnv) error {
+	tr, frames, err := c.build(env.stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "mdag try: ")
-		printErrors(stderr, err)
-		return exitInvalid
-	}
-	frames, kind, err := readFrames(pos[0], *maxFrames)
-	if err != nil {
-		fmt.Fprintf(stderr, "mdag try: %v\n", err)
-		return exitInvalid
-	}
-	var tr *tryRun
-	if isApp {
-		tr, code = startTryApp(tryAppArgs{file: *file, profiles: *profiles, example: *example, reg: reg, executor: *executor, device: *device, lib: *lib}, stderr)
-	} else {
-		tr, code = startTryModel(reg, *model, *executor, *device, *lib, *threshold, stderr)
-	}
-	if tr == nil {
-		return code
+		return err
 	}
 	defer tr.close()
-	res := tr.res
-	res.Executor, res.Input, res.Kind = *executor, pos[0], kind
 	for i, f := range frames {
-		tf, err := tr.step(i, f)
+		tf, err := c.frame(tr, i, f)
 		if err != nil {
-			fmt.Fprintf(stderr, "mdag try: frame %d: %v\n", i, err)
-			return exitFailure
+			return err
 		}
-		tf.Frame, tf.Width, tf.Height = i, f.W, f.H
-		if *out != "" {
-			tf.PNG = *out
-			if kind == "video" {
-				ext := filepath.Ext(*out)
-				tf.PNG = fmt.Sprintf("%s-%04d%s", strings.TrimSuffix(*out, ext), i, ext)
-			}
-			if err := writePNG(tf.PNG, annotate(f, tf)); err != nil {
-				fmt.Fprintf(stderr, "mdag try: --out: %v\n", err)
-				return exitFailure
-			}
-		}
-		res.Frames = append(res.Frames, tf)
+		tr.res.Frames = append(tr.res.Frames, tf)
 	}
-	writeJSON(stdout, res, true)
+	writeJSON(env.stdout, tr.res, true)
+	c.summary(env.stderr, tr.res)
+	return nil
+}
+
+// build loads the registry and the input's frames, and starts what the
+// frames run through: the model, or the app.
+func (c *tryCmd) build(stderr io.Writer) (*tryRun, []*media.Frame, error) {
+	reg, err := registry.Load(c.models)
+	if err != nil {
+		return nil, nil, invalid(err)
+	}
+	frames, kind, err := readFrames(c.inputs[0], c.maxFrames)
+	if err != nil {
+		return nil, nil, invalid(err)
+	}
+	var tr *tryRun
+	if c.isApp() {
+		tr, err = c.startApp(reg, stderr)
+	} else {
+		tr, err = c.startModel(reg)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	tr.res.Executor, tr.res.Input, tr.res.Kind = c.executor, c.inputs[0], kind
+	return tr, frames, nil
+}
+
+// frame runs frame i and draws what it found (--out): a video's frames
+// one PNG each.
+func (c *tryCmd) frame(tr *tryRun, i int, f *media.Frame) (tryFrame, error) {
+	tf, err := tr.step(i, f)
+	if err != nil {
+		return tf, fmt.Errorf("frame %d: %w", i, err)
+	}
+	tf.Frame, tf.Width, tf.Height = i, f.W, f.H
+	if c.out == "" {
+		return tf, nil
+	}
+	tf.PNG = c.out
+	if tr.res.Kind == "video" {
+		ext := filepath.Ext(c.out)
+		tf.PNG = fmt.Sprintf("%s-%04d%s", strings.TrimSuffix(c.out, ext), i, ext)
+	}
+	if err := writePNG(tf.PNG, annotate(f, tf)); err != nil {
+		return tf, fmt.Errorf("--out: %w", err)
+	}
+	return tf, nil
+}
+
+// summary says on stderr what ran and what it found (stdout is the JSON).
+func (c *tryCmd) summary(stderr io.Writer, res tryResult) {
 	n := 0
 	for _, f := range res.Frames {
 		n += len(f.Boxes)
@@ -138,15 +169,14 @@ func runTry(args []string, stdout, stderr io.Writer) int {
 	if res.App != "" {
 		what = "app " + res.App
 	}
-	fmt.Fprintf(stderr, "mdag try: %d frame(s) of %s through %s on %s: %d box(es)", len(res.Frames), pos[0], what, *executor, n)
-	if *out != "" {
+	fmt.Fprintf(stderr, "mdag try: %d frame(s) of %s through %s on %s: %d box(es)", len(res.Frames), c.inputs[0], what, c.executor, n)
+	if c.out != "" {
 		fmt.Fprintf(stderr, ", drawn in %s", res.Frames[0].PNG)
 		if len(res.Frames) > 1 {
 			fmt.Fprintf(stderr, " .. %s", res.Frames[len(res.Frames)-1].PNG)
 		}
 	}
 	fmt.Fprintln(stderr)
-	return exitOK
 }
 
 // tryRun is what try runs each frame through: one model, or an app.
@@ -156,26 +186,23 @@ type tryRun struct {
 	close func()
 }
 
-// startTryModel loads one registry model on the executor.
-func startTryModel(reg *registry.Registry, name, executor, device, lib string, threshold float64, stderr io.Writer) (*tryRun, int) {
-	m, err := reg.Get(name)
+// startModel loads one registry model on the executor.
+func (c *tryCmd) startModel(reg *registry.Registry) (*tryRun, error) {
+	m, err := reg.Get(c.model)
 	if err != nil {
-		fmt.Fprintf(stderr, "mdag try: %v\n", err)
-		return nil, exitInvalid
+		return nil, invalid(err)
 	}
-	if m.Format != executor {
-		fmt.Fprintf(stderr, "mdag try: model %s is format %s: --executor %s runs format: %s entries\n", m.Name, m.Format, executor, executor)
-		return nil, exitInvalid
+	if m.Format != c.executor {
+		return nil, invalidf("model %s is format %s: --executor %s runs format: %s entries", m.Name, m.Format, c.executor, c.executor)
 	}
-	if threshold >= 0 {
-		m.Decoder.Threshold = threshold
+	if c.threshold >= 0 {
+		m.Decoder.Threshold = c.threshold
 	}
 	// only this model is loaded: the registry's others are not needed
 	one := &registry.Registry{File: reg.File, Models: map[string]*registry.Model{m.Name: m}}
-	x, err := tryExecutor(one, executor, device, lib)
+	x, err := tryExecutor(one, c.executor, c.device, c.lib)
 	if err != nil {
-		fmt.Fprintf(stderr, "mdag try: %v\n", err)
-		return nil, exitFailure
+		return nil, err
 	}
 	step := func(i int, f *media.Frame) (tryFrame, error) {
 		outs, err := x.Run(context.Background(), m.Name, []*media.Item{{Stream: "try", Seq: uint64(i), Frame: f}})
@@ -189,11 +216,13 @@ func startTryModel(reg *registry.Registry, name, executor, device, lib string, t
 		}
 		return tf, nil
 	}
-	return &tryRun{res: tryResult{Model: m.Name, Threshold: m.Decoder.Threshold}, step: step, close: x.Close}, exitOK
+	return &tryRun{res: tryResult{Model: m.Name, Threshold: m.Decoder.Threshold}, step: step, close: x.Close}, nil
 }
 
 // tryExecutor is the executor of reg's models: ONNX Runtime (one session
-// a model) or Open Inference Protocol servers.
+// a model) or Open Inference Protocol servers. It is not buildExecutor's:
+// try has none of the worker's --intra-threads, --sessions and --slots,
+// and loads only the models it runs (with --threshold applied).
 func tryExecutor(reg *registry.Registry, executor, device, lib string) (interface {
 	gpu.Executor
 	Close()

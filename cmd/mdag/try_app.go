@@ -28,54 +28,76 @@ import (
 // tryStream is the stream try's frames come in on.
 const tryStream = "try"
 
-type tryAppArgs struct {
-	file, profiles, example string
-	reg                     *registry.Registry
-	executor, device, lib   string
+// startApp plans and starts the app on the executor, with one stream
+// joined and its instances warm.
+func (c *tryCmd) startApp(reg *registry.Registry, stderr io.Writer) (*tryRun, error) {
+	app, prof, used, err := c.loadApp(reg, stderr)
+	if err != nil {
+		return nil, err
+	}
+	x, err := tryExecutor(used, c.executor, c.device, c.lib)
+	if err != nil {
+		return nil, err
+	}
+	obs, results, err := c.startEngine(app, prof, x, stderr)
+	if err != nil {
+		x.Close()
+		return nil, err
+	}
+	var labels []string // each class's colour: by its index in its model's labels
+	for _, n := range slices.Sorted(maps.Keys(used.Models)) {
+		labels = append(labels, used.Models[n].Labels...)
+	}
+	return &tryRun{
+		res:  tryResult{App: string(app.Name), SLOMillis: float64(app.SLO) / float64(time.Millisecond)},
+		step: tryAppStep(app, obs, results, labels),
+		close: func() {
+			_ = obs.e.Leave(tryStream)
+			obs.Close()
+			x.Close()
+		},
+	}, nil
 }
 
-// startTryApp plans and starts the app on the executor, with one stream
-// joined and its instances warm.
-func startTryApp(a tryAppArgs, stderr io.Writer) (*tryRun, int) {
-	app, prof, err := serveInputs("try", a.file, a.profiles, a.example)
+// loadApp reads the app and its profiles (-f/-p or --example), and used,
+// the registry of its GPU modules' models alone, each of the format the
+// executor runs.
+func (c *tryCmd) loadApp(reg *registry.Registry, stderr io.Writer) (app *dag.App, prof *profile.File, used *registry.Registry, err error) {
+	app, prof, err = serveInputs("try", c.file, c.profiles, c.example)
 	if err == nil {
-		err = checkAppModels(app, a.reg)
+		err = checkAppModels(app, reg)
 	}
 	if err != nil {
-		printErrors(stderr, err)
-		return nil, exitInvalid
+		return nil, nil, nil, invalid(err)
 	}
 	if len(app.Outputs) > 0 {
 		fmt.Fprintf(stderr, "mdag try: app %s's outputs (%d) are not started: try reports on stdout only\n", app.Name, len(app.Outputs))
 	}
-	// only the app's models are loaded
-	used := &registry.Registry{File: a.reg.File, Models: map[string]*registry.Model{}}
+	used = &registry.Registry{File: reg.File, Models: map[string]*registry.Model{}}
 	for _, m := range app.Modules {
-		if m.Kind == dag.GPU {
-			e := a.reg.Models[m.Model]
-			if e.Format != a.executor {
-				fmt.Fprintf(stderr, "mdag try: module %s's model %s is format %s: --executor %s runs format: %s entries\n", m.Name, e.Name, e.Format, a.executor, a.executor)
-				return nil, exitInvalid
-			}
-			used.Models[m.Model] = e
+		if m.Kind != dag.GPU {
+			continue
 		}
+		e := reg.Models[m.Model]
+		if e.Format != c.executor {
+			return nil, nil, nil, invalidf("module %s's model %s is format %s: --executor %s runs format: %s entries", m.Name, e.Name, e.Format, c.executor, c.executor)
+		}
+		used.Models[m.Model] = e
 	}
 	if app.Media == dag.Audio {
-		fmt.Fprintf(stderr, "mdag try: app %s takes audio; try runs an app on an image's or a video's frames\n", app.Name)
-		return nil, exitInvalid
+		return nil, nil, nil, invalidf("app %s takes audio; try runs an app on an image's or a video's frames", app.Name)
 	}
-	x, err := tryExecutor(used, a.executor, a.device, a.lib)
-	if err != nil {
-		fmt.Fprintf(stderr, "mdag try: %v\n", err)
-		return nil, exitFailure
-	}
+	return app, prof, used, nil
+}
+
+// startEngine starts the embedded engine on x with the app's one stream
+// joined; results has that stream's frames' results.
+func (c *tryCmd) startEngine(app *dag.App, prof *profile.File, x gpu.Executor, stderr io.Writer) (*observed, chan coordinator.FrameResult, error) {
 	limits, err := parseLimits("", prof)
 	if err != nil {
-		x.Close()
-		fmt.Fprintf(stderr, "mdag try: %v\n", err)
-		return nil, exitInvalid
+		return nil, nil, invalid(err)
 	}
-	if a.executor == "onnx" && a.device == "cpu" {
+	if c.executor == "onnx" && c.device == "cpu" {
 		limits, _ = hostLimits(limits, prof, runtime.NumCPU(), false)
 	}
 	// the engine's own lines only when something is wrong: stdout is the JSON
@@ -84,9 +106,7 @@ func startTryApp(a tryAppArgs, stderr io.Writer) (*tryRun, int) {
 		Executor: func(string, profile.WorkerTypeID) (gpu.Executor, error) { return x, nil }}
 	obs, err := startObservedWith(cfg, limits, app, prof, gpu.Realistic())
 	if err != nil {
-		x.Close()
-		printErrors(stderr, err)
-		return nil, exitInvalid
+		return nil, nil, invalid(err)
 	}
 	results := make(chan coordinator.FrameResult, 16)
 	publish := func(r coordinator.FrameResult) {
@@ -98,25 +118,22 @@ func startTryApp(a tryAppArgs, stderr io.Writer) (*tryRun, int) {
 		}
 	}
 	obs.results.publish.Store(&publish)
-	closeAll := func() {
-		obs.Close()
-		x.Close()
-	}
 	if err := obs.e.Join(app.Name, tryStream); err != nil {
-		closeAll()
-		fmt.Fprintf(stderr, "mdag try: %v\n", err)
-		return nil, exitFailure
+		obs.Close()
+		return nil, nil, err
 	}
 	if err := obs.e.WaitReady(app.Name, 60*time.Second); err != nil {
 		log.Warn("the app's instances are not all warm: the first frames may be late", "err", err)
 	}
-	var all []string // each class's colour: by its index in its model's labels
-	for _, n := range slices.Sorted(maps.Keys(used.Models)) {
-		all = append(all, used.Models[n].Labels...)
-	}
+	return obs, results, nil
+}
+
+// tryAppStep sends frame i once the one before it has ended, no faster
+// than the app's fps (a real camera's pace), and waits for its result.
+func tryAppStep(app *dag.App, obs *observed, results <-chan coordinator.FrameResult, labels []string) func(i int, f *media.Frame) (tryFrame, error) {
 	gap := time.Duration(float64(time.Second) / max(app.FPS, 1e-3))
 	var last time.Time
-	step := func(i int, f *media.Frame) (tryFrame, error) {
+	return func(i int, f *media.Frame) (tryFrame, error) {
 		if wait := time.Until(last.Add(gap)); wait > 0 {
 			time.Sleep(wait) // the app's frame rate: a real camera's pace, not logic waiting
 		}
@@ -131,20 +148,12 @@ func startTryApp(a tryAppArgs, stderr io.Writer) (*tryRun, int) {
 				if r.Seq != uint64(i) {
 					continue // an earlier frame's late end
 				}
-				return tryAppFrame(r, all), nil
+				return tryAppFrame(r, labels), nil
 			case <-limit:
 				return tryFrame{}, fmt.Errorf("no result %v after it was sent (the SLO is %v)", app.SLO+10*time.Second, app.SLO)
 			}
 		}
 	}
-	return &tryRun{
-		res:  tryResult{App: string(app.Name), SLOMillis: float64(app.SLO) / float64(time.Millisecond)},
-		step: step,
-		close: func() {
-			_ = obs.e.Leave(tryStream)
-			closeAll()
-		},
-	}, exitOK
 }
 
 // tryAppFrame is one app frame's result as try's JSON has it.

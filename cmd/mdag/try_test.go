@@ -181,3 +181,21 @@ func TestTryRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestTryFlags: every problem with the flags and the arguments at once,
+// counted, then where the flags are told.
+func TestTryFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(strings.Fields("try --example face-live --model m --executor tpu --max-frames 0 --out x.jpg a.png"), &out, &errb)
+	want := `mdag try: give --model NAME (one model) or -f/-p or --example (a whole app), not both
+mdag try: --models models.yaml and --model NAME are required (or -f app.yaml -p profiles.yaml --models models.yaml for a whole app)
+mdag try: --executor "tpu": want onnx or kserve
+mdag try: --max-frames 0: must be >= 1
+mdag try: --out x.jpg: want a .png file
+5 problems found
+Run 'mdag help try' for its flags.
+`
+	if code != exitInvalid || out.Len() != 0 || errb.String() != want {
+		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant exit 2 and:\n%s", code, out.String(), errb.String(), want)
+	}
+}
