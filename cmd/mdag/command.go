@@ -155,9 +155,13 @@ func runGroup(group string, usage func(io.Writer), subs []subcmd, args []string,
 		return exitInvalid
 	}
 	for _, s := range subs {
-		if s.name == args[0] {
-			return execute(group+" "+s.name, s.synopsis, s.new(), args[1:], stdout, stderr)
+		if s.name != args[0] {
+			continue
 		}
+		if c, ok := s.new().(positional); ok {
+			return executeArgs(group+" "+s.name, s.synopsis, c, args[1:], stdout, stderr)
+		}
+		return execute(group+" "+s.name, s.synopsis, s.new(), args[1:], stdout, stderr)
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stdout)
@@ -170,4 +174,65 @@ func runGroup(group string, usage func(io.Writer), subs []subcmd, args []string,
 	fmt.Fprintf(stderr, "mdag %s: unknown subcommand %q: want %s\n", group, args[0], strings.Join(names, " or "))
 	usage(stderr)
 	return exitInvalid
+}
+
+// positional is a subcommand with positional arguments besides its flags
+// (mdag try FILE, mdag models inspect FILE.onnx).
+type positional interface {
+	subcommand
+	setArgs(args []string)
+}
+
+// executeArgs is execute for a command with positional arguments, which
+// may come before, between or after its flags (FILE --name x as well as
+// --name x FILE): execute refuses them (unexpected arguments), so they are
+// taken out of args and handed to c, and execute gets the flags.
+func executeArgs(name, synopsis string, c positional, args []string, stdout, stderr io.Writer) int {
+	flags, pos := splitArgs(c, args)
+	c.setArgs(pos)
+	return execute(name, synopsis, c, flags, stdout, stderr)
+}
+
+// splitArgs separates args into flags and positional arguments by parsing
+// them with c's flags on a scratch set, so that a flag's value is not
+// taken for an argument. On a parse error (or -h) it stops there: the rest
+// goes with the flags, and execute's parse fails (or helps) the same way.
+func splitArgs(c subcommand, args []string) (flags, pos []string) {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.flags(fs)
+	for {
+		if fs.Parse(args) != nil {
+			return append(flags, args...), pos
+		}
+		rest := fs.Args()
+		used := args[:len(args)-len(rest)]
+		if n := len(used); n > 0 && used[n-1] == "--" && fs.Parse(used[:n-1]) == nil {
+			used = used[:n-1] // "--" ended the flags (it is no flag's value): execute would take the flags after it for arguments
+		}
+		flags = append(flags, used...)
+		if len(rest) == 0 {
+			return flags, pos
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// problem is one of a validate step's checks (try, profile, models
+// inspect): when bad, msg says what is wrong.
+type problem struct {
+	bad bool
+	msg string
+}
+
+// failed are the failing checks' messages as errors, in order.
+func failed(checks ...problem) []error {
+	var errs []error
+	for _, p := range checks {
+		if p.bad {
+			errs = append(errs, errors.New(p.msg))
+		}
+	}
+	return errs
 }

@@ -315,11 +315,11 @@ func TestDistributedFlags(t *testing.T) {
 			"mdag coordinator: --policy \"fifo\": want symphony, clockwork or lazy\nmdag coordinator: --heartbeat 0s: want > 0\n" +
 				"mdag coordinator: --data-plane \"mesh\": want direct or relay\nmdag coordinator: --max-boxes 0: want > 0\n" +
 				"mdag coordinator: --grpc unix-abstract:mdag: an abstract socket has no file permissions (any local user could connect): give unix:/PATH\n" +
-				"5 problems found\nRun 'mdag help coordinator' for its flags.\n"},
+				"5 problems found\nRun 'mdag coordinator -h' for its flags.\n"},
 		{[]string{"worker", "--slowdown", "0", "--emulate", "det", "--peer-store", "0"},
 			"mdag worker: --type is required\n" +
 				"mdag worker: --emulate routes some models of a real executor to the emulated one: it needs --executor onnx or kserve, not emulated\n" +
-				"mdag worker: --slowdown 0: want > 0\nmdag worker: --peer-store 0: want > 0 MiB\n4 problems found\nRun 'mdag help worker' for its flags.\n"},
+				"mdag worker: --slowdown 0: want > 0\nmdag worker: --peer-store 0: want > 0 MiB\n4 problems found\nRun 'mdag worker -h' for its flags.\n"},
 		{[]string{"source", "--streams", "0", "--fps", "0", "--scene", "cats", "--coordinator", "coord.lan:7070"},
 			"mdag source: --app is required\nmdag source: --streams 0: want >= 1\nmdag source: --fps 0: want > 0\n" +
 				"mdag source: --scene \"cats\": want shapes or people\nmdag source: --coordinator coord.lan:7070 is not a loopback address, so gRPC needs mutual TLS"},

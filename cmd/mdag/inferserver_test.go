@@ -410,7 +410,7 @@ func TestInferServerCommand(t *testing.T) {
 			"mdag infer-server: --listen 0.0.0.0:0 is not a loopback address: the Open Inference Protocol port has no authentication, so anyone who can reach it could run the models; " +
 				"keep it on 127.0.0.1 (the worker's shared memory needs one host anyway), or give --open on a trusted network\n" +
 				"mdag infer-server: --executor \"torch\": want onnx or emulated\nmdag infer-server: --grace -1s: want >= 0\n" +
-				"mdag infer-server: --shm-max-regions 1024 and --shm-max-bytes 0: want both > 0\n4 problems found\nRun 'mdag help infer-server' for its flags.\n"},
+				"mdag infer-server: --shm-max-regions 1024 and --shm-max-bytes 0: want both > 0\n4 problems found\nRun 'mdag infer-server -h' for its flags.\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer

@@ -294,7 +294,7 @@ mdag models inspect: -o "xml": want text, yaml or json
 mdag models inspect: --max-batch 0: want 1..1024
 mdag models inspect: --name "a b": letters, digits, _ . and - (starting with a letter or digit)
 4 problems found
-Run 'mdag help models inspect' for its flags.
+Run 'mdag models inspect -h' for its flags.
 `
 	if code != exitInvalid || out.Len() != 0 || errb.String() != want {
 		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant exit 2 and:\n%s", code, out.String(), errb.String(), want)

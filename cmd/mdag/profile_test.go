@@ -391,7 +391,7 @@ mdag profile: --max-rho 2: must be in (0, 1)
 mdag profile: --serf measures a model's intra-op threads; --op runs a CPU op (no --serf)
 mdag profile: --params "[1]": want a YAML mapping such as '{classes: [face]}'
 6 problems found
-Run 'mdag help profile' for its flags.
+Run 'mdag profile -h' for its flags.
 `
 	if code != exitInvalid || out.Len() != 0 || errb.String() != want {
 		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant exit 2 and:\n%s", code, out.String(), errb.String(), want)

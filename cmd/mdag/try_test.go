@@ -193,7 +193,7 @@ mdag try: --executor "tpu": want onnx or kserve
 mdag try: --max-frames 0: must be >= 1
 mdag try: --out x.jpg: want a .png file
 5 problems found
-Run 'mdag help try' for its flags.
+Run 'mdag try -h' for its flags.
 `
 	if code != exitInvalid || out.Len() != 0 || errb.String() != want {
 		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant exit 2 and:\n%s", code, out.String(), errb.String(), want)
