@@ -417,7 +417,7 @@ func (c *profileCmd) registryEntry() (one *registry.Registry, m *registry.Model,
 	}
 	reg, err := registry.Load(c.models)
 	if err != nil {
-		return nil, nil, invalid(err)
+		return nil, nil, problems(err)
 	}
 	if m, err = reg.Get(c.model); err != nil {
 		return nil, nil, invalid(err)
