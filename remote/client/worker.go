@@ -9,26 +9,20 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"runtime"
 	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/gpu"
 	"github.com/mdag/mdag/internal/clock"
-	"github.com/mdag/mdag/internal/defaults"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/modules"
 	"github.com/mdag/mdag/remote/wire"
@@ -104,239 +98,14 @@ const DefaultHealthInterval = time.Second
 // its modules elsewhere; the caller's reconnect registers it again once
 // the probe passes.
 func RunWorker(ctx context.Context, cc *grpc.ClientConn, cfg WorkerConfig) error {
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real{}
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Ops == nil {
-		cfg.Ops = modules.Builtin()
-	}
-	if cfg.GPU == "" {
-		cfg.GPU = "unknown"
-	}
-	kind := "emulated"
-	if cfg.Exec != nil {
-		kind = cfg.Exec.Kind()
-		if len(cfg.Emulate) > 0 {
-			kind += "+emulated"
-		}
-	}
-	c := defaults.Fields{Prefix: "client.WorkerConfig"}
-	c.Duration("HealthInterval", &cfg.HealthInterval, DefaultHealthInterval)
-	c.Duration("HealthTimeout", &cfg.HealthTimeout, 2*time.Second)
-	if cfg.Data != nil && cfg.Data.Store != nil {
-		cfg.Data.Store.check(&c, "Data.Store.")
-	}
-	if err := c.Err(); err != nil {
-		// InvalidArgument: retrying cannot fix it (callers stop on it)
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
-	hp, _ := cfg.Exec.(healthProber)
-	probe := func(ctx context.Context) error {
-		pctx, pcancel := context.WithTimeout(ctx, cfg.HealthTimeout)
-		defer pcancel()
-		if err := hp.Health(pctx); err != nil {
-			return fmt.Errorf("executor %s unhealthy: %w", kind, err)
-		}
-		return nil
-	}
-	if hp != nil {
-		if err := probe(ctx); err != nil {
-			return fmt.Errorf("not registering: %w", err)
-		}
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stream, err := api.NewCoordinatorClient(cc).Connect(ctx)
+	s, err := newWorkerSession(cfg)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return err
 	}
-	dp := cfg.Data
-	if dp == nil {
-		dp = &DataPlane{}
-	}
-	if dp.Addr != "" && dp.Store == nil {
-		dp.Store = &Store{Clock: cfg.Clock}
-	}
-	reg := &api.Register{Id: cfg.ID, Type: cfg.Type, Executor: kind, Cpus: int32(runtime.NumCPU()), Gpu: cfg.GPU, PeerAddr: dp.Addr}
-	if err := stream.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: reg}}); err != nil {
-		if errors.Is(err, io.EOF) {
-			// The coordinator ended the call before it read the
-			// registration (it refused the call: a wrong role, a rate
-			// limit): the status says why, and Recv has it.
-			if _, rerr := stream.Recv(); rerr != nil {
-				err = rerr
-			}
-		}
-		return fmt.Errorf("register: %w", err)
-	}
-	m, err := stream.Recv()
-	if err != nil {
-		return fmt.Errorf("register: %w", err)
-	}
-	ack := m.GetRegistered()
-	if ack == nil {
-		return errors.New("register: the coordinator did not acknowledge")
-	}
-	beat := time.Duration(ack.HeartbeatIntervalNs)
-	if beat <= 0 {
-		beat = wire.DefaultHeartbeat
-	}
-	out := make(chan *api.WorkerMessage, wire.DefaultSendQueue)
-	send := func(m *api.WorkerMessage) {
-		select {
-		case out <- m:
-		case <-ctx.Done():
-		}
-	}
-	direct := ack.Direct && dp.Addr != ""
-	w := worker.NewWorker(cfg.ID, cfg.Type, cfg.Clock, nil, cfg.Ops, func(r worker.Result) {
-		if direct {
-			r = holdOutputs(r, cfg.ID, dp)
-		}
-		send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: wire.ResultToPB(r)}})
+	s.target = cc.Target()
+	return s.run(ctx, func(ctx context.Context) (workerStream, error) {
+		return api.NewCoordinatorClient(cc).Connect(ctx)
 	})
-	defer w.Close()
-	fx := newFetcher(cfg.ID, dp, cfg.Clock)
-	defer fx.close()
-	order := newPending(ctx, w, fx, func(t worker.Task, o worker.Outcome, detail string) {
-		cfg.Log.Warn("task refused before it ran", "task", t.ID, "app", t.App, "module", t.Module, "outcome", o, "detail", detail)
-		send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: wire.ResultToPB(worker.Result{Task: t.ID, Outcome: o, Detail: detail})}})
-	})
-	defer func() {
-		order.wait() // before w.Close: its goroutines submit to w
-		st := fx.stats()
-		args := []any{"fetched", st.fetched, "fetches_failed", st.failed}
-		if dp.Store != nil {
-			ss := dp.Store.Stats()
-			args = append(args, "held", ss.Held, "held_bytes", ss.Bytes, "put", ss.Put, "served", ss.Served, "local", ss.Local,
-				"expired", ss.Expired, "evicted", ss.Evicted, "missing", ss.Missing)
-		}
-		cfg.Log.Info("data plane", args...)
-	}()
-	var em *gpu.Emulated
-	if cfg.Exec == nil || len(cfg.Emulate) > 0 {
-		em = gpu.NewEmulated(cfg.Clock, w.Latency, gpu.WithVariance(cfg.Variance.Derive(cfg.ID)))
-		if cfg.Slowdown > 0 {
-			em.SetSlowdown(cfg.Slowdown)
-		}
-		if cfg.OnEmulated != nil {
-			cfg.OnEmulated(em)
-		}
-	}
-	switch {
-	case cfg.Exec == nil:
-		w.SetExecutor(em)
-	case len(cfg.Emulate) > 0:
-		r := &gpu.Router{By: map[string]gpu.Executor{}, Default: cfg.Exec}
-		for _, m := range cfg.Emulate {
-			r.By[m] = em
-		}
-		w.SetExecutor(r)
-	default:
-		w.SetExecutor(cfg.Exec)
-	}
-	plane := "relay (outputs' frames through the coordinator)"
-	if direct {
-		plane = "direct (outputs' frames held here for peers at " + dp.Addr + ")"
-	}
-	args := []any{"coordinator", cc.Target(), "id", cfg.ID, "type", cfg.Type, "executor", kind, "heartbeat", beat, "data_plane", plane}
-	if em != nil {
-		args = append(args, "variance", cfg.Variance.String())
-	}
-	cfg.Log.Info("registered", args...)
-
-	// Sender and heartbeats: the only goroutine that writes the stream.
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		tick := cfg.Clock.After(beat)
-		for {
-			select {
-			case m := <-out:
-				if err := stream.Send(m); err != nil {
-					cancel(fmt.Errorf("send: %w", err))
-					return
-				}
-			case <-tick:
-				st := w.Stats()
-				hb := &api.Heartbeat{Tasks: st.Tasks, Rejected: st.Rejected, Failed: st.Failed, QueueFull: st.Full, Modules: int32(st.Modules)}
-				if err := stream.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Heartbeat{Heartbeat: hb}}); err != nil {
-					cancel(fmt.Errorf("send: %w", err))
-					return
-				}
-				tick = cfg.Clock.After(beat)
-			case <-ctx.Done():
-				_ = stream.CloseSend()
-				return
-			}
-		}
-	}()
-	defer func() { <-sent }()
-	if hp != nil {
-		probed := make(chan struct{})
-		go func() {
-			defer close(probed)
-			for {
-				select {
-				case <-cfg.Clock.After(cfg.HealthInterval):
-				case <-ctx.Done():
-					return
-				}
-				if err := probe(ctx); err != nil {
-					if ctx.Err() == nil {
-						cfg.Log.Error("leaving the coordinator", "err", err)
-					}
-					cancel(err)
-					return
-				}
-			}
-		}()
-		// the stream may end without ctx: end the prober
-		defer func() { cancel(nil); <-probed }()
-	}
-	var loaded *api.Load // the modules hosted now
-	for {
-		m, err := stream.Recv()
-		if err != nil {
-			if c := context.Cause(ctx); c != nil {
-				return c
-			}
-			return fmt.Errorf("receive: %w", err)
-		}
-		switch m := m.Msg.(type) {
-		case *api.CoordinatorMessage_Load:
-			// The tasks sent before this load reach the modules they
-			// were sent to, those fetching their frames too: the load
-			// waits for the fetches of modules it removes or changes.
-			order.barrier(unchanged(loaded, m.Load))
-			loaded = m.Load
-			reply := &api.LoadReply{Generation: m.Load.Generation}
-			if err := load(w, m.Load); err != nil {
-				reply.Error = err.Error()
-				cfg.Log.Error("load", "err", err)
-			} else {
-				cfg.Log.Info("modules loaded", "generation", m.Load.Generation, "modules", moduleNames(m.Load))
-			}
-			send(&api.WorkerMessage{Msg: &api.WorkerMessage_LoadReply{LoadReply: reply}})
-		case *api.CoordinatorMessage_Task:
-			// Every kind of task (a frame, or a stateful module's export,
-			// checkpoint or import) goes to the worker; one this side
-			// cannot decode (a kind it does not know, too much state, a
-			// bad item) is answered BadTask with the reason.
-			t, err := wire.TaskFromPB(m.Task)
-			if err != nil {
-				cfg.Log.Warn("bad task from the coordinator", "task", m.Task.Id, "err", err)
-				send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: wire.ResultToPB(worker.Result{Task: m.Task.Id, Outcome: worker.BadTask, Detail: err.Error()})}})
-				continue
-			}
-			order.submit(t)
-		default:
-			cfg.Log.Warn("unexpected message from the coordinator", "type", fmt.Sprintf("%T", m))
-		}
-	}
 }
 
 func load(w *worker.Worker, l *api.Load) error {
