@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,97 +19,134 @@ import (
 
 	"gocv.io/x/gocv"
 
-	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/ingest/whip"
 	"github.com/mdag/mdag/internal/clock"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/modules/cv"
 )
 
+const clientSynopsis = "--app APP [--server URL] [--source pattern|FILE|camera:N | --audio FILE.wav|FILE.opus] [flags]"
+
 func runClient(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("client", "--app APP [--server URL] [--source pattern|FILE|camera:N | --audio FILE.wav|FILE.opus] [flags]", stderr)
-	server := fs.String("server", "http://127.0.0.1:8080", "the mdag server (serve or coordinator)")
-	app := fs.String("app", "", "the app to stream into (required)")
-	token := fs.String("token", "", "bearer token (default: $MDAG_TOKEN)")
-	source := fs.String("source", "pattern", "pattern (moving shapes), people (the synthetic people scene: upright people walking in lanes), a video FILE, or camera:N")
-	fps := fs.Float64("fps", 15, "frames per second sent (the server samples to the app's fps)")
-	size := fs.String("size", "640x480", "frame size WxH for the pattern (files and cameras keep theirs)")
-	objects := fs.Int("objects", 3, "objects per pattern frame")
-	clients := fs.Int("clients", 1, "streams to run at once (load tests)")
-	duration := fs.Duration("duration", 10*time.Second, "stop after this long (0: until interrupted or the file ends)")
-	loop := fs.Bool("loop", false, "restart a FILE source at its end")
-	bitrate := fs.Int("bitrate", 1000, "video target bitrate, kbit/s")
-	replay := fs.Int("encode-once", 0, "load tests: encode the source's first N frames once (a key frame every second) and send that clip in a loop on every stream, so encoding does not bound the clients (0: encode each stream's frames)")
-	codec := fs.String("codec", whip.CodecVP8, "video codec to send: vp8 (libvpx) or h264 (x264, constrained baseline)")
-	audio := fs.String("audio", "", "stream this audio FILE as an Opus track instead of video (for apps with media: audio): "+
+	return execute("client", clientSynopsis, new(clientCmd), args, stdout, stderr)
+}
+
+// clientCmd is mdag client's options.
+type clientCmd struct {
+	server, app, token, source, size string
+	codec, audio, out                string
+	fps                              float64
+	objects, clients, bitrate        int
+	replay, audioRate                int
+	duration                         time.Duration
+	loop, verbose                    bool
+}
+
+func (c *clientCmd) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.server, "server", "http://127.0.0.1:8080", "the mdag server (serve or coordinator)")
+	fs.StringVar(&c.app, "app", "", "the app to stream into (required)")
+	fs.StringVar(&c.token, "token", "", "bearer token (default: $MDAG_TOKEN)")
+	fs.StringVar(&c.source, "source", "pattern", "pattern (moving shapes), people (the synthetic people scene: upright people walking in lanes), a video FILE, or camera:N")
+	fs.Float64Var(&c.fps, "fps", 15, "frames per second sent (the server samples to the app's fps)")
+	fs.StringVar(&c.size, "size", "640x480", "frame size WxH for the pattern (files and cameras keep theirs)")
+	fs.IntVar(&c.objects, "objects", 3, "objects per pattern frame")
+	fs.IntVar(&c.clients, "clients", 1, "streams to run at once (load tests)")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "stop after this long (0: until interrupted or the file ends)")
+	fs.BoolVar(&c.loop, "loop", false, "restart a FILE source at its end")
+	fs.IntVar(&c.bitrate, "bitrate", 1000, "video target bitrate, kbit/s")
+	fs.IntVar(&c.replay, "encode-once", 0, "load tests: encode the source's first N frames once (a key frame every second) and send that clip in a loop on every stream, so encoding does not bound the clients (0: encode each stream's frames)")
+	fs.StringVar(&c.codec, "codec", whip.CodecVP8, "video codec to send: vp8 (libvpx) or h264 (x264, constrained baseline)")
+	fs.StringVar(&c.audio, "audio", "", "stream this audio FILE as an Opus track instead of video (for apps with media: audio): "+
 		"a WAV of 16-bit PCM, mono or stereo, any rate (resampled to 48 kHz, encoded at --audio-bitrate), or an Ogg Opus file (.opus, .ogg: its packets sent as they are); --loop repeats it")
-	audioRate := fs.Int("audio-bitrate", 32, "Opus bitrate for a WAV, kbit/s per channel")
-	verbose := fs.Bool("v", false, "print every result")
-	out := fs.String("o", "table", "summary: table or json")
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	fs.IntVar(&c.audioRate, "audio-bitrate", 32, "Opus bitrate for a WAV, kbit/s per channel")
+	fs.BoolVar(&c.verbose, "v", false, "print every result")
+	fs.StringVar(&c.out, "o", "table", "summary: table or json")
+}
+
+func (c *clientCmd) validate(*flag.FlagSet) []error {
+	if c.token == "" {
+		c.token = os.Getenv("MDAG_TOKEN")
 	}
-	switch {
-	case *app == "":
-		fmt.Fprintln(stderr, "mdag client: --app is required")
-		return exitInvalid
-	case *fps <= 0 || *fps > 120:
-		fmt.Fprintf(stderr, "mdag client: --fps %g: want 0 < fps <= 120\n", *fps)
-		return exitInvalid
-	case *clients < 1:
-		fmt.Fprintf(stderr, "mdag client: --clients %d: want >= 1\n", *clients)
-		return exitInvalid
-	case *out != "table" && *out != "json":
-		fmt.Fprintf(stderr, "mdag client: -o %q: want table or json\n", *out)
-		return exitInvalid
-	case !slices.Contains(clientCodecs, *codec):
-		fmt.Fprintf(stderr, "mdag client: --codec %q: want %s\n", *codec, strings.Join(clientCodecs, " or "))
-		return exitInvalid
+	var errs []error
+	if c.app == "" {
+		errs = append(errs, errors.New("--app is required"))
 	}
-	if *token == "" {
-		*token = os.Getenv("MDAG_TOKEN")
+	if c.fps <= 0 || c.fps > 120 {
+		errs = append(errs, fmt.Errorf("--fps %g: want 0 < fps <= 120", c.fps))
 	}
-	if *audio != "" {
-		return runAudioClient(*audio, *audioRate, *clients, *loop, *duration, *verbose, *out,
-			clientOpts{server: *server, app: *app, token: *token}, stdout, stderr)
+	if c.clients < 1 {
+		errs = append(errs, fmt.Errorf("--clients %d: want >= 1", c.clients))
 	}
-	open, err := sourceOpener(*source, *size, *objects, *loop)
+	if c.out != "table" && c.out != "json" {
+		errs = append(errs, fmt.Errorf("-o %q: want table or json", c.out))
+	}
+	if !slices.Contains(clientCodecs, c.codec) {
+		errs = append(errs, fmt.Errorf("--codec %q: want %s", c.codec, strings.Join(clientCodecs, " or ")))
+	}
+	if c.replay < 0 {
+		errs = append(errs, fmt.Errorf("--encode-once %d: want >= 0", c.replay))
+	}
+	if c.audio != "" && (c.audioRate < 6 || c.audioRate > 255) {
+		errs = append(errs, fmt.Errorf("--audio-bitrate %d: want 6..255 kbit/s per channel", c.audioRate))
+	}
+	return errs
+}
+
+func (c *clientCmd) run(env *cmdEnv) error {
+	build := c.video
+	if c.audio != "" {
+		build = c.audioStream
+	}
+	one, err := build()
 	if err != nil {
-		fmt.Fprintf(stderr, "mdag client: --source: %v\n", err)
-		return exitInvalid
+		return err
 	}
-	var clip *encodedClip
-	if *replay < 0 {
-		fmt.Fprintf(stderr, "mdag client: --encode-once %d: want >= 0\n", *replay)
-		return exitInvalid
+	ctx, cancel := runContext(c.duration)
+	defer cancel()
+	sums := c.runAll(ctx, env.stdout, one)
+	return clientReport(sums, c.out, env.stdout)
+}
+
+// streamFunc runs client i's stream until ctx ends (or its source does),
+// handing each result to each, and returns what it saw.
+type streamFunc func(ctx context.Context, i int, each func(whip.Result)) clientSummary
+
+// video prepares the video streams: --source, and with --encode-once the
+// clip every stream sends.
+func (c *clientCmd) video() (streamFunc, error) {
+	open, err := sourceOpener(c.source, c.size, c.objects, c.loop)
+	if err != nil {
+		return nil, invalidf("--source: %v", err)
 	}
-	if *replay > 0 {
-		if clip, err = encodeOnce(open, *replay, whip.ClientConfig{Codec: *codec, FPS: int(*fps + 0.5), BitrateKbps: *bitrate}); err != nil {
-			fmt.Fprintf(stderr, "mdag client: --encode-once: %v\n", err)
-			return exitInvalid
+	o := clientOpts{server: c.server, app: c.app, token: c.token, fps: c.fps, bitrate: c.bitrate, codec: c.codec}
+	if c.replay > 0 {
+		if o.clip, err = encodeOnce(open, c.replay, whip.ClientConfig{Codec: c.codec, FPS: int(c.fps + 0.5), BitrateKbps: c.bitrate}); err != nil {
+			return nil, invalidf("--encode-once: %v", err)
 		}
 	}
-	ctx, cancel := runContext(*duration)
-	defer cancel()
-	sums := make([]clientSummary, *clients)
-	var wg sync.WaitGroup
+	return func(ctx context.Context, i int, each func(whip.Result)) clientSummary {
+		return runOneClient(ctx, i, open, o, each)
+	}, nil
+}
+
+// runAll runs --clients streams at once and returns their summaries;
+// with -v it prints every result as it comes.
+func (c *clientCmd) runAll(ctx context.Context, stdout io.Writer, one streamFunc) []clientSummary {
+	sums := make([]clientSummary, c.clients)
 	var printMu sync.Mutex
-	for i := range *clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sums[i] = runOneClient(ctx, i, open, clientOpts{server: *server, app: *app, token: *token, fps: *fps, bitrate: *bitrate, codec: *codec, clip: clip},
-				func(r whip.Result) {
-					if *verbose {
-						printMu.Lock()
-						writeJSON(stdout, r, false)
-						printMu.Unlock()
-					}
-				})
-		}()
+	each := func(r whip.Result) {
+		if c.verbose {
+			printMu.Lock()
+			writeJSON(stdout, r, false)
+			printMu.Unlock()
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range c.clients {
+		wg.Go(func() { sums[i] = one(ctx, i, each) })
 	}
 	wg.Wait()
-	return clientReport(sums, *out, stdout, stderr)
+	return sums
 }
 
 // clientCodecs are the video codecs mdag client encodes (--codec).
@@ -368,97 +406,4 @@ func writeClientTable(w io.Writer, sums []clientSummary, total clientSummary) {
 	if len(sums) > 1 {
 		row("total", total)
 	}
-}
-
-// frameSource gives frames; Next(stream, seq) returns io.EOF at the end.
-type frameSource interface {
-	Next(stream int, seq uint64) (*media.Frame, error)
-	Close()
-}
-
-// sourceOpener parses --source: each client opens its own source.
-func sourceOpener(spec, size string, objects int, loop bool) (func() (frameSource, error), error) {
-	switch {
-	case spec == "pattern" || spec == "people":
-		scene := "shapes"
-		if spec == "people" {
-			scene = "people"
-		}
-		pat, err := newPattern(size, objects, scene)
-		if err != nil {
-			return nil, err
-		}
-		return func() (frameSource, error) { return patternSource{pat}, nil }, nil
-	case strings.HasPrefix(spec, "camera:"):
-		n, err := strconv.Atoi(strings.TrimPrefix(spec, "camera:"))
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("%q: want camera:N with N >= 0", spec)
-		}
-		return func() (frameSource, error) {
-			vc, err := gocv.OpenVideoCapture(n)
-			if err != nil || !vc.IsOpened() {
-				return nil, fmt.Errorf("camera %d cannot be opened", n)
-			}
-			return &captureSource{vc: vc, name: spec}, nil
-		}, nil
-	default:
-		if _, err := os.Stat(spec); err != nil {
-			return nil, fmt.Errorf("%q is not pattern, camera:N or a readable video file: %v", spec, err)
-		}
-		return func() (frameSource, error) {
-			vc, err := gocv.VideoCaptureFile(spec)
-			if err != nil || !vc.IsOpened() {
-				return nil, fmt.Errorf("%s: OpenCV cannot read it as video", spec)
-			}
-			return &captureSource{vc: vc, name: spec, file: spec, loop: loop}, nil
-		}, nil
-	}
-}
-
-type patternSource struct{ p *synth.Pattern }
-
-func (s patternSource) Next(stream int, seq uint64) (*media.Frame, error) {
-	f, _, err := s.p.Frame(stream, seq)
-	return f, err
-}
-func (patternSource) Close() {}
-
-type captureSource struct {
-	vc   *gocv.VideoCapture
-	name string
-	file string
-	loop bool
-	mat  gocv.Mat
-}
-
-func (s *captureSource) Next(int, uint64) (*media.Frame, error) {
-	if s.mat.Ptr() == nil {
-		s.mat = gocv.NewMat()
-	}
-	if !s.vc.Read(&s.mat) || s.mat.Empty() {
-		if s.file == "" || !s.loop {
-			return nil, io.EOF
-		}
-		s.vc.Close()
-		vc, err := gocv.VideoCaptureFile(s.file)
-		if err != nil {
-			return nil, err
-		}
-		s.vc = vc
-		if !s.vc.Read(&s.mat) || s.mat.Empty() {
-			return nil, fmt.Errorf("%s: no frames", s.name)
-		}
-	}
-	if s.mat.Type() != gocv.MatTypeCV8UC3 {
-		return nil, fmt.Errorf("%s: frames of type %v, want 8-bit BGR", s.name, s.mat.Type())
-	}
-	f := cv.FromMat(s.mat)
-	return f, f.Valid()
-}
-
-func (s *captureSource) Close() {
-	if s.mat.Ptr() != nil {
-		s.mat.Close()
-	}
-	s.vc.Close()
 }

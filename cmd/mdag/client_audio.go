@@ -74,39 +74,18 @@ func loadAudio(path string) (*audioClip, error) {
 	return nil, fmt.Errorf("%s: neither a WAV (RIFF) nor an Ogg Opus (OggS) file", path)
 }
 
-// runAudioClient is `mdag client --audio FILE`: clients streams of the
-// file, each paced in real time, with the video client's summary (sent:
-// Opus packets; ingested: the chunks the server handed to the session).
-func runAudioClient(path string, kbps, clients int, loop bool, duration time.Duration, verbose bool, out string, o clientOpts, stdout, stderr io.Writer) int {
-	clip, err := loadAudio(path)
+// audioStream prepares `mdag client --audio FILE`: each stream sends the
+// file, paced in real time, with the video client's summary (sent: Opus
+// packets; ingested: the chunks the server handed to the session).
+func (c *clientCmd) audioStream() (streamFunc, error) {
+	clip, err := loadAudio(c.audio)
 	if err != nil {
-		fmt.Fprintf(stderr, "mdag client: --audio: %v\n", err)
-		return exitInvalid
+		return nil, invalidf("--audio: %v", err)
 	}
-	if kbps < 6 || kbps > 255 {
-		fmt.Fprintf(stderr, "mdag client: --audio-bitrate %d: want 6..255 kbit/s per channel\n", kbps)
-		return exitInvalid
-	}
-	ctx, cancel := runContext(duration)
-	defer cancel()
-	sums := make([]clientSummary, clients)
-	var wg sync.WaitGroup
-	var printMu sync.Mutex
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sums[i] = runOneAudioClient(ctx, clip, kbps*1000*clip.channels, loop, o, func(r whip.Result) {
-				if verbose {
-					printMu.Lock()
-					writeJSON(stdout, r, false)
-					printMu.Unlock()
-				}
-			})
-		}()
-	}
-	wg.Wait()
-	return clientReport(sums, out, stdout, stderr)
+	o := clientOpts{server: c.server, app: c.app, token: c.token}
+	return func(ctx context.Context, _ int, each func(whip.Result)) clientSummary {
+		return runOneAudioClient(ctx, clip, c.audioRate*1000*clip.channels, c.loop, o, each)
+	}, nil
 }
 
 func runOneAudioClient(ctx context.Context, clip *audioClip, bitrate int, loop bool, o clientOpts, each func(whip.Result)) clientSummary {
@@ -163,29 +142,29 @@ func runOneAudioClient(ctx context.Context, clip *audioClip, bitrate int, loop b
 	return finishClient(p, o, &sum, &mu)
 }
 
-// clientReport prints the clients' summary (table or JSON) and returns the
-// exit status.
-func clientReport(sums []clientSummary, out string, stdout, stderr io.Writer) int {
+// clientReport prints the clients' summary (table or JSON); the error
+// ends the command: exit 1 when no stream sent anything (the table says
+// why), exitEnded naming the streams the server ended.
+func clientReport(sums []clientSummary, out string, stdout io.Writer) error {
 	total := sumClients(sums)
 	if out == "json" {
 		writeJSON(stdout, map[string]any{"clients": sums, "total": total}, true)
 	} else {
 		writeClientTable(stdout, sums, total)
 	}
-	ended := 0
+	var ended []error
 	for _, s := range sums {
 		if s.Ended != "" {
-			ended++
-			fmt.Fprintf(stderr, "mdag client: stream %s: %s\n", s.Stream, s.Ended)
+			ended = append(ended, fmt.Errorf("stream %s: %s", s.Stream, s.Ended))
 		}
 	}
-	if total.Errors > 0 && total.Sent == 0 {
-		return exitFailure
+	switch {
+	case total.Errors > 0 && total.Sent == 0:
+		return exitWith(exitFailure, errors.Join(ended...))
+	case len(ended) > 0:
+		return exitWith(exitEnded, errors.Join(ended...))
 	}
-	if ended > 0 {
-		return exitEnded
-	}
-	return exitOK
+	return nil
 }
 
 // countResult counts each result into sum (under mu), notes its frame

@@ -138,6 +138,24 @@ func TestClientServe(t *testing.T) {
 	srv.stop(t)
 }
 
+// TestClientFlags: client reports every problem with its flags at once,
+// counted, before it connects (exit 2).
+func TestClientFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(strings.Fields("client --fps 0 --clients 0 -o yaml --codec vp9 --encode-once -1 --audio x.wav --audio-bitrate 3"), &out, &errb)
+	want := "mdag client: --app is required\n" +
+		"mdag client: --fps 0: want 0 < fps <= 120\n" +
+		"mdag client: --clients 0: want >= 1\n" +
+		"mdag client: -o \"yaml\": want table or json\n" +
+		"mdag client: --codec \"vp9\": want vp8 or h264\n" +
+		"mdag client: --encode-once -1: want >= 0\n" +
+		"mdag client: --audio-bitrate 3: want 6..255 kbit/s per channel\n" +
+		"7 problems found\nRun 'mdag help client' for its flags.\n"
+	if code != exitInvalid || errb.String() != want || out.Len() > 0 {
+		t.Errorf("exit %d, stdout %q, stderr\n%s\nwant exit %d, stderr\n%s", code, out.String(), errb.String(), exitInvalid, want)
+	}
+}
+
 // TestServeOpenRefused: an open WHIP endpoint on a non-loopback address
 // needs --open or a token file.
 func TestServeOpenRefused(t *testing.T) {

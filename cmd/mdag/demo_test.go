@@ -319,3 +319,18 @@ func TestDemoVarianceFlag(t *testing.T) {
 		t.Errorf("demo -h does not show --variance defaulting to realistic:\n%s", h)
 	}
 }
+
+// TestDemoFlags: demo reports every problem with its flags at once,
+// counted, before anything starts (exit 2).
+func TestDemoFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(strings.Fields("demo --app audio --listen 0.0.0.0:8080 --step 0s --warm 1001"), &out, &errb)
+	want := "mdag demo: --listen 0.0.0.0:8080: the demo's ingest is open, so it listens on loopback only (use mdag serve --token-file for more)\n" +
+		"mdag demo: --step 0s: want > 0\n" +
+		"mdag demo: --app \"audio\": want one of actdet, caption, face, pose, tracker, traffic, face-live, text-reader (the audio app takes audio; the demo's clients send video)\n" +
+		"mdag demo: --warm 1001: want 0 to 1000\n" +
+		"4 problems found\nRun 'mdag help demo' for its flags.\n"
+	if code != exitInvalid || errb.String() != want || out.Len() > 0 {
+		t.Errorf("exit %d, stdout %q, stderr\n%s\nwant exit %d, stderr\n%s", code, out.String(), errb.String(), exitInvalid, want)
+	}
+}

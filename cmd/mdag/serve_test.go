@@ -89,6 +89,38 @@ func TestServeSynthetic(t *testing.T) {
 	}
 }
 
+// TestServeFlags: serve and status report every problem with their flags
+// at once, counted, before anything starts (exit 2).
+func TestServeFlags(t *testing.T) {
+	for _, tc := range []struct{ args, want string }{
+		{"serve --example traffic -f app.yaml --headroom 0.5 --executor onnx --variance exact --slots 2 --workers V100 --policy fifo --objects x --objects-every 0s --size 10x",
+			"mdag serve: give --example or -f/-p, not both\n" +
+				"mdag serve: --headroom 0.5: want a number >= 1\n" +
+				"mdag serve: --variance changes the emulated executor's times; --executor onnx runs real ones\n" +
+				"mdag serve: --slots need --executor kserve\n" +
+				"mdag serve: --workers: \"V100\": want TYPE=N with N >= 0\n" +
+				"mdag serve: --policy \"fifo\": want symphony, clockwork or lazy\n" +
+				"mdag serve: --objects \"x\": want a count >= 0 or a comma-separated list of them\n" +
+				"mdag serve: --objects-every 0s: want > 0\n" +
+				"mdag serve: --size: \"10x\": want WxH, e.g. 640x480\n" +
+				"9 problems found\nRun 'mdag help serve' for its flags.\n"},
+		{"serve --executor foo --scene trees",
+			"mdag serve: need -f app.yaml and -p profiles.yaml, or --example NAME\n" +
+				"mdag serve: --executor \"foo\": want emulated, onnx or kserve\n" +
+				"mdag serve: --scene \"trees\": want shapes or people\n" +
+				"3 problems found\nRun 'mdag help serve' for its flags.\n"},
+		{"status -o yaml --server ftp://x",
+			"mdag status: -o \"yaml\": want table or json\n" +
+				"mdag status: --server \"ftp://x\": scheme \"ftp\": want host:port (http:// is assumed) or an http:// or https:// URL, e.g. 127.0.0.1:8080\n" +
+				"2 problems found\nRun 'mdag help status' for its flags.\n"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(strings.Fields(tc.args), &out, &errb); code != exitInvalid || errb.String() != tc.want || out.Len() > 0 {
+			t.Errorf("%s: exit %d, stdout %q, stderr\n%s\nwant exit %d, stderr\n%s", tc.args, code, out.String(), errb.String(), exitInvalid, tc.want)
+		}
+	}
+}
+
 func TestStatusCommand(t *testing.T) {
 	e := newEngine(t, coordinator.Config{MILPSolver: milp.Solver{}})
 	e.Start()
