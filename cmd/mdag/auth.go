@@ -46,13 +46,13 @@ func (af *authFlags) hosts() []string {
 }
 
 // load reads --tokens (nil without one) and says how the API is guarded.
-func (af *authFlags) load(cmd string, log *slog.Logger) (*auth.Store, error) {
+func (af *authFlags) load(log *slog.Logger) (*auth.Store, error) {
 	if *af.tokens == "" {
 		return nil, nil
 	}
 	s, err := auth.Load(*af.tokens)
 	if err != nil {
-		return nil, fmt.Errorf("mdag %s: --tokens: %w", cmd, err)
+		return nil, fmt.Errorf("--tokens: %w", err)
 	}
 	log.Info("HTTP API requires an api bearer token; WHIP an ingest token for its app", "tokens_file", *af.tokens,
 		"api_tokens", s.Count(auth.API), "ingest_tokens", s.Count(auth.Ingest))
@@ -68,13 +68,13 @@ func (af *authFlags) load(cmd string, log *slog.Logger) (*auth.Store, error) {
 // WHIP and no --open to say the operator means it); the full build's WHIP
 // flags already refuse it unless --open or --token-file, which leave the
 // API open: said loudly.
-func guardListen(cmd, listen string, s *auth.Store, log *slog.Logger) error {
+func guardListen(listen string, s *auth.Store, log *slog.Logger) error {
 	if s != nil || loopback(listen) {
 		return nil
 	}
 	if buildName == "lean" {
-		return fmt.Errorf("mdag %s: --listen %s is not a loopback address and no --tokens is given: anyone who can reach it could read "+
-			"/v1/status, the dashboard, /metrics and camera thumbnails; give --tokens FILE (mdag token new), or keep --listen on 127.0.0.1", cmd, listen)
+		return fmt.Errorf("--listen %s is not a loopback address and no --tokens is given: anyone who can reach it could read "+
+			"/v1/status, the dashboard, /metrics and camera thumbnails; give --tokens FILE (mdag token new), or keep --listen on 127.0.0.1", listen)
 	}
 	log.Warn("the HTTP API (status, dashboard, /metrics) is open on a non-loopback --listen: give --tokens to require an api token", "listen", listen)
 	return nil

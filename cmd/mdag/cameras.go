@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -85,8 +86,8 @@ type cameraRun struct {
 // start reads the flags' cameras into the WHIP server of obs (the ingest
 // server: every camera is a stream of app like a WHIP one). Call it after
 // the server is up; Stop before the server closes.
-func (cf *cameraFlags) start(cmd string, app *dag.App, obs *observed, log *slog.Logger) (*cameraRun, error) {
-	run, err := cf.startOn(cmd, string(app.Name), obs.ws, log)
+func (cf *cameraFlags) start(app *dag.App, obs *observed, log *slog.Logger) (*cameraRun, error) {
+	run, err := cf.startOn(string(app.Name), obs.ws, log)
 	if run != nil {
 		obs.mx.SetCameras(func() []metrics.Camera {
 			st := run.Status()
@@ -102,7 +103,7 @@ func (cf *cameraFlags) start(cmd string, app *dag.App, obs *observed, log *slog.
 
 // startOn reads the flags' cameras into server, which must be an
 // ingest.Feeds.
-func (cf *cameraFlags) startOn(cmd, app string, server any, log *slog.Logger) (*cameraRun, error) {
+func (cf *cameraFlags) startOn(app string, server any, log *slog.Logger) (*cameraRun, error) {
 	cams, err := cf.list(app)
 	if err != nil {
 		return nil, err // file:line or the camera's name says where
@@ -112,11 +113,11 @@ func (cf *cameraFlags) startOn(cmd, app string, server any, log *slog.Logger) (*
 	}
 	feeds, ok := server.(ingest.Feeds)
 	if !ok {
-		return nil, fmt.Errorf("mdag %s: --camera: this build's ingest server takes no camera feeds", cmd)
+		return nil, errors.New("--camera: this build's ingest server takes no camera feeds")
 	}
 	m, err := rtsp.Start(context.Background(), cams, feeds, rtsp.Options{Log: log})
 	if err != nil {
-		return nil, fmt.Errorf("mdag %s: %w", cmd, err)
+		return nil, fmt.Errorf("%w", err)
 	}
 	if ws, ok := server.(*whip.Server); ok {
 		ws.SetCameras(func() []ingest.Camera { return ingestCameras(m.Status()) })
@@ -149,7 +150,7 @@ func (cf *cameraFlags) runSource(ctx context.Context, app string, fps float64, c
 		fmt.Fprintf(stderr, "mdag source: %v\n", err)
 		return exitInvalid, true
 	}
-	run, err := cf.startOn("source", app, srv, log)
+	run, err := cf.startOn(app, srv, log)
 	if err != nil {
 		srv.Close()
 		printErrors(stderr, err)

@@ -43,9 +43,9 @@ func (f refusedCameraFlag) Set(string) error {
 // cameraRun is no cameras.
 type cameraRun struct{}
 
-func (cf *cameraFlags) start(cmd string, _ *dag.App, _ *observed, _ *slog.Logger) (*cameraRun, error) {
+func (cf *cameraFlags) start(_ *dag.App, _ *observed, _ *slog.Logger) (*cameraRun, error) {
 	if *cf.given {
-		return nil, fmt.Errorf("mdag %s: %w", cmd, errNoCameras)
+		return nil, fmt.Errorf("%w", errNoCameras)
 	}
 	return nil, nil
 }

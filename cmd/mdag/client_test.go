@@ -150,7 +150,7 @@ func TestClientFlags(t *testing.T) {
 		"mdag client: --codec \"vp9\": want vp8 or h264\n" +
 		"mdag client: --encode-once -1: want >= 0\n" +
 		"mdag client: --audio-bitrate 3: want 6..255 kbit/s per channel\n" +
-		"7 problems found\nRun 'mdag help client' for its flags.\n"
+		"7 problems found\nRun 'mdag client -h' for its flags.\n"
 	if code != exitInvalid || errb.String() != want || out.Len() > 0 {
 		t.Errorf("exit %d, stdout %q, stderr\n%s\nwant exit %d, stderr\n%s", code, out.String(), errb.String(), exitInvalid, want)
 	}

@@ -139,9 +139,9 @@ func (c *coordinatorCmd) run(env *cmdEnv) error {
 // the gRPC port and the cameras. td stops them.
 func (c *coordinatorCmd) build(env *cmdEnv, td *teardown) (*coordination, error) {
 	co := &coordination{log: newLogger(env.stderr, c.verbose)}
-	app, prof, err := serveInputs("coordinator", c.file, c.profiles, c.example)
+	app, prof, err := serveInputs(c.file, c.profiles, c.example)
 	if err != nil {
-		return nil, invalid(unprefixed("coordinator", err))
+		return nil, invalid(err)
 	}
 	co.app = app
 	if co.tm, err = c.tls.material(pki.Coordinator, "--grpc", c.grpc, co.log); err != nil {
@@ -156,8 +156,8 @@ func (c *coordinatorCmd) build(env *cmdEnv, td *teardown) (*coordination, error)
 	if err := c.serve(co, td); err != nil {
 		return nil, err
 	}
-	if co.cams, err = c.cameras.start("coordinator", app, co.obs, co.log); err != nil {
-		return nil, invalid(unprefixed("coordinator", err))
+	if co.cams, err = c.cameras.start(app, co.obs, co.log); err != nil {
+		return nil, invalid(err)
 	}
 	td.add(co.cams.Stop) // before the WHIP server closes
 	return co, nil
@@ -172,11 +172,11 @@ func (c *coordinatorCmd) startEngine(co *coordination, prof *profile.File, td *t
 		Warmup: c.warmup, Checkpoint: checkpointFlag(c.checkpoint)}
 	kp, err := c.kube.provisioner(&cfg, co.log)
 	if err != nil {
-		return invalid(unprefixed("coordinator", err))
+		return invalid(err)
 	}
-	closeState, err := openState("coordinator", *c.state, &cfg, co.log)
+	closeState, err := openState(*c.state, &cfg, co.log)
 	if err != nil {
-		return unprefixed("coordinator", err)
+		return err
 	}
 	td.add(closeState) // after the engine's last save
 	if co.obs, err = startObserved(cfg, nil, co.app, prof); err != nil {
@@ -203,16 +203,16 @@ func (c *coordinatorCmd) startAPI(co *coordination, td *teardown) error {
 	obs := co.obs
 	obs.hosts = c.auth.hosts()
 	var err error
-	if obs.auth, err = c.auth.load("coordinator", co.log); err != nil {
-		return invalid(unprefixed("coordinator", err))
+	if obs.auth, err = c.auth.load(co.log); err != nil {
+		return invalid(err)
 	}
-	closeWhip, err := c.whip.attach("coordinator", c.listen, co.app, obs, co.log)
+	closeWhip, err := c.whip.attach(c.listen, co.app, obs, co.log)
 	if err != nil {
-		return invalid(unprefixed("coordinator", err))
+		return invalid(err)
 	}
 	td.add(closeWhip)
-	if err := guardListen("coordinator", c.listen, obs.auth, co.log); err != nil {
-		return invalid(unprefixed("coordinator", err))
+	if err := guardListen(c.listen, obs.auth, co.log); err != nil {
+		return invalid(err)
 	}
 	metricsAddr, ms, err := obs.serveMetrics(*c.auth.metricsListen)
 	if err != nil {

@@ -57,8 +57,8 @@ func (c *demoCmd) validate(*flag.FlagSet) []error {
 		errs = append(errs, fmt.Errorf("--step %v: want > 0", c.step))
 	}
 	if _, ok := realDemos[c.app]; ok {
-		if err := c.variance.only("demo", "--app "+c.app); err != nil {
-			errs = append(errs, unprefixed("demo", err))
+		if err := c.variance.only("--app "+c.app); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if _, ok := emulatedDemos[c.app]; !ok && realDemos[c.app].models == "" {

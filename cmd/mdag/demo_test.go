@@ -329,7 +329,7 @@ func TestDemoFlags(t *testing.T) {
 		"mdag demo: --step 0s: want > 0\n" +
 		"mdag demo: --app \"audio\": want one of actdet, caption, face, pose, tracker, traffic, face-live, text-reader (the audio app takes audio; the demo's clients send video)\n" +
 		"mdag demo: --warm 1001: want 0 to 1000\n" +
-		"4 problems found\nRun 'mdag help demo' for its flags.\n"
+		"4 problems found\nRun 'mdag demo -h' for its flags.\n"
 	if code != exitInvalid || errb.String() != want || out.Len() > 0 {
 		t.Errorf("exit %d, stdout %q, stderr\n%s\nwant exit %d, stderr\n%s", code, out.String(), errb.String(), exitInvalid, want)
 	}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -73,29 +72,3 @@ func (t *teardown) run() {
 	}
 	*t = nil
 }
-
-// unprefixed is an error of a helper shared with commands not yet in the
-// one shape, which still begins its lines with "mdag NAME: " (for callers
-// that print it as it is), without that: execute names the command. It
-// keeps err's chain and exit code.
-func unprefixed(name string, err error) error {
-	p := "mdag " + name + ": "
-	if err == nil || !strings.Contains(err.Error(), p) {
-		return err
-	}
-	lines := strings.Split(err.Error(), "\n")
-	for i, l := range lines {
-		lines[i] = strings.TrimPrefix(l, p)
-	}
-	return &renamedError{strings.Join(lines, "\n"), err}
-}
-
-// renamedError is err said as msg.
-type renamedError struct {
-	msg string
-	err error
-}
-
-func (e *renamedError) Error() string { return e.msg }
-
-func (e *renamedError) Unwrap() error { return e.err }

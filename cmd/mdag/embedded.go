@@ -115,16 +115,16 @@ func (r *embedded) serveAPI(name string, a *apiFlags) error {
 	warnNoState(*a.stateDir, r.log)
 	obs.hosts = a.af.hosts()
 	var err error
-	if obs.auth, err = a.af.load(name, r.log); err != nil {
-		return invalid(unprefixed(name, err))
+	if obs.auth, err = a.af.load(r.log); err != nil {
+		return invalid(err)
 	}
-	closeWhip, err := a.wf.attach(name, a.listen, r.app, obs, r.log)
+	closeWhip, err := a.wf.attach(a.listen, r.app, obs, r.log)
 	if err != nil {
-		return invalid(unprefixed(name, err))
+		return invalid(err)
 	}
 	r.onClose(closeWhip)
-	if err := guardListen(name, a.listen, obs.auth, r.log); err != nil {
-		return invalid(unprefixed(name, err))
+	if err := guardListen(a.listen, obs.auth, r.log); err != nil {
+		return invalid(err)
 	}
 	addr, ms, err := obs.serveMetrics(*a.af.metricsListen)
 	if err != nil {
@@ -135,19 +135,6 @@ func (r *embedded) serveAPI(name string, a *apiFlags) error {
 		r.log.Info("serving /metrics without a token", "metrics_listen", "http://"+addr+"/metrics")
 	}
 	return r.listen(a.listen)
-}
-
-// unprefixed is err without the "mdag NAME: " that helpers written before
-// the commands' one shape (auth.go, whip.go, state.go, cameras.go,
-// variance.go) start their errors with: execute adds it.
-func unprefixed(name string, err error) error {
-	prefix := "mdag " + name + ": "
-	msg := err.Error()
-	trimmed := strings.ReplaceAll(strings.TrimPrefix(msg, prefix), "\n"+prefix, "\n")
-	if trimmed == msg {
-		return err
-	}
-	return errors.New(trimmed)
 }
 
 // appInputs are -f, -p and --example: the app a command runs and its
@@ -192,10 +179,10 @@ func (in appInputs) load() (*dag.App, *profile.File, error) {
 
 // serveInputs checks and loads -f, -p and --example for commands that
 // report the flags' problems themselves (prefixed with "mdag CMD: ").
-func serveInputs(cmd, file, profiles, example string) (*dag.App, *profile.File, error) {
+func serveInputs(file, profiles, example string) (*dag.App, *profile.File, error) {
 	in := appInputs{file, profiles, example}
 	if err := in.problem(); err != nil {
-		return nil, nil, fmt.Errorf("mdag %s: %w", cmd, err)
+		return nil, nil, fmt.Errorf("%w", err)
 	}
 	return in.load()
 }

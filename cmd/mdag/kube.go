@@ -84,20 +84,20 @@ func (k *kubeFlags) provisioner(cfg *coordinator.Config, log *slog.Logger) (kube
 	case "", "none":
 		for _, f := range []struct{ name, v string }{{"namespace", *k.namespace}, {"kubeconfig", *k.kubeconfig}, {"max-workers", *k.maxWorkers}, {"provisioner-issuer", *k.issuer}} {
 			if f.v != "" {
-				return nil, fmt.Errorf("mdag coordinator: --%s needs --provisioner kubernetes", f.name)
+				return nil, fmt.Errorf("--%s needs --provisioner kubernetes", f.name)
 			}
 		}
 		return nil, nil
 	case "kubernetes":
 	default:
-		return nil, fmt.Errorf("mdag coordinator: --provisioner %q: want none or kubernetes", *k.kind)
+		return nil, fmt.Errorf("--provisioner %q: want none or kubernetes", *k.kind)
 	}
 	if *k.startTimeout <= 0 {
-		return nil, fmt.Errorf("mdag coordinator: --start-timeout %v: want > 0", *k.startTimeout)
+		return nil, fmt.Errorf("--start-timeout %v: want > 0", *k.startTimeout)
 	}
 	limits, err := parseMaxWorkers(*k.maxWorkers)
 	if err != nil {
-		return nil, fmt.Errorf("mdag coordinator: --max-workers %q: %w", *k.maxWorkers, err)
+		return nil, fmt.Errorf("--max-workers %q: %w", *k.maxWorkers, err)
 	}
 	ns := *k.namespace
 	if ns == "" {
@@ -107,7 +107,7 @@ func (k *kubeFlags) provisioner(cfg *coordinator.Config, log *slog.Logger) (kube
 		}
 	}
 	if *k.certValid <= 0 {
-		return nil, fmt.Errorf("mdag coordinator: --provisioner-cert-valid %v: want > 0", *k.certValid)
+		return nil, fmt.Errorf("--provisioner-cert-valid %v: want > 0", *k.certValid)
 	}
 	opts := kubeOptions{namespace: ns, kubeconfig: *k.kubeconfig, limits: limits, certValid: *k.certValid}
 	if *k.issuer != "" {
@@ -132,7 +132,7 @@ func (k *kubeFlags) provisioner(cfg *coordinator.Config, log *slog.Logger) (kube
 // else --tls-dir's coordinator.pem) to the ca.pem the pods get.
 func (k *kubeFlags) loadIssuer(dir string, log *slog.Logger) (*pki.CA, []byte, error) {
 	fail := func(format string, args ...any) (*pki.CA, []byte, error) {
-		return nil, nil, fmt.Errorf("mdag coordinator: --provisioner-issuer %s: "+format, append([]any{dir}, args...)...)
+		return nil, nil, fmt.Errorf("--provisioner-issuer %s: "+format, append([]any{dir}, args...)...)
 	}
 	caPath, keyPath := filepath.Join(dir, pki.CAFile), filepath.Join(dir, pki.CAKeyFile)
 	caPEM, err := os.ReadFile(caPath)

@@ -27,11 +27,11 @@ func newKubeProvisioner(o kubeOptions, log *slog.Logger) (kubeProvisioner, error
 		rc, err = rest.InClusterConfig()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("mdag coordinator: kubernetes client config (--kubeconfig %q): %w", o.kubeconfig, err)
+		return nil, fmt.Errorf("kubernetes client config (--kubeconfig %q): %w", o.kubeconfig, err)
 	}
 	cs, err := kube.NewClient(rc)
 	if err != nil {
-		return nil, fmt.Errorf("mdag coordinator: %w", err)
+		return nil, fmt.Errorf("%w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -41,7 +41,7 @@ func newKubeProvisioner(o kubeOptions, log *slog.Logger) (kubeProvisioner, error
 	}
 	p, err := kube.New(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("mdag coordinator: %w", err)
+		return nil, fmt.Errorf("%w", err)
 	}
 	return kubeProv{p}, nil
 }

@@ -10,5 +10,5 @@ import (
 // newKubeProvisioner: the lean build carries no Kubernetes client (it is
 // what a GPU machine runs, and client-go would double its size).
 func newKubeProvisioner(kubeOptions, *slog.Logger) (kubeProvisioner, error) {
-	return nil, errors.New("mdag coordinator: --provisioner kubernetes is in the full build (bin/mdag: make build); the lean build (bin/mdag-lean) has no Kubernetes client")
+	return nil, errors.New("--provisioner kubernetes is in the full build (bin/mdag: make build); the lean build (bin/mdag-lean) has no Kubernetes client")
 }

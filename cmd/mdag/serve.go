@@ -91,8 +91,8 @@ func (c *serveCmd) validate(fs *flag.FlagSet) []error {
 func (c *serveCmd) executorProblems(fs *flag.FlagSet) []error {
 	var errs []error
 	if c.executor != "emulated" {
-		if err := c.variance.only("serve", "--executor "+c.executor); err != nil {
-			errs = append(errs, unprefixed("serve", err))
+		if err := c.variance.only("--executor "+c.executor); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if !slices.Contains([]string{"emulated", "onnx", "kserve"}, c.executor) {
@@ -178,9 +178,9 @@ func (c *serveCmd) start(env *cmdEnv, s *serving, prof *profile.File) error {
 	if err != nil {
 		return err
 	}
-	closeState, err := openState("serve", *c.api.stateDir, &cfg, s.log)
+	closeState, err := openState(*c.api.stateDir, &cfg, s.log)
 	if err != nil {
-		return unprefixed("serve", err)
+		return err
 	}
 	s.onClose(closeState) // after the engine's last save
 	if err := s.startEngine(cfg, limits, prof, c.variance.v); err != nil {
@@ -190,8 +190,8 @@ func (c *serveCmd) start(env *cmdEnv, s *serving, prof *profile.File) error {
 		return err
 	}
 	c.logServing(s, note)
-	if s.cams, err = c.api.cf.start("serve", s.app, s.obs, s.log); err != nil {
-		return invalid(unprefixed("serve", err))
+	if s.cams, err = c.api.cf.start(s.app, s.obs, s.log); err != nil {
+		return invalid(err)
 	}
 	s.onClose(s.cams.Stop) // before the WHIP server closes
 	return nil

@@ -103,16 +103,16 @@ func TestServeFlags(t *testing.T) {
 				"mdag serve: --objects \"x\": want a count >= 0 or a comma-separated list of them\n" +
 				"mdag serve: --objects-every 0s: want > 0\n" +
 				"mdag serve: --size: \"10x\": want WxH, e.g. 640x480\n" +
-				"9 problems found\nRun 'mdag help serve' for its flags.\n"},
+				"9 problems found\nRun 'mdag serve -h' for its flags.\n"},
 		{"serve --executor foo --scene trees",
 			"mdag serve: need -f app.yaml and -p profiles.yaml, or --example NAME\n" +
 				"mdag serve: --executor \"foo\": want emulated, onnx or kserve\n" +
 				"mdag serve: --scene \"trees\": want shapes or people\n" +
-				"3 problems found\nRun 'mdag help serve' for its flags.\n"},
+				"3 problems found\nRun 'mdag serve -h' for its flags.\n"},
 		{"status -o yaml --server ftp://x",
 			"mdag status: -o \"yaml\": want table or json\n" +
 				"mdag status: --server \"ftp://x\": scheme \"ftp\": want host:port (http:// is assumed) or an http:// or https:// URL, e.g. 127.0.0.1:8080\n" +
-				"2 problems found\nRun 'mdag help status' for its flags.\n"},
+				"2 problems found\nRun 'mdag status -h' for its flags.\n"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(strings.Fields(tc.args), &out, &errb); code != exitInvalid || errb.String() != tc.want || out.Len() > 0 {

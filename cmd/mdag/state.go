@@ -17,19 +17,19 @@ func addStateFlag(fs *flag.FlagSet) *string { return fs.String("state", "", stat
 // openState opens the state store in dir and puts it in cfg; it returns
 // what closes it (after the engine). With no dir there is none (call
 // warnNoState once the engine runs).
-func openState(cmd, dir string, cfg *coordinator.Config, log *slog.Logger) (func(), error) {
+func openState(dir string, cfg *coordinator.Config, log *slog.Logger) (func(), error) {
 	if dir == "" {
 		return func() {}, nil
 	}
 	b, err := store.Open(dir)
 	if err != nil {
-		return nil, fmt.Errorf("mdag %s: --state: %w", cmd, err)
+		return nil, fmt.Errorf("--state: %w", err)
 	}
 	// read it now: a state that cannot be restored stops the start here
 	// (exit 1), with the path and how to move it aside
 	if _, err := b.Load(); err != nil {
 		_ = b.Close()
-		return nil, fmt.Errorf("mdag %s: --state: %w", cmd, err)
+		return nil, fmt.Errorf("--state: %w", err)
 	}
 	cfg.Store = b
 	log.Info("coordinator state", "path", b.Path(), "save_every", "200ms")

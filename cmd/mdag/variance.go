@@ -44,9 +44,9 @@ var realisticWords = func() string {
 
 // only refuses a --variance given with an executor that is not emulated:
 // real executors vary by themselves.
-func (f *varianceFlag) only(cmd, executor string) error {
+func (f *varianceFlag) only(executor string) error {
 	if f.set {
-		return fmt.Errorf("mdag %s: --variance changes the emulated executor's times; %s runs real ones", cmd, executor)
+		return fmt.Errorf("--variance changes the emulated executor's times; %s runs real ones", executor)
 	}
 	return nil
 }

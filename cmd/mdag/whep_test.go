@@ -59,7 +59,7 @@ func TestWhepServe(t *testing.T) {
 	if err := fs.Parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	closeWhip, err := wf.attach("serve", "127.0.0.1:0", app, obs, log)
+	closeWhip, err := wf.attach("127.0.0.1:0", app, obs, log)
 	if err != nil {
 		t.Fatal(err)
 	}

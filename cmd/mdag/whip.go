@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -108,7 +109,7 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 
 // server builds the WHIP server for app on e, refusing an open server on a
 // non-loopback address unless --open. It says at startup how it is secured.
-func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, store *auth.Store, log *slog.Logger) (*whip.Server, error) {
+func (wf *whipFlags) server(listen string, app *dag.App, sink whip.Sink, store *auth.Store, log *slog.Logger) (*whip.Server, error) {
 	cfg := whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Media: map[dag.AppID]dag.Media{app.Name: app.Media}, Scale: scaler, MaxStreams: *wf.maxStreams, Auth: store,
 		OfferRates: auth.Rates{PerClient: *wf.ipRate, PerClientBurst: *wf.ipBurst, Global: *wf.offerRate, GlobalBurst: *wf.offerBurst},
 		MaxPending: *wf.maxPending, ConnectTimeout: *wf.connect, CPUCores: *wf.cores, CPUCeiling: *wf.ceiling,
@@ -116,7 +117,7 @@ func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, st
 		AllowOrigins: *wf.origins, Log: log}
 	codecs, err := whip.ParseCodecs(*wf.codecs)
 	if err != nil {
-		return nil, fmt.Errorf("mdag %s: --codecs: %w", cmd, err)
+		return nil, fmt.Errorf("--codecs: %w", err)
 	}
 	cfg.Codecs = codecs
 	switch *wf.objects {
@@ -124,32 +125,32 @@ func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, st
 		cfg.Objects = motionObjects
 	case "none":
 	default:
-		return nil, fmt.Errorf("mdag %s: --emulate-objects %q: want motion or none", cmd, *wf.objects)
+		return nil, fmt.Errorf("--emulate-objects %q: want motion or none", *wf.objects)
 	}
 	if *wf.maxStreams <= 0 {
-		return nil, fmt.Errorf("mdag %s: --max-streams %d: want > 0", cmd, *wf.maxStreams)
+		return nil, fmt.Errorf("--max-streams %d: want > 0", *wf.maxStreams)
 	}
 	switch {
 	case *wf.maxPending < 0:
-		return nil, fmt.Errorf("mdag %s: --max-pending %d: want >= 0 (0: --max-streams)", cmd, *wf.maxPending)
+		return nil, fmt.Errorf("--max-pending %d: want >= 0 (0: --max-streams)", *wf.maxPending)
 	case *wf.connect <= 0:
-		return nil, fmt.Errorf("mdag %s: --connect-timeout %v: want > 0", cmd, *wf.connect)
+		return nil, fmt.Errorf("--connect-timeout %v: want > 0", *wf.connect)
 	case *wf.cores < 0:
-		return nil, fmt.Errorf("mdag %s: --cpu-cores %g: want >= 0 (0: GOMAXPROCS)", cmd, *wf.cores)
+		return nil, fmt.Errorf("--cpu-cores %g: want >= 0 (0: GOMAXPROCS)", *wf.cores)
 	case *wf.ceiling <= 0 || *wf.ceiling > 1:
-		return nil, fmt.Errorf("mdag %s: --cpu-ceiling %g: want a share in (0, 1]", cmd, *wf.ceiling)
+		return nil, fmt.Errorf("--cpu-ceiling %g: want a share in (0, 1]", *wf.ceiling)
 	case *wf.streamCost <= 0:
-		return nil, fmt.Errorf("mdag %s: --stream-cost %g: want > 0 cores", cmd, *wf.streamCost)
+		return nil, fmt.Errorf("--stream-cost %g: want > 0 cores", *wf.streamCost)
 	case *wf.shedAfter == 0:
-		return nil, fmt.Errorf("mdag %s: --shed-after 0: want a duration (negative: never shed)", cmd)
+		return nil, errors.New("--shed-after 0: want a duration (negative: never shed)")
 	case *wf.offerRate < 0 || *wf.ipRate < 0:
-		return nil, fmt.Errorf("mdag %s: --offer-rate %g, --offer-rate-ip %g: want >= 0 (0: no limit)", cmd, *wf.offerRate, *wf.ipRate)
+		return nil, fmt.Errorf("--offer-rate %g, --offer-rate-ip %g: want >= 0 (0: no limit)", *wf.offerRate, *wf.ipRate)
 	case *wf.offerBurst < 1 || *wf.ipBurst < 1:
-		return nil, fmt.Errorf("mdag %s: --offer-burst %g, --offer-burst-ip %g: want >= 1", cmd, *wf.offerBurst, *wf.ipBurst)
+		return nil, fmt.Errorf("--offer-burst %g, --offer-burst-ip %g: want >= 1", *wf.offerBurst, *wf.ipBurst)
 	}
 	w, h, err := parseSize(*wf.maxRes)
 	if err != nil || w <= 0 || h <= 0 {
-		return nil, fmt.Errorf("mdag %s: --max-resolution %q: want WxH, e.g. 1280x720", cmd, *wf.maxRes)
+		return nil, fmt.Errorf("--max-resolution %q: want WxH, e.g. 1280x720", *wf.maxRes)
 	}
 	cfg.MaxWidth, cfg.MaxHeight = w, h
 	if *wf.udpPorts != "" {
@@ -157,33 +158,33 @@ func (wf *whipFlags) server(cmd, listen string, app *dag.App, sink whip.Sink, st
 		a, err1 := strconv.ParseUint(lo, 10, 16)
 		b, err2 := strconv.ParseUint(hi, 10, 16)
 		if !ok || err1 != nil || err2 != nil || a == 0 || a > b {
-			return nil, fmt.Errorf("mdag %s: --udp-ports %q: want MIN-MAX, e.g. 40000-40100", cmd, *wf.udpPorts)
+			return nil, fmt.Errorf("--udp-ports %q: want MIN-MAX, e.g. 40000-40100", *wf.udpPorts)
 		}
 		cfg.UDPPortMin, cfg.UDPPortMax = uint16(a), uint16(b)
 	}
 	if *wf.publicIP != "" {
 		if net.ParseIP(*wf.publicIP) == nil {
-			return nil, fmt.Errorf("mdag %s: --public-ip %q: not an IP address", cmd, *wf.publicIP)
+			return nil, fmt.Errorf("--public-ip %q: not an IP address", *wf.publicIP)
 		}
 		cfg.PublicIPs = []string{*wf.publicIP}
 	}
 	if *wf.tokenFile != "" && store != nil {
-		return nil, fmt.Errorf("mdag %s: --token-file and --tokens: give one (--token-file is the simple form: plaintext tokens for every app)", cmd)
+		return nil, errors.New("--token-file and --tokens: give one (--token-file is the simple form: plaintext tokens for every app)")
 	}
 	if *wf.tokenFile != "" {
 		toks, err := readTokens(*wf.tokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("mdag %s: --token-file: %w", cmd, err)
+			return nil, fmt.Errorf("--token-file: %w", err)
 		}
 		cfg.Tokens = toks
 	}
 	if len(cfg.Tokens) == 0 && store == nil && !loopback(listen) && !*wf.open {
-		return nil, fmt.Errorf("mdag %s: --listen %s is not a loopback address and no --tokens or --token-file is given: "+
-			"anyone who can reach it could stream into the app; give --tokens FILE (mdag token new), or --open to accept that", cmd, listen)
+		return nil, fmt.Errorf("--listen %s is not a loopback address and no --tokens or --token-file is given: "+
+			"anyone who can reach it could stream into the app; give --tokens FILE (mdag token new), or --open to accept that", listen)
 	}
 	srv, err := whip.New(cfg, sink)
 	if err != nil {
-		return nil, fmt.Errorf("mdag %s: %w", cmd, err)
+		return nil, fmt.Errorf("%w", err)
 	}
 	if slices.Contains(cfg.AllowOrigins, "*") {
 		log.Warn("--allow-origin *: any web page a user of this server opens may call WHIP and /v1/streams (list, create and end streams with their token)")
@@ -239,8 +240,8 @@ func readTokens(path string) ([]string, error) {
 
 // attach builds the WHIP server from the flags (server) and adds it to
 // obs (setWhip); the func it returns closes the server.
-func (wf *whipFlags) attach(cmd, listen string, app *dag.App, obs *observed, log *slog.Logger) (func(), error) {
-	ws, err := wf.server(cmd, listen, app, obs.sink(), obs.auth, log)
+func (wf *whipFlags) attach(listen string, app *dag.App, obs *observed, log *slog.Logger) (func(), error) {
+	ws, err := wf.server(listen, app, obs.sink(), obs.auth, log)
 	if err != nil {
 		return nil, err
 	}
@@ -248,8 +249,8 @@ func (wf *whipFlags) attach(cmd, listen string, app *dag.App, obs *observed, log
 	// WHEP (annotated video out) on the same ICE settings as WHIP
 	if *wf.whepMax < 1 || *wf.whepPerStream < 1 || *wf.whepBitrate < 50 {
 		ws.Close()
-		return nil, fmt.Errorf("mdag %s: --whep-max-viewers and --whep-max-per-stream must be at least 1, --whep-bitrate at least 50 (kbit/s); got %d, %d, %d",
-			cmd, *wf.whepMax, *wf.whepPerStream, *wf.whepBitrate)
+		return nil, fmt.Errorf("--whep-max-viewers and --whep-max-per-stream must be at least 1, --whep-bitrate at least 50 (kbit/s); got %d, %d, %d",
+			*wf.whepMax, *wf.whepPerStream, *wf.whepBitrate)
 	}
 	wcfg := whep.Config{Apps: []string{string(app.Name)}, FPS: max(1, int(app.FPS+0.5)), Log: log,
 		MaxViewers: *wf.whepMax, MaxPerStream: min(*wf.whepPerStream, *wf.whepMax), BitrateKbps: *wf.whepBitrate}
@@ -264,7 +265,7 @@ func (wf *whipFlags) attach(cmd, listen string, app *dag.App, obs *observed, log
 	wv, err := whep.New(wcfg, obs.eg)
 	if err != nil {
 		ws.Close()
-		return nil, fmt.Errorf("mdag %s: whep: %w", cmd, err)
+		return nil, fmt.Errorf("whep: %w", err)
 	}
 	obs.whep = wv.Handler()
 	obs.whepSummary = func() string { return whepSummary(wv.Stats()) }

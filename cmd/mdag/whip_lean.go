@@ -30,7 +30,7 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 }
 
 // attach adds no WHIP server (obs.ws stays nil); it logs why.
-func (*whipFlags) attach(_, _ string, app *dag.App, _ *observed, log *slog.Logger) (func(), error) {
+func (*whipFlags) attach(_ string, app *dag.App, _ *observed, log *slog.Logger) (func(), error) {
 	log.Info("no WebRTC ingest: this is the lean build", "app", app.Name, "sources", "mdag source (gRPC), serve --synthetic")
 	return func() {}, nil
 }

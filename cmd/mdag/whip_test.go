@@ -64,7 +64,7 @@ func TestAllowOriginFlag(t *testing.T) {
 				t.Fatal(err)
 			}
 			var logs bytes.Buffer
-			srv, err := wf.server("serve", "127.0.0.1:0", app, nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+			srv, err := wf.server("127.0.0.1:0", app, nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -209,7 +209,7 @@ func TestWhipTokensFlags(t *testing.T) {
 			if c.store {
 				store = testTokens(t)
 			}
-			srv, err := wf.server("serve", c.listen, app, nil, store, slog.New(slog.DiscardHandler))
+			srv, err := wf.server(c.listen, app, nil, store, slog.New(slog.DiscardHandler))
 			if c.says != "" {
 				if err == nil || !strings.Contains(err.Error(), c.says) {
 					t.Fatalf("error %v, want one saying %q", err, c.says)
