@@ -25,6 +25,7 @@ import (
 	"github.com/mdag/mdag/coordinator"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/clocktest"
 	"github.com/mdag/mdag/internal/pki"
 	"github.com/mdag/mdag/profile"
 	"github.com/mdag/mdag/remote/wire"
@@ -41,46 +42,14 @@ const waitLimit = 30 * time.Second
 
 var t0 = time.Unix(1000, 0)
 
-// timerClock is a fake clock that counts AfterFunc calls by duration, so
-// a test waits until the server has armed a timer before it moves the
-// clock.
-type timerClock struct {
-	*clock.Fake
-	mu    sync.Mutex
-	armed map[time.Duration]int
-	wake  chan struct{} // closed and replaced at each AfterFunc
-}
-
-func newTimerClock() *timerClock {
-	return &timerClock{Fake: clock.NewFake(t0), armed: map[time.Duration]int{}, wake: make(chan struct{})}
-}
-
-func (c *timerClock) AfterFunc(d time.Duration, f func()) clock.Timer {
-	tm := c.Fake.AfterFunc(d, f)
-	c.mu.Lock()
-	c.armed[d]++
-	close(c.wake)
-	c.wake = make(chan struct{})
-	c.mu.Unlock()
-	return tm
-}
-
-// await waits until AfterFunc(d) has been called at least n times.
-func (c *timerClock) await(t testing.TB, d time.Duration, n int) {
+// await waits until the server has armed its timer n of d: the clock may
+// then move.
+func await(t testing.TB, c *clocktest.Counting, d time.Duration, n int) {
 	t.Helper()
-	limit := time.After(waitLimit)
-	for {
-		c.mu.Lock()
-		got, wake := c.armed[d], c.wake
-		c.mu.Unlock()
-		if got >= n {
-			return
-		}
-		select {
-		case <-wake:
-		case <-limit:
-			t.Fatalf("waited %v for timer %d of %v (%d armed)", waitLimit, n, d, got)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := c.Await(ctx, d, n); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -307,7 +276,7 @@ func newSessionServer(clk clock.Clock, hb time.Duration, logs *logBuf) (*Server,
 // and the stream ends Unavailable with the reason.
 func TestSessionMissedHeartbeats(t *testing.T) {
 	const hb = time.Second
-	clk := newTimerClock()
+	clk := clocktest.NewCounting(t0)
 	srv, eng := newSessionServer(clk, hb, nil)
 	f := serve(t, srv, context.Background())
 	if ack := f.register(t, &api.Register{Id: "w1", Type: "CPU"}); ack.HeartbeatIntervalNs != int64(hb) || ack.Id != "w1" {
@@ -375,7 +344,7 @@ func TestSessionRegistrationRefused(t *testing.T) {
 		{name: "rate limited", limits: Limits{PeerRate: 1, PeerBurst: 0.5}, code: codes.ResourceExhausted, want: "register: unknown connects more often than 1 a second (burst 0.5)", count: RefusedRatePeer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv, eng := newSessionServer(newTimerClock(), time.Second, nil)
+			srv, eng := newSessionServer(clocktest.NewCounting(t0), time.Second, nil)
 			srv.Limits = tc.limits
 			if tc.ctx == nil {
 				tc.ctx = context.Background()
@@ -404,7 +373,7 @@ func TestSessionRegistrationRefused(t *testing.T) {
 // session before the engine hears of the worker.
 func TestSessionRegistrationSteps(t *testing.T) {
 	t.Run("duplicate id", func(t *testing.T) {
-		srv, eng := newSessionServer(newTimerClock(), time.Hour, nil)
+		srv, eng := newSessionServer(clocktest.NewCounting(t0), time.Hour, nil)
 		serve(t, srv, context.Background()).register(t, &api.Register{Id: "w1", Type: "CPU"})
 		f := serve(t, srv, context.Background())
 		f.deliver(t, registerMsg(&api.Register{Id: "w1", Type: "V100"}))
@@ -416,11 +385,11 @@ func TestSessionRegistrationSteps(t *testing.T) {
 		}
 	})
 	t.Run("first message", func(t *testing.T) {
-		clk := newTimerClock()
+		clk := clocktest.NewCounting(t0)
 		srv, _ := newSessionServer(clk, time.Hour, nil)
 		srv.Limits.FirstMessage = 10 * time.Second
 		f := serve(t, srv, context.Background())
-		clk.await(t, 10*time.Second, 1)
+		await(t, clk, 10*time.Second, 1)
 		clk.Advance(10*time.Second - time.Nanosecond)
 		if f.isDone() {
 			t.Fatalf("refused before FirstMessage: %v", f.err)
@@ -434,7 +403,7 @@ func TestSessionRegistrationSteps(t *testing.T) {
 		}
 	})
 	t.Run("acknowledgement fails", func(t *testing.T) {
-		srv, eng := newSessionServer(newTimerClock(), time.Hour, nil)
+		srv, eng := newSessionServer(clocktest.NewCounting(t0), time.Hour, nil)
 		f := serve(t, srv, context.Background())
 		gone := status.Error(codes.Unavailable, "transport is closing")
 		f.sendErr.Store(&gone)
@@ -468,7 +437,7 @@ func TestSessionDataPlane(t *testing.T) {
 		{"relay", from, "10.0.0.7:7071", true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv, _ := newSessionServer(newTimerClock(), time.Hour, nil)
+			srv, _ := newSessionServer(clocktest.NewCounting(t0), time.Hour, nil)
 			srv.Relay = tc.relay
 			ack := serve(t, srv, tc.ctx).register(t, &api.Register{Id: "w1", Type: "CPU", PeerAddr: tc.addr})
 			if ack.Direct != tc.direct {
@@ -485,7 +454,7 @@ func TestSessionDataPlane(t *testing.T) {
 // itself go down the stream in order.
 func TestSessionResults(t *testing.T) {
 	var logs logBuf
-	srv, eng := newSessionServer(newTimerClock(), time.Hour, &logs)
+	srv, eng := newSessionServer(clocktest.NewCounting(t0), time.Hour, &logs)
 	srv.Limits.MaxResultItems = 2
 	f := serve(t, srv, context.Background())
 	f.register(t, &api.Register{Id: "hand", Type: "V100"})
@@ -562,7 +531,7 @@ func TestSessionLeave(t *testing.T) {
 		}, "send: transport is closing", codes.Unavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv, eng := newSessionServer(newTimerClock(), time.Hour, nil)
+			srv, eng := newSessionServer(clocktest.NewCounting(t0), time.Hour, nil)
 			f := serve(t, srv, context.Background())
 			f.register(t, &api.Register{Id: "w1", Type: "CPU"})
 			tc.end(f, eng.instance("w1"))
@@ -586,7 +555,7 @@ func TestSessionLeave(t *testing.T) {
 		})
 	}
 	t.Run("call cancelled", func(t *testing.T) {
-		srv, eng := newSessionServer(newTimerClock(), time.Hour, nil)
+		srv, eng := newSessionServer(clocktest.NewCounting(t0), time.Hour, nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		f := serve(t, srv, ctx)
 		f.register(t, &api.Register{Id: "w1", Type: "CPU"})
@@ -616,7 +585,7 @@ func withCert(ctx context.Context, role pki.Role, name string, port int) context
 // closed stream frees its place. A stream is counted before it waits for
 // its first message, on the clock: the test counts those waits.
 func TestSessionStreamsPerPeer(t *testing.T) {
-	clk := newTimerClock()
+	clk := clocktest.NewCounting(t0)
 	srv, _ := newSessionServer(clk, time.Hour, nil)
 	srv.Shared = []SharedCert{{Role: pki.Worker, Name: "fleet", Prefixes: []string{"*"}}}
 	first := DefaultLimits.FirstMessage
@@ -633,7 +602,7 @@ func TestSessionStreamsPerPeer(t *testing.T) {
 		t.Helper()
 		f := open(name, port)
 		waiting++
-		clk.await(t, first, waiting)
+		await(t, clk, first, waiting)
 		return f
 	}
 	streams := func() map[string]int {

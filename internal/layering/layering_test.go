@@ -39,6 +39,7 @@ var allowed = map[string][]string{
 	"api":                   {},
 	"media":                 {},
 	"internal/clock":        {},
+	"internal/clocktest":    {"internal/clock"},
 	"internal/yamlx":        {},
 	"internal/defaults":     {},
 	"internal/lpsolve":      {},

@@ -15,7 +15,7 @@ import (
 
 	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/dag"
-	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/internal/clocktest"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/modules"
 	"github.com/mdag/mdag/remote/wire"
@@ -29,50 +29,17 @@ import (
 // failure's sake.
 const waitLimit = 30 * time.Second
 
-// armClock is a fake clock that counts After calls by duration, so a
-// test waits until a goroutine has armed its next timer before it moves
-// the clock (a timer armed after the move would count from the new time).
-type armClock struct {
-	*clock.Fake
-	mu    sync.Mutex
-	armed map[time.Duration]int
-	wake  chan struct{} // closed and replaced at each After
-}
-
-func newArmClock() *armClock {
-	return &armClock{Fake: clock.NewFake(t0), armed: map[time.Duration]int{}, wake: make(chan struct{})}
-}
-
-func (c *armClock) After(d time.Duration) <-chan time.Time {
-	ch := c.Fake.After(d)
-	c.mu.Lock()
-	c.armed[d]++
-	close(c.wake)
-	c.wake = make(chan struct{})
-	c.mu.Unlock()
-	return ch
-}
-
-// await waits until After(d) has been called n times and fails the test
-// if it has been called more often.
-func (c *armClock) await(t testing.TB, d time.Duration, n int) {
+// await waits until the session has armed its timer n of d (the clock may
+// then move) and fails the test if it has armed more.
+func await(t testing.TB, c *clocktest.Counting, d time.Duration, n int) {
 	t.Helper()
-	limit := time.After(waitLimit)
-	for {
-		c.mu.Lock()
-		got, wake := c.armed[d], c.wake
-		c.mu.Unlock()
-		if got > n {
-			t.Fatalf("%d timers of %v armed, want %d", got, d, n)
-		}
-		if got == n {
-			return
-		}
-		select {
-		case <-wake:
-		case <-limit:
-			t.Fatalf("waited %v for timer %d of %v (%d armed)", waitLimit, n, d, got)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := c.Await(ctx, d, n); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Armed(d); got > n {
+		t.Fatalf("%d timers of %v armed, want %d", got, d, n)
 	}
 }
 
@@ -152,14 +119,14 @@ func (f *fakeCoordinator) give(m *api.CoordinatorMessage) { f.down <- m }
 // session is a workerSession running against a fakeCoordinator.
 type session struct {
 	*fakeCoordinator
-	clk    *armClock
+	clk    *clocktest.Counting
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error // once done is closed
 }
 
 // startSession runs a session of cfg (ID w1 and type CPU unless set) on
-// an armClock; the test's end cancels it and waits for it.
+// a counting fake clock; the test's end cancels it and waits for it.
 func startSession(t testing.TB, cfg WorkerConfig) *session {
 	t.Helper()
 	if cfg.ID == "" {
@@ -168,7 +135,7 @@ func startSession(t testing.TB, cfg WorkerConfig) *session {
 	if cfg.Ops == nil {
 		cfg.Ops = sinkOps()
 	}
-	clk := newArmClock()
+	clk := clocktest.NewCounting(t0)
 	cfg.Clock = clk
 	ws, err := newWorkerSession(cfg)
 	if err != nil {
@@ -256,7 +223,7 @@ func TestSessionHeartbeats(t *testing.T) {
 	if reg.Id != "w7" || reg.Type != "V100" || reg.Executor != "emulated" || reg.Gpu != "2x H100" || reg.Cpus < 1 || reg.PeerAddr != "" {
 		t.Errorf("registered as %v", reg)
 	}
-	s.clk.await(t, beat, 1)
+	await(t, s.clk, beat, 1)
 	for i := 1; i <= 3; i++ {
 		s.clk.Advance(beat - time.Nanosecond)
 		// The load's reply is queued after the clock moved: a heartbeat
@@ -269,7 +236,7 @@ func TestSessionHeartbeats(t *testing.T) {
 		if hb == nil || hb.Modules != 1 {
 			t.Fatalf("interval %d: the worker's message at the interval is not a heartbeat of its one module: %v", i, hb)
 		}
-		s.clk.await(t, beat, i+1) // the next one is armed: the clock may move
+		await(t, s.clk, beat, i+1) // the next one is armed: the clock may move
 	}
 }
 
@@ -321,13 +288,13 @@ func TestSessionHealthProbe(t *testing.T) {
 	x := &flipExec{}
 	s := startSession(t, WorkerConfig{Exec: x, HealthInterval: every})
 	s.register(t, time.Hour)
-	s.clk.await(t, every, 1)
+	await(t, s.clk, every, 1)
 	s.clk.Advance(every - time.Nanosecond)
 	if n := x.probes.Load(); n != 1 {
 		t.Fatalf("%d probes before the interval passed, want 1 (before registering)", n)
 	}
 	s.clk.Advance(time.Nanosecond)
-	s.clk.await(t, every, 2) // armed once the probe has passed
+	await(t, s.clk, every, 2) // armed once the probe has passed
 	if n := x.probes.Load(); n != 2 {
 		t.Fatalf("%d probes after one interval, want 2", n)
 	}
@@ -420,7 +387,7 @@ func TestSessionRegisterRefused(t *testing.T) {
 			want: `register: rpc error: code = InvalidArgument desc = worker type "TPU" is in no deployed app's profiles`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := newArmClock()
+			clk := clocktest.NewCounting(t0)
 			ws, err := newWorkerSession(WorkerConfig{ID: "w1", Type: "CPU", Clock: clk})
 			if err != nil {
 				t.Fatal(err)
@@ -460,7 +427,7 @@ func TestSessionEnds(t *testing.T) {
 	t.Run("write", func(t *testing.T) {
 		s := startSession(t, WorkerConfig{})
 		s.register(t, beat)
-		s.clk.await(t, beat, 1)
+		await(t, s.clk, beat, 1)
 		boom := errors.New("connection reset")
 		s.sendErr.Store(&boom)
 		s.clk.Advance(beat) // the heartbeat's write fails
