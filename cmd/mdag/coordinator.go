@@ -36,17 +36,14 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 // coordinatorCmd is mdag coordinator's options.
 type coordinatorCmd struct {
 	file, profiles, example string
-	listen, grpc            string
+	grpc                    string
 	policy, plane           string
 	headroom                float64
 	warmup, verbose         bool
 	checkpoint, heartbeat   time.Duration
 	duration                time.Duration
-	state                   *string
+	api                     apiFlags // --listen, WHIP, tokens, cameras, --state
 	grpcLimits              *grpcLimitFlags
-	whip                    *whipFlags
-	auth                    *authFlags
-	cameras                 *cameraFlags
 	tls                     *tlsFlags
 	kube                    *kubeFlags
 	limits                  remote.Limits // built by validate
@@ -56,7 +53,6 @@ func (c *coordinatorCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.file, "f", "", "app YAML file")
 	fs.StringVar(&c.profiles, "p", "", "profiles YAML file (with -f)")
 	fs.StringVar(&c.example, "example", "", "deploy an embedded example app instead of -f/-p (e.g. traffic)")
-	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "HTTP address for /v1/status and /healthz")
 	fs.StringVar(&c.grpc, "grpc", "127.0.0.1:7070", "the gRPC address workers and sources connect to: HOST:PORT, or unix:/PATH, a Unix socket (mode 0600, in a directory only its owner may write; "+
 		"the path at most 107 bytes) that only this uid and root may use: the coordinator checks each connection's uid (SO_PEERCRED) and workers and sources check the coordinator's, "+
 		"so it is the authenticated choice on one machine (plaintext; --tls-dir is for HOST:PORT)")
@@ -69,12 +65,9 @@ func (c *coordinatorCmd) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.heartbeat, "heartbeat", wire.DefaultHeartbeat, "heartbeat interval workers are told to keep; 4 missed = worker lost")
 	fs.DurationVar(&c.duration, "duration", 0, "stop after this long (0: run until interrupted)")
 	fs.BoolVar(&c.verbose, "v", false, "log debug events (every drop with its reason)")
+	c.api.flags(fs)
 	c.grpcLimits = addGRPCLimitFlags(fs)
-	c.whip = addWhipFlags(fs)
-	c.auth = addAuthFlags(fs)
-	c.cameras = addCameraFlags(fs)
 	c.tls = addTLSFlags(fs, false)
-	c.state = addStateFlag(fs)
 	c.kube = addKubeFlags(fs)
 }
 
@@ -99,6 +92,7 @@ func (c *coordinatorCmd) validate(*flag.FlagSet) []error {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.api.check()...)
 	if strings.HasPrefix(c.grpc, "unix-abstract:") {
 		errs = append(errs, fmt.Errorf("--grpc %s: an abstract socket has no file permissions (any local user could connect): give unix:/PATH", c.grpc))
 	} else if _, err := c.tls.mode("--grpc", c.grpc); err != nil {
@@ -150,13 +144,13 @@ func (c *coordinatorCmd) build(env *cmdEnv, td *teardown) (*coordination, error)
 	if err := c.startEngine(co, prof, td); err != nil {
 		return nil, err
 	}
-	if err := c.startAPI(co, td); err != nil {
+	if err := c.api.start(co.obs, co.app, co.log, td); err != nil {
 		return nil, err
 	}
 	if err := c.serve(co, td); err != nil {
 		return nil, err
 	}
-	if co.cams, err = c.cameras.start(app, co.obs, co.log); err != nil {
+	if co.cams, err = c.api.cf.start(app, co.obs, co.log); err != nil {
 		return nil, invalid(err)
 	}
 	td.add(co.cams.Stop) // before the WHIP server closes
@@ -165,8 +159,7 @@ func (c *coordinatorCmd) build(env *cmdEnv, td *teardown) (*coordination, error)
 
 // startEngine starts the engine with the app deployed: its provisioner
 // (none: the instances are the workers that connect; --provisioner
-// kubernetes: a pod per planned instance), its state store and the app's
-// outputs.
+// kubernetes: a pod per planned instance) and its state store.
 func (c *coordinatorCmd) startEngine(co *coordination, prof *profile.File, td *teardown) error {
 	cfg := coordinator.Config{Policy: scheduler.Policy(c.policy), Log: co.log, Headroom: c.headroom,
 		Warmup: c.warmup, Checkpoint: checkpointFlag(c.checkpoint)}
@@ -174,7 +167,7 @@ func (c *coordinatorCmd) startEngine(co *coordination, prof *profile.File, td *t
 	if err != nil {
 		return invalid(err)
 	}
-	closeState, err := openState(*c.state, &cfg, co.log)
+	closeState, err := openState(*c.api.stateDir, &cfg, co.log)
 	if err != nil {
 		return err
 	}
@@ -183,44 +176,9 @@ func (c *coordinatorCmd) startEngine(co *coordination, prof *profile.File, td *t
 		return invalid(err)
 	}
 	td.add(co.obs.Close)
-	if err := co.obs.startOutputs(co.app, *c.state); err != nil {
-		return err
-	}
-	if err := co.obs.startClips(co.app, *c.state); err != nil {
-		return err
-	}
-	warnNoState(*c.state, co.log)
 	if kp != nil {
 		kp.Watch(co.obs.e)
 		td.add(kp.Close)
-	}
-	return nil
-}
-
-// startAPI readies the HTTP side: --tokens, the WHIP server, the guard on
-// a non-loopback --listen, and --metrics-listen.
-func (c *coordinatorCmd) startAPI(co *coordination, td *teardown) error {
-	obs := co.obs
-	obs.hosts = c.auth.hosts()
-	var err error
-	if obs.auth, err = c.auth.load(co.log); err != nil {
-		return invalid(err)
-	}
-	closeWhip, err := c.whip.attach(c.listen, co.app, obs, co.log)
-	if err != nil {
-		return invalid(err)
-	}
-	td.add(closeWhip)
-	if err := guardListen(c.listen, obs.auth, co.log); err != nil {
-		return invalid(err)
-	}
-	metricsAddr, ms, err := obs.serveMetrics(*c.auth.metricsListen)
-	if err != nil {
-		return err
-	}
-	if ms != nil {
-		td.add(func() { ms.Close() })
-		co.log.Info("serving /metrics without a token", "metrics_listen", "http://"+metricsAddr+"/metrics")
 	}
 	return nil
 }
@@ -237,9 +195,9 @@ func (c *coordinatorCmd) serve(co *coordination, td *teardown) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", c.grpc, err)
 	}
-	if co.hl, err = net.Listen("tcp", c.listen); err != nil {
+	if co.hl, err = net.Listen("tcp", c.api.listen); err != nil {
 		co.gl.Close()
-		return fmt.Errorf("listen %s: %w", c.listen, err)
+		return fmt.Errorf("listen %s: %w", c.api.listen, err)
 	}
 	co.srv = &remote.Server{Engine: co.obs.e, Log: co.log, Heartbeat: c.heartbeat, Limits: c.limits, Relay: c.plane == "relay", Shared: c.tls.shared}
 	co.obs.mx.SetGRPC(func() metrics.GRPC {

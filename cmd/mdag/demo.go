@@ -57,7 +57,7 @@ func (c *demoCmd) validate(*flag.FlagSet) []error {
 		errs = append(errs, fmt.Errorf("--step %v: want > 0", c.step))
 	}
 	if _, ok := realDemos[c.app]; ok {
-		if err := c.variance.only("--app "+c.app); err != nil {
+		if err := c.variance.only("--app " + c.app); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -28,23 +28,18 @@ import (
 // dashboard), and its HTTP API: the running parts serve and demo share.
 // close stops what was started, the last first, as deferred calls would.
 type embedded struct {
-	app     *dag.App
-	log     *slog.Logger
-	obs     *observed
-	base    string // the HTTP API's URL
-	closers []func()
+	app  *dag.App
+	log  *slog.Logger
+	obs  *observed
+	base string // the HTTP API's URL
+	td   teardown
 }
 
 // onClose has close call f (before what was started earlier).
-func (r *embedded) onClose(f func()) { r.closers = append(r.closers, f) }
+func (r *embedded) onClose(f func()) { r.td.add(f) }
 
 // close stops everything started, the last first.
-func (r *embedded) close() {
-	for i := len(r.closers) - 1; i >= 0; i-- {
-		r.closers[i]()
-	}
-	r.closers = nil
-}
+func (r *embedded) close() { r.td.run() }
 
 // startEngine starts the engine with in-process workers up to limits (the
 // emulated GPUs' variance v) and deploys the app.
@@ -100,30 +95,42 @@ func (a *apiFlags) flags(fs *flag.FlagSet) {
 	a.stateDir = addStateFlag(fs)
 }
 
-// serveAPI starts, for command name, what runs around the engine before
-// the cameras: the app's outputs and clips, the HTTP API's credentials,
-// WHIP ingest, /metrics without a token (--metrics-listen) and the HTTP
-// API on --listen.
-func (r *embedded) serveAPI(name string, a *apiFlags) error {
-	obs := r.obs
-	if err := obs.startOutputs(r.app, *a.stateDir); err != nil {
+// check reports every problem with the flags alone (WHIP's and WHEP's;
+// the files they name are read when start loads them).
+func (a *apiFlags) check() []error { return a.wf.check() }
+
+// serveAPI starts what runs around the engine (apiFlags.start), then the
+// HTTP API on --listen.
+func (r *embedded) serveAPI(a *apiFlags) error {
+	if err := a.start(r.obs, r.app, r.log, &r.td); err != nil {
 		return err
 	}
-	if err := obs.startClips(r.app, *a.stateDir); err != nil {
+	return r.listen(a.listen)
+}
+
+// start starts, for app on obs, what runs around the engine before the
+// cameras: the app's outputs and clips, the HTTP API's credentials, WHIP
+// ingest, the guard on a non-loopback --listen and /metrics without a
+// token (--metrics-listen); td stops them.
+func (a *apiFlags) start(obs *observed, app *dag.App, log *slog.Logger, td *teardown) error {
+	if err := obs.startOutputs(app, *a.stateDir); err != nil {
 		return err
 	}
-	warnNoState(*a.stateDir, r.log)
+	if err := obs.startClips(app, *a.stateDir); err != nil {
+		return err
+	}
+	warnNoState(*a.stateDir, log)
 	obs.hosts = a.af.hosts()
 	var err error
-	if obs.auth, err = a.af.load(r.log); err != nil {
+	if obs.auth, err = a.af.load(log); err != nil {
 		return invalid(err)
 	}
-	closeWhip, err := a.wf.attach(a.listen, r.app, obs, r.log)
+	closeWhip, err := a.wf.attach(a.listen, app, obs, log)
 	if err != nil {
 		return invalid(err)
 	}
-	r.onClose(closeWhip)
-	if err := guardListen(a.listen, obs.auth, r.log); err != nil {
+	td.add(closeWhip)
+	if err := guardListen(a.listen, obs.auth, log); err != nil {
 		return invalid(err)
 	}
 	addr, ms, err := obs.serveMetrics(*a.af.metricsListen)
@@ -131,10 +138,10 @@ func (r *embedded) serveAPI(name string, a *apiFlags) error {
 		return err
 	}
 	if ms != nil {
-		r.onClose(func() { _ = ms.Close() })
-		r.log.Info("serving /metrics without a token", "metrics_listen", "http://"+addr+"/metrics")
+		td.add(func() { _ = ms.Close() })
+		log.Info("serving /metrics without a token", "metrics_listen", "http://"+addr+"/metrics")
 	}
-	return r.listen(a.listen)
+	return nil
 }
 
 // appInputs are -f, -p and --example: the app a command runs and its

@@ -83,6 +83,7 @@ func (c *serveCmd) validate(fs *flag.FlagSet) []error {
 	if !validPolicy(c.policy) {
 		errs = append(errs, fmt.Errorf("--policy %q: want symphony, clockwork or lazy", c.policy))
 	}
+	errs = append(errs, c.api.check()...)
 	return append(errs, c.syntheticProblems()...)
 }
 
@@ -91,7 +92,7 @@ func (c *serveCmd) validate(fs *flag.FlagSet) []error {
 func (c *serveCmd) executorProblems(fs *flag.FlagSet) []error {
 	var errs []error
 	if c.executor != "emulated" {
-		if err := c.variance.only("--executor "+c.executor); err != nil {
+		if err := c.variance.only("--executor " + c.executor); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -186,7 +187,7 @@ func (c *serveCmd) start(env *cmdEnv, s *serving, prof *profile.File) error {
 	if err := s.startEngine(cfg, limits, prof, c.variance.v); err != nil {
 		return invalid(err)
 	}
-	if err := s.serveAPI("serve", &c.api); err != nil {
+	if err := s.serveAPI(&c.api); err != nil {
 		return err
 	}
 	c.logServing(s, note)

@@ -53,6 +53,8 @@ type whipFlags struct {
 	whepMax       *int
 	whepPerStream *int
 	whepBitrate   *int
+
+	parsed whip.Config // what check read of the flags: codecs, sizes, ports, IPs
 }
 
 // originList is --allow-origin: repeated or comma-separated.
@@ -107,66 +109,66 @@ func addWhipFlags(fs *flag.FlagSet) *whipFlags {
 	}
 }
 
-// server builds the WHIP server for app on e, refusing an open server on a
-// non-loopback address unless --open. It says at startup how it is secured.
-func (wf *whipFlags) server(listen string, app *dag.App, sink whip.Sink, store *auth.Store, log *slog.Logger) (*whip.Server, error) {
-	cfg := whip.Config{Apps: map[dag.AppID]float64{app.Name: app.FPS}, Media: map[dag.AppID]dag.Media{app.Name: app.Media}, Scale: scaler, MaxStreams: *wf.maxStreams, Auth: store,
-		OfferRates: auth.Rates{PerClient: *wf.ipRate, PerClientBurst: *wf.ipBurst, Global: *wf.offerRate, GlobalBurst: *wf.offerBurst},
-		MaxPending: *wf.maxPending, ConnectTimeout: *wf.connect, CPUCores: *wf.cores, CPUCeiling: *wf.ceiling,
-		StreamCost: *wf.streamCost, ShedAfter: *wf.shedAfter, MachineWide: *wf.cpuMachine, Oversize: whip.Oversize(*wf.oversize),
-		AllowOrigins: *wf.origins, Log: log}
-	codecs, err := whip.ParseCodecs(*wf.codecs)
-	if err != nil {
-		return nil, fmt.Errorf("--codecs: %w", err)
+// check reports every problem with the WHIP and WHEP flags (serve's and
+// the coordinator's validate call it; server calls it again) and keeps
+// what it parsed for server.
+func (wf *whipFlags) check() []error {
+	var errs []error
+	bad := func(cond bool, format string, a ...any) {
+		if cond {
+			errs = append(errs, fmt.Errorf(format, a...))
+		}
 	}
-	cfg.Codecs = codecs
-	switch *wf.objects {
-	case "motion":
-		cfg.Objects = motionObjects
-	case "none":
-	default:
-		return nil, fmt.Errorf("--emulate-objects %q: want motion or none", *wf.objects)
+	p := &wf.parsed
+	var err error
+	if p.Codecs, err = whip.ParseCodecs(*wf.codecs); err != nil {
+		errs = append(errs, fmt.Errorf("--codecs: %w", err))
 	}
-	if *wf.maxStreams <= 0 {
-		return nil, fmt.Errorf("--max-streams %d: want > 0", *wf.maxStreams)
-	}
-	switch {
-	case *wf.maxPending < 0:
-		return nil, fmt.Errorf("--max-pending %d: want >= 0 (0: --max-streams)", *wf.maxPending)
-	case *wf.connect <= 0:
-		return nil, fmt.Errorf("--connect-timeout %v: want > 0", *wf.connect)
-	case *wf.cores < 0:
-		return nil, fmt.Errorf("--cpu-cores %g: want >= 0 (0: GOMAXPROCS)", *wf.cores)
-	case *wf.ceiling <= 0 || *wf.ceiling > 1:
-		return nil, fmt.Errorf("--cpu-ceiling %g: want a share in (0, 1]", *wf.ceiling)
-	case *wf.streamCost <= 0:
-		return nil, fmt.Errorf("--stream-cost %g: want > 0 cores", *wf.streamCost)
-	case *wf.shedAfter == 0:
-		return nil, errors.New("--shed-after 0: want a duration (negative: never shed)")
-	case *wf.offerRate < 0 || *wf.ipRate < 0:
-		return nil, fmt.Errorf("--offer-rate %g, --offer-rate-ip %g: want >= 0 (0: no limit)", *wf.offerRate, *wf.ipRate)
-	case *wf.offerBurst < 1 || *wf.ipBurst < 1:
-		return nil, fmt.Errorf("--offer-burst %g, --offer-burst-ip %g: want >= 1", *wf.offerBurst, *wf.ipBurst)
-	}
+	bad(*wf.objects != "motion" && *wf.objects != "none", "--emulate-objects %q: want motion or none", *wf.objects)
+	bad(*wf.maxStreams <= 0, "--max-streams %d: want > 0", *wf.maxStreams)
+	bad(*wf.maxPending < 0, "--max-pending %d: want >= 0 (0: --max-streams)", *wf.maxPending)
+	bad(*wf.connect <= 0, "--connect-timeout %v: want > 0", *wf.connect)
+	bad(*wf.cores < 0, "--cpu-cores %g: want >= 0 (0: GOMAXPROCS)", *wf.cores)
+	bad(*wf.ceiling <= 0 || *wf.ceiling > 1, "--cpu-ceiling %g: want a share in (0, 1]", *wf.ceiling)
+	bad(*wf.streamCost <= 0, "--stream-cost %g: want > 0 cores", *wf.streamCost)
+	bad(*wf.shedAfter == 0, "--shed-after 0: want a duration (negative: never shed)")
+	bad(*wf.offerRate < 0 || *wf.ipRate < 0, "--offer-rate %g, --offer-rate-ip %g: want >= 0 (0: no limit)", *wf.offerRate, *wf.ipRate)
+	bad(*wf.offerBurst < 1 || *wf.ipBurst < 1, "--offer-burst %g, --offer-burst-ip %g: want >= 1", *wf.offerBurst, *wf.ipBurst)
 	w, h, err := parseSize(*wf.maxRes)
-	if err != nil || w <= 0 || h <= 0 {
-		return nil, fmt.Errorf("--max-resolution %q: want WxH, e.g. 1280x720", *wf.maxRes)
-	}
-	cfg.MaxWidth, cfg.MaxHeight = w, h
+	bad(err != nil || w <= 0 || h <= 0, "--max-resolution %q: want WxH, e.g. 1280x720", *wf.maxRes)
+	p.MaxWidth, p.MaxHeight = w, h
 	if *wf.udpPorts != "" {
 		lo, hi, ok := strings.Cut(*wf.udpPorts, "-")
 		a, err1 := strconv.ParseUint(lo, 10, 16)
 		b, err2 := strconv.ParseUint(hi, 10, 16)
-		if !ok || err1 != nil || err2 != nil || a == 0 || a > b {
-			return nil, fmt.Errorf("--udp-ports %q: want MIN-MAX, e.g. 40000-40100", *wf.udpPorts)
-		}
-		cfg.UDPPortMin, cfg.UDPPortMax = uint16(a), uint16(b)
+		bad(!ok || err1 != nil || err2 != nil || a == 0 || a > b, "--udp-ports %q: want MIN-MAX, e.g. 40000-40100", *wf.udpPorts)
+		p.UDPPortMin, p.UDPPortMax = uint16(a), uint16(b)
 	}
 	if *wf.publicIP != "" {
-		if net.ParseIP(*wf.publicIP) == nil {
-			return nil, fmt.Errorf("--public-ip %q: not an IP address", *wf.publicIP)
-		}
-		cfg.PublicIPs = []string{*wf.publicIP}
+		bad(net.ParseIP(*wf.publicIP) == nil, "--public-ip %q: not an IP address", *wf.publicIP)
+		p.PublicIPs = []string{*wf.publicIP}
+	}
+	bad(*wf.whepMax < 1 || *wf.whepPerStream < 1 || *wf.whepBitrate < 50,
+		"--whep-max-viewers and --whep-max-per-stream must be at least 1, --whep-bitrate at least 50 (kbit/s); got %d, %d, %d",
+		*wf.whepMax, *wf.whepPerStream, *wf.whepBitrate)
+	return errs
+}
+
+// server builds the WHIP server for app on e, refusing an open server on a
+// non-loopback address unless --open. It says at startup how it is secured.
+func (wf *whipFlags) server(listen string, app *dag.App, sink whip.Sink, store *auth.Store, log *slog.Logger) (*whip.Server, error) {
+	if errs := wf.check(); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	cfg := wf.parsed
+	cfg.Apps, cfg.Media = map[dag.AppID]float64{app.Name: app.FPS}, map[dag.AppID]dag.Media{app.Name: app.Media}
+	cfg.Scale, cfg.MaxStreams, cfg.Auth = scaler, *wf.maxStreams, store
+	cfg.OfferRates = auth.Rates{PerClient: *wf.ipRate, PerClientBurst: *wf.ipBurst, Global: *wf.offerRate, GlobalBurst: *wf.offerBurst}
+	cfg.MaxPending, cfg.ConnectTimeout, cfg.CPUCores, cfg.CPUCeiling = *wf.maxPending, *wf.connect, *wf.cores, *wf.ceiling
+	cfg.StreamCost, cfg.ShedAfter, cfg.MachineWide, cfg.Oversize = *wf.streamCost, *wf.shedAfter, *wf.cpuMachine, whip.Oversize(*wf.oversize)
+	cfg.AllowOrigins, cfg.Log = *wf.origins, log
+	if *wf.objects == "motion" {
+		cfg.Objects = motionObjects
 	}
 	if *wf.tokenFile != "" && store != nil {
 		return nil, errors.New("--token-file and --tokens: give one (--token-file is the simple form: plaintext tokens for every app)")
@@ -247,18 +249,9 @@ func (wf *whipFlags) attach(listen string, app *dag.App, obs *observed, log *slo
 	}
 	obs.setWhip(ws)
 	// WHEP (annotated video out) on the same ICE settings as WHIP
-	if *wf.whepMax < 1 || *wf.whepPerStream < 1 || *wf.whepBitrate < 50 {
-		ws.Close()
-		return nil, fmt.Errorf("--whep-max-viewers and --whep-max-per-stream must be at least 1, --whep-bitrate at least 50 (kbit/s); got %d, %d, %d",
-			*wf.whepMax, *wf.whepPerStream, *wf.whepBitrate)
-	}
 	wcfg := whep.Config{Apps: []string{string(app.Name)}, FPS: max(1, int(app.FPS+0.5)), Log: log,
 		MaxViewers: *wf.whepMax, MaxPerStream: min(*wf.whepPerStream, *wf.whepMax), BitrateKbps: *wf.whepBitrate}
-	if lo, hi, ok := strings.Cut(*wf.udpPorts, "-"); ok { // server checked it
-		a, _ := strconv.ParseUint(lo, 10, 16)
-		b, _ := strconv.ParseUint(hi, 10, 16)
-		wcfg.UDPPortMin, wcfg.UDPPortMax = uint16(a), uint16(b)
-	}
+	wcfg.UDPPortMin, wcfg.UDPPortMax = wf.parsed.UDPPortMin, wf.parsed.UDPPortMax // server checked them
 	if *wf.publicIP != "" {
 		wcfg.PublicIPs = []string{*wf.publicIP}
 	}

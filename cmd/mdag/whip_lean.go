@@ -50,3 +50,6 @@ var whepPlayerJS []byte
 
 // noWhepWhy says why GET /whep/player.js is a stub.
 const noWhepWhy = "this is the lean build"
+
+// check finds nothing: every WHIP flag refused its value when parsed.
+func (*whipFlags) check() []error { return nil }

@@ -239,3 +239,26 @@ func TestWhipTokensFlags(t *testing.T) {
 		})
 	}
 }
+
+// WHIP's and WHEP's flags are checked with the command's others, before
+// anything starts: every problem at once.
+func TestWhipFlagsValidated(t *testing.T) {
+	for _, cmd := range []string{"serve", "coordinator"} {
+		var out, errb bytes.Buffer
+		args := []string{cmd, "--example", "traffic", "--policy", "fifo", "--max-streams", "0", "--udp-ports", "9-1", "--whep-bitrate", "10", "--codecs", "av1"}
+		code := run(args, &out, &errb)
+		want := "mdag " + cmd + ": --policy \"fifo\": want symphony, clockwork or lazy\n"
+		if code != exitInvalid || !strings.HasPrefix(errb.String(), want) {
+			t.Errorf("%s: exit %d, stderr\n%s\nwant exit %d, starting %q", cmd, code, errb.String(), exitInvalid, want)
+		}
+		for _, p := range []string{
+			"mdag " + cmd + ": --codecs: ", "mdag " + cmd + ": --max-streams 0: want > 0", "mdag " + cmd + ": --udp-ports \"9-1\": want MIN-MAX",
+			"mdag " + cmd + ": --whep-max-viewers and --whep-max-per-stream must be at least 1, --whep-bitrate at least 50 (kbit/s); got 32, 8, 10",
+			"5 problems found\nRun 'mdag " + cmd + " -h' for its flags.\n",
+		} {
+			if !strings.Contains(errb.String(), p) {
+				t.Errorf("%s: stderr lacks %q:\n%s", cmd, p, errb.String())
+			}
+		}
+	}
+}

@@ -88,7 +88,7 @@ func (c *workerCmd) validate(*flag.FlagSet) []error {
 		errs = append(errs, fmt.Errorf("--emulate routes some models of a real executor to the emulated one: it needs --executor onnx or kserve, not %s", c.executor))
 	}
 	if c.executor != "emulated" && len(c.emulated) == 0 {
-		if err := c.variance.only("--executor "+c.executor+" (without --emulate)"); err != nil {
+		if err := c.variance.only("--executor " + c.executor + " (without --emulate)"); err != nil {
 			errs = append(errs, err)
 		}
 	}
