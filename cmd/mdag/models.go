@@ -174,7 +174,47 @@ const (
 var imagenetMean, imagenetStd = []float64{0.485, 0.456, 0.406}, []float64{0.229, 0.224, 0.225}
 
 func inspectModel(g *registry.Graph, file string, o inspectOptions) (*inspection, error) {
-	ins := &inspection{File: file, IRVersion: g.IRVersion, Producer: g.Producer}
+	x := &inspector{g: g, o: o, ins: &inspection{File: file, IRVersion: g.IRVersion, Producer: g.Producer},
+		m: &registry.Model{Format: "onnx", Name: o.name, Devices: []string{"cpu"}}, in: g.Inputs[0]}
+	x.describe()
+	x.input()
+	x.batch()
+	x.decoder()
+	x.preprocessing()
+	x.decoderSettings()
+	if err := x.labels(); err != nil {
+		return nil, err
+	}
+	x.m.File = x.rel(file)
+	x.entry()
+	return x.ins, nil
+}
+
+// inspector proposes a registry entry for a graph, one step at a time:
+// each reads the graph and what the steps before it chose.
+type inspector struct {
+	g   *registry.Graph
+	o   inspectOptions
+	ins *inspection
+	m   *registry.Model // the proposed entry
+	in  registry.Tensor // the input fed
+
+	ultra                                     registry.Ultralytics
+	isUltra                                   bool
+	inputComment, batchComment, labelsComment string // the entry's YAML comments
+	name, format, why                         string // the decoder decode.Infer proposes
+	ok                                        bool   // it proposes one
+}
+
+// note adds what a person should check.
+func (x *inspector) note(format string, a ...any) {
+	x.ins.Notes = append(x.ins.Notes, fmt.Sprintf(format, a...))
+}
+
+// describe copies the graph's opsets, tensors and metadata, and reads an
+// Ultralytics export's.
+func (x *inspector) describe() {
+	g, ins := x.g, x.ins
 	for _, op := range g.Opsets {
 		ins.Opset = append(ins.Opset, inspectOpset{Domain: op.Domain, Version: op.Version})
 	}
@@ -192,24 +232,24 @@ func inspectModel(g *registry.Graph, file string, o inspectOptions) (*inspection
 			}
 		}
 	}
-	note := func(format string, a ...any) { ins.Notes = append(ins.Notes, fmt.Sprintf(format, a...)) }
-	ultra, isUltra, err := g.Ultralytics()
-	if err != nil {
-		note("the Ultralytics metadata is not all readable: %v", err)
+	var err error
+	if x.ultra, x.isUltra, err = g.Ultralytics(); err != nil {
+		x.note("the Ultralytics metadata is not all readable: %v", err)
 	}
-	ins.Labels = ultra.Names
+	ins.Labels = x.ultra.Names
+}
 
-	m := &registry.Model{Format: "onnx", Name: o.name, Devices: []string{"cpu"}}
-	in := g.Inputs[0]
-	if len(g.Inputs) > 1 {
-		note("the graph has %d inputs (%s); the executors feed one, the first is proposed", len(g.Inputs), strings.Join(registry.Names(g.Inputs), ", "))
+// input proposes the input's name, dtype, layout and size.
+func (x *inspector) input() {
+	m, in := x.m, x.in
+	if len(x.g.Inputs) > 1 {
+		x.note("the graph has %d inputs (%s); the executors feed one, the first is proposed", len(x.g.Inputs), strings.Join(registry.Names(x.g.Inputs), ", "))
 	}
 	m.Input.Name = in.Name
 	m.Input.DType = in.DType
 	if !slices.Contains([]string{"float32", "float16", "uint8"}, in.DType) {
-		note("input '%s' is %s: the executors feed float32, float16 or uint8", in.Name, in)
+		x.note("input '%s' is %s: the executors feed float32, float16 or uint8", in.Name, in)
 	}
-	// layout and size
 	fixed := func(i int) int64 {
 		if i < len(in.Dims) && in.Dims[i].Fixed {
 			return in.Dims[i].Value
@@ -217,155 +257,174 @@ func inspectModel(g *registry.Graph, file string, o inspectOptions) (*inspection
 		return 0
 	}
 	var h, w int64
-	inputComment := ""
 	switch {
 	case len(in.Dims) != 4:
 		m.Input.Layout = "NCHW"
-		note("input '%s' is %s: the executors feed rank 4, [N,3,H,W] or [N,H,W,3]", in.Name, in)
+		x.note("input '%s' is %s: the executors feed rank 4, [N,3,H,W] or [N,H,W,3]", in.Name, in)
 	case fixed(1) == 3 || (fixed(3) != 3 && fixed(1) > 0 && fixed(1) <= 4):
 		m.Input.Layout, h, w = "NCHW", fixed(2), fixed(3)
-		inputComment = "channels first (dimension 1 is 3)"
+		x.inputComment = "channels first (dimension 1 is 3)"
 	case fixed(3) == 3 || (fixed(3) > 0 && fixed(3) <= 4):
 		m.Input.Layout, h, w = "NHWC", fixed(1), fixed(2)
-		inputComment = "channels last (dimension 3 is 3)"
+		x.inputComment = "channels last (dimension 3 is 3)"
 	default:
 		m.Input.Layout, h, w = "NCHW", fixed(2), fixed(3)
-		inputComment = "layout not told by the shape: NCHW assumed"
-		note("input '%s' is %s: no dimension is fixed at 3 channels; NCHW is assumed", in.Name, in)
+		x.inputComment = "layout not told by the shape: NCHW assumed"
+		x.note("input '%s' is %s: no dimension is fixed at 3 channels; NCHW is assumed", in.Name, in)
 	}
 	switch {
 	case h > 0 && w > 0:
-		inputComment += fmt.Sprintf(", %dx%d fixed in the graph", w, h)
-	case isUltra && ultra.Width > 0 && ultra.Height > 0:
-		w, h = int64(ultra.Width), int64(ultra.Height)
-		inputComment += fmt.Sprintf(", %dx%d from the metadata's imgsz (the graph's size is symbolic)", w, h)
+		x.inputComment += fmt.Sprintf(", %dx%d fixed in the graph", w, h)
+	case x.isUltra && x.ultra.Width > 0 && x.ultra.Height > 0:
+		w, h = int64(x.ultra.Width), int64(x.ultra.Height)
+		x.inputComment += fmt.Sprintf(", %dx%d from the metadata's imgsz (the graph's size is symbolic)", w, h)
 	default:
 		w, h = 640, 640
-		inputComment += ", size symbolic in the graph: 640x640 proposed, set the size it was trained at"
-		note("input '%s' is %s: its size is symbolic; 640x640 is proposed (set the size the model was trained at)", in.Name, in)
+		x.inputComment += ", size symbolic in the graph: 640x640 proposed, set the size it was trained at"
+		x.note("input '%s' is %s: its size is symbolic; 640x640 is proposed (set the size the model was trained at)", in.Name, in)
 	}
 	m.Input.Width, m.Input.Height = int(w), int(h)
-	batchComment := ""
-	switch d := in.Dims; {
+}
+
+// batch proposes max_batch from the batch dimension.
+func (x *inspector) batch() {
+	switch d := x.in.Dims; {
 	case len(d) == 0:
 	case !d[0].Fixed:
-		m.MaxBatch = o.maxBatch
-		batchComment = fmt.Sprintf("the batch dimension '%s' is symbolic", d[0])
+		x.m.MaxBatch = x.o.maxBatch
+		x.batchComment = fmt.Sprintf("the batch dimension '%s' is symbolic", d[0])
 	case d[0].Value == 1:
-		m.MaxBatch = 1
-		batchComment = "the batch dimension is fixed at 1 (export with a dynamic batch to batch frames)"
+		x.m.MaxBatch = 1
+		x.batchComment = "the batch dimension is fixed at 1 (export with a dynamic batch to batch frames)"
 	default:
-		m.MaxBatch = 1
-		note("input '%s' is %s: its batch is fixed at %d; the executors run batches of 1..max_batch, so re-export it with a symbolic (dynamic) batch", in.Name, in, d[0].Value)
+		x.m.MaxBatch = 1
+		x.note("input '%s' is %s: its batch is fixed at %d; the executors run batches of 1..max_batch, so re-export it with a symbolic (dynamic) batch", x.in.Name, x.in, d[0].Value)
 	}
+}
 
-	// the decoder
-	name, format, why, ok := decode.Infer(registry.Shapes(g.Outputs), decode.Input{W: m.Input.Width, H: m.Input.Height})
-	ins.Decoder = inspectDecoder{Name: name, Format: format, Why: why, OK: ok}
-	if isUltra && ok {
-		switch t := ultra.Task; {
-		case t == "pose" && name != "keypoints", t == "detect" && name != "boxes":
-			note("the metadata says task %s, the outputs' shapes say decoder %s: check", t, name)
+// decoder proposes the decoder the outputs' shapes fit, checked against
+// the metadata's task.
+func (x *inspector) decoder() {
+	x.name, x.format, x.why, x.ok = decode.Infer(registry.Shapes(x.g.Outputs), decode.Input{W: x.m.Input.Width, H: x.m.Input.Height})
+	x.ins.Decoder = inspectDecoder{Name: x.name, Format: x.format, Why: x.why, OK: x.ok}
+	if x.isUltra && x.ok {
+		switch t := x.ultra.Task; {
+		case t == "pose" && x.name != "keypoints", t == "detect" && x.name != "boxes":
+			x.note("the metadata says task %s, the outputs' shapes say decoder %s: check", t, x.name)
 		case t != "" && t != "pose" && t != "detect":
-			note("the metadata says task %s: only its boxes are decoded (no masks, angles or class-only outputs)", t)
+			x.note("the metadata says task %s: only its boxes are decoded (no masks, angles or class-only outputs)", t)
 		}
 	}
-	m.Decoder.Name, m.Decoder.Format = name, format
+	x.m.Decoder.Name, x.m.Decoder.Format = x.name, x.format
+}
 
-	// the family's preprocessing
-	ultraLayout := slices.Contains([]string{"yolov8", "yolov5", "yolo", "e2e"}, format) || name == "keypoints" || (format == "rtdetr" && len(g.Outputs) == 1)
+// preprocessing proposes the model family's colour order, resize and
+// normalisation.
+func (x *inspector) preprocessing() {
+	name, format, ins := x.name, x.format, x.ins
+	ultraLayout := slices.Contains([]string{"yolov8", "yolov5", "yolo", "e2e"}, format) || name == "keypoints" || (format == "rtdetr" && len(x.g.Outputs) == 1)
 	colour, resize := "rgb", "stretch"
 	var scale float64
 	var mean, std []float64
 	switch {
-	case in.DType == "uint8":
+	case x.in.DType == "uint8":
 		ins.Family = "uint8 pixels"
-		inputComment += "; uint8: the pixels as they are"
-	case isUltra || ultraLayout:
+		x.inputComment += "; uint8: the pixels as they are"
+	case x.isUltra || ultraLayout:
 		ins.Family = "Ultralytics"
 		scale, resize = scale255, "letterbox"
-		inputComment += "; Ultralytics: RGB in [0,1] (pixel/255), letterboxed"
+		x.inputComment += "; Ultralytics: RGB in [0,1] (pixel/255), letterboxed"
 	case name == "blazeface":
 		ins.Family = "MediaPipe"
 		scale, mean = scale1275, []float64{1, 1, 1}
-		inputComment += "; MediaPipe: RGB in [-1,1] (pixel/127.5 - 1)"
+		x.inputComment += "; MediaPipe: RGB in [-1,1] (pixel/127.5 - 1)"
 	case format == "yolox":
 		ins.Family = "YOLOX"
 		scale, colour, resize = 1, "bgr", "letterbox"
-		inputComment += "; YOLOX: BGR pixels 0..255, not normalised, letterboxed"
+		x.inputComment += "; YOLOX: BGR pixels 0..255, not normalised, letterboxed"
 	case format == "detr" || name == "classify":
 		ins.Family = "ImageNet"
 		scale, mean, std = scale255, imagenetMean, imagenetStd
-		inputComment += "; ImageNet normalisation assumed: (pixel/255 - mean) / std, RGB (check the model's)"
-		note("the normalisation is ImageNet's, assumed: check the model's preprocessing")
+		x.inputComment += "; ImageNet normalisation assumed: (pixel/255 - mean) / std, RGB (check the model's)"
+		x.note("the normalisation is ImageNet's, assumed: check the model's preprocessing")
 	default:
 		ins.Family = "unknown"
 		scale = scale255
-		inputComment += "; RGB in [0,1] assumed (check the model's normalisation: mean, std)"
-		note("the normalisation is not known from the graph: RGB in [0,1] is assumed, check the model's preprocessing")
+		x.inputComment += "; RGB in [0,1] assumed (check the model's normalisation: mean, std)"
+		x.note("the normalisation is not known from the graph: RGB in [0,1] is assumed, check the model's preprocessing")
 	}
-	m.Input.Colour, m.Input.Resize, m.Input.Scale, m.Input.Mean, m.Input.Std = colour, resize, scale, mean, std
+	x.m.Input.Colour, x.m.Input.Resize, x.m.Input.Scale, x.m.Input.Mean, x.m.Input.Std = colour, resize, scale, mean, std
+}
 
-	// decoder settings and labels
+// decoderSettings proposes the decoder's threshold or top-k.
+func (x *inspector) decoderSettings() {
 	switch {
-	case name == "classify":
-		m.Decoder.TopK = 5
-	case name == "blazeface":
-		m.Decoder.Threshold = decode.BlazeFaceThreshold
-	case ins.Family == "Ultralytics":
-		m.Decoder.Threshold = 0.25 // Ultralytics' predict default conf
-	case ok:
-		m.Decoder.Threshold = 0.5
+	case x.name == "classify":
+		x.m.Decoder.TopK = 5
+	case x.name == "blazeface":
+		x.m.Decoder.Threshold = decode.BlazeFaceThreshold
+	case x.ins.Family == "Ultralytics":
+		x.m.Decoder.Threshold = 0.25 // Ultralytics' predict default conf
+	case x.ok:
+		x.m.Decoder.Threshold = 0.5
 	}
-	labels := ultra.Names
-	if ok && len(labels) > 0 {
-		if err := decode.CheckShapes(name, format, registry.Shapes(g.Outputs), decode.Input{W: m.Input.Width, H: m.Input.Height}, len(labels)); err != nil {
-			note("the metadata's %d class names do not fit the outputs (%v): no labels proposed", len(labels), err)
-			labels = nil
-		}
-	}
-	rel := func(p string) string {
-		ad, err1 := filepath.Abs(o.dir)
-		ap, err2 := filepath.Abs(p)
-		if err1 != nil || err2 != nil {
-			return p
-		}
-		// relative to the YAML, unless that climbs above its parent
-		if r, err := filepath.Rel(ad, ap); err == nil && !strings.HasPrefix(filepath.ToSlash(r), "../../") {
-			return filepath.ToSlash(r)
-		}
-		return ap
-	}
-	m.File = rel(file)
-	labelsComment := ""
-	if len(labels) > 0 && ok {
-		lf := o.name + ".labels"
-		path := filepath.Join(o.dir, lf)
-		if o.writeLabels {
-			if err := os.WriteFile(path, []byte(strings.Join(labels, "\n")+"\n"), 0o644); err != nil {
-				return nil, fmt.Errorf("writing the labels file: %w", err)
-			}
-			ins.Entry.LabelsFile = path
-			m.Decoder.Labels = lf
-			labelsComment = fmt.Sprintf("labels: %d class names from the model's metadata, written to %s", len(labels), lf)
-		} else {
-			labelsComment = fmt.Sprintf("the model carries %d class names (metadata names); --write-labels writes them for labels:", len(labels))
-		}
-	}
-	ins.Entry.Name = o.name
-	ins.Entry.Model = m
-	ins.Entry.YAML = entryYAML(m, inputComment, batchComment, labelsComment, ins.Decoder)
+}
 
-	// the check mdag validate --models makes
+// labels proposes the metadata's class names as the labels file, written
+// beside the YAML with --write-labels, when they fit the outputs.
+func (x *inspector) labels() error {
+	labels := x.ultra.Names
+	if !x.ok || len(labels) == 0 {
+		return nil
+	}
+	if err := decode.CheckShapes(x.name, x.format, registry.Shapes(x.g.Outputs), decode.Input{W: x.m.Input.Width, H: x.m.Input.Height}, len(labels)); err != nil {
+		x.note("the metadata's %d class names do not fit the outputs (%v): no labels proposed", len(labels), err)
+		return nil
+	}
+	if !x.o.writeLabels {
+		x.labelsComment = fmt.Sprintf("the model carries %d class names (metadata names); --write-labels writes them for labels:", len(labels))
+		return nil
+	}
+	lf := x.o.name + ".labels"
+	path := filepath.Join(x.o.dir, lf)
+	if err := os.WriteFile(path, []byte(strings.Join(labels, "\n")+"\n"), 0o644); err != nil {
+		return fmt.Errorf("writing the labels file: %w", err)
+	}
+	x.ins.Entry.LabelsFile = path
+	x.m.Decoder.Labels = lf
+	x.labelsComment = fmt.Sprintf("labels: %d class names from the model's metadata, written to %s", len(labels), lf)
+	return nil
+}
+
+// rel is p as the entry names it: relative to the YAML's directory, unless
+// that climbs above its parent.
+func (x *inspector) rel(p string) string {
+	ad, err1 := filepath.Abs(x.o.dir)
+	ap, err2 := filepath.Abs(p)
+	if err1 != nil || err2 != nil {
+		return p
+	}
+	if r, err := filepath.Rel(ad, ap); err == nil && !strings.HasPrefix(filepath.ToSlash(r), "../../") {
+		return filepath.ToSlash(r)
+	}
+	return ap
+}
+
+// entry writes the proposed entry's YAML and makes the check mdag
+// validate --models makes.
+func (x *inspector) entry() {
+	ins := x.ins
+	ins.Entry.Name = x.o.name
+	ins.Entry.Model = x.m
+	ins.Entry.YAML = entryYAML(x.m, x.inputComment, x.batchComment, x.labelsComment, ins.Decoder)
 	ins.Entry.Check = "ok"
-	if !ok {
-		ins.Entry.Check = "no decoder: " + why
-	} else if reg, err := registry.Parse(filepath.Join(o.dir, "models.yaml"), []byte(ins.Entry.YAML)); err != nil {
+	if !x.ok {
+		ins.Entry.Check = "no decoder: " + x.why
+	} else if reg, err := registry.Parse(filepath.Join(x.o.dir, "models.yaml"), []byte(ins.Entry.YAML)); err != nil {
 		ins.Entry.Check = err.Error()
-	} else if err := reg.Models[o.name].Check(g); err != nil {
+	} else if err := reg.Models[x.o.name].Check(x.g); err != nil {
 		ins.Entry.Check = err.Error()
 	}
-	return ins, nil
 }
 
 func jsonTensor(t registry.Tensor) inspectTensor {
