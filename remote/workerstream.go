@@ -265,7 +265,14 @@ func (w *workerSession) startReceiver() <-chan error {
 					w.s.refused.add(RefusedMessage, err, "instance", w.reg.Id)
 				}
 				received <- err
-				w.cancel(fmt.Errorf("receive: %w", err))
+				if cerr := w.stream.Context().Err(); cerr != nil {
+					// the call itself ended (the worker went, or the
+					// server stops): that is why, not Recv's echo of it,
+					// whichever of the two is seen first
+					w.cancel(cerr)
+				} else {
+					w.cancel(fmt.Errorf("receive: %w", err))
+				}
 				return
 			}
 			w.c.beat.Store(w.s.Clock.Now().UnixNano())

@@ -159,9 +159,20 @@ func (c *tokenNewCmd) flags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.maxFPS, "max-fps", 0, "rate its frames are sampled to (0: the app's)")
 }
 
-// validate leaves the checks to the entry's own: it must load as the
-// --tokens file loads it (run checks it before printing).
-func (c *tokenNewCmd) validate(*flag.FlagSet) []error { return nil }
+// validate checks the entry the flags make as the --tokens file's loader
+// checks it (on a stand-in token and name): every problem at once.
+func (c *tokenNewCmd) validate(*flag.FlagSet) []error {
+	name := c.name
+	if name == "" {
+		name = "a-name"
+	}
+	h, _ := auth.Hash(auth.NewToken())
+	entry := (&tokenNewCmd{apps: c.apps, name: name, role: c.role, maxRes: c.maxRes, maxStreams: c.maxStreams, maxFPS: c.maxFPS}).entry(h)
+	if _, err := auth.Parse("the new entry", []byte("tokens:\n"+entry)); err != nil {
+		return []error{err}
+	}
+	return nil
+}
 
 func (c *tokenNewCmd) run(env *cmdEnv) error {
 	tok := auth.NewToken()
@@ -224,7 +235,7 @@ func tokenName(base, tok string) string {
 		// end and the dash alone is not checked, or a token holding it
 		// would be redrawn forever)
 		name := tail + string(b[:])
-		if !sharesRun(name[len(tail)-3:], secret, 4) || try == 1000 {
+		if !sharesRun(name[max(0, len(tail)-3):], secret, 4) || try == 1000 {
 			return base + "-" + string(b[:])
 		}
 	}

@@ -199,6 +199,11 @@ func TestTokenCommand(t *testing.T) {
 	if tk == nil || !tk.MayStream("traffic") || tk.MaxStreams != 2 || tk.MaxWidth != 640 || tk.MaxFPS != 5 {
 		t.Fatalf("token from the entry: %+v", tk)
 	}
+	for _, app := range []string{"a", "ab", "abc"} { // names shorter than the suffix's window
+		if code := tokenCmd([]string{"new", "--app", app}, nil, io.Discard, &errb); code != exitOK {
+			t.Fatalf("new --app %s: exit %d: %s", app, code, errb.String())
+		}
+	}
 	out.Reset()
 	if code := tokenCmd([]string{"hash"}, strings.NewReader(tok+"\n"), &out, &errb); code != exitOK {
 		t.Fatalf("hash: exit %d: %s", code, errb.String())
@@ -215,6 +220,7 @@ func TestTokenCommand(t *testing.T) {
 		{"new --app traffic --role admin", "", `role "admin"`},
 		{"new --role ingest", "", "needs apps"},
 		{"new --app traffic --max-resolution huge", "", "max_resolution"},
+		{"new --role boss --max-streams -1", "", "role \"boss\": want ingest or api\nmdag token new: the new entry:5: tokens[0].max_streams: max_streams -1: want >= 0 (0: no limit but the server's)\n3 problems found"},
 		{"", "", "Usage: mdag token"},
 	}
 	for _, c := range cases {

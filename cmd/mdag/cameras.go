@@ -117,7 +117,7 @@ func (cf *cameraFlags) startOn(app string, server any, log *slog.Logger) (*camer
 	}
 	m, err := rtsp.Start(context.Background(), cams, feeds, rtsp.Options{Log: log})
 	if err != nil {
-		return nil, fmt.Errorf("%w", err)
+		return nil, err
 	}
 	if ws, ok := server.(*whip.Server); ok {
 		ws.SetCameras(func() []ingest.Camera { return ingestCameras(m.Status()) })

@@ -40,6 +40,7 @@ type clientCmd struct {
 	replay, audioRate                int
 	duration                         time.Duration
 	loop, verbose                    bool
+	open                             func() (frameSource, error) // --source, opened by validate
 }
 
 func (c *clientCmd) flags(fs *flag.FlagSet) {
@@ -89,6 +90,12 @@ func (c *clientCmd) validate(*flag.FlagSet) []error {
 	if c.audio != "" && (c.audioRate < 6 || c.audioRate > 255) {
 		errs = append(errs, fmt.Errorf("--audio-bitrate %d: want 6..255 kbit/s per channel", c.audioRate))
 	}
+	if c.audio == "" {
+		var err error
+		if c.open, err = sourceOpener(c.source, c.size, c.objects, c.loop); err != nil {
+			errs = append(errs, fmt.Errorf("--source: %w", err))
+		}
+	}
 	return errs
 }
 
@@ -114,18 +121,15 @@ type streamFunc func(ctx context.Context, i int, each func(whip.Result)) clientS
 // video prepares the video streams: --source, and with --encode-once the
 // clip every stream sends.
 func (c *clientCmd) video() (streamFunc, error) {
-	open, err := sourceOpener(c.source, c.size, c.objects, c.loop)
-	if err != nil {
-		return nil, invalidf("--source: %v", err)
-	}
 	o := clientOpts{server: c.server, app: c.app, token: c.token, fps: c.fps, bitrate: c.bitrate, codec: c.codec}
 	if c.replay > 0 {
-		if o.clip, err = encodeOnce(open, c.replay, whip.ClientConfig{Codec: c.codec, FPS: int(c.fps + 0.5), BitrateKbps: c.bitrate}); err != nil {
+		var err error
+		if o.clip, err = encodeOnce(c.open, c.replay, whip.ClientConfig{Codec: c.codec, FPS: int(c.fps + 0.5), BitrateKbps: c.bitrate}); err != nil {
 			return nil, invalidf("--encode-once: %v", err)
 		}
 	}
 	return func(ctx context.Context, i int, each func(whip.Result)) clientSummary {
-		return runOneClient(ctx, i, open, o, each)
+		return runOneClient(ctx, i, c.open, o, each)
 	}, nil
 }
 

@@ -154,6 +154,15 @@ func TestClientFlags(t *testing.T) {
 	if code != exitInvalid || errb.String() != want || out.Len() > 0 {
 		t.Errorf("exit %d, stdout %q, stderr\n%s\nwant exit %d, stderr\n%s", code, out.String(), errb.String(), exitInvalid, want)
 	}
+	// the video source is checked with the rest
+	out.Reset()
+	errb.Reset()
+	code = run(strings.Fields("client --app a --size x --encode-once -1"), &out, &errb)
+	want = "mdag client: --encode-once -1: want >= 0\n" +
+		"mdag client: --source: " // the pattern's size
+	if code != exitInvalid || !strings.HasPrefix(errb.String(), want) || !strings.Contains(errb.String(), "2 problems found") {
+		t.Errorf("exit %d, stderr\n%s\nwant exit %d, starting %q, 2 problems", code, errb.String(), exitInvalid, want)
+	}
 }
 
 // TestServeOpenRefused: an open WHIP endpoint on a non-loopback address

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 )
 
@@ -35,7 +35,6 @@ type cmdEnv struct {
 	args           []string      // its command line, for reports that quote it
 	fs             *flag.FlagSet // parsed; for flagGiven
 	stdout, stderr io.Writer
-	ctx            context.Context // cancelled on SIGINT/SIGTERM by commands that run until told to stop
 }
 
 // execute runs a subcommand through its steps and returns the exit code.
@@ -49,7 +48,7 @@ func execute(name, synopsis string, c subcommand, args []string, stdout, stderr 
 		reportInvalid(stderr, name, errs)
 		return exitInvalid
 	}
-	env := &cmdEnv{name: name, args: args, fs: fs, stdout: stdout, stderr: stderr, ctx: context.Background()}
+	env := &cmdEnv{name: name, args: args, fs: fs, stdout: stdout, stderr: stderr}
 	return exitCode(stderr, name, c.run(env))
 }
 
@@ -70,7 +69,6 @@ func reportInvalid(w io.Writer, name string, errs []error) {
 type exitError struct {
 	code int
 	err  error // nil: already reported
-	bare bool  // err says where itself (file:line): printed as it is, counted
 }
 
 func (e *exitError) Error() string {
@@ -92,11 +90,6 @@ func invalid(err error) error { return &exitError{code: exitInvalid, err: err} }
 // invalidf is invalid with a formatted error.
 func invalidf(format string, a ...any) error { return invalid(fmt.Errorf(format, a...)) }
 
-// problems is invalid input whose error says where each problem is
-// (app.yaml:12: ...; an errors.Join of them): printed as it is, one problem
-// per line, with their count, as mdag validate prints them.
-func problems(err error) error { return &exitError{exitInvalid, err, true} }
-
 // infeasible is valid input that cannot meet its SLO: exit 3.
 func infeasible(err error) error { return &exitError{code: exitInfeasible, err: err} }
 
@@ -116,30 +109,37 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		if ee.err == nil {
 			return code
 		}
-		if ee.bare {
-			printErrors(stderr, ee.err)
-			return code
-		}
 	}
-	printPrefixed(stderr, name, err)
+	if n := printPrefixed(stderr, name, err); n > 1 {
+		fmt.Fprintf(stderr, "%d problems found\n", n)
+	}
 	return code
 }
 
-// printPrefixed writes err with "mdag NAME: " before each of its problems
-// (the lines of an errors.Join); an indented line continues the one above
-// and is written as it is. It returns the number of problems.
+// printPrefixed writes err one problem a line (the lines of an
+// errors.Join), "mdag NAME: " before each that does not say where it is
+// itself: a problem of a file (app.yaml:12: ...) is written as it is, as
+// mdag validate writes them. An indented line continues the one above. It
+// returns the number of problems.
 func printPrefixed(w io.Writer, name string, err error) int {
 	n := 0
 	for _, l := range strings.Split(err.Error(), "\n") {
-		if strings.HasPrefix(l, " ") || strings.HasPrefix(l, "\t") {
+		switch {
+		case strings.HasPrefix(l, " ") || strings.HasPrefix(l, "\t"):
 			fmt.Fprintln(w, l)
 			continue
+		case located.MatchString(l):
+			fmt.Fprintln(w, l)
+		default:
+			fmt.Fprintf(w, "mdag %s: %s\n", name, l)
 		}
-		fmt.Fprintf(w, "mdag %s: %s\n", name, l)
 		n++
 	}
 	return n
 }
+
+// located matches a problem that says where it is: FILE:LINE: ...
+var located = regexp.MustCompile(`^[^\s:]+:\d+(:\d+)?: `)
 
 // subcmd is one subcommand of a group (mdag certs init).
 type subcmd struct {
@@ -158,8 +158,8 @@ func runGroup(group string, usage func(io.Writer), subs []subcmd, args []string,
 		if s.name != args[0] {
 			continue
 		}
-		if c, ok := s.new().(positional); ok {
-			return executeArgs(group+" "+s.name, s.synopsis, c, args[1:], stdout, stderr)
+		if _, ok := s.new().(positional); ok {
+			return executeArgs(group+" "+s.name, s.synopsis, func() positional { return s.new().(positional) }, args[1:], stdout, stderr)
 		}
 		return execute(group+" "+s.name, s.synopsis, s.new(), args[1:], stdout, stderr)
 	}
@@ -186,9 +186,12 @@ type positional interface {
 // executeArgs is execute for a command with positional arguments, which
 // may come before, between or after its flags (FILE --name x as well as
 // --name x FILE): execute refuses them (unexpected arguments), so they are
-// taken out of args and handed to c, and execute gets the flags.
-func executeArgs(name, synopsis string, c positional, args []string, stdout, stderr io.Writer) int {
-	flags, pos := splitArgs(c, args)
+// taken out of args (by a scratch command of newC's, so that a flag that
+// accumulates is not filled twice) and handed to the command, and execute
+// gets the flags.
+func executeArgs(name, synopsis string, newC func() positional, args []string, stdout, stderr io.Writer) int {
+	flags, pos := splitArgs(newC(), args)
+	c := newC()
 	c.setArgs(pos)
 	return execute(name, synopsis, c, flags, stdout, stderr)
 }

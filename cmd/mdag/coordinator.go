@@ -93,6 +93,7 @@ func (c *coordinatorCmd) validate(*flag.FlagSet) []error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.api.check()...)
+	errs = append(errs, c.kube.check()...)
 	if strings.HasPrefix(c.grpc, "unix-abstract:") {
 		errs = append(errs, fmt.Errorf("--grpc %s: an abstract socket has no file permissions (any local user could connect): give unix:/PATH", c.grpc))
 	} else if _, err := c.tls.mode("--grpc", c.grpc); err != nil {

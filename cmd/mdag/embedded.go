@@ -184,12 +184,12 @@ func (in appInputs) load() (*dag.App, *profile.File, error) {
 	return app, pf, err
 }
 
-// serveInputs checks and loads -f, -p and --example for commands that
-// report the flags' problems themselves (prefixed with "mdag CMD: ").
+// serveInputs checks and loads -f, -p and --example for commands that do
+// not check them in validate (the coordinator, try).
 func serveInputs(file, profiles, example string) (*dag.App, *profile.File, error) {
 	in := appInputs{file, profiles, example}
 	if err := in.problem(); err != nil {
-		return nil, nil, fmt.Errorf("%w", err)
+		return nil, nil, err
 	}
 	return in.load()
 }

@@ -35,48 +35,25 @@ func (b *builtExecutor) describe() string {
 // (opencv, from models: mdag worker's --model). The caller prefixes the
 // errors with its command and exits invalid.
 func buildExecutor(name string, fs *flag.FlagSet, ox *onnxFlags, kx *kserveFlags, models []gpu.ModelFile, extra bool) (*builtExecutor, error) {
-	b := &builtExecutor{name: name, close: func() {}}
-	known := []string{"emulated", "onnx", "kserve"}
-	if extra {
-		known = append(known, executors...)
-	}
-	if !slices.Contains(known, name) {
-		if extra && len(executors) == 0 {
-			return nil, fmt.Errorf("--executor %q: the %s build has emulated, onnx and kserve; "+
-				"the OpenCV DNN executor (--executor opencv) is in the full build: bin/mdag (make build)", name, buildName)
-		}
-		return nil, fmt.Errorf("--executor %q: want %s or %s", name, strings.Join(known[:len(known)-1], ", "), known[len(known)-1])
-	}
-	if err := executorFlags(name, ox.set(fs), kx.set(fs)); err != nil {
+	if err := checkExecutor(name, fs, ox, kx, models, extra); err != nil {
 		return nil, err
 	}
+	b := &builtExecutor{name: name, close: func() {}}
 	switch name {
 	case "emulated":
-		if len(models) > 0 {
-			return nil, errors.New("--model needs --executor opencv")
-		}
 	case "kserve":
-		if len(models) > 0 {
-			return nil, errors.New("--model is the opencv executor's; --executor kserve reads --models models.yaml")
-		}
 		x, reg, err := kx.executor(*ox.models)
 		if err != nil {
 			return nil, err
 		}
 		b.exec, b.reg, b.kserve, b.close = x, reg, x, func() { x.Close() }
 	case "onnx":
-		if len(models) > 0 {
-			return nil, errors.New("--model is the opencv executor's; --executor onnx reads --models models.yaml")
-		}
 		x, reg, err := ox.executor()
 		if err != nil {
 			return nil, err
 		}
 		b.exec, b.reg, b.close = x, reg, func() { x.Close() }
 	default:
-		if len(models) == 0 {
-			return nil, fmt.Errorf("--executor %s needs at least one --model NAME=DECODER:PATH", name)
-		}
 		x, closeX, err := newExecutor(name, models, 2)
 		if err != nil {
 			return nil, err
@@ -84,4 +61,33 @@ func buildExecutor(name string, fs *flag.FlagSet, ox *onnxFlags, kx *kserveFlags
 		b.exec, b.close = x, closeX
 	}
 	return b, nil
+}
+
+// checkExecutor checks the executor flags alone (a command's validate
+// calls it; buildExecutor calls it again): the executor's name, the flags
+// that go with it and --model (the opencv executor's).
+func checkExecutor(name string, fs *flag.FlagSet, ox *onnxFlags, kx *kserveFlags, models []gpu.ModelFile, extra bool) error {
+	known := []string{"emulated", "onnx", "kserve"}
+	if extra {
+		known = append(known, executors...)
+	}
+	if !slices.Contains(known, name) {
+		if extra && len(executors) == 0 {
+			return fmt.Errorf("--executor %q: the %s build has emulated, onnx and kserve; "+
+				"the OpenCV DNN executor (--executor opencv) is in the full build: bin/mdag (make build)", name, buildName)
+		}
+		return fmt.Errorf("--executor %q: want %s or %s", name, strings.Join(known[:len(known)-1], ", "), known[len(known)-1])
+	}
+	if err := executorFlags(name, ox.set(fs), kx.set(fs)); err != nil {
+		return err
+	}
+	switch {
+	case name == "emulated" && len(models) > 0:
+		return errors.New("--model needs --executor opencv")
+	case (name == "kserve" || name == "onnx") && len(models) > 0:
+		return fmt.Errorf("--model is the opencv executor's; --executor %s reads --models models.yaml", name)
+	case name != "emulated" && name != "kserve" && name != "onnx" && len(models) == 0:
+		return fmt.Errorf("--executor %s needs at least one --model NAME=DECODER:PATH", name)
+	}
+	return nil
 }

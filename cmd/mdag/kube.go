@@ -77,28 +77,44 @@ func addKubeFlags(fs *flag.FlagSet) *kubeFlags {
 // inClusterNamespace is where a pod's service account says it runs.
 const inClusterNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
-// provisioner returns the kubernetes provisioner (nil for none) and sets
-// cfg's; its watch starts with watch(e) once the engine exists.
-func (k *kubeFlags) provisioner(cfg *coordinator.Config, log *slog.Logger) (kubeProvisioner, error) {
+// check reports every problem with the provisioner's flags alone (the
+// coordinator's validate calls it; provisioner calls it again).
+func (k *kubeFlags) check() []error {
+	var errs []error
 	switch *k.kind {
 	case "", "none":
 		for _, f := range []struct{ name, v string }{{"namespace", *k.namespace}, {"kubeconfig", *k.kubeconfig}, {"max-workers", *k.maxWorkers}, {"provisioner-issuer", *k.issuer}} {
 			if f.v != "" {
-				return nil, fmt.Errorf("--%s needs --provisioner kubernetes", f.name)
+				errs = append(errs, fmt.Errorf("--%s needs --provisioner kubernetes", f.name))
 			}
 		}
-		return nil, nil
+		return errs
 	case "kubernetes":
 	default:
-		return nil, fmt.Errorf("--provisioner %q: want none or kubernetes", *k.kind)
+		return []error{fmt.Errorf("--provisioner %q: want none or kubernetes", *k.kind)}
 	}
 	if *k.startTimeout <= 0 {
-		return nil, fmt.Errorf("--start-timeout %v: want > 0", *k.startTimeout)
+		errs = append(errs, fmt.Errorf("--start-timeout %v: want > 0", *k.startTimeout))
 	}
-	limits, err := parseMaxWorkers(*k.maxWorkers)
-	if err != nil {
-		return nil, fmt.Errorf("--max-workers %q: %w", *k.maxWorkers, err)
+	if _, err := parseMaxWorkers(*k.maxWorkers); err != nil {
+		errs = append(errs, fmt.Errorf("--max-workers %q: %w", *k.maxWorkers, err))
 	}
+	if *k.certValid <= 0 {
+		errs = append(errs, fmt.Errorf("--provisioner-cert-valid %v: want > 0", *k.certValid))
+	}
+	return errs
+}
+
+// provisioner returns the kubernetes provisioner (nil for none) and sets
+// cfg's; its watch starts with watch(e) once the engine exists.
+func (k *kubeFlags) provisioner(cfg *coordinator.Config, log *slog.Logger) (kubeProvisioner, error) {
+	if errs := k.check(); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if *k.kind != "kubernetes" {
+		return nil, nil
+	}
+	limits, _ := parseMaxWorkers(*k.maxWorkers) // check parsed it
 	ns := *k.namespace
 	if ns == "" {
 		ns = "mdag"
@@ -106,11 +122,9 @@ func (k *kubeFlags) provisioner(cfg *coordinator.Config, log *slog.Logger) (kube
 			ns = strings.TrimSpace(string(b))
 		}
 	}
-	if *k.certValid <= 0 {
-		return nil, fmt.Errorf("--provisioner-cert-valid %v: want > 0", *k.certValid)
-	}
 	opts := kubeOptions{namespace: ns, kubeconfig: *k.kubeconfig, limits: limits, certValid: *k.certValid}
 	if *k.issuer != "" {
+		var err error
 		if opts.issuer, opts.trust, err = k.loadIssuer(*k.issuer, log); err != nil {
 			return nil, err
 		}

@@ -31,7 +31,7 @@ func newKubeProvisioner(o kubeOptions, log *slog.Logger) (kubeProvisioner, error
 	}
 	cs, err := kube.NewClient(rc)
 	if err != nil {
-		return nil, fmt.Errorf("%w", err)
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -41,7 +41,7 @@ func newKubeProvisioner(o kubeOptions, log *slog.Logger) (kubeProvisioner, error
 	}
 	p, err := kube.New(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w", err)
+		return nil, err
 	}
 	return kubeProv{p}, nil
 }

@@ -60,6 +60,8 @@ var validateCases = []cliCase{
 	{"pack-symphony-zoo", "pack -f examples/placement/symphony-zoo.yaml"},
 	{"pack-bad-sessions", "pack -f cmd/mdag/testdata/bad-sessions.yaml"},
 	{"serve-no-app", "serve"},
+	{"serve-broken-app", "serve -f cmd/mdag/testdata/broken.yaml -p examples/traffic/profiles.yaml"},
+	{"coordinator-broken-app", "coordinator -f cmd/mdag/testdata/broken.yaml -p examples/traffic/profiles.yaml"},
 	{"serve-both", "serve --example traffic -f examples/traffic/app.yaml"},
 	{"serve-unknown-example", "serve --example nope"},
 	{"serve-bad-workers", "serve --example traffic --workers A100=2"},

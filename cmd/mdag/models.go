@@ -44,7 +44,7 @@ func modelsUsage(w io.Writer) {
 }
 
 func runModelsInspect(args []string, stdout, stderr io.Writer) int {
-	return executeArgs("models inspect", strings.TrimPrefix(modelsSynopsis, "inspect "), new(modelsInspectCmd), args, stdout, stderr)
+	return executeArgs("models inspect", strings.TrimPrefix(modelsSynopsis, "inspect "), func() positional { return new(modelsInspectCmd) }, args, stdout, stderr)
 }
 
 // modelsInspectCmd is mdag models inspect's options.

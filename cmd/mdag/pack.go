@@ -35,7 +35,7 @@ func (c *packCmd) validate(*flag.FlagSet) []error {
 func (c *packCmd) run(env *cmdEnv) error {
 	sessions, opt, err := spec.LoadSessions(c.file)
 	if err != nil {
-		return problems(err)
+		return invalid(err)
 	}
 	res := squishy.Pack(sessions, opt)
 	if c.out == "json" {

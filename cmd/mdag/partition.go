@@ -52,7 +52,7 @@ func (c *partitionCmd) validate(*flag.FlagSet) []error {
 func (c *partitionCmd) run(env *cmdEnv) error {
 	req, err := spec.LoadModels(c.file)
 	if err != nil {
-		return problems(err)
+		return invalid(err)
 	}
 	req.SubClusters, req.TimeLimit, req.Seed = c.k, c.limit, c.seed
 	var p partition.Result

@@ -90,7 +90,7 @@ func (c *placeCmd) snapshot(cat *profile.Catalog) (placement.Snapshot, error) {
 	if c.cluster != "" {
 		var err error
 		if snap, err = spec.LoadCluster(c.cluster, time.Now(), cat.Workers()); err != nil {
-			return snap, problems(err)
+			return snap, invalid(err)
 		}
 	}
 	snap.Prices = map[profile.WorkerTypeID]float64{}

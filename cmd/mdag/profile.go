@@ -301,7 +301,7 @@ func (c *profileCmd) run(env *cmdEnv) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(env.ctx, os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	p := c.start(ctx, env)
 	if err := mode(p); err != nil {
@@ -417,7 +417,7 @@ func (c *profileCmd) registryEntry() (one *registry.Registry, m *registry.Model,
 	}
 	reg, err := registry.Load(c.models)
 	if err != nil {
-		return nil, nil, problems(err)
+		return nil, nil, invalid(err)
 	}
 	if m, err = reg.Get(c.model); err != nil {
 		return nil, nil, invalid(err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -96,10 +95,7 @@ func (c *serveCmd) executorProblems(fs *flag.FlagSet) []error {
 			errs = append(errs, err)
 		}
 	}
-	if !slices.Contains([]string{"emulated", "onnx", "kserve"}, c.executor) {
-		return append(errs, fmt.Errorf("--executor %q: want emulated, onnx or kserve", c.executor))
-	}
-	if err := executorFlags(c.executor, c.ox.set(fs), c.kx.set(fs)); err != nil {
+	if err := checkExecutor(c.executor, fs, c.ox, c.kx, nil, false); err != nil {
 		errs = append(errs, err)
 	}
 	return errs

@@ -50,7 +50,7 @@ func (c *simCmd) validate(*flag.FlagSet) []error {
 func (c *simCmd) run(env *cmdEnv) error {
 	w, err := sim.LoadWorkload(c.file)
 	if err != nil {
-		return problems(err)
+		return invalid(err)
 	}
 	var r *sim.Result
 	if c.find {

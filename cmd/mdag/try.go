@@ -46,7 +46,7 @@ const trySynopsis = "(--models models.yaml --model NAME | -f app.yaml -p profile
 	"[--executor onnx|kserve] [--device cpu|cuda] [--ort-lib PATH] [--threshold T] [--max-frames 8] [--out FILE.png] FILE"
 
 func runTry(args []string, stdout, stderr io.Writer) int {
-	return executeArgs("try", trySynopsis, new(tryCmd), args, stdout, stderr)
+	return executeArgs("try", trySynopsis, func() positional { return new(tryCmd) }, args, stdout, stderr)
 }
 
 // tryCmd is mdag try's options.

@@ -185,12 +185,12 @@ func (c *validateCmd) checkModels(stdout io.Writer) error {
 	if err == nil && c.app.file != "" {
 		app, lerr := dag.Load(c.app.file)
 		if lerr != nil {
-			return problems(lerr)
+			return invalid(lerr)
 		}
 		err = checkAppModels(app, reg)
 	}
 	if err != nil {
-		return problems(err)
+		return invalid(err)
 	}
 	if c.app.file == "" {
 		fmt.Fprintf(stdout, "%s: %d models valid (%s)\n", c.models, len(reg.Models), strings.Join(reg.Names(), ", "))
@@ -202,11 +202,11 @@ func (c *validateCmd) checkModels(stdout io.Writer) error {
 func (c *validateCmd) checkCameras(stdout io.Writer) error {
 	app, err := dag.Load(c.app.file)
 	if err != nil {
-		return problems(err)
+		return invalid(err)
 	}
 	msg, err := checkCamerasFile(c.cameras, []string{string(app.Name)})
 	if err != nil {
-		return problems(err)
+		return invalid(err)
 	}
 	fmt.Fprintln(stdout, msg)
 	return nil
@@ -332,17 +332,6 @@ func fmtFloat(f float64) string {
 	return strconv.FormatFloat(math.Round(f*100)/100, 'f', -1, 64)
 }
 
-// loadInputs loads and validates an app and, when profiles is not empty, its
-// profiles bound to it; problems are printed and turned into an exit code.
-func loadInputs(file, profiles string, stderr io.Writer) (*dag.Graph, *profile.Catalog, int) {
-	g, cat, err := readInputs(file, profiles)
-	if err != nil {
-		exitCode(stderr, "", err)
-		return nil, nil, exitInvalid
-	}
-	return g, cat, exitOK
-}
-
 // readInputs loads an app and, when profiles is not "", its profiles bound
 // to it; its errors are problems (they say file:line).
 func readInputs(file, profiles string) (*dag.Graph, *profile.Catalog, error) {
@@ -351,21 +340,21 @@ func readInputs(file, profiles string) (*dag.Graph, *profile.Catalog, error) {
 		err = checkOutputs(app)
 	}
 	if err != nil {
-		return nil, nil, problems(err)
+		return nil, nil, invalid(err)
 	}
 	var cat *profile.Catalog
 	if profiles != "" {
 		pf, err := profile.Load(profiles)
 		if err != nil {
-			return nil, nil, problems(err)
+			return nil, nil, invalid(err)
 		}
 		if cat, err = profile.Bind(app, pf); err != nil {
-			return nil, nil, problems(err)
+			return nil, nil, invalid(err)
 		}
 	}
 	g, err := dag.NewGraph(app)
 	if err != nil {
-		return nil, nil, problems(err)
+		return nil, nil, invalid(err)
 	}
 	return g, cat, nil
 }

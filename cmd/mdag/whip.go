@@ -186,7 +186,7 @@ func (wf *whipFlags) server(listen string, app *dag.App, sink whip.Sink, store *
 	}
 	srv, err := whip.New(cfg, sink)
 	if err != nil {
-		return nil, fmt.Errorf("%w", err)
+		return nil, err
 	}
 	if slices.Contains(cfg.AllowOrigins, "*") {
 		log.Warn("--allow-origin *: any web page a user of this server opens may call WHIP and /v1/streams (list, create and end streams with their token)")

@@ -78,10 +78,13 @@ func (c *workerCmd) flags(fs *flag.FlagSet) {
 	c.tls = addTLSFlags(fs, true)
 }
 
-func (c *workerCmd) validate(*flag.FlagSet) []error {
+func (c *workerCmd) validate(fs *flag.FlagSet) []error {
 	var errs []error
 	if c.typ == "" {
 		errs = append(errs, errors.New("--type is required"))
+	}
+	if err := checkExecutor(c.executor, fs, c.onnx, c.kserve, c.models, true); err != nil {
+		errs = append(errs, err)
 	}
 	c.emulated = splitList(c.emulate)
 	if len(c.emulated) > 0 && c.executor != "onnx" && c.executor != "kserve" {

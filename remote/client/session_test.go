@@ -419,6 +419,7 @@ func TestSessionEnds(t *testing.T) {
 	t.Run("coordinator", func(t *testing.T) {
 		s := startSession(t, WorkerConfig{})
 		s.register(t, beat)
+		await(t, s.clk, beat, 1) // registered: the session reads on
 		s.end <- status.Error(codes.Unavailable, "missed heartbeats: silent for 5s")
 		if err := s.ended(t); err == nil || err.Error() != "receive: rpc error: code = Unavailable desc = missed heartbeats: silent for 5s" {
 			t.Errorf("session ended with %v", err)
@@ -438,6 +439,7 @@ func TestSessionEnds(t *testing.T) {
 	t.Run("caller", func(t *testing.T) {
 		s := startSession(t, WorkerConfig{})
 		s.register(t, beat)
+		await(t, s.clk, beat, 1) // registered: the session reads on
 		s.cancel()
 		if err := s.ended(t); !errors.Is(err, context.Canceled) {
 			t.Errorf("session ended with %v, want context.Canceled", err)
