@@ -210,25 +210,14 @@ func (f *fakeWorker) send(t testing.TB, m *api.WorkerMessage) {
 // next is the next message the session sent.
 func (f *fakeWorker) next(t testing.TB) *api.CoordinatorMessage {
 	t.Helper()
-	select {
-	case m := <-f.out:
-		return m
-	case <-time.After(waitLimit):
-		t.Fatalf("no message from the coordinator in %v", waitLimit)
-		return nil
-	}
+	return clocktest.Recv(t, f.out, waitLimit, "a message from the coordinator")
 }
 
 // ended waits for the session to end and returns what it returned.
 func (f *fakeWorker) ended(t testing.TB) error {
 	t.Helper()
-	select {
-	case <-f.done:
-		return f.err
-	case <-time.After(waitLimit):
-		t.Fatalf("the session did not end in %v", waitLimit)
-		return nil
-	}
+	clocktest.Recv(t, f.done, waitLimit, "the session's end")
+	return f.err
 }
 
 func (f *fakeWorker) isDone() bool {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/mdag/mdag/internal/clock"
@@ -69,5 +70,21 @@ func (c *Counting) Await(ctx context.Context, d time.Duration, n int) error {
 		case <-ctx.Done():
 			return fmt.Errorf("waited for timer %d of %v: %d set (%w)", n, d, got, ctx.Err())
 		}
+	}
+}
+
+// Recv returns the next value from ch (the zero value once it is closed),
+// failing the test if none comes within limit. limit is wall time: the
+// wait is for another goroutine's step, not for time to pass, and it only
+// bounds a failure.
+func Recv[T any](t testing.TB, ch <-chan T, limit time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(limit):
+		t.Fatalf("%s: nothing in %v", what, limit)
+		var zero T
+		return zero
 	}
 }

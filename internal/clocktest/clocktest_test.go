@@ -34,3 +34,15 @@ func TestAwait(t *testing.T) {
 		t.Fatal("Await with no such timer and a done context: nil error")
 	}
 }
+
+func TestRecv(t *testing.T) {
+	ch := make(chan int, 1)
+	ch <- 7
+	if v := Recv(t, ch, time.Second, "a value"); v != 7 {
+		t.Fatalf("Recv = %d, want 7", v)
+	}
+	close(ch)
+	if v := Recv(t, ch, time.Second, "the close"); v != 0 {
+		t.Fatalf("Recv of a closed channel = %d, want 0", v)
+	}
+}

@@ -105,13 +105,7 @@ func (f *fakeCoordinator) CloseSend() error {
 // next is the next message the worker sent.
 func (f *fakeCoordinator) next(t testing.TB) *api.WorkerMessage {
 	t.Helper()
-	select {
-	case m := <-f.up:
-		return m
-	case <-time.After(waitLimit):
-		t.Fatalf("no message from the worker in %v", waitLimit)
-		return nil
-	}
+	return clocktest.Recv(t, f.up, waitLimit, "a message from the worker")
 }
 
 func (f *fakeCoordinator) give(m *api.CoordinatorMessage) { f.down <- m }
@@ -157,13 +151,8 @@ func startSession(t testing.TB, cfg WorkerConfig) *session {
 // ended waits for the session to end and returns why.
 func (s *session) ended(t testing.TB) error {
 	t.Helper()
-	select {
-	case <-s.done:
-		return s.err
-	case <-time.After(waitLimit):
-		t.Fatalf("the session did not end in %v", waitLimit)
-		return nil
-	}
+	clocktest.Recv(t, s.done, waitLimit, "the session's end")
+	return s.err
 }
 
 // register takes the worker's registration and acknowledges it with the
