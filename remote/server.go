@@ -76,7 +76,8 @@ type Server struct {
 	sources       map[string]int // open Ingest streams per source
 	workerStreams map[string]int // open Connect streams per worker peer (workerPeer)
 
-	plane planeCounters
+	plane   planeCounters
+	ingress ingress // bytes received on the gRPC port, by sender
 }
 
 // planeCounters count the frames of workers' results by how they came.
@@ -172,7 +173,7 @@ func NewGRPC(s *Server) *grpc.Server { return newGRPC(s) }
 
 func newGRPC(s *Server, opts ...grpc.ServerOption) *grpc.Server {
 	s.defaults()
-	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(s.limits.MaxMessage), grpc.MaxSendMsgSize(wire.MaxMessage),
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(s.limits.MaxMessage), grpc.MaxSendMsgSize(wire.MaxMessage), grpc.StatsHandler(&s.ingress),
 		grpc.MaxConcurrentStreams(uint32(min(s.limits.MaxConnStreams, 1<<20)))}, opts...)...)
 	api.RegisterCoordinatorServer(g, s)
 	return g

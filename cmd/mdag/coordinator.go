@@ -202,9 +202,10 @@ func (c *coordinatorCmd) serve(co *coordination, td *teardown) error {
 	}
 	co.srv = &remote.Server{Engine: co.obs.e, Log: co.log, Heartbeat: c.heartbeat, Limits: c.limits, Relay: c.plane == "relay", Shared: c.tls.shared}
 	co.obs.mx.SetGRPC(func() metrics.GRPC {
-		p := co.srv.Plane()
+		p, r := co.srv.Plane(), co.srv.Received()
 		return metrics.GRPC{Refused: co.srv.Refused(), RelayedFrames: p.RelayedFrames, RelayedBytes: p.RelayedBytes, RefFrames: p.RefFrames,
-			Hops: p.Hops, HopBuckets: p.HopBuckets, HopSum: p.HopSum}
+			Hops: p.Hops, HopBuckets: p.HopBuckets, HopSum: p.HopSum,
+			Received: map[string]uint64{"workers": r.Workers, "sources": r.Sources, "other": r.Other}}
 	})
 	co.g = grpcServer(co.srv, co.tm)
 	go func() { _ = co.g.Serve(co.gl) }()
@@ -252,9 +253,10 @@ func (c *coordinatorCmd) summary(w io.Writer, co *coordination, final coordinato
 	writeOutputLines(w, co.obs.outs)
 	writeClipLine(w, co.obs.closeClips())
 	writeCameraTable(w, co.cams.Status())
-	p := co.srv.Plane()
+	p, r := co.srv.Plane(), co.srv.Received()
 	fmt.Fprintf(w, "data plane %s: %d result frames by reference, %d relayed (%d bytes); %d hops, p50 %.3f ms, p99 %.3f ms\n",
 		c.plane, p.RefFrames, p.RelayedFrames, p.RelayedBytes, p.Hops, float64(p.HopP50.Microseconds())/1000, float64(p.HopP99.Microseconds())/1000)
+	fmt.Fprintf(w, "received on gRPC: %d bytes from workers, %d from sources (%s a frame sent)\n", r.Workers, r.Sources, perFrame(r.Workers+r.Sources, final))
 }
 
 // grpcLimitFlags are the coordinator's limits on its gRPC port (issue 22,
@@ -323,4 +325,16 @@ func (f *grpcLimitFlags) limits() (remote.Limits, error) {
 		return remote.Limits{}, fmt.Errorf("--max-message %d MiB is smaller than one --max-frame %s frame with --max-boxes %d (%d bytes)", *f.messageMiB, *f.frame, *f.boxes, src)
 	}
 	return l, nil
+}
+
+// perFrame is bytes over the frames final's sessions were sent, said.
+func perFrame(bytes uint64, final coordinator.Status) string {
+	var sent uint64
+	for _, s := range final.Sessions {
+		sent += s.Total.Sent
+	}
+	if sent == 0 {
+		return "no frames"
+	}
+	return fmt.Sprintf("%d bytes", bytes/sent)
 }

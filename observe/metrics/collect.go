@@ -77,6 +77,9 @@ type GRPC struct {
 	Hops       uint64
 	HopBuckets map[float64]uint64
 	HopSum     time.Duration
+	// Received: bytes the port received on the wire, by sender (workers,
+	// sources, other).
+	Received map[string]uint64
 }
 
 // SetGRPC registers the source of the coordinator's gRPC figures.
@@ -133,13 +136,14 @@ var (
 	grpcRefused = desc("grpc", "refused_total", "Requests the coordinator's gRPC port refused, by reason (message-size, frame-size, boxes, result-items, source-streams, worker-streams, rate-peer, rate-global: limits; unknown-task: a result for a task the worker was not given or had answered; frame-ref: a frame reference the worker may not make; handshakes, handshakes-ip, tls-handshake: TLS handshakes over the bounds or failed; first-message: no register or join in time; identity: an ID or stream the certificate may not claim; register: a malformed registration; role: a call the certificate's role may not make).", "reason")
 	grpcFrames  = desc("grpc", "result_frames_total", "Frames in workers' results by data plane: relay (the pixels came through the coordinator) or direct (a reference; the next module's worker fetches the pixels from the worker holding them).", "plane")
 	grpcBytes   = desc("grpc", "relayed_bytes_total", "Pixel bytes of workers' results that came through the coordinator: every frame on the relay; on the direct data plane only frames under the worker's --peer-inline (crops).")
+	grpcRecv    = desc("grpc", "received_bytes_total", "Bytes the coordinator's gRPC port received on the wire, by sender: workers (results, heartbeats: references on the direct data plane), sources (mdag source and gRPC cameras: their frames' pixels today) and other (calls of no known method). Divided by the frames sent, what a frame costs the coordinator to take in.", "from")
 	grpcHops    = desc("grpc", "hop_seconds", "What a task spent outside its module's run, from the coordinator sending it to its result: the task down, the worker's queue, the fetch of its frames (direct data plane) and the result up.")
 )
 
 type grpcCollector struct{ m *Metrics }
 
 func (grpcCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{grpcRefused, grpcFrames, grpcBytes, grpcHops} {
+	for _, d := range []*prometheus.Desc{grpcRefused, grpcFrames, grpcBytes, grpcRecv, grpcHops} {
 		ch <- d
 	}
 }
@@ -158,6 +162,9 @@ func (c grpcCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(grpcFrames, prometheus.CounterValue, float64(g.RelayedFrames), "relay")
 	ch <- prometheus.MustNewConstMetric(grpcFrames, prometheus.CounterValue, float64(g.RefFrames), "direct")
 	ch <- prometheus.MustNewConstMetric(grpcBytes, prometheus.CounterValue, float64(g.RelayedBytes))
+	for from, n := range g.Received {
+		ch <- prometheus.MustNewConstMetric(grpcRecv, prometheus.CounterValue, float64(n), from)
+	}
 	ch <- prometheus.MustNewConstHistogram(grpcHops, g.Hops, g.HopSum.Seconds(), g.HopBuckets)
 }
 

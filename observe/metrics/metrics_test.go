@@ -75,7 +75,8 @@ func scripted() *Metrics {
 	})
 	m.SetGRPC(func() GRPC {
 		return GRPC{Refused: map[string]uint64{"frame-size": 2, "unknown-task": 1}, RelayedFrames: 3, RelayedBytes: 3 * 230400, RefFrames: 40,
-			Hops: 43, HopBuckets: map[float64]uint64{0.0005: 10, 0.001: 40, 0.0025: 43}, HopSum: 30 * time.Millisecond}
+			Hops: 43, HopBuckets: map[float64]uint64{0.0005: 10, 0.001: 40, 0.0025: 43}, HopSum: 30 * time.Millisecond,
+			Received: map[string]uint64{"workers": 64500, "sources": 9912360, "other": 0}}
 	})
 	m.SetClips(func() []Clips {
 		return []Clips{{App: "traffic", Streams: 2, Frames: 600, FramesDropped: 3, EncodeErrors: 1, Written: 4, WrittenBytes: 4 << 20, WriteErrors: 1,
