@@ -35,7 +35,7 @@ func testTokens(t *testing.T) *auth.Store {
 // with its HTTP face, the recorder running.
 func startTestObserved(t *testing.T, store *auth.Store) *observed {
 	t.Helper()
-	app, prof, err := serveInputs("", "", "traffic")
+	app, prof, err := appInputs{example: "traffic"}.load()
 	if err != nil {
 		t.Fatal(err)
 	}

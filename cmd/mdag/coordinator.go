@@ -35,24 +35,22 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 
 // coordinatorCmd is mdag coordinator's options.
 type coordinatorCmd struct {
-	file, profiles, example string
-	grpc                    string
-	policy, plane           string
-	headroom                float64
-	warmup, verbose         bool
-	checkpoint, heartbeat   time.Duration
-	duration                time.Duration
-	api                     apiFlags // --listen, WHIP, tokens, cameras, --state
-	grpcLimits              *grpcLimitFlags
-	tls                     *tlsFlags
-	kube                    *kubeFlags
-	limits                  remote.Limits // built by validate
+	in                    appInputs // -f, -p, --example
+	grpc                  string
+	policy, plane         string
+	headroom              float64
+	warmup, verbose       bool
+	checkpoint, heartbeat time.Duration
+	duration              time.Duration
+	api                   apiFlags // --listen, WHIP, tokens, cameras, --state
+	grpcLimits            *grpcLimitFlags
+	tls                   *tlsFlags
+	kube                  *kubeFlags
+	limits                remote.Limits // built by validate
 }
 
 func (c *coordinatorCmd) flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.file, "f", "", "app YAML file")
-	fs.StringVar(&c.profiles, "p", "", "profiles YAML file (with -f)")
-	fs.StringVar(&c.example, "example", "", "deploy an embedded example app instead of -f/-p (e.g. traffic)")
+	c.in.flags(fs, "deploy")
 	fs.StringVar(&c.grpc, "grpc", "127.0.0.1:7070", "the gRPC address workers and sources connect to: HOST:PORT, or unix:/PATH, a Unix socket (mode 0600, in a directory only its owner may write; "+
 		"the path at most 107 bytes) that only this uid and root may use: the coordinator checks each connection's uid (SO_PEERCRED) and workers and sources check the coordinator's, "+
 		"so it is the authenticated choice on one machine (plaintext; --tls-dir is for HOST:PORT)")
@@ -73,6 +71,9 @@ func (c *coordinatorCmd) flags(fs *flag.FlagSet) {
 
 func (c *coordinatorCmd) validate(*flag.FlagSet) []error {
 	var errs []error
+	if err := c.in.problem(); err != nil {
+		errs = append(errs, err)
+	}
 	if !validPolicy(c.policy) {
 		errs = append(errs, fmt.Errorf("--policy %q: want symphony, clockwork or lazy", c.policy))
 	}
@@ -134,7 +135,7 @@ func (c *coordinatorCmd) run(env *cmdEnv) error {
 // the gRPC port and the cameras. td stops them.
 func (c *coordinatorCmd) build(env *cmdEnv, td *teardown) (*coordination, error) {
 	co := &coordination{log: newLogger(env.stderr, c.verbose)}
-	app, prof, err := serveInputs(c.file, c.profiles, c.example)
+	app, prof, err := c.in.load()
 	if err != nil {
 		return nil, invalid(err)
 	}

@@ -316,6 +316,9 @@ func TestDistributedFlags(t *testing.T) {
 				"mdag coordinator: --data-plane \"mesh\": want direct or relay\nmdag coordinator: --max-boxes 0: want > 0\n" +
 				"mdag coordinator: --grpc unix-abstract:mdag: an abstract socket has no file permissions (any local user could connect): give unix:/PATH\n" +
 				"5 problems found\nRun 'mdag coordinator -h' for its flags.\n"},
+		{[]string{"coordinator", "-f", "app.yaml", "--heartbeat", "0s"},
+			"mdag coordinator: need -f app.yaml and -p profiles.yaml, or --example NAME\nmdag coordinator: --heartbeat 0s: want > 0\n" +
+				"2 problems found\nRun 'mdag coordinator -h' for its flags.\n"},
 		{[]string{"worker", "--slowdown", "0", "--emulate", "det", "--peer-store", "0"},
 			"mdag worker: --type is required\n" +
 				"mdag worker: --emulate routes some models of a real executor to the emulated one: it needs --executor onnx or kserve, not emulated\n" +

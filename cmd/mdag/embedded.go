@@ -184,16 +184,6 @@ func (in appInputs) load() (*dag.App, *profile.File, error) {
 	return app, pf, err
 }
 
-// serveInputs checks and loads -f, -p and --example for commands that do
-// not check them in validate (the coordinator, try).
-func serveInputs(file, profiles, example string) (*dag.App, *profile.File, error) {
-	in := appInputs{file, profiles, example}
-	if err := in.problem(); err != nil {
-		return nil, nil, err
-	}
-	return in.load()
-}
-
 // parseWorkers reads --workers' TYPE=N,... (N >= 0); parseLimits checks
 // the types against the profiles.
 func parseWorkers(s string) (map[profile.WorkerTypeID]int, error) {

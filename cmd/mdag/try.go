@@ -76,13 +76,18 @@ func (c *tryCmd) flags(fs *flag.FlagSet) {
 }
 
 // isApp says whether try runs a whole app rather than one model.
+// app is -f, -p and --example.
+func (c *tryCmd) app() appInputs { return appInputs{c.file, c.profiles, c.example} }
+
 func (c *tryCmd) isApp() bool { return c.file != "" || c.profiles != "" || c.example != "" }
 
 func (c *tryCmd) validate(*flag.FlagSet) []error {
 	threshold := c.threshold != -1
+	appErr := c.app().problem()
 	return failed(
 		problem{len(c.inputs) != 1, fmt.Sprintf("want one image or video file, got %d arguments", len(c.inputs))},
 		problem{c.isApp() && c.model != "", "give --model NAME (one model) or -f/-p or --example (a whole app), not both"},
+		problem{c.isApp() && c.model == "" && appErr != nil, fmt.Sprint(appErr)},
 		problem{c.models == "" || (!c.isApp() && c.model == ""),
 			"--models models.yaml and --model NAME are required (or -f app.yaml -p profiles.yaml --models models.yaml for a whole app)"},
 		problem{c.executor == "emulated",

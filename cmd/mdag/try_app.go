@@ -63,7 +63,7 @@ func (c *tryCmd) startApp(reg *registry.Registry, stderr io.Writer) (*tryRun, er
 // the registry of its GPU modules' models alone, each of the format the
 // executor runs.
 func (c *tryCmd) loadApp(reg *registry.Registry, stderr io.Writer) (app *dag.App, prof *profile.File, used *registry.Registry, err error) {
-	app, prof, err = serveInputs(c.file, c.profiles, c.example)
+	app, prof, err = c.app().load()
 	if err == nil {
 		err = checkAppModels(app, reg)
 	}

@@ -198,4 +198,12 @@ Run 'mdag try -h' for its flags.
 	if code != exitInvalid || out.Len() != 0 || errb.String() != want {
 		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant exit 2 and:\n%s", code, out.String(), errb.String(), want)
 	}
+	// an app's -f without -p is a flag problem, found before any file is read
+	out.Reset()
+	errb.Reset()
+	code = run(strings.Fields("try -f nowhere.yaml --models nowhere-models.yaml a.png"), &out, &errb)
+	want = "mdag try: need -f app.yaml and -p profiles.yaml, or --example NAME\nRun 'mdag try -h' for its flags.\n"
+	if code != exitInvalid || errb.String() != want {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 2 and:\n%s", code, errb.String(), want)
+	}
 }
