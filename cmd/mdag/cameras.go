@@ -138,23 +138,21 @@ func (cf *cameraFlags) startOn(app string, server any, log *slog.Logger) (*camer
 // the cameras are read and decoded here, by a local ingest server without
 // an HTTP listener, sampled to fps, and their frames go to the coordinator
 // over gRPC (source.Forwarder), one Ingest call per camera. It reports
-// false when no camera flag was given.
-func (cf *cameraFlags) runSource(ctx context.Context, app string, fps float64, cc *grpc.ClientConn, prefix string, stdout, stderr io.Writer) (int, bool) {
+// false when no camera flag was given, and the error it ended with.
+func (cf *cameraFlags) runSource(ctx context.Context, app string, fps float64, cc *grpc.ClientConn, prefix string, stdout, stderr io.Writer) (bool, error) {
 	if len(*cf.urls) == 0 && *cf.file == "" {
-		return 0, false
+		return false, nil
 	}
 	log := newLogger(stderr, false)
 	fwd := source.NewForwarder(cc)
 	srv, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{dag.AppID(app): fps}, Scale: scaler, Log: log}, forwardSink{fwd, prefix})
 	if err != nil {
-		fmt.Fprintf(stderr, "mdag source: %v\n", err)
-		return exitInvalid, true
+		return true, invalid(err)
 	}
 	run, err := cf.startOn(app, srv, log)
 	if err != nil {
 		srv.Close()
-		printErrors(stderr, err)
-		return exitInvalid, true
+		return true, invalid(err)
 	}
 	log.Info("reading cameras", "app", app, "fps", fps, "cameras", len(run.Status()))
 	<-ctx.Done()
@@ -164,7 +162,7 @@ func (cf *cameraFlags) runSource(ctx context.Context, app string, fps float64, c
 		log.Warn("forwarding ended with errors", "err", err)
 	}
 	writeCameraTable(stdout, run.Status())
-	return exitOK, true
+	return true, nil
 }
 
 // forwardSink is the local ingest server's Sink in `mdag source`: its

@@ -59,10 +59,9 @@ func (*cameraRun) Status() []struct{} { return nil }
 func checkCamerasFile(string, []string) (string, error) { return "", errNoCameras }
 
 // runSource refuses cameras in `mdag source`.
-func (cf *cameraFlags) runSource(_ context.Context, _ string, _ float64, _ *grpc.ClientConn, _ string, _, stderr io.Writer) (int, bool) {
+func (cf *cameraFlags) runSource(context.Context, string, float64, *grpc.ClientConn, string, io.Writer, io.Writer) (bool, error) {
 	if !*cf.given {
-		return 0, false
+		return false, nil
 	}
-	fmt.Fprintf(stderr, "mdag source: %v\n", errNoCameras)
-	return exitInvalid, true
+	return true, invalid(errNoCameras)
 }

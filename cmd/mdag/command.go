@@ -20,8 +20,8 @@ import (
 //
 // execute drives the four steps; a command is its options type, which
 // implements subcommand. Failures travel as errors: a plain error is an
-// internal failure (exit 1), one made by invalid (2), infeasible (3) or
-// exitWith carries its own code, and reported (the command has already said
+// internal failure (exit 1), one made by invalid (2) or exitWith carries
+// its own code (3: infeasible), and reported (the command has already said
 // why on stderr) only sets the code.
 type subcommand interface {
 	flags(fs *flag.FlagSet)
@@ -89,9 +89,6 @@ func invalid(err error) error { return &exitError{code: exitInvalid, err: err} }
 
 // invalidf is invalid with a formatted error.
 func invalidf(format string, a ...any) error { return invalid(fmt.Errorf(format, a...)) }
-
-// infeasible is valid input that cannot meet its SLO: exit 3.
-func infeasible(err error) error { return &exitError{code: exitInfeasible, err: err} }
 
 // reported ends the command with code; it has said why already.
 func reported(code int) error { return &exitError{code: code} }

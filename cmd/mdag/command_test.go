@@ -40,7 +40,7 @@ func TestExecuteSteps(t *testing.T) {
 			"mdag fake: a\nmdag fake: b\nmdag fake: c\n3 problems found\nRun 'mdag fake -h' for its flags.\n", false},
 		{"failure", nil, nil, errors.New("disk full"), exitFailure, "mdag fake: disk full\n", true},
 		{"invalid", nil, nil, invalidf("no %s", "app"), exitInvalid, "mdag fake: no app\n", true},
-		{"wrapped", nil, nil, fmt.Errorf("load: %w", infeasible(errors.New("no plan"))), exitInfeasible, "mdag fake: load: no plan\n", true},
+		{"wrapped", nil, nil, fmt.Errorf("load: %w", exitWith(exitInfeasible, errors.New("no plan"))), exitInfeasible, "mdag fake: load: no plan\n", true},
 		{"located", nil, nil, invalid(errors.Join(errors.New("app.yaml:3: x"), errors.New("app.yaml:9:2: y"))), exitInvalid,
 			"app.yaml:3: x\napp.yaml:9:2: y\n2 problems found\n", true},
 		{"located, wrapped", nil, nil, fmt.Errorf("--tokens: %w", errors.Join(errors.New("t.yaml:3: x"), errors.New("t.yaml:9: y"))), exitFailure,

@@ -244,17 +244,6 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 	return exitOK, true
 }
 
-// printErrors writes a multi-problem error one problem per line, with a count.
-func printErrors(w io.Writer, err error) {
-	lines := strings.Split(err.Error(), "\n")
-	for _, l := range lines {
-		fmt.Fprintln(w, l)
-	}
-	if len(lines) > 1 {
-		fmt.Fprintf(w, "%d problems found\n", len(lines))
-	}
-}
-
 // writeJSON writes v as one JSON document (indented when asked), without
 // HTML escaping: paths read source->a->b, not source-\u003ea.
 func writeJSON(w io.Writer, v any, indent bool) {

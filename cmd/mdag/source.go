@@ -89,12 +89,8 @@ func (c *sourceCmd) run(env *cmdEnv) error {
 	camPrefix := c.namePrefix(env.fs, mat)
 	ctx, cancel := runContext(c.duration)
 	defer cancel()
-	if code, ok := c.cameras.runSource(ctx, c.app, c.fps, cc, camPrefix, env.stdout, env.stderr); ok {
-		// RTSP cameras instead of synthetic streams; it said what failed
-		if code != exitOK {
-			return reported(code)
-		}
-		return nil
+	if ran, err := c.cameras.runSource(ctx, c.app, c.fps, cc, camPrefix, env.stdout, env.stderr); ran {
+		return err // RTSP cameras instead of synthetic streams
 	}
 	return c.stream(ctx, env.stdout, cc, log)
 }
