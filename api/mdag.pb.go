@@ -156,6 +156,126 @@ func (Outcome) EnumDescriptor() ([]byte, []int) {
 	return file_api_mdag_proto_rawDescGZIP(), []int{1}
 }
 
+type RouteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteRequest) Reset() {
+	*x = RouteRequest{}
+	mi := &file_api_mdag_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteRequest) ProtoMessage() {}
+
+func (x *RouteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteRequest.ProtoReflect.Descriptor instead.
+func (*RouteRequest) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RouteRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *RouteRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+type RouteReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"` // the ingest worker's ID; empty: ingest at the coordinator
+	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`     // its Ingest service (host:port)
+	Ticket        []byte                 `protobuf:"bytes,3,opt,name=ticket,proto3" json:"ticket,omitempty"` // for the join there
+	Why           string                 `protobuf:"bytes,4,opt,name=why,proto3" json:"why,omitempty"`       // why this worker, or why the coordinator (for logs)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteReply) Reset() {
+	*x = RouteReply{}
+	mi := &file_api_mdag_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteReply) ProtoMessage() {}
+
+func (x *RouteReply) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteReply.ProtoReflect.Descriptor instead.
+func (*RouteReply) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RouteReply) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *RouteReply) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *RouteReply) GetTicket() []byte {
+	if x != nil {
+		return x.Ticket
+	}
+	return nil
+}
+
+func (x *RouteReply) GetWhy() string {
+	if x != nil {
+		return x.Why
+	}
+	return ""
+}
+
 type FetchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Holder        string                 `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`   // the worker expected to hold them
@@ -166,7 +286,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_api_mdag_proto_msgTypes[0]
+	mi := &file_api_mdag_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -178,7 +298,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[0]
+	mi := &file_api_mdag_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -191,7 +311,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{0}
+	return file_api_mdag_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *FetchRequest) GetHolder() string {
@@ -218,7 +338,7 @@ type FetchedFrame struct {
 
 func (x *FetchedFrame) Reset() {
 	*x = FetchedFrame{}
-	mi := &file_api_mdag_proto_msgTypes[1]
+	mi := &file_api_mdag_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -230,7 +350,7 @@ func (x *FetchedFrame) String() string {
 func (*FetchedFrame) ProtoMessage() {}
 
 func (x *FetchedFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[1]
+	mi := &file_api_mdag_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -243,7 +363,7 @@ func (x *FetchedFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchedFrame.ProtoReflect.Descriptor instead.
 func (*FetchedFrame) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{1}
+	return file_api_mdag_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *FetchedFrame) GetId() uint64 {
@@ -268,6 +388,9 @@ type WorkerMessage struct {
 	//	*WorkerMessage_Result
 	//	*WorkerMessage_Heartbeat
 	//	*WorkerMessage_LoadReply
+	//	*WorkerMessage_StreamJoin
+	//	*WorkerMessage_Ingested
+	//	*WorkerMessage_StreamLeave
 	Msg           isWorkerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -275,7 +398,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_api_mdag_proto_msgTypes[2]
+	mi := &file_api_mdag_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -287,7 +410,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[2]
+	mi := &file_api_mdag_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -300,7 +423,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{2}
+	return file_api_mdag_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -346,6 +469,33 @@ func (x *WorkerMessage) GetLoadReply() *LoadReply {
 	return nil
 }
 
+func (x *WorkerMessage) GetStreamJoin() *StreamJoin {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_StreamJoin); ok {
+			return x.StreamJoin
+		}
+	}
+	return nil
+}
+
+func (x *WorkerMessage) GetIngested() *Ingested {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_Ingested); ok {
+			return x.Ingested
+		}
+	}
+	return nil
+}
+
+func (x *WorkerMessage) GetStreamLeave() *StreamLeave {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_StreamLeave); ok {
+			return x.StreamLeave
+		}
+	}
+	return nil
+}
+
 type isWorkerMessage_Msg interface {
 	isWorkerMessage_Msg()
 }
@@ -366,6 +516,18 @@ type WorkerMessage_LoadReply struct {
 	LoadReply *LoadReply `protobuf:"bytes,4,opt,name=load_reply,json=loadReply,proto3,oneof"`
 }
 
+type WorkerMessage_StreamJoin struct {
+	StreamJoin *StreamJoin `protobuf:"bytes,5,opt,name=stream_join,json=streamJoin,proto3,oneof"`
+}
+
+type WorkerMessage_Ingested struct {
+	Ingested *Ingested `protobuf:"bytes,6,opt,name=ingested,proto3,oneof"`
+}
+
+type WorkerMessage_StreamLeave struct {
+	StreamLeave *StreamLeave `protobuf:"bytes,7,opt,name=stream_leave,json=streamLeave,proto3,oneof"`
+}
+
 func (*WorkerMessage_Register) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Result) isWorkerMessage_Msg() {}
@@ -374,6 +536,12 @@ func (*WorkerMessage_Heartbeat) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_LoadReply) isWorkerMessage_Msg() {}
 
+func (*WorkerMessage_StreamJoin) isWorkerMessage_Msg() {}
+
+func (*WorkerMessage_Ingested) isWorkerMessage_Msg() {}
+
+func (*WorkerMessage_StreamLeave) isWorkerMessage_Msg() {}
+
 type CoordinatorMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -381,6 +549,7 @@ type CoordinatorMessage struct {
 	//	*CoordinatorMessage_Registered
 	//	*CoordinatorMessage_Load
 	//	*CoordinatorMessage_Task
+	//	*CoordinatorMessage_StreamJoined
 	Msg           isCoordinatorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -388,7 +557,7 @@ type CoordinatorMessage struct {
 
 func (x *CoordinatorMessage) Reset() {
 	*x = CoordinatorMessage{}
-	mi := &file_api_mdag_proto_msgTypes[3]
+	mi := &file_api_mdag_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +569,7 @@ func (x *CoordinatorMessage) String() string {
 func (*CoordinatorMessage) ProtoMessage() {}
 
 func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[3]
+	mi := &file_api_mdag_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +582,7 @@ func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoordinatorMessage.ProtoReflect.Descriptor instead.
 func (*CoordinatorMessage) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{3}
+	return file_api_mdag_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CoordinatorMessage) GetMsg() isCoordinatorMessage_Msg {
@@ -450,6 +619,15 @@ func (x *CoordinatorMessage) GetTask() *Task {
 	return nil
 }
 
+func (x *CoordinatorMessage) GetStreamJoined() *StreamJoined {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_StreamJoined); ok {
+			return x.StreamJoined
+		}
+	}
+	return nil
+}
+
 type isCoordinatorMessage_Msg interface {
 	isCoordinatorMessage_Msg()
 }
@@ -466,11 +644,304 @@ type CoordinatorMessage_Task struct {
 	Task *Task `protobuf:"bytes,3,opt,name=task,proto3,oneof"`
 }
 
+type CoordinatorMessage_StreamJoined struct {
+	StreamJoined *StreamJoined `protobuf:"bytes,4,opt,name=stream_joined,json=streamJoined,proto3,oneof"`
+}
+
 func (*CoordinatorMessage_Registered) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Load) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Task) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_StreamJoined) isCoordinatorMessage_Msg() {}
+
+// StreamJoin asks the coordinator to join a camera stream that a source
+// opened on this worker's Ingest service, with the ticket Route gave it.
+type StreamJoin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"` // echoed in StreamJoined
+	App           string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
+	Stream        string                 `protobuf:"bytes,3,opt,name=stream,proto3" json:"stream,omitempty"`
+	Ticket        []byte                 `protobuf:"bytes,4,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamJoin) Reset() {
+	*x = StreamJoin{}
+	mi := &file_api_mdag_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamJoin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamJoin) ProtoMessage() {}
+
+func (x *StreamJoin) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamJoin.ProtoReflect.Descriptor instead.
+func (*StreamJoin) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *StreamJoin) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StreamJoin) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *StreamJoin) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *StreamJoin) GetTicket() []byte {
+	if x != nil {
+		return x.Ticket
+	}
+	return nil
+}
+
+// StreamJoined answers a StreamJoin: refused with a gRPC status code and
+// why, or joined with what the worker checks the stream's frames against.
+type StreamJoined struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Code          int32                  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"` // google.rpc.Code: 0 joined
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	SloNs         int64                  `protobuf:"varint,4,opt,name=slo_ns,json=sloNs,proto3" json:"slo_ns,omitempty"` // the app's SLO: how long the worker holds a frame
+	MaxFrameW     int32                  `protobuf:"varint,5,opt,name=max_frame_w,json=maxFrameW,proto3" json:"max_frame_w,omitempty"`
+	MaxFrameH     int32                  `protobuf:"varint,6,opt,name=max_frame_h,json=maxFrameH,proto3" json:"max_frame_h,omitempty"`
+	MaxBoxes      int32                  `protobuf:"varint,7,opt,name=max_boxes,json=maxBoxes,proto3" json:"max_boxes,omitempty"` // ground-truth boxes a frame may carry
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamJoined) Reset() {
+	*x = StreamJoined{}
+	mi := &file_api_mdag_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamJoined) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamJoined) ProtoMessage() {}
+
+func (x *StreamJoined) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamJoined.ProtoReflect.Descriptor instead.
+func (*StreamJoined) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *StreamJoined) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StreamJoined) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *StreamJoined) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *StreamJoined) GetSloNs() int64 {
+	if x != nil {
+		return x.SloNs
+	}
+	return 0
+}
+
+func (x *StreamJoined) GetMaxFrameW() int32 {
+	if x != nil {
+		return x.MaxFrameW
+	}
+	return 0
+}
+
+func (x *StreamJoined) GetMaxFrameH() int32 {
+	if x != nil {
+		return x.MaxFrameH
+	}
+	return 0
+}
+
+func (x *StreamJoined) GetMaxBoxes() int32 {
+	if x != nil {
+		return x.MaxBoxes
+	}
+	return 0
+}
+
+// Ingested is one frame of a stream joined on this worker: kept in its
+// store, its frame a reference (holder: this worker).
+type Ingested struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	CaptureUnixNs int64                  `protobuf:"varint,3,opt,name=capture_unix_ns,json=captureUnixNs,proto3" json:"capture_unix_ns,omitempty"`
+	Frame         *Frame                 `protobuf:"bytes,4,opt,name=frame,proto3" json:"frame,omitempty"`
+	Truth         []*Box                 `protobuf:"bytes,5,rep,name=truth,proto3" json:"truth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ingested) Reset() {
+	*x = Ingested{}
+	mi := &file_api_mdag_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ingested) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ingested) ProtoMessage() {}
+
+func (x *Ingested) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ingested.ProtoReflect.Descriptor instead.
+func (*Ingested) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Ingested) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *Ingested) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Ingested) GetCaptureUnixNs() int64 {
+	if x != nil {
+		return x.CaptureUnixNs
+	}
+	return 0
+}
+
+func (x *Ingested) GetFrame() *Frame {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
+func (x *Ingested) GetTruth() []*Box {
+	if x != nil {
+		return x.Truth
+	}
+	return nil
+}
+
+// StreamLeave says a stream joined on this worker ended.
+type StreamLeave struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamLeave) Reset() {
+	*x = StreamLeave{}
+	mi := &file_api_mdag_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamLeave) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamLeave) ProtoMessage() {}
+
+func (x *StreamLeave) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamLeave.ProtoReflect.Descriptor instead.
+func (*StreamLeave) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *StreamLeave) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
 
 // Register announces a worker.
 type Register struct {
@@ -479,15 +950,16 @@ type Register struct {
 	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`         // a worker type of the deployed profiles
 	Executor      string                 `protobuf:"bytes,3,opt,name=executor,proto3" json:"executor,omitempty"` // "emulated" or "opencv"
 	Cpus          int32                  `protobuf:"varint,4,opt,name=cpus,proto3" json:"cpus,omitempty"`
-	Gpu           string                 `protobuf:"bytes,5,opt,name=gpu,proto3" json:"gpu,omitempty"`                           // GPU telemetry summary ("no NVIDIA driver" when none)
-	PeerAddr      string                 `protobuf:"bytes,6,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"` // where its Peer service listens (host:port); empty: none
+	Gpu           string                 `protobuf:"bytes,5,opt,name=gpu,proto3" json:"gpu,omitempty"`                                 // GPU telemetry summary ("no NVIDIA driver" when none)
+	PeerAddr      string                 `protobuf:"bytes,6,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`       // where its Peer service listens (host:port); empty: none
+	IngestAddr    string                 `protobuf:"bytes,7,opt,name=ingest_addr,json=ingestAddr,proto3" json:"ingest_addr,omitempty"` // where its Ingest service listens (host:port); empty: none
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Register) Reset() {
 	*x = Register{}
-	mi := &file_api_mdag_proto_msgTypes[4]
+	mi := &file_api_mdag_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -499,7 +971,7 @@ func (x *Register) String() string {
 func (*Register) ProtoMessage() {}
 
 func (x *Register) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[4]
+	mi := &file_api_mdag_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -512,7 +984,7 @@ func (x *Register) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Register.ProtoReflect.Descriptor instead.
 func (*Register) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{4}
+	return file_api_mdag_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Register) GetId() string {
@@ -557,20 +1029,31 @@ func (x *Register) GetPeerAddr() string {
 	return ""
 }
 
+func (x *Register) GetIngestAddr() string {
+	if x != nil {
+		return x.IngestAddr
+	}
+	return ""
+}
+
 type Registered struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Id                  string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	HeartbeatIntervalNs int64                  `protobuf:"varint,2,opt,name=heartbeat_interval_ns,json=heartbeatIntervalNs,proto3" json:"heartbeat_interval_ns,omitempty"` // send a heartbeat at least this often
 	// direct: keep the frames of results at the worker and send FrameRefs
 	// (needs a peer_addr); false: results carry their pixels (the relay).
-	Direct        bool `protobuf:"varint,3,opt,name=direct,proto3" json:"direct,omitempty"`
+	Direct bool `protobuf:"varint,3,opt,name=direct,proto3" json:"direct,omitempty"`
+	// by_reference (direct only): every output frame by reference, however
+	// small (no crops inline): the coordinator takes in no pixels at all
+	// (`mdag coordinator --data-plane metadata`, issue 41).
+	ByReference   bool `protobuf:"varint,4,opt,name=by_reference,json=byReference,proto3" json:"by_reference,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Registered) Reset() {
 	*x = Registered{}
-	mi := &file_api_mdag_proto_msgTypes[5]
+	mi := &file_api_mdag_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +1065,7 @@ func (x *Registered) String() string {
 func (*Registered) ProtoMessage() {}
 
 func (x *Registered) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[5]
+	mi := &file_api_mdag_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +1078,7 @@ func (x *Registered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registered.ProtoReflect.Descriptor instead.
 func (*Registered) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{5}
+	return file_api_mdag_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Registered) GetId() string {
@@ -619,6 +1102,13 @@ func (x *Registered) GetDirect() bool {
 	return false
 }
 
+func (x *Registered) GetByReference() bool {
+	if x != nil {
+		return x.ByReference
+	}
+	return false
+}
+
 type Heartbeat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tasks         uint64                 `protobuf:"varint,1,opt,name=tasks,proto3" json:"tasks,omitempty"`
@@ -632,7 +1122,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_api_mdag_proto_msgTypes[6]
+	mi := &file_api_mdag_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +1134,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[6]
+	mi := &file_api_mdag_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +1147,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{6}
+	return file_api_mdag_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Heartbeat) GetTasks() uint64 {
@@ -706,7 +1196,7 @@ type Load struct {
 
 func (x *Load) Reset() {
 	*x = Load{}
-	mi := &file_api_mdag_proto_msgTypes[7]
+	mi := &file_api_mdag_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +1208,7 @@ func (x *Load) String() string {
 func (*Load) ProtoMessage() {}
 
 func (x *Load) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[7]
+	mi := &file_api_mdag_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +1221,7 @@ func (x *Load) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Load.ProtoReflect.Descriptor instead.
 func (*Load) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{7}
+	return file_api_mdag_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Load) GetGeneration() uint64 {
@@ -758,7 +1248,7 @@ type LoadReply struct {
 
 func (x *LoadReply) Reset() {
 	*x = LoadReply{}
-	mi := &file_api_mdag_proto_msgTypes[8]
+	mi := &file_api_mdag_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +1260,7 @@ func (x *LoadReply) String() string {
 func (*LoadReply) ProtoMessage() {}
 
 func (x *LoadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[8]
+	mi := &file_api_mdag_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +1273,7 @@ func (x *LoadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReply.ProtoReflect.Descriptor instead.
 func (*LoadReply) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{8}
+	return file_api_mdag_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LoadReply) GetGeneration() uint64 {
@@ -816,7 +1306,7 @@ type ModuleSpec struct {
 
 func (x *ModuleSpec) Reset() {
 	*x = ModuleSpec{}
-	mi := &file_api_mdag_proto_msgTypes[9]
+	mi := &file_api_mdag_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +1318,7 @@ func (x *ModuleSpec) String() string {
 func (*ModuleSpec) ProtoMessage() {}
 
 func (x *ModuleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[9]
+	mi := &file_api_mdag_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +1331,7 @@ func (x *ModuleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModuleSpec.ProtoReflect.Descriptor instead.
 func (*ModuleSpec) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{9}
+	return file_api_mdag_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ModuleSpec) GetApp() string {
@@ -917,7 +1407,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_api_mdag_proto_msgTypes[10]
+	mi := &file_api_mdag_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1419,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[10]
+	mi := &file_api_mdag_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1432,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{10}
+	return file_api_mdag_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Task) GetId() uint64 {
@@ -1022,7 +1512,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_api_mdag_proto_msgTypes[11]
+	mi := &file_api_mdag_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1524,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[11]
+	mi := &file_api_mdag_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1537,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{11}
+	return file_api_mdag_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Result) GetTask() uint64 {
@@ -1101,7 +1591,7 @@ type ItemList struct {
 
 func (x *ItemList) Reset() {
 	*x = ItemList{}
-	mi := &file_api_mdag_proto_msgTypes[12]
+	mi := &file_api_mdag_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1603,7 @@ func (x *ItemList) String() string {
 func (*ItemList) ProtoMessage() {}
 
 func (x *ItemList) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[12]
+	mi := &file_api_mdag_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1616,7 @@ func (x *ItemList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemList.ProtoReflect.Descriptor instead.
 func (*ItemList) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{12}
+	return file_api_mdag_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ItemList) GetItems() []*Item {
@@ -1159,7 +1649,7 @@ type Item struct {
 
 func (x *Item) Reset() {
 	*x = Item{}
-	mi := &file_api_mdag_proto_msgTypes[13]
+	mi := &file_api_mdag_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1661,7 @@ func (x *Item) String() string {
 func (*Item) ProtoMessage() {}
 
 func (x *Item) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[13]
+	mi := &file_api_mdag_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1674,7 @@ func (x *Item) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Item.ProtoReflect.Descriptor instead.
 func (*Item) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{13}
+	return file_api_mdag_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Item) GetStream() string {
@@ -1299,7 +1789,7 @@ type Track struct {
 
 func (x *Track) Reset() {
 	*x = Track{}
-	mi := &file_api_mdag_proto_msgTypes[14]
+	mi := &file_api_mdag_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1801,7 @@ func (x *Track) String() string {
 func (*Track) ProtoMessage() {}
 
 func (x *Track) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[14]
+	mi := &file_api_mdag_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1814,7 @@ func (x *Track) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Track.ProtoReflect.Descriptor instead.
 func (*Track) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{14}
+	return file_api_mdag_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Track) GetId() uint64 {
@@ -1376,7 +1866,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_api_mdag_proto_msgTypes[15]
+	mi := &file_api_mdag_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1878,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[15]
+	mi := &file_api_mdag_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1891,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{15}
+	return file_api_mdag_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Step) GetSeq() uint64 {
@@ -1445,7 +1935,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_api_mdag_proto_msgTypes[16]
+	mi := &file_api_mdag_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1947,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[16]
+	mi := &file_api_mdag_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1960,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{16}
+	return file_api_mdag_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Event) GetKind() string {
@@ -1513,7 +2003,7 @@ type Audio struct {
 
 func (x *Audio) Reset() {
 	*x = Audio{}
-	mi := &file_api_mdag_proto_msgTypes[17]
+	mi := &file_api_mdag_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +2015,7 @@ func (x *Audio) String() string {
 func (*Audio) ProtoMessage() {}
 
 func (x *Audio) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[17]
+	mi := &file_api_mdag_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +2028,7 @@ func (x *Audio) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Audio.ProtoReflect.Descriptor instead.
 func (*Audio) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{17}
+	return file_api_mdag_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Audio) GetRate() int32 {
@@ -1577,7 +2067,7 @@ type Frame struct {
 
 func (x *Frame) Reset() {
 	*x = Frame{}
-	mi := &file_api_mdag_proto_msgTypes[18]
+	mi := &file_api_mdag_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +2079,7 @@ func (x *Frame) String() string {
 func (*Frame) ProtoMessage() {}
 
 func (x *Frame) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[18]
+	mi := &file_api_mdag_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +2092,7 @@ func (x *Frame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frame.ProtoReflect.Descriptor instead.
 func (*Frame) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{18}
+	return file_api_mdag_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Frame) GetWidth() int32 {
@@ -1645,7 +2135,7 @@ type FrameRef struct {
 
 func (x *FrameRef) Reset() {
 	*x = FrameRef{}
-	mi := &file_api_mdag_proto_msgTypes[19]
+	mi := &file_api_mdag_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +2147,7 @@ func (x *FrameRef) String() string {
 func (*FrameRef) ProtoMessage() {}
 
 func (x *FrameRef) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[19]
+	mi := &file_api_mdag_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +2160,7 @@ func (x *FrameRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FrameRef.ProtoReflect.Descriptor instead.
 func (*FrameRef) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{19}
+	return file_api_mdag_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FrameRef) GetHolder() string {
@@ -1709,7 +2199,7 @@ type Box struct {
 
 func (x *Box) Reset() {
 	*x = Box{}
-	mi := &file_api_mdag_proto_msgTypes[20]
+	mi := &file_api_mdag_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +2211,7 @@ func (x *Box) String() string {
 func (*Box) ProtoMessage() {}
 
 func (x *Box) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[20]
+	mi := &file_api_mdag_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +2224,7 @@ func (x *Box) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Box.ProtoReflect.Descriptor instead.
 func (*Box) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{20}
+	return file_api_mdag_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Box) GetX() int32 {
@@ -1799,7 +2289,7 @@ type Keypoint struct {
 
 func (x *Keypoint) Reset() {
 	*x = Keypoint{}
-	mi := &file_api_mdag_proto_msgTypes[21]
+	mi := &file_api_mdag_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +2301,7 @@ func (x *Keypoint) String() string {
 func (*Keypoint) ProtoMessage() {}
 
 func (x *Keypoint) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[21]
+	mi := &file_api_mdag_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +2314,7 @@ func (x *Keypoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Keypoint.ProtoReflect.Descriptor instead.
 func (*Keypoint) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{21}
+	return file_api_mdag_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Keypoint) GetX() float32 {
@@ -1862,7 +2352,7 @@ type IngestMessage struct {
 
 func (x *IngestMessage) Reset() {
 	*x = IngestMessage{}
-	mi := &file_api_mdag_proto_msgTypes[22]
+	mi := &file_api_mdag_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +2364,7 @@ func (x *IngestMessage) String() string {
 func (*IngestMessage) ProtoMessage() {}
 
 func (x *IngestMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[22]
+	mi := &file_api_mdag_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +2377,7 @@ func (x *IngestMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestMessage.ProtoReflect.Descriptor instead.
 func (*IngestMessage) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{22}
+	return file_api_mdag_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *IngestMessage) GetJoin() *Join {
@@ -1936,13 +2426,14 @@ type Join struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
 	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Ticket        []byte                 `protobuf:"bytes,3,opt,name=ticket,proto3" json:"ticket,omitempty"` // on a worker's Ingest service: Route's ticket
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_api_mdag_proto_msgTypes[23]
+	mi := &file_api_mdag_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1954,7 +2445,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[23]
+	mi := &file_api_mdag_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1967,7 +2458,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{23}
+	return file_api_mdag_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Join) GetApp() string {
@@ -1984,6 +2475,13 @@ func (x *Join) GetStream() string {
 	return ""
 }
 
+func (x *Join) GetTicket() []byte {
+	if x != nil {
+		return x.Ticket
+	}
+	return nil
+}
+
 type IngestReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Accepted      uint64                 `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
@@ -1995,7 +2493,7 @@ type IngestReply struct {
 
 func (x *IngestReply) Reset() {
 	*x = IngestReply{}
-	mi := &file_api_mdag_proto_msgTypes[24]
+	mi := &file_api_mdag_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2505,7 @@ func (x *IngestReply) String() string {
 func (*IngestReply) ProtoMessage() {}
 
 func (x *IngestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[24]
+	mi := &file_api_mdag_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2518,7 @@ func (x *IngestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestReply.ProtoReflect.Descriptor instead.
 func (*IngestReply) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{24}
+	return file_api_mdag_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *IngestReply) GetAccepted() uint64 {
@@ -2049,38 +2547,77 @@ var File_api_mdag_proto protoreflect.FileDescriptor
 const file_api_mdag_proto_rawDesc = "" +
 	"\n" +
 	"\x0eapi/mdag.proto\x12\amdag.v1\"8\n" +
+	"\fRouteRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\"b\n" +
+	"\n" +
+	"RouteReply\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x16\n" +
+	"\x06ticket\x18\x03 \x01(\fR\x06ticket\x12\x10\n" +
+	"\x03why\x18\x04 \x01(\tR\x03why\"8\n" +
 	"\fFetchRequest\x12\x16\n" +
 	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\x04R\x03ids\"D\n" +
 	"\fFetchedFrame\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12$\n" +
-	"\x05frame\x18\x02 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\"\xdb\x01\n" +
+	"\x05frame\x18\x02 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\"\xff\x02\n" +
 	"\rWorkerMessage\x12/\n" +
 	"\bregister\x18\x01 \x01(\v2\x11.mdag.v1.RegisterH\x00R\bregister\x12)\n" +
 	"\x06result\x18\x02 \x01(\v2\x0f.mdag.v1.ResultH\x00R\x06result\x122\n" +
 	"\theartbeat\x18\x03 \x01(\v2\x12.mdag.v1.HeartbeatH\x00R\theartbeat\x123\n" +
 	"\n" +
-	"load_reply\x18\x04 \x01(\v2\x12.mdag.v1.LoadReplyH\x00R\tloadReplyB\x05\n" +
-	"\x03msg\"\x9c\x01\n" +
+	"load_reply\x18\x04 \x01(\v2\x12.mdag.v1.LoadReplyH\x00R\tloadReply\x126\n" +
+	"\vstream_join\x18\x05 \x01(\v2\x13.mdag.v1.StreamJoinH\x00R\n" +
+	"streamJoin\x12/\n" +
+	"\bingested\x18\x06 \x01(\v2\x11.mdag.v1.IngestedH\x00R\bingested\x129\n" +
+	"\fstream_leave\x18\a \x01(\v2\x14.mdag.v1.StreamLeaveH\x00R\vstreamLeaveB\x05\n" +
+	"\x03msg\"\xda\x01\n" +
 	"\x12CoordinatorMessage\x125\n" +
 	"\n" +
 	"registered\x18\x01 \x01(\v2\x13.mdag.v1.RegisteredH\x00R\n" +
 	"registered\x12#\n" +
 	"\x04load\x18\x02 \x01(\v2\r.mdag.v1.LoadH\x00R\x04load\x12#\n" +
-	"\x04task\x18\x03 \x01(\v2\r.mdag.v1.TaskH\x00R\x04taskB\x05\n" +
-	"\x03msg\"\x8d\x01\n" +
+	"\x04task\x18\x03 \x01(\v2\r.mdag.v1.TaskH\x00R\x04task\x12<\n" +
+	"\rstream_joined\x18\x04 \x01(\v2\x15.mdag.v1.StreamJoinedH\x00R\fstreamJoinedB\x05\n" +
+	"\x03msg\"^\n" +
+	"\n" +
+	"StreamJoin\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
+	"\x03app\x18\x02 \x01(\tR\x03app\x12\x16\n" +
+	"\x06stream\x18\x03 \x01(\tR\x06stream\x12\x16\n" +
+	"\x06ticket\x18\x04 \x01(\fR\x06ticket\"\xbc\x01\n" +
+	"\fStreamJoined\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x15\n" +
+	"\x06slo_ns\x18\x04 \x01(\x03R\x05sloNs\x12\x1e\n" +
+	"\vmax_frame_w\x18\x05 \x01(\x05R\tmaxFrameW\x12\x1e\n" +
+	"\vmax_frame_h\x18\x06 \x01(\x05R\tmaxFrameH\x12\x1b\n" +
+	"\tmax_boxes\x18\a \x01(\x05R\bmaxBoxes\"\xa6\x01\n" +
+	"\bIngested\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12&\n" +
+	"\x0fcapture_unix_ns\x18\x03 \x01(\x03R\rcaptureUnixNs\x12$\n" +
+	"\x05frame\x18\x04 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\x12\"\n" +
+	"\x05truth\x18\x05 \x03(\v2\f.mdag.v1.BoxR\x05truth\"%\n" +
+	"\vStreamLeave\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\"\xae\x01\n" +
 	"\bRegister\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
 	"\bexecutor\x18\x03 \x01(\tR\bexecutor\x12\x12\n" +
 	"\x04cpus\x18\x04 \x01(\x05R\x04cpus\x12\x10\n" +
 	"\x03gpu\x18\x05 \x01(\tR\x03gpu\x12\x1b\n" +
-	"\tpeer_addr\x18\x06 \x01(\tR\bpeerAddr\"h\n" +
+	"\tpeer_addr\x18\x06 \x01(\tR\bpeerAddr\x12\x1f\n" +
+	"\vingest_addr\x18\a \x01(\tR\n" +
+	"ingestAddr\"\x8b\x01\n" +
 	"\n" +
 	"Registered\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +
 	"\x15heartbeat_interval_ns\x18\x02 \x01(\x03R\x13heartbeatIntervalNs\x12\x16\n" +
-	"\x06direct\x18\x03 \x01(\bR\x06direct\"\x8e\x01\n" +
+	"\x06direct\x18\x03 \x01(\bR\x06direct\x12!\n" +
+	"\fby_reference\x18\x04 \x01(\bR\vbyReference\"\x8e\x01\n" +
 	"\tHeartbeat\x12\x14\n" +
 	"\x05tasks\x18\x01 \x01(\x04R\x05tasks\x12\x1a\n" +
 	"\brejected\x18\x02 \x01(\x04R\brejected\x12\x16\n" +
@@ -2196,10 +2733,11 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x0fcapture_unix_ns\x18\x03 \x01(\x03R\rcaptureUnixNs\x12$\n" +
 	"\x05frame\x18\x04 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\x12\"\n" +
 	"\x05truth\x18\x05 \x03(\v2\f.mdag.v1.BoxR\x05truth\x12$\n" +
-	"\x05audio\x18\x06 \x01(\v2\x0e.mdag.v1.AudioR\x05audio\"0\n" +
+	"\x05audio\x18\x06 \x01(\v2\x0e.mdag.v1.AudioR\x05audio\"H\n" +
 	"\x04Join\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x16\n" +
-	"\x06stream\x18\x02 \x01(\tR\x06stream\"d\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x16\n" +
+	"\x06ticket\x18\x03 \x01(\fR\x06ticket\"d\n" +
 	"\vIngestReply\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\x04R\baccepted\x12\x1a\n" +
 	"\brejected\x18\x02 \x01(\x04R\brejected\x12\x1d\n" +
@@ -2223,9 +2761,12 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x12OUTCOME_BAD_RESULT\x10\b\x12\x14\n" +
 	"\x10OUTCOME_BAD_TASK\x10\t\x12\x15\n" +
 	"\x11OUTCOME_PEER_LOST\x10\n" +
-	"2\x8b\x01\n" +
+	"2\xc0\x01\n" +
 	"\vCoordinator\x12B\n" +
 	"\aConnect\x12\x16.mdag.v1.WorkerMessage\x1a\x1b.mdag.v1.CoordinatorMessage(\x010\x01\x128\n" +
+	"\x06Ingest\x12\x16.mdag.v1.IngestMessage\x1a\x14.mdag.v1.IngestReply(\x01\x123\n" +
+	"\x05Route\x12\x15.mdag.v1.RouteRequest\x1a\x13.mdag.v1.RouteReply2B\n" +
+	"\x06Ingest\x128\n" +
 	"\x06Ingest\x12\x16.mdag.v1.IngestMessage\x1a\x14.mdag.v1.IngestReply(\x012?\n" +
 	"\x04Peer\x127\n" +
 	"\x05Fetch\x12\x15.mdag.v1.FetchRequest\x1a\x15.mdag.v1.FetchedFrame0\x01B\x1eZ\x1cgithub.com/mdag/mdag/api;apib\x06proto3"
@@ -2243,81 +2784,97 @@ func file_api_mdag_proto_rawDescGZIP() []byte {
 }
 
 var file_api_mdag_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_api_mdag_proto_goTypes = []any{
 	(TaskKind)(0),              // 0: mdag.v1.TaskKind
 	(Outcome)(0),               // 1: mdag.v1.Outcome
-	(*FetchRequest)(nil),       // 2: mdag.v1.FetchRequest
-	(*FetchedFrame)(nil),       // 3: mdag.v1.FetchedFrame
-	(*WorkerMessage)(nil),      // 4: mdag.v1.WorkerMessage
-	(*CoordinatorMessage)(nil), // 5: mdag.v1.CoordinatorMessage
-	(*Register)(nil),           // 6: mdag.v1.Register
-	(*Registered)(nil),         // 7: mdag.v1.Registered
-	(*Heartbeat)(nil),          // 8: mdag.v1.Heartbeat
-	(*Load)(nil),               // 9: mdag.v1.Load
-	(*LoadReply)(nil),          // 10: mdag.v1.LoadReply
-	(*ModuleSpec)(nil),         // 11: mdag.v1.ModuleSpec
-	(*Task)(nil),               // 12: mdag.v1.Task
-	(*Result)(nil),             // 13: mdag.v1.Result
-	(*ItemList)(nil),           // 14: mdag.v1.ItemList
-	(*Item)(nil),               // 15: mdag.v1.Item
-	(*Track)(nil),              // 16: mdag.v1.Track
-	(*Step)(nil),               // 17: mdag.v1.Step
-	(*Event)(nil),              // 18: mdag.v1.Event
-	(*Audio)(nil),              // 19: mdag.v1.Audio
-	(*Frame)(nil),              // 20: mdag.v1.Frame
-	(*FrameRef)(nil),           // 21: mdag.v1.FrameRef
-	(*Box)(nil),                // 22: mdag.v1.Box
-	(*Keypoint)(nil),           // 23: mdag.v1.Keypoint
-	(*IngestMessage)(nil),      // 24: mdag.v1.IngestMessage
-	(*Join)(nil),               // 25: mdag.v1.Join
-	(*IngestReply)(nil),        // 26: mdag.v1.IngestReply
-	nil,                        // 27: mdag.v1.Item.CountsEntry
+	(*RouteRequest)(nil),       // 2: mdag.v1.RouteRequest
+	(*RouteReply)(nil),         // 3: mdag.v1.RouteReply
+	(*FetchRequest)(nil),       // 4: mdag.v1.FetchRequest
+	(*FetchedFrame)(nil),       // 5: mdag.v1.FetchedFrame
+	(*WorkerMessage)(nil),      // 6: mdag.v1.WorkerMessage
+	(*CoordinatorMessage)(nil), // 7: mdag.v1.CoordinatorMessage
+	(*StreamJoin)(nil),         // 8: mdag.v1.StreamJoin
+	(*StreamJoined)(nil),       // 9: mdag.v1.StreamJoined
+	(*Ingested)(nil),           // 10: mdag.v1.Ingested
+	(*StreamLeave)(nil),        // 11: mdag.v1.StreamLeave
+	(*Register)(nil),           // 12: mdag.v1.Register
+	(*Registered)(nil),         // 13: mdag.v1.Registered
+	(*Heartbeat)(nil),          // 14: mdag.v1.Heartbeat
+	(*Load)(nil),               // 15: mdag.v1.Load
+	(*LoadReply)(nil),          // 16: mdag.v1.LoadReply
+	(*ModuleSpec)(nil),         // 17: mdag.v1.ModuleSpec
+	(*Task)(nil),               // 18: mdag.v1.Task
+	(*Result)(nil),             // 19: mdag.v1.Result
+	(*ItemList)(nil),           // 20: mdag.v1.ItemList
+	(*Item)(nil),               // 21: mdag.v1.Item
+	(*Track)(nil),              // 22: mdag.v1.Track
+	(*Step)(nil),               // 23: mdag.v1.Step
+	(*Event)(nil),              // 24: mdag.v1.Event
+	(*Audio)(nil),              // 25: mdag.v1.Audio
+	(*Frame)(nil),              // 26: mdag.v1.Frame
+	(*FrameRef)(nil),           // 27: mdag.v1.FrameRef
+	(*Box)(nil),                // 28: mdag.v1.Box
+	(*Keypoint)(nil),           // 29: mdag.v1.Keypoint
+	(*IngestMessage)(nil),      // 30: mdag.v1.IngestMessage
+	(*Join)(nil),               // 31: mdag.v1.Join
+	(*IngestReply)(nil),        // 32: mdag.v1.IngestReply
+	nil,                        // 33: mdag.v1.Item.CountsEntry
 }
 var file_api_mdag_proto_depIdxs = []int32{
-	20, // 0: mdag.v1.FetchedFrame.frame:type_name -> mdag.v1.Frame
-	6,  // 1: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
-	13, // 2: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
-	8,  // 3: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
-	10, // 4: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
-	7,  // 5: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
-	9,  // 6: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
-	12, // 7: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
-	11, // 8: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
-	15, // 9: mdag.v1.Task.items:type_name -> mdag.v1.Item
-	0,  // 10: mdag.v1.Task.kind:type_name -> mdag.v1.TaskKind
-	14, // 11: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
-	1,  // 12: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
-	15, // 13: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
-	20, // 14: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
-	22, // 15: mdag.v1.Item.region:type_name -> mdag.v1.Box
-	22, // 16: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
-	22, // 17: mdag.v1.Item.truth:type_name -> mdag.v1.Box
-	27, // 18: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
-	16, // 19: mdag.v1.Item.tracks:type_name -> mdag.v1.Track
-	17, // 20: mdag.v1.Item.steps:type_name -> mdag.v1.Step
-	18, // 21: mdag.v1.Item.events:type_name -> mdag.v1.Event
-	19, // 22: mdag.v1.Item.audio:type_name -> mdag.v1.Audio
-	22, // 23: mdag.v1.Track.box:type_name -> mdag.v1.Box
-	22, // 24: mdag.v1.Step.boxes:type_name -> mdag.v1.Box
-	16, // 25: mdag.v1.Step.tracks:type_name -> mdag.v1.Track
-	21, // 26: mdag.v1.Frame.ref:type_name -> mdag.v1.FrameRef
-	23, // 27: mdag.v1.Box.keypoints:type_name -> mdag.v1.Keypoint
-	25, // 28: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
-	20, // 29: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
-	22, // 30: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
-	19, // 31: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
-	4,  // 32: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
-	24, // 33: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
-	2,  // 34: mdag.v1.Peer.Fetch:input_type -> mdag.v1.FetchRequest
-	5,  // 35: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
-	26, // 36: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
-	3,  // 37: mdag.v1.Peer.Fetch:output_type -> mdag.v1.FetchedFrame
-	35, // [35:38] is the sub-list for method output_type
-	32, // [32:35] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	26, // 0: mdag.v1.FetchedFrame.frame:type_name -> mdag.v1.Frame
+	12, // 1: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
+	19, // 2: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
+	14, // 3: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
+	16, // 4: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
+	8,  // 5: mdag.v1.WorkerMessage.stream_join:type_name -> mdag.v1.StreamJoin
+	10, // 6: mdag.v1.WorkerMessage.ingested:type_name -> mdag.v1.Ingested
+	11, // 7: mdag.v1.WorkerMessage.stream_leave:type_name -> mdag.v1.StreamLeave
+	13, // 8: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
+	15, // 9: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
+	18, // 10: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
+	9,  // 11: mdag.v1.CoordinatorMessage.stream_joined:type_name -> mdag.v1.StreamJoined
+	26, // 12: mdag.v1.Ingested.frame:type_name -> mdag.v1.Frame
+	28, // 13: mdag.v1.Ingested.truth:type_name -> mdag.v1.Box
+	17, // 14: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
+	21, // 15: mdag.v1.Task.items:type_name -> mdag.v1.Item
+	0,  // 16: mdag.v1.Task.kind:type_name -> mdag.v1.TaskKind
+	20, // 17: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
+	1,  // 18: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
+	21, // 19: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
+	26, // 20: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
+	28, // 21: mdag.v1.Item.region:type_name -> mdag.v1.Box
+	28, // 22: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
+	28, // 23: mdag.v1.Item.truth:type_name -> mdag.v1.Box
+	33, // 24: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
+	22, // 25: mdag.v1.Item.tracks:type_name -> mdag.v1.Track
+	23, // 26: mdag.v1.Item.steps:type_name -> mdag.v1.Step
+	24, // 27: mdag.v1.Item.events:type_name -> mdag.v1.Event
+	25, // 28: mdag.v1.Item.audio:type_name -> mdag.v1.Audio
+	28, // 29: mdag.v1.Track.box:type_name -> mdag.v1.Box
+	28, // 30: mdag.v1.Step.boxes:type_name -> mdag.v1.Box
+	22, // 31: mdag.v1.Step.tracks:type_name -> mdag.v1.Track
+	27, // 32: mdag.v1.Frame.ref:type_name -> mdag.v1.FrameRef
+	29, // 33: mdag.v1.Box.keypoints:type_name -> mdag.v1.Keypoint
+	31, // 34: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
+	26, // 35: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
+	28, // 36: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
+	25, // 37: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
+	6,  // 38: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
+	30, // 39: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
+	2,  // 40: mdag.v1.Coordinator.Route:input_type -> mdag.v1.RouteRequest
+	30, // 41: mdag.v1.Ingest.Ingest:input_type -> mdag.v1.IngestMessage
+	4,  // 42: mdag.v1.Peer.Fetch:input_type -> mdag.v1.FetchRequest
+	7,  // 43: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
+	32, // 44: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
+	3,  // 45: mdag.v1.Coordinator.Route:output_type -> mdag.v1.RouteReply
+	32, // 46: mdag.v1.Ingest.Ingest:output_type -> mdag.v1.IngestReply
+	5,  // 47: mdag.v1.Peer.Fetch:output_type -> mdag.v1.FetchedFrame
+	43, // [43:48] is the sub-list for method output_type
+	38, // [38:43] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_api_mdag_proto_init() }
@@ -2325,16 +2882,20 @@ func file_api_mdag_proto_init() {
 	if File_api_mdag_proto != nil {
 		return
 	}
-	file_api_mdag_proto_msgTypes[2].OneofWrappers = []any{
+	file_api_mdag_proto_msgTypes[4].OneofWrappers = []any{
 		(*WorkerMessage_Register)(nil),
 		(*WorkerMessage_Result)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
 		(*WorkerMessage_LoadReply)(nil),
+		(*WorkerMessage_StreamJoin)(nil),
+		(*WorkerMessage_Ingested)(nil),
+		(*WorkerMessage_StreamLeave)(nil),
 	}
-	file_api_mdag_proto_msgTypes[3].OneofWrappers = []any{
+	file_api_mdag_proto_msgTypes[5].OneofWrappers = []any{
 		(*CoordinatorMessage_Registered)(nil),
 		(*CoordinatorMessage_Load)(nil),
 		(*CoordinatorMessage_Task)(nil),
+		(*CoordinatorMessage_StreamJoined)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2342,9 +2903,9 @@ func file_api_mdag_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_mdag_proto_rawDesc), len(file_api_mdag_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   26,
+			NumMessages:   32,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_api_mdag_proto_goTypes,
 		DependencyIndexes: file_api_mdag_proto_depIdxs,

@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Coordinator_Connect_FullMethodName = "/mdag.v1.Coordinator/Connect"
 	Coordinator_Ingest_FullMethodName  = "/mdag.v1.Coordinator/Ingest"
+	Coordinator_Route_FullMethodName   = "/mdag.v1.Coordinator/Route"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -44,6 +45,12 @@ type CoordinatorClient interface {
 	// (the app and stream ID); every later one a frame. The stream ending
 	// makes the camera leave. The reply counts what was accepted.
 	Ingest(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[IngestMessage, IngestReply], error)
+	// Route says where a camera stream sends its frames (issue 41): to an
+	// ingest worker (addr set), which keeps the pixels and sends the
+	// coordinator each frame's identity only, or here (addr empty: Ingest
+	// on this service). The ticket lets that worker join the stream for the
+	// caller: it names the app, the stream and the worker, and expires.
+	Route(ctx context.Context, in *RouteRequest, opts ...grpc.CallOption) (*RouteReply, error)
 }
 
 type coordinatorClient struct {
@@ -80,6 +87,16 @@ func (c *coordinatorClient) Ingest(ctx context.Context, opts ...grpc.CallOption)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Coordinator_IngestClient = grpc.ClientStreamingClient[IngestMessage, IngestReply]
 
+func (c *coordinatorClient) Route(ctx context.Context, in *RouteRequest, opts ...grpc.CallOption) (*RouteReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RouteReply)
+	err := c.cc.Invoke(ctx, Coordinator_Route_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -97,6 +114,12 @@ type CoordinatorServer interface {
 	// (the app and stream ID); every later one a frame. The stream ending
 	// makes the camera leave. The reply counts what was accepted.
 	Ingest(grpc.ClientStreamingServer[IngestMessage, IngestReply]) error
+	// Route says where a camera stream sends its frames (issue 41): to an
+	// ingest worker (addr set), which keeps the pixels and sends the
+	// coordinator each frame's identity only, or here (addr empty: Ingest
+	// on this service). The ticket lets that worker join the stream for the
+	// caller: it names the app, the stream and the worker, and expires.
+	Route(context.Context, *RouteRequest) (*RouteReply, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -112,6 +135,9 @@ func (UnimplementedCoordinatorServer) Connect(grpc.BidiStreamingServer[WorkerMes
 }
 func (UnimplementedCoordinatorServer) Ingest(grpc.ClientStreamingServer[IngestMessage, IngestReply]) error {
 	return status.Error(codes.Unimplemented, "method Ingest not implemented")
+}
+func (UnimplementedCoordinatorServer) Route(context.Context, *RouteRequest) (*RouteReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Route not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -148,13 +174,36 @@ func _Coordinator_Ingest_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Coordinator_IngestServer = grpc.ClientStreamingServer[IngestMessage, IngestReply]
 
+func _Coordinator_Route_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RouteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Route(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Route_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Route(ctx, req.(*RouteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Coordinator_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "mdag.v1.Coordinator",
 	HandlerType: (*CoordinatorServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Route",
+			Handler:    _Coordinator_Route_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Connect",
@@ -165,6 +214,111 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Ingest",
 			Handler:       _Coordinator_Ingest_Handler,
+			ClientStreams: true,
+		},
+	},
+	Metadata: "api/mdag.proto",
+}
+
+const (
+	Ingest_Ingest_FullMethodName = "/mdag.v1.Ingest/Ingest"
+)
+
+// IngestClient is the client API for Ingest service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Ingest is served by `mdag worker --ingest-listen`: a camera stream that
+// Route sent here. The join must carry the ticket Route gave; the worker
+// keeps each frame in its store and tells the coordinator its identity,
+// capture time and size (Ingested). Messages as Coordinator.Ingest.
+type IngestClient interface {
+	Ingest(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[IngestMessage, IngestReply], error)
+}
+
+type ingestClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewIngestClient(cc grpc.ClientConnInterface) IngestClient {
+	return &ingestClient{cc}
+}
+
+func (c *ingestClient) Ingest(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[IngestMessage, IngestReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Ingest_ServiceDesc.Streams[0], Ingest_Ingest_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[IngestMessage, IngestReply]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ingest_IngestClient = grpc.ClientStreamingClient[IngestMessage, IngestReply]
+
+// IngestServer is the server API for Ingest service.
+// All implementations must embed UnimplementedIngestServer
+// for forward compatibility.
+//
+// Ingest is served by `mdag worker --ingest-listen`: a camera stream that
+// Route sent here. The join must carry the ticket Route gave; the worker
+// keeps each frame in its store and tells the coordinator its identity,
+// capture time and size (Ingested). Messages as Coordinator.Ingest.
+type IngestServer interface {
+	Ingest(grpc.ClientStreamingServer[IngestMessage, IngestReply]) error
+	mustEmbedUnimplementedIngestServer()
+}
+
+// UnimplementedIngestServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedIngestServer struct{}
+
+func (UnimplementedIngestServer) Ingest(grpc.ClientStreamingServer[IngestMessage, IngestReply]) error {
+	return status.Error(codes.Unimplemented, "method Ingest not implemented")
+}
+func (UnimplementedIngestServer) mustEmbedUnimplementedIngestServer() {}
+func (UnimplementedIngestServer) testEmbeddedByValue()                {}
+
+// UnsafeIngestServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to IngestServer will
+// result in compilation errors.
+type UnsafeIngestServer interface {
+	mustEmbedUnimplementedIngestServer()
+}
+
+func RegisterIngestServer(s grpc.ServiceRegistrar, srv IngestServer) {
+	// If the following call panics, it indicates UnimplementedIngestServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Ingest_ServiceDesc, srv)
+}
+
+func _Ingest_Ingest_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(IngestServer).Ingest(&grpc.GenericServerStream[IngestMessage, IngestReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ingest_IngestServer = grpc.ClientStreamingServer[IngestMessage, IngestReply]
+
+// Ingest_ServiceDesc is the grpc.ServiceDesc for Ingest service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Ingest_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "mdag.v1.Ingest",
+	HandlerType: (*IngestServer)(nil),
+	Methods:     []grpc.MethodDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Ingest",
+			Handler:       _Ingest_Ingest_Handler,
 			ClientStreams: true,
 		},
 	},

@@ -405,6 +405,44 @@ func (e *Engine) Ingest(streamID string, seq uint64, capture time.Time, f *media
 	return e.ingestMedia(streamID, seq, capture, dag.Video, &media.Item{Frame: f, Truth: truth})
 }
 
+// IngestHeld is Ingest for a frame an ingest worker holds (issue 41): f
+// names it (Ref) and gives its size, and its pixels never come here; the
+// first module's worker fetches them from the holder, as it does any
+// module's output on the direct data plane.
+func (e *Engine) IngestHeld(streamID string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error {
+	switch {
+	case f == nil || f.Ref == nil:
+		return fmt.Errorf("stream %s frame %d: not a reference to a held frame", streamID, seq)
+	case f.Pix != nil:
+		return fmt.Errorf("stream %s frame %d: a held frame carries no pixels", streamID, seq)
+	case f.W <= 0 || f.H <= 0:
+		return fmt.Errorf("stream %s frame %d: size %dx%d", streamID, seq, f.W, f.H)
+	}
+	return e.ingestMedia(streamID, seq, capture, dag.Video, &media.Item{Frame: f, Truth: truth})
+}
+
+// AppInfo is what an ingest worker needs of an app: what it takes and its
+// SLO (how long the worker holds a frame).
+type AppInfo struct {
+	Media dag.Media
+	SLO   time.Duration
+}
+
+// App returns app's AppInfo; ErrUnknownApp when it is not deployed.
+func (e *Engine) App(app dag.AppID) (AppInfo, error) {
+	var out AppInfo
+	var err error
+	e.call(func() {
+		s := e.sessions[app]
+		if s == nil {
+			err = fmt.Errorf("app %q: %w", app, ErrUnknownApp)
+			return
+		}
+		out = AppInfo{Media: cmp.Or(s.app.Media, dag.Video), SLO: s.app.SLO}
+	})
+	return out, err
+}
+
 // IngestAudio hands one chunk of an audio stream (an app with `media:
 // audio`) to its session, like Ingest does a frame: seq numbers the chunks.
 func (e *Engine) IngestAudio(streamID string, seq uint64, capture time.Time, a *media.Audio) error {

@@ -51,14 +51,21 @@ func (p *stallPeer) Fetch(req *api.FetchRequest, stream grpc.ServerStreamingServ
 // service on a loopback port. kill ends its process: the coordinator
 // stream and the peer port close at once.
 type directWorker struct {
-	id    string
-	store *client.Store
-	peer  *stallPeer
-	log   *logBuf
-	kill  func()
+	id     string
+	store  *client.Store
+	peer   *stallPeer
+	ingest *client.IngestServer // nil: it ingests no camera
+	log    *logBuf
+	kill   func()
 }
 
 func (c *loopback) directWorker(t *testing.T, id, typ string) *directWorker {
+	return c.directWorkerWith(t, id, typ, false)
+}
+
+// directWorkerWith is directWorker; with ingest it also serves an Ingest
+// service on a loopback port (issue 41).
+func (c *loopback) directWorkerWith(t *testing.T, id, typ string, ingest bool) *directWorker {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -70,13 +77,25 @@ func (c *loopback) directWorker(t *testing.T, id, typ string) *directWorker {
 	api.RegisterPeerServer(g, p)
 	served := make(chan struct{})
 	go func() { defer close(served); _ = g.Serve(ln) }()
+	dp := &client.DataPlane{Addr: ln.Addr().String(), Store: store, InlineBelow: -1}
+	stopIngest := func() {}
+	if ingest {
+		iln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dp.Ingest = &client.IngestServer{Addr: iln.Addr().String()}
+		ig := client.NewIngestGRPC(dp.Ingest)
+		iserved := make(chan struct{})
+		go func() { defer close(iserved); _ = ig.Serve(iln) }()
+		stopIngest = func() { ig.Stop(); <-iserved }
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	logs := &logBuf{}
 	go func() {
 		defer close(done)
-		_ = client.RunWorker(ctx, c.cc, client.WorkerConfig{ID: id, Type: typ, Log: slog.New(slog.NewTextHandler(logs, nil)),
-			Data: &client.DataPlane{Addr: ln.Addr().String(), Store: store, InlineBelow: -1}})
+		_ = client.RunWorker(ctx, c.cc, client.WorkerConfig{ID: id, Type: typ, Log: slog.New(slog.NewTextHandler(logs, nil)), Data: dp})
 	}()
 	waitFor(t, "worker "+id+" to register", 5*time.Second, func() bool {
 		for _, w := range c.srv.Workers() {
@@ -89,6 +108,7 @@ func (c *loopback) directWorker(t *testing.T, id, typ string) *directWorker {
 	var once sync.Once
 	kill := func() {
 		once.Do(func() {
+			stopIngest()
 			g.Stop()
 			<-served
 			stop()
@@ -96,7 +116,7 @@ func (c *loopback) directWorker(t *testing.T, id, typ string) *directWorker {
 		})
 	}
 	t.Cleanup(kill)
-	return &directWorker{id: id, store: store, peer: p, log: logs, kill: kill}
+	return &directWorker{id: id, store: store, peer: p, ingest: dp.Ingest, log: logs, kill: kill}
 }
 
 // TestDirectDataPlane: the traffic app over gRPC with every worker on the

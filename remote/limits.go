@@ -187,6 +187,8 @@ const (
 	RefusedIdentity     = "identity"       // a worker ID or stream its certificate may not claim
 	RefusedRegister     = "register"       // a Register with a field over its length or outside its characters
 	RefusedRole         = "role"           // a call the certificate's role may not make (or no certificate)
+	RefusedTicket       = "ticket"         // a worker's stream join whose ticket is not Route's for it (forged, another worker's or stream's, expired)
+	RefusedIngested     = "ingested"       // a worker's ingested frame of a stream not joined on it, or not its own reference
 )
 
 // count counts one refusal without logging it (its caller logs).

@@ -58,6 +58,11 @@ type Server struct {
 	// default a worker that registers a peer address keeps them and
 	// sends references; the next module's worker fetches them from it.
 	Relay bool
+	// ByReference (not with Relay) makes every worker hand out its
+	// outputs' frames by reference however small (no crops inline), so
+	// that with ingest on the workers no pixel reaches the coordinator
+	// (`--data-plane metadata`, issue 41).
+	ByReference bool
 
 	// insts is what Connect reports workers' registrations, losses and
 	// results to: Engine, unless a test set a stand-in before serving.
@@ -78,6 +83,11 @@ type Server struct {
 
 	plane   planeCounters
 	ingress ingress // bytes received on the gRPC port, by sender
+
+	routeMu                      sync.Mutex // Route's choices, one at a time
+	keyOnce                      sync.Once
+	key                          []byte // for Route's tickets
+	ingestFrames, ingestRejected atomic.Uint64
 }
 
 // planeCounters count the frames of workers' results by how they came.

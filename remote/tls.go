@@ -29,6 +29,7 @@ import (
 var methodRoles = map[string]pki.Role{
 	api.Coordinator_Connect_FullMethodName: pki.Worker,
 	api.Coordinator_Ingest_FullMethodName:  pki.Source,
+	api.Coordinator_Route_FullMethodName:   pki.Source,
 }
 
 // NewTLSGRPC is NewGRPC with mutual TLS (issue 22): a peer must present a

@@ -49,9 +49,10 @@ type workerSession struct {
 
 	reg         *api.Register
 	typ         profile.WorkerTypeID
-	shared      bool  // its certificate is shared (--shared-cert)
-	direct      bool  // it holds its outputs' frames for peers
-	peerRefused error // why its peer address was refused (it relays)
+	shared      bool   // its certificate is shared (--shared-cert)
+	direct      bool   // it holds its outputs' frames for peers
+	peerRefused error  // why its peer address was refused (it relays)
+	ingestAddr  string // its Ingest service (direct only, the address checked)
 
 	ctx    context.Context // ends with the stream; its cause is why
 	cancel context.CancelCauseFunc
@@ -138,6 +139,17 @@ func (w *workerSession) readRegister() error {
 			w.direct = false
 		}
 	}
+	if len(reg.IngestAddr) > wire.MaxRefField {
+		return status.Errorf(codes.InvalidArgument, "register %s: ingest address of %d bytes; at most %d", reg.Id, len(reg.IngestAddr), wire.MaxRefField)
+	}
+	if w.direct && reg.IngestAddr != "" {
+		// Sources are sent there: the same rule as the peer address.
+		if err := peerHostIsCaller(ctx, reg.IngestAddr); err != nil {
+			s.Log.Warn("worker's ingest address refused: cameras are not routed to it", "instance", reg.Id, "err", err)
+		} else {
+			w.ingestAddr = reg.IngestAddr
+		}
+	}
 	return nil
 }
 
@@ -145,10 +157,10 @@ func (w *workerSession) readRegister() error {
 // a worker of the same ID already connected is refused. drop unlists it.
 func (w *workerSession) join() error {
 	s, reg := w.s, w.reg
-	c := &conn{id: reg.Id, out: make(chan *api.CoordinatorMessage, wire.DefaultSendQueue), cancel: w.cancel, engine: s.insts, clk: s.Clock, given: map[uint64]time.Time{}}
+	c := &conn{id: reg.Id, out: make(chan *api.CoordinatorMessage, wire.DefaultSendQueue), cancel: w.cancel, engine: s.insts, clk: s.Clock, given: map[uint64]time.Time{}, streams: map[string]bool{}, routed: map[string]time.Time{}}
 	c.beat.Store(s.Clock.Now().UnixNano())
 	if w.direct {
-		c.peer = reg.PeerAddr
+		c.peer, c.ingest = reg.PeerAddr, w.ingestAddr
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -174,7 +186,7 @@ func (w *workerSession) drop() {
 // engine.
 func (w *workerSession) acknowledge() error {
 	s, reg := w.s, w.reg
-	ack := &api.Registered{Id: reg.Id, HeartbeatIntervalNs: int64(s.Heartbeat), Direct: w.direct}
+	ack := &api.Registered{Id: reg.Id, HeartbeatIntervalNs: int64(s.Heartbeat), Direct: w.direct, ByReference: w.direct && s.ByReference}
 	if err := w.stream.Send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_Registered{Registered: ack}}); err != nil {
 		return err
 	}
@@ -293,6 +305,12 @@ func (w *workerSession) receive(m *api.WorkerMessage) {
 			w.s.Log.Error("worker could not load its modules", "instance", w.reg.Id, "generation", m.LoadReply.Generation, "err", m.LoadReply.Error)
 		}
 	case *api.WorkerMessage_Heartbeat:
+	case *api.WorkerMessage_StreamJoin:
+		w.joinStream(m.StreamJoin)
+	case *api.WorkerMessage_Ingested:
+		w.ingested(m.Ingested)
+	case *api.WorkerMessage_StreamLeave:
+		w.leaveStream(m.StreamLeave)
 	default:
 		w.s.Log.Warn("unexpected message from worker", "instance", w.reg.Id, "type", fmt.Sprintf("%T", m))
 	}
@@ -312,6 +330,7 @@ func (w *workerSession) leave(sent, received <-chan error) error {
 	w.c.closed.Store(true)
 	w.s.Log.Warn("worker disconnected", "instance", w.reg.Id, "why", why)
 	w.s.insts.LostInstance(w.reg.Id, why.Error())
+	w.leaveStreams()
 	<-sent
 	// The handler returning ends the stream, which ends Recv.
 	go func() { <-received }()
@@ -325,6 +344,7 @@ func (w *workerSession) leave(sent, received <-chan error) error {
 type conn struct {
 	id     string
 	peer   string // its peer address when it holds its outputs' frames (direct); "" relays them
+	ingest string // its Ingest service's address (direct only); "": it ingests no camera
 	out    chan *api.CoordinatorMessage
 	cancel context.CancelCauseFunc
 	engine instances
@@ -332,9 +352,11 @@ type conn struct {
 	beat   atomic.Int64 // unix ns of the last message from the worker
 	closed atomic.Bool
 
-	clk   clock.Clock
-	mu    sync.Mutex
-	given map[uint64]time.Time // tasks sent down the stream and not answered yet: when
+	clk     clock.Clock
+	mu      sync.Mutex
+	given   map[uint64]time.Time // tasks sent down the stream and not answered yet: when
+	streams map[string]bool      // camera streams joined on it (ingest on the workers)
+	routed  map[string]time.Time // camera streams routed to it, not joined yet: until their tickets expire
 }
 
 // give records that task id goes to the worker; answer takes it back and

@@ -56,7 +56,9 @@ func (c *coordinatorCmd) flags(fs *flag.FlagSet) {
 		"so it is the authenticated choice on one machine (plaintext; --tls-dir is for HOST:PORT)")
 	fs.StringVar(&c.policy, "policy", string(coordinator.DefaultPolicy), "GPU batching policy: symphony, clockwork or lazy")
 	fs.StringVar(&c.plane, "data-plane", "direct", "how frames go between modules on different workers: direct (a worker with a peer address keeps the frames its modules make; "+
-		"the next module's worker fetches them from it, and the coordinator routes references) or relay (every frame through the coordinator)")
+		"the next module's worker fetches them from it, and the coordinator routes references; frames under a worker's --peer-inline go through the coordinator), "+
+		"metadata (direct, every frame by reference however small: with workers that ingest the cameras, mdag worker --ingest-listen, no pixel reaches the coordinator) "+
+		"or relay (every frame through the coordinator)")
 	fs.Float64Var(&c.headroom, "headroom", 1.25, headroomHelp)
 	fs.BoolVar(&c.warmup, "warmup", true, warmupHelp)
 	fs.DurationVar(&c.checkpoint, "checkpoint", 2*time.Second, "copy each stream's state at a stateful module (track, window...) to the coordinator this often, to restore it when its worker is lost; 0: never (a lost worker's streams start fresh)")
@@ -80,8 +82,8 @@ func (c *coordinatorCmd) validate(*flag.FlagSet) []error {
 	if c.heartbeat <= 0 {
 		errs = append(errs, fmt.Errorf("--heartbeat %v: want > 0", c.heartbeat))
 	}
-	if c.plane != "direct" && c.plane != "relay" {
-		errs = append(errs, fmt.Errorf("--data-plane %q: want direct or relay", c.plane))
+	if c.plane != "direct" && c.plane != "relay" && c.plane != "metadata" {
+		errs = append(errs, fmt.Errorf("--data-plane %q: want direct, metadata or relay", c.plane))
 	}
 	if !validHeadroom(c.headroom) {
 		errs = append(errs, fmt.Errorf("--headroom %v: want a number >= 1", c.headroom))
@@ -201,12 +203,13 @@ func (c *coordinatorCmd) serve(co *coordination, td *teardown) error {
 		co.gl.Close()
 		return fmt.Errorf("listen %s: %w", c.api.listen, err)
 	}
-	co.srv = &remote.Server{Engine: co.obs.e, Log: co.log, Heartbeat: c.heartbeat, Limits: c.limits, Relay: c.plane == "relay", Shared: c.tls.shared}
+	co.srv = &remote.Server{Engine: co.obs.e, Log: co.log, Heartbeat: c.heartbeat, Limits: c.limits, Relay: c.plane == "relay", ByReference: c.plane == "metadata", Shared: c.tls.shared}
 	co.obs.mx.SetGRPC(func() metrics.GRPC {
-		p, r := co.srv.Plane(), co.srv.Received()
+		p, r, in := co.srv.Plane(), co.srv.Received(), co.srv.Ingested()
 		return metrics.GRPC{Refused: co.srv.Refused(), RelayedFrames: p.RelayedFrames, RelayedBytes: p.RelayedBytes, RefFrames: p.RefFrames,
 			Hops: p.Hops, HopBuckets: p.HopBuckets, HopSum: p.HopSum,
-			Received: map[string]uint64{"workers": r.Workers, "sources": r.Sources, "other": r.Other}}
+			Received:      map[string]uint64{"workers": r.Workers, "sources": r.Sources, "other": r.Other},
+			IngestStreams: in.Streams, IngestFrames: in.Frames, IngestRejected: in.Rejected}
 	})
 	co.g = grpcServer(co.srv, co.tm)
 	go func() { _ = co.g.Serve(co.gl) }()

@@ -313,7 +313,7 @@ func TestDistributedFlags(t *testing.T) {
 	}{
 		{[]string{"coordinator", "--example", "traffic", "--policy", "fifo", "--heartbeat", "0s", "--data-plane", "mesh", "--max-boxes", "0", "--grpc", "unix-abstract:mdag"},
 			"mdag coordinator: --policy \"fifo\": want symphony, clockwork or lazy\nmdag coordinator: --heartbeat 0s: want > 0\n" +
-				"mdag coordinator: --data-plane \"mesh\": want direct or relay\nmdag coordinator: --max-boxes 0: want > 0\n" +
+				"mdag coordinator: --data-plane \"mesh\": want direct, metadata or relay\nmdag coordinator: --max-boxes 0: want > 0\n" +
 				"mdag coordinator: --grpc unix-abstract:mdag: an abstract socket has no file permissions (any local user could connect): give unix:/PATH\n" +
 				"5 problems found\nRun 'mdag coordinator -h' for its flags.\n"},
 		{[]string{"coordinator", "-f", "app.yaml", "--heartbeat", "0s"},

@@ -19,8 +19,9 @@ import (
 // Peer service listens, the address other workers reach it at, and how
 // many frames it holds for them.
 type peerFlags struct {
-	listen, advertise *string
-	storeMiB, inline  *int
+	listen, advertise             *string
+	storeMiB, inline              *int
+	ingestListen, ingestAdvertise *string
 }
 
 func addPeerFlags(fs *flag.FlagSet) *peerFlags {
@@ -33,6 +34,10 @@ func addPeerFlags(fs *flag.FlagSet) *peerFlags {
 		storeMiB: fs.Int("peer-store", client.DefaultStoreBytes>>20, "MiB of frames held for other workers; past it the frame due to expire first goes "+
 			"(a fetch of it fails and its frame is dropped peer-lost)"),
 		inline: fs.Int("peer-inline", client.DefaultInlineBelow, "output frames of fewer `BYTES` of pixels (crops) travel inline through the coordinator: cheaper than a fetch; 0: every frame by reference"),
+		ingestListen: fs.String("ingest-listen", "", "ingest on this worker: `ADDR` where the camera streams the coordinator routes here arrive (mdag source); "+
+			"their frames stay in this worker's store and the coordinator gets each frame's identity only. Needs the direct data plane (--peer-listen); default none"),
+		ingestAdvertise: fs.String("ingest-advertise", "", "the `IP:PORT` sources reach --ingest-listen at: the IP this worker connects to the coordinator from (the coordinator checks; "+
+			"default: --ingest-listen's address when it names an IP)"),
 	}
 }
 
@@ -74,7 +79,56 @@ func (f *peerFlags) check(coord string, tls bool) []error {
 			errs = append(errs, fmt.Errorf("--advertise %q: want IP:PORT, the address other workers reach this one at (the coordinator checks it is the address this worker connects from)", adv))
 		}
 	}
+	return append(errs, f.checkIngest(coord, tls)...)
+}
+
+// checkIngest returns every problem with the ingest flags.
+func (f *peerFlags) checkIngest(coord string, tls bool) []error {
+	var errs []error
+	in, adv := *f.ingestListen, *f.ingestAdvertise
+	switch {
+	case in == "" && adv != "":
+		errs = append(errs, errors.New("--ingest-advertise without --ingest-listen: give the address to listen at too"))
+	case in != "" && f.address(coord) == "":
+		errs = append(errs, fmt.Errorf("--ingest-listen %s without the direct data plane: the first module's worker fetches the frames from this one, so give --peer-listen too", in))
+	case in != "" && !tls && !loopback(in):
+		errs = append(errs, fmt.Errorf("--ingest-listen %s is not a loopback address, so the ingest port needs mutual TLS: give --tls-dir (mdag certs init)", in))
+	}
+	if adv != "" {
+		if h, p, err := net.SplitHostPort(adv); err != nil || net.ParseIP(h) == nil || p == "" {
+			errs = append(errs, fmt.Errorf("--ingest-advertise %q: want IP:PORT, the address sources reach this worker's ingest port at (the coordinator checks it is the address this worker connects from)", adv))
+		}
+	}
 	return errs
+}
+
+// startIngest listens and serves the Ingest service on dp's worker, with
+// mutual TLS when m is set; it returns how to stop it (nothing without
+// --ingest-listen).
+func (f *peerFlags) startIngest(dp *client.DataPlane, m *pki.Material, log *slog.Logger) (func(), error) {
+	if *f.ingestListen == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", *f.ingestListen)
+	if err != nil {
+		return nil, fmt.Errorf("--ingest-listen %s: %w", *f.ingestListen, err)
+	}
+	addr := *f.ingestAdvertise
+	if a := ln.Addr().(*net.TCPAddr); addr == "" && a.IP.IsUnspecified() {
+		ln.Close()
+		return nil, fmt.Errorf("--ingest-listen %s listens on every interface: give --ingest-advertise IP:PORT, the address sources reach it at", *f.ingestListen)
+	} else if addr == "" {
+		addr = a.String()
+	}
+	dp.Ingest = &client.IngestServer{Addr: addr}
+	var opts []grpc.ServerOption
+	if m != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(m.IngestServerConfig())))
+	}
+	g := client.NewIngestGRPC(dp.Ingest, opts...)
+	go func() { _ = g.Serve(ln) }()
+	log.Info("ingest: camera streams the coordinator routes here keep their frames here", "ingest_listen", ln.Addr().String(), "advertise", addr)
+	return g.Stop, nil
 }
 
 // start listens and serves the Peer service, with mutual TLS when m is
@@ -118,5 +172,10 @@ func (f *peerFlags) start(id, coord string, m *pki.Material, log *slog.Logger) (
 		tlsMode = "plaintext, loopback"
 	}
 	log.Info("data plane: direct: frames this worker makes stay here for the next module's worker", "peer_listen", ln.Addr().String(), "advertise", dp.Addr, "tls", tlsMode, "store_mib", *f.storeMiB)
-	return dp, g.Stop, nil
+	stopIngest, err := f.startIngest(dp, m, log)
+	if err != nil {
+		g.Stop()
+		return nil, nil, err
+	}
+	return dp, func() { stopIngest(); g.Stop() }, nil
 }

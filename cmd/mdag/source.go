@@ -14,6 +14,7 @@ import (
 
 	"github.com/mdag/mdag/ingest/synth"
 	"github.com/mdag/mdag/internal/pki"
+	"github.com/mdag/mdag/remote/client"
 	"github.com/mdag/mdag/remote/source"
 )
 
@@ -35,6 +36,7 @@ type sourceCmd struct {
 	fps                float64
 	count              uint64
 	audio              bool
+	ingest             string // route or coordinator
 	duration           time.Duration
 	cameras            *cameraFlags
 	tls                *tlsFlags
@@ -53,6 +55,8 @@ func (c *sourceCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.scene, "scene", "shapes", sceneHelp)
 	fs.Uint64Var(&c.count, "count", 0, "frames per camera (0: until --duration or interrupted)")
 	fs.BoolVar(&c.audio, "audio", false, "send synthetic audio (chirps with silence between them, 48 kHz mono, chunks of 1/fps) instead of frames: for an app with media: audio")
+	fs.StringVar(&c.ingest, "ingest", "route", "where the frames go: \"route\" asks the coordinator and sends them to the ingest worker it names (mdag worker --ingest-listen; "+
+		"the coordinator then gets each frame's identity, never its pixels), or to the coordinator when it names none; \"coordinator\": always to the coordinator")
 	fs.DurationVar(&c.duration, "duration", 0, "stop after this long (0: run until interrupted or --count)")
 	c.cameras = addCameraFlags(fs)
 	c.tls = addTLSFlags(fs, true)
@@ -76,7 +80,25 @@ func (c *sourceCmd) validate(*flag.FlagSet) []error {
 	if _, err := c.tls.mode("--coordinator", c.coord); err != nil {
 		errs = append(errs, err)
 	}
+	if c.ingest != "route" && c.ingest != "coordinator" {
+		errs = append(errs, fmt.Errorf("--ingest %q: want route or coordinator", c.ingest))
+	}
 	return errs
+}
+
+// reconnect is how each synthetic camera reconnects, and routes unless
+// --ingest coordinator: to an ingest worker with the source's certificate
+// (mat), or in plaintext.
+func (c *sourceCmd) reconnect(mat *pki.Material, log *slog.Logger) source.Reconnect {
+	rc := source.Reconnect{Log: log}
+	switch {
+	case c.ingest == "coordinator":
+	case mat != nil:
+		rc.DialIngest = func(addr string) (*grpc.ClientConn, error) { return client.DialIngestTLS(addr, mat) }
+	default:
+		rc.DialIngest = client.Dial
+	}
+	return rc
 }
 
 func (c *sourceCmd) run(env *cmdEnv) error {
@@ -92,7 +114,7 @@ func (c *sourceCmd) run(env *cmdEnv) error {
 	if ran, err := c.cameras.runSource(ctx, c.app, c.fps, cc, camPrefix, env.stdout, env.stderr); ran {
 		return err // RTSP cameras instead of synthetic streams
 	}
-	return c.stream(ctx, env.stdout, cc, log)
+	return c.stream(ctx, env.stdout, cc, c.reconnect(mat, log))
 }
 
 // namePrefix is what a source certificate's streams are named under: with
@@ -115,7 +137,7 @@ func (c *sourceCmd) namePrefix(fs *flag.FlagSet, mat *pki.Material) string {
 
 // stream runs the synthetic cameras until ctx ends or --count, and writes
 // a line for each; it returns what failed.
-func (c *sourceCmd) stream(ctx context.Context, stdout io.Writer, cc *grpc.ClientConn, log *slog.Logger) error {
+func (c *sourceCmd) stream(ctx context.Context, stdout io.Writer, cc *grpc.ClientConn, rc source.Reconnect) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
@@ -127,9 +149,9 @@ func (c *sourceCmd) stream(ctx context.Context, stdout io.Writer, cc *grpc.Clien
 			var r *source.StreamResult
 			var err error
 			if c.audio {
-				r, err = source.StreamAudioReconnecting(ctx, cc, c.app, id, synth.NewTone(), i, c.fps, c.count, source.Reconnect{Log: log})
+				r, err = source.StreamAudioReconnecting(ctx, cc, c.app, id, synth.NewTone(), i, c.fps, c.count, rc)
 			} else {
-				r, err = source.StreamReconnecting(ctx, cc, c.app, id, c.pattern, i, c.fps, c.count, source.Reconnect{Log: log})
+				r, err = source.StreamReconnecting(ctx, cc, c.app, id, c.pattern, i, c.fps, c.count, rc)
 			}
 			mu.Lock()
 			defer mu.Unlock()

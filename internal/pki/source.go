@@ -264,8 +264,25 @@ func (s *Material) PeerClientConfig() *tls.Config {
 	}
 }
 
+// IngestServerConfig is a worker's TLS configuration for its ingest port
+// (issue 41: the camera streams the coordinator routes to it): it presents
+// its worker certificate and requires a source's certificate from the
+// current CA. A source dials it with PeerClientConfig (its own
+// certificate; a worker's expected back).
+func (s *Material) IngestServerConfig() *tls.Config {
+	return s.serverConfig(func(cs tls.ConnectionState) error {
+		return peerHasRole(cs, "client", Source, "only sources send cameras to a worker's ingest port")
+	})
+}
+
 // peerIsWorker checks that the other end of a peer connection is a worker.
 func peerIsWorker(cs tls.ConnectionState, side string) error {
+	return peerHasRole(cs, side, Worker, "only workers talk on the peer port")
+}
+
+// peerHasRole checks that the other end of a connection has role; only
+// says who may, in the refusal.
+func peerHasRole(cs tls.ConnectionState, side string, want Role, only string) error {
 	if len(cs.PeerCertificates) == 0 {
 		return fmt.Errorf("the peer %s presented no certificate", side)
 	}
@@ -273,8 +290,8 @@ func peerIsWorker(cs tls.ConnectionState, side string) error {
 	if err != nil {
 		return fmt.Errorf("the peer %s's certificate: %w", side, err)
 	}
-	if role != Worker {
-		return fmt.Errorf("the peer %s's certificate is a %s's (mdag://%s/%s); only workers talk on the peer port", side, role, role, name)
+	if role != want {
+		return fmt.Errorf("the peer %s's certificate is a %s's (mdag://%s/%s); %s", side, role, role, name, only)
 	}
 	return nil
 }

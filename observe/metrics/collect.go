@@ -80,6 +80,10 @@ type GRPC struct {
 	// Received: bytes the port received on the wire, by sender (workers,
 	// sources, other).
 	Received map[string]uint64
+	// Ingest on the workers (issue 41): camera streams joined on workers
+	// now, and the frames they announced, taken or refused.
+	IngestStreams                int
+	IngestFrames, IngestRejected uint64
 }
 
 // SetGRPC registers the source of the coordinator's gRPC figures.
@@ -133,17 +137,19 @@ var (
 )
 
 var (
-	grpcRefused = desc("grpc", "refused_total", "Requests the coordinator's gRPC port refused, by reason (message-size, frame-size, boxes, result-items, source-streams, worker-streams, rate-peer, rate-global: limits; unknown-task: a result for a task the worker was not given or had answered; frame-ref: a frame reference the worker may not make; handshakes, handshakes-ip, tls-handshake: TLS handshakes over the bounds or failed; first-message: no register or join in time; identity: an ID or stream the certificate may not claim; register: a malformed registration; role: a call the certificate's role may not make).", "reason")
-	grpcFrames  = desc("grpc", "result_frames_total", "Frames in workers' results by data plane: relay (the pixels came through the coordinator) or direct (a reference; the next module's worker fetches the pixels from the worker holding them).", "plane")
-	grpcBytes   = desc("grpc", "relayed_bytes_total", "Pixel bytes of workers' results that came through the coordinator: every frame on the relay; on the direct data plane only frames under the worker's --peer-inline (crops).")
-	grpcRecv    = desc("grpc", "received_bytes_total", "Bytes the coordinator's gRPC port received on the wire, by sender: workers (results, heartbeats: references on the direct data plane), sources (mdag source and gRPC cameras: their frames' pixels today) and other (calls of no known method). Divided by the frames sent, what a frame costs the coordinator to take in.", "from")
-	grpcHops    = desc("grpc", "hop_seconds", "What a task spent outside its module's run, from the coordinator sending it to its result: the task down, the worker's queue, the fetch of its frames (direct data plane) and the result up.")
+	grpcRefused       = desc("grpc", "refused_total", "Requests the coordinator's gRPC port refused, by reason (message-size, frame-size, boxes, result-items, source-streams, worker-streams, rate-peer, rate-global: limits; unknown-task: a result for a task the worker was not given or had answered; frame-ref: a frame reference the worker may not make; handshakes, handshakes-ip, tls-handshake: TLS handshakes over the bounds or failed; first-message: no register or join in time; identity: an ID or stream the certificate may not claim; register: a malformed registration; role: a call the certificate's role may not make).", "reason")
+	grpcFrames        = desc("grpc", "result_frames_total", "Frames in workers' results by data plane: relay (the pixels came through the coordinator) or direct (a reference; the next module's worker fetches the pixels from the worker holding them).", "plane")
+	grpcBytes         = desc("grpc", "relayed_bytes_total", "Pixel bytes of workers' results that came through the coordinator: every frame on the relay; on the direct data plane only frames under the worker's --peer-inline (crops).")
+	grpcRecv          = desc("grpc", "received_bytes_total", "Bytes the coordinator's gRPC port received on the wire, by sender: workers (results, heartbeats: references on the direct data plane), sources (mdag source and gRPC cameras: their frames' pixels, unless routed to ingest workers: then routes only) and other (calls of no known method). Divided by the frames sent, what a frame costs the coordinator to take in.", "from")
+	grpcHops          = desc("grpc", "hop_seconds", "What a task spent outside its module's run, from the coordinator sending it to its result: the task down, the worker's queue, the fetch of its frames (direct data plane) and the result up.")
+	grpcIngestStreams = desc("grpc", "worker_ingest_streams", "Camera streams joined on ingest workers now (mdag worker --ingest-listen): their frames stay there and the coordinator gets each one's identity.")
+	grpcIngestFrames  = desc("grpc", "worker_ingest_frames_total", "Frames ingest workers announced, by outcome: taken (handed to the engine as references) or refused (a stream not joined on the worker, not its own reference, the engine's error).", "outcome")
 )
 
 type grpcCollector struct{ m *Metrics }
 
 func (grpcCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{grpcRefused, grpcFrames, grpcBytes, grpcRecv, grpcHops} {
+	for _, d := range []*prometheus.Desc{grpcRefused, grpcFrames, grpcBytes, grpcRecv, grpcHops, grpcIngestStreams, grpcIngestFrames} {
 		ch <- d
 	}
 }
@@ -166,6 +172,9 @@ func (c grpcCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(grpcRecv, prometheus.CounterValue, float64(n), from)
 	}
 	ch <- prometheus.MustNewConstHistogram(grpcHops, g.Hops, g.HopSum.Seconds(), g.HopBuckets)
+	ch <- prometheus.MustNewConstMetric(grpcIngestStreams, prometheus.GaugeValue, float64(g.IngestStreams))
+	ch <- prometheus.MustNewConstMetric(grpcIngestFrames, prometheus.CounterValue, float64(g.IngestFrames), "taken")
+	ch <- prometheus.MustNewConstMetric(grpcIngestFrames, prometheus.CounterValue, float64(g.IngestRejected), "refused")
 }
 
 type ingestCollector struct{ m *Metrics }

@@ -286,6 +286,10 @@ type DataPlane struct {
 	// reference; 0: DefaultInlineBelow; negative: every frame by
 	// reference.
 	InlineBelow int
+	// Ingest, with Addr set, takes the camera streams the coordinator
+	// routes to this worker (issue 41): their frames are held in Store
+	// like outputs. nil: this worker ingests no camera.
+	Ingest *IngestServer
 }
 
 func (dp *DataPlane) inlineBelow() int {

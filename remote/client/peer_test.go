@@ -89,7 +89,7 @@ func TestHoldOutputs(t *testing.T) {
 	tiny := &media.Item{Stream: "s", Seq: 1, Deadline: t0.Add(time.Second), Frame: frameOf(1, 1, 6)} // under InlineBelow
 	noFrame := &media.Item{Stream: "s", Seq: 1, Counts: map[string]int{"car": 2}}
 	r := worker.Result{Task: 3, Outputs: [][]*media.Item{in, {crop, noFrame, tiny}}}
-	got := holdOutputs(r, "gpu-a", dp)
+	got := holdOutputs(r, "gpu-a", dp, dp.inlineBelow())
 	if in[0].Frame != shared || crop.Frame.Ref != nil {
 		t.Fatal("holdOutputs changed the worker's own items")
 	}
@@ -107,7 +107,7 @@ func TestHoldOutputs(t *testing.T) {
 		t.Errorf("%d frames held, want 2 (the shared one once)", st.Put)
 	}
 	failed := worker.Result{Task: 4, Outcome: worker.Rejected}
-	if g := holdOutputs(failed, "gpu-a", dp); g.Outcome != worker.Rejected || g.Outputs != nil {
+	if g := holdOutputs(failed, "gpu-a", dp, dp.inlineBelow()); g.Outcome != worker.Rejected || g.Outputs != nil {
 		t.Errorf("a failed result changed: %+v", g)
 	}
 }

@@ -51,12 +51,14 @@ type workerSession struct {
 	dp     *DataPlane              // never nil once registering
 	beat   time.Duration           // the heartbeat interval the coordinator asked for
 	direct bool                    // outputs' frames are held here for peers
+	inline int                     // direct: outputs' frames of fewer pixel bytes go inline (-1: none)
 	out    chan *api.WorkerMessage // to the sender
 	w      *worker.Worker
 	fx     *fetcher
 	order  *pending
 	em     *gpu.Emulated // nil: no model runs emulated
 	loaded *api.Load     // the modules hosted now
+	joins  joinWaits     // camera streams joining through this session (ingest)
 }
 
 // newWorkerSession fills in cfg's defaults and checks it; a field out of
@@ -144,6 +146,9 @@ func (s *workerSession) register() (*api.Registered, error) {
 		s.dp.Store = &Store{Clock: s.cfg.Clock}
 	}
 	reg := &api.Register{Id: s.cfg.ID, Type: s.cfg.Type, Executor: s.kind, Cpus: int32(runtime.NumCPU()), Gpu: s.cfg.GPU, PeerAddr: s.dp.Addr}
+	if s.dp.Addr != "" && s.dp.Ingest != nil {
+		reg.IngestAddr = s.dp.Ingest.Addr
+	}
 	if err := s.stream.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: reg}}); err != nil {
 		if errors.Is(err, io.EOF) {
 			// The coordinator ended the call before it read the
@@ -176,10 +181,17 @@ func (s *workerSession) start(ack *api.Registered) {
 	}
 	s.out = make(chan *api.WorkerMessage, wire.DefaultSendQueue)
 	s.direct = ack.Direct && s.dp.Addr != ""
+	s.inline = s.dp.inlineBelow()
+	if ack.ByReference {
+		s.inline = -1
+	}
 	s.w = worker.NewWorker(s.cfg.ID, s.cfg.Type, s.cfg.Clock, nil, s.cfg.Ops, s.result)
 	s.fx = newFetcher(s.cfg.ID, s.dp, s.cfg.Clock)
 	s.order = newPending(s.ctx, s.w, s.fx, s.unfetched)
 	s.w.SetExecutor(s.executor())
+	if s.direct && s.dp.Ingest != nil {
+		s.dp.Ingest.attach(s)
+	}
 	s.logRegistered()
 }
 
@@ -213,6 +225,14 @@ func (s *workerSession) logRegistered() {
 	plane := "relay (outputs' frames through the coordinator)"
 	if s.direct {
 		plane = "direct (outputs' frames held here for peers at " + s.dp.Addr + ")"
+		if s.inline < 0 {
+			plane = "direct, every frame by reference (outputs' frames held here for peers at " + s.dp.Addr + ")"
+		}
+		if s.dp.Ingest != nil {
+			plane += "; ingest: cameras routed here at " + s.dp.Ingest.Addr
+		}
+	} else if s.dp.Ingest != nil {
+		s.cfg.Log.Warn("ingest off: the coordinator relays this worker's frames, so no camera is routed here", "ingest_listen", s.dp.Ingest.Addr)
 	}
 	args := []any{"coordinator", s.target, "id", s.cfg.ID, "type", s.cfg.Type, "executor", s.kind, "heartbeat", s.beat, "data_plane", plane}
 	if s.em != nil {
@@ -225,6 +245,9 @@ func (s *workerSession) logRegistered() {
 // worker), logs the data plane's counters and closes the fetcher and the
 // worker.
 func (s *workerSession) stop() {
+	if s.dp.Ingest != nil {
+		s.dp.Ingest.detach(s)
+	}
 	s.order.wait()
 	st := s.fx.stats()
 	args := []any{"fetched", st.fetched, "fetches_failed", st.failed}
@@ -250,7 +273,7 @@ func (s *workerSession) send(m *api.WorkerMessage) {
 // here on the direct data plane.
 func (s *workerSession) result(r worker.Result) {
 	if s.direct {
-		r = holdOutputs(r, s.cfg.ID, s.dp)
+		r = holdOutputs(r, s.cfg.ID, s.dp, s.inline)
 	}
 	s.send(&api.WorkerMessage{Msg: &api.WorkerMessage_Result{Result: wire.ResultToPB(r)}})
 }
@@ -366,6 +389,10 @@ func (s *workerSession) receive() error {
 			s.handleLoad(m.Load)
 		case *api.CoordinatorMessage_Task:
 			s.handleTask(m.Task)
+		case *api.CoordinatorMessage_StreamJoined:
+			if !s.joins.answer(m.StreamJoined) {
+				s.cfg.Log.Warn("the coordinator answered a stream join no one waits for", "join", m.StreamJoined.Id)
+			}
 		default:
 			s.cfg.Log.Warn("unexpected message from the coordinator", "type", fmt.Sprintf("%T", m))
 		}

@@ -32,6 +32,14 @@ func DialPeerTLS(addr string, m *pki.Material) (*grpc.ClientConn, error) {
 	return dial(addr, &tlsCreds{m: m, peer: true})
 }
 
+// DialIngestTLS connects a source to a worker's ingest port with mutual TLS
+// (issue 41): it presents m's source certificate and accepts only a
+// worker's certificate from m's CA (pki.PeerClientConfig; the worker's
+// port takes only sources' certificates: pki.IngestServerConfig).
+func DialIngestTLS(addr string, m *pki.Material) (*grpc.ClientConn, error) {
+	return dial(addr, &tlsCreds{m: m, peer: true})
+}
+
 // reconnect is the channel's backoff between connection attempts: gRPC's
 // default (1 s growing to 2 min) would keep workers and sources away from
 // a coordinator that restarted long after it is back; this retries from

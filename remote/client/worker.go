@@ -154,7 +154,7 @@ func moduleNames(l *api.Load) []string {
 // copied: the worker's own may still be in use). A frame shared by several
 // outputs is held once; one smaller than dp.InlineBelow (a crop) stays
 // inline.
-func holdOutputs(r worker.Result, self string, dp *DataPlane) worker.Result {
+func holdOutputs(r worker.Result, self string, dp *DataPlane, inline int) worker.Result {
 	if r.Outcome != worker.Done {
 		return r
 	}
@@ -165,7 +165,7 @@ func holdOutputs(r worker.Result, self string, dp *DataPlane) worker.Result {
 		cloned := false
 		for j, it := range list {
 			f := it.Frame
-			if f == nil || f.Ref != nil || len(f.Pix) == 0 || len(f.Pix) < dp.inlineBelow() {
+			if f == nil || f.Ref != nil || len(f.Pix) == 0 || len(f.Pix) < inline {
 				continue
 			}
 			if keys == nil {

@@ -1,0 +1,161 @@
+package remote
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mdag/mdag/ingest/synth"
+	"github.com/mdag/mdag/remote/client"
+	"github.com/mdag/mdag/remote/source"
+)
+
+// routedCameras are reconnecting synthetic cameras that route their
+// streams (issue 41): to the ingest worker the coordinator names.
+type routedCameras struct {
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	results []*source.StreamResult
+	logs    []*logBuf
+}
+
+func (c *loopback) routedCameras(t *testing.T, n int) *routedCameras {
+	t.Helper()
+	pat, err := synth.NewPattern(320, 240, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cs := &routedCameras{cancel: cancel, results: make([]*source.StreamResult, n), logs: make([]*logBuf, n)}
+	for i := range n {
+		cs.logs[i] = &logBuf{}
+		cs.wg.Add(1)
+		go func() {
+			defer cs.wg.Done()
+			rc := source.Reconnect{DialIngest: client.Dial, Log: slog.New(slog.NewTextHandler(cs.logs[i], nil))}
+			r, err := source.StreamReconnecting(ctx, c.cc, "traffic", "cam-"+string(rune('a'+i)), pat, i, 10, 0, rc)
+			if err != nil {
+				t.Error(err)
+			}
+			cs.results[i] = r
+		}()
+	}
+	return cs
+}
+
+func (cs *routedCameras) stop() []*source.StreamResult {
+	cs.cancel()
+	cs.wg.Wait()
+	return cs.results
+}
+
+// TestIngestOnWorkers: the traffic app with two cameras routed to two
+// ingest workers. The coordinator receives each frame's identity and
+// never its pixels: what it takes in a frame is bounded by a small
+// constant (references, results' metadata, heartbeats), against 230,520
+// bytes a 320x240 frame when it ingests them itself (TestDirectDataPlane).
+// Then an ingest worker dies: its camera routes again and goes on through
+// the other, as one stream; every frame the coordinator saw ends finished,
+// late or dropped with a reason.
+func TestIngestOnWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a few seconds of live streams")
+	}
+	app, prof := loadExample(t, "traffic")
+	c := startCoordinator(t, app, prof, 100*time.Millisecond)
+	workers := map[string]*directWorker{}
+	for _, w := range []struct {
+		id, typ string
+		ingest  bool
+	}{{"gpu-a", "V100", false}, {"gpu-b", "V100", false}, {"cpu-a", "CPU", true}, {"cpu-b", "CPU", true}} {
+		workers[w.id] = c.directWorkerWith(t, w.id, w.typ, w.ingest)
+	}
+	cams := c.routedCameras(t, 2)
+	defer cams.stop()
+	defer func() {
+		if t.Failed() {
+			for i, l := range cams.logs {
+				t.Logf("camera %d:\n%s", i, l.String())
+			}
+			for id, w := range workers {
+				t.Logf("worker %s: ingest %+v", id, w.ingest)
+			}
+			t.Logf("status %+v ingested %+v", c.e.Status().Sessions, c.srv.Ingested())
+		}
+	}()
+	waitFor(t, "both cameras ingested on workers and finished frames", 20*time.Second, func() bool {
+		st := c.e.Status()
+		return workers["cpu-a"].ingest.Stats().Frames > 0 && workers["cpu-b"].ingest.Stats().Frames > 0 &&
+			len(st.Sessions) > 0 && st.Sessions[0].Total.Finished > 20
+	})
+	// What the coordinator takes in for the next 60 frames (registrations
+	// and routes are behind): a frame is ~6 tasks' results of metadata,
+	// its Ingested message and a share of heartbeats. 4 KiB a frame bounds
+	// it with room; a 320x240 frame's pixels are 230,400 bytes.
+	rcv0, sent0 := c.srv.Received(), c.e.Status().Sessions[0].Total.Sent
+	waitFor(t, "60 more frames", 20*time.Second, func() bool { return c.e.Status().Sessions[0].Total.Sent >= sent0+60 })
+	rcv, sent := c.srv.Received(), c.e.Status().Sessions[0].Total.Sent-sent0
+	const perFrame = 4096
+	in := rcv.Sources + rcv.Workers + rcv.Other - rcv0.Sources - rcv0.Workers - rcv0.Other
+	if in > perFrame*sent || rcv.Sources != rcv0.Sources {
+		t.Errorf("received %+v (before %+v) for %d frames: %d bytes a frame, want at most %d and none from sources (no pixels)", rcv, rcv0, sent, in/sent, perFrame)
+	}
+	t.Logf("received a frame sent (%d frames): %d bytes (from workers)", sent, in/sent)
+	if p := c.srv.Plane(); p.RelayedBytes != 0 {
+		t.Errorf("data plane %+v: pixels came through the coordinator", p)
+	}
+
+	// The ingest worker of cam-a's stream dies.
+	victim, other := workers["cpu-a"], workers["cpu-b"]
+	if victim.ingest.Stats().Open == 0 {
+		victim, other = other, victim
+	}
+	joinedBefore := other.ingest.Stats().Joined
+	sentBefore := c.e.Status().Sessions[0].Total.Sent
+	victim.kill()
+	waitFor(t, "the victim's camera to join on the other ingest worker and frames to go on", 30*time.Second, func() bool {
+		st := c.e.Status().Sessions[0]
+		return other.ingest.Stats().Joined > joinedBefore && other.ingest.Stats().Open == 2 && st.Total.Sent > sentBefore+20 && st.Streams == 2
+	})
+	results := cams.stop()
+	waitFor(t, "every frame to end", 30*time.Second, func() bool {
+		st := c.e.Status().Sessions[0]
+		return st.Open == 0 && st.Streams == 0
+	})
+	st := c.e.Status().Sessions[0]
+	tot := st.Total
+	var accepted, unconfirmed, rejected uint64
+	for i, r := range results {
+		if r == nil {
+			t.Fatalf("camera %d returned no result", i)
+		}
+		accepted, unconfirmed, rejected = accepted+r.Accepted, unconfirmed+r.Unconfirmed, rejected+r.Rejected
+		if r.Generated != r.Accepted+r.Rejected+r.Unconfirmed+r.Skipped {
+			t.Errorf("camera %d: generated %d != accepted %d + rejected %d + unconfirmed %d + skipped %d", i, r.Generated, r.Accepted, r.Rejected, r.Unconfirmed, r.Skipped)
+		}
+	}
+	// The engine saw every frame a clean close confirmed, and at most those
+	// and the ones sent to the worker that died.
+	if tot.Sent < accepted || tot.Sent > accepted+unconfirmed || rejected != 0 {
+		t.Errorf("the coordinator saw %d frames; the cameras: accepted %d, unconfirmed %d, rejected %d", tot.Sent, accepted, unconfirmed, rejected)
+	}
+	if tot.Finished+tot.Late+tot.Dropped != tot.Sent {
+		t.Errorf("accounting: sent %d = finished %d + late %d + dropped %d?", tot.Sent, tot.Finished, tot.Late, tot.Dropped)
+	}
+	var reasons uint64
+	for _, n := range st.Drops {
+		reasons += n
+	}
+	if reasons != tot.Dropped {
+		t.Errorf("%d frames dropped, %d with a reason: %v", tot.Dropped, reasons, st.Drops)
+	}
+	if in := c.srv.Ingested(); in.Rejected != 0 || in.Frames != tot.Sent {
+		t.Errorf("ingested %+v: want every frame the engine saw, none refused", in)
+	}
+	if rcv := c.srv.Received(); rcv.Sources > 64<<10 {
+		t.Errorf("the sources sent the coordinator %d bytes: routes only, no frames", rcv.Sources)
+	}
+	t.Logf("victim %s; totals %+v; drops %v; cameras %+v %+v", victim.id, tot, st.Drops, *results[0], *results[1])
+}
