@@ -391,6 +391,7 @@ type WorkerMessage struct {
 	//	*WorkerMessage_StreamJoin
 	//	*WorkerMessage_Ingested
 	//	*WorkerMessage_StreamLeave
+	//	*WorkerMessage_Batch
 	Msg           isWorkerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -496,6 +497,15 @@ func (x *WorkerMessage) GetStreamLeave() *StreamLeave {
 	return nil
 }
 
+func (x *WorkerMessage) GetBatch() *WorkerBatch {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isWorkerMessage_Msg interface {
 	isWorkerMessage_Msg()
 }
@@ -528,6 +538,10 @@ type WorkerMessage_StreamLeave struct {
 	StreamLeave *StreamLeave `protobuf:"bytes,7,opt,name=stream_leave,json=streamLeave,proto3,oneof"`
 }
 
+type WorkerMessage_Batch struct {
+	Batch *WorkerBatch `protobuf:"bytes,8,opt,name=batch,proto3,oneof"`
+}
+
 func (*WorkerMessage_Register) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Result) isWorkerMessage_Msg() {}
@@ -542,6 +556,101 @@ func (*WorkerMessage_Ingested) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_StreamLeave) isWorkerMessage_Msg() {}
 
+func (*WorkerMessage_Batch) isWorkerMessage_Msg() {}
+
+// WorkerBatch is several messages sent as one, in order (a worker batches
+// what queued while it was sending, when Registered.batches says the
+// coordinator takes them): at most 1024, none a register or a batch.
+type WorkerBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Msgs          []*WorkerMessage       `protobuf:"bytes,1,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerBatch) Reset() {
+	*x = WorkerBatch{}
+	mi := &file_api_mdag_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerBatch) ProtoMessage() {}
+
+func (x *WorkerBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerBatch.ProtoReflect.Descriptor instead.
+func (*WorkerBatch) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *WorkerBatch) GetMsgs() []*WorkerMessage {
+	if x != nil {
+		return x.Msgs
+	}
+	return nil
+}
+
+// CoordinatorBatch is WorkerBatch the other way (when Register.batches
+// says the worker takes them): none a registered or a batch.
+type CoordinatorBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Msgs          []*CoordinatorMessage  `protobuf:"bytes,1,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoordinatorBatch) Reset() {
+	*x = CoordinatorBatch{}
+	mi := &file_api_mdag_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoordinatorBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoordinatorBatch) ProtoMessage() {}
+
+func (x *CoordinatorBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoordinatorBatch.ProtoReflect.Descriptor instead.
+func (*CoordinatorBatch) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CoordinatorBatch) GetMsgs() []*CoordinatorMessage {
+	if x != nil {
+		return x.Msgs
+	}
+	return nil
+}
+
 type CoordinatorMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -550,6 +659,7 @@ type CoordinatorMessage struct {
 	//	*CoordinatorMessage_Load
 	//	*CoordinatorMessage_Task
 	//	*CoordinatorMessage_StreamJoined
+	//	*CoordinatorMessage_Batch
 	Msg           isCoordinatorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -557,7 +667,7 @@ type CoordinatorMessage struct {
 
 func (x *CoordinatorMessage) Reset() {
 	*x = CoordinatorMessage{}
-	mi := &file_api_mdag_proto_msgTypes[5]
+	mi := &file_api_mdag_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +679,7 @@ func (x *CoordinatorMessage) String() string {
 func (*CoordinatorMessage) ProtoMessage() {}
 
 func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[5]
+	mi := &file_api_mdag_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +692,7 @@ func (x *CoordinatorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoordinatorMessage.ProtoReflect.Descriptor instead.
 func (*CoordinatorMessage) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{5}
+	return file_api_mdag_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CoordinatorMessage) GetMsg() isCoordinatorMessage_Msg {
@@ -628,6 +738,15 @@ func (x *CoordinatorMessage) GetStreamJoined() *StreamJoined {
 	return nil
 }
 
+func (x *CoordinatorMessage) GetBatch() *CoordinatorBatch {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isCoordinatorMessage_Msg interface {
 	isCoordinatorMessage_Msg()
 }
@@ -648,6 +767,10 @@ type CoordinatorMessage_StreamJoined struct {
 	StreamJoined *StreamJoined `protobuf:"bytes,4,opt,name=stream_joined,json=streamJoined,proto3,oneof"`
 }
 
+type CoordinatorMessage_Batch struct {
+	Batch *CoordinatorBatch `protobuf:"bytes,5,opt,name=batch,proto3,oneof"`
+}
+
 func (*CoordinatorMessage_Registered) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Load) isCoordinatorMessage_Msg() {}
@@ -655,6 +778,8 @@ func (*CoordinatorMessage_Load) isCoordinatorMessage_Msg() {}
 func (*CoordinatorMessage_Task) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_StreamJoined) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_Batch) isCoordinatorMessage_Msg() {}
 
 // StreamJoin asks the coordinator to join a camera stream that a source
 // opened on this worker's Ingest service, with the ticket Route gave it.
@@ -670,7 +795,7 @@ type StreamJoin struct {
 
 func (x *StreamJoin) Reset() {
 	*x = StreamJoin{}
-	mi := &file_api_mdag_proto_msgTypes[6]
+	mi := &file_api_mdag_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +807,7 @@ func (x *StreamJoin) String() string {
 func (*StreamJoin) ProtoMessage() {}
 
 func (x *StreamJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[6]
+	mi := &file_api_mdag_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +820,7 @@ func (x *StreamJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJoin.ProtoReflect.Descriptor instead.
 func (*StreamJoin) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{6}
+	return file_api_mdag_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StreamJoin) GetId() uint64 {
@@ -743,7 +868,7 @@ type StreamJoined struct {
 
 func (x *StreamJoined) Reset() {
 	*x = StreamJoined{}
-	mi := &file_api_mdag_proto_msgTypes[7]
+	mi := &file_api_mdag_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +880,7 @@ func (x *StreamJoined) String() string {
 func (*StreamJoined) ProtoMessage() {}
 
 func (x *StreamJoined) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[7]
+	mi := &file_api_mdag_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +893,7 @@ func (x *StreamJoined) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJoined.ProtoReflect.Descriptor instead.
 func (*StreamJoined) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{7}
+	return file_api_mdag_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StreamJoined) GetId() uint64 {
@@ -835,7 +960,7 @@ type Ingested struct {
 
 func (x *Ingested) Reset() {
 	*x = Ingested{}
-	mi := &file_api_mdag_proto_msgTypes[8]
+	mi := &file_api_mdag_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +972,7 @@ func (x *Ingested) String() string {
 func (*Ingested) ProtoMessage() {}
 
 func (x *Ingested) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[8]
+	mi := &file_api_mdag_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +985,7 @@ func (x *Ingested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ingested.ProtoReflect.Descriptor instead.
 func (*Ingested) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{8}
+	return file_api_mdag_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Ingested) GetStream() string {
@@ -908,7 +1033,7 @@ type StreamLeave struct {
 
 func (x *StreamLeave) Reset() {
 	*x = StreamLeave{}
-	mi := &file_api_mdag_proto_msgTypes[9]
+	mi := &file_api_mdag_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1045,7 @@ func (x *StreamLeave) String() string {
 func (*StreamLeave) ProtoMessage() {}
 
 func (x *StreamLeave) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[9]
+	mi := &file_api_mdag_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1058,7 @@ func (x *StreamLeave) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamLeave.ProtoReflect.Descriptor instead.
 func (*StreamLeave) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{9}
+	return file_api_mdag_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StreamLeave) GetStream() string {
@@ -953,13 +1078,14 @@ type Register struct {
 	Gpu           string                 `protobuf:"bytes,5,opt,name=gpu,proto3" json:"gpu,omitempty"`                                 // GPU telemetry summary ("no NVIDIA driver" when none)
 	PeerAddr      string                 `protobuf:"bytes,6,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`       // where its Peer service listens (host:port); empty: none
 	IngestAddr    string                 `protobuf:"bytes,7,opt,name=ingest_addr,json=ingestAddr,proto3" json:"ingest_addr,omitempty"` // where its Ingest service listens (host:port); empty: none
+	Batches       bool                   `protobuf:"varint,8,opt,name=batches,proto3" json:"batches,omitempty"`                        // it takes CoordinatorBatch messages
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Register) Reset() {
 	*x = Register{}
-	mi := &file_api_mdag_proto_msgTypes[10]
+	mi := &file_api_mdag_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1097,7 @@ func (x *Register) String() string {
 func (*Register) ProtoMessage() {}
 
 func (x *Register) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[10]
+	mi := &file_api_mdag_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1110,7 @@ func (x *Register) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Register.ProtoReflect.Descriptor instead.
 func (*Register) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{10}
+	return file_api_mdag_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Register) GetId() string {
@@ -1036,6 +1162,13 @@ func (x *Register) GetIngestAddr() string {
 	return ""
 }
 
+func (x *Register) GetBatches() bool {
+	if x != nil {
+		return x.Batches
+	}
+	return false
+}
+
 type Registered struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Id                  string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1047,13 +1180,14 @@ type Registered struct {
 	// small (no crops inline): the coordinator takes in no pixels at all
 	// (`mdag coordinator --data-plane metadata`, issue 41).
 	ByReference   bool `protobuf:"varint,4,opt,name=by_reference,json=byReference,proto3" json:"by_reference,omitempty"`
+	Batches       bool `protobuf:"varint,5,opt,name=batches,proto3" json:"batches,omitempty"` // the coordinator takes WorkerBatch messages
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Registered) Reset() {
 	*x = Registered{}
-	mi := &file_api_mdag_proto_msgTypes[11]
+	mi := &file_api_mdag_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1199,7 @@ func (x *Registered) String() string {
 func (*Registered) ProtoMessage() {}
 
 func (x *Registered) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[11]
+	mi := &file_api_mdag_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1212,7 @@ func (x *Registered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registered.ProtoReflect.Descriptor instead.
 func (*Registered) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{11}
+	return file_api_mdag_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Registered) GetId() string {
@@ -1109,6 +1243,13 @@ func (x *Registered) GetByReference() bool {
 	return false
 }
 
+func (x *Registered) GetBatches() bool {
+	if x != nil {
+		return x.Batches
+	}
+	return false
+}
+
 type Heartbeat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tasks         uint64                 `protobuf:"varint,1,opt,name=tasks,proto3" json:"tasks,omitempty"`
@@ -1122,7 +1263,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_api_mdag_proto_msgTypes[12]
+	mi := &file_api_mdag_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1275,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[12]
+	mi := &file_api_mdag_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1288,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{12}
+	return file_api_mdag_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Heartbeat) GetTasks() uint64 {
@@ -1196,7 +1337,7 @@ type Load struct {
 
 func (x *Load) Reset() {
 	*x = Load{}
-	mi := &file_api_mdag_proto_msgTypes[13]
+	mi := &file_api_mdag_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1349,7 @@ func (x *Load) String() string {
 func (*Load) ProtoMessage() {}
 
 func (x *Load) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[13]
+	mi := &file_api_mdag_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1362,7 @@ func (x *Load) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Load.ProtoReflect.Descriptor instead.
 func (*Load) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{13}
+	return file_api_mdag_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Load) GetGeneration() uint64 {
@@ -1248,7 +1389,7 @@ type LoadReply struct {
 
 func (x *LoadReply) Reset() {
 	*x = LoadReply{}
-	mi := &file_api_mdag_proto_msgTypes[14]
+	mi := &file_api_mdag_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1401,7 @@ func (x *LoadReply) String() string {
 func (*LoadReply) ProtoMessage() {}
 
 func (x *LoadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[14]
+	mi := &file_api_mdag_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1414,7 @@ func (x *LoadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReply.ProtoReflect.Descriptor instead.
 func (*LoadReply) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{14}
+	return file_api_mdag_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LoadReply) GetGeneration() uint64 {
@@ -1306,7 +1447,7 @@ type ModuleSpec struct {
 
 func (x *ModuleSpec) Reset() {
 	*x = ModuleSpec{}
-	mi := &file_api_mdag_proto_msgTypes[15]
+	mi := &file_api_mdag_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1459,7 @@ func (x *ModuleSpec) String() string {
 func (*ModuleSpec) ProtoMessage() {}
 
 func (x *ModuleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[15]
+	mi := &file_api_mdag_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1472,7 @@ func (x *ModuleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModuleSpec.ProtoReflect.Descriptor instead.
 func (*ModuleSpec) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{15}
+	return file_api_mdag_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ModuleSpec) GetApp() string {
@@ -1407,7 +1548,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_api_mdag_proto_msgTypes[16]
+	mi := &file_api_mdag_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1560,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[16]
+	mi := &file_api_mdag_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1573,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{16}
+	return file_api_mdag_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Task) GetId() uint64 {
@@ -1512,7 +1653,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_api_mdag_proto_msgTypes[17]
+	mi := &file_api_mdag_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1665,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[17]
+	mi := &file_api_mdag_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1678,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{17}
+	return file_api_mdag_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Result) GetTask() uint64 {
@@ -1591,7 +1732,7 @@ type ItemList struct {
 
 func (x *ItemList) Reset() {
 	*x = ItemList{}
-	mi := &file_api_mdag_proto_msgTypes[18]
+	mi := &file_api_mdag_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1744,7 @@ func (x *ItemList) String() string {
 func (*ItemList) ProtoMessage() {}
 
 func (x *ItemList) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[18]
+	mi := &file_api_mdag_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1757,7 @@ func (x *ItemList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemList.ProtoReflect.Descriptor instead.
 func (*ItemList) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{18}
+	return file_api_mdag_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ItemList) GetItems() []*Item {
@@ -1649,7 +1790,7 @@ type Item struct {
 
 func (x *Item) Reset() {
 	*x = Item{}
-	mi := &file_api_mdag_proto_msgTypes[19]
+	mi := &file_api_mdag_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1802,7 @@ func (x *Item) String() string {
 func (*Item) ProtoMessage() {}
 
 func (x *Item) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[19]
+	mi := &file_api_mdag_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1815,7 @@ func (x *Item) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Item.ProtoReflect.Descriptor instead.
 func (*Item) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{19}
+	return file_api_mdag_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Item) GetStream() string {
@@ -1789,7 +1930,7 @@ type Track struct {
 
 func (x *Track) Reset() {
 	*x = Track{}
-	mi := &file_api_mdag_proto_msgTypes[20]
+	mi := &file_api_mdag_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +1942,7 @@ func (x *Track) String() string {
 func (*Track) ProtoMessage() {}
 
 func (x *Track) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[20]
+	mi := &file_api_mdag_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +1955,7 @@ func (x *Track) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Track.ProtoReflect.Descriptor instead.
 func (*Track) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{20}
+	return file_api_mdag_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Track) GetId() uint64 {
@@ -1866,7 +2007,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_api_mdag_proto_msgTypes[21]
+	mi := &file_api_mdag_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +2019,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[21]
+	mi := &file_api_mdag_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +2032,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{21}
+	return file_api_mdag_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Step) GetSeq() uint64 {
@@ -1935,7 +2076,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_api_mdag_proto_msgTypes[22]
+	mi := &file_api_mdag_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2088,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[22]
+	mi := &file_api_mdag_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,7 +2101,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{22}
+	return file_api_mdag_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Event) GetKind() string {
@@ -2003,7 +2144,7 @@ type Audio struct {
 
 func (x *Audio) Reset() {
 	*x = Audio{}
-	mi := &file_api_mdag_proto_msgTypes[23]
+	mi := &file_api_mdag_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2156,7 @@ func (x *Audio) String() string {
 func (*Audio) ProtoMessage() {}
 
 func (x *Audio) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[23]
+	mi := &file_api_mdag_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2169,7 @@ func (x *Audio) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Audio.ProtoReflect.Descriptor instead.
 func (*Audio) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{23}
+	return file_api_mdag_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Audio) GetRate() int32 {
@@ -2067,7 +2208,7 @@ type Frame struct {
 
 func (x *Frame) Reset() {
 	*x = Frame{}
-	mi := &file_api_mdag_proto_msgTypes[24]
+	mi := &file_api_mdag_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2220,7 @@ func (x *Frame) String() string {
 func (*Frame) ProtoMessage() {}
 
 func (x *Frame) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[24]
+	mi := &file_api_mdag_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2233,7 @@ func (x *Frame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frame.ProtoReflect.Descriptor instead.
 func (*Frame) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{24}
+	return file_api_mdag_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Frame) GetWidth() int32 {
@@ -2135,7 +2276,7 @@ type FrameRef struct {
 
 func (x *FrameRef) Reset() {
 	*x = FrameRef{}
-	mi := &file_api_mdag_proto_msgTypes[25]
+	mi := &file_api_mdag_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2288,7 @@ func (x *FrameRef) String() string {
 func (*FrameRef) ProtoMessage() {}
 
 func (x *FrameRef) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[25]
+	mi := &file_api_mdag_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2301,7 @@ func (x *FrameRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FrameRef.ProtoReflect.Descriptor instead.
 func (*FrameRef) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{25}
+	return file_api_mdag_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FrameRef) GetHolder() string {
@@ -2199,7 +2340,7 @@ type Box struct {
 
 func (x *Box) Reset() {
 	*x = Box{}
-	mi := &file_api_mdag_proto_msgTypes[26]
+	mi := &file_api_mdag_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2352,7 @@ func (x *Box) String() string {
 func (*Box) ProtoMessage() {}
 
 func (x *Box) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[26]
+	mi := &file_api_mdag_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2365,7 @@ func (x *Box) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Box.ProtoReflect.Descriptor instead.
 func (*Box) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{26}
+	return file_api_mdag_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Box) GetX() int32 {
@@ -2289,7 +2430,7 @@ type Keypoint struct {
 
 func (x *Keypoint) Reset() {
 	*x = Keypoint{}
-	mi := &file_api_mdag_proto_msgTypes[27]
+	mi := &file_api_mdag_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2442,7 @@ func (x *Keypoint) String() string {
 func (*Keypoint) ProtoMessage() {}
 
 func (x *Keypoint) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[27]
+	mi := &file_api_mdag_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2455,7 @@ func (x *Keypoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Keypoint.ProtoReflect.Descriptor instead.
 func (*Keypoint) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{27}
+	return file_api_mdag_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Keypoint) GetX() float32 {
@@ -2352,7 +2493,7 @@ type IngestMessage struct {
 
 func (x *IngestMessage) Reset() {
 	*x = IngestMessage{}
-	mi := &file_api_mdag_proto_msgTypes[28]
+	mi := &file_api_mdag_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2505,7 @@ func (x *IngestMessage) String() string {
 func (*IngestMessage) ProtoMessage() {}
 
 func (x *IngestMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[28]
+	mi := &file_api_mdag_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2518,7 @@ func (x *IngestMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestMessage.ProtoReflect.Descriptor instead.
 func (*IngestMessage) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{28}
+	return file_api_mdag_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *IngestMessage) GetJoin() *Join {
@@ -2433,7 +2574,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_api_mdag_proto_msgTypes[29]
+	mi := &file_api_mdag_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2445,7 +2586,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[29]
+	mi := &file_api_mdag_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2458,7 +2599,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{29}
+	return file_api_mdag_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Join) GetApp() string {
@@ -2493,7 +2634,7 @@ type IngestReply struct {
 
 func (x *IngestReply) Reset() {
 	*x = IngestReply{}
-	mi := &file_api_mdag_proto_msgTypes[30]
+	mi := &file_api_mdag_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2505,7 +2646,7 @@ func (x *IngestReply) String() string {
 func (*IngestReply) ProtoMessage() {}
 
 func (x *IngestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[30]
+	mi := &file_api_mdag_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2518,7 +2659,7 @@ func (x *IngestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestReply.ProtoReflect.Descriptor instead.
 func (*IngestReply) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{30}
+	return file_api_mdag_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *IngestReply) GetAccepted() uint64 {
@@ -2561,7 +2702,7 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x03ids\x18\x02 \x03(\x04R\x03ids\"D\n" +
 	"\fFetchedFrame\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12$\n" +
-	"\x05frame\x18\x02 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\"\xff\x02\n" +
+	"\x05frame\x18\x02 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\"\xad\x03\n" +
 	"\rWorkerMessage\x12/\n" +
 	"\bregister\x18\x01 \x01(\v2\x11.mdag.v1.RegisterH\x00R\bregister\x12)\n" +
 	"\x06result\x18\x02 \x01(\v2\x0f.mdag.v1.ResultH\x00R\x06result\x122\n" +
@@ -2571,15 +2712,21 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\vstream_join\x18\x05 \x01(\v2\x13.mdag.v1.StreamJoinH\x00R\n" +
 	"streamJoin\x12/\n" +
 	"\bingested\x18\x06 \x01(\v2\x11.mdag.v1.IngestedH\x00R\bingested\x129\n" +
-	"\fstream_leave\x18\a \x01(\v2\x14.mdag.v1.StreamLeaveH\x00R\vstreamLeaveB\x05\n" +
-	"\x03msg\"\xda\x01\n" +
+	"\fstream_leave\x18\a \x01(\v2\x14.mdag.v1.StreamLeaveH\x00R\vstreamLeave\x12,\n" +
+	"\x05batch\x18\b \x01(\v2\x14.mdag.v1.WorkerBatchH\x00R\x05batchB\x05\n" +
+	"\x03msg\"9\n" +
+	"\vWorkerBatch\x12*\n" +
+	"\x04msgs\x18\x01 \x03(\v2\x16.mdag.v1.WorkerMessageR\x04msgs\"C\n" +
+	"\x10CoordinatorBatch\x12/\n" +
+	"\x04msgs\x18\x01 \x03(\v2\x1b.mdag.v1.CoordinatorMessageR\x04msgs\"\x8d\x02\n" +
 	"\x12CoordinatorMessage\x125\n" +
 	"\n" +
 	"registered\x18\x01 \x01(\v2\x13.mdag.v1.RegisteredH\x00R\n" +
 	"registered\x12#\n" +
 	"\x04load\x18\x02 \x01(\v2\r.mdag.v1.LoadH\x00R\x04load\x12#\n" +
 	"\x04task\x18\x03 \x01(\v2\r.mdag.v1.TaskH\x00R\x04task\x12<\n" +
-	"\rstream_joined\x18\x04 \x01(\v2\x15.mdag.v1.StreamJoinedH\x00R\fstreamJoinedB\x05\n" +
+	"\rstream_joined\x18\x04 \x01(\v2\x15.mdag.v1.StreamJoinedH\x00R\fstreamJoined\x121\n" +
+	"\x05batch\x18\x05 \x01(\v2\x19.mdag.v1.CoordinatorBatchH\x00R\x05batchB\x05\n" +
 	"\x03msg\"^\n" +
 	"\n" +
 	"StreamJoin\x12\x0e\n" +
@@ -2602,7 +2749,7 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x05frame\x18\x04 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\x12\"\n" +
 	"\x05truth\x18\x05 \x03(\v2\f.mdag.v1.BoxR\x05truth\"%\n" +
 	"\vStreamLeave\x12\x16\n" +
-	"\x06stream\x18\x01 \x01(\tR\x06stream\"\xae\x01\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\"\xc8\x01\n" +
 	"\bRegister\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
@@ -2611,13 +2758,15 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x03gpu\x18\x05 \x01(\tR\x03gpu\x12\x1b\n" +
 	"\tpeer_addr\x18\x06 \x01(\tR\bpeerAddr\x12\x1f\n" +
 	"\vingest_addr\x18\a \x01(\tR\n" +
-	"ingestAddr\"\x8b\x01\n" +
+	"ingestAddr\x12\x18\n" +
+	"\abatches\x18\b \x01(\bR\abatches\"\xa5\x01\n" +
 	"\n" +
 	"Registered\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +
 	"\x15heartbeat_interval_ns\x18\x02 \x01(\x03R\x13heartbeatIntervalNs\x12\x16\n" +
 	"\x06direct\x18\x03 \x01(\bR\x06direct\x12!\n" +
-	"\fby_reference\x18\x04 \x01(\bR\vbyReference\"\x8e\x01\n" +
+	"\fby_reference\x18\x04 \x01(\bR\vbyReference\x12\x18\n" +
+	"\abatches\x18\x05 \x01(\bR\abatches\"\x8e\x01\n" +
 	"\tHeartbeat\x12\x14\n" +
 	"\x05tasks\x18\x01 \x01(\x04R\x05tasks\x12\x1a\n" +
 	"\brejected\x18\x02 \x01(\x04R\brejected\x12\x16\n" +
@@ -2784,7 +2933,7 @@ func file_api_mdag_proto_rawDescGZIP() []byte {
 }
 
 var file_api_mdag_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_api_mdag_proto_goTypes = []any{
 	(TaskKind)(0),              // 0: mdag.v1.TaskKind
 	(Outcome)(0),               // 1: mdag.v1.Outcome
@@ -2793,88 +2942,94 @@ var file_api_mdag_proto_goTypes = []any{
 	(*FetchRequest)(nil),       // 4: mdag.v1.FetchRequest
 	(*FetchedFrame)(nil),       // 5: mdag.v1.FetchedFrame
 	(*WorkerMessage)(nil),      // 6: mdag.v1.WorkerMessage
-	(*CoordinatorMessage)(nil), // 7: mdag.v1.CoordinatorMessage
-	(*StreamJoin)(nil),         // 8: mdag.v1.StreamJoin
-	(*StreamJoined)(nil),       // 9: mdag.v1.StreamJoined
-	(*Ingested)(nil),           // 10: mdag.v1.Ingested
-	(*StreamLeave)(nil),        // 11: mdag.v1.StreamLeave
-	(*Register)(nil),           // 12: mdag.v1.Register
-	(*Registered)(nil),         // 13: mdag.v1.Registered
-	(*Heartbeat)(nil),          // 14: mdag.v1.Heartbeat
-	(*Load)(nil),               // 15: mdag.v1.Load
-	(*LoadReply)(nil),          // 16: mdag.v1.LoadReply
-	(*ModuleSpec)(nil),         // 17: mdag.v1.ModuleSpec
-	(*Task)(nil),               // 18: mdag.v1.Task
-	(*Result)(nil),             // 19: mdag.v1.Result
-	(*ItemList)(nil),           // 20: mdag.v1.ItemList
-	(*Item)(nil),               // 21: mdag.v1.Item
-	(*Track)(nil),              // 22: mdag.v1.Track
-	(*Step)(nil),               // 23: mdag.v1.Step
-	(*Event)(nil),              // 24: mdag.v1.Event
-	(*Audio)(nil),              // 25: mdag.v1.Audio
-	(*Frame)(nil),              // 26: mdag.v1.Frame
-	(*FrameRef)(nil),           // 27: mdag.v1.FrameRef
-	(*Box)(nil),                // 28: mdag.v1.Box
-	(*Keypoint)(nil),           // 29: mdag.v1.Keypoint
-	(*IngestMessage)(nil),      // 30: mdag.v1.IngestMessage
-	(*Join)(nil),               // 31: mdag.v1.Join
-	(*IngestReply)(nil),        // 32: mdag.v1.IngestReply
-	nil,                        // 33: mdag.v1.Item.CountsEntry
+	(*WorkerBatch)(nil),        // 7: mdag.v1.WorkerBatch
+	(*CoordinatorBatch)(nil),   // 8: mdag.v1.CoordinatorBatch
+	(*CoordinatorMessage)(nil), // 9: mdag.v1.CoordinatorMessage
+	(*StreamJoin)(nil),         // 10: mdag.v1.StreamJoin
+	(*StreamJoined)(nil),       // 11: mdag.v1.StreamJoined
+	(*Ingested)(nil),           // 12: mdag.v1.Ingested
+	(*StreamLeave)(nil),        // 13: mdag.v1.StreamLeave
+	(*Register)(nil),           // 14: mdag.v1.Register
+	(*Registered)(nil),         // 15: mdag.v1.Registered
+	(*Heartbeat)(nil),          // 16: mdag.v1.Heartbeat
+	(*Load)(nil),               // 17: mdag.v1.Load
+	(*LoadReply)(nil),          // 18: mdag.v1.LoadReply
+	(*ModuleSpec)(nil),         // 19: mdag.v1.ModuleSpec
+	(*Task)(nil),               // 20: mdag.v1.Task
+	(*Result)(nil),             // 21: mdag.v1.Result
+	(*ItemList)(nil),           // 22: mdag.v1.ItemList
+	(*Item)(nil),               // 23: mdag.v1.Item
+	(*Track)(nil),              // 24: mdag.v1.Track
+	(*Step)(nil),               // 25: mdag.v1.Step
+	(*Event)(nil),              // 26: mdag.v1.Event
+	(*Audio)(nil),              // 27: mdag.v1.Audio
+	(*Frame)(nil),              // 28: mdag.v1.Frame
+	(*FrameRef)(nil),           // 29: mdag.v1.FrameRef
+	(*Box)(nil),                // 30: mdag.v1.Box
+	(*Keypoint)(nil),           // 31: mdag.v1.Keypoint
+	(*IngestMessage)(nil),      // 32: mdag.v1.IngestMessage
+	(*Join)(nil),               // 33: mdag.v1.Join
+	(*IngestReply)(nil),        // 34: mdag.v1.IngestReply
+	nil,                        // 35: mdag.v1.Item.CountsEntry
 }
 var file_api_mdag_proto_depIdxs = []int32{
-	26, // 0: mdag.v1.FetchedFrame.frame:type_name -> mdag.v1.Frame
-	12, // 1: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
-	19, // 2: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
-	14, // 3: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
-	16, // 4: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
-	8,  // 5: mdag.v1.WorkerMessage.stream_join:type_name -> mdag.v1.StreamJoin
-	10, // 6: mdag.v1.WorkerMessage.ingested:type_name -> mdag.v1.Ingested
-	11, // 7: mdag.v1.WorkerMessage.stream_leave:type_name -> mdag.v1.StreamLeave
-	13, // 8: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
-	15, // 9: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
-	18, // 10: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
-	9,  // 11: mdag.v1.CoordinatorMessage.stream_joined:type_name -> mdag.v1.StreamJoined
-	26, // 12: mdag.v1.Ingested.frame:type_name -> mdag.v1.Frame
-	28, // 13: mdag.v1.Ingested.truth:type_name -> mdag.v1.Box
-	17, // 14: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
-	21, // 15: mdag.v1.Task.items:type_name -> mdag.v1.Item
-	0,  // 16: mdag.v1.Task.kind:type_name -> mdag.v1.TaskKind
-	20, // 17: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
-	1,  // 18: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
-	21, // 19: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
-	26, // 20: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
-	28, // 21: mdag.v1.Item.region:type_name -> mdag.v1.Box
-	28, // 22: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
-	28, // 23: mdag.v1.Item.truth:type_name -> mdag.v1.Box
-	33, // 24: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
-	22, // 25: mdag.v1.Item.tracks:type_name -> mdag.v1.Track
-	23, // 26: mdag.v1.Item.steps:type_name -> mdag.v1.Step
-	24, // 27: mdag.v1.Item.events:type_name -> mdag.v1.Event
-	25, // 28: mdag.v1.Item.audio:type_name -> mdag.v1.Audio
-	28, // 29: mdag.v1.Track.box:type_name -> mdag.v1.Box
-	28, // 30: mdag.v1.Step.boxes:type_name -> mdag.v1.Box
-	22, // 31: mdag.v1.Step.tracks:type_name -> mdag.v1.Track
-	27, // 32: mdag.v1.Frame.ref:type_name -> mdag.v1.FrameRef
-	29, // 33: mdag.v1.Box.keypoints:type_name -> mdag.v1.Keypoint
-	31, // 34: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
-	26, // 35: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
-	28, // 36: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
-	25, // 37: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
-	6,  // 38: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
-	30, // 39: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
-	2,  // 40: mdag.v1.Coordinator.Route:input_type -> mdag.v1.RouteRequest
-	30, // 41: mdag.v1.Ingest.Ingest:input_type -> mdag.v1.IngestMessage
-	4,  // 42: mdag.v1.Peer.Fetch:input_type -> mdag.v1.FetchRequest
-	7,  // 43: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
-	32, // 44: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
-	3,  // 45: mdag.v1.Coordinator.Route:output_type -> mdag.v1.RouteReply
-	32, // 46: mdag.v1.Ingest.Ingest:output_type -> mdag.v1.IngestReply
-	5,  // 47: mdag.v1.Peer.Fetch:output_type -> mdag.v1.FetchedFrame
-	43, // [43:48] is the sub-list for method output_type
-	38, // [38:43] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	28, // 0: mdag.v1.FetchedFrame.frame:type_name -> mdag.v1.Frame
+	14, // 1: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
+	21, // 2: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
+	16, // 3: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
+	18, // 4: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
+	10, // 5: mdag.v1.WorkerMessage.stream_join:type_name -> mdag.v1.StreamJoin
+	12, // 6: mdag.v1.WorkerMessage.ingested:type_name -> mdag.v1.Ingested
+	13, // 7: mdag.v1.WorkerMessage.stream_leave:type_name -> mdag.v1.StreamLeave
+	7,  // 8: mdag.v1.WorkerMessage.batch:type_name -> mdag.v1.WorkerBatch
+	6,  // 9: mdag.v1.WorkerBatch.msgs:type_name -> mdag.v1.WorkerMessage
+	9,  // 10: mdag.v1.CoordinatorBatch.msgs:type_name -> mdag.v1.CoordinatorMessage
+	15, // 11: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
+	17, // 12: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
+	20, // 13: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
+	11, // 14: mdag.v1.CoordinatorMessage.stream_joined:type_name -> mdag.v1.StreamJoined
+	8,  // 15: mdag.v1.CoordinatorMessage.batch:type_name -> mdag.v1.CoordinatorBatch
+	28, // 16: mdag.v1.Ingested.frame:type_name -> mdag.v1.Frame
+	30, // 17: mdag.v1.Ingested.truth:type_name -> mdag.v1.Box
+	19, // 18: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
+	23, // 19: mdag.v1.Task.items:type_name -> mdag.v1.Item
+	0,  // 20: mdag.v1.Task.kind:type_name -> mdag.v1.TaskKind
+	22, // 21: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
+	1,  // 22: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
+	23, // 23: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
+	28, // 24: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
+	30, // 25: mdag.v1.Item.region:type_name -> mdag.v1.Box
+	30, // 26: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
+	30, // 27: mdag.v1.Item.truth:type_name -> mdag.v1.Box
+	35, // 28: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
+	24, // 29: mdag.v1.Item.tracks:type_name -> mdag.v1.Track
+	25, // 30: mdag.v1.Item.steps:type_name -> mdag.v1.Step
+	26, // 31: mdag.v1.Item.events:type_name -> mdag.v1.Event
+	27, // 32: mdag.v1.Item.audio:type_name -> mdag.v1.Audio
+	30, // 33: mdag.v1.Track.box:type_name -> mdag.v1.Box
+	30, // 34: mdag.v1.Step.boxes:type_name -> mdag.v1.Box
+	24, // 35: mdag.v1.Step.tracks:type_name -> mdag.v1.Track
+	29, // 36: mdag.v1.Frame.ref:type_name -> mdag.v1.FrameRef
+	31, // 37: mdag.v1.Box.keypoints:type_name -> mdag.v1.Keypoint
+	33, // 38: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
+	28, // 39: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
+	30, // 40: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
+	27, // 41: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
+	6,  // 42: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
+	32, // 43: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
+	2,  // 44: mdag.v1.Coordinator.Route:input_type -> mdag.v1.RouteRequest
+	32, // 45: mdag.v1.Ingest.Ingest:input_type -> mdag.v1.IngestMessage
+	4,  // 46: mdag.v1.Peer.Fetch:input_type -> mdag.v1.FetchRequest
+	9,  // 47: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
+	34, // 48: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
+	3,  // 49: mdag.v1.Coordinator.Route:output_type -> mdag.v1.RouteReply
+	34, // 50: mdag.v1.Ingest.Ingest:output_type -> mdag.v1.IngestReply
+	5,  // 51: mdag.v1.Peer.Fetch:output_type -> mdag.v1.FetchedFrame
+	47, // [47:52] is the sub-list for method output_type
+	42, // [42:47] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_api_mdag_proto_init() }
@@ -2890,12 +3045,14 @@ func file_api_mdag_proto_init() {
 		(*WorkerMessage_StreamJoin)(nil),
 		(*WorkerMessage_Ingested)(nil),
 		(*WorkerMessage_StreamLeave)(nil),
+		(*WorkerMessage_Batch)(nil),
 	}
-	file_api_mdag_proto_msgTypes[5].OneofWrappers = []any{
+	file_api_mdag_proto_msgTypes[7].OneofWrappers = []any{
 		(*CoordinatorMessage_Registered)(nil),
 		(*CoordinatorMessage_Load)(nil),
 		(*CoordinatorMessage_Task)(nil),
 		(*CoordinatorMessage_StreamJoined)(nil),
+		(*CoordinatorMessage_Batch)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2903,7 +3060,7 @@ func file_api_mdag_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_mdag_proto_rawDesc), len(file_api_mdag_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

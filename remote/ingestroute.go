@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	crand "crypto/rand"
@@ -8,7 +9,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -110,11 +113,13 @@ func (s *Server) Route(ctx context.Context, req *api.RouteRequest) (*api.RouteRe
 	}
 	s.routeMu.Lock() // one choice at a time: each sees the routes before it
 	defer s.routeMu.Unlock()
-	c := s.ingestWorker()
-	if c == nil {
+	c, n, full := s.ingestWorker()
+	switch {
+	case full:
+		return nil, status.Errorf(codes.ResourceExhausted, "route: every ingest worker has %d streams routed to it and not joined yet: retry", maxRouted)
+	case c == nil:
 		return &api.RouteReply{Why: "no worker ingests (mdag worker --ingest-listen, with --peer-listen): frames come to the coordinator"}, nil
 	}
-	n := c.ingestCount()
 	c.mu.Lock()
 	c.routed[req.Stream] = s.Clock.Now().Add(TicketTTL)
 	c.mu.Unlock()
@@ -122,10 +127,10 @@ func (s *Server) Route(ctx context.Context, req *api.RouteRequest) (*api.RouteRe
 		Why: fmt.Sprintf("the ingest worker with the fewest streams (%d)", n)}, nil
 }
 
-// ingestCount is how many streams are joined on the worker, or routed to
-// it and not joined yet (their tickets alive): cameras routed at once
-// spread over the workers.
-func (c *conn) ingestCount() int {
+// ingestCount is how many streams are joined or joining on the worker,
+// or routed to it and not joined yet (their tickets alive): cameras
+// routed at once spread over the workers. routed is the last alone.
+func (c *conn) ingestCount() (n, routed int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clk.Now()
@@ -134,32 +139,42 @@ func (c *conn) ingestCount() int {
 			delete(c.routed, id)
 		}
 	}
-	return len(c.streams) + len(c.routed)
+	return len(c.streams) + len(c.routed), len(c.routed)
 }
 
+// maxRouted bounds the streams routed to one worker and not joined yet
+// (each for its ticket's life): Route refuses past it on every worker.
+const maxRouted = 4096
+
 // ingestWorker is the connected worker with an ingest address and the
-// fewest streams ingested (ties: the lowest ID), or nil.
-func (s *Server) ingestWorker() *conn {
+// fewest streams ingested or routed (ties: the lowest ID), or nil; full
+// says every such worker has maxRouted streams routed and not joined.
+func (s *Server) ingestWorker() (c *conn, n int, full bool) {
+	type cand struct {
+		c      *conn
+		n      int
+		routed int
+	}
 	s.mu.Lock()
-	cs := make([]*conn, 0, len(s.workers))
+	var cs []cand
 	for _, c := range s.workers {
 		if c.ingest != "" && !c.closed.Load() {
-			cs = append(cs, c)
+			cs = append(cs, cand{c: c})
 		}
 	}
 	s.mu.Unlock()
-	if len(cs) == 0 {
-		return nil
+	for i := range cs {
+		cs[i].n, cs[i].routed = cs[i].c.ingestCount()
 	}
-	sort.Slice(cs, func(i, j int) bool {
-		a, b := cs[i].ingestCount(), cs[j].ingestCount()
-		if a != b {
-			return a < b
-		}
-		return cs[i].id < cs[j].id
-	})
-	return cs[0]
+	had := len(cs) > 0
+	cs = slices.DeleteFunc(cs, func(x cand) bool { return x.routed >= maxRouted })
+	if len(cs) == 0 {
+		return nil, 0, had
+	}
+	best := slices.MinFunc(cs, func(a, b cand) int { return cmp.Or(cmp.Compare(a.n, b.n), strings.Compare(a.c.id, b.c.id)) })
+	return best.c, best.n, false
 }
+
 
 // IngestStats counts what ingest workers sent: the frames the engine took
 // and those refused (a stream not joined on the worker, a bad reference,
@@ -175,18 +190,36 @@ func (s *Server) Ingested() IngestStats {
 	s.mu.Lock()
 	n := 0
 	for _, c := range s.workers {
-		n += c.ingestCount()
+		c.mu.Lock()
+		for _, st := range c.streams {
+			if st == streamJoined {
+				n++
+			}
+		}
+		c.mu.Unlock()
 	}
 	s.mu.Unlock()
 	return IngestStats{Streams: n, Frames: s.ingestFrames.Load(), Rejected: s.ingestRejected.Load()}
 }
 
-// joinStream answers a worker's StreamJoin: the ticket must be Route's
-// for this app, stream and worker; then the engine joins the stream, which
-// leaves when the worker says so or is lost.
+// Stream states on an ingest worker's conn (conn.streams).
+const (
+	streamJoining = iota + 1 // the engine is joining it
+	streamJoined             // its frames are taken
+	streamLeaving            // left while joining: the joiner leaves it again
+)
+
+// maxJoining bounds the stream joins one worker may have in progress.
+const maxJoining = 64
+
+// joinStream answers a worker's StreamJoin, on its own goroutine (the
+// engine's Join may wait for an app's first plan; the worker's results and
+// heartbeats go on meanwhile). The ticket must be Route's for this app,
+// stream and worker; then the engine joins the stream, which leaves when
+// the worker says so (StreamLeave, also while joining) or is lost.
 func (w *workerSession) joinStream(j *api.StreamJoin) {
 	s, c := w.s, w.c
-	reply := func(code codes.Code, err error) {
+	reply := func(code codes.Code, err error) bool {
 		m := &api.StreamJoined{Id: j.Id, Code: int32(code)}
 		if err != nil {
 			m.Error = err.Error()
@@ -196,30 +229,87 @@ func (w *workerSession) joinStream(j *api.StreamJoin) {
 		}
 		if !c.send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_StreamJoined{StreamJoined: m}}) {
 			s.Log.Warn("stream join: the answer could not be queued for the worker", "instance", c.id, "stream", j.Stream)
+			return false
 		}
+		return true
 	}
-	if c.ingest == "" {
-		reply(codes.Unavailable, s.refuse(RefusedTicket, fmt.Errorf("worker %s: stream join, but it registered no ingest address (or relays its frames)", c.id), "instance", c.id))
-		return
-	}
-	if j.App == "" || j.Stream == "" || len(j.App) > maxStreamID || len(j.Stream) > maxStreamID {
-		reply(codes.InvalidArgument, fmt.Errorf("stream join: want an app and a stream of 1 to %d bytes each", maxStreamID))
-		return
-	}
-	if err := s.checkTicket(j.Ticket, j.App, j.Stream, c.id); err != nil {
-		reply(codes.PermissionDenied, s.refuse(RefusedTicket, fmt.Errorf("worker %s: stream %s: %w", c.id, j.Stream, err), "instance", c.id, "stream", j.Stream))
-		return
-	}
-	if err := s.Engine.Join(dag.AppID(j.App), j.Stream); err != nil {
-		reply(engineCode(err), err)
+	if err := w.checkJoin(j); err != nil {
+		reply(status.Code(err), errors.New(status.Convert(err).Message()))
 		return
 	}
 	c.mu.Lock()
-	c.streams[j.Stream] = true
-	delete(c.routed, j.Stream)
+	switch {
+	case c.left:
+		c.mu.Unlock()
+		reply(codes.Unavailable, errors.New("the worker is leaving: route again"))
+		return
+	case c.streams[j.Stream] != 0:
+		c.mu.Unlock()
+		reply(codes.AlreadyExists, fmt.Errorf("stream %q is joined on this worker already", j.Stream))
+		return
+	case c.joining >= maxJoining:
+		c.mu.Unlock()
+		reply(codes.ResourceExhausted, fmt.Errorf("%d stream joins in progress on this worker: retry", c.joining))
+		return
+	}
+	c.streams[j.Stream] = streamJoining
+	c.joining++
 	c.mu.Unlock()
-	s.Log.Info("camera joined", "app", j.App, "stream", j.Stream, "ingest_worker", c.id)
-	reply(codes.OK, nil)
+	go func() {
+		err := s.Engine.Join(dag.AppID(j.App), j.Stream)
+		c.mu.Lock()
+		c.joining--
+		gone := c.left || c.streams[j.Stream] == streamLeaving
+		if err != nil || gone {
+			delete(c.streams, j.Stream)
+		} else {
+			c.streams[j.Stream] = streamJoined
+			delete(c.routed, j.Stream)
+		}
+		c.mu.Unlock()
+		switch {
+		case err != nil:
+			reply(engineCode(err), err)
+		case gone:
+			// the worker left, or gave up on the join, meanwhile
+			w.engineLeave(j.Stream)
+			reply(codes.Unavailable, errors.New("the stream left while it was joining: route again"))
+		case !reply(codes.OK, nil):
+			// the worker would never hear of it: undo it
+			c.mu.Lock()
+			delete(c.streams, j.Stream)
+			c.mu.Unlock()
+			w.engineLeave(j.Stream)
+		default:
+			s.Log.Info("camera joined", "app", j.App, "stream", j.Stream, "ingest_worker", c.id)
+		}
+	}()
+}
+
+// checkJoin checks a StreamJoin before anything is joined: the worker
+// ingests, the names' lengths, Route's ticket. A ticket it refuses is
+// Unavailable: the source routes again (an expired ticket, a coordinator
+// restarted between the route and the join, whose key changed).
+func (w *workerSession) checkJoin(j *api.StreamJoin) error {
+	s, c := w.s, w.c
+	if c.ingest == "" {
+		return status.Error(codes.Unavailable, s.refuse(RefusedTicket, fmt.Errorf("worker %s: stream join, but it registered no ingest address (or relays its frames)", c.id), "instance", c.id).Error())
+	}
+	if j.App == "" || j.Stream == "" || len(j.App) > maxStreamID || len(j.Stream) > maxStreamID {
+		return status.Errorf(codes.InvalidArgument, "stream join: want an app and a stream of 1 to %d bytes each", maxStreamID)
+	}
+	if err := s.checkTicket(j.Ticket, j.App, j.Stream, c.id); err != nil {
+		err = s.refuse(RefusedTicket, fmt.Errorf("worker %s: stream %s: %w: route again", c.id, j.Stream, err), "instance", c.id, "stream", j.Stream)
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return nil
+}
+
+// engineLeave makes the engine leave a stream, logging a failure.
+func (w *workerSession) engineLeave(stream string) {
+	if err := w.s.Engine.Leave(stream); err != nil {
+		w.s.Log.Warn("leave", "stream", stream, "err", err)
+	}
 }
 
 // ingested hands a frame an ingest worker holds to the engine; one of a
@@ -251,7 +341,7 @@ func (w *workerSession) ingested(m *api.Ingested) {
 func (w *workerSession) checkIngested(m *api.Ingested) error {
 	s, c := w.s, w.c
 	c.mu.Lock()
-	joined := c.streams[m.Stream]
+	joined := c.streams[m.Stream] == streamJoined
 	c.mu.Unlock()
 	f := m.Frame
 	switch {
@@ -271,38 +361,45 @@ func (w *workerSession) checkIngested(m *api.Ingested) error {
 	return wire.CheckKeypoints(m.Truth)
 }
 
-// leaveStream ends a stream joined on the worker, at its word.
+// leaveStream ends a stream joined on the worker, at its word; one still
+// joining is left by its joiner once joined.
 func (w *workerSession) leaveStream(l *api.StreamLeave) {
 	c := w.c
 	c.mu.Lock()
-	joined := c.streams[l.Stream]
-	delete(c.streams, l.Stream)
-	c.mu.Unlock()
-	if !joined {
-		w.s.Log.Warn("stream leave for a stream not joined on the worker; ignored", "instance", c.id, "stream", l.Stream)
-		return
+	st := c.streams[l.Stream]
+	switch st {
+	case streamJoined:
+		delete(c.streams, l.Stream)
+	case streamJoining:
+		c.streams[l.Stream] = streamLeaving
 	}
-	if err := w.s.Engine.Leave(l.Stream); err != nil {
-		w.s.Log.Warn("leave", "stream", l.Stream, "err", err)
+	c.mu.Unlock()
+	switch st {
+	case streamJoined:
+		w.engineLeave(l.Stream)
+	case 0:
+		w.s.Log.Warn("stream leave for a stream not joined on the worker; ignored", "instance", c.id, "stream", l.Stream)
 	}
 }
 
 // leaveStreams ends every stream joined on a worker that is gone: their
-// sources route again and rejoin elsewhere.
+// sources route again and rejoin elsewhere. Joins still in progress leave
+// once joined (conn.left).
 func (w *workerSession) leaveStreams() {
 	c := w.c
 	c.mu.Lock()
-	ids := make([]string, 0, len(c.streams))
-	for id := range c.streams {
-		ids = append(ids, id)
+	c.left = true
+	var ids []string
+	for id, st := range c.streams {
+		if st == streamJoined {
+			ids = append(ids, id)
+			delete(c.streams, id)
+		}
 	}
-	clear(c.streams)
 	c.mu.Unlock()
 	sort.Strings(ids)
 	for _, id := range ids {
-		if err := w.s.Engine.Leave(id); err != nil {
-			w.s.Log.Warn("leave", "stream", id, "err", err)
-		}
+		w.engineLeave(id)
 	}
 	if len(ids) > 0 {
 		w.s.Log.Warn("the ingest worker's streams left with it: their sources route again", "instance", c.id, "streams", len(ids))

@@ -105,7 +105,7 @@ func TestStreamJoinRefusals(t *testing.T) {
 	app, prof := loadExample(t, "traffic")
 	c := startCoordinator(t, app, prof, time.Second)
 	send, recv := rawIngestWorker(t, c, "w1")
-	waitFor(t, "the worker to be routed to", 5*time.Second, func() bool { return c.srv.ingestWorker() != nil })
+	waitFor(t, "the worker to be routed to", 5*time.Second, func() bool { return ingestReady(c.srv) })
 	rt, err := api.NewCoordinatorClient(c.cc).Route(context.Background(), &api.RouteRequest{App: "traffic", Stream: "cam-1"})
 	if err != nil || rt.Worker != "w1" || rt.Addr != "127.0.0.1:2" || len(rt.Ticket) == 0 {
 		t.Fatalf("route: %+v %v", rt, err)
@@ -125,9 +125,9 @@ func TestStreamJoinRefusals(t *testing.T) {
 		ticket      []byte
 		code        codes.Code
 	}{
-		{"traffic", "cam-1", nil, codes.PermissionDenied},
-		{"traffic", "cam-2", rt.Ticket, codes.PermissionDenied},
-		{"traffic", "cam-1", append(append([]byte(nil), rt.Ticket[:20]...), make([]byte, len(rt.Ticket)-20)...), codes.PermissionDenied},
+		{"traffic", "cam-1", nil, codes.Unavailable},
+		{"traffic", "cam-2", rt.Ticket, codes.Unavailable},
+		{"traffic", "cam-1", append(append([]byte(nil), rt.Ticket[:20]...), make([]byte, len(rt.Ticket)-20)...), codes.Unavailable},
 		{"traffic", strings.Repeat("x", 300), rt.Ticket, codes.InvalidArgument},
 	} {
 		if got := join(uint64(i+1), r.app, r.stream, r.ticket); codes.Code(got.Code) != r.code || got.Error == "" || got.Id != uint64(i+1) {
@@ -223,7 +223,7 @@ func TestIngestOnWorkersTLS(t *testing.T) {
 		_ = client.RunWorker(ctx, dialTLS(t, c.addr, wm), client.WorkerConfig{ID: "worker", Type: "CPU", Data: dp})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, "the ingest worker", 10*time.Second, func() bool { return c.srv.ingestWorker() != nil })
+	waitFor(t, "the ingest worker", 10*time.Second, func() bool { return ingestReady(c.srv) })
 
 	pat, err := synth.NewPattern(64, 48, 1)
 	if err != nil {
@@ -263,3 +263,58 @@ func TestIngestOnWorkersTLS(t *testing.T) {
 		t.Errorf("route another certificate's stream: %v, want PermissionDenied", err)
 	}
 }
+
+// TestWorkerBatch: a worker's batch is handled message by message, in
+// order; one of more than wire.MaxBatch messages ends its stream, counted.
+func TestWorkerBatch(t *testing.T) {
+	app, prof := loadExample(t, "traffic")
+	c := startCoordinator(t, app, prof, time.Second)
+	send, recv := rawIngestWorker(t, c, "w1")
+	waitFor(t, "the worker to be routed to", 5*time.Second, func() bool { return ingestReady(c.srv) })
+	rt, err := api.NewCoordinatorClient(c.cc).Route(context.Background(), &api.RouteRequest{App: "traffic", Stream: "cam-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(&api.WorkerMessage{Msg: &api.WorkerMessage_StreamJoin{StreamJoin: &api.StreamJoin{Id: 1, App: "traffic", Stream: "cam-1", Ticket: rt.Ticket}}})
+	if j := recv().GetStreamJoined(); j.Code != 0 {
+		t.Fatalf("join: %+v", j)
+	}
+	var msgs []*api.WorkerMessage
+	for seq := range uint64(3) {
+		f := &api.Frame{Width: 320, Height: 240, Ref: &api.FrameRef{Holder: "w1", Addr: "127.0.0.1:1", Id: seq + 1}}
+		msgs = append(msgs, &api.WorkerMessage{Msg: &api.WorkerMessage_Ingested{Ingested: &api.Ingested{Stream: "cam-1", Seq: seq, CaptureUnixNs: time.Now().UnixNano(), Frame: f}}})
+	}
+	msgs = append(msgs, &api.WorkerMessage{Msg: &api.WorkerMessage_StreamLeave{StreamLeave: &api.StreamLeave{Stream: "cam-1"}}})
+	send(&api.WorkerMessage{Msg: &api.WorkerMessage_Batch{Batch: &api.WorkerBatch{Msgs: msgs}}})
+	// In order: the frames before the leave reach the engine.
+	waitFor(t, "the batch handled", 5*time.Second, func() bool { return c.e.Status().Sessions[0].Streams == 0 && c.srv.Ingested().Frames == 3 })
+	if in := c.srv.Ingested(); in.Rejected != 0 {
+		t.Errorf("ingested %+v: none refused", in)
+	}
+	// A leave right behind its join (the worker gave up on it): whichever
+	// the coordinator finishes first, the stream ends up not joined.
+	rt2, err := api.NewCoordinatorClient(c.cc).Route(context.Background(), &api.RouteRequest{App: "traffic", Stream: "cam-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(&api.WorkerMessage{Msg: &api.WorkerMessage_Batch{Batch: &api.WorkerBatch{Msgs: []*api.WorkerMessage{
+		{Msg: &api.WorkerMessage_StreamJoin{StreamJoin: &api.StreamJoin{Id: 2, App: "traffic", Stream: "cam-2", Ticket: rt2.Ticket}}},
+		{Msg: &api.WorkerMessage_StreamLeave{StreamLeave: &api.StreamLeave{Stream: "cam-2"}}},
+	}}}})
+	if j := recv().GetStreamJoined(); j.Id != 2 || (j.Code != 0 && codes.Code(j.Code) != codes.Unavailable) {
+		t.Errorf("join then leave: %+v", j)
+	}
+	waitFor(t, "cam-2 not joined", 5*time.Second, func() bool { return c.e.Status().Sessions[0].Streams == 0 && c.srv.Ingested().Streams == 0 })
+	hb := make([]*api.WorkerMessage, 1025)
+	for i := range hb {
+		hb[i] = &api.WorkerMessage{Msg: &api.WorkerMessage_Heartbeat{Heartbeat: &api.Heartbeat{}}}
+	}
+	send(&api.WorkerMessage{Msg: &api.WorkerMessage_Batch{Batch: &api.WorkerBatch{Msgs: hb}}})
+	waitFor(t, "the worker lost for its batch", 5*time.Second, func() bool { return len(c.srv.Workers()) == 0 })
+	if n := c.srv.Refused()[RefusedMessage]; n != 1 {
+		t.Errorf("refused %v: want one %s", c.srv.Refused(), RefusedMessage)
+	}
+}
+
+// ingestReady says whether Route would name a worker.
+func ingestReady(s *Server) bool { c, _, _ := s.ingestWorker(); return c != nil }

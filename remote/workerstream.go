@@ -157,7 +157,7 @@ func (w *workerSession) readRegister() error {
 // a worker of the same ID already connected is refused. drop unlists it.
 func (w *workerSession) join() error {
 	s, reg := w.s, w.reg
-	c := &conn{id: reg.Id, out: make(chan *api.CoordinatorMessage, wire.DefaultSendQueue), cancel: w.cancel, engine: s.insts, clk: s.Clock, given: map[uint64]time.Time{}, streams: map[string]bool{}, routed: map[string]time.Time{}}
+	c := &conn{id: reg.Id, out: make(chan *api.CoordinatorMessage, wire.DefaultSendQueue), cancel: w.cancel, engine: s.insts, clk: s.Clock, given: map[uint64]time.Time{}, streams: map[string]int{}, routed: map[string]time.Time{}}
 	c.beat.Store(s.Clock.Now().UnixNano())
 	if w.direct {
 		c.peer, c.ingest = reg.PeerAddr, w.ingestAddr
@@ -186,7 +186,7 @@ func (w *workerSession) drop() {
 // engine.
 func (w *workerSession) acknowledge() error {
 	s, reg := w.s, w.reg
-	ack := &api.Registered{Id: reg.Id, HeartbeatIntervalNs: int64(s.Heartbeat), Direct: w.direct, ByReference: w.direct && s.ByReference}
+	ack := &api.Registered{Id: reg.Id, HeartbeatIntervalNs: int64(s.Heartbeat), Direct: w.direct, ByReference: w.direct && s.ByReference, Batches: true}
 	if err := w.stream.Send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_Registered{Registered: ack}}); err != nil {
 		return err
 	}
@@ -219,24 +219,47 @@ func (w *workerSession) plane() string {
 // startSender starts the sender: it writes what the conn queues until
 // the session ends or a write fails (which ends it); the channel says
 // which, once.
+//
+// A worker that takes batches (Register.batches) gets what queued while
+// the sender was writing as one CoordinatorBatch, in order.
 func (w *workerSession) startSender() <-chan error {
 	sent := make(chan error, 1)
 	go func() {
+		var next *api.CoordinatorMessage
 		for {
-			select {
-			case m := <-w.c.out:
-				if err := w.stream.Send(m); err != nil {
-					sent <- err
-					w.cancel(fmt.Errorf("send: %w", err))
+			m := next
+			next = nil
+			if m == nil {
+				select {
+				case m = <-w.c.out:
+				case <-w.ctx.Done():
+					sent <- nil
 					return
 				}
-			case <-w.ctx.Done():
-				sent <- nil
+			}
+			if w.reg.Batches && batchableDown(m) {
+				var batch []*api.CoordinatorMessage
+				if batch, next, _ = wire.Gather(m, w.c.out, batchableDown); len(batch) > 1 {
+					m = &api.CoordinatorMessage{Msg: &api.CoordinatorMessage_Batch{Batch: &api.CoordinatorBatch{Msgs: batch}}}
+				}
+			}
+			if err := w.stream.Send(m); err != nil {
+				sent <- err
+				w.cancel(fmt.Errorf("send: %w", err))
 				return
 			}
 		}
 	}()
 	return sent
+}
+
+// batchableDown says whether m may go in a CoordinatorBatch.
+func batchableDown(m *api.CoordinatorMessage) bool {
+	switch m.Msg.(type) {
+	case *api.CoordinatorMessage_Registered, *api.CoordinatorMessage_Batch:
+		return false
+	}
+	return true
 }
 
 // watchHeartbeats ends the session once the worker has been silent (no
@@ -295,9 +318,25 @@ func (w *workerSession) startReceiver() <-chan error {
 }
 
 // receive handles one message from the worker (any message is a sign of
-// life: the receiver has noted it).
+// life: the receiver has noted it), or each of a batch's in order.
 func (w *workerSession) receive(m *api.WorkerMessage) {
 	switch m := m.Msg.(type) {
+	case *api.WorkerMessage_Batch:
+		if n := len(m.Batch.Msgs); n > wire.MaxBatch {
+			w.cancel(w.s.refuse(RefusedMessage, status.Errorf(codes.InvalidArgument, "worker %s: a batch of %d messages; at most %d", w.reg.Id, n, wire.MaxBatch), "instance", w.reg.Id))
+			return
+		}
+		for _, in := range m.Batch.Msgs {
+			if w.ctx.Err() != nil {
+				return // the session ended: the rest is not handled
+			}
+			switch in.Msg.(type) {
+			case *api.WorkerMessage_Batch, *api.WorkerMessage_Register:
+				w.s.Log.Warn("a batch from the worker holds a batch or a register; ignored", "instance", w.reg.Id)
+			default:
+				w.receive(in)
+			}
+		}
 	case *api.WorkerMessage_Result:
 		w.s.result(w.c, m.Result)
 	case *api.WorkerMessage_LoadReply:
@@ -355,8 +394,10 @@ type conn struct {
 	clk     clock.Clock
 	mu      sync.Mutex
 	given   map[uint64]time.Time // tasks sent down the stream and not answered yet: when
-	streams map[string]bool      // camera streams joined on it (ingest on the workers)
+	streams map[string]int       // camera streams joined or joining on it (ingest on the workers): their state
 	routed  map[string]time.Time // camera streams routed to it, not joined yet: until their tickets expire
+	joining int                  // stream joins in progress
+	left    bool                 // it is gone: no stream joins it any more
 }
 
 // give records that task id goes to the worker; answer takes it back and

@@ -79,7 +79,9 @@ var allowed = map[string][]string{
 	"runners/torch":         {},
 	"deploy":                {},
 	// make images: the image builder (go-containerregistry), none of mdag's packages
-	"tools/mkimage":     {},
+	"tools/mkimage": {},
+	// the coordinator's load generator (tools/coordinator-capacity.sh): the wire, as a worker speaks it
+	"tools/coordload":   {"api", "remote/client", "remote/wire"},
 	"worker":            {"dag", "gpu", "gpu/queue", "internal/clock", "media", "modules"},
 	"coordinator":       {"allocator", "coordinator/why", "dag", "gpu", "internal/defaults", "internal/clock", "media", "modules", "placement", "profile", "scheduler", "worker"},
 	"coordinator/store": {"coordinator"},

@@ -181,7 +181,7 @@ func (g *IngestServer) Ingest(stream grpc.ClientStreamingServer[api.IngestMessag
 		go func() { <-done }()
 		return status.Error(codes.Unavailable, "ingest: this worker lost the coordinator: route again")
 	}
-	s.send(&api.WorkerMessage{Msg: &api.WorkerMessage_StreamLeave{StreamLeave: &api.StreamLeave{Stream: j.Stream}}})
+	s.leave(j.Stream)
 	if err != nil {
 		return err
 	}
@@ -235,12 +235,20 @@ func (s *workerSession) joinStream(ctx context.Context, j *api.Join) (ingestCaps
 		}
 		return ingestCaps{slo: time.Duration(r.SloNs), maxW: int(r.MaxFrameW), maxH: int(r.MaxFrameH), maxBoxes: int(r.MaxBoxes)}, nil
 	case <-tm:
+		s.leave(j.Stream) // the coordinator may join it yet: it leaves at once then
 		return ingestCaps{}, status.Errorf(codes.Unavailable, "ingest: the coordinator did not answer the join within %v", ingestJoinTimeout)
 	case <-s.ctx.Done():
 		return ingestCaps{}, status.Error(codes.Unavailable, "ingest: this worker lost the coordinator: route again")
 	case <-ctx.Done():
+		s.leave(j.Stream)
 		return ingestCaps{}, status.FromContextError(ctx.Err()).Err()
 	}
+}
+
+// leave tells the coordinator a stream joined through this session ended
+// (or that a join it may still answer is given up).
+func (s *workerSession) leave(stream string) {
+	s.send(&api.WorkerMessage{Msg: &api.WorkerMessage_StreamLeave{StreamLeave: &api.StreamLeave{Stream: stream}}})
 }
 
 // joinWaits are the StreamJoins waiting for the coordinator's answer.
@@ -348,7 +356,13 @@ func (in *ingesting) hold(m *api.IngestMessage) error {
 	if err != nil {
 		return err
 	}
+	// Held until the frame's deadline: from its capture, or from now when
+	// the source's clock says a later time (a frame from the future
+	// would stay and crowd out the others).
 	capture := wire.FromNS(m.CaptureUnixNs)
+	if now := in.s.cfg.Clock.Now(); capture.After(now) {
+		capture = now
+	}
 	dp := in.s.dp
 	id, ok := dp.Store.Put(f, capture.Add(in.caps.slo))
 	if !ok {

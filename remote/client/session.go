@@ -50,6 +50,7 @@ type workerSession struct {
 	stream workerStream
 	dp     *DataPlane              // never nil once registering
 	beat   time.Duration           // the heartbeat interval the coordinator asked for
+	batch  bool                    // the coordinator takes WorkerBatch messages
 	direct bool                    // outputs' frames are held here for peers
 	inline int                     // direct: outputs' frames of fewer pixel bytes go inline (-1: none)
 	out    chan *api.WorkerMessage // to the sender
@@ -145,7 +146,7 @@ func (s *workerSession) register() (*api.Registered, error) {
 	if s.dp.Addr != "" && s.dp.Store == nil {
 		s.dp.Store = &Store{Clock: s.cfg.Clock}
 	}
-	reg := &api.Register{Id: s.cfg.ID, Type: s.cfg.Type, Executor: s.kind, Cpus: int32(runtime.NumCPU()), Gpu: s.cfg.GPU, PeerAddr: s.dp.Addr}
+	reg := &api.Register{Id: s.cfg.ID, Type: s.cfg.Type, Executor: s.kind, Cpus: int32(runtime.NumCPU()), Gpu: s.cfg.GPU, PeerAddr: s.dp.Addr, Batches: true}
 	if s.dp.Addr != "" && s.dp.Ingest != nil {
 		reg.IngestAddr = s.dp.Ingest.Addr
 	}
@@ -180,6 +181,7 @@ func (s *workerSession) start(ack *api.Registered) {
 		s.beat = wire.DefaultHeartbeat
 	}
 	s.out = make(chan *api.WorkerMessage, wire.DefaultSendQueue)
+	s.batch = ack.Batches
 	s.direct = ack.Direct && s.dp.Addr != ""
 	s.inline = s.dp.inlineBelow()
 	if ack.ByReference {
@@ -302,12 +304,23 @@ func (s *workerSession) startSender() <-chan struct{} {
 
 // sendLoop writes the queued messages, and a heartbeat every beat on the
 // clock, until the session ends or a write fails (which ends it).
+//
+// With a coordinator that takes batches (Registered.batches), what queued
+// while the sender was writing goes as one WorkerBatch, in order.
 func (s *workerSession) sendLoop() {
 	tick := s.cfg.Clock.After(s.beat)
+	var next *api.WorkerMessage
 	for {
+		if next != nil {
+			m := next
+			if next = nil; !s.write(s.gather(m, &next)) {
+				return
+			}
+			continue
+		}
 		select {
 		case m := <-s.out:
-			if !s.write(m) {
+			if !s.write(s.gather(m, &next)) {
 				return
 			}
 		case <-tick:
@@ -320,6 +333,29 @@ func (s *workerSession) sendLoop() {
 			return
 		}
 	}
+}
+
+// gather is m, or a batch of m and what queued behind it when the
+// coordinator takes batches; *next is the message it stopped at.
+func (s *workerSession) gather(m *api.WorkerMessage, next **api.WorkerMessage) *api.WorkerMessage {
+	if !s.batch || !batchableUp(m) {
+		return m
+	}
+	batch, nx, _ := wire.Gather(m, s.out, batchableUp)
+	*next = nx
+	if len(batch) == 1 {
+		return m
+	}
+	return &api.WorkerMessage{Msg: &api.WorkerMessage_Batch{Batch: &api.WorkerBatch{Msgs: batch}}}
+}
+
+// batchableUp says whether m may go in a WorkerBatch.
+func batchableUp(m *api.WorkerMessage) bool {
+	switch m.Msg.(type) {
+	case *api.WorkerMessage_Register, *api.WorkerMessage_Batch:
+		return false
+	}
+	return true
 }
 
 // write sends m down the stream; a failure ends the session.
@@ -384,18 +420,30 @@ func (s *workerSession) receive() error {
 			}
 			return fmt.Errorf("receive: %w", err)
 		}
-		switch m := m.Msg.(type) {
-		case *api.CoordinatorMessage_Load:
-			s.handleLoad(m.Load)
-		case *api.CoordinatorMessage_Task:
-			s.handleTask(m.Task)
-		case *api.CoordinatorMessage_StreamJoined:
-			if !s.joins.answer(m.StreamJoined) {
-				s.cfg.Log.Warn("the coordinator answered a stream join no one waits for", "join", m.StreamJoined.Id)
+		if b := m.GetBatch(); b != nil {
+			for _, in := range b.Msgs {
+				s.handle(in, true)
 			}
-		default:
-			s.cfg.Log.Warn("unexpected message from the coordinator", "type", fmt.Sprintf("%T", m))
+			continue
 		}
+		s.handle(m, false)
+	}
+}
+
+// handle handles one message from the coordinator (inBatch: one of a
+// batch's, which holds no batch).
+func (s *workerSession) handle(m *api.CoordinatorMessage, inBatch bool) {
+	switch m := m.Msg.(type) {
+	case *api.CoordinatorMessage_Load:
+		s.handleLoad(m.Load)
+	case *api.CoordinatorMessage_Task:
+		s.handleTask(m.Task)
+	case *api.CoordinatorMessage_StreamJoined:
+		if !s.joins.answer(m.StreamJoined) {
+			s.cfg.Log.Warn("the coordinator answered a stream join no one waits for", "join", m.StreamJoined.Id)
+		}
+	default:
+		s.cfg.Log.Warn("unexpected message from the coordinator", "type", fmt.Sprintf("%T", m), "in_batch", inBatch)
 	}
 }
 

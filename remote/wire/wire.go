@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/dag"
 	"github.com/mdag/mdag/media"
@@ -667,4 +669,43 @@ func (c Caps) CheckResult(p *api.Result) error {
 		}
 	}
 	return nil
+}
+
+// Batches (issue 41): a sender that finds several messages queued sends
+// them as one WorkerBatch or CoordinatorBatch, in order, so that under load
+// a worker's stream carries a few large messages instead of many small
+// ones (gRPC's cost is mostly per message: framing, flushes, syscalls).
+const (
+	// MaxBatch bounds the messages of one batch; a receiver refuses more.
+	MaxBatch = 1024
+	// MaxBatchBytes is about the most a batch carries: the message that
+	// would take it past goes in the next one (a single larger message
+	// goes alone).
+	MaxBatchBytes = 4 << 20
+)
+
+// Gather returns first and the messages queued on ch behind it, while
+// batchable takes them, up to MaxBatch and MaxBatchBytes; it never waits.
+// The first message it stops at (not batchable, or over the bytes) comes
+// back as next, to be sent after the batch.
+func Gather[M proto.Message](first M, ch <-chan M, batchable func(M) bool) (batch []M, next M, hasNext bool) {
+	batch = append(batch, first)
+	size := proto.Size(first)
+	for len(batch) < MaxBatch {
+		select {
+		case m := <-ch:
+			if !batchable(m) {
+				return batch, m, true
+			}
+			n := proto.Size(m) + 8 // its tag and length in the batch
+			if size+n > MaxBatchBytes {
+				return batch, m, true
+			}
+			size += n
+			batch = append(batch, m)
+		default:
+			return batch, next, false
+		}
+	}
+	return batch, next, false
 }
