@@ -1,6 +1,10 @@
 package coordinator
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
 // loop is the engine's event loop: every change to the engine's state
 // runs as an event on it, one at a time (Stepped: queued until
@@ -14,6 +18,24 @@ type loop struct {
 	closed    bool
 	mu        sync.Mutex // guards closed and queue
 	closeOnce sync.Once
+	// busy and ran count the loop's work (not Stepped): time spent running
+	// events, on the engine's clock, and the events run. busy over wall
+	// time is how loaded the one goroutine that decides everything is.
+	busy, ran atomic.Int64
+}
+
+// LoopStats is how much the engine's loop has worked: the time it spent
+// running events (on the engine's clock) and how many it ran. The loop is
+// one goroutine, so Busy growing as fast as time means it is the limit
+// (docs/scaling.md).
+type LoopStats struct {
+	Busy   time.Duration `json:"busy_ns"`
+	Events int64         `json:"events"`
+}
+
+// Loop returns the loop's counters (from any goroutine).
+func (e *Engine) Loop() LoopStats {
+	return LoopStats{Busy: time.Duration(e.busy.Load()), Events: e.ran.Load()}
 }
 
 // Start runs the loop (Stepped: arms it; RunPending runs it).
@@ -25,7 +47,10 @@ func (e *Engine) Start() {
 			for {
 				select {
 				case f := <-e.events:
+					at := e.clk.Now()
 					e.runEvent(f)
+					e.busy.Add(int64(e.clk.Now().Sub(at)))
+					e.ran.Add(1)
 				case <-e.done:
 					return
 				}

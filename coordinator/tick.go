@@ -235,6 +235,8 @@ type Status struct {
 	ReplansUnchanged int `json:"replans_unchanged"`
 	// Persist is the state store's (nil without one).
 	Persist *PersistStatus `json:"persist,omitempty"`
+	// Loop is the engine loop's work so far.
+	Loop LoopStats `json:"loop"`
 }
 
 // SessionStatus is one app's session.
@@ -309,7 +311,7 @@ func (e *Engine) Status() Status {
 	var st Status
 	e.call(func() {
 		now := e.now()
-		st = Status{At: now, Policy: string(e.cfg.Policy), Sessions: []SessionStatus{}, Instances: []InstanceStatus{}}
+		st = Status{At: now, Policy: string(e.cfg.Policy), Sessions: []SessionStatus{}, Instances: []InstanceStatus{}, Loop: e.Loop()}
 		for _, id := range e.appIDs() {
 			s := e.sessions[id]
 			ss := SessionStatus{App: id, Streams: len(s.streams), FPS: s.app.FPS, SLOMS: s.app.SLO.Seconds() * 1000,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mdag/mdag/ingest/synth"
+	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/remote/client"
 	"github.com/mdag/mdag/remote/source"
 )
@@ -157,5 +158,70 @@ func TestIngestOnWorkers(t *testing.T) {
 	if rcv := c.srv.Received(); rcv.Sources > 64<<10 {
 		t.Errorf("the sources sent the coordinator %d bytes: routes only, no frames", rcv.Sources)
 	}
+	if l := c.e.Loop(); l.Events == 0 || l.Busy <= 0 {
+		t.Errorf("the engine loop's counters %+v: it ran events", l)
+	}
 	t.Logf("victim %s; totals %+v; drops %v; cameras %+v %+v", victim.id, tot, st.Drops, *results[0], *results[1])
+}
+
+// TestRoutedForwarder: the cameras `mdag source --camera` decodes go to
+// ingest workers too (source.NewRoutedForwarder): no frame's pixels reach
+// the coordinator; when the stream's ingest worker dies the stream joins
+// again, routed to the other, and its frames go on.
+func TestRoutedForwarder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a few seconds of a live stream")
+	}
+	app, prof := loadExample(t, "traffic")
+	c := startCoordinator(t, app, prof, 100*time.Millisecond)
+	workers := map[string]*directWorker{}
+	for _, w := range []struct {
+		id, typ string
+		ingest  bool
+	}{{"gpu-a", "V100", false}, {"cpu-a", "CPU", true}, {"cpu-b", "CPU", true}} {
+		workers[w.id] = c.directWorkerWith(t, w.id, w.typ, w.ingest)
+	}
+	f := source.NewRoutedForwarder(c.cc, client.Dial)
+	defer f.Close()
+	if err := f.Join("traffic", "door"); err != nil {
+		t.Fatal(err)
+	}
+	frame := media.NewFrame(320, 240)
+	var seq uint64
+	send := func(n int) {
+		for range n {
+			if err := f.Ingest("door", seq, time.Now(), frame, nil); err != nil {
+				t.Fatal(err)
+			}
+			seq++
+			<-time.After(20 * time.Millisecond) // a camera's pace, roughly: frames that find the stream broken are skipped
+		}
+	}
+	holder := func() *directWorker {
+		for _, w := range workers {
+			if w.ingest != nil && w.ingest.Stats().Open == 1 {
+				return w
+			}
+		}
+		return nil
+	}
+	send(10)
+	waitFor(t, "door's frames held by an ingest worker", 10*time.Second, func() bool { return holder() != nil && c.srv.Ingested().Frames >= 5 })
+	victim := holder()
+	victim.kill()
+	waitFor(t, "door joined again on the other ingest worker", 20*time.Second, func() bool {
+		send(1)
+		h := holder()
+		return h != nil && h != victim && h.ingest.Stats().Frames > 0
+	})
+	before := c.srv.Ingested().Frames
+	send(5)
+	waitFor(t, "door's frames through the other worker", 10*time.Second, func() bool { return c.srv.Ingested().Frames >= before+5 })
+	if err := f.Leave("door"); err != nil {
+		t.Fatal(err)
+	}
+	if rcv := c.srv.Received(); rcv.Sources > 16<<10 {
+		t.Errorf("the forwarder sent the coordinator %d bytes: routes only, no frames", rcv.Sources)
+	}
+	waitFor(t, "door to leave", 10*time.Second, func() bool { return c.e.Status().Sessions[0].Streams == 0 })
 }

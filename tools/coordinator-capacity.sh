@@ -21,8 +21,14 @@
 # (a task's time outside its module's run: down, the worker's queue, the
 # fetch on the direct plane, up; the coordinator's summary line), the
 # frames' end-to-end p50/p99 (capture to result) and the result pixel
-# bytes it relayed. The capacity is the most streams at >= 99%
-# finished.
+# bytes it relayed, what it received on gRPC a frame, and the engine
+# loop's busy time a frame (its /v1/status "loop"): the loop is one
+# goroutine, so 1 s over that is the frames a second it can decide, however
+# many cores the coordinator has. The capacity is the most streams at
+# >= 99% finished. The fleet plane replaces the workers and the source by
+# tools/coordload: hundreds of emulated workers and streams, metadata
+# only, so the coordinator's core, not the machine's other one, is what
+# runs out.
 set -euo pipefail
 BIN=${1:-bin/mdag}
 PLANES=${2:-"relay direct"}
@@ -41,7 +47,7 @@ trap cleanup EXIT
 ticks() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
 LOAD=${LOAD:-bin/coordload}
 case " $PLANES " in *" fleet "*) go build -o "$LOAD" ./tools/coordload ;; esac
-printf "%-6s %7s %7s %8s %8s %9s %6s %11s %8s %8s %8s %8s %11s %9s\n" plane streams sent finished finish cpu_us/fr cores peers_cores hop_p50 hop_p99 e2e_p50 e2e_p99 relayed_MB rcv_B/fr
+printf "%-6s %7s %7s %8s %8s %9s %6s %11s %8s %8s %8s %8s %11s %9s %10s\n" plane streams sent finished finish cpu_us/fr cores peers_cores hop_p50 hop_p99 e2e_p50 e2e_p99 relayed_MB rcv_B/fr loop_us/fr
 for n in $COUNTS; do
   for plane in $PLANES; do # the planes back to back at each load: what loads the machine meanwhile weighs on both
     dp=$plane; ingest=()
@@ -50,7 +56,7 @@ for n in $COUNTS; do
     if [ "$plane" = fleet ]; then # its hundreds of workers register from one address at once
       dp=metadata; extra=(--register-rate 1000 --register-burst 1000 --register-global-rate 1000 --register-global-burst 1000)
     fi
-    MDAG_TMP_CPUPROFILE=/tmp/coord-$plane.prof GOMAXPROCS=1 taskset -c 0 "$BIN" coordinator --example traffic --grpc 127.0.0.1:$GRPC --listen 127.0.0.1:$HTTP \
+    GOMAXPROCS=1 taskset -c 0 "$BIN" coordinator --example traffic --grpc 127.0.0.1:$GRPC --listen 127.0.0.1:$HTTP \
       --data-plane "$dp" "${extra[@]}" >"$tmp/coord.out" 2>"$tmp/coord.log" &
     coord=$!; pids=($coord)
     for _ in $(seq 100); do curl -sf http://127.0.0.1:$HTTP/healthz >/dev/null 2>&1 && break; sleep 0.1; done
@@ -65,6 +71,7 @@ for n in $COUNTS; do
       load=$!
       for _ in $(seq 3000); do [ -e "$tmp/ready" ] && break; sleep 0.1; done
       t0=$(ticks $coord); w0=0
+      curl -sf http://127.0.0.1:$HTTP/v1/status >"$tmp/status0.json" || echo '{}' >"$tmp/status0.json"
       wait $load || true
       sleep 2
       t1=$(ticks $coord); w1=0
@@ -79,6 +86,7 @@ for n in $COUNTS; do
       sleep 0.1
     done
     t0=$(ticks $coord); w0=$(ticks "${pids[@]:1}")
+    curl -sf http://127.0.0.1:$HTTP/v1/status >"$tmp/status0.json" || echo '{}' >"$tmp/status0.json"
     /usr/bin/time -f "%U %S" -o "$tmp/source.time" taskset -c 1 "$BIN" source --coordinator 127.0.0.1:$GRPC --app traffic --streams "$n" \
       --fps 10 --size "$SIZE" --objects 3 --duration "${SECS}s" >/dev/null 2>&1 || true
     sleep 2 # the last frames end (the SLO is 400 ms)
@@ -105,7 +113,11 @@ cpu_us = ticks * 10000 / max(1, sent)
 mb = float(relb) / 1e6 if m else float("nan")
 r = re.search(r"received on gRPC: (\d+) bytes from workers, (\d+) from sources", open(out).read())
 rcv = (int(r.group(1)) + int(r.group(2))) / max(1, sent) if r else float("nan")
-print(f"{plane:6} {n:7d} {sent:7d} {fin:8d} {100*fin/max(1,sent):7.2f}% {cpu_us:9.0f} {ticks/100/secs:6.2f} {peers/100/secs:11.2f} {p50:>8} {p99:>8} {ss['p50_ms']:8.1f} {ss['p99_ms']:8.1f} {mb:11.1f} {rcv:9.0f}")
+try:
+    busy = json.load(open(status))["loop"]["busy_ns"] - json.load(open(status.replace("status.json", "status0.json")))["loop"]["busy_ns"]
+except Exception:
+    busy = float("nan")
+print(f"{plane:6} {n:7d} {sent:7d} {fin:8d} {100*fin/max(1,sent):7.2f}% {cpu_us:9.0f} {ticks/100/secs:6.2f} {peers/100/secs:11.2f} {p50:>8} {p99:>8} {ss['p50_ms']:8.1f} {ss['p99_ms']:8.1f} {mb:11.1f} {rcv:9.0f} {busy/1000/max(1,sent):10.0f}")
 EOF
   done
 done

@@ -137,14 +137,17 @@ func (cf *cameraFlags) startOn(app string, server any, log *slog.Logger) (*camer
 // runSource is `mdag source --camera/--cameras`, the distributed mode:
 // the cameras are read and decoded here, by a local ingest server without
 // an HTTP listener, sampled to fps, and their frames go to the coordinator
-// over gRPC (source.Forwarder), one Ingest call per camera. It reports
-// false when no camera flag was given, and the error it ended with.
-func (cf *cameraFlags) runSource(ctx context.Context, app string, fps float64, cc *grpc.ClientConn, prefix string, stdout, stderr io.Writer) (bool, error) {
+// over gRPC (source.Forwarder), one Ingest call per camera: to the
+// ingest worker the coordinator routes each to when dialIngest is set
+// (mdag source --ingest route, issue 41), else to the coordinator. It
+// reports false when no camera flag was given, and the error it ended
+// with.
+func (cf *cameraFlags) runSource(ctx context.Context, app string, fps float64, cc *grpc.ClientConn, dialIngest func(string) (*grpc.ClientConn, error), prefix string, stdout, stderr io.Writer) (bool, error) {
 	if len(*cf.urls) == 0 && *cf.file == "" {
 		return false, nil
 	}
 	log := newLogger(stderr, false)
-	fwd := source.NewForwarder(cc)
+	fwd := source.NewRoutedForwarder(cc, dialIngest)
 	srv, err := whip.New(whip.Config{Apps: map[dag.AppID]float64{dag.AppID(app): fps}, Scale: scaler, Log: log}, forwardSink{fwd, prefix})
 	if err != nil {
 		return true, invalid(err)

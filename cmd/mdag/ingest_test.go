@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -42,29 +43,8 @@ func TestMultiProcessIngestOnWorkers(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	addrs := make(chan [2]string, 1)
-	re := regexp.MustCompile(`grpc=(\S+) status=http://(\S+)/v1/status`)
-	coord := start(t, bin, "coordinator", func(l string) {
-		if m := re.FindStringSubmatch(l); m != nil {
-			addrs <- [2]string{m[1], m[2]}
-		}
-	}, "coordinator", "--example", "traffic", "--grpc", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--heartbeat", "200ms", "--data-plane", "metadata")
-	var grpcAddr, url string
-	select {
-	case a := <-addrs:
-		grpcAddr, url = a[0], "http://"+a[1]
-	case <-time.After(20 * time.Second):
-		t.Fatalf("coordinator did not start:\n%s", coord.stderr())
-	}
-	workers := map[string]*proc{}
-	for _, w := range []struct{ id, typ, ingest string }{{"gpu-1", "V100", ""}, {"gpu-2", "V100", ""}, {"cpu-1", "CPU", "127.0.0.1:0"}, {"cpu-2", "CPU", "127.0.0.1:0"}} {
-		args := []string{"worker", "--coordinator", grpcAddr, "--id", w.id, "--type", w.typ}
-		if w.ingest != "" {
-			args = append(args, "--ingest-listen", w.ingest)
-		}
-		workers[w.id] = start(t, bin, w.id, nil, args...)
-	}
-	waitFor(t, "four workers", 20*time.Second, func() bool { return len(getStatus(t, url).Instances) == 4 })
+	ic := startIngestCluster(t, bin)
+	coord, workers, grpcAddr, url := ic.coord, ic.workers, ic.grpc, ic.url
 	src := start(t, bin, "source", nil, "source", "--coordinator", grpcAddr, "--app", "traffic", "--streams", "2", "--fps", "10", "--duration", "60s")
 	metrics := func() string { return get(t, url+"/metrics", 200) }
 	received := func(m string) float64 {
@@ -131,4 +111,110 @@ func TestMultiProcessIngestOnWorkers(t *testing.T) {
 		}
 	}
 	coord.stop(t)
+}
+
+// ingestCluster is a coordinator with --data-plane metadata, two GPU
+// workers and two CPU workers that ingest, each its own process.
+type ingestCluster struct {
+	coord     *proc
+	workers   map[string]*proc
+	grpc, url string
+	mu        sync.Mutex
+	joinedOn  map[string]string // stream -> the ingest worker it joined on last (the coordinator's log)
+}
+
+func startIngestCluster(t *testing.T, bin string) *ingestCluster {
+	t.Helper()
+	ic := &ingestCluster{workers: map[string]*proc{}, joinedOn: map[string]string{}}
+	addrs := make(chan [2]string, 1)
+	re := regexp.MustCompile(`grpc=(\S+) status=http://(\S+)/v1/status`)
+	joined := regexp.MustCompile(`msg="camera joined" app=\S+ stream=(\S+) ingest_worker=(\S+)`)
+	ic.coord = start(t, bin, "coordinator", func(l string) {
+		if m := re.FindStringSubmatch(l); m != nil {
+			addrs <- [2]string{m[1], m[2]}
+		}
+		if m := joined.FindStringSubmatch(l); m != nil {
+			ic.mu.Lock()
+			ic.joinedOn[m[1]] = m[2]
+			ic.mu.Unlock()
+		}
+	}, "coordinator", "--example", "traffic", "--grpc", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--heartbeat", "200ms", "--data-plane", "metadata")
+	select {
+	case a := <-addrs:
+		ic.grpc, ic.url = a[0], "http://"+a[1]
+	case <-time.After(20 * time.Second):
+		t.Fatalf("coordinator did not start:\n%s", ic.coord.stderr())
+	}
+	for _, w := range []struct{ id, typ, ingest string }{{"gpu-1", "V100", ""}, {"gpu-2", "V100", ""}, {"cpu-1", "CPU", "127.0.0.1:0"}, {"cpu-2", "CPU", "127.0.0.1:0"}} {
+		args := []string{"worker", "--coordinator", ic.grpc, "--id", w.id, "--type", w.typ}
+		if w.ingest != "" {
+			args = append(args, "--ingest-listen", w.ingest)
+		}
+		ic.workers[w.id] = start(t, bin, w.id, nil, args...)
+	}
+	waitFor(t, "four workers", 20*time.Second, func() bool { return len(getStatus(t, ic.url).Instances) == 4 })
+	return ic
+}
+
+// on is the ingest worker stream joined on last ("" before it joined).
+func (ic *ingestCluster) on(stream string) string {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	return ic.joinedOn[stream]
+}
+
+// TestMultiProcessCameraOnWorkers: an RTSP camera (GStreamer's RTSP
+// server) that mdag source --camera reads and decodes goes to an ingest
+// worker, not to the coordinator: the coordinator takes in a few KiB a
+// frame. Its ingest worker is killed (SIGKILL): the camera's stream joins
+// again on the other and goes on; every frame the coordinator saw ends
+// finished, late or dropped with a reason.
+func TestMultiProcessCameraOnWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds mdag and runs ~10 s of a live camera across processes")
+	}
+	bin := filepath.Join(t.TempDir(), "mdag")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	t.Chdir("../..")
+	port := startRTSPCamera(t)
+	ic := startIngestCluster(t, bin)
+	src := start(t, bin, "source", nil, "source", "--coordinator", ic.grpc, "--app", "traffic", "--fps", "5", "--duration", "60s",
+		"--camera", fmt.Sprintf("door=rtsp://127.0.0.1:%d/x", port))
+	metrics := func() string { return get(t, ic.url+"/metrics", 200) }
+	taken := func(m string) float64 { return metricValue(m, `mdag_grpc_worker_ingest_frames_total{outcome="taken"}`) }
+	waitFor(t, "the camera's frames on an ingest worker", 30*time.Second, func() bool { return taken(metrics()) >= 10 && ic.on("door") != "" })
+	m := metrics()
+	if perFrame := (metricValue(m, `mdag_grpc_received_bytes_total{from="workers"}`) + metricValue(m, `mdag_grpc_received_bytes_total{from="sources"}`)) / taken(m); perFrame > 8192 ||
+		metricValue(m, `mdag_grpc_received_bytes_total{from="sources"}`) > 64<<10 {
+		t.Errorf("the coordinator took in %.0f bytes a frame, %.0f from the source: want no pixels", perFrame, metricValue(m, `mdag_grpc_received_bytes_total{from="sources"}`))
+	}
+	victim := ic.on("door")
+	if err := ic.workers[victim].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	before := taken(m)
+	waitFor(t, "the camera joined again on the other ingest worker, frames going on", 30*time.Second, func() bool {
+		m := metrics()
+		return ic.on("door") != victim && metricValue(m, "mdag_grpc_worker_ingest_streams") == 1 && taken(m) >= before+10
+	})
+	src.stop(t)
+	waitFor(t, "every frame to end", 10*time.Second, func() bool { ss := getStatus(t, ic.url).Sessions[0]; return ss.Open == 0 && ss.Streams == 0 })
+	ss := getStatus(t, ic.url).Sessions[0]
+	tot := ss.Total
+	var reasons uint64
+	for _, n := range ss.Drops {
+		reasons += n
+	}
+	if tot.Sent == 0 || tot.Finished+tot.Late+tot.Dropped != tot.Sent || reasons != tot.Dropped {
+		t.Errorf("accounting: sent %d = finished %d + late %d + dropped %d (%d with a reason: %v)?", tot.Sent, tot.Finished, tot.Late, tot.Dropped, reasons, ss.Drops)
+	}
+	t.Logf("victim %s, then %s; totals %+v, drops %v", victim, ic.on("door"), tot, ss.Drops)
+	for id, w := range ic.workers {
+		if id != victim {
+			w.stop(t)
+		}
+	}
+	ic.coord.stop(t)
 }

@@ -169,6 +169,7 @@ func startObservedWith(cfg coordinator.Config, limits map[profile.WorkerTypeID]i
 		return nil, err
 	}
 	o.e.Start()
+	o.mx.SetLoop(func() metrics.Loop { l := o.e.Loop(); return metrics.Loop{Busy: l.Busy, Events: l.Events} })
 	if err := o.e.Deploy(app, prof); err != nil {
 		o.e.Close()
 		return nil, err

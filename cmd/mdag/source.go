@@ -111,10 +111,11 @@ func (c *sourceCmd) run(env *cmdEnv) error {
 	camPrefix := c.namePrefix(env.fs, mat)
 	ctx, cancel := runContext(c.duration)
 	defer cancel()
-	if ran, err := c.cameras.runSource(ctx, c.app, c.fps, cc, camPrefix, env.stdout, env.stderr); ran {
+	rc := c.reconnect(mat, log)
+	if ran, err := c.cameras.runSource(ctx, c.app, c.fps, cc, rc.DialIngest, camPrefix, env.stdout, env.stderr); ran {
 		return err // RTSP cameras instead of synthetic streams
 	}
-	return c.stream(ctx, env.stdout, cc, c.reconnect(mat, log))
+	return c.stream(ctx, env.stdout, cc, rc)
 }
 
 // namePrefix is what a source certificate's streams are named under: with

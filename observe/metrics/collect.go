@@ -96,6 +96,43 @@ func (m *Metrics) SetGRPC(f func() GRPC) {
 	m.mu.Unlock()
 }
 
+// Loop is the coordinator's engine loop's work (coordinator.LoopStats).
+type Loop struct {
+	Busy   time.Duration
+	Events int64
+}
+
+// SetLoop registers the source of the engine loop's counters.
+func (m *Metrics) SetLoop(f func() Loop) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.loop = f
+	m.mu.Unlock()
+}
+
+var (
+	loopBusy   = desc("engine", "loop_busy_seconds_total", "Time the coordinator's engine loop (one goroutine: admission, routing, GPU batching, accounting) spent running events; its rate near 1 means the loop is the coordinator's limit.")
+	loopEvents = desc("engine", "loop_events_total", "Events the engine loop ran (results, frames, timers, calls).")
+)
+
+type loopCollector struct{ m *Metrics }
+
+func (loopCollector) Describe(ch chan<- *prometheus.Desc) { ch <- loopBusy; ch <- loopEvents }
+
+func (c loopCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	f := c.m.loop
+	c.m.mu.Unlock()
+	if f == nil {
+		return
+	}
+	l := f()
+	ch <- prometheus.MustNewConstMetric(loopBusy, prometheus.CounterValue, l.Busy.Seconds())
+	ch <- prometheus.MustNewConstMetric(loopEvents, prometheus.CounterValue, float64(l.Events))
+}
+
 // SetGPU registers the source of GPU telemetry.
 func (m *Metrics) SetGPU(f func() GPUSnapshot) {
 	if m == nil {

@@ -72,6 +72,7 @@ type Metrics struct {
 	clips   func() []Clips
 	// grpc is the coordinator's gRPC port: refusals, data plane, hops.
 	grpc    func() GRPC
+	loop    func() Loop
 	instSet map[[2]string]bool // (type, state) series set last time
 }
 
@@ -144,7 +145,7 @@ func New(withRuntime bool) *Metrics {
 		httpRefused: f.counter("http", "requests_refused_total",
 			"HTTP API requests refused (status, dashboard, thumbnails, /metrics with --tokens), by reason (unauthorized: 401); WHIP's refusals are mdag_ingest_streams_refused_total.", "reason"),
 	}
-	reg.MustRegister(ingestCollector{m}, gpuCollector{m}, cameraCollector{m}, grpcCollector{m}, outputCollector{m}, egressCollector{m}, clipCollector{m})
+	reg.MustRegister(ingestCollector{m}, gpuCollector{m}, cameraCollector{m}, grpcCollector{m}, outputCollector{m}, egressCollector{m}, clipCollector{m}, loopCollector{m})
 	if withRuntime {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

@@ -73,6 +73,7 @@ func scripted() *Metrics {
 	m.SetCameras(func() []Camera {
 		return []Camera{{App: "traffic", State: "streaming", Reconnects: 3}, {App: "traffic", State: "reconnecting", Reconnects: 4}, {App: "traffic", State: "streaming"}}
 	})
+	m.SetLoop(func() Loop { return Loop{Busy: 1500 * time.Millisecond, Events: 42000} })
 	m.SetGRPC(func() GRPC {
 		return GRPC{Refused: map[string]uint64{"frame-size": 2, "unknown-task": 1}, RelayedFrames: 3, RelayedBytes: 3 * 230400, RefFrames: 40,
 			Hops: 43, HopBuckets: map[float64]uint64{0.0005: 10, 0.001: 40, 0.0025: 43}, HopSum: 30 * time.Millisecond,
@@ -138,7 +139,7 @@ func TestLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := regexp.MustCompile(`^mdag_(session|module|scheduler|cluster|planner|ingest|gpu|grpc|http|egress|output|clips)_[a-z_]+$`)
+	name := regexp.MustCompile(`^mdag_(session|module|scheduler|cluster|planner|engine|ingest|gpu|grpc|http|egress|output|clips)_[a-z_]+$`)
 	units := regexp.MustCompile(`_(total|seconds|ratio|bytes|size|dollars_per_hour|streams|instances|processes|available|viewers)$`)
 	for _, f := range fams {
 		n := f.GetName()

@@ -26,7 +26,8 @@ import (
 // missed by their sequence numbers); a refusal (unknown app, a name in
 // use, credentials) stays the stream's error until it leaves.
 type Forwarder struct {
-	cc *grpc.ClientConn
+	cc    *grpc.ClientConn
+	route *router
 
 	mu      sync.Mutex
 	streams map[string]*forwarded
@@ -55,8 +56,15 @@ const (
 )
 
 // NewForwarder forwards to the coordinator behind cc.
-func NewForwarder(cc *grpc.ClientConn) *Forwarder {
-	return &Forwarder{cc: cc, streams: map[string]*forwarded{}}
+func NewForwarder(cc *grpc.ClientConn) *Forwarder { return NewRoutedForwarder(cc, nil) }
+
+// NewRoutedForwarder is NewForwarder whose streams go where the
+// coordinator's Route says (issue 41): to the ingest worker it names,
+// dialled with dialIngest, so their pixels never reach the coordinator;
+// or to the coordinator when it names none. Each (re)join routes again.
+// dialIngest nil: always the coordinator.
+func NewRoutedForwarder(cc *grpc.ClientConn, dialIngest func(addr string) (*grpc.ClientConn, error)) *Forwarder {
+	return &Forwarder{cc: cc, route: &router{cc: cc, dial: dialIngest}, streams: map[string]*forwarded{}}
 }
 
 // Join opens the stream's Ingest call and joins app. The coordinator
@@ -83,11 +91,9 @@ func (f *Forwarder) Join(app, stream string) error {
 	f.streams[stream] = res
 	f.mu.Unlock()
 
-	cl, err := api.NewCoordinatorClient(f.cc).Ingest(ctx)
-	if err == nil {
-		if serr := cl.Send(&api.IngestMessage{Join: &api.Join{App: app, Stream: stream}}); serr != nil {
-			err = fmt.Errorf("join: %w", closeErr(cl, serr))
-		}
+	cl, _, err := f.route.open(ctx, app, stream)
+	if err != nil {
+		err = fmt.Errorf("join: %w", err)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -172,12 +178,7 @@ func (f *Forwarder) reopen(s *forwarded, stream string) {
 	}
 	s.cancel = cancel // Leave cancels the attempt
 	s.mu.Unlock()
-	cl, err := api.NewCoordinatorClient(f.cc).Ingest(ctx)
-	if err == nil {
-		if serr := cl.Send(&api.IngestMessage{Join: &api.Join{App: s.app, Stream: stream}}); serr != nil {
-			err = closeErr(cl, serr)
-		}
-	}
+	cl, _, err := f.route.open(ctx, s.app, stream)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reopening = false
@@ -232,6 +233,7 @@ func (f *Forwarder) leave(stream string) (*api.IngestReply, error) {
 
 // Close leaves every stream still joined; later Joins are refused.
 func (f *Forwarder) Close() error {
+	defer f.route.close()
 	f.mu.Lock()
 	f.closed = true
 	ids := make([]string, 0, len(f.streams))

@@ -118,9 +118,9 @@ func streamReconnecting(ctx context.Context, cc *grpc.ClientConn, app, stream st
 	if rc.Log == nil {
 		rc.Log = slog.New(slog.DiscardHandler)
 	}
-	r := &reconnecting{ctx: ctx, cc: cc, app: app, stream: stream, rc: rc, backoff: rc.Backoff, res: &StreamResult{}, cancelConn: func() {}, workers: map[string]*grpc.ClientConn{}}
+	r := &reconnecting{ctx: ctx, cc: cc, app: app, stream: stream, rc: rc, backoff: rc.Backoff, res: &StreamResult{}, cancelConn: func() {}, route: &router{cc: cc, dial: rc.DialIngest}}
 	defer func() { r.cancelConn() }()
-	defer r.closeWorkers()
+	defer r.route.close()
 	genErr := generate(r)
 	if r.cl != nil {
 		if err := r.closeConn(); err != nil && genErr == nil {
@@ -151,8 +151,8 @@ type reconnecting struct {
 	backoff    time.Duration
 	res        *StreamResult
 	lastErr    error
-	workers    map[string]*grpc.ClientConn // ingest workers dialled, by address
-	via        string                      // where the connection now goes: "coordinator" or "worker ID at ADDR"
+	route      *router
+	via        string // where the connection now goes: "coordinator" or "worker ID at ADDR"
 }
 
 func (r *reconnecting) sink(_ string, seq uint64, capture time.Time, f *media.Frame, truth []media.Box) error {
@@ -198,79 +198,18 @@ func (r *reconnecting) send(seq uint64, msg func() *api.IngestMessage) error {
 // open starts a connection, where Route says (DialIngest set), and joins.
 func (r *reconnecting) open() error {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(r.ctx))
-	cl, join, err := r.dialStream(sctx)
+	cl, via, err := r.route.open(sctx, r.app, r.stream)
 	if err != nil {
 		cancel()
 		return err
 	}
-	if err := cl.Send(&api.IngestMessage{Join: join}); err != nil {
-		err = closeErr(cl, err)
-		cancel()
-		return err
-	}
+	r.via = via
 	r.cl, r.cancelConn, r.sentOnConn, r.connAt = cl, cancel, 0, r.rc.Clock.Now()
 	r.res.Connections++
 	if r.res.Connections > 1 || r.rc.DialIngest != nil {
 		r.rc.Log.Info("stream joined", "stream", r.stream, "app", r.app, "connection", r.res.Connections, "via", r.via)
 	}
 	return nil
-}
-
-// RouteTimeout bounds the coordinator's answer to Route.
-const RouteTimeout = 5 * time.Second
-
-// dialStream opens the Ingest stream where the frames go: the ingest
-// worker Route names, or the coordinator; join is the first message.
-func (r *reconnecting) dialStream(ctx context.Context) (grpc.ClientStreamingClient[api.IngestMessage, api.IngestReply], *api.Join, error) {
-	join := &api.Join{App: r.app, Stream: r.stream}
-	r.via = "coordinator"
-	if r.rc.DialIngest != nil {
-		rctx, cancel := context.WithTimeout(ctx, RouteTimeout)
-		rt, err := api.NewCoordinatorClient(r.cc).Route(rctx, &api.RouteRequest{App: r.app, Stream: r.stream})
-		cancel()
-		switch {
-		case status.Code(err) == codes.Unimplemented:
-			r.via = "coordinator (it does not route: an older one)"
-		case err != nil:
-			return nil, nil, fmt.Errorf("route: %w", err)
-		case rt.Addr == "":
-			r.via = "coordinator (" + rt.Why + ")"
-		default:
-			cc, err := r.worker(rt.Addr)
-			if err != nil {
-				return nil, nil, fmt.Errorf("ingest worker %s at %s: %w", rt.Worker, rt.Addr, err)
-			}
-			cl, err := api.NewIngestClient(cc).Ingest(ctx)
-			if err != nil {
-				return nil, nil, fmt.Errorf("ingest worker %s at %s: %w", rt.Worker, rt.Addr, err)
-			}
-			join.Ticket = rt.Ticket
-			r.via = fmt.Sprintf("worker %s at %s", rt.Worker, rt.Addr)
-			return cl, join, nil
-		}
-	}
-	cl, err := api.NewCoordinatorClient(r.cc).Ingest(ctx)
-	return cl, join, err
-}
-
-// worker is the connection to the ingest worker at addr, dialled once.
-func (r *reconnecting) worker(addr string) (*grpc.ClientConn, error) {
-	if cc := r.workers[addr]; cc != nil {
-		return cc, nil
-	}
-	cc, err := r.rc.DialIngest(addr)
-	if err != nil {
-		return nil, err
-	}
-	r.workers[addr] = cc
-	return cc, nil
-}
-
-func (r *reconnecting) closeWorkers() {
-	for a, cc := range r.workers {
-		_ = cc.Close()
-		delete(r.workers, a)
-	}
 }
 
 // dropConn forgets a broken connection: what it carried is unconfirmed.
