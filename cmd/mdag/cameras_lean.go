@@ -59,7 +59,7 @@ func (*cameraRun) Status() []struct{} { return nil }
 func checkCamerasFile(string, []string) (string, error) { return "", errNoCameras }
 
 // runSource refuses cameras in `mdag source`.
-func (cf *cameraFlags) runSource(context.Context, string, float64, *grpc.ClientConn, string, io.Writer, io.Writer) (bool, error) {
+func (cf *cameraFlags) runSource(context.Context, string, float64, *grpc.ClientConn, func(string) (*grpc.ClientConn, error), string, io.Writer, io.Writer) (bool, error) {
 	if !*cf.given {
 		return false, nil
 	}
