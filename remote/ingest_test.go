@@ -64,15 +64,7 @@ func TestIngestOnWorkers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a few seconds of live streams")
 	}
-	app, prof := loadExample(t, "traffic")
-	c := startCoordinator(t, app, prof, 100*time.Millisecond)
-	workers := map[string]*directWorker{}
-	for _, w := range []struct {
-		id, typ string
-		ingest  bool
-	}{{"gpu-a", "V100", false}, {"gpu-b", "V100", false}, {"cpu-a", "CPU", true}, {"cpu-b", "CPU", true}} {
-		workers[w.id] = c.directWorkerWith(t, w.id, w.typ, w.ingest)
-	}
+	c, workers := startIngestFleet(t, "gpu-a", "gpu-b")
 	cams := c.routedCameras(t, 2)
 	defer cams.stop()
 	defer func() {
@@ -172,15 +164,7 @@ func TestRoutedForwarder(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a few seconds of a live stream")
 	}
-	app, prof := loadExample(t, "traffic")
-	c := startCoordinator(t, app, prof, 100*time.Millisecond)
-	workers := map[string]*directWorker{}
-	for _, w := range []struct {
-		id, typ string
-		ingest  bool
-	}{{"gpu-a", "V100", false}, {"cpu-a", "CPU", true}, {"cpu-b", "CPU", true}} {
-		workers[w.id] = c.directWorkerWith(t, w.id, w.typ, w.ingest)
-	}
+	c, workers := startIngestFleet(t, "gpu-a")
 	f := source.NewRoutedForwarder(c.cc, client.Dial)
 	defer f.Close()
 	if err := f.Join("traffic", "door"); err != nil {
@@ -224,4 +208,21 @@ func TestRoutedForwarder(t *testing.T) {
 		t.Errorf("the forwarder sent the coordinator %d bytes: routes only, no frames", rcv.Sources)
 	}
 	waitFor(t, "door to leave", 10*time.Second, func() bool { return c.e.Status().Sessions[0].Streams == 0 })
+}
+
+// startIngestFleet serves the traffic app with a V100 worker of each ID in
+// gpus and two CPU workers that ingest, cpu-a and cpu-b, all on the
+// direct data plane.
+func startIngestFleet(t *testing.T, gpus ...string) (*loopback, map[string]*directWorker) {
+	t.Helper()
+	app, prof := loadExample(t, "traffic")
+	c := startCoordinator(t, app, prof, 100*time.Millisecond)
+	workers := map[string]*directWorker{}
+	for _, id := range gpus {
+		workers[id] = c.directWorkerWith(t, id, "V100", false)
+	}
+	for _, id := range []string{"cpu-a", "cpu-b"} {
+		workers[id] = c.directWorkerWith(t, id, "CPU", true)
+	}
+	return c, workers
 }

@@ -175,7 +175,6 @@ func (s *Server) ingestWorker() (c *conn, n int, full bool) {
 	return best.c, best.n, false
 }
 
-
 // IngestStats counts what ingest workers sent: the frames the engine took
 // and those refused (a stream not joined on the worker, a bad reference,
 // the engine's error).
@@ -275,11 +274,17 @@ func (w *workerSession) joinStream(j *api.StreamJoin) {
 			w.engineLeave(j.Stream)
 			reply(codes.Unavailable, errors.New("the stream left while it was joining: route again"))
 		case !reply(codes.OK, nil):
-			// the worker would never hear of it: undo it
+			// the worker would never hear of it: undo it, unless the
+			// worker's loss or its leave has already
 			c.mu.Lock()
-			delete(c.streams, j.Stream)
+			undo := c.streams[j.Stream] == streamJoined
+			if undo {
+				delete(c.streams, j.Stream)
+			}
 			c.mu.Unlock()
-			w.engineLeave(j.Stream)
+			if undo {
+				w.engineLeave(j.Stream)
+			}
 		default:
 			s.Log.Info("camera joined", "app", j.App, "stream", j.Stream, "ingest_worker", c.id)
 		}

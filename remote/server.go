@@ -345,13 +345,10 @@ func (s *Server) ingestOne(stream string, m *api.IngestMessage) error {
 		}
 		return s.Engine.IngestAudio(stream, m.Seq, capture, a)
 	}
-	if m.Frame.GetRef() != nil {
-		return errors.New("a frame reference: a source sends pixels (references are for workers' outputs)")
+	if m.Frame == nil {
+		return errors.New("no frame and no audio")
 	}
-	f, err := wire.FrameFromPB(m.Frame)
-	if err == nil && f == nil {
-		err = errors.New("no frame and no audio")
-	}
+	f, err := wire.SourceFrameFromPB(m.Frame)
 	if err != nil {
 		return err
 	}

@@ -227,6 +227,10 @@ func (w *workerSession) startSender() <-chan error {
 	go func() {
 		var next *api.CoordinatorMessage
 		for {
+			if w.ctx.Err() != nil {
+				sent <- nil
+				return
+			}
 			m := next
 			next = nil
 			if m == nil {

@@ -68,8 +68,9 @@ for n in $COUNTS; do
       rm -f "$tmp/ready"
       /usr/bin/time -f "%U %S" -o "$tmp/source.time" taskset -c 1 "$LOAD" --coordinator 127.0.0.1:$GRPC --streams "$n" --fps 10 \
         --duration "${SECS}s" --workers "P100=$((n / 4 + 3)),CPU=$((n / 50 + 2))" --ready "$tmp/ready" --settle 3s >"$tmp/load.out" 2>>"$tmp/workers.log" &
-      load=$!
-      for _ in $(seq 3000); do [ -e "$tmp/ready" ] && break; sleep 0.1; done
+      load=$!; pids+=($load)
+      for _ in $(seq 3000); do [ -e "$tmp/ready" ] && break; kill -0 $load 2>/dev/null || break; sleep 0.1; done
+      [ -e "$tmp/ready" ] || { echo "coordinator-capacity: coordload never got its streams joined:" >&2; tail -5 "$tmp/workers.log" >&2; exit 1; }
       t0=$(ticks $coord); w0=0
       curl -sf http://127.0.0.1:$HTTP/v1/status >"$tmp/status0.json" || echo '{}' >"$tmp/status0.json"
       wait $load || true

@@ -231,6 +231,7 @@ func (s *workerSession) joinStream(ctx context.Context, j *api.Join) (ingestCaps
 			return ingestCaps{}, status.Error(codes.Code(r.Code), "ingest: "+r.Error)
 		}
 		if r.SloNs <= 0 || r.MaxFrameW <= 0 || r.MaxFrameH <= 0 || r.MaxBoxes < 0 {
+			s.leave(j.Stream)
 			return ingestCaps{}, status.Errorf(codes.Internal, "ingest: the coordinator's join answer is incomplete (slo %v, max frame %dx%d)", time.Duration(r.SloNs), r.MaxFrameW, r.MaxFrameH)
 		}
 		return ingestCaps{slo: time.Duration(r.SloNs), maxW: int(r.MaxFrameW), maxH: int(r.MaxFrameH), maxBoxes: int(r.MaxBoxes)}, nil
@@ -346,19 +347,14 @@ func (in *ingesting) check(m *api.IngestMessage) error {
 
 // hold keeps m's frame in the store and tells the coordinator.
 func (in *ingesting) hold(m *api.IngestMessage) error {
-	if m.Frame.GetRef() != nil {
-		return errors.New("a frame reference: a source sends pixels")
-	}
-	f, err := wire.FrameFromPB(m.Frame)
-	if err == nil && f == nil {
-		err = errors.New("no frame")
-	}
+	f, err := wire.SourceFrameFromPB(m.Frame)
 	if err != nil {
 		return err
 	}
 	// Held until the frame's deadline: from its capture, or from now when
 	// the source's clock says a later time (a frame from the future
-	// would stay and crowd out the others).
+	// would stay and crowd out the others); the coordinator gets the same
+	// time, so its deadline and the store's agree.
 	capture := wire.FromNS(m.CaptureUnixNs)
 	if now := in.s.cfg.Clock.Now(); capture.After(now) {
 		capture = now
@@ -369,6 +365,6 @@ func (in *ingesting) hold(m *api.IngestMessage) error {
 		return fmt.Errorf("the worker's frame store is full (%d bytes)", dp.Store.MaxBytes)
 	}
 	ref := &api.Frame{Width: int32(f.W), Height: int32(f.H), Ref: &api.FrameRef{Holder: in.s.cfg.ID, Addr: dp.Addr, Id: id}}
-	in.s.send(&api.WorkerMessage{Msg: &api.WorkerMessage_Ingested{Ingested: &api.Ingested{Stream: in.stream, Seq: m.Seq, CaptureUnixNs: m.CaptureUnixNs, Frame: ref, Truth: m.Truth}}})
+	in.s.send(&api.WorkerMessage{Msg: &api.WorkerMessage_Ingested{Ingested: &api.Ingested{Stream: in.stream, Seq: m.Seq, CaptureUnixNs: wire.UnixNS(capture), Frame: ref, Truth: m.Truth}}})
 	return nil
 }

@@ -311,6 +311,10 @@ func (s *workerSession) sendLoop() {
 	tick := s.cfg.Clock.After(s.beat)
 	var next *api.WorkerMessage
 	for {
+		if s.ctx.Err() != nil {
+			_ = s.stream.CloseSend()
+			return
+		}
 		if next != nil {
 			m := next
 			if next = nil; !s.write(s.gather(m, &next)) {

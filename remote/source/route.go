@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -26,8 +27,9 @@ type router struct {
 	cc   *grpc.ClientConn
 	dial func(addr string) (*grpc.ClientConn, error)
 
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	closed bool // close ran: no more dialling
 }
 
 // open opens the call for stream of app and sends its join; via says where
@@ -72,6 +74,9 @@ func (r *router) open(ctx context.Context, app, stream string) (cl grpc.ClientSt
 func (r *router) conn(addr string) (*grpc.ClientConn, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return nil, errors.New("the source is closing")
+	}
 	if cc := r.conns[addr]; cc != nil {
 		return cc, nil
 	}
@@ -90,6 +95,7 @@ func (r *router) conn(addr string) (*grpc.ClientConn, error) {
 func (r *router) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.closed = true
 	for a, cc := range r.conns {
 		_ = cc.Close()
 		delete(r.conns, a)

@@ -158,6 +158,19 @@ func checkRef(f *api.Frame) error {
 	return nil
 }
 
+// SourceFrameFromPB is FrameFromPB for a frame a source sends: pixels,
+// never a reference (references are for workers' outputs), and present.
+func SourceFrameFromPB(f *api.Frame) (*media.Frame, error) {
+	if f.GetRef() != nil {
+		return nil, errors.New("a frame reference: a source sends pixels (references are for workers' outputs)")
+	}
+	out, err := FrameFromPB(f)
+	if err == nil && out == nil {
+		err = errors.New("no frame")
+	}
+	return out, err
+}
+
 func ItemToPB(it *media.Item) *api.Item {
 	out := &api.Item{Stream: it.Stream, Seq: it.Seq, CaptureUnixNs: UnixNS(it.Capture), DeadlineUnixNs: UnixNS(it.Deadline),
 		Frame: FrameToPB(it.Frame), Boxes: BoxesToPB(it.Boxes), Truth: BoxesToPB(it.Truth), Labels: it.Labels,
@@ -680,22 +693,27 @@ const (
 	MaxBatch = 1024
 	// MaxBatchBytes is about the most a batch carries: the message that
 	// would take it past goes in the next one (a single larger message
-	// goes alone).
-	MaxBatchBytes = 4 << 20
+	// goes alone). 1 MiB takes half a second at 16 Mbit/s, well inside a
+	// worker's heartbeat grace.
+	MaxBatchBytes = 1 << 20
 )
 
 // Gather returns first and the messages queued on ch behind it, while
 // batchable takes them, up to MaxBatch and MaxBatchBytes; it never waits.
 // The first message it stops at (not batchable, or over the bytes) comes
-// back as next, to be sent after the batch.
+// back as next, to be sent after the batch. Nothing is sized when nothing
+// is queued.
 func Gather[M proto.Message](first M, ch <-chan M, batchable func(M) bool) (batch []M, next M, hasNext bool) {
 	batch = append(batch, first)
-	size := proto.Size(first)
+	size := -1 // first's, once a second message comes
 	for len(batch) < MaxBatch {
 		select {
 		case m := <-ch:
 			if !batchable(m) {
 				return batch, m, true
+			}
+			if size < 0 {
+				size = proto.Size(first) + 8
 			}
 			n := proto.Size(m) + 8 // its tag and length in the batch
 			if size+n > MaxBatchBytes {

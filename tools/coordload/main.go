@@ -137,7 +137,7 @@ type fakeWorker struct {
 
 	mu      sync.Mutex
 	mods    map[string]*api.ModuleSpec
-	classes map[string][]string // crop modules' classes
+	classes map[string][]string    // crop modules' classes
 	busy    map[string][]time.Time // GPU modules: when each of their slots (ModuleSpec.concurrency) is free
 	joins   map[uint64]chan *api.StreamJoined
 	next    uint64
