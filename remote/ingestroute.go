@@ -104,6 +104,10 @@ func (s *Server) Route(ctx context.Context, req *api.RouteRequest) (*api.RouteRe
 	if _, err := s.checkClaim(ctx, "route", req.Stream); err != nil {
 		return nil, err
 	}
+	source := peerID(ctx)
+	if err := s.routesFor(source, req.Stream); err != nil {
+		return nil, err
+	}
 	info, err := s.Engine.App(dag.AppID(req.App))
 	if err != nil {
 		return nil, status.Error(engineCode(err), "route: "+err.Error())
@@ -125,6 +129,60 @@ func (s *Server) Route(ctx context.Context, req *api.RouteRequest) (*api.RouteRe
 	c.mu.Unlock()
 	return &api.RouteReply{Worker: c.id, Addr: c.ingest, Ticket: s.ticket(req.App, req.Stream, c.id),
 		Why: fmt.Sprintf("the ingest worker with the fewest streams (%d)", n)}, nil
+}
+
+// routesFor counts a route of stream for source, or refuses it when the
+// source has --max-source-streams streams routed and not joined yet (their
+// tickets alive): the routes one source holds are bounded as its Ingest
+// streams on the coordinator are. A stream routed again replaces its
+// route. Expired routes are swept at most once a second.
+func (s *Server) routesFor(source, stream string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.Clock.Now()
+	if s.routes == nil {
+		s.routes, s.routeSrc = map[string]map[string]time.Time{}, map[string]string{}
+	}
+	if now.Sub(s.routesSwept) >= time.Second {
+		s.routesSwept = now
+		for src, rs := range s.routes {
+			for id, exp := range rs {
+				if now.After(exp) {
+					delete(rs, id)
+					delete(s.routeSrc, id)
+				}
+			}
+			if len(rs) == 0 {
+				delete(s.routes, src)
+			}
+		}
+	}
+	rs := s.routes[source]
+	if _, again := rs[stream]; !again && len(rs) >= s.limits.MaxSourceStreams {
+		return s.refuse(RefusedStreams, status.Errorf(codes.ResourceExhausted, "route: source %s has %d streams routed and not joined yet, the limit (--max-source-streams): retry once they joined, or in %v", source, len(rs), TicketTTL), "source", source)
+	}
+	if rs == nil {
+		rs = map[string]time.Time{}
+		s.routes[source] = rs
+	}
+	if old, ok := s.routeSrc[stream]; ok && old != source {
+		delete(s.routes[old], stream) // a shared certificate's other holder routed it before
+	}
+	rs[stream], s.routeSrc[stream] = now.Add(TicketTTL), source
+	return nil
+}
+
+// joinedRoute forgets the route of a stream that joined.
+func (s *Server) joinedRoute(stream string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if src, ok := s.routeSrc[stream]; ok {
+		delete(s.routeSrc, stream)
+		delete(s.routes[src], stream)
+		if len(s.routes[src]) == 0 {
+			delete(s.routes, src)
+		}
+	}
 }
 
 // ingestCount is how many streams are joined or joining on the worker,
@@ -266,6 +324,9 @@ func (w *workerSession) joinStream(j *api.StreamJoin) {
 			delete(c.routed, j.Stream)
 		}
 		c.mu.Unlock()
+		if err == nil && !gone {
+			s.joinedRoute(j.Stream)
+		}
 		switch {
 		case err != nil:
 			reply(engineCode(err), err)

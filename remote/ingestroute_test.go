@@ -318,3 +318,37 @@ func TestWorkerBatch(t *testing.T) {
 
 // ingestReady says whether Route would name a worker.
 func ingestReady(s *Server) bool { c, _, _ := s.ingestWorker(); return c != nil }
+
+// TestRouteBoundedPerSource: one source holds at most --max-source-streams
+// routes not joined yet; routing a stream again replaces its route, and a
+// join frees its place.
+func TestRouteBoundedPerSource(t *testing.T) {
+	app, prof := loadExample(t, "traffic")
+	c := startServer(t, app, prof, &Server{Heartbeat: time.Second, Limits: Limits{MaxSourceStreams: 3}})
+	send, recv := rawIngestWorker(t, c, "w1")
+	waitFor(t, "the worker to be routed to", 5*time.Second, func() bool { return ingestReady(c.srv) })
+	route := func(stream string) (*api.RouteReply, error) {
+		return api.NewCoordinatorClient(c.cc).Route(context.Background(), &api.RouteRequest{App: "traffic", Stream: stream})
+	}
+	var first *api.RouteReply
+	for i, id := range []string{"cam-1", "cam-2", "cam-3", "cam-1"} {
+		rt, err := route(id)
+		if err != nil {
+			t.Fatalf("route %d (%s): %v", i, id, err)
+		}
+		if i == 3 {
+			first = rt
+		}
+	}
+	if _, err := route("cam-4"); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-source-streams") {
+		t.Fatalf("a fourth stream routed and not joined: %v, want ResourceExhausted", err)
+	}
+	send(&api.WorkerMessage{Msg: &api.WorkerMessage_StreamJoin{StreamJoin: &api.StreamJoin{Id: 1, App: "traffic", Stream: "cam-1", Ticket: first.Ticket}}})
+	if j := recv().GetStreamJoined(); j.Code != 0 {
+		t.Fatalf("join cam-1: %+v", j)
+	}
+	waitFor(t, "cam-1's route freed by its join", 5*time.Second, func() bool { _, err := route("cam-4"); return err == nil })
+	if n := c.srv.Refused()[RefusedStreams]; n == 0 {
+		t.Errorf("refused %v: the fourth route counted %s", c.srv.Refused(), RefusedStreams)
+	}
+}

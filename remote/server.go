@@ -78,8 +78,11 @@ type Server struct {
 
 	mu            sync.Mutex
 	workers       map[string]*conn
-	sources       map[string]int // open Ingest streams per source
-	workerStreams map[string]int // open Connect streams per worker peer (workerPeer)
+	sources       map[string]int                  // open Ingest streams per source
+	workerStreams map[string]int                  // open Connect streams per worker peer (workerPeer)
+	routes        map[string]map[string]time.Time // per source: streams routed and not joined yet, until their tickets expire
+	routeSrc      map[string]string               // stream -> the source it was routed for
+	routesSwept   time.Time                       // when expired routes were last swept
 
 	plane   planeCounters
 	ingress ingress // bytes received on the gRPC port, by sender
