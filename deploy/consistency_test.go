@@ -561,6 +561,7 @@ func (c *cluster) checkWorkerPod(p *problems, m manifest, d *appsv1.Deployment, 
 			want := map[string]string{
 				"type": string(wt.Type), "id": "$(MDAG_WORKER_ID)", "coordinator": coordinatorName + ":7070",
 				"tls-dir": "/etc/mdag/tls", "peer-listen": ":7071", "advertise": "$(POD_IP):7071",
+				"ingest-listen": ":7072", "ingest-advertise": "$(POD_IP):7072",
 			}
 			for _, k := range mapKeys(want) {
 				if vals[k] != want[k] {

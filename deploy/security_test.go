@@ -438,7 +438,7 @@ type peer struct {
 // app.kubernetes.io/name): workers, sources, monitoring, everyone.
 var reach = map[string]map[string][]string{
 	coordinatorName: {"grpc": {"workers", "sources"}, "http": {"everyone"}, "metrics": {"monitoring"}},
-	workerApp:       {"peer": {"workers"}},
+	workerApp:       {"peer": {"workers"}, "ingest": {"sources"}},
 }
 
 // peers are the pods and addresses the policies are checked against, each

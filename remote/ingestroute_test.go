@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -351,4 +352,29 @@ func TestRouteBoundedPerSource(t *testing.T) {
 	if n := c.srv.Refused()[RefusedStreams]; n == 0 {
 		t.Errorf("refused %v: the fourth route counted %s", c.srv.Refused(), RefusedStreams)
 	}
+}
+
+// TestRouteUnreachableWorker: a source routed to an ingest worker it cannot
+// reach (here: nothing listens at the worker's ingest address) sends the
+// stream to the coordinator instead, and says so, rather than retry the
+// route for ever.
+func TestRouteUnreachableWorker(t *testing.T) {
+	app, prof := loadExample(t, "traffic")
+	c := startCoordinator(t, app, prof, time.Second)
+	rawIngestWorker(t, c, "w1") // its ingest address, 127.0.0.1:2, has nobody behind it
+	waitFor(t, "the worker to be routed to", 5*time.Second, func() bool { return ingestReady(c.srv) })
+	pat, err := synth.NewPattern(64, 48, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuf{}
+	rc := source.Reconnect{DialIngest: client.Dial, Log: slog.New(slog.NewTextHandler(logs, nil))}
+	res, err := source.StreamReconnecting(context.Background(), c.cc, "traffic", "cam-1", pat, 0, 50, 5, rc)
+	if err != nil || res.Accepted != 5 || res.Connections != 1 {
+		t.Fatalf("the stream: %+v %v\n%s", res, err, logs)
+	}
+	if !strings.Contains(logs.String(), "ingest worker unreachable") || !strings.Contains(logs.String(), "via=\"coordinator (ingest worker w1") {
+		t.Errorf("the source did not say where its stream went:\n%s", logs)
+	}
+	waitFor(t, "the frames at the coordinator", 5*time.Second, func() bool { return c.e.Status().Sessions[0].Total.Sent == 5 })
 }

@@ -118,7 +118,7 @@ func streamReconnecting(ctx context.Context, cc *grpc.ClientConn, app, stream st
 	if rc.Log == nil {
 		rc.Log = slog.New(slog.DiscardHandler)
 	}
-	r := &reconnecting{ctx: ctx, cc: cc, app: app, stream: stream, rc: rc, backoff: rc.Backoff, res: &StreamResult{}, cancelConn: func() {}, route: &router{cc: cc, dial: rc.DialIngest}}
+	r := &reconnecting{ctx: ctx, cc: cc, app: app, stream: stream, rc: rc, backoff: rc.Backoff, res: &StreamResult{}, cancelConn: func() {}, route: &router{cc: cc, dial: rc.DialIngest, log: rc.Log}}
 	defer func() { r.cancelConn() }()
 	defer r.route.close()
 	genErr := generate(r)

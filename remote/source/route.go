@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/mdag/mdag/api"
@@ -23,14 +25,34 @@ const RouteTimeout = 5 * time.Second
 // coordinator without Route). Without dial every call goes to the
 // coordinator. Connections to ingest workers are dialled once and kept
 // until close. Safe for concurrent use.
+//
+// An ingest worker this source cannot reach (the coordinator routed it to
+// an address outside its network: a pod IP, a worker behind NAT) does not
+// stop the stream: when the worker's connection is not ready within
+// WorkerConnectTimeout (or fails at once), or opening the stream there
+// fails Unavailable, and this source was never connected to that address,
+// the stream goes to the coordinator, and so do that address's next ones
+// for WorkerDownFor; it is logged each time. An address reached before
+// that fails now is a worker gone: the open fails, and the caller routes
+// again after its backoff (the coordinator by then routes elsewhere).
 type router struct {
 	cc   *grpc.ClientConn
 	dial func(addr string) (*grpc.ClientConn, error)
+	log  *slog.Logger // nil: none
 
-	mu     sync.Mutex
-	conns  map[string]*grpc.ClientConn
-	closed bool // close ran: no more dialling
+	mu      sync.Mutex
+	conns   map[string]*grpc.ClientConn
+	down    map[string]time.Time // addresses never reached: the coordinator until then
+	reached map[string]bool      // addresses this source has been connected to (one failing now is a worker gone: route again)
+	closed  bool                 // close ran: no more dialling
 }
+
+// How long an ingest worker's connection may take to be ready, and how
+// long an address that was not stays skipped.
+const (
+	WorkerConnectTimeout = 5 * time.Second
+	WorkerDownFor        = time.Minute
+)
 
 // open opens the call for stream of app and sends its join; via says where
 // it went, for logs.
@@ -48,15 +70,27 @@ func (r *router) open(ctx context.Context, app, stream string) (cl grpc.ClientSt
 			return nil, "", fmt.Errorf("route: %w", err)
 		case rt.Addr == "":
 			via = "coordinator (" + rt.Why + ")"
+		case r.isDown(rt.Addr):
+			via = fmt.Sprintf("coordinator (ingest worker %s at %s was unreachable from here)", rt.Worker, rt.Addr)
 		default:
 			cc, err := r.conn(rt.Addr)
 			if err == nil {
+				err = ready(ctx, cc)
+			}
+			if err == nil {
 				cl, err = api.NewIngestClient(cc).Ingest(ctx)
 			}
-			if err != nil {
+			switch {
+			case err == nil:
+				r.reachedAddr(rt.Addr)
+				join.Ticket, via = rt.Ticket, fmt.Sprintf("worker %s at %s", rt.Worker, rt.Addr)
+			case ctx.Err() == nil && !r.wasReached(rt.Addr) && (status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded):
+				// never reached from here: another network's address
+				r.markDown(rt.Addr, rt.Worker, err)
+				via = fmt.Sprintf("coordinator (ingest worker %s at %s unreachable: %v)", rt.Worker, rt.Addr, err)
+			default:
 				return nil, "", fmt.Errorf("ingest worker %s at %s: %w", rt.Worker, rt.Addr, err)
 			}
-			join.Ticket, via = rt.Ticket, fmt.Sprintf("worker %s at %s", rt.Worker, rt.Addr)
 		}
 	}
 	if cl == nil {
@@ -68,6 +102,63 @@ func (r *router) open(ctx context.Context, app, stream string) (cl grpc.ClientSt
 		return nil, "", closeErr(cl, err)
 	}
 	return cl, via, nil
+}
+
+// ready waits, at most WorkerConnectTimeout, for cc to be connected.
+func ready(ctx context.Context, cc *grpc.ClientConn) error {
+	ctx, cancel := context.WithTimeout(ctx, WorkerConnectTimeout)
+	defer cancel()
+	cc.Connect()
+	for {
+		st := cc.GetState()
+		switch st {
+		case connectivity.Ready:
+			return nil
+		case connectivity.TransientFailure:
+			return status.Error(codes.Unavailable, "the connection failed")
+		}
+		if !cc.WaitForStateChange(ctx, st) {
+			return status.Errorf(codes.Unavailable, "not connected within %v (%s)", WorkerConnectTimeout, st)
+		}
+	}
+}
+
+func (r *router) reachedAddr(addr string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.reached == nil {
+		r.reached = map[string]bool{}
+	}
+	r.reached[addr] = true
+}
+
+func (r *router) wasReached(addr string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reached[addr]
+}
+
+func (r *router) isDown(addr string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	until, ok := r.down[addr]
+	if ok && time.Now().After(until) {
+		delete(r.down, addr)
+		return false
+	}
+	return ok
+}
+
+func (r *router) markDown(addr, worker string, err error) {
+	r.mu.Lock()
+	if r.down == nil {
+		r.down = map[string]time.Time{}
+	}
+	r.down[addr] = time.Now().Add(WorkerDownFor)
+	r.mu.Unlock()
+	if r.log != nil {
+		r.log.Warn("ingest worker unreachable from this source: its streams go to the coordinator for a while", "worker", worker, "addr", addr, "for", WorkerDownFor, "err", err)
+	}
 }
 
 // conn is the connection to the ingest worker at addr, dialled once.
