@@ -241,11 +241,8 @@ func (w *workerSession) startSender() <-chan error {
 					return
 				}
 			}
-			if w.reg.Batches && batchableDown(m) {
-				var batch []*api.CoordinatorMessage
-				if batch, next, _ = wire.Gather(m, w.c.out, batchableDown); len(batch) > 1 {
-					m = &api.CoordinatorMessage{Msg: &api.CoordinatorMessage_Batch{Batch: &api.CoordinatorBatch{Msgs: batch}}}
-				}
+			if w.reg.Batches {
+				m, next = wire.PackDown(m, w.c.out)
 			}
 			if err := w.stream.Send(m); err != nil {
 				sent <- err
@@ -255,15 +252,6 @@ func (w *workerSession) startSender() <-chan error {
 		}
 	}()
 	return sent
-}
-
-// batchableDown says whether m may go in a CoordinatorBatch.
-func batchableDown(m *api.CoordinatorMessage) bool {
-	switch m.Msg.(type) {
-	case *api.CoordinatorMessage_Registered, *api.CoordinatorMessage_Batch:
-		return false
-	}
-	return true
 }
 
 // watchHeartbeats ends the session once the worker has been silent (no

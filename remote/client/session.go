@@ -309,57 +309,31 @@ func (s *workerSession) startSender() <-chan struct{} {
 // while the sender was writing goes as one WorkerBatch, in order.
 func (s *workerSession) sendLoop() {
 	tick := s.cfg.Clock.After(s.beat)
-	var next *api.WorkerMessage
+	var next *api.WorkerMessage // where the last batch stopped: sent first
 	for {
 		if s.ctx.Err() != nil {
 			_ = s.stream.CloseSend()
 			return
 		}
-		if next != nil {
-			m := next
-			if next = nil; !s.write(s.gather(m, &next)) {
+		m := next
+		next = nil
+		if m == nil {
+			select {
+			case m = <-s.out:
+			case <-tick:
+				m, tick = s.heartbeat(), s.cfg.Clock.After(s.beat)
+			case <-s.ctx.Done():
+				_ = s.stream.CloseSend()
 				return
 			}
-			continue
 		}
-		select {
-		case m := <-s.out:
-			if !s.write(s.gather(m, &next)) {
-				return
-			}
-		case <-tick:
-			if !s.write(s.heartbeat()) {
-				return
-			}
-			tick = s.cfg.Clock.After(s.beat)
-		case <-s.ctx.Done():
-			_ = s.stream.CloseSend()
+		if s.batch {
+			m, next = wire.PackUp(m, s.out)
+		}
+		if !s.write(m) {
 			return
 		}
 	}
-}
-
-// gather is m, or a batch of m and what queued behind it when the
-// coordinator takes batches; *next is the message it stopped at.
-func (s *workerSession) gather(m *api.WorkerMessage, next **api.WorkerMessage) *api.WorkerMessage {
-	if !s.batch || !batchableUp(m) {
-		return m
-	}
-	batch, nx, _ := wire.Gather(m, s.out, batchableUp)
-	*next = nx
-	if len(batch) == 1 {
-		return m
-	}
-	return &api.WorkerMessage{Msg: &api.WorkerMessage_Batch{Batch: &api.WorkerBatch{Msgs: batch}}}
-}
-
-// batchableUp says whether m may go in a WorkerBatch.
-func batchableUp(m *api.WorkerMessage) bool {
-	switch m.Msg.(type) {
-	case *api.WorkerMessage_Register, *api.WorkerMessage_Batch:
-		return false
-	}
-	return true
 }
 
 // write sends m down the stream; a failure ends the session.

@@ -51,3 +51,29 @@ func TestGather(t *testing.T) {
 		t.Errorf("a long queue: a batch of %d (next %v), %d left; want %d and 11 left", len(batch), has, len(ch), MaxBatch)
 	}
 }
+
+// TestPack: one message alone goes as it is; several as one batch, in
+// order, up to the message that may not be batched, handed back as next;
+// a message that may not be batched is never wrapped.
+func TestPack(t *testing.T) {
+	ch := make(chan *api.CoordinatorMessage, 4)
+	if m, next := PackDown(task(1), ch); m.GetTask().GetId() != 1 || next != nil {
+		t.Errorf("alone: %v, next %v", m, next)
+	}
+	reg := &api.CoordinatorMessage{Msg: &api.CoordinatorMessage_Registered{Registered: &api.Registered{}}}
+	ch <- task(2)
+	ch <- reg
+	m, next := PackDown(task(1), ch)
+	if b := m.GetBatch(); b == nil || len(b.Msgs) != 2 || b.Msgs[0].GetTask().GetId() != 1 || b.Msgs[1].GetTask().GetId() != 2 || next != reg {
+		t.Errorf("a batch of tasks 1 and 2, then the registered: %v, next %v", m, next)
+	}
+	ch <- task(2)
+	if m, next := PackDown(reg, ch); m != reg || next != nil || len(ch) != 1 {
+		t.Errorf("a registered is never batched: %v, next %v, %d queued", m, next, len(ch))
+	}
+	up := make(chan *api.WorkerMessage, 2)
+	up <- &api.WorkerMessage{Msg: &api.WorkerMessage_Heartbeat{Heartbeat: &api.Heartbeat{}}}
+	if m, _ := PackUp(&api.WorkerMessage{Msg: &api.WorkerMessage_Heartbeat{Heartbeat: &api.Heartbeat{}}}, up); len(m.GetBatch().GetMsgs()) != 2 {
+		t.Errorf("two heartbeats up: %v", m)
+	}
+}

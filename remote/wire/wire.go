@@ -727,3 +727,50 @@ func Gather[M proto.Message](first M, ch <-chan M, batchable func(M) bool) (batc
 	}
 	return batch, next, false
 }
+
+// PackUp is what a worker sends for first and what queued behind it on
+// ch: first alone, or one WorkerBatch of it and those Gather takes; next
+// is the message Gather stopped at (nil: none), to be sent after it.
+func PackUp(first *api.WorkerMessage, ch <-chan *api.WorkerMessage) (m, next *api.WorkerMessage) {
+	return pack(first, ch, batchableUp, func(b []*api.WorkerMessage) *api.WorkerMessage {
+		return &api.WorkerMessage{Msg: &api.WorkerMessage_Batch{Batch: &api.WorkerBatch{Msgs: b}}}
+	})
+}
+
+// PackDown is PackUp for the coordinator's messages to a worker.
+func PackDown(first *api.CoordinatorMessage, ch <-chan *api.CoordinatorMessage) (m, next *api.CoordinatorMessage) {
+	return pack(first, ch, batchableDown, func(b []*api.CoordinatorMessage) *api.CoordinatorMessage {
+		return &api.CoordinatorMessage{Msg: &api.CoordinatorMessage_Batch{Batch: &api.CoordinatorBatch{Msgs: b}}}
+	})
+}
+
+func pack[M proto.Message](first M, ch <-chan M, batchable func(M) bool, wrap func([]M) M) (m, next M) {
+	if !batchable(first) {
+		return first, next
+	}
+	batch, next, _ := Gather(first, ch, batchable)
+	if len(batch) == 1 {
+		return first, next
+	}
+	return wrap(batch), next
+}
+
+// batchableUp says whether m may go in a WorkerBatch: not a register or
+// a batch.
+func batchableUp(m *api.WorkerMessage) bool {
+	switch m.Msg.(type) {
+	case *api.WorkerMessage_Register, *api.WorkerMessage_Batch:
+		return false
+	}
+	return true
+}
+
+// batchableDown says whether m may go in a CoordinatorBatch: not a
+// registered or a batch.
+func batchableDown(m *api.CoordinatorMessage) bool {
+	switch m.Msg.(type) {
+	case *api.CoordinatorMessage_Registered, *api.CoordinatorMessage_Batch:
+		return false
+	}
+	return true
+}

@@ -188,23 +188,25 @@ func (fw *fakeWorker) register(ctx context.Context, typ string) error {
 }
 
 func (fw *fakeWorker) sendLoop(ctx context.Context) {
-	all := func(*api.WorkerMessage) bool { return true }
+	var next *api.WorkerMessage
 	for {
-		select {
-		case m := <-fw.out:
-			if fw.batches {
-				if b, _, _ := wire.Gather(m, fw.out, all); len(b) > 1 {
-					m = &api.WorkerMessage{Msg: &api.WorkerMessage_Batch{Batch: &api.WorkerBatch{Msgs: b}}}
-				}
-			}
-			if err := fw.st.Send(m); err != nil {
-				fmt.Fprintln(os.Stderr, "coordload: send:", fw.id, err)
+		m := next
+		next = nil
+		if m == nil {
+			select {
+			case m = <-fw.out:
+			case <-time.After(500 * time.Millisecond):
+				m = &api.WorkerMessage{Msg: &api.WorkerMessage_Heartbeat{Heartbeat: &api.Heartbeat{}}}
+			case <-ctx.Done():
+				_ = fw.st.CloseSend()
 				return
 			}
-		case <-time.After(500 * time.Millisecond):
-			_ = fw.st.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Heartbeat{Heartbeat: &api.Heartbeat{}}})
-		case <-ctx.Done():
-			_ = fw.st.CloseSend()
+		}
+		if fw.batches {
+			m, next = wire.PackUp(m, fw.out)
+		}
+		if err := fw.st.Send(m); err != nil {
+			fmt.Fprintln(os.Stderr, "coordload: send:", fw.id, err)
 			return
 		}
 	}
