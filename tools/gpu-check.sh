@@ -2,6 +2,7 @@
 # The GPU check (README, "GPU check"): mdag's GPU path end to end on one machine, with a report.
 #
 #   tools/gpu-check.sh [--device cuda|cpu] [--out DIR] [--streams 8,32,64,128] [--duration 20s] [--quick]
+#                      [--ingest worker|coordinator]
 #
 # What it runs, all on this machine:
 #   1. runners/torch --bench: the raw model time per batch size (CUDA graphs on a GPU), the reference;
@@ -11,6 +12,9 @@
 #   4. the lean coordinator with examples/gpu-check (a detector, then ResNet-50 on every crop, 50 ms
 #      SLO), one worker on the kserve executor (the detector emulated: it echoes the synthetic
 #      ground truth, so the classifier batches real crops), synthetic sources at each load of --streams;
+#      the sources stream to the worker, which ingests them (--ingest worker, the default:
+#      coordinator --data-plane metadata, worker --ingest-listen; no pixel crosses the coordinator),
+#      or to the coordinator (--ingest coordinator, the relay of earlier runs);
 #   5. tools/gpu_report.py: DIR/gpu-report.md and DIR/gpu-report.json: the finish rate per load, the
 #      scheduler's batch sizes, GPU utilisation (NVML, through the coordinator's /metrics), goodput
 #      against the runner's raw throughput at the batch the scheduler ran, the protocol's cost against
@@ -27,6 +31,7 @@ out=
 streams=
 duration=
 quick=0
+ingest=worker
 while [ $# -gt 0 ]; do
 	case $1 in
 	--device) device=$2; shift 2 ;;
@@ -34,11 +39,13 @@ while [ $# -gt 0 ]; do
 	--streams) streams=$2; shift 2 ;;
 	--duration) duration=$2; shift 2 ;;
 	--quick) quick=1; shift ;;
-	-h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+	--ingest) ingest=$2; shift 2 ;;
+	-h | --help) sed -n '2,25p' "$0"; exit 0 ;;
 	*) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
 case $device in cuda | cpu) ;; *) echo "gpu-check: --device $device: want cuda or cpu" >&2; exit 2 ;; esac
+case $ingest in worker | coordinator) ;; *) echo "gpu-check: --ingest $ingest: want worker or coordinator" >&2; exit 2 ;; esac
 
 MDAG=${MDAG:-bin/mdag-lean}
 [ -x "$MDAG" ] || [ ! -x build/gpu-bundle/mdag-lean ] || MDAG=build/gpu-bundle/mdag-lean
@@ -136,7 +143,7 @@ size_of() { [ "$1" = inception_resnet_v2 ] && echo 299 || echo 224; }
 	echo " \"host\": \"$(uname -srm)\", \"cpus\": $(nproc),"
 	echo " \"gpu\": \"$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1 || true)\","
 	echo " \"torch\": \"$("$PY" -c 'import torch; print(torch.__version__)')\", \"streams\": \"$streams\", \"duration\": \"$duration\","
-	echo " \"objects\": $objects, \"fps\": $fps, \"slo\": \"$slo\", \"batches\": \"$batches\"}"
+	echo " \"objects\": $objects, \"fps\": $fps, \"slo\": \"$slo\", \"batches\": \"$batches\", \"ingest\": \"$ingest\"}"
 } >"$out/meta.json"
 
 # 1. The raw model times: the runner alone, no protocol.
@@ -237,12 +244,18 @@ for op in crop count; do
 done
 
 # 4. The live sweep: coordinator, worker, sources.
-echo "gpu-check: 4/5 live: coordinator, a kserve worker, synthetic sources at $streams streams"
+echo "gpu-check: 4/5 live: coordinator, a kserve worker, synthetic sources at $streams streams (ingest on the $ingest)"
 # the app at this device's SLO and fps (examples/gpu-check: 50 ms, 30 fps; on a CPU, ResNet-50 alone
 # takes longer than 50 ms)
 app=$out/app.yaml
 sed -e "s/^slo: .*/slo: $slo/" -e "s/^fps: .*/fps: $fps/" examples/gpu-check/app.yaml >"$app"
-"$MDAG" coordinator -f "$app" -p "$out/profiles.yaml" --grpc 127.0.0.1:0 --listen 127.0.0.1:0 >"$out/coordinator.out" 2>"$out/coordinator.log" &
+plane=()
+ingest_args=()
+if [ "$ingest" = worker ]; then
+	plane=(--data-plane metadata)
+	ingest_args=(--ingest-listen 127.0.0.1:0)
+fi
+"$MDAG" coordinator -f "$app" -p "$out/profiles.yaml" --grpc 127.0.0.1:0 --listen 127.0.0.1:0 "${plane[@]}" >"$out/coordinator.out" 2>"$out/coordinator.log" &
 coord=$!
 pids+=("$coord")
 started() {
@@ -252,7 +265,7 @@ started() {
 poll "the coordinator to listen" 30 started
 grpc=$(sed -nE 's/.*msg=coordinating .* grpc=([^ ]+) .*/\1/p' "$out/coordinator.log")
 server=$(sed -nE 's/.*msg=coordinating .* status=(http:\/\/[^ ]+)\/v1\/status.*/\1/p' "$out/coordinator.log")
-"$MDAG" worker --coordinator "$grpc" --type gpu-check --id gpu-check-0 --executor kserve --models "$reg" --emulate detector \
+"$MDAG" worker --coordinator "$grpc" --type gpu-check --id gpu-check-0 --executor kserve --models "$reg" --emulate detector "${ingest_args[@]}" \
 	>"$out/worker.out" 2>"$out/worker.log" &
 pids+=("$!")
 registered() { get "$server/v1/status" 2>/dev/null | grep -q '"gpu-check-0"'; }
@@ -272,7 +285,7 @@ for n in "${loads[@]}"; do
 	done >"$out/sweep/$n.gpu.txt") &
 	sampler=$!
 	pids+=("$sampler")
-	"$MDAG" source --coordinator "$grpc" --app gpu-check --streams "$n" --fps "$fps" --objects "$objects" --size 640x480 \
+	"$MDAG" source --coordinator "$grpc" --ingest "$([ "$ingest" = worker ] && echo route || echo coordinator)" --app gpu-check --streams "$n" --fps "$fps" --objects "$objects" --size 640x480 \
 		--prefix "load$n" --duration "$duration" >"$out/sweep/$n.source.out" 2>"$out/sweep/$n.source.log" || fail "mdag source ($n streams)"
 	kill "$sampler" 2>/dev/null || true
 	wait "$sampler" 2>/dev/null || true

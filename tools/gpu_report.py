@@ -281,30 +281,33 @@ def main():
     if ph:
         L.append("### Where the time goes (ResNet-50, concurrency 1)\n")
         L.append("The kserve executor times each batch's parts (mean ms): packing the frames into the tensor (prep, on the "
-                 "worker's cores), the copy into the shared memory region, the ModelInfer call, splitting the outputs. "
+                 "worker's cores), the copy into the shared memory region, the ModelInfer call, splitting the outputs; "
+                 "the rest of the p50 is outside those parts (decoding each item's output, taking a slot). "
                  "The runner's part of the call is its `run()` with copies (`--bench`: host bytes in, H2D, replay, D2H, sync); "
                  "the rest of the call is gRPC both ways and the runner's Python per request.\n")
         L.append("The runner's handler (`--stats`, over a sweep at concurrency 1 alone): checking the "
                  "request, waiting for a slot, its run(), building the response; call - handler is gRPC both ways "
                  "(Go client, Python server) and the server's thread hand-offs.\n")
-        L.append("| batch | kserve p50 | pack | shm write | call | split | runner run() with copies | call - run() "
+        L.append("| batch | kserve p50 | pack | shm write | call | split | rest (decode) | runner run() with copies | call - run() "
                  "| handler: check / slot wait / run / respond | call - handler |\n"
-                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         ks = kserve_times(prof.get("resnet50", {}))
         for b in sorted(ph):
             p = ph[b]
             c = copies.get(b)
             r = rstats.get(b)
             hs = [r.get(k + "_ms", 0) for k in ("check", "slot_wait", "run", "respond")] if r else None
-            L.append("| %d | %s | %.2f | %.2f | %.2f | %.2f | %s | %s | %s | %s |" % (
+            parts = sum(p.get(k, 0) for k in ("pack", "shm-write", "call", "split"))
+            L.append("| %d | %s | %.2f | %.2f | %.2f | %.2f | %s | %s | %s | %s | %s |" % (
                 b, fmt(ks.get(b), ".2f"), p.get("pack", 0), p.get("shm-write", 0), p.get("call", 0), p.get("split", 0),
+                fmt(ks[b] - parts if ks.get(b) is not None else None, ".2f"),
                 fmt(c, ".2f"), fmt(p.get("call", 0) - c if c is not None else None, ".2f"),
                 " / ".join("%.2f" % h for h in hs) if hs else "-",
                 fmt(p.get("call", 0) - sum(hs) if hs else None, ".2f")))
         L.append("")
     L.append("## Live: examples/gpu-check (detector, crop, ResNet-50 on every crop; %s SLO)\n" % meta.get("slo", "50ms"))
-    L.append("%s fps per stream, %s objects per frame, %s per load. Goodput = ResNet-50 items per second x the finish rate; "
-             "raw = the runner's throughput at the mean batch the scheduler ran.\n" % (meta["fps"], meta["objects"], meta["duration"]))
+    L.append("%s fps per stream, %s objects per frame, %s per load, the sources streaming to the %s. Goodput = ResNet-50 items per second x the finish rate; "
+             "raw = the runner's throughput at the mean batch the scheduler ran.\n" % (meta["fps"], meta["objects"], meta["duration"], "worker (it ingests them; no pixel crosses the coordinator)" if meta.get("ingest", "coordinator") == "worker" else "coordinator"))
     L.append("| streams | frames | finish rate | p50 / p99 ms | ResNet-50 items/s (goodput) | mean batch | raw items/s at that batch | goodput / raw | GPU util | batch sizes |")
     L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:

@@ -132,38 +132,66 @@ func Classify(outs []Output, _ Geometry, p Params) (Result, error) {
 	if len(p.Labels) > 0 && len(p.Labels) != len(o.Data) {
 		return Result{}, fmt.Errorf("classify: output %s has %d classes, the labels file %d", o.Name, len(o.Data), len(p.Labels))
 	}
-	s := make([]float64, len(o.Data))
-	for i, v := range o.Data {
-		s[i] = float64(v)
-	}
-	if p.Softmax {
+	k := min(max(1, p.TopK), len(o.Data))
+	top := topK(o.Data, k)
+	// softmax is monotonic: the top k of the logits are the top k of the
+	// probabilities, and only a threshold needs the probabilities
+	// themselves (a full sort of 1,000 classes per item took ~0.25 ms:
+	// 8 ms of a ResNet-50 batch of 32 on an H200's host)
+	score := func(v float32) float64 { return float64(v) }
+	switch {
+	case p.Softmax && p.Threshold <= 0: // every probability reaches it
+		score = func(float32) float64 { return 0 }
+	case p.Softmax:
 		m := math.Inf(-1)
-		for _, v := range s {
-			m = max(m, v)
+		for _, v := range o.Data {
+			if !math.IsNaN(float64(v)) {
+				m = max(m, float64(v))
+			}
 		}
 		sum := 0.0
-		for i, v := range s {
-			s[i] = math.Exp(v - m)
-			sum += s[i]
+		for _, v := range o.Data {
+			if !math.IsNaN(float64(v)) {
+				sum += math.Exp(float64(v) - m)
+			}
 		}
-		for i := range s {
-			s[i] /= sum
-		}
+		score = func(v float32) float64 { return math.Exp(float64(v)-m) / sum }
 	}
-	idx := make([]int, len(s))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool { return s[idx[a]] > s[idx[b]] })
-	k := max(1, p.TopK)
 	var r Result
-	for _, i := range idx[:min(k, len(idx))] {
-		if s[i] < p.Threshold {
+	for _, i := range top {
+		if score(o.Data[i]) < p.Threshold {
 			break
 		}
 		r.Labels = append(r.Labels, label(p.Labels, i))
 	}
 	return r, nil
+}
+
+// topK is the indices of the k highest values of s, highest first, the
+// lower index first among equal values; NaN is no score and never kept.
+// One pass with insertion into k places: O(n k), for the small k a
+// classifier keeps.
+func topK(s []float32, k int) []int {
+	top := make([]int, 0, k)
+	for i, v := range s {
+		if v != v { // NaN
+			continue
+		}
+		if len(top) == k && v <= s[top[k-1]] {
+			continue
+		}
+		j := len(top)
+		if j < k {
+			top = append(top, i)
+		} else {
+			j = k - 1
+		}
+		for ; j > 0 && v > s[top[j-1]]; j-- {
+			top[j] = top[j-1]
+		}
+		top[j] = i
+	}
+	return top
 }
 
 // NMS keeps the best-scoring boxes, dropping any that overlaps a kept one

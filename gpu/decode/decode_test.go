@@ -2,6 +2,10 @@ package decode
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 
@@ -32,6 +36,80 @@ func TestClassify(t *testing.T) {
 			}
 			if !strings.Contains(got, strings.TrimPrefix(tc.want, "error: ")) || strings.HasPrefix(tc.want, "error: ") != (err != nil) {
 				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// Classify's top k agree with a full stable sort (and, with Softmax and a
+// threshold, with the probabilities computed whole) on random scores with
+// many ties; NaN is never a label.
+func TestClassifyTopKProperty(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 2000 {
+		n := 1 + rng.IntN(60)
+		data := make([]float32, n)
+		for i := range data {
+			data[i] = float32(rng.IntN(8)) - 3 // few distinct values: ties
+			if rng.IntN(25) == 0 {
+				data[i] = float32(math.NaN())
+			}
+		}
+		p := Params{TopK: 1 + rng.IntN(8), Softmax: rng.IntN(2) == 0}
+		if rng.IntN(2) == 0 {
+			p.Threshold = rng.Float64() * 0.3
+		}
+		// the reference: every score (softmax over the non-NaN logits), sorted whole
+		var idx []int
+		s := make([]float64, n)
+		m, sum := math.Inf(-1), 0.0
+		for i, v := range data {
+			if !math.IsNaN(float64(v)) {
+				idx = append(idx, i)
+				m = max(m, float64(v))
+			}
+		}
+		for _, i := range idx {
+			sum += math.Exp(float64(data[i]) - m)
+		}
+		for _, i := range idx {
+			s[i] = float64(data[i])
+			if p.Softmax {
+				s[i] = math.Exp(float64(data[i])-m) / sum
+			}
+		}
+		sort.SliceStable(idx, func(a, b int) bool { return data[idx[a]] > data[idx[b]] })
+		var want []string
+		for _, i := range idx[:min(p.TopK, len(idx))] {
+			if s[i] < p.Threshold {
+				break
+			}
+			want = append(want, fmt.Sprintf("class%d", i))
+		}
+		r, err := Classify([]Output{{Name: "p", Shape: []int64{int64(n)}, Data: data}}, Geometry{}, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(r.Labels, want) {
+			t.Fatalf("trial %d: %v %+v: got %v, want %v", trial, data, p, r.Labels, want)
+		}
+	}
+}
+
+// BenchmarkClassify is one ResNet-50 item: top 1 of 1,000 logits.
+func BenchmarkClassify(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	data := make([]float32, 1000)
+	for i := range data {
+		data[i] = rng.Float32() * 10
+	}
+	outs := []Output{{Name: "output", Shape: []int64{1000}, Data: data}}
+	for _, p := range []Params{{TopK: 1, Softmax: true}, {TopK: 5, Softmax: true, Threshold: 0.01}} {
+		b.Run(fmt.Sprintf("top%d-threshold%g", p.TopK, p.Threshold), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := Classify(outs, Geometry{}, p); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

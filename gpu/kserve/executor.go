@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -782,6 +783,30 @@ func guard(what string, f func()) (err error) {
 	return nil
 }
 
+// copyGuarded copies src into the start of dst, a shared memory mapping,
+// in chunks of at least copyChunk bytes on up to GOMAXPROCS goroutines
+// (one goroutine's memcpy of a batch of 32 ResNet-50 inputs, 4.8 MB, took
+// 0.87 ms on an H200's host), each under guard: a fault is the copy's
+// error, never a crash.
+func copyGuarded(what string, dst, src []byte) error {
+	n := min(runtime.GOMAXPROCS(0), len(src)/copyChunk)
+	if n <= 1 {
+		return guard(what, func() { copy(dst, src) })
+	}
+	per := (len(src) + n - 1) / n
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		lo, hi := i*per, min((i+1)*per, len(src))
+		wg.Go(func() { errs[i] = guard(what, func() { copy(dst[lo:hi], src[lo:hi]) }) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// copyChunk is the least a goroutine of copyGuarded copies.
+const copyChunk = 512 << 10
+
 // attempt packs the frames, sends one ModelInfer and splits each output
 // along the batch. Its error starts with ": " or ", batch of N: " (after
 // the model and endpoint); again says the model negotiates anew (a region
@@ -818,7 +843,7 @@ func (m *model) attempt(ctx context.Context, s *slot, frames []*media.Frame) (ou
 	t1 := time.Now()
 	var t2 time.Time
 	if useShm {
-		err := guard("shared memory region "+s.name, func() { copy(s.region.Data, raw) })
+		err := copyGuarded("shared memory region "+s.name, s.region.Data, raw)
 		t2 = time.Now()
 		if err != nil {
 			m.lost()

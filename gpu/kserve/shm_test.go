@@ -1,9 +1,12 @@
 package kserve
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -58,5 +61,36 @@ func TestRegion(t *testing.T) {
 		if _, err := OpenRegion(key, tc.off, tc.size); err == nil {
 			t.Errorf("OpenRegion(off %d, size %d) of 10 bytes: no error", tc.off, tc.size)
 		}
+	}
+}
+
+// copyGuarded copies a large batch on several goroutines, and a region
+// truncated under it is an error naming the fault, from whichever
+// goroutine met it, never a crash.
+func TestCopyGuarded(t *testing.T) {
+	key := fmt.Sprintf("/mdag-test-copy-%d", os.Getpid())
+	size := 8 * copyChunk
+	r, err := CreateRegion(key, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	src := make([]byte, size)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	if err := copyGuarded("region", r.Data, src); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(r.Data, src) {
+		t.Fatal("the region differs from what was copied")
+	}
+	if err := os.Truncate(filepath.Join(ShmDir, key[1:]), int64(copyChunk)); err != nil {
+		t.Fatal(err)
+	}
+	err = copyGuarded("region", r.Data, src)
+	var fe *faultError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "region faulted") {
+		t.Fatalf("copy into a truncated region: %v, want a fault", err)
 	}
 }
