@@ -2,11 +2,12 @@
 # The GPU check (README, "GPU check"): mdag's GPU path end to end on one machine, with a report.
 #
 #   tools/gpu-check.sh [--device cuda|cpu] [--out DIR] [--streams 8,32,64,128] [--duration 20s] [--quick]
-#                      [--ingest worker|coordinator]
+#                      [--ingest worker|coordinator] [--slots 2]
 #
 # What it runs, all on this machine:
 #   1. runners/torch --bench: the raw model time per batch size (CUDA graphs on a GPU), the reference;
-#   2. runners/torch serving resnet50 (and the zoo models) over the Open Inference Protocol;
+#   2. runners/torch serving resnet50 (and the zoo models) over the Open Inference Protocol, --slots
+#      batches at once (CUDA streams; the profiles measure concurrency 1, 2, 4 ... up to it);
 #   3. mdag profile --executor kserve for each model: the time per batch through mdag's kserve
 #      executor (preprocessing, the protocol, shared memory, the runner) -> profiles of this GPU;
 #   4. the lean coordinator with examples/gpu-check (a detector, then ResNet-50 on every crop, 50 ms
@@ -32,6 +33,7 @@ streams=
 duration=
 quick=0
 ingest=worker
+slots=2
 while [ $# -gt 0 ]; do
 	case $1 in
 	--device) device=$2; shift 2 ;;
@@ -40,12 +42,16 @@ while [ $# -gt 0 ]; do
 	--duration) duration=$2; shift 2 ;;
 	--quick) quick=1; shift ;;
 	--ingest) ingest=$2; shift 2 ;;
-	-h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+	--slots) slots=$2; shift 2 ;;
+	-h | --help) sed -n '2,27p' "$0"; exit 0 ;;
 	*) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
 case $device in cuda | cpu) ;; *) echo "gpu-check: --device $device: want cuda or cpu" >&2; exit 2 ;; esac
 case $ingest in worker | coordinator) ;; *) echo "gpu-check: --ingest $ingest: want worker or coordinator" >&2; exit 2 ;; esac
+case $slots in [1-8]) ;; *) echo "gpu-check: --slots $slots: want 1 to 8" >&2; exit 2 ;; esac
+conc=1
+for c in 2 4 8; do [ "$c" -le "$slots" ] && conc="$conc,$c"; done
 
 MDAG=${MDAG:-bin/mdag-lean}
 [ -x "$MDAG" ] || [ ! -x build/gpu-bundle/mdag-lean ] || MDAG=build/gpu-bundle/mdag-lean
@@ -143,7 +149,7 @@ size_of() { [ "$1" = inception_resnet_v2 ] && echo 299 || echo 224; }
 	echo " \"host\": \"$(uname -srm)\", \"cpus\": $(nproc),"
 	echo " \"gpu\": \"$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1 || true)\","
 	echo " \"torch\": \"$("$PY" -c 'import torch; print(torch.__version__)')\", \"streams\": \"$streams\", \"duration\": \"$duration\","
-	echo " \"objects\": $objects, \"fps\": $fps, \"slo\": \"$slo\", \"batches\": \"$batches\", \"ingest\": \"$ingest\"}"
+	echo " \"objects\": $objects, \"fps\": $fps, \"slo\": \"$slo\", \"batches\": \"$batches\", \"ingest\": \"$ingest\", \"slots\": $slots}"
 } >"$out/meta.json"
 
 # 1. The raw model times: the runner alone, no protocol.
@@ -158,7 +164,7 @@ done
 # 2. The runner, serving every model.
 port=$(freeport)
 echo "gpu-check: 2/5 runners/torch on 127.0.0.1:$port: ${models[*]}"
-runner_args=(--listen "127.0.0.1:$port" --device "$device" --input uint8-nhwc --batches "$batches" --max-batch "${batches##*,}" --slots 2
+runner_args=(--listen "127.0.0.1:$port" --device "$device" --input uint8-nhwc --batches "$batches" --max-batch "${batches##*,}" --slots "$slots"
 	--stats "$out/runner-stats.json")
 for i in "${!models[@]}"; do
 	# NAME=SPEC@SIZE: the model's own input size (InceptionResNetV2's 299) beside --size 224
@@ -205,7 +211,7 @@ iters=30
 [ "$device" = cpu ] && iters=4
 for m in "${models[@]}"; do
 	"$MDAG" profile --executor kserve --models "$reg" --model "$m" --worker-type gpu-check --price 1 --gpu "$gpuname" \
-		--batches "$batches" --concurrency 1,2 --iterations "$iters" --frame 224x224 -o json \
+		--batches "$batches" --concurrency "$conc" --iterations "$iters" --frame 224x224 -o json \
 		>"$out/profiles/$m.json" 2>>"$out/profile.log" || fail "mdag profile --executor kserve --model $m"
 done
 

@@ -290,26 +290,25 @@ func FillU8(dst []byte, f *media.Frame, in *registry.Input) {
 	}
 	c0, c1, c2 := src[0], src[1], src[2]
 	const one = 1024
-	type tap struct{ p0, p1, dx int32 } // the two source pixels' offsets, the weight of the second
-	taps := make([]tap, w)
-	for x := range taps {
+	xs0, xs1, wx := make([]int, w), make([]int, w), make([]int32, w)
+	for x := range w {
 		fx := min(max((float64(x)+0.5)*sx-0.5, 0), float64(f.W-1))
 		ix := int(fx)
-		taps[x] = tap{int32(ix * 3), int32(min(ix+1, f.W-1) * 3), int32(math.Round((fx - float64(ix)) * one))}
+		xs0[x], xs1[x], wx[x] = ix*3, min(ix+1, f.W-1)*3, int32(math.Round((fx-float64(ix))*one))
 	}
 	// hrow resizes source row iy horizontally into out (3 values per
 	// output column, model channel order, times 1024)
 	stride := f.W * 3
 	hrow := func(out []int32, iy int) {
 		r := f.Pix[iy*stride : (iy+1)*stride]
-		out = out[:3*len(taps)]
-		for x, t := range taps {
-			o := out[3*x : 3*x+3 : 3*x+3]
-			a, b := r[t.p0:t.p0+3:t.p0+3], r[t.p1:t.p1+3:t.p1+3]
-			wa := one - t.dx
-			o[0] = int32(a[c0])*wa + int32(b[c0])*t.dx
-			o[1] = int32(a[c1])*wa + int32(b[c1])*t.dx
-			o[2] = int32(a[c2])*wa + int32(b[c2])*t.dx
+		out = out[:3*w]
+		for x := range w {
+			p0, p1, dx := xs0[x], xs1[x], wx[x]
+			a, b := r[p0:p0+3], r[p1:p1+3]
+			o := out[3*x : 3*x+3]
+			o[0] = int32(a[c0])*(one-dx) + int32(b[c0])*dx
+			o[1] = int32(a[c1])*(one-dx) + int32(b[c1])*dx
+			o[2] = int32(a[c2])*(one-dx) + int32(b[c2])*dx
 		}
 	}
 	top, bot := make([]int32, 3*w), make([]int32, 3*w)
@@ -335,7 +334,9 @@ func FillU8(dst []byte, f *media.Frame, in *registry.Input) {
 		row := (y + y0) * W
 		if nhwc {
 			out := dst[(row+x0)*3 : (row+x0+w)*3]
-			vblend(out, top[:len(out)], bot[:len(out)], dy)
+			for j := range out {
+				out[j] = byte((top[j]*(one-dy) + bot[j]*dy + one*one/2) >> 20)
+			}
 			continue
 		}
 		for c := range 3 {
@@ -344,22 +345,6 @@ func FillU8(dst []byte, f *media.Frame, in *registry.Input) {
 				out[x] = byte((top[3*x+c]*(one-dy) + bot[3*x+c]*dy + one*one/2) >> 20)
 			}
 		}
-	}
-}
-
-// vblend writes the rounded blend of two horizontally resized rows (values
-// times 1024) with bot weighted dy/1024; len(top) = len(bot) = len(out).
-func vblend(out []byte, top, bot []int32, dy int32) {
-	const one = 1024
-	if dy == 0 {
-		for j, t := range top {
-			out[j] = byte((t + one/2) >> 10)
-		}
-		return
-	}
-	wt := one - dy
-	for j, t := range top {
-		out[j] = byte((t*wt + bot[j]*dy + one*one/2) >> 20)
 	}
 }
 

@@ -170,23 +170,27 @@ func TestFillU8(t *testing.T) {
 	}{
 		{640, 480, 224, 224, "NHWC", "stretch"}, {37, 91, 64, 48, "NCHW", "letterbox"}, {224, 224, 224, 224, "NHWC", "stretch"},
 		{5, 3, 17, 11, "NCHW", "stretch"}, {300, 100, 96, 96, "NHWC", "letterbox"},
+		// the frame at the input's size: copied, not resized
+		{224, 224, 224, 224, "NCHW", "stretch"}, {64, 48, 64, 48, "NHWC", "letterbox"}, {64, 48, 64, 48, "NCHW", "letterbox"},
 	} {
-		in := &registry.Input{Width: tc.W, Height: tc.H, Layout: tc.layout, Colour: "rgb", Resize: tc.resize, DType: "uint8",
-			Scale: 1, Mean: []float64{0, 0, 0}, Std: []float64{1, 1, 1}}
-		f := media.NewFrame(tc.w, tc.h)
-		for j := range f.Pix {
-			f.Pix[j] = byte((j*37 + j/tc.w*11) % 251)
-		}
-		want := make([]float32, tc.W*tc.H*3)
-		Fill(want, f, in)
-		got := make([]byte, len(want))
-		for j := range got {
-			got[j] = 77 // letterbox padding must be written
-		}
-		FillU8(got, f, in)
-		for j, v := range got {
-			if d := math.Abs(float64(v) - float64(want[j])); d > 1 {
-				t.Fatalf("%dx%d -> %dx%d %s %s: value %d = %d, Fill says %g", tc.w, tc.h, tc.W, tc.H, tc.layout, tc.resize, j, v, want[j])
+		for _, colour := range []string{"rgb", "bgr"} {
+			in := &registry.Input{Width: tc.W, Height: tc.H, Layout: tc.layout, Colour: colour, Resize: tc.resize, DType: "uint8",
+				Scale: 1, Mean: []float64{0, 0, 0}, Std: []float64{1, 1, 1}}
+			f := media.NewFrame(tc.w, tc.h)
+			for j := range f.Pix {
+				f.Pix[j] = byte((j*37 + j/tc.w*11) % 251)
+			}
+			want := make([]float32, tc.W*tc.H*3)
+			Fill(want, f, in)
+			got := make([]byte, len(want))
+			for j := range got {
+				got[j] = 77 // letterbox padding must be written
+			}
+			FillU8(got, f, in)
+			for j, v := range got {
+				if d := math.Abs(float64(v) - float64(want[j])); d > 1 {
+					t.Fatalf("%dx%d -> %dx%d %s %s %s: value %d = %d, Fill says %g", tc.w, tc.h, tc.W, tc.H, tc.layout, tc.resize, colour, j, v, want[j])
+				}
 			}
 		}
 	}
@@ -206,6 +210,14 @@ func BenchmarkFill224(b *testing.B) {
 		dst := make([]byte, 224*224*3)
 		for b.Loop() {
 			FillU8(dst, f, in)
+		}
+	})
+	// a frame at the input's size: copied in the model's channel order
+	same := media.NewFrame(224, 224)
+	b.Run("u8-same-size", func(b *testing.B) {
+		dst := make([]byte, 224*224*3)
+		for b.Loop() {
+			FillU8(dst, same, in)
 		}
 	})
 }
