@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
 	--quick) quick=1; shift ;;
 	--ingest) ingest=$2; shift 2 ;;
 	--slots) slots=$2; shift 2 ;;
-	-h | --help) sed -n '2,27p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,26p' "$0"; exit 0 ;;
 	*) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -271,7 +271,7 @@ started() {
 poll "the coordinator to listen" 30 started
 grpc=$(sed -nE 's/.*msg=coordinating .* grpc=([^ ]+) .*/\1/p' "$out/coordinator.log")
 server=$(sed -nE 's/.*msg=coordinating .* status=(http:\/\/[^ ]+)\/v1\/status.*/\1/p' "$out/coordinator.log")
-"$MDAG" worker --coordinator "$grpc" --type gpu-check --id gpu-check-0 --executor kserve --models "$reg" --emulate detector "${ingest_args[@]}" \
+"$MDAG" worker --coordinator "$grpc" --type gpu-check --id gpu-check-0 --executor kserve --slots "$((slots > 4 ? slots : 4))" --models "$reg" --emulate detector "${ingest_args[@]}" \
 	>"$out/worker.out" 2>"$out/worker.log" &
 pids+=("$!")
 registered() { get "$server/v1/status" 2>/dev/null | grep -q '"gpu-check-0"'; }

@@ -56,6 +56,9 @@ func TestClassifyTopKProperty(t *testing.T) {
 			}
 		}
 		p := Params{TopK: 1 + rng.IntN(8), Softmax: rng.IntN(2) == 0}
+		if rng.IntN(4) == 0 {
+			p.TopK = insertionK + rng.IntN(40) // the sorted path
+		}
 		if rng.IntN(2) == 0 {
 			p.Threshold = rng.Float64() * 0.3
 		}

@@ -786,9 +786,12 @@ func guard(what string, f func()) (err error) {
 // copyGuarded copies src into the start of dst, a shared memory mapping,
 // in chunks of at least copyChunk bytes on up to GOMAXPROCS goroutines
 // (one goroutine's memcpy of a batch of 32 ResNet-50 inputs, 4.8 MB, took
-// 0.87 ms on an H200's host), each under guard: a fault is the copy's
-// error, never a crash.
+// 0.86 ms on an H200's host), each under guard: a fault is the copy's
+// error, never a crash. A dst shorter than src is an error.
 func copyGuarded(what string, dst, src []byte) error {
+	if len(dst) < len(src) {
+		return fmt.Errorf("%s: %d bytes do not fit in its %d", what, len(src), len(dst))
+	}
 	n := min(runtime.GOMAXPROCS(0), len(src)/copyChunk)
 	if n <= 1 {
 		return guard(what, func() { copy(dst, src) })
@@ -830,8 +833,8 @@ func (m *model) attempt(ctx context.Context, s *slot, frames []*media.Frame) (ou
 	in := &pb.ModelInferRequest_InferInputTensor{Name: m.m.Input.Name, Datatype: m.wire, Shape: m.m.InputShape(b)}
 	req := &pb.ModelInferRequest{ModelName: m.m.KServe.Model, ModelVersion: m.m.KServe.Version, Inputs: []*pb.ModelInferRequest_InferInputTensor{in}}
 	// packed (on several goroutines) into the slot's own memory; with
-	// shared memory then copied into the region on this goroutine alone,
-	// where a fault becomes the batch's error
+	// shared memory then copied into the region (copyGuarded: each
+	// goroutine's fault becomes the batch's error)
 	if need := m.item * b; len(s.buf) < need {
 		s.buf = make([]byte, need)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -68,6 +69,7 @@ func TestRegion(t *testing.T) {
 // truncated under it is an error naming the fault, from whichever
 // goroutine met it, never a crash.
 func TestCopyGuarded(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4)) // several goroutines on any machine
 	key := fmt.Sprintf("/mdag-test-copy-%d", os.Getpid())
 	size := 8 * copyChunk
 	r, err := CreateRegion(key, size)
@@ -92,5 +94,8 @@ func TestCopyGuarded(t *testing.T) {
 	var fe *faultError
 	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "region faulted") {
 		t.Fatalf("copy into a truncated region: %v, want a fault", err)
+	}
+	if err := copyGuarded("region", r.Data[:10], src); err == nil || !strings.Contains(err.Error(), "do not fit") {
+		t.Fatalf("copy of more than the region holds: %v", err)
 	}
 }
