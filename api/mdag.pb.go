@@ -1070,15 +1070,18 @@ func (x *StreamLeave) GetStream() string {
 
 // Register announces a worker.
 type Register struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`             // unique among connected workers
-	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`         // a worker type of the deployed profiles
-	Executor      string                 `protobuf:"bytes,3,opt,name=executor,proto3" json:"executor,omitempty"` // "emulated" or "opencv"
-	Cpus          int32                  `protobuf:"varint,4,opt,name=cpus,proto3" json:"cpus,omitempty"`
-	Gpu           string                 `protobuf:"bytes,5,opt,name=gpu,proto3" json:"gpu,omitempty"`                                 // GPU telemetry summary ("no NVIDIA driver" when none)
-	PeerAddr      string                 `protobuf:"bytes,6,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`       // where its Peer service listens (host:port); empty: none
-	IngestAddr    string                 `protobuf:"bytes,7,opt,name=ingest_addr,json=ingestAddr,proto3" json:"ingest_addr,omitempty"` // where its Ingest service listens (host:port); empty: none
-	Batches       bool                   `protobuf:"varint,8,opt,name=batches,proto3" json:"batches,omitempty"`                        // it takes CoordinatorBatch messages
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`             // unique among connected workers
+	Type       string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`         // a worker type of the deployed profiles
+	Executor   string                 `protobuf:"bytes,3,opt,name=executor,proto3" json:"executor,omitempty"` // "emulated" or "opencv"
+	Cpus       int32                  `protobuf:"varint,4,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	Gpu        string                 `protobuf:"bytes,5,opt,name=gpu,proto3" json:"gpu,omitempty"`                                 // GPU telemetry summary ("no NVIDIA driver" when none)
+	PeerAddr   string                 `protobuf:"bytes,6,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`       // where its Peer service listens (host:port); empty: none
+	IngestAddr string                 `protobuf:"bytes,7,opt,name=ingest_addr,json=ingestAddr,proto3" json:"ingest_addr,omitempty"` // where its Ingest service listens (host:port); empty: none
+	Batches    bool                   `protobuf:"varint,8,opt,name=batches,proto3" json:"batches,omitempty"`                        // it takes CoordinatorBatch messages
+	// the most camera streams its Ingest service takes at once (with
+	// ingest_addr); 0: not said (the coordinator routes as if unbounded)
+	IngestStreams int32 `protobuf:"varint,9,opt,name=ingest_streams,json=ingestStreams,proto3" json:"ingest_streams,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1167,6 +1170,13 @@ func (x *Register) GetBatches() bool {
 		return x.Batches
 	}
 	return false
+}
+
+func (x *Register) GetIngestStreams() int32 {
+	if x != nil {
+		return x.IngestStreams
+	}
+	return 0
 }
 
 type Registered struct {
@@ -2749,7 +2759,7 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x05frame\x18\x04 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\x12\"\n" +
 	"\x05truth\x18\x05 \x03(\v2\f.mdag.v1.BoxR\x05truth\"%\n" +
 	"\vStreamLeave\x12\x16\n" +
-	"\x06stream\x18\x01 \x01(\tR\x06stream\"\xc8\x01\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\"\xef\x01\n" +
 	"\bRegister\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
@@ -2759,7 +2769,8 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\tpeer_addr\x18\x06 \x01(\tR\bpeerAddr\x12\x1f\n" +
 	"\vingest_addr\x18\a \x01(\tR\n" +
 	"ingestAddr\x12\x18\n" +
-	"\abatches\x18\b \x01(\bR\abatches\"\xa5\x01\n" +
+	"\abatches\x18\b \x01(\bR\abatches\x12%\n" +
+	"\x0eingest_streams\x18\t \x01(\x05R\ringestStreams\"\xa5\x01\n" +
 	"\n" +
 	"Registered\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +

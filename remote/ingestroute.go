@@ -117,10 +117,16 @@ func (s *Server) Route(ctx context.Context, req *api.RouteRequest) (*api.RouteRe
 	}
 	s.routeMu.Lock() // one choice at a time: each sees the routes before it
 	defer s.routeMu.Unlock()
-	c, n, full := s.ingestWorker()
+	c, n, full, capped := s.ingestWorker()
 	switch {
 	case full:
 		return nil, status.Errorf(codes.ResourceExhausted, "route: every ingest worker has %d streams routed to it and not joined yet: retry", maxRouted)
+	case c == nil && capped > 0:
+		// every ingest worker takes its most streams: the camera keeps
+		// running through the coordinator, said loudly (the scale-out
+		// this fleet needs is more ingest workers)
+		s.Log.Warn("route: every ingest worker ingests its most streams: this stream's frames come to the coordinator", "app", req.App, "stream", req.Stream, "ingest_workers", capped)
+		return &api.RouteReply{Why: fmt.Sprintf("every ingest worker (%d) ingests its most streams (mdag worker's ingest limit): frames come to the coordinator", capped)}, nil
 	case c == nil:
 		return &api.RouteReply{Why: "no worker ingests (mdag worker --ingest-listen, with --peer-listen): frames come to the coordinator"}, nil
 	}
@@ -206,8 +212,11 @@ const maxRouted = 4096
 
 // ingestWorker is the connected worker with an ingest address and the
 // fewest streams ingested or routed (ties: the lowest ID), or nil; full
-// says every such worker has maxRouted streams routed and not joined.
-func (s *Server) ingestWorker() (c *conn, n int, full bool) {
+// says every such worker has maxRouted streams routed and not joined,
+// capped how many ingest workers were left out for having as many
+// streams joined or routed as they said they take
+// (Register.ingest_streams).
+func (s *Server) ingestWorker() (c *conn, n int, full bool, capped int) {
 	type cand struct {
 		c      *conn
 		n      int
@@ -224,13 +233,16 @@ func (s *Server) ingestWorker() (c *conn, n int, full bool) {
 	for i := range cs {
 		cs[i].n, cs[i].routed = cs[i].c.ingestCount()
 	}
+	n0 := len(cs)
+	cs = slices.DeleteFunc(cs, func(x cand) bool { return x.c.ingestMax > 0 && x.n >= x.c.ingestMax })
+	capped = n0 - len(cs)
 	had := len(cs) > 0
 	cs = slices.DeleteFunc(cs, func(x cand) bool { return x.routed >= maxRouted })
 	if len(cs) == 0 {
-		return nil, 0, had
+		return nil, 0, had, capped
 	}
 	best := slices.MinFunc(cs, func(a, b cand) int { return cmp.Or(cmp.Compare(a.n, b.n), strings.Compare(a.c.id, b.c.id)) })
-	return best.c, best.n, false
+	return best.c, best.n, false, capped
 }
 
 // IngestStats counts what ingest workers sent: the frames the engine took

@@ -64,7 +64,7 @@ func TestTicket(t *testing.T) {
 
 // rawIngestWorker registers over Connect as a worker with peer and ingest
 // addresses (nothing listens there: the test plays the worker's messages).
-func rawIngestWorker(t *testing.T, c *loopback, id string) (send func(*api.WorkerMessage), recv func() *api.CoordinatorMessage) {
+func rawIngestWorker(t *testing.T, c *loopback, id string, ingestStreams ...int32) (send func(*api.WorkerMessage), recv func() *api.CoordinatorMessage) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -73,6 +73,9 @@ func rawIngestWorker(t *testing.T, c *loopback, id string) (send func(*api.Worke
 		t.Fatal(err)
 	}
 	reg := &api.Register{Id: id, Type: "CPU", Executor: "emulated", PeerAddr: "127.0.0.1:1", IngestAddr: "127.0.0.1:2"}
+	if len(ingestStreams) > 0 {
+		reg.IngestStreams = ingestStreams[0]
+	}
 	if err := st.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: reg}}); err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +321,7 @@ func TestWorkerBatch(t *testing.T) {
 }
 
 // ingestReady says whether Route would name a worker.
-func ingestReady(s *Server) bool { c, _, _ := s.ingestWorker(); return c != nil }
+func ingestReady(s *Server) bool { c, _, _, _ := s.ingestWorker(); return c != nil }
 
 // TestRouteBoundedPerSource: one source holds at most --max-source-streams
 // routes not joined yet; routing a stream again replaces its route, and a
@@ -351,6 +354,45 @@ func TestRouteBoundedPerSource(t *testing.T) {
 	waitFor(t, "cam-1's route freed by its join", 5*time.Second, func() bool { _, err := route("cam-4"); return err == nil })
 	if n := c.srv.Refused()[RefusedStreams]; n == 0 {
 		t.Errorf("refused %v: the fourth route counted %s", c.srv.Refused(), RefusedStreams)
+	}
+}
+
+// TestRouteIngestLimit: Route counts each ingest worker's streams against
+// the limit it registered (ingest_streams) and leaves out the workers at
+// it; when every one is, the stream goes to the coordinator, and the reply
+// says why.
+func TestRouteIngestLimit(t *testing.T) {
+	app, prof := loadExample(t, "traffic")
+	c := startServer(t, app, prof, &Server{Heartbeat: time.Second, Limits: Limits{MaxSourceStreams: 16}})
+	rawIngestWorker(t, c, "w1", 2)
+	rawIngestWorker(t, c, "w2", 1)
+	waitFor(t, "both workers to be routed to", 5*time.Second, func() bool {
+		c.srv.mu.Lock()
+		defer c.srv.mu.Unlock()
+		n := 0
+		for _, w := range c.srv.workers {
+			if w.ingest != "" {
+				n++
+			}
+		}
+		return n == 2
+	})
+	route := func(stream string) *api.RouteReply {
+		t.Helper()
+		rt, err := api.NewCoordinatorClient(c.cc).Route(context.Background(), &api.RouteRequest{App: "traffic", Stream: stream})
+		if err != nil {
+			t.Fatalf("route %s: %v", stream, err)
+		}
+		return rt
+	}
+	for _, tc := range []struct{ stream, worker string }{{"cam-1", "w1"}, {"cam-2", "w2"}, {"cam-3", "w1"}, {"cam-4", ""}} {
+		rt := route(tc.stream)
+		if rt.Worker != tc.worker {
+			t.Fatalf("%s routed to %q (%s), want %q", tc.stream, rt.Worker, rt.Why, tc.worker)
+		}
+		if tc.worker == "" && (rt.Ticket != nil || !strings.Contains(rt.Why, "every ingest worker (2) ingests its most streams")) {
+			t.Errorf("%s: %+v: want the coordinator, saying every ingest worker is at its limit", tc.stream, rt)
+		}
 	}
 }
 

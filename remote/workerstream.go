@@ -160,7 +160,7 @@ func (w *workerSession) join() error {
 	c := &conn{id: reg.Id, out: make(chan *api.CoordinatorMessage, wire.DefaultSendQueue), cancel: w.cancel, engine: s.insts, clk: s.Clock, given: map[uint64]time.Time{}, streams: map[string]int{}, routed: map[string]time.Time{}}
 	c.beat.Store(s.Clock.Now().UnixNano())
 	if w.direct {
-		c.peer, c.ingest = reg.PeerAddr, w.ingestAddr
+		c.peer, c.ingest, c.ingestMax = reg.PeerAddr, w.ingestAddr, int(max(0, reg.IngestStreams))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -376,6 +376,9 @@ type conn struct {
 	id     string
 	peer   string // its peer address when it holds its outputs' frames (direct); "" relays them
 	ingest string // its Ingest service's address (direct only); "": it ingests no camera
+	// ingestMax is the most streams its Ingest service takes at once
+	// (Register.ingest_streams); 0: not said
+	ingestMax int
 	out    chan *api.CoordinatorMessage
 	cancel context.CancelCauseFunc
 	engine instances

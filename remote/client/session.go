@@ -148,7 +148,7 @@ func (s *workerSession) register() (*api.Registered, error) {
 	}
 	reg := &api.Register{Id: s.cfg.ID, Type: s.cfg.Type, Executor: s.kind, Cpus: int32(runtime.NumCPU()), Gpu: s.cfg.GPU, PeerAddr: s.dp.Addr, Batches: true}
 	if s.dp.Addr != "" && s.dp.Ingest != nil {
-		reg.IngestAddr = s.dp.Ingest.Addr
+		reg.IngestAddr, reg.IngestStreams = s.dp.Ingest.Addr, int32(s.dp.Ingest.maxStreams())
 	}
 	if err := s.stream.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: reg}}); err != nil {
 		if errors.Is(err, io.EOF) {
