@@ -392,6 +392,7 @@ type WorkerMessage struct {
 	//	*WorkerMessage_Ingested
 	//	*WorkerMessage_StreamLeave
 	//	*WorkerMessage_Batch
+	//	*WorkerMessage_Thumbnail
 	Msg           isWorkerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -506,6 +507,15 @@ func (x *WorkerMessage) GetBatch() *WorkerBatch {
 	return nil
 }
 
+func (x *WorkerMessage) GetThumbnail() *Thumbnail {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_Thumbnail); ok {
+			return x.Thumbnail
+		}
+	}
+	return nil
+}
+
 type isWorkerMessage_Msg interface {
 	isWorkerMessage_Msg()
 }
@@ -542,6 +552,10 @@ type WorkerMessage_Batch struct {
 	Batch *WorkerBatch `protobuf:"bytes,8,opt,name=batch,proto3,oneof"`
 }
 
+type WorkerMessage_Thumbnail struct {
+	Thumbnail *Thumbnail `protobuf:"bytes,9,opt,name=thumbnail,proto3,oneof"`
+}
+
 func (*WorkerMessage_Register) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Result) isWorkerMessage_Msg() {}
@@ -557,6 +571,8 @@ func (*WorkerMessage_Ingested) isWorkerMessage_Msg() {}
 func (*WorkerMessage_StreamLeave) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Batch) isWorkerMessage_Msg() {}
+
+func (*WorkerMessage_Thumbnail) isWorkerMessage_Msg() {}
 
 // WorkerBatch is several messages sent as one, in order (a worker batches
 // what queued while it was sending, when Registered.batches says the
@@ -660,6 +676,7 @@ type CoordinatorMessage struct {
 	//	*CoordinatorMessage_Task
 	//	*CoordinatorMessage_StreamJoined
 	//	*CoordinatorMessage_Batch
+	//	*CoordinatorMessage_ThumbsWanted
 	Msg           isCoordinatorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -747,6 +764,15 @@ func (x *CoordinatorMessage) GetBatch() *CoordinatorBatch {
 	return nil
 }
 
+func (x *CoordinatorMessage) GetThumbsWanted() *ThumbsWanted {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_ThumbsWanted); ok {
+			return x.ThumbsWanted
+		}
+	}
+	return nil
+}
+
 type isCoordinatorMessage_Msg interface {
 	isCoordinatorMessage_Msg()
 }
@@ -771,6 +797,10 @@ type CoordinatorMessage_Batch struct {
 	Batch *CoordinatorBatch `protobuf:"bytes,5,opt,name=batch,proto3,oneof"`
 }
 
+type CoordinatorMessage_ThumbsWanted struct {
+	ThumbsWanted *ThumbsWanted `protobuf:"bytes,6,opt,name=thumbs_wanted,json=thumbsWanted,proto3,oneof"`
+}
+
 func (*CoordinatorMessage_Registered) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Load) isCoordinatorMessage_Msg() {}
@@ -780,6 +810,8 @@ func (*CoordinatorMessage_Task) isCoordinatorMessage_Msg() {}
 func (*CoordinatorMessage_StreamJoined) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Batch) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_ThumbsWanted) isCoordinatorMessage_Msg() {}
 
 // StreamJoin asks the coordinator to join a camera stream that a source
 // opened on this worker's Ingest service, with the ticket Route gave it.
@@ -1068,6 +1100,108 @@ func (x *StreamLeave) GetStream() string {
 	return ""
 }
 
+// ThumbsWanted asks an ingest worker that said it sends thumbnails
+// (Register.thumbnails) for one of each stream joined on it, at most one a
+// second a stream, until until_unix_ns: the dashboard is being watched, and
+// the pixels stay on the worker otherwise.
+type ThumbsWanted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UntilUnixNs   int64                  `protobuf:"varint,1,opt,name=until_unix_ns,json=untilUnixNs,proto3" json:"until_unix_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ThumbsWanted) Reset() {
+	*x = ThumbsWanted{}
+	mi := &file_api_mdag_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ThumbsWanted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ThumbsWanted) ProtoMessage() {}
+
+func (x *ThumbsWanted) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ThumbsWanted.ProtoReflect.Descriptor instead.
+func (*ThumbsWanted) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ThumbsWanted) GetUntilUnixNs() int64 {
+	if x != nil {
+		return x.UntilUnixNs
+	}
+	return 0
+}
+
+// Thumbnail is a small JPEG (at most 64 KiB) of the latest frame of a
+// stream joined on this worker, for the dashboard.
+type Thumbnail struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Jpeg          []byte                 `protobuf:"bytes,2,opt,name=jpeg,proto3" json:"jpeg,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Thumbnail) Reset() {
+	*x = Thumbnail{}
+	mi := &file_api_mdag_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Thumbnail) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Thumbnail) ProtoMessage() {}
+
+func (x *Thumbnail) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Thumbnail.ProtoReflect.Descriptor instead.
+func (*Thumbnail) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Thumbnail) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *Thumbnail) GetJpeg() []byte {
+	if x != nil {
+		return x.Jpeg
+	}
+	return nil
+}
+
 // Register announces a worker.
 type Register struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -1082,13 +1216,14 @@ type Register struct {
 	// the most camera streams its Ingest service takes at once (with
 	// ingest_addr); 0: not said (the coordinator routes as if unbounded)
 	IngestStreams int32 `protobuf:"varint,9,opt,name=ingest_streams,json=ingestStreams,proto3" json:"ingest_streams,omitempty"`
+	Thumbnails    bool  `protobuf:"varint,10,opt,name=thumbnails,proto3" json:"thumbnails,omitempty"` // it sends a Thumbnail of its streams while ThumbsWanted asks
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Register) Reset() {
 	*x = Register{}
-	mi := &file_api_mdag_proto_msgTypes[12]
+	mi := &file_api_mdag_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1235,7 @@ func (x *Register) String() string {
 func (*Register) ProtoMessage() {}
 
 func (x *Register) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[12]
+	mi := &file_api_mdag_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1248,7 @@ func (x *Register) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Register.ProtoReflect.Descriptor instead.
 func (*Register) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{12}
+	return file_api_mdag_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Register) GetId() string {
@@ -1179,6 +1314,13 @@ func (x *Register) GetIngestStreams() int32 {
 	return 0
 }
 
+func (x *Register) GetThumbnails() bool {
+	if x != nil {
+		return x.Thumbnails
+	}
+	return false
+}
+
 type Registered struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Id                  string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1197,7 +1339,7 @@ type Registered struct {
 
 func (x *Registered) Reset() {
 	*x = Registered{}
-	mi := &file_api_mdag_proto_msgTypes[13]
+	mi := &file_api_mdag_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1351,7 @@ func (x *Registered) String() string {
 func (*Registered) ProtoMessage() {}
 
 func (x *Registered) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[13]
+	mi := &file_api_mdag_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1364,7 @@ func (x *Registered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registered.ProtoReflect.Descriptor instead.
 func (*Registered) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{13}
+	return file_api_mdag_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Registered) GetId() string {
@@ -1273,7 +1415,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_api_mdag_proto_msgTypes[14]
+	mi := &file_api_mdag_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1427,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[14]
+	mi := &file_api_mdag_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1440,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{14}
+	return file_api_mdag_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Heartbeat) GetTasks() uint64 {
@@ -1347,7 +1489,7 @@ type Load struct {
 
 func (x *Load) Reset() {
 	*x = Load{}
-	mi := &file_api_mdag_proto_msgTypes[15]
+	mi := &file_api_mdag_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +1501,7 @@ func (x *Load) String() string {
 func (*Load) ProtoMessage() {}
 
 func (x *Load) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[15]
+	mi := &file_api_mdag_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +1514,7 @@ func (x *Load) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Load.ProtoReflect.Descriptor instead.
 func (*Load) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{15}
+	return file_api_mdag_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Load) GetGeneration() uint64 {
@@ -1399,7 +1541,7 @@ type LoadReply struct {
 
 func (x *LoadReply) Reset() {
 	*x = LoadReply{}
-	mi := &file_api_mdag_proto_msgTypes[16]
+	mi := &file_api_mdag_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1553,7 @@ func (x *LoadReply) String() string {
 func (*LoadReply) ProtoMessage() {}
 
 func (x *LoadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[16]
+	mi := &file_api_mdag_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1566,7 @@ func (x *LoadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReply.ProtoReflect.Descriptor instead.
 func (*LoadReply) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{16}
+	return file_api_mdag_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LoadReply) GetGeneration() uint64 {
@@ -1457,7 +1599,7 @@ type ModuleSpec struct {
 
 func (x *ModuleSpec) Reset() {
 	*x = ModuleSpec{}
-	mi := &file_api_mdag_proto_msgTypes[17]
+	mi := &file_api_mdag_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1611,7 @@ func (x *ModuleSpec) String() string {
 func (*ModuleSpec) ProtoMessage() {}
 
 func (x *ModuleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[17]
+	mi := &file_api_mdag_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1624,7 @@ func (x *ModuleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModuleSpec.ProtoReflect.Descriptor instead.
 func (*ModuleSpec) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{17}
+	return file_api_mdag_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ModuleSpec) GetApp() string {
@@ -1558,7 +1700,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_api_mdag_proto_msgTypes[18]
+	mi := &file_api_mdag_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1712,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[18]
+	mi := &file_api_mdag_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1725,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{18}
+	return file_api_mdag_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Task) GetId() uint64 {
@@ -1663,7 +1805,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_api_mdag_proto_msgTypes[19]
+	mi := &file_api_mdag_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +1817,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[19]
+	mi := &file_api_mdag_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +1830,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{19}
+	return file_api_mdag_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Result) GetTask() uint64 {
@@ -1742,7 +1884,7 @@ type ItemList struct {
 
 func (x *ItemList) Reset() {
 	*x = ItemList{}
-	mi := &file_api_mdag_proto_msgTypes[20]
+	mi := &file_api_mdag_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +1896,7 @@ func (x *ItemList) String() string {
 func (*ItemList) ProtoMessage() {}
 
 func (x *ItemList) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[20]
+	mi := &file_api_mdag_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +1909,7 @@ func (x *ItemList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemList.ProtoReflect.Descriptor instead.
 func (*ItemList) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{20}
+	return file_api_mdag_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ItemList) GetItems() []*Item {
@@ -1800,7 +1942,7 @@ type Item struct {
 
 func (x *Item) Reset() {
 	*x = Item{}
-	mi := &file_api_mdag_proto_msgTypes[21]
+	mi := &file_api_mdag_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +1954,7 @@ func (x *Item) String() string {
 func (*Item) ProtoMessage() {}
 
 func (x *Item) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[21]
+	mi := &file_api_mdag_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +1967,7 @@ func (x *Item) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Item.ProtoReflect.Descriptor instead.
 func (*Item) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{21}
+	return file_api_mdag_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Item) GetStream() string {
@@ -1940,7 +2082,7 @@ type Track struct {
 
 func (x *Track) Reset() {
 	*x = Track{}
-	mi := &file_api_mdag_proto_msgTypes[22]
+	mi := &file_api_mdag_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2094,7 @@ func (x *Track) String() string {
 func (*Track) ProtoMessage() {}
 
 func (x *Track) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[22]
+	mi := &file_api_mdag_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2107,7 @@ func (x *Track) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Track.ProtoReflect.Descriptor instead.
 func (*Track) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{22}
+	return file_api_mdag_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Track) GetId() uint64 {
@@ -2017,7 +2159,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_api_mdag_proto_msgTypes[23]
+	mi := &file_api_mdag_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2029,7 +2171,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[23]
+	mi := &file_api_mdag_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2042,7 +2184,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{23}
+	return file_api_mdag_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Step) GetSeq() uint64 {
@@ -2086,7 +2228,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_api_mdag_proto_msgTypes[24]
+	mi := &file_api_mdag_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2240,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[24]
+	mi := &file_api_mdag_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2253,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{24}
+	return file_api_mdag_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Event) GetKind() string {
@@ -2154,7 +2296,7 @@ type Audio struct {
 
 func (x *Audio) Reset() {
 	*x = Audio{}
-	mi := &file_api_mdag_proto_msgTypes[25]
+	mi := &file_api_mdag_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2166,7 +2308,7 @@ func (x *Audio) String() string {
 func (*Audio) ProtoMessage() {}
 
 func (x *Audio) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[25]
+	mi := &file_api_mdag_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2179,7 +2321,7 @@ func (x *Audio) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Audio.ProtoReflect.Descriptor instead.
 func (*Audio) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{25}
+	return file_api_mdag_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Audio) GetRate() int32 {
@@ -2218,7 +2360,7 @@ type Frame struct {
 
 func (x *Frame) Reset() {
 	*x = Frame{}
-	mi := &file_api_mdag_proto_msgTypes[26]
+	mi := &file_api_mdag_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2230,7 +2372,7 @@ func (x *Frame) String() string {
 func (*Frame) ProtoMessage() {}
 
 func (x *Frame) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[26]
+	mi := &file_api_mdag_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2243,7 +2385,7 @@ func (x *Frame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frame.ProtoReflect.Descriptor instead.
 func (*Frame) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{26}
+	return file_api_mdag_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Frame) GetWidth() int32 {
@@ -2286,7 +2428,7 @@ type FrameRef struct {
 
 func (x *FrameRef) Reset() {
 	*x = FrameRef{}
-	mi := &file_api_mdag_proto_msgTypes[27]
+	mi := &file_api_mdag_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2440,7 @@ func (x *FrameRef) String() string {
 func (*FrameRef) ProtoMessage() {}
 
 func (x *FrameRef) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[27]
+	mi := &file_api_mdag_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2453,7 @@ func (x *FrameRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FrameRef.ProtoReflect.Descriptor instead.
 func (*FrameRef) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{27}
+	return file_api_mdag_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FrameRef) GetHolder() string {
@@ -2350,7 +2492,7 @@ type Box struct {
 
 func (x *Box) Reset() {
 	*x = Box{}
-	mi := &file_api_mdag_proto_msgTypes[28]
+	mi := &file_api_mdag_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2362,7 +2504,7 @@ func (x *Box) String() string {
 func (*Box) ProtoMessage() {}
 
 func (x *Box) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[28]
+	mi := &file_api_mdag_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2375,7 +2517,7 @@ func (x *Box) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Box.ProtoReflect.Descriptor instead.
 func (*Box) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{28}
+	return file_api_mdag_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Box) GetX() int32 {
@@ -2440,7 +2582,7 @@ type Keypoint struct {
 
 func (x *Keypoint) Reset() {
 	*x = Keypoint{}
-	mi := &file_api_mdag_proto_msgTypes[29]
+	mi := &file_api_mdag_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2594,7 @@ func (x *Keypoint) String() string {
 func (*Keypoint) ProtoMessage() {}
 
 func (x *Keypoint) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[29]
+	mi := &file_api_mdag_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2607,7 @@ func (x *Keypoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Keypoint.ProtoReflect.Descriptor instead.
 func (*Keypoint) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{29}
+	return file_api_mdag_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Keypoint) GetX() float32 {
@@ -2503,7 +2645,7 @@ type IngestMessage struct {
 
 func (x *IngestMessage) Reset() {
 	*x = IngestMessage{}
-	mi := &file_api_mdag_proto_msgTypes[30]
+	mi := &file_api_mdag_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2515,7 +2657,7 @@ func (x *IngestMessage) String() string {
 func (*IngestMessage) ProtoMessage() {}
 
 func (x *IngestMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[30]
+	mi := &file_api_mdag_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2528,7 +2670,7 @@ func (x *IngestMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestMessage.ProtoReflect.Descriptor instead.
 func (*IngestMessage) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{30}
+	return file_api_mdag_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *IngestMessage) GetJoin() *Join {
@@ -2584,7 +2726,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_api_mdag_proto_msgTypes[31]
+	mi := &file_api_mdag_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2596,7 +2738,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[31]
+	mi := &file_api_mdag_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2609,7 +2751,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{31}
+	return file_api_mdag_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Join) GetApp() string {
@@ -2644,7 +2786,7 @@ type IngestReply struct {
 
 func (x *IngestReply) Reset() {
 	*x = IngestReply{}
-	mi := &file_api_mdag_proto_msgTypes[32]
+	mi := &file_api_mdag_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +2798,7 @@ func (x *IngestReply) String() string {
 func (*IngestReply) ProtoMessage() {}
 
 func (x *IngestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[32]
+	mi := &file_api_mdag_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +2811,7 @@ func (x *IngestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestReply.ProtoReflect.Descriptor instead.
 func (*IngestReply) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{32}
+	return file_api_mdag_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *IngestReply) GetAccepted() uint64 {
@@ -2712,7 +2854,7 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x03ids\x18\x02 \x03(\x04R\x03ids\"D\n" +
 	"\fFetchedFrame\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12$\n" +
-	"\x05frame\x18\x02 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\"\xad\x03\n" +
+	"\x05frame\x18\x02 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\"\xe1\x03\n" +
 	"\rWorkerMessage\x12/\n" +
 	"\bregister\x18\x01 \x01(\v2\x11.mdag.v1.RegisterH\x00R\bregister\x12)\n" +
 	"\x06result\x18\x02 \x01(\v2\x0f.mdag.v1.ResultH\x00R\x06result\x122\n" +
@@ -2723,12 +2865,13 @@ const file_api_mdag_proto_rawDesc = "" +
 	"streamJoin\x12/\n" +
 	"\bingested\x18\x06 \x01(\v2\x11.mdag.v1.IngestedH\x00R\bingested\x129\n" +
 	"\fstream_leave\x18\a \x01(\v2\x14.mdag.v1.StreamLeaveH\x00R\vstreamLeave\x12,\n" +
-	"\x05batch\x18\b \x01(\v2\x14.mdag.v1.WorkerBatchH\x00R\x05batchB\x05\n" +
+	"\x05batch\x18\b \x01(\v2\x14.mdag.v1.WorkerBatchH\x00R\x05batch\x122\n" +
+	"\tthumbnail\x18\t \x01(\v2\x12.mdag.v1.ThumbnailH\x00R\tthumbnailB\x05\n" +
 	"\x03msg\"9\n" +
 	"\vWorkerBatch\x12*\n" +
 	"\x04msgs\x18\x01 \x03(\v2\x16.mdag.v1.WorkerMessageR\x04msgs\"C\n" +
 	"\x10CoordinatorBatch\x12/\n" +
-	"\x04msgs\x18\x01 \x03(\v2\x1b.mdag.v1.CoordinatorMessageR\x04msgs\"\x8d\x02\n" +
+	"\x04msgs\x18\x01 \x03(\v2\x1b.mdag.v1.CoordinatorMessageR\x04msgs\"\xcb\x02\n" +
 	"\x12CoordinatorMessage\x125\n" +
 	"\n" +
 	"registered\x18\x01 \x01(\v2\x13.mdag.v1.RegisteredH\x00R\n" +
@@ -2736,7 +2879,8 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x04load\x18\x02 \x01(\v2\r.mdag.v1.LoadH\x00R\x04load\x12#\n" +
 	"\x04task\x18\x03 \x01(\v2\r.mdag.v1.TaskH\x00R\x04task\x12<\n" +
 	"\rstream_joined\x18\x04 \x01(\v2\x15.mdag.v1.StreamJoinedH\x00R\fstreamJoined\x121\n" +
-	"\x05batch\x18\x05 \x01(\v2\x19.mdag.v1.CoordinatorBatchH\x00R\x05batchB\x05\n" +
+	"\x05batch\x18\x05 \x01(\v2\x19.mdag.v1.CoordinatorBatchH\x00R\x05batch\x12<\n" +
+	"\rthumbs_wanted\x18\x06 \x01(\v2\x15.mdag.v1.ThumbsWantedH\x00R\fthumbsWantedB\x05\n" +
 	"\x03msg\"^\n" +
 	"\n" +
 	"StreamJoin\x12\x0e\n" +
@@ -2759,7 +2903,12 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x05frame\x18\x04 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\x12\"\n" +
 	"\x05truth\x18\x05 \x03(\v2\f.mdag.v1.BoxR\x05truth\"%\n" +
 	"\vStreamLeave\x12\x16\n" +
-	"\x06stream\x18\x01 \x01(\tR\x06stream\"\xef\x01\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\"2\n" +
+	"\fThumbsWanted\x12\"\n" +
+	"\runtil_unix_ns\x18\x01 \x01(\x03R\vuntilUnixNs\"7\n" +
+	"\tThumbnail\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
+	"\x04jpeg\x18\x02 \x01(\fR\x04jpeg\"\x8f\x02\n" +
 	"\bRegister\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
@@ -2770,7 +2919,11 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\vingest_addr\x18\a \x01(\tR\n" +
 	"ingestAddr\x12\x18\n" +
 	"\abatches\x18\b \x01(\bR\abatches\x12%\n" +
-	"\x0eingest_streams\x18\t \x01(\x05R\ringestStreams\"\xa5\x01\n" +
+	"\x0eingest_streams\x18\t \x01(\x05R\ringestStreams\x12\x1e\n" +
+	"\n" +
+	"thumbnails\x18\n" +
+	" \x01(\bR\n" +
+	"thumbnails\"\xa5\x01\n" +
 	"\n" +
 	"Registered\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +
@@ -2944,7 +3097,7 @@ func file_api_mdag_proto_rawDescGZIP() []byte {
 }
 
 var file_api_mdag_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_api_mdag_proto_goTypes = []any{
 	(TaskKind)(0),              // 0: mdag.v1.TaskKind
 	(Outcome)(0),               // 1: mdag.v1.Outcome
@@ -2960,87 +3113,91 @@ var file_api_mdag_proto_goTypes = []any{
 	(*StreamJoined)(nil),       // 11: mdag.v1.StreamJoined
 	(*Ingested)(nil),           // 12: mdag.v1.Ingested
 	(*StreamLeave)(nil),        // 13: mdag.v1.StreamLeave
-	(*Register)(nil),           // 14: mdag.v1.Register
-	(*Registered)(nil),         // 15: mdag.v1.Registered
-	(*Heartbeat)(nil),          // 16: mdag.v1.Heartbeat
-	(*Load)(nil),               // 17: mdag.v1.Load
-	(*LoadReply)(nil),          // 18: mdag.v1.LoadReply
-	(*ModuleSpec)(nil),         // 19: mdag.v1.ModuleSpec
-	(*Task)(nil),               // 20: mdag.v1.Task
-	(*Result)(nil),             // 21: mdag.v1.Result
-	(*ItemList)(nil),           // 22: mdag.v1.ItemList
-	(*Item)(nil),               // 23: mdag.v1.Item
-	(*Track)(nil),              // 24: mdag.v1.Track
-	(*Step)(nil),               // 25: mdag.v1.Step
-	(*Event)(nil),              // 26: mdag.v1.Event
-	(*Audio)(nil),              // 27: mdag.v1.Audio
-	(*Frame)(nil),              // 28: mdag.v1.Frame
-	(*FrameRef)(nil),           // 29: mdag.v1.FrameRef
-	(*Box)(nil),                // 30: mdag.v1.Box
-	(*Keypoint)(nil),           // 31: mdag.v1.Keypoint
-	(*IngestMessage)(nil),      // 32: mdag.v1.IngestMessage
-	(*Join)(nil),               // 33: mdag.v1.Join
-	(*IngestReply)(nil),        // 34: mdag.v1.IngestReply
-	nil,                        // 35: mdag.v1.Item.CountsEntry
+	(*ThumbsWanted)(nil),       // 14: mdag.v1.ThumbsWanted
+	(*Thumbnail)(nil),          // 15: mdag.v1.Thumbnail
+	(*Register)(nil),           // 16: mdag.v1.Register
+	(*Registered)(nil),         // 17: mdag.v1.Registered
+	(*Heartbeat)(nil),          // 18: mdag.v1.Heartbeat
+	(*Load)(nil),               // 19: mdag.v1.Load
+	(*LoadReply)(nil),          // 20: mdag.v1.LoadReply
+	(*ModuleSpec)(nil),         // 21: mdag.v1.ModuleSpec
+	(*Task)(nil),               // 22: mdag.v1.Task
+	(*Result)(nil),             // 23: mdag.v1.Result
+	(*ItemList)(nil),           // 24: mdag.v1.ItemList
+	(*Item)(nil),               // 25: mdag.v1.Item
+	(*Track)(nil),              // 26: mdag.v1.Track
+	(*Step)(nil),               // 27: mdag.v1.Step
+	(*Event)(nil),              // 28: mdag.v1.Event
+	(*Audio)(nil),              // 29: mdag.v1.Audio
+	(*Frame)(nil),              // 30: mdag.v1.Frame
+	(*FrameRef)(nil),           // 31: mdag.v1.FrameRef
+	(*Box)(nil),                // 32: mdag.v1.Box
+	(*Keypoint)(nil),           // 33: mdag.v1.Keypoint
+	(*IngestMessage)(nil),      // 34: mdag.v1.IngestMessage
+	(*Join)(nil),               // 35: mdag.v1.Join
+	(*IngestReply)(nil),        // 36: mdag.v1.IngestReply
+	nil,                        // 37: mdag.v1.Item.CountsEntry
 }
 var file_api_mdag_proto_depIdxs = []int32{
-	28, // 0: mdag.v1.FetchedFrame.frame:type_name -> mdag.v1.Frame
-	14, // 1: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
-	21, // 2: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
-	16, // 3: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
-	18, // 4: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
+	30, // 0: mdag.v1.FetchedFrame.frame:type_name -> mdag.v1.Frame
+	16, // 1: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
+	23, // 2: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
+	18, // 3: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
+	20, // 4: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
 	10, // 5: mdag.v1.WorkerMessage.stream_join:type_name -> mdag.v1.StreamJoin
 	12, // 6: mdag.v1.WorkerMessage.ingested:type_name -> mdag.v1.Ingested
 	13, // 7: mdag.v1.WorkerMessage.stream_leave:type_name -> mdag.v1.StreamLeave
 	7,  // 8: mdag.v1.WorkerMessage.batch:type_name -> mdag.v1.WorkerBatch
-	6,  // 9: mdag.v1.WorkerBatch.msgs:type_name -> mdag.v1.WorkerMessage
-	9,  // 10: mdag.v1.CoordinatorBatch.msgs:type_name -> mdag.v1.CoordinatorMessage
-	15, // 11: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
-	17, // 12: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
-	20, // 13: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
-	11, // 14: mdag.v1.CoordinatorMessage.stream_joined:type_name -> mdag.v1.StreamJoined
-	8,  // 15: mdag.v1.CoordinatorMessage.batch:type_name -> mdag.v1.CoordinatorBatch
-	28, // 16: mdag.v1.Ingested.frame:type_name -> mdag.v1.Frame
-	30, // 17: mdag.v1.Ingested.truth:type_name -> mdag.v1.Box
-	19, // 18: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
-	23, // 19: mdag.v1.Task.items:type_name -> mdag.v1.Item
-	0,  // 20: mdag.v1.Task.kind:type_name -> mdag.v1.TaskKind
-	22, // 21: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
-	1,  // 22: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
-	23, // 23: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
-	28, // 24: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
-	30, // 25: mdag.v1.Item.region:type_name -> mdag.v1.Box
-	30, // 26: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
-	30, // 27: mdag.v1.Item.truth:type_name -> mdag.v1.Box
-	35, // 28: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
-	24, // 29: mdag.v1.Item.tracks:type_name -> mdag.v1.Track
-	25, // 30: mdag.v1.Item.steps:type_name -> mdag.v1.Step
-	26, // 31: mdag.v1.Item.events:type_name -> mdag.v1.Event
-	27, // 32: mdag.v1.Item.audio:type_name -> mdag.v1.Audio
-	30, // 33: mdag.v1.Track.box:type_name -> mdag.v1.Box
-	30, // 34: mdag.v1.Step.boxes:type_name -> mdag.v1.Box
-	24, // 35: mdag.v1.Step.tracks:type_name -> mdag.v1.Track
-	29, // 36: mdag.v1.Frame.ref:type_name -> mdag.v1.FrameRef
-	31, // 37: mdag.v1.Box.keypoints:type_name -> mdag.v1.Keypoint
-	33, // 38: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
-	28, // 39: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
-	30, // 40: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
-	27, // 41: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
-	6,  // 42: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
-	32, // 43: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
-	2,  // 44: mdag.v1.Coordinator.Route:input_type -> mdag.v1.RouteRequest
-	32, // 45: mdag.v1.Ingest.Ingest:input_type -> mdag.v1.IngestMessage
-	4,  // 46: mdag.v1.Peer.Fetch:input_type -> mdag.v1.FetchRequest
-	9,  // 47: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
-	34, // 48: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
-	3,  // 49: mdag.v1.Coordinator.Route:output_type -> mdag.v1.RouteReply
-	34, // 50: mdag.v1.Ingest.Ingest:output_type -> mdag.v1.IngestReply
-	5,  // 51: mdag.v1.Peer.Fetch:output_type -> mdag.v1.FetchedFrame
-	47, // [47:52] is the sub-list for method output_type
-	42, // [42:47] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	15, // 9: mdag.v1.WorkerMessage.thumbnail:type_name -> mdag.v1.Thumbnail
+	6,  // 10: mdag.v1.WorkerBatch.msgs:type_name -> mdag.v1.WorkerMessage
+	9,  // 11: mdag.v1.CoordinatorBatch.msgs:type_name -> mdag.v1.CoordinatorMessage
+	17, // 12: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
+	19, // 13: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
+	22, // 14: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
+	11, // 15: mdag.v1.CoordinatorMessage.stream_joined:type_name -> mdag.v1.StreamJoined
+	8,  // 16: mdag.v1.CoordinatorMessage.batch:type_name -> mdag.v1.CoordinatorBatch
+	14, // 17: mdag.v1.CoordinatorMessage.thumbs_wanted:type_name -> mdag.v1.ThumbsWanted
+	30, // 18: mdag.v1.Ingested.frame:type_name -> mdag.v1.Frame
+	32, // 19: mdag.v1.Ingested.truth:type_name -> mdag.v1.Box
+	21, // 20: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
+	25, // 21: mdag.v1.Task.items:type_name -> mdag.v1.Item
+	0,  // 22: mdag.v1.Task.kind:type_name -> mdag.v1.TaskKind
+	24, // 23: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
+	1,  // 24: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
+	25, // 25: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
+	30, // 26: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
+	32, // 27: mdag.v1.Item.region:type_name -> mdag.v1.Box
+	32, // 28: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
+	32, // 29: mdag.v1.Item.truth:type_name -> mdag.v1.Box
+	37, // 30: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
+	26, // 31: mdag.v1.Item.tracks:type_name -> mdag.v1.Track
+	27, // 32: mdag.v1.Item.steps:type_name -> mdag.v1.Step
+	28, // 33: mdag.v1.Item.events:type_name -> mdag.v1.Event
+	29, // 34: mdag.v1.Item.audio:type_name -> mdag.v1.Audio
+	32, // 35: mdag.v1.Track.box:type_name -> mdag.v1.Box
+	32, // 36: mdag.v1.Step.boxes:type_name -> mdag.v1.Box
+	26, // 37: mdag.v1.Step.tracks:type_name -> mdag.v1.Track
+	31, // 38: mdag.v1.Frame.ref:type_name -> mdag.v1.FrameRef
+	33, // 39: mdag.v1.Box.keypoints:type_name -> mdag.v1.Keypoint
+	35, // 40: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
+	30, // 41: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
+	32, // 42: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
+	29, // 43: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
+	6,  // 44: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
+	34, // 45: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
+	2,  // 46: mdag.v1.Coordinator.Route:input_type -> mdag.v1.RouteRequest
+	34, // 47: mdag.v1.Ingest.Ingest:input_type -> mdag.v1.IngestMessage
+	4,  // 48: mdag.v1.Peer.Fetch:input_type -> mdag.v1.FetchRequest
+	9,  // 49: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
+	36, // 50: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
+	3,  // 51: mdag.v1.Coordinator.Route:output_type -> mdag.v1.RouteReply
+	36, // 52: mdag.v1.Ingest.Ingest:output_type -> mdag.v1.IngestReply
+	5,  // 53: mdag.v1.Peer.Fetch:output_type -> mdag.v1.FetchedFrame
+	49, // [49:54] is the sub-list for method output_type
+	44, // [44:49] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_api_mdag_proto_init() }
@@ -3057,6 +3214,7 @@ func file_api_mdag_proto_init() {
 		(*WorkerMessage_Ingested)(nil),
 		(*WorkerMessage_StreamLeave)(nil),
 		(*WorkerMessage_Batch)(nil),
+		(*WorkerMessage_Thumbnail)(nil),
 	}
 	file_api_mdag_proto_msgTypes[7].OneofWrappers = []any{
 		(*CoordinatorMessage_Registered)(nil),
@@ -3064,6 +3222,7 @@ func file_api_mdag_proto_init() {
 		(*CoordinatorMessage_Task)(nil),
 		(*CoordinatorMessage_StreamJoined)(nil),
 		(*CoordinatorMessage_Batch)(nil),
+		(*CoordinatorMessage_ThumbsWanted)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3071,7 +3230,7 @@ func file_api_mdag_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_mdag_proto_rawDesc), len(file_api_mdag_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

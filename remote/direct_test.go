@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mdag/mdag/api"
+	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/remote/client"
 	"github.com/mdag/mdag/remote/wire"
 )
@@ -84,7 +86,7 @@ func (c *loopback) directWorkerWith(t *testing.T, id, typ string, ingest bool) *
 		if err != nil {
 			t.Fatal(err)
 		}
-		dp.Ingest = &client.IngestServer{Addr: iln.Addr().String()}
+		dp.Ingest = &client.IngestServer{Addr: iln.Addr().String(), Thumb: fakeThumb, ThumbWidth: 160}
 		ig := client.NewIngestGRPC(dp.Ingest)
 		iserved := make(chan struct{})
 		go func() { defer close(iserved); _ = ig.Serve(iln) }()
@@ -226,4 +228,10 @@ func TestDirectDataPlane(t *testing.T) {
 		t.Errorf("%d bytes of pixels came through the coordinator from workers on the direct data plane", p.RelayedBytes)
 	}
 	t.Logf("victim %s; totals %+v; drops %v; plane %+v", victim.id, tot, st.Drops, c.srv.Plane())
+}
+
+// fakeThumb stands in for the dashboard's JPEG encoder on test workers: a
+// JPEG's first bytes and the frame's size.
+func fakeThumb(f *media.Frame, width int) ([]byte, error) {
+	return fmt.Appendf([]byte{0xFF, 0xD8, 0xFF}, "%dx%d->%d", f.W, f.H, width), nil
 }

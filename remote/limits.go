@@ -189,6 +189,7 @@ const (
 	RefusedRole         = "role"           // a call the certificate's role may not make (or no certificate)
 	RefusedTicket       = "ticket"         // a worker's stream join whose ticket is not Route's for it (forged, another worker's or stream's, expired)
 	RefusedIngested     = "ingested"       // a worker's ingested frame of a stream not joined on it, or not its own reference
+	RefusedThumbnail    = "thumbnail"      // a worker's thumbnail not asked for, of a stream not joined on it, over its size or not a JPEG
 )
 
 // count counts one refusal without logging it (its caller logs).

@@ -63,6 +63,11 @@ type Server struct {
 	// that with ingest on the workers no pixel reaches the coordinator
 	// (`--data-plane metadata`, issue 41).
 	ByReference bool
+	// Thumbs takes the dashboard's thumbnails of the streams ingested on
+	// workers (a JPEG a worker sent while WantThumbs asked, checked: of a
+	// stream joined on that worker, at most wire.MaxThumbBytes). nil:
+	// none are asked for. Set before serving.
+	Thumbs func(stream string, jpeg []byte)
 
 	// insts is what Connect reports workers' registrations, losses and
 	// results to: Engine, unless a test set a stand-in before serving.
@@ -91,6 +96,7 @@ type Server struct {
 	keyOnce                      sync.Once
 	key                          []byte // for Route's tickets
 	ingestFrames, ingestRejected atomic.Uint64
+	thumbsAsked                  atomic.Int64 // when WantThumbs last asked the workers (unix ns)
 }
 
 // planeCounters count the frames of workers' results by how they came.

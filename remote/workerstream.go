@@ -161,6 +161,7 @@ func (w *workerSession) join() error {
 	c.beat.Store(s.Clock.Now().UnixNano())
 	if w.direct {
 		c.peer, c.ingest, c.ingestMax = reg.PeerAddr, w.ingestAddr, int(max(0, reg.IngestStreams))
+		c.thumbs = w.ingestAddr != "" && reg.Thumbnails
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -342,6 +343,8 @@ func (w *workerSession) receive(m *api.WorkerMessage) {
 		w.ingested(m.Ingested)
 	case *api.WorkerMessage_StreamLeave:
 		w.leaveStream(m.StreamLeave)
+	case *api.WorkerMessage_Thumbnail:
+		w.thumbnail(m.Thumbnail)
 	default:
 		w.s.Log.Warn("unexpected message from worker", "instance", w.reg.Id, "type", fmt.Sprintf("%T", m))
 	}
@@ -379,12 +382,13 @@ type conn struct {
 	// ingestMax is the most streams its Ingest service takes at once
 	// (Register.ingest_streams); 0: not said
 	ingestMax int
-	out    chan *api.CoordinatorMessage
-	cancel context.CancelCauseFunc
-	engine instances
-	gen    atomic.Uint64
-	beat   atomic.Int64 // unix ns of the last message from the worker
-	closed atomic.Bool
+	thumbs    bool // it sends thumbnails when asked (Register.thumbnails)
+	out       chan *api.CoordinatorMessage
+	cancel    context.CancelCauseFunc
+	engine    instances
+	gen       atomic.Uint64
+	beat      atomic.Int64 // unix ns of the last message from the worker
+	closed    atomic.Bool
 
 	clk     clock.Clock
 	mu      sync.Mutex

@@ -203,7 +203,11 @@ func (c *coordinatorCmd) serve(co *coordination, td *teardown) error {
 		co.gl.Close()
 		return fmt.Errorf("listen %s: %w", c.api.listen, err)
 	}
-	co.srv = &remote.Server{Engine: co.obs.e, Log: co.log, Heartbeat: c.heartbeat, Limits: c.limits, Relay: c.plane == "relay", ByReference: c.plane == "metadata", Shared: c.tls.shared}
+	co.srv = &remote.Server{Engine: co.obs.e, Log: co.log, Heartbeat: c.heartbeat, Limits: c.limits, Relay: c.plane == "relay", ByReference: c.plane == "metadata", Shared: c.tls.shared,
+		Thumbs: co.obs.rec.Thumbs().Put}
+	// the thumbnails of streams ingested on workers come from them, while
+	// the dashboard is read
+	co.obs.rec.Thumbs().SetWatch(co.srv.WantThumbs)
 	co.obs.mx.SetGRPC(func() metrics.GRPC {
 		p, r, in := co.srv.Plane(), co.srv.Received(), co.srv.Ingested()
 		return metrics.GRPC{Refused: co.srv.Refused(), RelayedFrames: p.RelayedFrames, RelayedBytes: p.RelayedBytes, RefFrames: p.RefFrames,

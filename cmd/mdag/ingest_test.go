@@ -52,9 +52,15 @@ func TestMultiProcessIngestOnWorkers(t *testing.T) {
 			metricValue(m, `mdag_grpc_received_bytes_total{from="other"}`)
 	}
 	sent := func(m string) float64 { return metricValue(m, `mdag_session_frames_sent_total{app="traffic"}`) }
-	waitFor(t, "both streams on ingest workers, frames finished", 30*time.Second, func() bool {
+	// frames ended, not finished: a loaded machine may drop most of them
+	// (cannot-finish), which is not what this test is of
+	waitFor(t, "both streams on ingest workers, frames ended", 30*time.Second, func() bool {
 		m := metrics()
-		return metricValue(m, "mdag_grpc_worker_ingest_streams") == 2 && metricValue(m, `mdag_session_frames_total{app="traffic",outcome="finished"}`) > 20
+		ended := 0.0
+		for _, o := range []string{"finished", "late", "dropped"} {
+			ended += metricValue(m, `mdag_session_frames_total{app="traffic",outcome="`+o+`"}`)
+		}
+		return metricValue(m, "mdag_grpc_worker_ingest_streams") == 2 && ended > 20
 	})
 	// What the coordinator takes in a frame, over the next 40 frames.
 	m0 := metrics()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mdag/mdag/internal/pki"
 	"github.com/mdag/mdag/internal/unixsock"
+	"github.com/mdag/mdag/observe/dashboard"
 	"github.com/mdag/mdag/remote/client"
 )
 
@@ -120,7 +121,8 @@ func (f *peerFlags) startIngest(dp *client.DataPlane, m *pki.Material, log *slog
 	} else if addr == "" {
 		addr = a.String()
 	}
-	dp.Ingest = &client.IngestServer{Addr: addr}
+	// thumbnails for the coordinator's dashboard, while it is read
+	dp.Ingest = &client.IngestServer{Addr: addr, Thumb: thumbEncoder, ThumbWidth: dashboard.ThumbWidth}
 	var opts []grpc.ServerOption
 	if m != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(m.IngestServerConfig())))

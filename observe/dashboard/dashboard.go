@@ -419,6 +419,7 @@ func (r *Recorder) Handler() http.Handler {
 		files.ServeHTTP(w, req)
 	})))
 	mux.HandleFunc("GET /v1/dashboard", func(w http.ResponseWriter, req *http.Request) {
+		r.thumbs.watched()
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		_ = json.NewEncoder(w).Encode(r.History())
@@ -518,6 +519,7 @@ func (r *Recorder) serveEvents(w http.ResponseWriter, req *http.Request) {
 			if !send("event: sample\ndata: %s\n\n", b) {
 				return
 			}
+			r.thumbs.watched()
 		}
 	}
 }

@@ -237,6 +237,40 @@ func TestThumbs(t *testing.T) {
 	}
 }
 
+// TestThumbsPutAndWatch: a thumbnail encoded elsewhere (a worker's) is
+// served as it came and expires like the others; reading the dashboard
+// (its history, a sample of its event stream) calls the watch hook, which
+// is how the thumbnails of worker-ingested streams are asked for.
+func TestThumbsPutAndWatch(t *testing.T) {
+	clk := clock.NewFake(t0)
+	r := New(Config{Clock: clk}, func() coordinator.Status { return coordinator.Status{} })
+	watched := 0
+	r.Thumbs().SetWatch(func() { watched++ })
+	jpeg := []byte{0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3}
+	r.Thumbs().Put("w1", jpeg)
+	if got := r.Thumbs().Have([]string{"w1", "w2"}); len(got) != 1 || got[0] != "w1" {
+		t.Fatalf("Have %v after Put", got)
+	}
+	h := r.Handler()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/thumbs/w1", nil))
+	if rec.Code != 200 || rec.Body.String() != string(jpeg) || rec.Header().Get("Content-Type") != "image/jpeg" {
+		t.Fatalf("GET /v1/thumbs/w1: %d %q %q", rec.Code, rec.Body.String(), rec.Header().Get("Content-Type"))
+	}
+	if watched != 0 {
+		t.Fatalf("a thumbnail's read called the watch hook %d times", watched)
+	}
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/v1/dashboard", nil))
+	if watched != 1 {
+		t.Fatalf("reading the dashboard called the watch hook %d times, want 1", watched)
+	}
+	clk.Advance(31 * time.Second)
+	r.Thumbs().Put("w2", jpeg)
+	if r.Thumbs().Get("w1") != nil || r.Thumbs().Get("w2") == nil {
+		t.Error("a worker's thumbnail kept past 30 s, or the new one lost")
+	}
+}
+
 // TestThumbBoxes: the boxes of a stream's latest result are drawn on its
 // next thumbnail (green outlines, inside the frame however far a box
 // reaches), and the frame offered is left as it was.

@@ -60,6 +60,50 @@ type Thumbs struct {
 	mu    sync.Mutex
 	m     map[string]*thumb
 	boxes map[string][]media.Box
+	watch func()    // SetWatch's
+	swept time.Time // Put's last sweep of the expired
+}
+
+// SetWatch sets f to be called whenever the dashboard is read (its history
+// or a sample sent to its event stream): thumbnails that come from
+// elsewhere (the workers that ingest the streams) are asked for then only.
+// Set before serving.
+func (t *Thumbs) SetWatch(f func()) {
+	t.mu.Lock()
+	t.watch = f
+	t.mu.Unlock()
+}
+
+// watched calls the SetWatch hook, if any.
+func (t *Thumbs) watched() {
+	t.mu.Lock()
+	f := t.watch
+	t.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// Put stores a thumbnail encoded elsewhere (a worker's, of a stream it
+// ingests) as stream's latest; the boxes of SetBoxes are not drawn on it.
+func (t *Thumbs) Put(stream string, jpeg []byte) {
+	if t == nil || len(jpeg) == 0 {
+		return
+	}
+	now := t.clk.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.m[stream] = &thumb{jpeg: jpeg, at: now}
+	if now.Sub(t.swept) < thumbEvery { // a sweep a second, not one a Put
+		return
+	}
+	t.swept = now
+	for id, th := range t.m {
+		if now.Sub(th.at) > thumbTTL {
+			delete(t.m, id)
+			delete(t.boxes, id)
+		}
+	}
 }
 
 type thumb struct {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mdag/mdag/api"
 	"github.com/mdag/mdag/internal/clock"
+	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/remote/wire"
 )
 
@@ -53,11 +54,20 @@ type IngestServer struct {
 	// MaxStreams bounds the streams open at once; 0: DefaultIngestStreams.
 	MaxStreams int
 	Clock      clock.Clock // nil: real time
+	// Thumb, when set, encodes a stream's frame as a JPEG ThumbWidth
+	// pixels wide for the coordinator's dashboard, while the coordinator
+	// asks (ThumbsWanted): at most one a second a stream, on the stream's
+	// own goroutine. nil: this worker sends none.
+	Thumb      func(f *media.Frame, width int) ([]byte, error)
+	ThumbWidth int
 
 	mu    sync.Mutex
 	sess  *workerSession // the session now, nil between connections
 	open  int
 	stats ingestCounters
+	// thumbsUntil is when the coordinator's last ThumbsWanted runs out
+	// (unix ns on Clock)
+	thumbsUntil atomic.Int64
 }
 
 type ingestCounters struct {
@@ -290,6 +300,14 @@ func (w *joinWaits) answer(r *api.StreamJoined) bool {
 	return true
 }
 
+// thumbEvery is how often a stream's thumbnail is sent while wanted.
+const thumbEvery = time.Second
+
+// wantThumbs records the coordinator's ThumbsWanted.
+func (g *IngestServer) wantThumbs(w *api.ThumbsWanted) {
+	g.thumbsUntil.Store(w.UntilUnixNs)
+}
+
 // ingesting is one joined stream's frames.
 type ingesting struct {
 	g                  *IngestServer
@@ -298,6 +316,27 @@ type ingesting struct {
 	caps               ingestCaps
 	accepted, rejected uint64
 	lastErr            string
+	lastThumb          time.Time
+}
+
+// thumb sends a thumbnail of f when the coordinator wants them and the
+// stream's last one is a second old; an encoder's error or a JPEG over
+// wire.MaxThumbBytes sends none.
+func (in *ingesting) thumb(f *media.Frame) {
+	g := in.g
+	if g.Thumb == nil {
+		return
+	}
+	now := in.s.cfg.Clock.Now()
+	if now.UnixNano() >= g.thumbsUntil.Load() || now.Sub(in.lastThumb) < thumbEvery {
+		return
+	}
+	in.lastThumb = now
+	jpeg, err := g.Thumb(f, max(1, g.ThumbWidth))
+	if err != nil || len(jpeg) > wire.MaxThumbBytes {
+		return
+	}
+	in.s.send(&api.WorkerMessage{Msg: &api.WorkerMessage_Thumbnail{Thumbnail: &api.Thumbnail{Stream: in.stream, Jpeg: jpeg}}})
 }
 
 // receive holds and announces the stream's frames until it ends: nil at
@@ -366,5 +405,6 @@ func (in *ingesting) hold(m *api.IngestMessage) error {
 	}
 	ref := &api.Frame{Width: int32(f.W), Height: int32(f.H), Ref: &api.FrameRef{Holder: in.s.cfg.ID, Addr: dp.Addr, Id: id}}
 	in.s.send(&api.WorkerMessage{Msg: &api.WorkerMessage_Ingested{Ingested: &api.Ingested{Stream: in.stream, Seq: m.Seq, CaptureUnixNs: wire.UnixNS(capture), Frame: ref, Truth: m.Truth}}})
+	in.thumb(f)
 	return nil
 }

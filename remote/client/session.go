@@ -149,6 +149,7 @@ func (s *workerSession) register() (*api.Registered, error) {
 	reg := &api.Register{Id: s.cfg.ID, Type: s.cfg.Type, Executor: s.kind, Cpus: int32(runtime.NumCPU()), Gpu: s.cfg.GPU, PeerAddr: s.dp.Addr, Batches: true}
 	if s.dp.Addr != "" && s.dp.Ingest != nil {
 		reg.IngestAddr, reg.IngestStreams = s.dp.Ingest.Addr, int32(s.dp.Ingest.maxStreams())
+		reg.Thumbnails = s.dp.Ingest.Thumb != nil
 	}
 	if err := s.stream.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: reg}}); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -419,6 +420,10 @@ func (s *workerSession) handle(m *api.CoordinatorMessage, inBatch bool) {
 	case *api.CoordinatorMessage_StreamJoined:
 		if !s.joins.answer(m.StreamJoined) {
 			s.cfg.Log.Warn("the coordinator answered a stream join no one waits for", "join", m.StreamJoined.Id)
+		}
+	case *api.CoordinatorMessage_ThumbsWanted:
+		if s.dp.Ingest != nil {
+			s.dp.Ingest.wantThumbs(m.ThumbsWanted)
 		}
 	default:
 		s.cfg.Log.Warn("unexpected message from the coordinator", "type", fmt.Sprintf("%T", m), "in_batch", inBatch)

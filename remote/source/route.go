@@ -23,8 +23,10 @@ const RouteTimeout = 5 * time.Second
 // (issue 41): on the ingest worker it names, with its ticket, or on the
 // coordinator when it names none (no worker ingests, an audio app, a
 // coordinator without Route). Without dial every call goes to the
-// coordinator. Connections to ingest workers are dialled once and kept
-// until close. Safe for concurrent use.
+// coordinator. A connection to an ingest worker is dialled once and shared
+// by the streams open there; it is closed when the last of them ends (a
+// long-running source whose workers come and go keeps no connection to a
+// worker it no longer streams to). Safe for concurrent use.
 //
 // An ingest worker this source cannot reach (the coordinator routed it to
 // an address outside its network: a pod IP, a worker behind NAT) does not
@@ -42,6 +44,7 @@ type router struct {
 
 	mu      sync.Mutex
 	conns   map[string]*grpc.ClientConn
+	users   map[string]int       // the streams open (or opening) on each connection
 	down    map[string]time.Time // addresses never reached: the coordinator until then
 	reached map[string]bool      // addresses this source has been connected to (one failing now is a worker gone: route again)
 	closed  bool                 // close ran: no more dialling
@@ -79,6 +82,14 @@ func (r *router) open(ctx context.Context, app, stream string) (cl grpc.ClientSt
 			}
 			if err == nil {
 				cl, err = api.NewIngestClient(cc).Ingest(ctx)
+			}
+			if cc != nil {
+				if err == nil {
+					addr := rt.Addr // the stream's use ends with its call
+					context.AfterFunc(ctx, func() { r.release(addr) })
+				} else {
+					r.release(rt.Addr)
+				}
 			}
 			switch {
 			case err == nil:
@@ -161,25 +172,42 @@ func (r *router) markDown(addr, worker string, err error) {
 	}
 }
 
-// conn is the connection to the ingest worker at addr, dialled once.
+// conn is the connection to the ingest worker at addr, dialled when no
+// stream uses one, with one more user: each conn that returns one is
+// matched by a release.
 func (r *router) conn(addr string) (*grpc.ClientConn, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return nil, errors.New("the source is closing")
 	}
-	if cc := r.conns[addr]; cc != nil {
-		return cc, nil
+	cc := r.conns[addr]
+	if cc == nil {
+		var err error
+		if cc, err = r.dial(addr); err != nil {
+			return nil, err
+		}
+		if r.conns == nil {
+			r.conns, r.users = map[string]*grpc.ClientConn{}, map[string]int{}
+		}
+		r.conns[addr] = cc
 	}
-	cc, err := r.dial(addr)
-	if err != nil {
-		return nil, err
-	}
-	if r.conns == nil {
-		r.conns = map[string]*grpc.ClientConn{}
-	}
-	r.conns[addr] = cc
+	r.users[addr]++
 	return cc, nil
+}
+
+// release ends one use of addr's connection; the last closes it.
+func (r *router) release(addr string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.users[addr]--; r.users[addr] > 0 {
+		return
+	}
+	delete(r.users, addr)
+	if cc := r.conns[addr]; cc != nil {
+		_ = cc.Close()
+		delete(r.conns, addr)
+	}
 }
 
 // close closes the connections to ingest workers.
@@ -190,5 +218,6 @@ func (r *router) close() {
 	for a, cc := range r.conns {
 		_ = cc.Close()
 		delete(r.conns, a)
+		delete(r.users, a)
 	}
 }

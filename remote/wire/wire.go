@@ -122,6 +122,10 @@ func FrameToPB(f *media.Frame) *api.Frame {
 // MaxRefField bounds a FrameRef's holder and address.
 const MaxRefField = 256
 
+// MaxThumbBytes bounds a worker's Thumbnail JPEG (a worker sends none
+// larger, the coordinator refuses one).
+const MaxThumbBytes = 64 << 10
+
 // FrameFromPB checks the size: a frame from the wire is outside input. A
 // reference (the direct data plane) has a size, a holder and an address
 // and no pixels.
