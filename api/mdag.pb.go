@@ -1102,11 +1102,11 @@ func (x *StreamLeave) GetStream() string {
 
 // ThumbsWanted asks an ingest worker that said it sends thumbnails
 // (Register.thumbnails) for one of each stream joined on it, at most one a
-// second a stream, until until_unix_ns: the dashboard is being watched, and
-// the pixels stay on the worker otherwise.
+// second a stream, for for_ns from when it arrives (on the worker's own
+// clock): the dashboard is being watched; otherwise the pixels stay there.
 type ThumbsWanted struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	UntilUnixNs   int64                  `protobuf:"varint,1,opt,name=until_unix_ns,json=untilUnixNs,proto3" json:"until_unix_ns,omitempty"`
+	ForNs         int64                  `protobuf:"varint,1,opt,name=for_ns,json=forNs,proto3" json:"for_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1141,9 +1141,9 @@ func (*ThumbsWanted) Descriptor() ([]byte, []int) {
 	return file_api_mdag_proto_rawDescGZIP(), []int{12}
 }
 
-func (x *ThumbsWanted) GetUntilUnixNs() int64 {
+func (x *ThumbsWanted) GetForNs() int64 {
 	if x != nil {
-		return x.UntilUnixNs
+		return x.ForNs
 	}
 	return 0
 }
@@ -2903,9 +2903,9 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x05frame\x18\x04 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\x12\"\n" +
 	"\x05truth\x18\x05 \x03(\v2\f.mdag.v1.BoxR\x05truth\"%\n" +
 	"\vStreamLeave\x12\x16\n" +
-	"\x06stream\x18\x01 \x01(\tR\x06stream\"2\n" +
-	"\fThumbsWanted\x12\"\n" +
-	"\runtil_unix_ns\x18\x01 \x01(\x03R\vuntilUnixNs\"7\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\"%\n" +
+	"\fThumbsWanted\x12\x15\n" +
+	"\x06for_ns\x18\x01 \x01(\x03R\x05forNs\"7\n" +
 	"\tThumbnail\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
 	"\x04jpeg\x18\x02 \x01(\fR\x04jpeg\"\x8f\x02\n" +

@@ -125,8 +125,8 @@ func (s *Server) Route(ctx context.Context, req *api.RouteRequest) (*api.RouteRe
 		// every ingest worker takes its most streams: the camera keeps
 		// running through the coordinator, said loudly (the scale-out
 		// this fleet needs is more ingest workers)
-		s.Log.Warn("route: every ingest worker ingests its most streams: this stream's frames come to the coordinator", "app", req.App, "stream", req.Stream, "ingest_workers", capped)
-		return &api.RouteReply{Why: fmt.Sprintf("every ingest worker (%d) ingests its most streams (mdag worker's ingest limit): frames come to the coordinator", capped)}, nil
+		s.callLog.warn("route: every ingest worker ingests its most streams: this stream's frames come to the coordinator", "app", req.App, "stream", req.Stream, "ingest_workers", capped)
+		return &api.RouteReply{Why: fmt.Sprintf("every ingest worker (%d) ingests its most streams (the limit it registered, 256 by default): frames come to the coordinator", capped)}, nil
 	case c == nil:
 		return &api.RouteReply{Why: "no worker ingests (mdag worker --ingest-listen, with --peer-listen): frames come to the coordinator"}, nil
 	}

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"bytes"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,10 +18,12 @@ import (
 // each of its streams at most once a second until then.
 
 // thumbsFor is how long one WantThumbs keeps the thumbnails coming;
-// thumbsAskEvery how often it asks again at most.
+// thumbsAskEvery how often it asks again at most; thumbsSlack how long
+// after thumbsFor a worker's thumbnail is still taken (in flight, clocks).
 const (
-	thumbsFor      = 10e9 // ns
-	thumbsAskEvery = 2e9  // ns
+	thumbsFor      = 10 * time.Second
+	thumbsAskEvery = 2 * time.Second
+	thumbsSlack    = 5 * time.Second
 )
 
 // WantThumbs asks the ingest workers for thumbnails of their streams for
@@ -32,10 +35,11 @@ func (s *Server) WantThumbs() {
 	}
 	now := s.Clock.Now().UnixNano()
 	last := s.thumbsAsked.Load()
-	if now-last < thumbsAskEvery || !s.thumbsAsked.CompareAndSwap(last, now) {
+	// (a clock stepped back asks at once)
+	if d := now - last; (d >= 0 && d < int64(thumbsAskEvery)) || !s.thumbsAsked.CompareAndSwap(last, now) {
 		return
 	}
-	m := &api.CoordinatorMessage{Msg: &api.CoordinatorMessage_ThumbsWanted{ThumbsWanted: &api.ThumbsWanted{UntilUnixNs: now + thumbsFor}}}
+	m := &api.CoordinatorMessage{Msg: &api.CoordinatorMessage_ThumbsWanted{ThumbsWanted: &api.ThumbsWanted{ForNs: int64(thumbsFor)}}}
 	s.mu.Lock()
 	var cs []*conn
 	for _, c := range s.workers {
@@ -61,8 +65,9 @@ func (w *workerSession) thumbnail(t *api.Thumbnail) {
 	joined := c.streams[t.Stream] == streamJoined
 	c.mu.Unlock()
 	var why string
+	asked := s.Clock.Now().UnixNano() - s.thumbsAsked.Load()
 	switch {
-	case s.Thumbs == nil || !c.thumbs:
+	case s.Thumbs == nil || !c.thumbs || asked < 0 || asked > int64(thumbsFor+thumbsSlack):
 		why = "not asked for"
 	case !joined:
 		why = "of a stream not joined on this worker"

@@ -79,19 +79,21 @@ func TestThumbnails(t *testing.T) {
 		t.Fatalf("join: %+v", j)
 	}
 
-	before := time.Now()
+	jpeg := []byte{0xFF, 0xD8, 0xFF, 0xE0, 'o', 'k'}
+	// before the dashboard asked: refused
+	send(&api.WorkerMessage{Msg: &api.WorkerMessage_Thumbnail{Thumbnail: &api.Thumbnail{Stream: "cam-1", Jpeg: jpeg}}})
+	waitFor(t, "a thumbnail not asked for refused", 5*time.Second, func() bool { return c.srv.Refused()[RefusedThumbnail] == 1 })
 	c.srv.WantThumbs()
 	asked := c.srv.thumbsAsked.Load()
 	w := next("ThumbsWanted", func(m *api.CoordinatorMessage) bool { return m.GetThumbsWanted() != nil }).GetThumbsWanted()
-	if until := time.Unix(0, w.UntilUnixNs); until.Before(before.Add(9*time.Second)) || until.After(time.Now().Add(11*time.Second)) {
-		t.Errorf("thumbnails wanted until %v, want about 10 s from now", until)
+	if time.Duration(w.ForNs) != thumbsFor {
+		t.Errorf("thumbnails wanted for %v, want %v", time.Duration(w.ForNs), thumbsFor)
 	}
 	c.srv.WantThumbs() // within 2 s of the last: not asked again
 	if c.srv.thumbsAsked.Load() != asked {
 		t.Error("asked again within 2 s")
 	}
 
-	jpeg := []byte{0xFF, 0xD8, 0xFF, 0xE0, 'o', 'k'}
 	for _, th := range []*api.Thumbnail{
 		{Stream: "cam-2", Jpeg: jpeg},                               // not joined here
 		{Stream: "cam-1", Jpeg: []byte("GIF89a")},                   // not a JPEG
@@ -104,5 +106,5 @@ func TestThumbnails(t *testing.T) {
 	if thumbs.get("cam-2") != nil {
 		t.Error("a thumbnail of a stream not joined on the worker was taken")
 	}
-	waitFor(t, "three thumbnails refused", 5*time.Second, func() bool { return c.srv.Refused()[RefusedThumbnail] == 3 })
+	waitFor(t, "three more thumbnails refused", 5*time.Second, func() bool { return c.srv.Refused()[RefusedThumbnail] == 4 })
 }

@@ -265,6 +265,9 @@ func TestThumbsPutAndWatch(t *testing.T) {
 		t.Fatalf("reading the dashboard called the watch hook %d times, want 1", watched)
 	}
 	clk.Advance(31 * time.Second)
+	if r.Thumbs().Get("w1") != nil || len(r.Thumbs().Have([]string{"w1"})) != 0 {
+		t.Error("a thumbnail over 30 s old served or listed (no Put or Offer swept it)")
+	}
 	r.Thumbs().Put("w2", jpeg)
 	if r.Thumbs().Get("w1") != nil || r.Thumbs().Get("w2") == nil {
 		t.Error("a worker's thumbnail kept past 30 s, or the new one lost")

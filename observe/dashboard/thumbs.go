@@ -200,11 +200,13 @@ func (t *Thumbs) Offer(stream string, f *media.Frame) {
 	t.mu.Unlock()
 }
 
-// Get returns a stream's thumbnail (nil when there is none).
+// Get returns a stream's thumbnail (nil when there is none, or it is over
+// 30 s old).
 func (t *Thumbs) Get(stream string) []byte {
+	now := t.clk.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if th := t.m[stream]; th != nil {
+	if th := t.m[stream]; th != nil && now.Sub(th.at) <= thumbTTL {
 		return th.jpeg
 	}
 	return nil
@@ -212,11 +214,12 @@ func (t *Thumbs) Get(stream string) []byte {
 
 // Have lists the streams of ids that have a thumbnail.
 func (t *Thumbs) Have(ids []string) []string {
+	now := t.clk.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := []string{}
 	for _, id := range ids {
-		if th := t.m[id]; th != nil && th.jpeg != nil {
+		if th := t.m[id]; th != nil && th.jpeg != nil && now.Sub(th.at) <= thumbTTL {
 			out = append(out, id)
 		}
 	}

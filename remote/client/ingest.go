@@ -66,7 +66,7 @@ type IngestServer struct {
 	open  int
 	stats ingestCounters
 	// thumbsUntil is when the coordinator's last ThumbsWanted runs out
-	// (unix ns on Clock)
+	// (unix ns on the session's clock); 0 on each new session
 	thumbsUntil atomic.Int64
 }
 
@@ -121,6 +121,7 @@ func (g *IngestServer) attach(s *workerSession) {
 	g.mu.Lock()
 	g.sess = s
 	g.mu.Unlock()
+	g.thumbsUntil.Store(0) // a new coordinator asks anew (an older one never does)
 }
 
 func (g *IngestServer) detach(s *workerSession) {
@@ -303,10 +304,18 @@ func (w *joinWaits) answer(r *api.StreamJoined) bool {
 // thumbEvery is how often a stream's thumbnail is sent while wanted.
 const thumbEvery = time.Second
 
-// wantThumbs records the coordinator's ThumbsWanted.
-func (g *IngestServer) wantThumbs(w *api.ThumbsWanted) {
-	g.thumbsUntil.Store(w.UntilUnixNs)
+// DefaultThumbWidth is a thumbnail's width when IngestServer.ThumbWidth is
+// not set (the dashboard's).
+const DefaultThumbWidth = 160
+
+// wantThumbs records the coordinator's ThumbsWanted, arriving at now:
+// thumbnails for the next w.for_ns, at most maxThumbsFor.
+func (g *IngestServer) wantThumbs(now time.Time, w *api.ThumbsWanted) {
+	g.thumbsUntil.Store(now.Add(min(max(0, time.Duration(w.ForNs)), maxThumbsFor)).UnixNano())
 }
+
+// maxThumbsFor bounds what one ThumbsWanted asks for.
+const maxThumbsFor = time.Minute
 
 // ingesting is one joined stream's frames.
 type ingesting struct {
@@ -317,6 +326,7 @@ type ingesting struct {
 	accepted, rejected uint64
 	lastErr            string
 	lastThumb          time.Time
+	thumbFailed        bool // an encoder's failure was logged
 }
 
 // thumb sends a thumbnail of f when the coordinator wants them and the
@@ -332,8 +342,19 @@ func (in *ingesting) thumb(f *media.Frame) {
 		return
 	}
 	in.lastThumb = now
-	jpeg, err := g.Thumb(f, max(1, g.ThumbWidth))
-	if err != nil || len(jpeg) > wire.MaxThumbBytes {
+	width := g.ThumbWidth
+	if width <= 0 {
+		width = DefaultThumbWidth
+	}
+	jpeg, err := g.Thumb(f, width)
+	if err == nil && len(jpeg) > wire.MaxThumbBytes {
+		err = fmt.Errorf("a JPEG of %d bytes, over %d", len(jpeg), wire.MaxThumbBytes)
+	}
+	if err != nil {
+		if !in.thumbFailed { // once a stream: it is tried again each second
+			in.thumbFailed = true
+			in.s.cfg.Log.Warn("ingest: no thumbnail of this stream for the dashboard", "stream", in.stream, "frame", fmt.Sprintf("%dx%d", f.W, f.H), "err", err)
+		}
 		return
 	}
 	in.s.send(&api.WorkerMessage{Msg: &api.WorkerMessage_Thumbnail{Thumbnail: &api.Thumbnail{Stream: in.stream, Jpeg: jpeg}}})

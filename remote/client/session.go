@@ -423,7 +423,7 @@ func (s *workerSession) handle(m *api.CoordinatorMessage, inBatch bool) {
 		}
 	case *api.CoordinatorMessage_ThumbsWanted:
 		if s.dp.Ingest != nil {
-			s.dp.Ingest.wantThumbs(m.ThumbsWanted)
+			s.dp.Ingest.wantThumbs(s.cfg.Clock.Now(), m.ThumbsWanted)
 		}
 	default:
 		s.cfg.Log.Warn("unexpected message from the coordinator", "type", fmt.Sprintf("%T", m), "in_batch", inBatch)
