@@ -120,7 +120,7 @@ func (s *Server) Route(ctx context.Context, req *api.RouteRequest) (*api.RouteRe
 	c, n, full, capped := s.ingestWorker()
 	switch {
 	case full:
-		return nil, status.Errorf(codes.ResourceExhausted, "route: every ingest worker has %d streams routed to it and not joined yet: retry", maxRouted)
+		return nil, status.Errorf(codes.ResourceExhausted, "route: every ingest worker is full of streams routed to it and not joined yet (their tickets live %v): retry", TicketTTL)
 	case c == nil && capped > 0:
 		// every ingest worker takes its most streams: the camera keeps
 		// running through the coordinator, said loudly (the scale-out
@@ -212,9 +212,12 @@ const maxRouted = 4096
 
 // ingestWorker is the connected worker with an ingest address and the
 // fewest streams ingested or routed (ties: the lowest ID), or nil; full
-// says every such worker has maxRouted streams routed and not joined,
-// capped how many ingest workers were left out for having as many
-// streams joined or routed as they said they take
+// says every such worker has maxRouted streams routed and not joined, or
+// is at its limit only with such routes counted (they may never join: a
+// source that could not reach the worker, a refused join; their tickets
+// expire, so the source routes again rather than send a camera to the
+// coordinator for its life), capped how many ingest workers were left out
+// for having as many streams joined as they said they take
 // (Register.ingest_streams).
 func (s *Server) ingestWorker() (c *conn, n int, full bool, capped int) {
 	type cand struct {
@@ -233,10 +236,16 @@ func (s *Server) ingestWorker() (c *conn, n int, full bool, capped int) {
 	for i := range cs {
 		cs[i].n, cs[i].routed = cs[i].c.ingestCount()
 	}
-	n0 := len(cs)
-	cs = slices.DeleteFunc(cs, func(x cand) bool { return x.c.ingestMax > 0 && x.n >= x.c.ingestMax })
-	capped = n0 - len(cs)
-	had := len(cs) > 0
+	n0, byRoutes := len(cs), 0
+	cs = slices.DeleteFunc(cs, func(x cand) bool {
+		at := x.c.ingestMax > 0 && x.n >= x.c.ingestMax
+		if at && x.n-x.routed < x.c.ingestMax {
+			byRoutes++
+		}
+		return at
+	})
+	capped = n0 - len(cs) - byRoutes
+	had := len(cs) > 0 || byRoutes > 0
 	cs = slices.DeleteFunc(cs, func(x cand) bool { return x.routed >= maxRouted })
 	if len(cs) == 0 {
 		return nil, 0, had, capped

@@ -359,13 +359,14 @@ func TestRouteBoundedPerSource(t *testing.T) {
 
 // TestRouteIngestLimit: Route counts each ingest worker's streams against
 // the limit it registered (ingest_streams) and leaves out the workers at
-// it; when every one is, the stream goes to the coordinator, and the reply
-// says why.
+// it. While routes not joined yet fill them (they may never join), the
+// source is told to retry; when every one is full of joined streams, the
+// stream goes to the coordinator, and the reply says why.
 func TestRouteIngestLimit(t *testing.T) {
 	app, prof := loadExample(t, "traffic")
 	c := startServer(t, app, prof, &Server{Heartbeat: time.Second, Limits: Limits{MaxSourceStreams: 16}})
-	rawIngestWorker(t, c, "w1", 2)
-	rawIngestWorker(t, c, "w2", 1)
+	send1, recv1 := rawIngestWorker(t, c, "w1", 2)
+	send2, recv2 := rawIngestWorker(t, c, "w2", 1)
 	waitFor(t, "both workers to be routed to", 5*time.Second, func() bool {
 		c.srv.mu.Lock()
 		defer c.srv.mu.Unlock()
@@ -377,22 +378,33 @@ func TestRouteIngestLimit(t *testing.T) {
 		}
 		return n == 2
 	})
-	route := func(stream string) *api.RouteReply {
-		t.Helper()
-		rt, err := api.NewCoordinatorClient(c.cc).Route(context.Background(), &api.RouteRequest{App: "traffic", Stream: stream})
-		if err != nil {
-			t.Fatalf("route %s: %v", stream, err)
-		}
-		return rt
+	route := func(stream string) (*api.RouteReply, error) {
+		return api.NewCoordinatorClient(c.cc).Route(context.Background(), &api.RouteRequest{App: "traffic", Stream: stream})
 	}
-	for _, tc := range []struct{ stream, worker string }{{"cam-1", "w1"}, {"cam-2", "w2"}, {"cam-3", "w1"}, {"cam-4", ""}} {
-		rt := route(tc.stream)
-		if rt.Worker != tc.worker {
-			t.Fatalf("%s routed to %q (%s), want %q", tc.stream, rt.Worker, rt.Why, tc.worker)
+	tickets := map[string][]byte{}
+	for _, tc := range []struct{ stream, worker string }{{"cam-1", "w1"}, {"cam-2", "w2"}, {"cam-3", "w1"}} {
+		rt, err := route(tc.stream)
+		if err != nil || rt.Worker != tc.worker {
+			t.Fatalf("%s routed to %+v (%v), want %q", tc.stream, rt, err, tc.worker)
 		}
-		if tc.worker == "" && (rt.Ticket != nil || !strings.Contains(rt.Why, "every ingest worker (2) ingests its most streams")) {
-			t.Errorf("%s: %+v: want the coordinator, saying every ingest worker is at its limit", tc.stream, rt)
+		tickets[tc.stream] = rt.Ticket
+	}
+	if _, err := route("cam-4"); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "retry") {
+		t.Fatalf("every worker full of routes not joined yet: %v, want ResourceExhausted (retry)", err)
+	}
+	join := func(send func(*api.WorkerMessage), recv func() *api.CoordinatorMessage, id uint64, stream string) {
+		t.Helper()
+		send(&api.WorkerMessage{Msg: &api.WorkerMessage_StreamJoin{StreamJoin: &api.StreamJoin{Id: id, App: "traffic", Stream: stream, Ticket: tickets[stream]}}})
+		if j := recv().GetStreamJoined(); j.Code != 0 {
+			t.Fatalf("join %s: %+v", stream, j)
 		}
+	}
+	join(send1, recv1, 1, "cam-1")
+	join(send1, recv1, 2, "cam-3")
+	join(send2, recv2, 1, "cam-2")
+	rt, err := route("cam-4")
+	if err != nil || rt.Worker != "" || rt.Ticket != nil || !strings.Contains(rt.Why, "every ingest worker (2) ingests its most streams") {
+		t.Fatalf("every worker full of joined streams: %+v %v: want the coordinator, saying why", rt, err)
 	}
 }
 
