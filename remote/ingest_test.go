@@ -114,7 +114,7 @@ func TestIngestOnWorkers(t *testing.T) {
 		}
 	}
 	c.srv.WantThumbs()
-	waitFor(t, "both cameras' thumbnails from their ingest workers", 10*time.Second, func() bool {
+	waitFor(t, "both cameras' thumbnails from their ingest workers", 20*time.Second, func() bool {
 		return bytes.HasPrefix(thumbs.get("cam-a"), jpegMagic) && bytes.HasPrefix(thumbs.get("cam-b"), jpegMagic)
 	})
 

@@ -367,7 +367,7 @@ func TestRouteIngestLimit(t *testing.T) {
 	c := startServer(t, app, prof, &Server{Heartbeat: time.Second, Limits: Limits{MaxSourceStreams: 16}})
 	send1, recv1 := rawIngestWorker(t, c, "w1", 2)
 	send2, recv2 := rawIngestWorker(t, c, "w2", 1)
-	waitFor(t, "both workers to be routed to", 5*time.Second, func() bool {
+	waitFor(t, "both workers to be routed to", 20*time.Second, func() bool {
 		c.srv.mu.Lock()
 		defer c.srv.mu.Unlock()
 		n := 0

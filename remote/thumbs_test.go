@@ -49,7 +49,7 @@ func TestThumbnails(t *testing.T) {
 	}()
 	next := func(what string, pick func(*api.CoordinatorMessage) bool) *api.CoordinatorMessage {
 		t.Helper()
-		tm := time.After(5 * time.Second)
+		tm := time.After(20 * time.Second)
 		for {
 			select {
 			case m, ok := <-msgs:
@@ -60,7 +60,7 @@ func TestThumbnails(t *testing.T) {
 					return m
 				}
 			case <-tm:
-				t.Fatalf("no %s within 5 s", what)
+				t.Fatalf("no %s within 20 s", what)
 			}
 		}
 	}
@@ -69,7 +69,7 @@ func TestThumbnails(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the worker to be routed to", 5*time.Second, func() bool { return ingestReady(c.srv) })
+	waitFor(t, "the worker to be routed to", 20*time.Second, func() bool { return ingestReady(c.srv) })
 	rt, err := api.NewCoordinatorClient(c.cc).Route(context.Background(), &api.RouteRequest{App: "traffic", Stream: "cam-1"})
 	if err != nil || rt.Worker != "w1" {
 		t.Fatalf("route: %+v %v", rt, err)
@@ -82,7 +82,7 @@ func TestThumbnails(t *testing.T) {
 	jpeg := []byte{0xFF, 0xD8, 0xFF, 0xE0, 'o', 'k'}
 	// before the dashboard asked: refused
 	send(&api.WorkerMessage{Msg: &api.WorkerMessage_Thumbnail{Thumbnail: &api.Thumbnail{Stream: "cam-1", Jpeg: jpeg}}})
-	waitFor(t, "a thumbnail not asked for refused", 5*time.Second, func() bool { return c.srv.Refused()[RefusedThumbnail] == 1 })
+	waitFor(t, "a thumbnail not asked for refused", 20*time.Second, func() bool { return c.srv.Refused()[RefusedThumbnail] == 1 })
 	c.srv.WantThumbs()
 	asked := c.srv.thumbsAsked.Load()
 	w := next("ThumbsWanted", func(m *api.CoordinatorMessage) bool { return m.GetThumbsWanted() != nil }).GetThumbsWanted()
@@ -102,9 +102,9 @@ func TestThumbnails(t *testing.T) {
 	} {
 		send(&api.WorkerMessage{Msg: &api.WorkerMessage_Thumbnail{Thumbnail: th}})
 	}
-	waitFor(t, "cam-1's thumbnail", 5*time.Second, func() bool { return string(thumbs.get("cam-1")) == string(jpeg) })
+	waitFor(t, "cam-1's thumbnail", 20*time.Second, func() bool { return string(thumbs.get("cam-1")) == string(jpeg) })
 	if thumbs.get("cam-2") != nil {
 		t.Error("a thumbnail of a stream not joined on the worker was taken")
 	}
-	waitFor(t, "three more thumbnails refused", 5*time.Second, func() bool { return c.srv.Refused()[RefusedThumbnail] == 4 })
+	waitFor(t, "three more thumbnails refused", 20*time.Second, func() bool { return c.srv.Refused()[RefusedThumbnail] == 4 })
 }
