@@ -393,6 +393,7 @@ type WorkerMessage struct {
 	//	*WorkerMessage_StreamLeave
 	//	*WorkerMessage_Batch
 	//	*WorkerMessage_Thumbnail
+	//	*WorkerMessage_CameraState
 	Msg           isWorkerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -516,6 +517,15 @@ func (x *WorkerMessage) GetThumbnail() *Thumbnail {
 	return nil
 }
 
+func (x *WorkerMessage) GetCameraState() *CameraState {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_CameraState); ok {
+			return x.CameraState
+		}
+	}
+	return nil
+}
+
 type isWorkerMessage_Msg interface {
 	isWorkerMessage_Msg()
 }
@@ -556,6 +566,10 @@ type WorkerMessage_Thumbnail struct {
 	Thumbnail *Thumbnail `protobuf:"bytes,9,opt,name=thumbnail,proto3,oneof"`
 }
 
+type WorkerMessage_CameraState struct {
+	CameraState *CameraState `protobuf:"bytes,10,opt,name=camera_state,json=cameraState,proto3,oneof"`
+}
+
 func (*WorkerMessage_Register) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Result) isWorkerMessage_Msg() {}
@@ -573,6 +587,8 @@ func (*WorkerMessage_StreamLeave) isWorkerMessage_Msg() {}
 func (*WorkerMessage_Batch) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Thumbnail) isWorkerMessage_Msg() {}
+
+func (*WorkerMessage_CameraState) isWorkerMessage_Msg() {}
 
 // WorkerBatch is several messages sent as one, in order (a worker batches
 // what queued while it was sending, when Registered.batches says the
@@ -677,6 +693,8 @@ type CoordinatorMessage struct {
 	//	*CoordinatorMessage_StreamJoined
 	//	*CoordinatorMessage_Batch
 	//	*CoordinatorMessage_ThumbsWanted
+	//	*CoordinatorMessage_CameraAssign
+	//	*CoordinatorMessage_CameraRelease
 	Msg           isCoordinatorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -773,6 +791,24 @@ func (x *CoordinatorMessage) GetThumbsWanted() *ThumbsWanted {
 	return nil
 }
 
+func (x *CoordinatorMessage) GetCameraAssign() *CameraAssign {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_CameraAssign); ok {
+			return x.CameraAssign
+		}
+	}
+	return nil
+}
+
+func (x *CoordinatorMessage) GetCameraRelease() *CameraRelease {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_CameraRelease); ok {
+			return x.CameraRelease
+		}
+	}
+	return nil
+}
+
 type isCoordinatorMessage_Msg interface {
 	isCoordinatorMessage_Msg()
 }
@@ -801,6 +837,14 @@ type CoordinatorMessage_ThumbsWanted struct {
 	ThumbsWanted *ThumbsWanted `protobuf:"bytes,6,opt,name=thumbs_wanted,json=thumbsWanted,proto3,oneof"`
 }
 
+type CoordinatorMessage_CameraAssign struct {
+	CameraAssign *CameraAssign `protobuf:"bytes,7,opt,name=camera_assign,json=cameraAssign,proto3,oneof"`
+}
+
+type CoordinatorMessage_CameraRelease struct {
+	CameraRelease *CameraRelease `protobuf:"bytes,8,opt,name=camera_release,json=cameraRelease,proto3,oneof"`
+}
+
 func (*CoordinatorMessage_Registered) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Load) isCoordinatorMessage_Msg() {}
@@ -812,6 +856,10 @@ func (*CoordinatorMessage_StreamJoined) isCoordinatorMessage_Msg() {}
 func (*CoordinatorMessage_Batch) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_ThumbsWanted) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_CameraAssign) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_CameraRelease) isCoordinatorMessage_Msg() {}
 
 // StreamJoin asks the coordinator to join a camera stream that a source
 // opened on this worker's Ingest service, with the ticket Route gave it.
@@ -1202,6 +1250,285 @@ func (x *Thumbnail) GetJpeg() []byte {
 	return nil
 }
 
+// CameraAssign makes an ingest worker that reads cameras (Register.cameras)
+// read one of the coordinator's RTSP cameras (mdag coordinator --camera):
+// it decodes the camera, samples it to fps and joins its stream with a
+// StreamJoin without a ticket (the coordinator knows it assigned it), as a
+// routed source's stream. The URL may hold the camera's password: it only
+// travels on the worker's (mutual TLS) connection and is never logged.
+type CameraAssign struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Stream    string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"` // the camera's name: its stream's ID
+	App       string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
+	Url       string                 `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	Fps       float64                `protobuf:"fixed64,4,opt,name=fps,proto3" json:"fps,omitempty"`                               // 0: the app's
+	Transport string                 `protobuf:"bytes,5,opt,name=transport,proto3" json:"transport,omitempty"`                     // tcp, udp or "" (auto)
+	MaxFrameW int32                  `protobuf:"varint,6,opt,name=max_frame_w,json=maxFrameW,proto3" json:"max_frame_w,omitempty"` // frames above are scaled down to fit
+	MaxFrameH int32                  `protobuf:"varint,7,opt,name=max_frame_h,json=maxFrameH,proto3" json:"max_frame_h,omitempty"`
+	// estimate each frame's objects by motion as its ground truth, for
+	// emulated detectors (mdag coordinator --emulate-objects motion)
+	MotionObjects bool `protobuf:"varint,8,opt,name=motion_objects,json=motionObjects,proto3" json:"motion_objects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CameraAssign) Reset() {
+	*x = CameraAssign{}
+	mi := &file_api_mdag_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CameraAssign) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CameraAssign) ProtoMessage() {}
+
+func (x *CameraAssign) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CameraAssign.ProtoReflect.Descriptor instead.
+func (*CameraAssign) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CameraAssign) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *CameraAssign) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *CameraAssign) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CameraAssign) GetFps() float64 {
+	if x != nil {
+		return x.Fps
+	}
+	return 0
+}
+
+func (x *CameraAssign) GetTransport() string {
+	if x != nil {
+		return x.Transport
+	}
+	return ""
+}
+
+func (x *CameraAssign) GetMaxFrameW() int32 {
+	if x != nil {
+		return x.MaxFrameW
+	}
+	return 0
+}
+
+func (x *CameraAssign) GetMaxFrameH() int32 {
+	if x != nil {
+		return x.MaxFrameH
+	}
+	return 0
+}
+
+func (x *CameraAssign) GetMotionObjects() bool {
+	if x != nil {
+		return x.MotionObjects
+	}
+	return false
+}
+
+// CameraRelease makes the worker stop reading a camera (it moves elsewhere).
+type CameraRelease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CameraRelease) Reset() {
+	*x = CameraRelease{}
+	mi := &file_api_mdag_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CameraRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CameraRelease) ProtoMessage() {}
+
+func (x *CameraRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CameraRelease.ProtoReflect.Descriptor instead.
+func (*CameraRelease) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CameraRelease) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+// CameraState is how a camera the worker reads is doing, sent when its
+// state changes (and at most once a second while it does).
+type CameraState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"` // connecting, streaming, reconnecting, failed, stopped
+	Codec         string                 `protobuf:"bytes,3,opt,name=codec,proto3" json:"codec,omitempty"` // h264, h265
+	Transport     string                 `protobuf:"bytes,4,opt,name=transport,proto3" json:"transport,omitempty"`
+	Frames        uint64                 `protobuf:"varint,5,opt,name=frames,proto3" json:"frames,omitempty"`
+	Reconnects    uint64                 `protobuf:"varint,6,opt,name=reconnects,proto3" json:"reconnects,omitempty"`
+	CameraLost    uint64                 `protobuf:"varint,7,opt,name=camera_lost,json=cameraLost,proto3" json:"camera_lost,omitempty"`
+	LastError     string                 `protobuf:"bytes,8,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"` // never with a password
+	DownNs        int64                  `protobuf:"varint,9,opt,name=down_ns,json=downNs,proto3" json:"down_ns,omitempty"`
+	Lost          uint64                 `protobuf:"varint,10,opt,name=lost,proto3" json:"lost,omitempty"`                              // access units that never arrived whole
+	LastGapNs     int64                  `protobuf:"varint,11,opt,name=last_gap_ns,json=lastGapNs,proto3" json:"last_gap_ns,omitempty"` // the latest gap in its frames
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CameraState) Reset() {
+	*x = CameraState{}
+	mi := &file_api_mdag_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CameraState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CameraState) ProtoMessage() {}
+
+func (x *CameraState) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CameraState.ProtoReflect.Descriptor instead.
+func (*CameraState) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CameraState) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *CameraState) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *CameraState) GetCodec() string {
+	if x != nil {
+		return x.Codec
+	}
+	return ""
+}
+
+func (x *CameraState) GetTransport() string {
+	if x != nil {
+		return x.Transport
+	}
+	return ""
+}
+
+func (x *CameraState) GetFrames() uint64 {
+	if x != nil {
+		return x.Frames
+	}
+	return 0
+}
+
+func (x *CameraState) GetReconnects() uint64 {
+	if x != nil {
+		return x.Reconnects
+	}
+	return 0
+}
+
+func (x *CameraState) GetCameraLost() uint64 {
+	if x != nil {
+		return x.CameraLost
+	}
+	return 0
+}
+
+func (x *CameraState) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *CameraState) GetDownNs() int64 {
+	if x != nil {
+		return x.DownNs
+	}
+	return 0
+}
+
+func (x *CameraState) GetLost() uint64 {
+	if x != nil {
+		return x.Lost
+	}
+	return 0
+}
+
+func (x *CameraState) GetLastGapNs() int64 {
+	if x != nil {
+		return x.LastGapNs
+	}
+	return 0
+}
+
 // Register announces a worker.
 type Register struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -1217,13 +1544,16 @@ type Register struct {
 	// ingest_addr); 0: not said (the coordinator routes as if unbounded)
 	IngestStreams int32 `protobuf:"varint,9,opt,name=ingest_streams,json=ingestStreams,proto3" json:"ingest_streams,omitempty"`
 	Thumbnails    bool  `protobuf:"varint,10,opt,name=thumbnails,proto3" json:"thumbnails,omitempty"` // it sends a Thumbnail of its streams while ThumbsWanted asks
+	// it reads the RTSP cameras the coordinator assigns it (CameraAssign;
+	// with ingest_addr): the full build's worker
+	Cameras       bool `protobuf:"varint,11,opt,name=cameras,proto3" json:"cameras,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Register) Reset() {
 	*x = Register{}
-	mi := &file_api_mdag_proto_msgTypes[14]
+	mi := &file_api_mdag_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1565,7 @@ func (x *Register) String() string {
 func (*Register) ProtoMessage() {}
 
 func (x *Register) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[14]
+	mi := &file_api_mdag_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1578,7 @@ func (x *Register) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Register.ProtoReflect.Descriptor instead.
 func (*Register) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{14}
+	return file_api_mdag_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Register) GetId() string {
@@ -1321,6 +1651,13 @@ func (x *Register) GetThumbnails() bool {
 	return false
 }
 
+func (x *Register) GetCameras() bool {
+	if x != nil {
+		return x.Cameras
+	}
+	return false
+}
+
 type Registered struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Id                  string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1339,7 +1676,7 @@ type Registered struct {
 
 func (x *Registered) Reset() {
 	*x = Registered{}
-	mi := &file_api_mdag_proto_msgTypes[15]
+	mi := &file_api_mdag_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1688,7 @@ func (x *Registered) String() string {
 func (*Registered) ProtoMessage() {}
 
 func (x *Registered) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[15]
+	mi := &file_api_mdag_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1701,7 @@ func (x *Registered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registered.ProtoReflect.Descriptor instead.
 func (*Registered) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{15}
+	return file_api_mdag_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Registered) GetId() string {
@@ -1415,7 +1752,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_api_mdag_proto_msgTypes[16]
+	mi := &file_api_mdag_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1764,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[16]
+	mi := &file_api_mdag_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1777,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{16}
+	return file_api_mdag_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Heartbeat) GetTasks() uint64 {
@@ -1489,7 +1826,7 @@ type Load struct {
 
 func (x *Load) Reset() {
 	*x = Load{}
-	mi := &file_api_mdag_proto_msgTypes[17]
+	mi := &file_api_mdag_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1838,7 @@ func (x *Load) String() string {
 func (*Load) ProtoMessage() {}
 
 func (x *Load) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[17]
+	mi := &file_api_mdag_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1851,7 @@ func (x *Load) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Load.ProtoReflect.Descriptor instead.
 func (*Load) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{17}
+	return file_api_mdag_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Load) GetGeneration() uint64 {
@@ -1541,7 +1878,7 @@ type LoadReply struct {
 
 func (x *LoadReply) Reset() {
 	*x = LoadReply{}
-	mi := &file_api_mdag_proto_msgTypes[18]
+	mi := &file_api_mdag_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1890,7 @@ func (x *LoadReply) String() string {
 func (*LoadReply) ProtoMessage() {}
 
 func (x *LoadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[18]
+	mi := &file_api_mdag_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1903,7 @@ func (x *LoadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReply.ProtoReflect.Descriptor instead.
 func (*LoadReply) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{18}
+	return file_api_mdag_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LoadReply) GetGeneration() uint64 {
@@ -1599,7 +1936,7 @@ type ModuleSpec struct {
 
 func (x *ModuleSpec) Reset() {
 	*x = ModuleSpec{}
-	mi := &file_api_mdag_proto_msgTypes[19]
+	mi := &file_api_mdag_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1948,7 @@ func (x *ModuleSpec) String() string {
 func (*ModuleSpec) ProtoMessage() {}
 
 func (x *ModuleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[19]
+	mi := &file_api_mdag_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1961,7 @@ func (x *ModuleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModuleSpec.ProtoReflect.Descriptor instead.
 func (*ModuleSpec) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{19}
+	return file_api_mdag_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ModuleSpec) GetApp() string {
@@ -1700,7 +2037,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_api_mdag_proto_msgTypes[20]
+	mi := &file_api_mdag_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +2049,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[20]
+	mi := &file_api_mdag_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +2062,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{20}
+	return file_api_mdag_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Task) GetId() uint64 {
@@ -1805,7 +2142,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_api_mdag_proto_msgTypes[21]
+	mi := &file_api_mdag_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +2154,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[21]
+	mi := &file_api_mdag_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +2167,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{21}
+	return file_api_mdag_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Result) GetTask() uint64 {
@@ -1884,7 +2221,7 @@ type ItemList struct {
 
 func (x *ItemList) Reset() {
 	*x = ItemList{}
-	mi := &file_api_mdag_proto_msgTypes[22]
+	mi := &file_api_mdag_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +2233,7 @@ func (x *ItemList) String() string {
 func (*ItemList) ProtoMessage() {}
 
 func (x *ItemList) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[22]
+	mi := &file_api_mdag_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2246,7 @@ func (x *ItemList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemList.ProtoReflect.Descriptor instead.
 func (*ItemList) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{22}
+	return file_api_mdag_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ItemList) GetItems() []*Item {
@@ -1942,7 +2279,7 @@ type Item struct {
 
 func (x *Item) Reset() {
 	*x = Item{}
-	mi := &file_api_mdag_proto_msgTypes[23]
+	mi := &file_api_mdag_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1954,7 +2291,7 @@ func (x *Item) String() string {
 func (*Item) ProtoMessage() {}
 
 func (x *Item) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[23]
+	mi := &file_api_mdag_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1967,7 +2304,7 @@ func (x *Item) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Item.ProtoReflect.Descriptor instead.
 func (*Item) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{23}
+	return file_api_mdag_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Item) GetStream() string {
@@ -2082,7 +2419,7 @@ type Track struct {
 
 func (x *Track) Reset() {
 	*x = Track{}
-	mi := &file_api_mdag_proto_msgTypes[24]
+	mi := &file_api_mdag_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +2431,7 @@ func (x *Track) String() string {
 func (*Track) ProtoMessage() {}
 
 func (x *Track) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[24]
+	mi := &file_api_mdag_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2107,7 +2444,7 @@ func (x *Track) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Track.ProtoReflect.Descriptor instead.
 func (*Track) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{24}
+	return file_api_mdag_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Track) GetId() uint64 {
@@ -2159,7 +2496,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_api_mdag_proto_msgTypes[25]
+	mi := &file_api_mdag_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2508,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[25]
+	mi := &file_api_mdag_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2521,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{25}
+	return file_api_mdag_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Step) GetSeq() uint64 {
@@ -2228,7 +2565,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_api_mdag_proto_msgTypes[26]
+	mi := &file_api_mdag_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2577,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[26]
+	mi := &file_api_mdag_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2590,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{26}
+	return file_api_mdag_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Event) GetKind() string {
@@ -2296,7 +2633,7 @@ type Audio struct {
 
 func (x *Audio) Reset() {
 	*x = Audio{}
-	mi := &file_api_mdag_proto_msgTypes[27]
+	mi := &file_api_mdag_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2645,7 @@ func (x *Audio) String() string {
 func (*Audio) ProtoMessage() {}
 
 func (x *Audio) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[27]
+	mi := &file_api_mdag_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +2658,7 @@ func (x *Audio) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Audio.ProtoReflect.Descriptor instead.
 func (*Audio) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{27}
+	return file_api_mdag_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Audio) GetRate() int32 {
@@ -2360,7 +2697,7 @@ type Frame struct {
 
 func (x *Frame) Reset() {
 	*x = Frame{}
-	mi := &file_api_mdag_proto_msgTypes[28]
+	mi := &file_api_mdag_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2372,7 +2709,7 @@ func (x *Frame) String() string {
 func (*Frame) ProtoMessage() {}
 
 func (x *Frame) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[28]
+	mi := &file_api_mdag_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2385,7 +2722,7 @@ func (x *Frame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frame.ProtoReflect.Descriptor instead.
 func (*Frame) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{28}
+	return file_api_mdag_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Frame) GetWidth() int32 {
@@ -2428,7 +2765,7 @@ type FrameRef struct {
 
 func (x *FrameRef) Reset() {
 	*x = FrameRef{}
-	mi := &file_api_mdag_proto_msgTypes[29]
+	mi := &file_api_mdag_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2440,7 +2777,7 @@ func (x *FrameRef) String() string {
 func (*FrameRef) ProtoMessage() {}
 
 func (x *FrameRef) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[29]
+	mi := &file_api_mdag_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2453,7 +2790,7 @@ func (x *FrameRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FrameRef.ProtoReflect.Descriptor instead.
 func (*FrameRef) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{29}
+	return file_api_mdag_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FrameRef) GetHolder() string {
@@ -2492,7 +2829,7 @@ type Box struct {
 
 func (x *Box) Reset() {
 	*x = Box{}
-	mi := &file_api_mdag_proto_msgTypes[30]
+	mi := &file_api_mdag_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2841,7 @@ func (x *Box) String() string {
 func (*Box) ProtoMessage() {}
 
 func (x *Box) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[30]
+	mi := &file_api_mdag_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2854,7 @@ func (x *Box) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Box.ProtoReflect.Descriptor instead.
 func (*Box) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{30}
+	return file_api_mdag_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Box) GetX() int32 {
@@ -2582,7 +2919,7 @@ type Keypoint struct {
 
 func (x *Keypoint) Reset() {
 	*x = Keypoint{}
-	mi := &file_api_mdag_proto_msgTypes[31]
+	mi := &file_api_mdag_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2594,7 +2931,7 @@ func (x *Keypoint) String() string {
 func (*Keypoint) ProtoMessage() {}
 
 func (x *Keypoint) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[31]
+	mi := &file_api_mdag_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2607,7 +2944,7 @@ func (x *Keypoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Keypoint.ProtoReflect.Descriptor instead.
 func (*Keypoint) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{31}
+	return file_api_mdag_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Keypoint) GetX() float32 {
@@ -2645,7 +2982,7 @@ type IngestMessage struct {
 
 func (x *IngestMessage) Reset() {
 	*x = IngestMessage{}
-	mi := &file_api_mdag_proto_msgTypes[32]
+	mi := &file_api_mdag_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2994,7 @@ func (x *IngestMessage) String() string {
 func (*IngestMessage) ProtoMessage() {}
 
 func (x *IngestMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[32]
+	mi := &file_api_mdag_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +3007,7 @@ func (x *IngestMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestMessage.ProtoReflect.Descriptor instead.
 func (*IngestMessage) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{32}
+	return file_api_mdag_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *IngestMessage) GetJoin() *Join {
@@ -2726,7 +3063,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_api_mdag_proto_msgTypes[33]
+	mi := &file_api_mdag_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2738,7 +3075,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[33]
+	mi := &file_api_mdag_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2751,7 +3088,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{33}
+	return file_api_mdag_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Join) GetApp() string {
@@ -2786,7 +3123,7 @@ type IngestReply struct {
 
 func (x *IngestReply) Reset() {
 	*x = IngestReply{}
-	mi := &file_api_mdag_proto_msgTypes[34]
+	mi := &file_api_mdag_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2798,7 +3135,7 @@ func (x *IngestReply) String() string {
 func (*IngestReply) ProtoMessage() {}
 
 func (x *IngestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[34]
+	mi := &file_api_mdag_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +3148,7 @@ func (x *IngestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestReply.ProtoReflect.Descriptor instead.
 func (*IngestReply) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{34}
+	return file_api_mdag_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *IngestReply) GetAccepted() uint64 {
@@ -2854,7 +3191,7 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x03ids\x18\x02 \x03(\x04R\x03ids\"D\n" +
 	"\fFetchedFrame\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12$\n" +
-	"\x05frame\x18\x02 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\"\xe1\x03\n" +
+	"\x05frame\x18\x02 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\"\x9c\x04\n" +
 	"\rWorkerMessage\x12/\n" +
 	"\bregister\x18\x01 \x01(\v2\x11.mdag.v1.RegisterH\x00R\bregister\x12)\n" +
 	"\x06result\x18\x02 \x01(\v2\x0f.mdag.v1.ResultH\x00R\x06result\x122\n" +
@@ -2866,12 +3203,14 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\bingested\x18\x06 \x01(\v2\x11.mdag.v1.IngestedH\x00R\bingested\x129\n" +
 	"\fstream_leave\x18\a \x01(\v2\x14.mdag.v1.StreamLeaveH\x00R\vstreamLeave\x12,\n" +
 	"\x05batch\x18\b \x01(\v2\x14.mdag.v1.WorkerBatchH\x00R\x05batch\x122\n" +
-	"\tthumbnail\x18\t \x01(\v2\x12.mdag.v1.ThumbnailH\x00R\tthumbnailB\x05\n" +
+	"\tthumbnail\x18\t \x01(\v2\x12.mdag.v1.ThumbnailH\x00R\tthumbnail\x129\n" +
+	"\fcamera_state\x18\n" +
+	" \x01(\v2\x14.mdag.v1.CameraStateH\x00R\vcameraStateB\x05\n" +
 	"\x03msg\"9\n" +
 	"\vWorkerBatch\x12*\n" +
 	"\x04msgs\x18\x01 \x03(\v2\x16.mdag.v1.WorkerMessageR\x04msgs\"C\n" +
 	"\x10CoordinatorBatch\x12/\n" +
-	"\x04msgs\x18\x01 \x03(\v2\x1b.mdag.v1.CoordinatorMessageR\x04msgs\"\xcb\x02\n" +
+	"\x04msgs\x18\x01 \x03(\v2\x1b.mdag.v1.CoordinatorMessageR\x04msgs\"\xca\x03\n" +
 	"\x12CoordinatorMessage\x125\n" +
 	"\n" +
 	"registered\x18\x01 \x01(\v2\x13.mdag.v1.RegisteredH\x00R\n" +
@@ -2880,7 +3219,9 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x04task\x18\x03 \x01(\v2\r.mdag.v1.TaskH\x00R\x04task\x12<\n" +
 	"\rstream_joined\x18\x04 \x01(\v2\x15.mdag.v1.StreamJoinedH\x00R\fstreamJoined\x121\n" +
 	"\x05batch\x18\x05 \x01(\v2\x19.mdag.v1.CoordinatorBatchH\x00R\x05batch\x12<\n" +
-	"\rthumbs_wanted\x18\x06 \x01(\v2\x15.mdag.v1.ThumbsWantedH\x00R\fthumbsWantedB\x05\n" +
+	"\rthumbs_wanted\x18\x06 \x01(\v2\x15.mdag.v1.ThumbsWantedH\x00R\fthumbsWanted\x12<\n" +
+	"\rcamera_assign\x18\a \x01(\v2\x15.mdag.v1.CameraAssignH\x00R\fcameraAssign\x12?\n" +
+	"\x0ecamera_release\x18\b \x01(\v2\x16.mdag.v1.CameraReleaseH\x00R\rcameraReleaseB\x05\n" +
 	"\x03msg\"^\n" +
 	"\n" +
 	"StreamJoin\x12\x0e\n" +
@@ -2908,7 +3249,35 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x06for_ns\x18\x01 \x01(\x03R\x05forNs\"7\n" +
 	"\tThumbnail\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
-	"\x04jpeg\x18\x02 \x01(\fR\x04jpeg\"\x8f\x02\n" +
+	"\x04jpeg\x18\x02 \x01(\fR\x04jpeg\"\xe1\x01\n" +
+	"\fCameraAssign\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x10\n" +
+	"\x03app\x18\x02 \x01(\tR\x03app\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\x12\x10\n" +
+	"\x03fps\x18\x04 \x01(\x01R\x03fps\x12\x1c\n" +
+	"\ttransport\x18\x05 \x01(\tR\ttransport\x12\x1e\n" +
+	"\vmax_frame_w\x18\x06 \x01(\x05R\tmaxFrameW\x12\x1e\n" +
+	"\vmax_frame_h\x18\a \x01(\x05R\tmaxFrameH\x12%\n" +
+	"\x0emotion_objects\x18\b \x01(\bR\rmotionObjects\"'\n" +
+	"\rCameraRelease\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\"\xb4\x02\n" +
+	"\vCameraState\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
+	"\x05codec\x18\x03 \x01(\tR\x05codec\x12\x1c\n" +
+	"\ttransport\x18\x04 \x01(\tR\ttransport\x12\x16\n" +
+	"\x06frames\x18\x05 \x01(\x04R\x06frames\x12\x1e\n" +
+	"\n" +
+	"reconnects\x18\x06 \x01(\x04R\n" +
+	"reconnects\x12\x1f\n" +
+	"\vcamera_lost\x18\a \x01(\x04R\n" +
+	"cameraLost\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\b \x01(\tR\tlastError\x12\x17\n" +
+	"\adown_ns\x18\t \x01(\x03R\x06downNs\x12\x12\n" +
+	"\x04lost\x18\n" +
+	" \x01(\x04R\x04lost\x12\x1e\n" +
+	"\vlast_gap_ns\x18\v \x01(\x03R\tlastGapNs\"\xa9\x02\n" +
 	"\bRegister\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
@@ -2923,7 +3292,8 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\n" +
 	"thumbnails\x18\n" +
 	" \x01(\bR\n" +
-	"thumbnails\"\xa5\x01\n" +
+	"thumbnails\x12\x18\n" +
+	"\acameras\x18\v \x01(\bR\acameras\"\xa5\x01\n" +
 	"\n" +
 	"Registered\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +
@@ -3097,7 +3467,7 @@ func file_api_mdag_proto_rawDescGZIP() []byte {
 }
 
 var file_api_mdag_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_api_mdag_proto_goTypes = []any{
 	(TaskKind)(0),              // 0: mdag.v1.TaskKind
 	(Outcome)(0),               // 1: mdag.v1.Outcome
@@ -3115,89 +3485,95 @@ var file_api_mdag_proto_goTypes = []any{
 	(*StreamLeave)(nil),        // 13: mdag.v1.StreamLeave
 	(*ThumbsWanted)(nil),       // 14: mdag.v1.ThumbsWanted
 	(*Thumbnail)(nil),          // 15: mdag.v1.Thumbnail
-	(*Register)(nil),           // 16: mdag.v1.Register
-	(*Registered)(nil),         // 17: mdag.v1.Registered
-	(*Heartbeat)(nil),          // 18: mdag.v1.Heartbeat
-	(*Load)(nil),               // 19: mdag.v1.Load
-	(*LoadReply)(nil),          // 20: mdag.v1.LoadReply
-	(*ModuleSpec)(nil),         // 21: mdag.v1.ModuleSpec
-	(*Task)(nil),               // 22: mdag.v1.Task
-	(*Result)(nil),             // 23: mdag.v1.Result
-	(*ItemList)(nil),           // 24: mdag.v1.ItemList
-	(*Item)(nil),               // 25: mdag.v1.Item
-	(*Track)(nil),              // 26: mdag.v1.Track
-	(*Step)(nil),               // 27: mdag.v1.Step
-	(*Event)(nil),              // 28: mdag.v1.Event
-	(*Audio)(nil),              // 29: mdag.v1.Audio
-	(*Frame)(nil),              // 30: mdag.v1.Frame
-	(*FrameRef)(nil),           // 31: mdag.v1.FrameRef
-	(*Box)(nil),                // 32: mdag.v1.Box
-	(*Keypoint)(nil),           // 33: mdag.v1.Keypoint
-	(*IngestMessage)(nil),      // 34: mdag.v1.IngestMessage
-	(*Join)(nil),               // 35: mdag.v1.Join
-	(*IngestReply)(nil),        // 36: mdag.v1.IngestReply
-	nil,                        // 37: mdag.v1.Item.CountsEntry
+	(*CameraAssign)(nil),       // 16: mdag.v1.CameraAssign
+	(*CameraRelease)(nil),      // 17: mdag.v1.CameraRelease
+	(*CameraState)(nil),        // 18: mdag.v1.CameraState
+	(*Register)(nil),           // 19: mdag.v1.Register
+	(*Registered)(nil),         // 20: mdag.v1.Registered
+	(*Heartbeat)(nil),          // 21: mdag.v1.Heartbeat
+	(*Load)(nil),               // 22: mdag.v1.Load
+	(*LoadReply)(nil),          // 23: mdag.v1.LoadReply
+	(*ModuleSpec)(nil),         // 24: mdag.v1.ModuleSpec
+	(*Task)(nil),               // 25: mdag.v1.Task
+	(*Result)(nil),             // 26: mdag.v1.Result
+	(*ItemList)(nil),           // 27: mdag.v1.ItemList
+	(*Item)(nil),               // 28: mdag.v1.Item
+	(*Track)(nil),              // 29: mdag.v1.Track
+	(*Step)(nil),               // 30: mdag.v1.Step
+	(*Event)(nil),              // 31: mdag.v1.Event
+	(*Audio)(nil),              // 32: mdag.v1.Audio
+	(*Frame)(nil),              // 33: mdag.v1.Frame
+	(*FrameRef)(nil),           // 34: mdag.v1.FrameRef
+	(*Box)(nil),                // 35: mdag.v1.Box
+	(*Keypoint)(nil),           // 36: mdag.v1.Keypoint
+	(*IngestMessage)(nil),      // 37: mdag.v1.IngestMessage
+	(*Join)(nil),               // 38: mdag.v1.Join
+	(*IngestReply)(nil),        // 39: mdag.v1.IngestReply
+	nil,                        // 40: mdag.v1.Item.CountsEntry
 }
 var file_api_mdag_proto_depIdxs = []int32{
-	30, // 0: mdag.v1.FetchedFrame.frame:type_name -> mdag.v1.Frame
-	16, // 1: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
-	23, // 2: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
-	18, // 3: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
-	20, // 4: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
+	33, // 0: mdag.v1.FetchedFrame.frame:type_name -> mdag.v1.Frame
+	19, // 1: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
+	26, // 2: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
+	21, // 3: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
+	23, // 4: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
 	10, // 5: mdag.v1.WorkerMessage.stream_join:type_name -> mdag.v1.StreamJoin
 	12, // 6: mdag.v1.WorkerMessage.ingested:type_name -> mdag.v1.Ingested
 	13, // 7: mdag.v1.WorkerMessage.stream_leave:type_name -> mdag.v1.StreamLeave
 	7,  // 8: mdag.v1.WorkerMessage.batch:type_name -> mdag.v1.WorkerBatch
 	15, // 9: mdag.v1.WorkerMessage.thumbnail:type_name -> mdag.v1.Thumbnail
-	6,  // 10: mdag.v1.WorkerBatch.msgs:type_name -> mdag.v1.WorkerMessage
-	9,  // 11: mdag.v1.CoordinatorBatch.msgs:type_name -> mdag.v1.CoordinatorMessage
-	17, // 12: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
-	19, // 13: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
-	22, // 14: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
-	11, // 15: mdag.v1.CoordinatorMessage.stream_joined:type_name -> mdag.v1.StreamJoined
-	8,  // 16: mdag.v1.CoordinatorMessage.batch:type_name -> mdag.v1.CoordinatorBatch
-	14, // 17: mdag.v1.CoordinatorMessage.thumbs_wanted:type_name -> mdag.v1.ThumbsWanted
-	30, // 18: mdag.v1.Ingested.frame:type_name -> mdag.v1.Frame
-	32, // 19: mdag.v1.Ingested.truth:type_name -> mdag.v1.Box
-	21, // 20: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
-	25, // 21: mdag.v1.Task.items:type_name -> mdag.v1.Item
-	0,  // 22: mdag.v1.Task.kind:type_name -> mdag.v1.TaskKind
-	24, // 23: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
-	1,  // 24: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
-	25, // 25: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
-	30, // 26: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
-	32, // 27: mdag.v1.Item.region:type_name -> mdag.v1.Box
-	32, // 28: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
-	32, // 29: mdag.v1.Item.truth:type_name -> mdag.v1.Box
-	37, // 30: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
-	26, // 31: mdag.v1.Item.tracks:type_name -> mdag.v1.Track
-	27, // 32: mdag.v1.Item.steps:type_name -> mdag.v1.Step
-	28, // 33: mdag.v1.Item.events:type_name -> mdag.v1.Event
-	29, // 34: mdag.v1.Item.audio:type_name -> mdag.v1.Audio
-	32, // 35: mdag.v1.Track.box:type_name -> mdag.v1.Box
-	32, // 36: mdag.v1.Step.boxes:type_name -> mdag.v1.Box
-	26, // 37: mdag.v1.Step.tracks:type_name -> mdag.v1.Track
-	31, // 38: mdag.v1.Frame.ref:type_name -> mdag.v1.FrameRef
-	33, // 39: mdag.v1.Box.keypoints:type_name -> mdag.v1.Keypoint
-	35, // 40: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
-	30, // 41: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
-	32, // 42: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
-	29, // 43: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
-	6,  // 44: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
-	34, // 45: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
-	2,  // 46: mdag.v1.Coordinator.Route:input_type -> mdag.v1.RouteRequest
-	34, // 47: mdag.v1.Ingest.Ingest:input_type -> mdag.v1.IngestMessage
-	4,  // 48: mdag.v1.Peer.Fetch:input_type -> mdag.v1.FetchRequest
-	9,  // 49: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
-	36, // 50: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
-	3,  // 51: mdag.v1.Coordinator.Route:output_type -> mdag.v1.RouteReply
-	36, // 52: mdag.v1.Ingest.Ingest:output_type -> mdag.v1.IngestReply
-	5,  // 53: mdag.v1.Peer.Fetch:output_type -> mdag.v1.FetchedFrame
-	49, // [49:54] is the sub-list for method output_type
-	44, // [44:49] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	18, // 10: mdag.v1.WorkerMessage.camera_state:type_name -> mdag.v1.CameraState
+	6,  // 11: mdag.v1.WorkerBatch.msgs:type_name -> mdag.v1.WorkerMessage
+	9,  // 12: mdag.v1.CoordinatorBatch.msgs:type_name -> mdag.v1.CoordinatorMessage
+	20, // 13: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
+	22, // 14: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
+	25, // 15: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
+	11, // 16: mdag.v1.CoordinatorMessage.stream_joined:type_name -> mdag.v1.StreamJoined
+	8,  // 17: mdag.v1.CoordinatorMessage.batch:type_name -> mdag.v1.CoordinatorBatch
+	14, // 18: mdag.v1.CoordinatorMessage.thumbs_wanted:type_name -> mdag.v1.ThumbsWanted
+	16, // 19: mdag.v1.CoordinatorMessage.camera_assign:type_name -> mdag.v1.CameraAssign
+	17, // 20: mdag.v1.CoordinatorMessage.camera_release:type_name -> mdag.v1.CameraRelease
+	33, // 21: mdag.v1.Ingested.frame:type_name -> mdag.v1.Frame
+	35, // 22: mdag.v1.Ingested.truth:type_name -> mdag.v1.Box
+	24, // 23: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
+	28, // 24: mdag.v1.Task.items:type_name -> mdag.v1.Item
+	0,  // 25: mdag.v1.Task.kind:type_name -> mdag.v1.TaskKind
+	27, // 26: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
+	1,  // 27: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
+	28, // 28: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
+	33, // 29: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
+	35, // 30: mdag.v1.Item.region:type_name -> mdag.v1.Box
+	35, // 31: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
+	35, // 32: mdag.v1.Item.truth:type_name -> mdag.v1.Box
+	40, // 33: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
+	29, // 34: mdag.v1.Item.tracks:type_name -> mdag.v1.Track
+	30, // 35: mdag.v1.Item.steps:type_name -> mdag.v1.Step
+	31, // 36: mdag.v1.Item.events:type_name -> mdag.v1.Event
+	32, // 37: mdag.v1.Item.audio:type_name -> mdag.v1.Audio
+	35, // 38: mdag.v1.Track.box:type_name -> mdag.v1.Box
+	35, // 39: mdag.v1.Step.boxes:type_name -> mdag.v1.Box
+	29, // 40: mdag.v1.Step.tracks:type_name -> mdag.v1.Track
+	34, // 41: mdag.v1.Frame.ref:type_name -> mdag.v1.FrameRef
+	36, // 42: mdag.v1.Box.keypoints:type_name -> mdag.v1.Keypoint
+	38, // 43: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
+	33, // 44: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
+	35, // 45: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
+	32, // 46: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
+	6,  // 47: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
+	37, // 48: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
+	2,  // 49: mdag.v1.Coordinator.Route:input_type -> mdag.v1.RouteRequest
+	37, // 50: mdag.v1.Ingest.Ingest:input_type -> mdag.v1.IngestMessage
+	4,  // 51: mdag.v1.Peer.Fetch:input_type -> mdag.v1.FetchRequest
+	9,  // 52: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
+	39, // 53: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
+	3,  // 54: mdag.v1.Coordinator.Route:output_type -> mdag.v1.RouteReply
+	39, // 55: mdag.v1.Ingest.Ingest:output_type -> mdag.v1.IngestReply
+	5,  // 56: mdag.v1.Peer.Fetch:output_type -> mdag.v1.FetchedFrame
+	52, // [52:57] is the sub-list for method output_type
+	47, // [47:52] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_api_mdag_proto_init() }
@@ -3215,6 +3591,7 @@ func file_api_mdag_proto_init() {
 		(*WorkerMessage_StreamLeave)(nil),
 		(*WorkerMessage_Batch)(nil),
 		(*WorkerMessage_Thumbnail)(nil),
+		(*WorkerMessage_CameraState)(nil),
 	}
 	file_api_mdag_proto_msgTypes[7].OneofWrappers = []any{
 		(*CoordinatorMessage_Registered)(nil),
@@ -3223,6 +3600,8 @@ func file_api_mdag_proto_init() {
 		(*CoordinatorMessage_StreamJoined)(nil),
 		(*CoordinatorMessage_Batch)(nil),
 		(*CoordinatorMessage_ThumbsWanted)(nil),
+		(*CoordinatorMessage_CameraAssign)(nil),
+		(*CoordinatorMessage_CameraRelease)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3230,7 +3609,7 @@ func file_api_mdag_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_mdag_proto_rawDesc), len(file_api_mdag_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

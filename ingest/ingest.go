@@ -83,6 +83,10 @@ type Camera struct {
 	LastError  string `json:"last_error,omitempty"`
 	// Down is how long it has been without frames (0 while streaming).
 	Down time.Duration `json:"down_ns,omitempty"`
+	// ReadBy is who reads a coordinator's camera: an ingest worker's
+	// ID, "coordinator", or "-" while it waits for a reader; empty where
+	// cameras are read where they are configured (mdag serve, source).
+	ReadBy string `json:"read_by,omitempty"`
 }
 
 // Stream is a live ingest stream as the dashboard lists it.

@@ -69,6 +69,13 @@ func (c *loopback) directWorker(t *testing.T, id, typ string) *directWorker {
 // service on a loopback port (issue 41).
 func (c *loopback) directWorkerWith(t *testing.T, id, typ string, ingest bool) *directWorker {
 	t.Helper()
+	return c.directWorkerCams(t, id, typ, ingest, nil)
+}
+
+// directWorkerCams is directWorkerWith whose ingest service reads the
+// coordinator's cameras with cams.
+func (c *loopback) directWorkerCams(t *testing.T, id, typ string, ingest bool, cams client.CameraReader) *directWorker {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +93,7 @@ func (c *loopback) directWorkerWith(t *testing.T, id, typ string, ingest bool) *
 		if err != nil {
 			t.Fatal(err)
 		}
-		dp.Ingest = &client.IngestServer{Addr: iln.Addr().String(), Thumb: fakeThumb, ThumbWidth: 160}
+		dp.Ingest = &client.IngestServer{Addr: iln.Addr().String(), Thumb: fakeThumb, ThumbWidth: 160, Cameras: cams}
 		ig := client.NewIngestGRPC(dp.Ingest)
 		iserved := make(chan struct{})
 		go func() { defer close(iserved); _ = ig.Serve(iln) }()

@@ -385,6 +385,9 @@ func (w *workerSession) checkJoin(j *api.StreamJoin) error {
 	if j.App == "" || j.Stream == "" || len(j.App) > maxStreamID || len(j.Stream) > maxStreamID {
 		return status.Errorf(codes.InvalidArgument, "stream join: want an app and a stream of 1 to %d bytes each", maxStreamID)
 	}
+	if len(j.Ticket) == 0 && c.cameraApp(j.Stream) == j.App {
+		return nil // a camera the coordinator assigned it (cameras.go)
+	}
 	if err := s.checkTicket(j.Ticket, j.App, j.Stream, c.id); err != nil {
 		err = s.refuse(RefusedTicket, fmt.Errorf("worker %s: stream %s: %w: route again", c.id, j.Stream, err), "instance", c.id, "stream", j.Stream)
 		return status.Error(codes.Unavailable, err.Error())

@@ -190,6 +190,7 @@ const (
 	RefusedTicket       = "ticket"         // a worker's stream join whose ticket is not Route's for it (forged, another worker's or stream's, expired)
 	RefusedIngested     = "ingested"       // a worker's ingested frame of a stream not joined on it, or not its own reference
 	RefusedThumbnail    = "thumbnail"      // a worker's thumbnail not asked for, of a stream not joined on it, over its size or not a JPEG
+	RefusedCamera       = "camera"         // a worker's state of a camera the coordinator did not assign it
 )
 
 // count counts one refusal without logging it (its caller logs).

@@ -97,6 +97,7 @@ type Server struct {
 	key                          []byte // for Route's tickets
 	ingestFrames, ingestRejected atomic.Uint64
 	thumbsAsked                  atomic.Int64 // when WantThumbs last asked the workers (unix ns)
+	cams                         atomic.Pointer[cameraPlacer]
 }
 
 // planeCounters count the frames of workers' results by how they came.

@@ -162,6 +162,9 @@ func (w *workerSession) join() error {
 	if w.direct {
 		c.peer, c.ingest, c.ingestMax = reg.PeerAddr, w.ingestAddr, int(max(0, reg.IngestStreams))
 		c.thumbs = w.ingestAddr != "" && reg.Thumbnails
+		if w.ingestAddr != "" && reg.Cameras {
+			c.cameras = map[string]string{}
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -201,6 +204,7 @@ func (w *workerSession) acknowledge() error {
 	}
 	s.Log.Info("worker connected", connected...)
 	s.insts.AddInstance(reg.Id, w.typ, w.c)
+	s.kickCameras()
 	return nil
 }
 
@@ -345,6 +349,8 @@ func (w *workerSession) receive(m *api.WorkerMessage) {
 		w.leaveStream(m.StreamLeave)
 	case *api.WorkerMessage_Thumbnail:
 		w.thumbnail(m.Thumbnail)
+	case *api.WorkerMessage_CameraState:
+		w.cameraState(m.CameraState)
 	default:
 		w.s.Log.Warn("unexpected message from worker", "instance", w.reg.Id, "type", fmt.Sprintf("%T", m))
 	}
@@ -365,6 +371,7 @@ func (w *workerSession) leave(sent, received <-chan error) error {
 	w.s.Log.Warn("worker disconnected", "instance", w.reg.Id, "why", why)
 	w.s.insts.LostInstance(w.reg.Id, why.Error())
 	w.leaveStreams()
+	w.s.kickCameras() // its cameras move
 	<-sent
 	// The handler returning ends the stream, which ends Recv.
 	go func() { <-received }()
@@ -396,7 +403,10 @@ type conn struct {
 	streams map[string]int       // camera streams joined or joining on it (ingest on the workers): their state
 	routed  map[string]time.Time // camera streams routed to it, not joined yet: until their tickets expire
 	joining int                  // stream joins in progress
-	left    bool                 // it is gone: no stream joins it any more
+	// cameras are the coordinator's cameras assigned to it, by name: their
+	// apps (cameras.go); nil: it reads no cameras (Register.cameras)
+	cameras map[string]string
+	left    bool // it is gone: no stream joins it any more
 }
 
 // give records that task id goes to the worker; answer takes it back and

@@ -22,6 +22,7 @@ import (
 	"github.com/mdag/mdag/ingest/whip"
 	"github.com/mdag/mdag/media"
 	"github.com/mdag/mdag/observe/metrics"
+	"github.com/mdag/mdag/remote"
 	"github.com/mdag/mdag/remote/source"
 )
 
@@ -77,10 +78,14 @@ func (cf *cameraFlags) list(app string) ([]rtsp.Camera, error) {
 	return cams, nil
 }
 
-// cameraRun is the cameras a command reads; nil when it has none.
+// cameraRun is the cameras a command reads (m), or, on the coordinator,
+// places on the ingest workers (placed); nil when it has none.
 type cameraRun struct {
-	m    *rtsp.Manager
-	once sync.Once
+	m          *rtsp.Manager
+	placed     *remote.Server
+	stopPlaced func()
+	sources    map[string]string // placed cameras' URLs without passwords
+	once       sync.Once
 }
 
 // start reads the flags' cameras into the WHIP server of obs (the ingest
@@ -88,17 +93,27 @@ type cameraRun struct {
 // the server is up; Stop before the server closes.
 func (cf *cameraFlags) start(app *dag.App, obs *observed, log *slog.Logger) (*cameraRun, error) {
 	run, err := cf.startOn(string(app.Name), obs.ws, log)
-	if run != nil {
-		obs.mx.SetCameras(func() []metrics.Camera {
-			st := run.Status()
-			out := make([]metrics.Camera, len(st))
-			for i, c := range st {
-				out[i] = metrics.Camera{App: c.App, State: string(c.State), Reconnects: c.Reconnects}
-			}
-			return out
-		})
-	}
+	run.observe(obs)
 	return run, err
+}
+
+// observe shows the cameras' states in the metrics and the ingest
+// server's status (the dashboard).
+func (r *cameraRun) observe(obs *observed) {
+	if r == nil {
+		return
+	}
+	obs.mx.SetCameras(func() []metrics.Camera {
+		st := r.Status()
+		out := make([]metrics.Camera, len(st))
+		for i, c := range st {
+			out[i] = metrics.Camera{App: c.App, State: string(c.State), Reconnects: c.Reconnects}
+		}
+		return out
+	})
+	if ws, ok := obs.ws.(*whip.Server); ok && r.placed != nil {
+		ws.SetCameras(func() []ingest.Camera { return ingestCameras(r.Status()) })
+	}
 }
 
 // startOn reads the flags' cameras into server, which must be an
@@ -119,9 +134,17 @@ func (cf *cameraFlags) startOn(app string, server any, log *slog.Logger) (*camer
 	if err != nil {
 		return nil, err
 	}
+	run := &cameraRun{m: m}
 	if ws, ok := server.(*whip.Server); ok {
-		ws.SetCameras(func() []ingest.Camera { return ingestCameras(m.Status()) })
+		ws.SetCameras(func() []ingest.Camera { return ingestCameras(run.Status()) })
 	}
+	cf.logCameras(cams, log)
+	return run, nil
+}
+
+// logCameras says which cameras are read, and warns of a password on the
+// command line.
+func (cf *cameraFlags) logCameras(cams []rtsp.Camera, log *slog.Logger) {
 	for _, c := range cams {
 		log.Info("camera", "name", c.Name, "source", c.Source(), "app", c.App, "transport", orAuto(c.Transport))
 	}
@@ -131,7 +154,6 @@ func (cf *cameraFlags) startOn(app string, server any, log *slog.Logger) (*camer
 				"from the environment ('rtsp://user:${CAM_PASSWORD}@host/path', quoted) or in a --cameras file", "camera", rtsp.Redact(v))
 		}
 	}
-	return &cameraRun{m: m}, nil
 }
 
 // runSource is `mdag source --camera/--cameras`, the distributed mode:
@@ -185,11 +207,11 @@ func (s forwardSink) Ingest(stream string, seq uint64, capture time.Time, f *med
 }
 
 // ingestCameras is the cameras' status as the ingest server reports it.
-func ingestCameras(st []rtsp.CameraStatus) []ingest.Camera {
+func ingestCameras(st []cameraRow) []ingest.Camera {
 	out := make([]ingest.Camera, len(st))
 	for i, c := range st {
 		out[i] = ingest.Camera{Name: c.Name, App: c.App, Source: c.Source, Codec: c.Codec, State: string(c.State),
-			Reconnects: c.Reconnects, CameraLost: c.CameraLost, LastError: c.LastError, Down: c.Down}
+			Reconnects: c.Reconnects, CameraLost: c.CameraLost, LastError: c.LastError, Down: c.Down, ReadBy: c.On}
 	}
 	return out
 }
@@ -207,26 +229,63 @@ func (r *cameraRun) Stop() {
 	if r == nil {
 		return
 	}
-	r.once.Do(r.m.Close)
+	r.once.Do(func() {
+		if r.m != nil {
+			r.m.Close()
+		}
+		if r.stopPlaced != nil {
+			r.stopPlaced()
+		}
+	})
+}
+
+// cameraRow is a camera's status and, for the coordinator's, who reads
+// it.
+type cameraRow struct {
+	rtsp.CameraStatus
+	On string // a worker, "coordinator", or "" (waiting; or not placed)
 }
 
 // Status is every camera's status (nil: none).
-func (r *cameraRun) Status() []rtsp.CameraStatus {
-	if r == nil {
+func (r *cameraRun) Status() []cameraRow {
+	switch {
+	case r == nil:
 		return nil
+	case r.placed == nil:
+		st := r.m.Status()
+		out := make([]cameraRow, len(st))
+		for i, c := range st {
+			out[i] = cameraRow{CameraStatus: c}
+		}
+		return out
 	}
-	return r.m.Status()
+	ps := r.placed.CameraPlaces()
+	out := make([]cameraRow, len(ps))
+	for i, p := range ps {
+		out[i] = cameraRow{On: p.On, CameraStatus: rtsp.CameraStatus{Name: p.Name, App: p.App, Source: r.sources[p.Name], Codec: p.Codec,
+			Transport: p.Transport, State: rtsp.State(p.State), Reconnects: p.Reconnects, CameraLost: p.CameraLost, Frames: p.Frames,
+			Lost: p.Lost, LastError: p.LastError, LastGap: p.LastGap, Down: p.Down}}
+		if p.On == "" {
+			out[i].On = "-"
+		}
+	}
+	return out
 }
 
 // writeCameraTable prints the cameras' status: state, frames, losses,
 // reconnects, camera-lost events, the last gap and the last error.
-func writeCameraTable(w io.Writer, cams []rtsp.CameraStatus) {
+func writeCameraTable(w io.Writer, cams []cameraRow) {
 	if len(cams) == 0 {
 		return
 	}
 	fmt.Fprintln(w, "cameras:")
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CAMERA\tSTATE\tCODEC\tFRAMES\tLOST\tRECONNECTS\tCAMERA-LOST\tLAST GAP\tSOURCE\tLAST ERROR")
+	placed := cams[0].On != ""
+	head := "  CAMERA\tSTATE\tCODEC\tFRAMES\tLOST\tRECONNECTS\tCAMERA-LOST\tLAST GAP\tSOURCE\tLAST ERROR"
+	if placed {
+		head += "\tREAD BY"
+	}
+	fmt.Fprintln(tw, head)
 	for _, c := range cams {
 		gap := "-"
 		if c.LastGap > 0 {
@@ -238,8 +297,15 @@ func writeCameraTable(w io.Writer, cams []rtsp.CameraStatus) {
 		} else if c.Transport != "" {
 			codec += "/" + c.Transport
 		}
+		last := strings.TrimPrefix(c.LastError, "camera "+c.Name+": "+c.Source+": ")
+		if placed {
+			if last == "" {
+				last = "-"
+			}
+			last += "\t" + c.On
+		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", c.Name, c.State, codec, c.Frames, c.Lost, c.Reconnects, c.CameraLost,
-			gap, c.Source, strings.TrimPrefix(c.LastError, "camera "+c.Name+": "+c.Source+": "))
+			gap, c.Source, last)
 	}
 	tw.Flush()
 }

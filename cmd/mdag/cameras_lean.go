@@ -9,10 +9,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/remote"
+	"github.com/mdag/mdag/remote/client"
 )
 
 // The lean build has no RTSP cameras: they feed the WHIP ingest server,
@@ -51,6 +54,15 @@ func (cf *cameraFlags) start(_ *dag.App, _ *observed, _ *slog.Logger) (*cameraRu
 }
 
 func (*cameraRun) Stop() {}
+
+// place refuses cameras on the coordinator.
+func (cf *cameraFlags) place(_ *dag.App, _ *observed, _ *remote.Server, _ bool, _ time.Duration, _ *slog.Logger) (*cameraRun, error) {
+	return cf.start(nil, nil, nil)
+}
+
+// workerCameras is none: a lean worker reads no cameras (it says so when
+// it registers, and the coordinator assigns them elsewhere).
+func workerCameras(*slog.Logger) client.CameraReader { return nil }
 
 func writeCameraTable(io.Writer, []struct{}) {}
 

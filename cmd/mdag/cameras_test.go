@@ -81,6 +81,14 @@ func TestCameraFlags(t *testing.T) {
 // test's cleanup stops it. The working directory is the module root.
 func startRTSPCamera(t *testing.T, args ...string) int {
 	t.Helper()
+	port, _ := startRTSPCameraProc(t, args...)
+	return port
+}
+
+// startRTSPCameraProc is startRTSPCamera, with its process (a test may
+// stop the camera).
+func startRTSPCameraProc(t *testing.T, args ...string) (int, *os.Process) {
+	t.Helper()
 	if out, err := exec.Command("/usr/bin/python3", "-c", `import gi
 gi.require_version("GstRtspServer", "1.0")
 from gi.repository import Gst, GstRtspServer
@@ -128,13 +136,13 @@ assert Gst.ElementFactory.find("x264enc")`).CombinedOutput(); err != nil {
 	})
 	select {
 	case port := <-ready:
-		return port
+		return port, cmd.Process
 	case <-exited:
 		t.Fatalf("camera.py exited: %s", stderr.String())
 	case <-time.After(15 * time.Second):
 		t.Fatal("camera.py: not ready within 15 s")
 	}
-	return 0
+	return 0, nil
 }
 
 // TestServeCamera: mdag serve --camera with GStreamer's RTSP server as

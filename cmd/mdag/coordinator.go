@@ -105,6 +105,11 @@ func (c *coordinatorCmd) validate(*flag.FlagSet) []error {
 	return errs
 }
 
+// cameraGrace is how long, with --data-plane metadata, the coordinator's
+// cameras wait for an ingest worker that reads cameras (at the start, or
+// after the last was lost) before the coordinator reads them itself.
+const cameraGrace = 10 * time.Second
+
 // coordination is a coordinator's parts, as its build starts them.
 type coordination struct {
 	log    *slog.Logger
@@ -154,7 +159,15 @@ func (c *coordinatorCmd) build(env *cmdEnv, td *teardown) (*coordination, error)
 	if err := c.serve(co, td); err != nil {
 		return nil, err
 	}
-	if co.cams, err = c.api.cf.start(app, co.obs, co.log); err != nil {
+	// the cameras go to the ingest workers that read cameras; the
+	// coordinator reads those no worker takes, at once, or with
+	// --data-plane metadata (no pixel here) once none has been connected
+	// for cameraGrace
+	grace := time.Duration(0)
+	if c.plane == "metadata" {
+		grace = cameraGrace
+	}
+	if co.cams, err = c.api.cf.place(app, co.obs, co.srv, c.api.wf.motion(), grace, co.log); err != nil {
 		return nil, invalid(err)
 	}
 	td.add(co.cams.Stop) // before the WHIP server closes

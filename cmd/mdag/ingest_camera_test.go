@@ -3,51 +3,79 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/mdag/mdag/ingest"
 )
 
-// TestMultiProcessCameraOnWorkers: an RTSP camera (GStreamer's RTSP
-// server) that mdag source --camera reads and decodes goes to an ingest
-// worker, not to the coordinator: the coordinator takes in a few KiB a
-// frame. Its ingest worker is killed (SIGKILL): the camera's stream joins
-// again on the other and goes on; every frame the coordinator saw ends
-// finished, late or dropped with a reason.
+// TestMultiProcessCameraOnWorkers: two RTSP cameras (GStreamer's RTSP
+// server), one read by mdag source --camera, one the coordinator's own
+// (mdag coordinator --camera), both decoded on ingest workers, never on
+// the coordinator: the coordinator takes in a few KiB a frame and reads
+// no camera itself. The ingest worker reading the coordinator's camera is
+// killed (SIGKILL): the coordinator assigns the camera to another, the
+// source's stream routes again if it was there too, and both go on; once
+// the cameras stop, every frame the coordinator saw has ended finished,
+// late or dropped with a reason.
 func TestMultiProcessCameraOnWorkers(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds mdag and runs ~10 s of a live camera across processes")
+		t.Skip("builds mdag and runs ~15 s of two live cameras across processes")
 	}
 	bin := filepath.Join(t.TempDir(), "mdag")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	t.Chdir("../..")
-	port := startRTSPCamera(t)
-	ic := startIngestCluster(t, bin)
-	src := start(t, bin, "source", nil, "source", "--coordinator", ic.grpc, "--app", "traffic", "--fps", "5", "--duration", "60s",
-		"--camera", fmt.Sprintf("door=rtsp://127.0.0.1:%d/x", port))
+	doorPort, _ := startRTSPCameraProc(t)
+	gatePort, gateCam := startRTSPCameraProc(t)
+	ic := startIngestCluster(t, bin, "--camera", fmt.Sprintf("gate=rtsp://127.0.0.1:%d/x", gatePort))
+	ic.workers["cpu-3"] = start(t, bin, "cpu-3", nil, "worker", "--coordinator", ic.grpc, "--id", "cpu-3", "--type", "CPU", "--ingest-listen", "127.0.0.1:0")
+	src := start(t, bin, "source", nil, "source", "--coordinator", ic.grpc, "--app", "traffic", "--fps", "5", "--duration", "90s",
+		"--camera", fmt.Sprintf("door=rtsp://127.0.0.1:%d/x", doorPort))
 	metrics := func() string { return get(t, ic.url+"/metrics", 200) }
 	taken := func(m string) float64 { return metricValue(m, `mdag_grpc_worker_ingest_frames_total{outcome="taken"}`) }
-	waitFor(t, "the camera's frames on an ingest worker", 30*time.Second, func() bool { return taken(metrics()) >= 10 && ic.on("door") != "" })
+	waitFor(t, "both cameras' frames on ingest workers", 40*time.Second, func() bool {
+		return taken(metrics()) >= 20 && ic.on("door") != "" && ic.on("gate") != ""
+	})
 	m := metrics()
 	if perFrame := (metricValue(m, `mdag_grpc_received_bytes_total{from="workers"}`) + metricValue(m, `mdag_grpc_received_bytes_total{from="sources"}`)) / taken(m); perFrame > 8192 ||
 		metricValue(m, `mdag_grpc_received_bytes_total{from="sources"}`) > 64<<10 {
 		t.Errorf("the coordinator took in %.0f bytes a frame, %.0f from the source: want no pixels", perFrame, metricValue(m, `mdag_grpc_received_bytes_total{from="sources"}`))
 	}
-	victim := ic.on("door")
+	if got := ic.coord.stderr(); strings.Contains(got, "the coordinator reads it") {
+		t.Errorf("the coordinator read its camera itself:\n%s", got)
+	}
+	victim := ic.on("gate")
 	if err := ic.workers[victim].cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	before := taken(m)
-	waitFor(t, "the camera joined again on the other ingest worker, frames going on", 30*time.Second, func() bool {
+	waitFor(t, "both cameras on the other ingest workers, frames going on", 40*time.Second, func() bool {
 		m := metrics()
-		return ic.on("door") != victim && metricValue(m, "mdag_grpc_worker_ingest_streams") == 1 && taken(m) >= before+10
+		return ic.on("gate") != victim && ic.on("door") != victim && metricValue(m, "mdag_grpc_worker_ingest_streams") == 2 && taken(m) >= before+20
+	})
+	// GET /v1/ingest (status, the dashboard) says who reads it, and the
+	// camera streams there
+	waitFor(t, "the camera gate streaming on its new worker in /v1/ingest", 20*time.Second, func() bool {
+		var adm ingest.Admission
+		if err := json.Unmarshal([]byte(get(t, ic.url+"/v1/ingest", 200)), &adm); err != nil {
+			t.Fatal(err)
+		}
+		return len(adm.Cameras) == 1 && adm.Cameras[0].Name == "gate" && adm.Cameras[0].ReadBy == ic.on("gate") && adm.Cameras[0].State == "streaming"
 	})
 	src.stop(t)
-	waitFor(t, "every frame to end", 10*time.Second, func() bool { ss := getStatus(t, ic.url).Sessions[0]; return ss.Open == 0 && ss.Streams == 0 })
+	_ = gateCam.Kill() // its stream stays, waiting for the camera: no frame comes
+	waitFor(t, "every frame to end", 20*time.Second, func() bool {
+		ss := getStatus(t, ic.url).Sessions[0]
+		return ss.Open == 0 && ss.Streams == 1
+	})
 	ss := getStatus(t, ic.url).Sessions[0]
 	tot := ss.Total
 	var reasons uint64
@@ -57,7 +85,10 @@ func TestMultiProcessCameraOnWorkers(t *testing.T) {
 	if tot.Sent == 0 || tot.Finished+tot.Late+tot.Dropped != tot.Sent || reasons != tot.Dropped {
 		t.Errorf("accounting: sent %d = finished %d + late %d + dropped %d (%d with a reason: %v)?", tot.Sent, tot.Finished, tot.Late, tot.Dropped, reasons, ss.Drops)
 	}
-	t.Logf("victim %s, then %s; totals %+v, drops %v", victim, ic.on("door"), tot, ss.Drops)
+	t.Logf("victim %s, then gate on %s, door on %s; totals %+v, drops %v", victim, ic.on("gate"), ic.on("door"), tot, ss.Drops)
+	if os.Getenv("X_DEBUG") != "" {
+		t.Log(ic.coord.stderr())
+	}
 	for id, w := range ic.workers {
 		if id != victim {
 			w.stop(t)

@@ -129,7 +129,7 @@ type ingestCluster struct {
 	joinedOn  map[string]string // stream -> the ingest worker it joined on last (the coordinator's log)
 }
 
-func startIngestCluster(t *testing.T, bin string) *ingestCluster {
+func startIngestCluster(t *testing.T, bin string, coordArgs ...string) *ingestCluster {
 	t.Helper()
 	ic := &ingestCluster{workers: map[string]*proc{}, joinedOn: map[string]string{}}
 	addrs := make(chan [2]string, 1)
@@ -144,7 +144,7 @@ func startIngestCluster(t *testing.T, bin string) *ingestCluster {
 			ic.joinedOn[m[1]] = m[2]
 			ic.mu.Unlock()
 		}
-	}, "coordinator", "--example", "traffic", "--grpc", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--heartbeat", "200ms", "--data-plane", "metadata")
+	}, append([]string{"coordinator", "--example", "traffic", "--grpc", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--heartbeat", "200ms", "--data-plane", "metadata"}, coordArgs...)...)
 	select {
 	case a := <-addrs:
 		ic.grpc, ic.url = a[0], "http://"+a[1]

@@ -122,7 +122,8 @@ func (f *peerFlags) startIngest(dp *client.DataPlane, m *pki.Material, log *slog
 		addr = a.String()
 	}
 	// thumbnails for the coordinator's dashboard, while it is read
-	dp.Ingest = &client.IngestServer{Addr: addr, Thumb: thumbEncoder, ThumbWidth: dashboard.ThumbWidth}
+	// and the coordinator's cameras it assigns here (the full build)
+	dp.Ingest = &client.IngestServer{Addr: addr, Thumb: thumbEncoder, ThumbWidth: dashboard.ThumbWidth, Cameras: workerCameras(log)}
 	var opts []grpc.ServerOption
 	if m != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(m.IngestServerConfig())))

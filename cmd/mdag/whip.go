@@ -154,6 +154,10 @@ func (wf *whipFlags) check() []error {
 	return errs
 }
 
+// motion reports whether emulated detectors see the objects motion
+// estimates (--emulate-objects motion).
+func (wf *whipFlags) motion() bool { return *wf.objects == "motion" }
+
 // server builds the WHIP server for app on e, refusing an open server on a
 // non-loopback address unless --open. It says at startup how it is secured.
 func (wf *whipFlags) server(listen string, app *dag.App, sink whip.Sink, store *auth.Store, log *slog.Logger) (*whip.Server, error) {

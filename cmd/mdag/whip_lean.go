@@ -53,3 +53,6 @@ const noWhepWhy = "this is the lean build"
 
 // check finds nothing: every WHIP flag refused its value when parsed.
 func (*whipFlags) check() []error { return nil }
+
+// motion is false: the lean build has no ingest server to estimate motion.
+func (*whipFlags) motion() bool { return false }

@@ -60,6 +60,10 @@ type IngestServer struct {
 	// own goroutine. nil: this worker sends none.
 	Thumb      func(f *media.Frame, width int) ([]byte, error)
 	ThumbWidth int
+	// Cameras, when set, reads the RTSP cameras the coordinator assigns
+	// this worker (mdag coordinator --camera; see cameras.go); nil: it
+	// reads none, and says so when it registers.
+	Cameras CameraReader
 
 	mu    sync.Mutex
 	sess  *workerSession // the session now, nil between connections
@@ -411,11 +415,17 @@ func (in *ingesting) hold(m *api.IngestMessage) error {
 	if err != nil {
 		return err
 	}
+	return in.holdFrame(m.Seq, m.CaptureUnixNs, f, m.Truth)
+}
+
+// holdFrame keeps f (seq of the stream, captured at captureNs) in the
+// store and tells the coordinator.
+func (in *ingesting) holdFrame(seq uint64, captureNs int64, f *media.Frame, truth []*api.Box) error {
 	// Held until the frame's deadline: from its capture, or from now when
 	// the source's clock says a later time (a frame from the future
 	// would stay and crowd out the others); the coordinator gets the same
 	// time, so its deadline and the store's agree.
-	capture := wire.FromNS(m.CaptureUnixNs)
+	capture := wire.FromNS(captureNs)
 	if now := in.s.cfg.Clock.Now(); capture.After(now) {
 		capture = now
 	}
@@ -425,7 +435,7 @@ func (in *ingesting) hold(m *api.IngestMessage) error {
 		return fmt.Errorf("the worker's frame store is full (%d bytes)", dp.Store.MaxBytes)
 	}
 	ref := &api.Frame{Width: int32(f.W), Height: int32(f.H), Ref: &api.FrameRef{Holder: in.s.cfg.ID, Addr: dp.Addr, Id: id}}
-	in.s.send(&api.WorkerMessage{Msg: &api.WorkerMessage_Ingested{Ingested: &api.Ingested{Stream: in.stream, Seq: m.Seq, CaptureUnixNs: wire.UnixNS(capture), Frame: ref, Truth: m.Truth}}})
+	in.s.send(&api.WorkerMessage{Msg: &api.WorkerMessage_Ingested{Ingested: &api.Ingested{Stream: in.stream, Seq: seq, CaptureUnixNs: wire.UnixNS(capture), Frame: ref, Truth: truth}}})
 	in.thumb(f)
 	return nil
 }

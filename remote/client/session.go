@@ -60,6 +60,7 @@ type workerSession struct {
 	em     *gpu.Emulated // nil: no model runs emulated
 	loaded *api.Load     // the modules hosted now
 	joins  joinWaits     // camera streams joining through this session (ingest)
+	cams   cameraSet     // the coordinator's cameras read here
 }
 
 // newWorkerSession fills in cfg's defaults and checks it; a field out of
@@ -118,12 +119,14 @@ func (s *workerSession) run(ctx context.Context, open openStream) error {
 	}
 	s.start(ack)
 	defer s.stop()
-	sent, probed := s.startSender(), s.startProber()
+	sent, probed, cams := s.startSender(), s.startProber(), s.startCameras()
 	err = s.receive()
-	// the stream may end without ctx: end the sender and the prober
+	// the stream may end without ctx: end the sender, the prober and the
+	// cameras
 	s.cancel(err)
 	<-sent
 	<-probed
+	<-cams
 	return err
 }
 
@@ -150,6 +153,7 @@ func (s *workerSession) register() (*api.Registered, error) {
 	if s.dp.Addr != "" && s.dp.Ingest != nil {
 		reg.IngestAddr, reg.IngestStreams = s.dp.Ingest.Addr, int32(s.dp.Ingest.maxStreams())
 		reg.Thumbnails = s.dp.Ingest.Thumb != nil
+		reg.Cameras = s.dp.Ingest.Cameras != nil
 	}
 	if err := s.stream.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: reg}}); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -425,6 +429,16 @@ func (s *workerSession) handle(m *api.CoordinatorMessage, inBatch bool) {
 		if s.dp.Ingest != nil {
 			s.dp.Ingest.wantThumbs(s.cfg.Clock.Now(), m.ThumbsWanted)
 		}
+	case *api.CoordinatorMessage_CameraAssign, *api.CoordinatorMessage_CameraRelease:
+		// done by the camera loop, in order: a camera's join waits for
+		// the coordinator's answer, which this receiver reads
+		if s.cams.wake == nil { // this worker reads none: said at once
+			if a, ok := m.(*api.CoordinatorMessage_CameraAssign); ok {
+				s.assignCamera(a.CameraAssign)
+			}
+			return
+		}
+		s.cameraOp(&api.CoordinatorMessage{Msg: m})
 	default:
 		s.cfg.Log.Warn("unexpected message from the coordinator", "type", fmt.Sprintf("%T", m), "in_batch", inBatch)
 	}
