@@ -128,7 +128,9 @@ func (f *fakeReaders) counts() (started, alive int) {
 	return f.started, f.alive
 }
 
-func (r *fakeReader) Report() wire.CameraReport { return wire.CameraReport{State: "streaming", Frames: 7} }
+func (r *fakeReader) Report() wire.CameraReport {
+	return wire.CameraReport{State: "streaming", Frames: 7}
+}
 func (r *fakeReader) Stop() {
 	r.once.Do(func() {
 		r.f.mu.Lock()
