@@ -394,6 +394,8 @@ type WorkerMessage struct {
 	//	*WorkerMessage_Batch
 	//	*WorkerMessage_Thumbnail
 	//	*WorkerMessage_CameraState
+	//	*WorkerMessage_WhipAnswer
+	//	*WorkerMessage_WhipEnded
 	Msg           isWorkerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -526,6 +528,24 @@ func (x *WorkerMessage) GetCameraState() *CameraState {
 	return nil
 }
 
+func (x *WorkerMessage) GetWhipAnswer() *WhipAnswer {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_WhipAnswer); ok {
+			return x.WhipAnswer
+		}
+	}
+	return nil
+}
+
+func (x *WorkerMessage) GetWhipEnded() *WhipEnded {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_WhipEnded); ok {
+			return x.WhipEnded
+		}
+	}
+	return nil
+}
+
 type isWorkerMessage_Msg interface {
 	isWorkerMessage_Msg()
 }
@@ -570,6 +590,14 @@ type WorkerMessage_CameraState struct {
 	CameraState *CameraState `protobuf:"bytes,10,opt,name=camera_state,json=cameraState,proto3,oneof"`
 }
 
+type WorkerMessage_WhipAnswer struct {
+	WhipAnswer *WhipAnswer `protobuf:"bytes,11,opt,name=whip_answer,json=whipAnswer,proto3,oneof"`
+}
+
+type WorkerMessage_WhipEnded struct {
+	WhipEnded *WhipEnded `protobuf:"bytes,12,opt,name=whip_ended,json=whipEnded,proto3,oneof"`
+}
+
 func (*WorkerMessage_Register) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Result) isWorkerMessage_Msg() {}
@@ -589,6 +617,10 @@ func (*WorkerMessage_Batch) isWorkerMessage_Msg() {}
 func (*WorkerMessage_Thumbnail) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_CameraState) isWorkerMessage_Msg() {}
+
+func (*WorkerMessage_WhipAnswer) isWorkerMessage_Msg() {}
+
+func (*WorkerMessage_WhipEnded) isWorkerMessage_Msg() {}
 
 // WorkerBatch is several messages sent as one, in order (a worker batches
 // what queued while it was sending, when Registered.batches says the
@@ -695,6 +727,8 @@ type CoordinatorMessage struct {
 	//	*CoordinatorMessage_ThumbsWanted
 	//	*CoordinatorMessage_CameraAssign
 	//	*CoordinatorMessage_CameraRelease
+	//	*CoordinatorMessage_WhipOffer
+	//	*CoordinatorMessage_WhipEnd
 	Msg           isCoordinatorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -809,6 +843,24 @@ func (x *CoordinatorMessage) GetCameraRelease() *CameraRelease {
 	return nil
 }
 
+func (x *CoordinatorMessage) GetWhipOffer() *WhipOffer {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_WhipOffer); ok {
+			return x.WhipOffer
+		}
+	}
+	return nil
+}
+
+func (x *CoordinatorMessage) GetWhipEnd() *WhipEnd {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_WhipEnd); ok {
+			return x.WhipEnd
+		}
+	}
+	return nil
+}
+
 type isCoordinatorMessage_Msg interface {
 	isCoordinatorMessage_Msg()
 }
@@ -845,6 +897,14 @@ type CoordinatorMessage_CameraRelease struct {
 	CameraRelease *CameraRelease `protobuf:"bytes,8,opt,name=camera_release,json=cameraRelease,proto3,oneof"`
 }
 
+type CoordinatorMessage_WhipOffer struct {
+	WhipOffer *WhipOffer `protobuf:"bytes,9,opt,name=whip_offer,json=whipOffer,proto3,oneof"`
+}
+
+type CoordinatorMessage_WhipEnd struct {
+	WhipEnd *WhipEnd `protobuf:"bytes,10,opt,name=whip_end,json=whipEnd,proto3,oneof"`
+}
+
 func (*CoordinatorMessage_Registered) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Load) isCoordinatorMessage_Msg() {}
@@ -860,6 +920,10 @@ func (*CoordinatorMessage_ThumbsWanted) isCoordinatorMessage_Msg() {}
 func (*CoordinatorMessage_CameraAssign) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_CameraRelease) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_WhipOffer) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_WhipEnd) isCoordinatorMessage_Msg() {}
 
 // StreamJoin asks the coordinator to join a camera stream that a source
 // opened on this worker's Ingest service, with the ticket Route gave it.
@@ -1358,7 +1422,8 @@ func (x *CameraAssign) GetMotionObjects() bool {
 	return false
 }
 
-// CameraRelease makes the worker stop reading a camera (it moves elsewhere).
+// CameraRelease makes the worker stop reading a camera (the coordinator
+// stops).
 type CameraRelease struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
@@ -1529,6 +1594,287 @@ func (x *CameraState) GetLastGapNs() int64 {
 	return 0
 }
 
+// WhipOffer hands an ingest worker that takes WHIP streams (Register.whip)
+// a client's offer the coordinator's WHIP endpoint authenticated and
+// checked: the worker answers it (WhipAnswer) with its own ICE candidates,
+// so the client's media goes to the worker, and joins the stream without a
+// ticket at its first frame, as an assigned camera's.
+type WhipOffer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"` // echoed in WhipAnswer
+	App           string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
+	Stream        string                 `protobuf:"bytes,3,opt,name=stream,proto3" json:"stream,omitempty"`                           // the coordinator's ID for it
+	Sdp           string                 `protobuf:"bytes,4,opt,name=sdp,proto3" json:"sdp,omitempty"`                                 // at most 64 KiB
+	Fps           float64                `protobuf:"fixed64,5,opt,name=fps,proto3" json:"fps,omitempty"`                               // the rate frames are sampled at (0: every frame)
+	MaxFrameW     int32                  `protobuf:"varint,6,opt,name=max_frame_w,json=maxFrameW,proto3" json:"max_frame_w,omitempty"` // frames above are scaled down to fit
+	MaxFrameH     int32                  `protobuf:"varint,7,opt,name=max_frame_h,json=maxFrameH,proto3" json:"max_frame_h,omitempty"`
+	MotionObjects bool                   `protobuf:"varint,8,opt,name=motion_objects,json=motionObjects,proto3" json:"motion_objects,omitempty"` // estimate objects by motion (emulated detectors)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhipOffer) Reset() {
+	*x = WhipOffer{}
+	mi := &file_api_mdag_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhipOffer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhipOffer) ProtoMessage() {}
+
+func (x *WhipOffer) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhipOffer.ProtoReflect.Descriptor instead.
+func (*WhipOffer) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *WhipOffer) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WhipOffer) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *WhipOffer) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *WhipOffer) GetSdp() string {
+	if x != nil {
+		return x.Sdp
+	}
+	return ""
+}
+
+func (x *WhipOffer) GetFps() float64 {
+	if x != nil {
+		return x.Fps
+	}
+	return 0
+}
+
+func (x *WhipOffer) GetMaxFrameW() int32 {
+	if x != nil {
+		return x.MaxFrameW
+	}
+	return 0
+}
+
+func (x *WhipOffer) GetMaxFrameH() int32 {
+	if x != nil {
+		return x.MaxFrameH
+	}
+	return 0
+}
+
+func (x *WhipOffer) GetMotionObjects() bool {
+	if x != nil {
+		return x.MotionObjects
+	}
+	return false
+}
+
+// WhipAnswer answers a WhipOffer: the SDP answer, or an HTTP status and why.
+type WhipAnswer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Code          int32                  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"` // 0: answered; else an HTTP status (503: no capacity)
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Sdp           string                 `protobuf:"bytes,4,opt,name=sdp,proto3" json:"sdp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhipAnswer) Reset() {
+	*x = WhipAnswer{}
+	mi := &file_api_mdag_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhipAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhipAnswer) ProtoMessage() {}
+
+func (x *WhipAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhipAnswer.ProtoReflect.Descriptor instead.
+func (*WhipAnswer) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *WhipAnswer) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WhipAnswer) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *WhipAnswer) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *WhipAnswer) GetSdp() string {
+	if x != nil {
+		return x.Sdp
+	}
+	return ""
+}
+
+// WhipEnd ends a delegated WHIP stream on its worker (the client's DELETE).
+type WhipEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhipEnd) Reset() {
+	*x = WhipEnd{}
+	mi := &file_api_mdag_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhipEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhipEnd) ProtoMessage() {}
+
+func (x *WhipEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhipEnd.ProtoReflect.Descriptor instead.
+func (*WhipEnd) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *WhipEnd) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+// WhipEnded says a delegated WHIP stream ended on the worker (joined or
+// not): its end kind and why.
+type WhipEnded struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Why           string                 `protobuf:"bytes,3,opt,name=why,proto3" json:"why,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhipEnded) Reset() {
+	*x = WhipEnded{}
+	mi := &file_api_mdag_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhipEnded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhipEnded) ProtoMessage() {}
+
+func (x *WhipEnded) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhipEnded.ProtoReflect.Descriptor instead.
+func (*WhipEnded) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *WhipEnded) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *WhipEnded) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *WhipEnded) GetWhy() string {
+	if x != nil {
+		return x.Why
+	}
+	return ""
+}
+
 // Register announces a worker.
 type Register struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -1546,14 +1892,17 @@ type Register struct {
 	Thumbnails    bool  `protobuf:"varint,10,opt,name=thumbnails,proto3" json:"thumbnails,omitempty"` // it sends a Thumbnail of its streams while ThumbsWanted asks
 	// it reads the RTSP cameras the coordinator assigns it (CameraAssign;
 	// with ingest_addr): the full build's worker
-	Cameras       bool `protobuf:"varint,11,opt,name=cameras,proto3" json:"cameras,omitempty"`
+	Cameras bool `protobuf:"varint,11,opt,name=cameras,proto3" json:"cameras,omitempty"`
+	// it takes the WHIP streams the coordinator's endpoint delegates
+	// (WhipOffer; with ingest_addr): the full build's worker
+	Whip          bool `protobuf:"varint,12,opt,name=whip,proto3" json:"whip,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Register) Reset() {
 	*x = Register{}
-	mi := &file_api_mdag_proto_msgTypes[17]
+	mi := &file_api_mdag_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1914,7 @@ func (x *Register) String() string {
 func (*Register) ProtoMessage() {}
 
 func (x *Register) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[17]
+	mi := &file_api_mdag_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1927,7 @@ func (x *Register) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Register.ProtoReflect.Descriptor instead.
 func (*Register) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{17}
+	return file_api_mdag_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Register) GetId() string {
@@ -1658,6 +2007,13 @@ func (x *Register) GetCameras() bool {
 	return false
 }
 
+func (x *Register) GetWhip() bool {
+	if x != nil {
+		return x.Whip
+	}
+	return false
+}
+
 type Registered struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Id                  string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1676,7 +2032,7 @@ type Registered struct {
 
 func (x *Registered) Reset() {
 	*x = Registered{}
-	mi := &file_api_mdag_proto_msgTypes[18]
+	mi := &file_api_mdag_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +2044,7 @@ func (x *Registered) String() string {
 func (*Registered) ProtoMessage() {}
 
 func (x *Registered) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[18]
+	mi := &file_api_mdag_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +2057,7 @@ func (x *Registered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registered.ProtoReflect.Descriptor instead.
 func (*Registered) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{18}
+	return file_api_mdag_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Registered) GetId() string {
@@ -1752,7 +2108,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_api_mdag_proto_msgTypes[19]
+	mi := &file_api_mdag_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +2120,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[19]
+	mi := &file_api_mdag_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +2133,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{19}
+	return file_api_mdag_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Heartbeat) GetTasks() uint64 {
@@ -1826,7 +2182,7 @@ type Load struct {
 
 func (x *Load) Reset() {
 	*x = Load{}
-	mi := &file_api_mdag_proto_msgTypes[20]
+	mi := &file_api_mdag_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +2194,7 @@ func (x *Load) String() string {
 func (*Load) ProtoMessage() {}
 
 func (x *Load) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[20]
+	mi := &file_api_mdag_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +2207,7 @@ func (x *Load) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Load.ProtoReflect.Descriptor instead.
 func (*Load) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{20}
+	return file_api_mdag_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Load) GetGeneration() uint64 {
@@ -1878,7 +2234,7 @@ type LoadReply struct {
 
 func (x *LoadReply) Reset() {
 	*x = LoadReply{}
-	mi := &file_api_mdag_proto_msgTypes[21]
+	mi := &file_api_mdag_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +2246,7 @@ func (x *LoadReply) String() string {
 func (*LoadReply) ProtoMessage() {}
 
 func (x *LoadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[21]
+	mi := &file_api_mdag_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2259,7 @@ func (x *LoadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReply.ProtoReflect.Descriptor instead.
 func (*LoadReply) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{21}
+	return file_api_mdag_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LoadReply) GetGeneration() uint64 {
@@ -1936,7 +2292,7 @@ type ModuleSpec struct {
 
 func (x *ModuleSpec) Reset() {
 	*x = ModuleSpec{}
-	mi := &file_api_mdag_proto_msgTypes[22]
+	mi := &file_api_mdag_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2304,7 @@ func (x *ModuleSpec) String() string {
 func (*ModuleSpec) ProtoMessage() {}
 
 func (x *ModuleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[22]
+	mi := &file_api_mdag_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2317,7 @@ func (x *ModuleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModuleSpec.ProtoReflect.Descriptor instead.
 func (*ModuleSpec) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{22}
+	return file_api_mdag_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ModuleSpec) GetApp() string {
@@ -2037,7 +2393,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_api_mdag_proto_msgTypes[23]
+	mi := &file_api_mdag_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2049,7 +2405,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[23]
+	mi := &file_api_mdag_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2062,7 +2418,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{23}
+	return file_api_mdag_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Task) GetId() uint64 {
@@ -2142,7 +2498,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_api_mdag_proto_msgTypes[24]
+	mi := &file_api_mdag_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2510,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[24]
+	mi := &file_api_mdag_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2523,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{24}
+	return file_api_mdag_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Result) GetTask() uint64 {
@@ -2221,7 +2577,7 @@ type ItemList struct {
 
 func (x *ItemList) Reset() {
 	*x = ItemList{}
-	mi := &file_api_mdag_proto_msgTypes[25]
+	mi := &file_api_mdag_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2589,7 @@ func (x *ItemList) String() string {
 func (*ItemList) ProtoMessage() {}
 
 func (x *ItemList) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[25]
+	mi := &file_api_mdag_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2602,7 @@ func (x *ItemList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemList.ProtoReflect.Descriptor instead.
 func (*ItemList) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{25}
+	return file_api_mdag_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ItemList) GetItems() []*Item {
@@ -2279,7 +2635,7 @@ type Item struct {
 
 func (x *Item) Reset() {
 	*x = Item{}
-	mi := &file_api_mdag_proto_msgTypes[26]
+	mi := &file_api_mdag_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2291,7 +2647,7 @@ func (x *Item) String() string {
 func (*Item) ProtoMessage() {}
 
 func (x *Item) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[26]
+	mi := &file_api_mdag_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2304,7 +2660,7 @@ func (x *Item) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Item.ProtoReflect.Descriptor instead.
 func (*Item) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{26}
+	return file_api_mdag_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Item) GetStream() string {
@@ -2419,7 +2775,7 @@ type Track struct {
 
 func (x *Track) Reset() {
 	*x = Track{}
-	mi := &file_api_mdag_proto_msgTypes[27]
+	mi := &file_api_mdag_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2431,7 +2787,7 @@ func (x *Track) String() string {
 func (*Track) ProtoMessage() {}
 
 func (x *Track) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[27]
+	mi := &file_api_mdag_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2444,7 +2800,7 @@ func (x *Track) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Track.ProtoReflect.Descriptor instead.
 func (*Track) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{27}
+	return file_api_mdag_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Track) GetId() uint64 {
@@ -2496,7 +2852,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_api_mdag_proto_msgTypes[28]
+	mi := &file_api_mdag_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2508,7 +2864,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[28]
+	mi := &file_api_mdag_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2521,7 +2877,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{28}
+	return file_api_mdag_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Step) GetSeq() uint64 {
@@ -2565,7 +2921,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_api_mdag_proto_msgTypes[29]
+	mi := &file_api_mdag_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +2933,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[29]
+	mi := &file_api_mdag_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +2946,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{29}
+	return file_api_mdag_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Event) GetKind() string {
@@ -2633,7 +2989,7 @@ type Audio struct {
 
 func (x *Audio) Reset() {
 	*x = Audio{}
-	mi := &file_api_mdag_proto_msgTypes[30]
+	mi := &file_api_mdag_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2645,7 +3001,7 @@ func (x *Audio) String() string {
 func (*Audio) ProtoMessage() {}
 
 func (x *Audio) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[30]
+	mi := &file_api_mdag_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2658,7 +3014,7 @@ func (x *Audio) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Audio.ProtoReflect.Descriptor instead.
 func (*Audio) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{30}
+	return file_api_mdag_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Audio) GetRate() int32 {
@@ -2697,7 +3053,7 @@ type Frame struct {
 
 func (x *Frame) Reset() {
 	*x = Frame{}
-	mi := &file_api_mdag_proto_msgTypes[31]
+	mi := &file_api_mdag_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +3065,7 @@ func (x *Frame) String() string {
 func (*Frame) ProtoMessage() {}
 
 func (x *Frame) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[31]
+	mi := &file_api_mdag_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +3078,7 @@ func (x *Frame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frame.ProtoReflect.Descriptor instead.
 func (*Frame) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{31}
+	return file_api_mdag_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Frame) GetWidth() int32 {
@@ -2765,7 +3121,7 @@ type FrameRef struct {
 
 func (x *FrameRef) Reset() {
 	*x = FrameRef{}
-	mi := &file_api_mdag_proto_msgTypes[32]
+	mi := &file_api_mdag_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +3133,7 @@ func (x *FrameRef) String() string {
 func (*FrameRef) ProtoMessage() {}
 
 func (x *FrameRef) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[32]
+	mi := &file_api_mdag_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +3146,7 @@ func (x *FrameRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FrameRef.ProtoReflect.Descriptor instead.
 func (*FrameRef) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{32}
+	return file_api_mdag_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FrameRef) GetHolder() string {
@@ -2829,7 +3185,7 @@ type Box struct {
 
 func (x *Box) Reset() {
 	*x = Box{}
-	mi := &file_api_mdag_proto_msgTypes[33]
+	mi := &file_api_mdag_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2841,7 +3197,7 @@ func (x *Box) String() string {
 func (*Box) ProtoMessage() {}
 
 func (x *Box) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[33]
+	mi := &file_api_mdag_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2854,7 +3210,7 @@ func (x *Box) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Box.ProtoReflect.Descriptor instead.
 func (*Box) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{33}
+	return file_api_mdag_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Box) GetX() int32 {
@@ -2919,7 +3275,7 @@ type Keypoint struct {
 
 func (x *Keypoint) Reset() {
 	*x = Keypoint{}
-	mi := &file_api_mdag_proto_msgTypes[34]
+	mi := &file_api_mdag_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2931,7 +3287,7 @@ func (x *Keypoint) String() string {
 func (*Keypoint) ProtoMessage() {}
 
 func (x *Keypoint) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[34]
+	mi := &file_api_mdag_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2944,7 +3300,7 @@ func (x *Keypoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Keypoint.ProtoReflect.Descriptor instead.
 func (*Keypoint) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{34}
+	return file_api_mdag_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Keypoint) GetX() float32 {
@@ -2982,7 +3338,7 @@ type IngestMessage struct {
 
 func (x *IngestMessage) Reset() {
 	*x = IngestMessage{}
-	mi := &file_api_mdag_proto_msgTypes[35]
+	mi := &file_api_mdag_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3350,7 @@ func (x *IngestMessage) String() string {
 func (*IngestMessage) ProtoMessage() {}
 
 func (x *IngestMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[35]
+	mi := &file_api_mdag_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3363,7 @@ func (x *IngestMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestMessage.ProtoReflect.Descriptor instead.
 func (*IngestMessage) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{35}
+	return file_api_mdag_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *IngestMessage) GetJoin() *Join {
@@ -3063,7 +3419,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_api_mdag_proto_msgTypes[36]
+	mi := &file_api_mdag_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3075,7 +3431,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[36]
+	mi := &file_api_mdag_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3088,7 +3444,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{36}
+	return file_api_mdag_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Join) GetApp() string {
@@ -3123,7 +3479,7 @@ type IngestReply struct {
 
 func (x *IngestReply) Reset() {
 	*x = IngestReply{}
-	mi := &file_api_mdag_proto_msgTypes[37]
+	mi := &file_api_mdag_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3135,7 +3491,7 @@ func (x *IngestReply) String() string {
 func (*IngestReply) ProtoMessage() {}
 
 func (x *IngestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[37]
+	mi := &file_api_mdag_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3148,7 +3504,7 @@ func (x *IngestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestReply.ProtoReflect.Descriptor instead.
 func (*IngestReply) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{37}
+	return file_api_mdag_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *IngestReply) GetAccepted() uint64 {
@@ -3191,7 +3547,7 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x03ids\x18\x02 \x03(\x04R\x03ids\"D\n" +
 	"\fFetchedFrame\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12$\n" +
-	"\x05frame\x18\x02 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\"\x9c\x04\n" +
+	"\x05frame\x18\x02 \x01(\v2\x0e.mdag.v1.FrameR\x05frame\"\x89\x05\n" +
 	"\rWorkerMessage\x12/\n" +
 	"\bregister\x18\x01 \x01(\v2\x11.mdag.v1.RegisterH\x00R\bregister\x12)\n" +
 	"\x06result\x18\x02 \x01(\v2\x0f.mdag.v1.ResultH\x00R\x06result\x122\n" +
@@ -3205,12 +3561,16 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x05batch\x18\b \x01(\v2\x14.mdag.v1.WorkerBatchH\x00R\x05batch\x122\n" +
 	"\tthumbnail\x18\t \x01(\v2\x12.mdag.v1.ThumbnailH\x00R\tthumbnail\x129\n" +
 	"\fcamera_state\x18\n" +
-	" \x01(\v2\x14.mdag.v1.CameraStateH\x00R\vcameraStateB\x05\n" +
+	" \x01(\v2\x14.mdag.v1.CameraStateH\x00R\vcameraState\x126\n" +
+	"\vwhip_answer\x18\v \x01(\v2\x13.mdag.v1.WhipAnswerH\x00R\n" +
+	"whipAnswer\x123\n" +
+	"\n" +
+	"whip_ended\x18\f \x01(\v2\x12.mdag.v1.WhipEndedH\x00R\twhipEndedB\x05\n" +
 	"\x03msg\"9\n" +
 	"\vWorkerBatch\x12*\n" +
 	"\x04msgs\x18\x01 \x03(\v2\x16.mdag.v1.WorkerMessageR\x04msgs\"C\n" +
 	"\x10CoordinatorBatch\x12/\n" +
-	"\x04msgs\x18\x01 \x03(\v2\x1b.mdag.v1.CoordinatorMessageR\x04msgs\"\xca\x03\n" +
+	"\x04msgs\x18\x01 \x03(\v2\x1b.mdag.v1.CoordinatorMessageR\x04msgs\"\xae\x04\n" +
 	"\x12CoordinatorMessage\x125\n" +
 	"\n" +
 	"registered\x18\x01 \x01(\v2\x13.mdag.v1.RegisteredH\x00R\n" +
@@ -3221,7 +3581,11 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x05batch\x18\x05 \x01(\v2\x19.mdag.v1.CoordinatorBatchH\x00R\x05batch\x12<\n" +
 	"\rthumbs_wanted\x18\x06 \x01(\v2\x15.mdag.v1.ThumbsWantedH\x00R\fthumbsWanted\x12<\n" +
 	"\rcamera_assign\x18\a \x01(\v2\x15.mdag.v1.CameraAssignH\x00R\fcameraAssign\x12?\n" +
-	"\x0ecamera_release\x18\b \x01(\v2\x16.mdag.v1.CameraReleaseH\x00R\rcameraReleaseB\x05\n" +
+	"\x0ecamera_release\x18\b \x01(\v2\x16.mdag.v1.CameraReleaseH\x00R\rcameraRelease\x123\n" +
+	"\n" +
+	"whip_offer\x18\t \x01(\v2\x12.mdag.v1.WhipOfferH\x00R\twhipOffer\x12-\n" +
+	"\bwhip_end\x18\n" +
+	" \x01(\v2\x10.mdag.v1.WhipEndH\x00R\awhipEndB\x05\n" +
 	"\x03msg\"^\n" +
 	"\n" +
 	"StreamJoin\x12\x0e\n" +
@@ -3277,7 +3641,28 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\adown_ns\x18\t \x01(\x03R\x06downNs\x12\x12\n" +
 	"\x04lost\x18\n" +
 	" \x01(\x04R\x04lost\x12\x1e\n" +
-	"\vlast_gap_ns\x18\v \x01(\x03R\tlastGapNs\"\xa9\x02\n" +
+	"\vlast_gap_ns\x18\v \x01(\x03R\tlastGapNs\"\xd0\x01\n" +
+	"\tWhipOffer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
+	"\x03app\x18\x02 \x01(\tR\x03app\x12\x16\n" +
+	"\x06stream\x18\x03 \x01(\tR\x06stream\x12\x10\n" +
+	"\x03sdp\x18\x04 \x01(\tR\x03sdp\x12\x10\n" +
+	"\x03fps\x18\x05 \x01(\x01R\x03fps\x12\x1e\n" +
+	"\vmax_frame_w\x18\x06 \x01(\x05R\tmaxFrameW\x12\x1e\n" +
+	"\vmax_frame_h\x18\a \x01(\x05R\tmaxFrameH\x12%\n" +
+	"\x0emotion_objects\x18\b \x01(\bR\rmotionObjects\"X\n" +
+	"\n" +
+	"WhipAnswer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x10\n" +
+	"\x03sdp\x18\x04 \x01(\tR\x03sdp\"!\n" +
+	"\aWhipEnd\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\"I\n" +
+	"\tWhipEnded\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x10\n" +
+	"\x03why\x18\x03 \x01(\tR\x03why\"\xbd\x02\n" +
 	"\bRegister\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
@@ -3293,7 +3678,8 @@ const file_api_mdag_proto_rawDesc = "" +
 	"thumbnails\x18\n" +
 	" \x01(\bR\n" +
 	"thumbnails\x12\x18\n" +
-	"\acameras\x18\v \x01(\bR\acameras\"\xa5\x01\n" +
+	"\acameras\x18\v \x01(\bR\acameras\x12\x12\n" +
+	"\x04whip\x18\f \x01(\bR\x04whip\"\xa5\x01\n" +
 	"\n" +
 	"Registered\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +
@@ -3467,7 +3853,7 @@ func file_api_mdag_proto_rawDescGZIP() []byte {
 }
 
 var file_api_mdag_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_api_mdag_proto_goTypes = []any{
 	(TaskKind)(0),              // 0: mdag.v1.TaskKind
 	(Outcome)(0),               // 1: mdag.v1.Outcome
@@ -3488,92 +3874,100 @@ var file_api_mdag_proto_goTypes = []any{
 	(*CameraAssign)(nil),       // 16: mdag.v1.CameraAssign
 	(*CameraRelease)(nil),      // 17: mdag.v1.CameraRelease
 	(*CameraState)(nil),        // 18: mdag.v1.CameraState
-	(*Register)(nil),           // 19: mdag.v1.Register
-	(*Registered)(nil),         // 20: mdag.v1.Registered
-	(*Heartbeat)(nil),          // 21: mdag.v1.Heartbeat
-	(*Load)(nil),               // 22: mdag.v1.Load
-	(*LoadReply)(nil),          // 23: mdag.v1.LoadReply
-	(*ModuleSpec)(nil),         // 24: mdag.v1.ModuleSpec
-	(*Task)(nil),               // 25: mdag.v1.Task
-	(*Result)(nil),             // 26: mdag.v1.Result
-	(*ItemList)(nil),           // 27: mdag.v1.ItemList
-	(*Item)(nil),               // 28: mdag.v1.Item
-	(*Track)(nil),              // 29: mdag.v1.Track
-	(*Step)(nil),               // 30: mdag.v1.Step
-	(*Event)(nil),              // 31: mdag.v1.Event
-	(*Audio)(nil),              // 32: mdag.v1.Audio
-	(*Frame)(nil),              // 33: mdag.v1.Frame
-	(*FrameRef)(nil),           // 34: mdag.v1.FrameRef
-	(*Box)(nil),                // 35: mdag.v1.Box
-	(*Keypoint)(nil),           // 36: mdag.v1.Keypoint
-	(*IngestMessage)(nil),      // 37: mdag.v1.IngestMessage
-	(*Join)(nil),               // 38: mdag.v1.Join
-	(*IngestReply)(nil),        // 39: mdag.v1.IngestReply
-	nil,                        // 40: mdag.v1.Item.CountsEntry
+	(*WhipOffer)(nil),          // 19: mdag.v1.WhipOffer
+	(*WhipAnswer)(nil),         // 20: mdag.v1.WhipAnswer
+	(*WhipEnd)(nil),            // 21: mdag.v1.WhipEnd
+	(*WhipEnded)(nil),          // 22: mdag.v1.WhipEnded
+	(*Register)(nil),           // 23: mdag.v1.Register
+	(*Registered)(nil),         // 24: mdag.v1.Registered
+	(*Heartbeat)(nil),          // 25: mdag.v1.Heartbeat
+	(*Load)(nil),               // 26: mdag.v1.Load
+	(*LoadReply)(nil),          // 27: mdag.v1.LoadReply
+	(*ModuleSpec)(nil),         // 28: mdag.v1.ModuleSpec
+	(*Task)(nil),               // 29: mdag.v1.Task
+	(*Result)(nil),             // 30: mdag.v1.Result
+	(*ItemList)(nil),           // 31: mdag.v1.ItemList
+	(*Item)(nil),               // 32: mdag.v1.Item
+	(*Track)(nil),              // 33: mdag.v1.Track
+	(*Step)(nil),               // 34: mdag.v1.Step
+	(*Event)(nil),              // 35: mdag.v1.Event
+	(*Audio)(nil),              // 36: mdag.v1.Audio
+	(*Frame)(nil),              // 37: mdag.v1.Frame
+	(*FrameRef)(nil),           // 38: mdag.v1.FrameRef
+	(*Box)(nil),                // 39: mdag.v1.Box
+	(*Keypoint)(nil),           // 40: mdag.v1.Keypoint
+	(*IngestMessage)(nil),      // 41: mdag.v1.IngestMessage
+	(*Join)(nil),               // 42: mdag.v1.Join
+	(*IngestReply)(nil),        // 43: mdag.v1.IngestReply
+	nil,                        // 44: mdag.v1.Item.CountsEntry
 }
 var file_api_mdag_proto_depIdxs = []int32{
-	33, // 0: mdag.v1.FetchedFrame.frame:type_name -> mdag.v1.Frame
-	19, // 1: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
-	26, // 2: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
-	21, // 3: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
-	23, // 4: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
+	37, // 0: mdag.v1.FetchedFrame.frame:type_name -> mdag.v1.Frame
+	23, // 1: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
+	30, // 2: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
+	25, // 3: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
+	27, // 4: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
 	10, // 5: mdag.v1.WorkerMessage.stream_join:type_name -> mdag.v1.StreamJoin
 	12, // 6: mdag.v1.WorkerMessage.ingested:type_name -> mdag.v1.Ingested
 	13, // 7: mdag.v1.WorkerMessage.stream_leave:type_name -> mdag.v1.StreamLeave
 	7,  // 8: mdag.v1.WorkerMessage.batch:type_name -> mdag.v1.WorkerBatch
 	15, // 9: mdag.v1.WorkerMessage.thumbnail:type_name -> mdag.v1.Thumbnail
 	18, // 10: mdag.v1.WorkerMessage.camera_state:type_name -> mdag.v1.CameraState
-	6,  // 11: mdag.v1.WorkerBatch.msgs:type_name -> mdag.v1.WorkerMessage
-	9,  // 12: mdag.v1.CoordinatorBatch.msgs:type_name -> mdag.v1.CoordinatorMessage
-	20, // 13: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
-	22, // 14: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
-	25, // 15: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
-	11, // 16: mdag.v1.CoordinatorMessage.stream_joined:type_name -> mdag.v1.StreamJoined
-	8,  // 17: mdag.v1.CoordinatorMessage.batch:type_name -> mdag.v1.CoordinatorBatch
-	14, // 18: mdag.v1.CoordinatorMessage.thumbs_wanted:type_name -> mdag.v1.ThumbsWanted
-	16, // 19: mdag.v1.CoordinatorMessage.camera_assign:type_name -> mdag.v1.CameraAssign
-	17, // 20: mdag.v1.CoordinatorMessage.camera_release:type_name -> mdag.v1.CameraRelease
-	33, // 21: mdag.v1.Ingested.frame:type_name -> mdag.v1.Frame
-	35, // 22: mdag.v1.Ingested.truth:type_name -> mdag.v1.Box
-	24, // 23: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
-	28, // 24: mdag.v1.Task.items:type_name -> mdag.v1.Item
-	0,  // 25: mdag.v1.Task.kind:type_name -> mdag.v1.TaskKind
-	27, // 26: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
-	1,  // 27: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
-	28, // 28: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
-	33, // 29: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
-	35, // 30: mdag.v1.Item.region:type_name -> mdag.v1.Box
-	35, // 31: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
-	35, // 32: mdag.v1.Item.truth:type_name -> mdag.v1.Box
-	40, // 33: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
-	29, // 34: mdag.v1.Item.tracks:type_name -> mdag.v1.Track
-	30, // 35: mdag.v1.Item.steps:type_name -> mdag.v1.Step
-	31, // 36: mdag.v1.Item.events:type_name -> mdag.v1.Event
-	32, // 37: mdag.v1.Item.audio:type_name -> mdag.v1.Audio
-	35, // 38: mdag.v1.Track.box:type_name -> mdag.v1.Box
-	35, // 39: mdag.v1.Step.boxes:type_name -> mdag.v1.Box
-	29, // 40: mdag.v1.Step.tracks:type_name -> mdag.v1.Track
-	34, // 41: mdag.v1.Frame.ref:type_name -> mdag.v1.FrameRef
-	36, // 42: mdag.v1.Box.keypoints:type_name -> mdag.v1.Keypoint
-	38, // 43: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
-	33, // 44: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
-	35, // 45: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
-	32, // 46: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
-	6,  // 47: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
-	37, // 48: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
-	2,  // 49: mdag.v1.Coordinator.Route:input_type -> mdag.v1.RouteRequest
-	37, // 50: mdag.v1.Ingest.Ingest:input_type -> mdag.v1.IngestMessage
-	4,  // 51: mdag.v1.Peer.Fetch:input_type -> mdag.v1.FetchRequest
-	9,  // 52: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
-	39, // 53: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
-	3,  // 54: mdag.v1.Coordinator.Route:output_type -> mdag.v1.RouteReply
-	39, // 55: mdag.v1.Ingest.Ingest:output_type -> mdag.v1.IngestReply
-	5,  // 56: mdag.v1.Peer.Fetch:output_type -> mdag.v1.FetchedFrame
-	52, // [52:57] is the sub-list for method output_type
-	47, // [47:52] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	20, // 11: mdag.v1.WorkerMessage.whip_answer:type_name -> mdag.v1.WhipAnswer
+	22, // 12: mdag.v1.WorkerMessage.whip_ended:type_name -> mdag.v1.WhipEnded
+	6,  // 13: mdag.v1.WorkerBatch.msgs:type_name -> mdag.v1.WorkerMessage
+	9,  // 14: mdag.v1.CoordinatorBatch.msgs:type_name -> mdag.v1.CoordinatorMessage
+	24, // 15: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
+	26, // 16: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
+	29, // 17: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
+	11, // 18: mdag.v1.CoordinatorMessage.stream_joined:type_name -> mdag.v1.StreamJoined
+	8,  // 19: mdag.v1.CoordinatorMessage.batch:type_name -> mdag.v1.CoordinatorBatch
+	14, // 20: mdag.v1.CoordinatorMessage.thumbs_wanted:type_name -> mdag.v1.ThumbsWanted
+	16, // 21: mdag.v1.CoordinatorMessage.camera_assign:type_name -> mdag.v1.CameraAssign
+	17, // 22: mdag.v1.CoordinatorMessage.camera_release:type_name -> mdag.v1.CameraRelease
+	19, // 23: mdag.v1.CoordinatorMessage.whip_offer:type_name -> mdag.v1.WhipOffer
+	21, // 24: mdag.v1.CoordinatorMessage.whip_end:type_name -> mdag.v1.WhipEnd
+	37, // 25: mdag.v1.Ingested.frame:type_name -> mdag.v1.Frame
+	39, // 26: mdag.v1.Ingested.truth:type_name -> mdag.v1.Box
+	28, // 27: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
+	32, // 28: mdag.v1.Task.items:type_name -> mdag.v1.Item
+	0,  // 29: mdag.v1.Task.kind:type_name -> mdag.v1.TaskKind
+	31, // 30: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
+	1,  // 31: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
+	32, // 32: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
+	37, // 33: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
+	39, // 34: mdag.v1.Item.region:type_name -> mdag.v1.Box
+	39, // 35: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
+	39, // 36: mdag.v1.Item.truth:type_name -> mdag.v1.Box
+	44, // 37: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
+	33, // 38: mdag.v1.Item.tracks:type_name -> mdag.v1.Track
+	34, // 39: mdag.v1.Item.steps:type_name -> mdag.v1.Step
+	35, // 40: mdag.v1.Item.events:type_name -> mdag.v1.Event
+	36, // 41: mdag.v1.Item.audio:type_name -> mdag.v1.Audio
+	39, // 42: mdag.v1.Track.box:type_name -> mdag.v1.Box
+	39, // 43: mdag.v1.Step.boxes:type_name -> mdag.v1.Box
+	33, // 44: mdag.v1.Step.tracks:type_name -> mdag.v1.Track
+	38, // 45: mdag.v1.Frame.ref:type_name -> mdag.v1.FrameRef
+	40, // 46: mdag.v1.Box.keypoints:type_name -> mdag.v1.Keypoint
+	42, // 47: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
+	37, // 48: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
+	39, // 49: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
+	36, // 50: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
+	6,  // 51: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
+	41, // 52: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
+	2,  // 53: mdag.v1.Coordinator.Route:input_type -> mdag.v1.RouteRequest
+	41, // 54: mdag.v1.Ingest.Ingest:input_type -> mdag.v1.IngestMessage
+	4,  // 55: mdag.v1.Peer.Fetch:input_type -> mdag.v1.FetchRequest
+	9,  // 56: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
+	43, // 57: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
+	3,  // 58: mdag.v1.Coordinator.Route:output_type -> mdag.v1.RouteReply
+	43, // 59: mdag.v1.Ingest.Ingest:output_type -> mdag.v1.IngestReply
+	5,  // 60: mdag.v1.Peer.Fetch:output_type -> mdag.v1.FetchedFrame
+	56, // [56:61] is the sub-list for method output_type
+	51, // [51:56] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_api_mdag_proto_init() }
@@ -3592,6 +3986,8 @@ func file_api_mdag_proto_init() {
 		(*WorkerMessage_Batch)(nil),
 		(*WorkerMessage_Thumbnail)(nil),
 		(*WorkerMessage_CameraState)(nil),
+		(*WorkerMessage_WhipAnswer)(nil),
+		(*WorkerMessage_WhipEnded)(nil),
 	}
 	file_api_mdag_proto_msgTypes[7].OneofWrappers = []any{
 		(*CoordinatorMessage_Registered)(nil),
@@ -3602,6 +3998,8 @@ func file_api_mdag_proto_init() {
 		(*CoordinatorMessage_ThumbsWanted)(nil),
 		(*CoordinatorMessage_CameraAssign)(nil),
 		(*CoordinatorMessage_CameraRelease)(nil),
+		(*CoordinatorMessage_WhipOffer)(nil),
+		(*CoordinatorMessage_WhipEnd)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3609,7 +4007,7 @@ func file_api_mdag_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_mdag_proto_rawDesc), len(file_api_mdag_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   39,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

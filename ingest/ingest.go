@@ -110,6 +110,9 @@ type Stream struct {
 	// reconnecting); CameraLost counts the times its camera went away.
 	Waiting    string `json:"waiting,omitempty"`
 	CameraLost uint64 `json:"camera_lost,omitempty"`
+	// ReadBy is the ingest worker a WHIP stream's media goes to (state
+	// on-worker: the coordinator delegated it); empty when read here.
+	ReadBy string `json:"read_by,omitempty"`
 }
 
 // A Feed is a live stream that is not a WebRTC peer: an RTSP camera

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mdag/mdag/api"
@@ -60,7 +61,7 @@ type CameraPlace struct {
 
 // cameraPlaceEvery is how often the cameras' places are looked at besides
 // a worker's arrival or loss; cameraRefusedFor how long a worker that
-// refused a camera is not asked again for it.
+// refused a camera is not asked again for it (doubling with each refusal).
 const (
 	cameraPlaceEvery = time.Second
 	cameraRefusedFor = time.Minute
@@ -73,8 +74,9 @@ type placedCamera struct {
 	local   CameraReader // read here, or nil
 	rep     wire.CameraReport
 	moves   uint64
-	read    bool                 // it has had a reader (a new one is a move)
-	refused map[string]time.Time // workers that refused it: not asked until
+	read    bool               // it has had a reader (a new one is a move)
+	refused map[string]refusal // workers that refused it, by ID
+	to      *conn              // the worker it goes to once its reader here has stopped
 }
 
 // cameraPlacer places the server's cameras.
@@ -89,7 +91,9 @@ type cameraPlacer struct {
 
 	mu      sync.Mutex
 	cams    []*placedCamera // by name
+	byName  map[string]*placedCamera
 	stopped bool
+	rounds  atomic.Uint64 // placements done (tests)
 }
 
 // StartCameras places cams (each a distinct name): each is read by the
@@ -102,7 +106,11 @@ type cameraPlacer struct {
 func (s *Server) StartCameras(cams []Camera, local func(Camera) (CameraReader, error), grace time.Duration) (stop func()) {
 	p := &cameraPlacer{s: s, local: local, grace: grace, kick: make(chan struct{}, 1), none: s.Clock.Now()}
 	for _, c := range cams {
-		p.cams = append(p.cams, &placedCamera{cam: c, rep: wire.CameraReport{State: "waiting"}, refused: map[string]time.Time{}})
+		p.cams = append(p.cams, &placedCamera{cam: c, rep: wire.CameraReport{State: "waiting"}, refused: map[string]refusal{}})
+	}
+	p.byName = map[string]*placedCamera{}
+	for _, pc := range p.cams {
+		p.byName[pc.cam.Name] = pc
 	}
 	sort.Slice(p.cams, func(i, j int) bool { return p.cams[i].cam.Name < p.cams[j].cam.Name })
 	if !s.cams.CompareAndSwap(nil, p) {
@@ -145,7 +153,7 @@ func (s *Server) CameraPlaces() []CameraPlace {
 	for i, pc := range p.cams {
 		out[i] = CameraPlace{Name: pc.cam.Name, App: pc.cam.App, Moves: pc.moves, CameraReport: pc.rep}
 		switch {
-		case pc.c != nil && (p.stopped || pc.c.assigned(pc.cam.Name)):
+		case pc.c != nil && (p.stopped || pc.c.isAssigned(pc.cam.Name)):
 			out[i].On = pc.c.id
 		case pc.local != nil:
 			out[i].On, out[i].CameraReport = OnCoordinator, pc.local.Report()
@@ -167,78 +175,107 @@ func (p *cameraPlacer) loop(ctx context.Context) {
 }
 
 // place gives every camera without a reader one: a worker if one reads
-// cameras and has room, else the coordinator; one read here goes to a
-// worker as soon as there is one.
+// cameras and has room, else, once none has been connected for the grace
+// (or, without a grace, when none takes it), the coordinator; one read
+// here goes to a worker as soon as there is one. The lock is never held
+// while a reader stops (it may wait on the engine): a worker's camera
+// states and the status go on meanwhile.
 func (p *cameraPlacer) place() {
+	defer p.rounds.Add(1)
 	s := p.s
 	now := s.Clock.Now()
 	load := p.workers()
+	var stopping []CameraReader
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	if p.stopped {
+		p.mu.Unlock()
+		return
+	}
 	switch {
 	case len(load) > 0:
 		p.none = time.Time{}
 	case p.none.IsZero():
 		p.none = now
 	}
-	here := len(load) == 0 && now.Sub(p.none) >= p.grace
+	here := (len(load) == 0 && now.Sub(p.none) >= p.grace) || (len(load) > 0 && p.grace == 0)
 	for _, pc := range p.cams {
-		if pc.c != nil && !pc.c.closed.Load() && pc.c.assigned(pc.cam.Name) {
-			continue
+		pc.prune(now)
+		if pc.c != nil && pc.c.isAssigned(pc.cam.Name) && !pc.c.released.Load() {
+			continue // read there (or its worker is leaving: its stream has not left yet)
 		}
 		if pc.c != nil {
 			s.Log.Warn("camera: its ingest worker is gone or gave it up: it moves", "camera", pc.cam.Name, "instance", pc.c.id)
 			pc.c, pc.rep = nil, wire.CameraReport{State: "moving", LastError: pc.rep.LastError}
 		}
-		c := pickWorker(load, pc.refused, now)
-		if c == nil {
-			if here || len(load) > 0 { // workers that refused it, or are full
-				p.readHere(pc)
-			} else if pc.local == nil {
-				pc.rep.State = "waiting"
-			}
-			continue
+		if pc.to != nil {
+			continue // its reader here is stopping
 		}
-		if pc.local != nil {
-			pc.local.Stop()
-			pc.local = nil
-			s.Log.Info("camera: an ingest worker reads cameras now: the camera moves to it", "camera", pc.cam.Name, "instance", c.id)
-		}
-		if !p.assign(c, pc) {
+		c := pickWorker(load, func(c *conn) bool { return pc.refusedBy(c.id, now) })
+		switch {
+		case c == nil && here:
 			p.readHere(pc)
-			continue
+		case c == nil:
+			if pc.local == nil && pc.rep.State != "waiting" {
+				pc.rep.State = "waiting"
+				s.Log.Warn("camera: no connected ingest worker takes it; it waits (the coordinator reads cameras itself only once none has been connected for the grace)",
+					"camera", pc.cam.Name, "grace", p.grace)
+			}
+		case pc.local != nil:
+			// stopped below, then assigned: its stream leaves here first
+			stopping = append(stopping, pc.local)
+			pc.local, pc.to, pc.rep = nil, c, wire.CameraReport{State: "moving"}
+			load[c]++
+			s.Log.Info("camera: an ingest worker reads cameras now: the camera moves to it", "camera", pc.cam.Name, "instance", c.id)
+		case p.assign(c, pc):
+			load[c]++
+		default:
+			delete(load, c) // its queue is full: tried again next round
 		}
-		load[c]++
+	}
+	p.mu.Unlock()
+	if len(stopping) == 0 {
+		return
+	}
+	for _, r := range stopping {
+		r.Stop()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pc := range p.cams {
+		if c := pc.to; c != nil {
+			pc.to = nil
+			if !p.stopped && !c.closed.Load() {
+				p.assign(c, pc) // or the next round places it
+			}
+		}
 	}
 }
 
 // workers are the connected ingest workers that read cameras, with the
-// streams each has (joined, joining, routed) and the cameras assigned to
-// it that have not joined yet.
+// streams each has (joined, joining, routed, assigned and not joined).
 func (p *cameraPlacer) workers() map[*conn]int {
 	s := p.s
 	s.mu.Lock()
 	var cs []*conn
 	for _, c := range s.workers {
-		if c.cameras != nil && !c.closed.Load() {
+		if c.cameras && !c.closed.Load() {
 			cs = append(cs, c)
 		}
 	}
 	s.mu.Unlock()
 	load := map[*conn]int{}
 	for _, c := range cs {
-		n, _ := c.ingestCount()
-		load[c] = n + c.camerasWaiting()
+		load[c], _ = c.ingestCount()
 	}
 	return load
 }
 
-// pickWorker is the worker with the least load and room (its registered
-// stream limit), not refused until after now; ties: the lowest ID.
-func pickWorker(load map[*conn]int, refused map[string]time.Time, now time.Time) *conn {
+// pickWorker is the open worker with the least load and room (its
+// registered stream limit), not skipped; ties: the lowest ID.
+func pickWorker(load map[*conn]int, skip func(*conn) bool) *conn {
 	var best *conn
 	for c, n := range load {
-		if until, ok := refused[c.id]; ok && now.Before(until) {
+		if c.closed.Load() || (skip != nil && skip(c)) {
 			continue
 		}
 		if c.ingestMax > 0 && n >= c.ingestMax {
@@ -251,11 +288,42 @@ func pickWorker(load map[*conn]int, refused map[string]time.Time, now time.Time)
 	return best
 }
 
+// refusal is a worker's refusals of a camera: not asked again until, a
+// minute after the first, doubling with each (at most 10 minutes).
+type refusal struct {
+	until time.Time
+	n     int
+}
+
+const maxRefusedFor = 10 * time.Minute
+
+func (pc *placedCamera) refusedBy(worker string, now time.Time) bool {
+	r, ok := pc.refused[worker]
+	return ok && now.Before(r.until)
+}
+
+// refuse records worker's refusal at now.
+func (pc *placedCamera) refuse(worker string, now time.Time) {
+	r := pc.refused[worker]
+	r.n++
+	r.until = now.Add(min(cameraRefusedFor<<min(r.n-1, 4), maxRefusedFor))
+	pc.refused[worker] = r
+}
+
+// prune forgets refusals long over (worker IDs come and go).
+func (pc *placedCamera) prune(now time.Time) {
+	for id, r := range pc.refused {
+		if now.Sub(r.until) > maxRefusedFor {
+			delete(pc.refused, id)
+		}
+	}
+}
+
 // assign sends pc's camera to c; false: c's queue is full.
 func (p *cameraPlacer) assign(c *conn, pc *placedCamera) bool {
 	s, cam := p.s, pc.cam
 	c.mu.Lock()
-	c.cameras[cam.Name] = cam.App
+	c.assigned[cam.Name] = assignment{app: cam.App}
 	c.mu.Unlock()
 	m := &api.CameraAssign{Stream: cam.Name, App: cam.App, Url: cam.URL, Fps: cam.FPS, Transport: cam.Transport,
 		MaxFrameW: int32(s.limits.MaxFrameW), MaxFrameH: int32(s.limits.MaxFrameH), MotionObjects: cam.Motion}
@@ -292,7 +360,7 @@ func (p *cameraPlacer) readHere(pc *placedCamera) {
 		pc.moves++
 	}
 	pc.read, pc.local = true, r
-	p.s.Log.Warn("camera: no connected ingest worker reads cameras (mdag worker --ingest-listen, the full build): the coordinator reads it, and its pixels come here",
+	p.s.Log.Warn("camera: no connected ingest worker takes it (mdag worker --ingest-listen, the full build, reads cameras): the coordinator reads it, and its pixels come here",
 		"camera", pc.cam.Name, "app", pc.cam.App)
 }
 
@@ -321,24 +389,22 @@ func (p *cameraPlacer) stop() {
 // refused is assigned elsewhere (that worker is not asked again for it for
 // a minute).
 func (p *cameraPlacer) report(c *conn, m *api.CameraState) error {
-	if !c.assigned(m.Stream) {
+	if !c.isAssigned(m.Stream) {
 		return errors.New("of a camera not assigned to this worker")
 	}
 	rep := wire.CameraStateFromPB(m)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, pc := range p.cams {
-		if pc.cam.Name != m.Stream || pc.c != c {
-			continue
-		}
-		pc.rep = rep
-		if rep.State == wire.CameraRefused {
-			pc.refused[c.id] = p.s.Clock.Now().Add(cameraRefusedFor)
-			c.unassign(pc.cam.Name)
-			p.s.Log.Warn("camera: the ingest worker refused it; it is assigned elsewhere", "camera", pc.cam.Name, "instance", c.id, "err", rep.LastError)
-			p.s.kickCameras()
-		}
-		return nil
+	pc := p.byName[m.Stream]
+	if pc == nil || pc.c != c {
+		return nil // assigned to it as a WHIP stream, or moved meanwhile
+	}
+	pc.rep = rep
+	if rep.State == wire.CameraRefused {
+		pc.refuse(c.id, p.s.Clock.Now())
+		c.unassign(pc.cam.Name)
+		p.s.Log.Warn("camera: the ingest worker refused it; it is assigned elsewhere", "camera", pc.cam.Name, "instance", c.id, "err", rep.LastError)
+		p.s.kickCameras()
 	}
 	return nil
 }
@@ -353,40 +419,35 @@ func (w *workerSession) cameraState(m *api.CameraState) {
 		err = p.report(w.c, m)
 	}
 	if err != nil {
-		_ = s.refuse(RefusedCamera, fmt.Errorf("worker %s: camera state of %q: %w", w.c.id, m.Stream, err), "instance", w.c.id)
+		_ = s.refuse(RefusedCamera, fmt.Errorf("worker %s: camera state of %q: %w", w.c.id, cut(m.Stream, 64), err), "instance", w.c.id)
 	}
 }
 
-// assigned reports whether camera is assigned to the worker; unassign
-// forgets it; camerasWaiting counts those not joined yet.
-func (c *conn) assigned(camera string) bool {
+// assignment is a stream the coordinator gave a worker to read: a camera,
+// or a delegated WHIP stream.
+type assignment struct {
+	app  string
+	whip bool
+}
+
+// isAssigned reports whether stream is assigned to the worker; unassign
+// forgets it.
+func (c *conn) isAssigned(stream string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.cameras[camera]
+	_, ok := c.assigned[stream]
 	return ok
 }
 
-func (c *conn) unassign(camera string) {
+func (c *conn) unassign(stream string) {
 	c.mu.Lock()
-	delete(c.cameras, camera)
+	delete(c.assigned, stream)
 	c.mu.Unlock()
 }
 
-func (c *conn) camerasWaiting() int {
+// assignedApp is the app of a stream assigned to the worker, "" if none.
+func (c *conn) assignedApp(stream string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := 0
-	for id := range c.cameras {
-		if c.streams[id] == 0 {
-			n++
-		}
-	}
-	return n
-}
-
-// cameraApp is the app of a camera assigned to the worker, "" if none.
-func (c *conn) cameraApp(camera string) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cameras[camera]
+	return c.assigned[stream].app
 }

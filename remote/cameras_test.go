@@ -157,9 +157,15 @@ func placeOf(s *Server, name string) CameraPlace {
 // lost, and back to the coordinator when the last refuses it.
 func TestCameraPlacement(t *testing.T) {
 	app, prof := loadExample(t, "traffic")
-	c := startServer(t, app, prof, &Server{Heartbeat: time.Second})
+	// the raw workers send no heartbeats: an hour keeps them
+	c := startServer(t, app, prof, &Server{Heartbeat: time.Hour})
 	readers := &fakeReaders{}
 	stop := c.srv.StartCameras([]Camera{{Name: "gate", App: "traffic", URL: "rtsp://u:pw@cam.local/x", FPS: 5}}, readers.start, 0)
+	rounds := func(n uint64) {
+		t.Helper()
+		from := c.srv.cams.Load().rounds.Load()
+		waitFor(t, "placement rounds", 20*time.Second, func() bool { return c.srv.cams.Load().rounds.Load() >= from+n })
+	}
 	defer stop()
 	waitFor(t, "the coordinator reading the camera", 20*time.Second, func() bool { return placeOf(c.srv, "gate").On == OnCoordinator })
 	if p := placeOf(c.srv, "gate"); p.State != "streaming" || p.Frames != 7 || p.Moves != 0 {
@@ -172,6 +178,7 @@ func TestCameraPlacement(t *testing.T) {
 	if a.Stream != "gate" || a.App != "traffic" || a.Url != "rtsp://u:pw@cam.local/x" || a.Fps != 5 || a.MaxFrameW <= 0 || a.MaxFrameH <= 0 {
 		t.Fatalf("assignment: %+v", a)
 	}
+	rounds(2)
 	if !lean.none(isAssign) {
 		t.Error("a worker that reads no cameras was assigned one")
 	}
@@ -196,6 +203,7 @@ func TestCameraPlacement(t *testing.T) {
 	})
 
 	w2 := connectRaw(t, c, &api.Register{Id: "w2", Type: "CPU", Executor: "emulated", PeerAddr: "127.0.0.1:1", IngestAddr: "127.0.0.1:4", Cameras: true})
+	rounds(2)
 	if !w2.none(isAssign) {
 		t.Fatal("a camera read by a live worker moved")
 	}
@@ -387,5 +395,49 @@ func TestCamerasOnWorkers(t *testing.T) {
 	}
 	if tot := ss.Total; tot.Sent == 0 || tot.Finished+tot.Late+tot.Dropped != tot.Sent || reasons != tot.Dropped {
 		t.Errorf("accounting: %+v, drops %v", tot, ss.Drops)
+	}
+}
+
+// slowReader is a camera read here whose Stop waits for the test.
+type slowReader struct {
+	release chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+}
+
+func (r *slowReader) Report() wire.CameraReport { return wire.CameraReport{State: "streaming"} }
+func (r *slowReader) Stop() {
+	r.once.Do(func() {
+		<-r.release
+		close(r.stopped)
+	})
+}
+
+// TestCameraPlacerSlowStop: a reader here that takes long to stop (its
+// stream's leave waits on the engine) holds up neither the status nor a
+// worker's camera states; the camera goes to the worker once it stopped.
+func TestCameraPlacerSlowStop(t *testing.T) {
+	app, prof := loadExample(t, "traffic")
+	c := startServer(t, app, prof, &Server{Heartbeat: time.Hour})
+	r := &slowReader{release: make(chan struct{}), stopped: make(chan struct{})}
+	stop := c.srv.StartCameras([]Camera{{Name: "gate", App: "traffic", URL: "rtsp://cam.local/x"}},
+		func(Camera) (CameraReader, error) { return r, nil }, 0)
+	defer stop()
+	waitFor(t, "the coordinator reading the camera", 20*time.Second, func() bool { return placeOf(c.srv, "gate").On == OnCoordinator })
+	w1 := connectRaw(t, c, &api.Register{Id: "w1", Type: "CPU", Executor: "emulated", PeerAddr: "127.0.0.1:1", IngestAddr: "127.0.0.1:3", Cameras: true})
+	waitFor(t, "the camera moving", 20*time.Second, func() bool { return placeOf(c.srv, "gate").State == "moving" })
+	w1.send(&api.WorkerMessage{Msg: &api.WorkerMessage_CameraState{CameraState: &api.CameraState{Stream: "other", State: "streaming"}}})
+	waitFor(t, "the worker's message handled while the reader stops", 20*time.Second, func() bool { return c.srv.Refused()[RefusedCamera] == 1 })
+	select {
+	case <-r.stopped:
+		t.Fatal("stopped before released")
+	default:
+	}
+	close(r.release)
+	if a := w1.next("the camera's assignment once its reader here stopped", isAssign).GetCameraAssign(); a.Stream != "gate" {
+		t.Fatalf("assignment: %+v", a)
+	}
+	if p := placeOf(c.srv, "gate"); p.On != "w1" || p.Moves != 1 {
+		t.Fatalf("on w1: %+v", p)
 	}
 }

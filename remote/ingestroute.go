@@ -192,8 +192,9 @@ func (s *Server) joinedRoute(stream string) {
 }
 
 // ingestCount is how many streams are joined or joining on the worker,
-// or routed to it and not joined yet (their tickets alive): cameras
-// routed at once spread over the workers. routed is the last alone.
+// routed to it and not joined yet (their tickets alive), or assigned to
+// it and not joined yet (cameras, WHIP streams): cameras routed at once
+// spread over the workers. routed is the routed alone.
 func (c *conn) ingestCount() (n, routed int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -203,7 +204,13 @@ func (c *conn) ingestCount() (n, routed int) {
 			delete(c.routed, id)
 		}
 	}
-	return len(c.streams) + len(c.routed), len(c.routed)
+	n = len(c.streams) + len(c.routed)
+	for id := range c.assigned { // cameras and WHIP streams not joined yet
+		if c.streams[id] == 0 {
+			n++
+		}
+	}
+	return n, len(c.routed)
 }
 
 // maxRouted bounds the streams routed to one worker and not joined yet
@@ -385,8 +392,8 @@ func (w *workerSession) checkJoin(j *api.StreamJoin) error {
 	if j.App == "" || j.Stream == "" || len(j.App) > maxStreamID || len(j.Stream) > maxStreamID {
 		return status.Errorf(codes.InvalidArgument, "stream join: want an app and a stream of 1 to %d bytes each", maxStreamID)
 	}
-	if len(j.Ticket) == 0 && c.cameraApp(j.Stream) == j.App {
-		return nil // a camera the coordinator assigned it (cameras.go)
+	if len(j.Ticket) == 0 && c.assignedApp(j.Stream) == j.App {
+		return nil // a camera or WHIP stream the coordinator assigned it (cameras.go, whip.go)
 	}
 	if err := s.checkTicket(j.Ticket, j.App, j.Stream, c.id); err != nil {
 		err = s.refuse(RefusedTicket, fmt.Errorf("worker %s: stream %s: %w: route again", c.id, j.Stream, err), "instance", c.id, "stream", j.Stream)

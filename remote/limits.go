@@ -191,6 +191,7 @@ const (
 	RefusedIngested     = "ingested"       // a worker's ingested frame of a stream not joined on it, or not its own reference
 	RefusedThumbnail    = "thumbnail"      // a worker's thumbnail not asked for, of a stream not joined on it, over its size or not a JPEG
 	RefusedCamera       = "camera"         // a worker's state of a camera the coordinator did not assign it
+	RefusedWhip         = "whip"           // a worker's WHIP answer no offer waits for, or end of a stream not delegated to it
 )
 
 // count counts one refusal without logging it (its caller logs).

@@ -68,6 +68,11 @@ type Server struct {
 	// stream joined on that worker, at most wire.MaxThumbBytes). nil:
 	// none are asked for. Set before serving.
 	Thumbs func(stream string, jpeg []byte)
+	// OnWhipEnded is told when a WHIP stream delegated to an ingest worker
+	// (OfferWhip) ended there (kind: the worker's end kind, "" when the
+	// worker was lost) and why: the WHIP endpoint ends it too. Set before
+	// serving.
+	OnWhipEnded func(stream, kind, why string)
 
 	// insts is what Connect reports workers' registrations, losses and
 	// results to: Engine, unless a test set a stand-in before serving.
@@ -98,6 +103,7 @@ type Server struct {
 	ingestFrames, ingestRejected atomic.Uint64
 	thumbsAsked                  atomic.Int64 // when WantThumbs last asked the workers (unix ns)
 	cams                         atomic.Pointer[cameraPlacer]
+	whip                         whipWaits
 }
 
 // planeCounters count the frames of workers' results by how they came.

@@ -157,14 +157,13 @@ func (w *workerSession) readRegister() error {
 // a worker of the same ID already connected is refused. drop unlists it.
 func (w *workerSession) join() error {
 	s, reg := w.s, w.reg
-	c := &conn{id: reg.Id, out: make(chan *api.CoordinatorMessage, wire.DefaultSendQueue), cancel: w.cancel, engine: s.insts, clk: s.Clock, given: map[uint64]time.Time{}, streams: map[string]int{}, routed: map[string]time.Time{}}
+	c := &conn{id: reg.Id, out: make(chan *api.CoordinatorMessage, wire.DefaultSendQueue), cancel: w.cancel, engine: s.insts, clk: s.Clock, given: map[uint64]time.Time{}, streams: map[string]int{}, routed: map[string]time.Time{}, assigned: map[string]assignment{}}
 	c.beat.Store(s.Clock.Now().UnixNano())
 	if w.direct {
 		c.peer, c.ingest, c.ingestMax = reg.PeerAddr, w.ingestAddr, int(max(0, reg.IngestStreams))
 		c.thumbs = w.ingestAddr != "" && reg.Thumbnails
-		if w.ingestAddr != "" && reg.Cameras {
-			c.cameras = map[string]string{}
-		}
+		c.cameras = w.ingestAddr != "" && reg.Cameras
+		c.whip = w.ingestAddr != "" && reg.Whip
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -351,6 +350,10 @@ func (w *workerSession) receive(m *api.WorkerMessage) {
 		w.thumbnail(m.Thumbnail)
 	case *api.WorkerMessage_CameraState:
 		w.cameraState(m.CameraState)
+	case *api.WorkerMessage_WhipAnswer:
+		w.whipAnswer(m.WhipAnswer)
+	case *api.WorkerMessage_WhipEnded:
+		w.whipEnded(m.WhipEnded)
 	default:
 		w.s.Log.Warn("unexpected message from worker", "instance", w.reg.Id, "type", fmt.Sprintf("%T", m))
 	}
@@ -371,6 +374,8 @@ func (w *workerSession) leave(sent, received <-chan error) error {
 	w.s.Log.Warn("worker disconnected", "instance", w.reg.Id, "why", why)
 	w.s.insts.LostInstance(w.reg.Id, why.Error())
 	w.leaveStreams()
+	w.endWhips()
+	w.c.released.Store(true)
 	w.s.kickCameras() // its cameras move
 	<-sent
 	// The handler returning ends the stream, which ends Recv.
@@ -396,6 +401,7 @@ type conn struct {
 	gen       atomic.Uint64
 	beat      atomic.Int64 // unix ns of the last message from the worker
 	closed    atomic.Bool
+	released  atomic.Bool // gone, and its streams have left: its cameras may move
 
 	clk     clock.Clock
 	mu      sync.Mutex
@@ -403,10 +409,14 @@ type conn struct {
 	streams map[string]int       // camera streams joined or joining on it (ingest on the workers): their state
 	routed  map[string]time.Time // camera streams routed to it, not joined yet: until their tickets expire
 	joining int                  // stream joins in progress
-	// cameras are the coordinator's cameras assigned to it, by name: their
-	// apps (cameras.go); nil: it reads no cameras (Register.cameras)
-	cameras map[string]string
-	left    bool // it is gone: no stream joins it any more
+	// cameras: it reads the coordinator's cameras (Register.cameras);
+	// whip: it takes delegated WHIP streams (Register.whip)
+	cameras, whip bool
+	// assigned are the streams the coordinator gave it to read, by ID:
+	// its cameras (cameras.go) and delegated WHIP streams (whip.go); each
+	// joins without a ticket
+	assigned map[string]assignment
+	left     bool // it is gone: no stream joins it any more
 }
 
 // give records that task id goes to the worker; answer takes it back and

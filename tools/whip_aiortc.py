@@ -14,7 +14,11 @@ when results came.
 
 Run with Debian's interpreter:
     /usr/bin/python3 tools/whip_aiortc.py URL [SECONDS] [--no-datachannel]
-        [--codec vp8|h264] [--clip FILE] [--max-width N]
+        [--codec vp8|h264] [--clip FILE] [--max-width N] [--repost]
+
+--repost: when the server ends the stream (the results' end event: its
+ingest worker was lost), post the offer again on a new connection until
+SECONDS are up, as a WHIP client reconnects; the summary counts the posts.
 """
 import argparse
 import asyncio
@@ -96,7 +100,9 @@ def read_sse(url, out, stop):
         out["sse_error"] = str(e)
 
 
-async def main(url, seconds, datachannel, codec, clip, max_width):
+async def post(url, summary, datachannel, codec, clip, max_width):
+    """One WHIP session: a peer connection offering the track, POSTed to
+    url; returns (pc, player, location, results URL)."""
     pc = RTCPeerConnection()
     player = None
     if clip:
@@ -114,8 +120,6 @@ async def main(url, seconds, datachannel, codec, clip, max_width):
     if not prefs:
         raise SystemExit(f"aiortc has no {codec} encoder")
     tr.setCodecPreferences(prefs)
-    summary = {"results": 0, "outcomes": {}, "why": {}, "dc_results": 0, "dc_outcomes": {}, "dc_opened": False, "dc_errors": 0,
-               "codec": codec, "clip": clip or "pattern"}
     if datachannel:
         dc = pc.createDataChannel("results")
 
@@ -139,7 +143,7 @@ async def main(url, seconds, datachannel, codec, clip, max_width):
                                  if line.startswith("a=rtpmap:")})
     req = urllib.request.Request(url, data=pc.localDescription.sdp.encode(), method="POST",
                                  headers={"Content-Type": "application/sdp"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
+    with urllib.request.urlopen(req, timeout=15) as resp:
         if resp.status != 201:
             raise SystemExit(f"WHIP POST answered {resp.status}")
         location = urllib.parse.urljoin(url, resp.headers["Location"])
@@ -149,16 +153,41 @@ async def main(url, seconds, datachannel, codec, clip, max_width):
     summary["answered"] = sorted({line.split(" ", 1)[1].split("/")[0] for line in answer.splitlines()
                                   if line.startswith("a=rtpmap:")})
     summary["location"] = location
-    stop = threading.Event()
-    t = threading.Thread(target=read_sse, args=(results, summary, stop), daemon=True)
-    t.start()
-    await asyncio.sleep(seconds)
-    urllib.request.urlopen(urllib.request.Request(location, method="DELETE"), timeout=10).close()
-    t.join(5)
-    stop.set()
+    summary["posts"] += 1
+    summary["streams"].append(location.rsplit("/", 1)[1])
+    return pc, player, location, results
+
+
+async def close(pc, player):
     await pc.close()
     if player is not None and player.video is not None:
         player.video.stop()
+
+
+async def main(url, seconds, datachannel, codec, clip, max_width, repost):
+    summary = {"results": 0, "outcomes": {}, "why": {}, "dc_results": 0, "dc_outcomes": {}, "dc_opened": False, "dc_errors": 0,
+               "codec": codec, "clip": clip or "pattern", "posts": 0, "streams": [], "ends": []}
+    deadline = time.monotonic() + seconds
+    while True:
+        pc, player, location, results = await post(url, summary, datachannel, codec, clip, max_width)
+        stop = threading.Event()
+        summary.pop("ended", None)
+        t = threading.Thread(target=read_sse, args=(results, summary, stop), daemon=True)
+        t.start()
+        # until the time is up, or (--repost) the server ends the stream
+        # (its worker was lost): then post the offer again, as WHIP clients
+        # reconnect
+        while time.monotonic() < deadline and not (repost and ("ended" in summary or "sse_error" in summary)):
+            await asyncio.sleep(0.1)
+        if time.monotonic() < deadline:
+            summary["ends"].append(summary.get("ended", summary.pop("sse_error", "")))
+            await close(pc, player)
+            continue
+        break
+    urllib.request.urlopen(urllib.request.Request(location, method="DELETE"), timeout=10).close()
+    t.join(5)
+    stop.set()
+    await close(pc, player)
     print(json.dumps(summary), flush=True)
     ok = summary["results"] > 0 and (not datachannel or summary["dc_results"] > 0)
     return 0 if ok else 1
@@ -172,5 +201,6 @@ if __name__ == "__main__":
     ap.add_argument("--codec", choices=["vp8", "h264"], default="vp8")
     ap.add_argument("--clip", help="a video file to stream (looped) instead of the pattern")
     ap.add_argument("--max-width", type=int, default=384, help="scale the clip down to at most this wide")
+    ap.add_argument("--repost", action="store_true", help="post the offer again when the server ends the stream (its worker was lost)")
     a = ap.parse_args()
-    sys.exit(asyncio.run(main(a.url, a.seconds, not a.no_datachannel, a.codec, a.clip, a.max_width)))
+    sys.exit(asyncio.run(main(a.url, a.seconds, not a.no_datachannel, a.codec, a.clip, a.max_width, a.repost)))

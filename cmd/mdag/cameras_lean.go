@@ -64,6 +64,9 @@ func (cf *cameraFlags) place(_ *dag.App, _ *observed, _ *remote.Server, _ bool, 
 // it registers, and the coordinator assigns them elsewhere).
 func workerCameras(*slog.Logger) client.CameraReader { return nil }
 
+// workerWhipFor is none: a lean worker takes no WHIP streams.
+func workerWhipFor(*client.IngestServer, *slog.Logger) client.WhipIngest { return nil }
+
 func writeCameraTable(io.Writer, []struct{}) {}
 
 func (*cameraRun) Status() []struct{} { return nil }

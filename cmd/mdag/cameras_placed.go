@@ -94,7 +94,11 @@ func workerCameras(log *slog.Logger) client.CameraReader {
 		if err := rtsp.Check([]rtsp.Camera{cam}, []string{a.App}); err != nil {
 			return nil, err
 		}
-		cfg := whip.Config{Apps: map[dag.AppID]float64{dag.AppID(a.App): a.FPS}, Scale: scaler, MaxWidth: a.MaxW, MaxHeight: a.MaxH, Log: log}
+		// the coordinator placed the camera here: this worker's CPU
+		// admission neither refuses nor sheds it (a worker busy with
+		// modules would refuse it for ever)
+		cfg := whip.Config{Apps: map[dag.AppID]float64{dag.AppID(a.App): a.FPS}, Scale: scaler, MaxWidth: a.MaxW, MaxHeight: a.MaxH, Log: log,
+			CPUCeiling: 1, StreamCost: 0.001, ShedAfter: -1}
 		if a.Motion {
 			cfg.Objects = motionObjects
 		}

@@ -121,6 +121,8 @@ type coordination struct {
 	hs     *http.Server
 	cams   *cameraRun
 	gl, hl net.Listener
+	// bindWhip hands the WHIP server's offers to srv's ingest workers
+	bindWhip func(*remote.Server, *observed)
 }
 
 func (c *coordinatorCmd) run(env *cmdEnv) error {
@@ -153,6 +155,8 @@ func (c *coordinatorCmd) build(env *cmdEnv, td *teardown) (*coordination, error)
 	if err := c.startEngine(co, prof, td); err != nil {
 		return nil, err
 	}
+	// WHIP offers go to the ingest workers that take WHIP streams
+	co.bindWhip = c.api.wf.delegating()
 	if err := c.api.start(co.obs, co.app, co.log, td); err != nil {
 		return nil, err
 	}
@@ -218,6 +222,7 @@ func (c *coordinatorCmd) serve(co *coordination, td *teardown) error {
 	}
 	co.srv = &remote.Server{Engine: co.obs.e, Log: co.log, Heartbeat: c.heartbeat, Limits: c.limits, Relay: c.plane == "relay", ByReference: c.plane == "metadata", Shared: c.tls.shared,
 		Thumbs: co.obs.rec.Thumbs().Put}
+	co.bindWhip(co.srv, co.obs)
 	// the thumbnails of streams ingested on workers come from them, while
 	// the dashboard is read
 	co.obs.rec.Thumbs().SetWatch(co.srv.WantThumbs)

@@ -123,7 +123,9 @@ func (f *peerFlags) startIngest(dp *client.DataPlane, m *pki.Material, log *slog
 	}
 	// thumbnails for the coordinator's dashboard, while it is read
 	// and the coordinator's cameras it assigns here (the full build)
+	// and the WHIP streams it delegates here
 	dp.Ingest = &client.IngestServer{Addr: addr, Thumb: thumbEncoder, ThumbWidth: dashboard.ThumbWidth, Cameras: workerCameras(log)}
+	dp.Ingest.Whip = workerWhipFor(dp.Ingest, log)
 	var opts []grpc.ServerOption
 	if m != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(m.IngestServerConfig())))

@@ -28,6 +28,9 @@ import (
 
 // whipFlags are the WebRTC ingest flags of serve and coordinator.
 type whipFlags struct {
+	// delegate hands offers to ingest workers (the coordinator's;
+	// delegating sets it)
+	delegate   whip.Delegator
 	tokenFile  *string
 	open       *bool
 	offerRate  *float64
@@ -171,6 +174,9 @@ func (wf *whipFlags) server(listen string, app *dag.App, sink whip.Sink, store *
 	cfg.MaxPending, cfg.ConnectTimeout, cfg.CPUCores, cfg.CPUCeiling = *wf.maxPending, *wf.connect, *wf.cores, *wf.ceiling
 	cfg.StreamCost, cfg.ShedAfter, cfg.MachineWide, cfg.Oversize = *wf.streamCost, *wf.shedAfter, *wf.cpuMachine, whip.Oversize(*wf.oversize)
 	cfg.AllowOrigins, cfg.Log = *wf.origins, log
+	if wf.delegate != nil {
+		cfg.Delegate = wf.delegate
+	}
 	if *wf.objects == "motion" {
 		cfg.Objects = motionObjects
 	}

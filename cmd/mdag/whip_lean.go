@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/mdag/mdag/dag"
+	"github.com/mdag/mdag/remote"
 )
 
 // The lean build has no WebRTC (WHIP) ingest: pion and libvpx are edges of
@@ -56,3 +57,8 @@ func (*whipFlags) check() []error { return nil }
 
 // motion is false: the lean build has no ingest server to estimate motion.
 func (*whipFlags) motion() bool { return false }
+
+// delegating is nothing: the lean build has no WHIP server.
+func (*whipFlags) delegating() func(*remote.Server, *observed) {
+	return func(*remote.Server, *observed) {}
+}

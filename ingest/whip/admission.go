@@ -71,6 +71,7 @@ const (
 	RefusedRateLimit    = "rate-limit"    // too many offers from the client or in all (429)
 	RefusedUnauthorized = "unauthorized"  // no valid token for the request (401; WHIP, results, the API)
 	RefusedTokenLimit   = "token-limit"   // the token's MaxStreams are live (429)
+	RefusedDelegate     = "delegate"      // the ingest workers refused or did not answer the offer (Config.Delegate)
 )
 
 // How a stream ended (the label values of the ended-streams counter; a
@@ -88,6 +89,8 @@ const (
 	EndError          = "error"           // decoder failure, resolution refused
 	EndSetupFailed    = "setup-failed"    // the offer could not be answered
 	EndShutdown       = "shutdown"        // the server closed
+	// EndWorker (delegate.go): a delegated stream's worker ended it, or
+	// was lost
 )
 
 // loadView is the CPU load at one moment.
@@ -426,14 +429,17 @@ func (s *Server) Admission() ingest.Admission {
 			a.Refused[k] += n
 		}
 	}
-	live := make([]*stream, 0, len(s.streams))
+	live := make([]*stream, 0, len(s.streams)+len(s.delegated))
 	for _, st := range s.streams {
+		live = append(live, st)
+	}
+	for _, st := range s.delegated {
 		live = append(live, st)
 	}
 	s.mu.Unlock()
 	for _, st := range live { // info takes s.mu
 		i := st.info()
-		is := ingest.Stream{ID: i.ID, App: i.App, State: i.State, Codec: i.Codec, Source: i.Source,
+		is := ingest.Stream{ID: i.ID, App: i.App, State: i.State, Codec: i.Codec, Source: i.Source, ReadBy: i.Worker,
 			Width: i.Width, Height: i.Height, Waiting: i.Waiting, CameraLost: i.CameraLost, Layer: i.Layer, LayerDown: i.LayerDown}
 		for _, l := range i.Layers {
 			if l.Width > 0 {

@@ -143,6 +143,14 @@ type Config struct {
 	// each ingested frame, handed to the session as the frame's ground
 	// truth for emulated detectors (ingest.NewMotion); nil: none.
 	Objects func() Objects
+	// Delegate, when set, hands each video stream's offer to an ingest
+	// worker (delegate.go): its media goes there, its results, status and
+	// DELETE stay here. nil: every stream is taken here.
+	Delegate Delegator
+	// OnEnded, when set, is told of every stream that ended (its ID, end
+	// kind and why), after it left the sink: a worker's server tells the
+	// coordinator of its delegated streams that ended.
+	OnEnded func(id, kind, why string)
 	Clock   clock.Clock
 	Log     *slog.Logger
 }
@@ -216,14 +224,17 @@ type Server struct {
 	logs    *auth.LogLimiter // refusals a client can cause are logged at most once per reason and interval
 	cameras atomic.Pointer[func() []ingest.Camera]
 
-	mu       sync.Mutex
-	streams  map[string]*stream
-	reserved int            // POSTs between the limit check and the stream's creation
-	byToken  map[string]int // streams (live and reserved) per token name, for its MaxStreams
-	closed   bool
-	wg       sync.WaitGroup
-	ended    []StreamInfo              // the last streams that ended, newest last
-	totals   map[string]*ingest.Totals // counters of the streams that ended and refusals, by app
+	mu      sync.Mutex
+	streams map[string]*stream
+	// delegated are the streams whose media an ingest worker takes
+	// (Config.Delegate): here for their results, status and DELETE
+	delegated map[string]*stream
+	reserved  int            // POSTs between the limit check and the stream's creation
+	byToken   map[string]int // streams (live and reserved) per token name, for its MaxStreams
+	closed    bool
+	wg        sync.WaitGroup
+	ended     []StreamInfo              // the last streams that ended, newest last
+	totals    map[string]*ingest.Totals // counters of the streams that ended and refusals, by app
 
 	// The CPU load (admission.go), as of the last sample.
 	loadTimer                                           clock.Timer
@@ -280,7 +291,7 @@ func New(cfg Config, sink Sink) (*Server, error) {
 			return nil, fmt.Errorf("whip: app %s takes audio but the sink (%T) has no IngestAudio", app, sink)
 		}
 	}
-	s := &Server{cfg: cfg, sink: sink, api: api, clk: cfg.Clock, log: cfg.Log, streams: map[string]*stream{},
+	s := &Server{cfg: cfg, sink: sink, api: api, clk: cfg.Clock, log: cfg.Log, streams: map[string]*stream{}, delegated: map[string]*stream{},
 		totals: map[string]*ingest.Totals{}, origins: origins, auth: cfg.Auth, byToken: map[string]int{},
 		offers: auth.NewLimiter(cfg.OfferRates, cfg.Clock), logs: &auth.LogLimiter{Clock: cfg.Clock, Log: cfg.Log, Every: 10 * time.Second}}
 	if s.auth == nil && len(cfg.Tokens) > 0 {
@@ -478,26 +489,7 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("offer: %v (limit %d bytes)", err, maxOffer))
 		return
 	}
-	var pick offeredCodec
-	var code int
-	var msg string
-	if s.mediaOf(app) == dag.Audio {
-		pick, code, msg = checkAudioOffer(body, app)
-	} else {
-		pick, code, msg = checkOffer(body, s.cfg.Codecs)
-		if code == http.StatusBadRequest && strings.HasPrefix(msg, noVideo) {
-			msg = fmt.Sprintf("app %s takes video: %s", app, msg)
-		}
-	}
-	if code != 0 {
-		if code == statusRecvonly {
-			code = http.StatusBadRequest
-			s.countRefused(app, RefusedRecvonly)
-		}
-		httpError(w, code, msg)
-		return
-	}
-	body, code, msg = bundleOffer(body)
+	body, pick, code, msg := s.checkOfferFor(app, body)
 	if code != 0 {
 		httpError(w, code, msg)
 		return
@@ -514,29 +506,49 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if reason, msg := s.reserve(); reason != "" {
-		unavailable(reason, msg)
-		return
-	}
 	if msg := s.reserveToken(tok); msg != "" {
-		s.unreserve()
 		s.countRefused(app, RefusedTokenLimit)
 		s.logs.Warn(RefusedTokenLimit, "whip stream refused", "app", app, "token", tok.Name, "why", msg)
 		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, s.cfg.RetryAfter.Round(time.Second).Seconds()))))
 		httpError(w, http.StatusTooManyRequests, msg)
 		return
 	}
-	st, answer, code, err := s.start(app, caps, string(body), pick)
+	if s.cfg.Delegate != nil && s.mediaOf(app) == dag.Video {
+		// an ingest worker takes the stream's media, unless none does
+		if st, answer, code, err := s.delegate(r.Context(), app, caps, body); err == nil {
+			created(w, st, answer)
+			return
+		} else if !errors.Is(err, ErrNotDelegated) {
+			s.unreserveToken(caps.token)
+			s.countRefused(app, RefusedDelegate)
+			s.logs.Warn(RefusedDelegate, "whip stream refused: no ingest worker took it", "app", app, "why", err)
+			if code == http.StatusServiceUnavailable {
+				w.Header().Set("Retry-After", strconv.Itoa(int(max(1, s.cfg.RetryAfter.Round(time.Second).Seconds()))))
+			}
+			httpError(w, code, err.Error())
+			return
+		}
+	}
+	if reason, msg := s.reserve(); reason != "" {
+		s.unreserveToken(caps.token)
+		unavailable(reason, msg)
+		return
+	}
+	st, answer, code, err := s.start(app, caps, string(body), pick, newID())
 	if err != nil {
 		s.unreserve()
 		s.unreserveToken(caps.token)
 		httpError(w, code, err.Error())
 		return
 	}
-	loc := "/whip/" + string(app) + "/" + st.id
+	created(w, st, answer)
+}
+
+// created answers a POST whose stream started (here or on a worker).
+func created(w http.ResponseWriter, st *stream, answer string) {
 	h := w.Header()
 	h.Set("Content-Type", "application/sdp")
-	h.Set("Location", loc)
+	h.Set("Location", "/whip/"+string(st.app)+"/"+st.id)
 	h.Set("Mdag-Stream", st.id)
 	h.Set("Mdag-Results", "/v1/streams/"+st.id+"/results")
 	w.WriteHeader(http.StatusCreated)
@@ -708,8 +720,7 @@ func newID() string {
 // start creates the stream (pending: it joins the app's session when its
 // first frame decodes), answers the offer and waits for ICE gathering (the
 // answer carries every candidate).
-func (s *Server) start(app dag.AppID, caps streamCaps, offer string, pick offeredCodec) (*stream, string, int, error) {
-	id := newID()
+func (s *Server) start(app dag.AppID, caps streamCaps, offer string, pick offeredCodec, id string) (*stream, string, int, error) {
 	pc, err := s.api.NewPeerConnection(webrtc.Configuration{})
 	if err != nil {
 		return nil, "", http.StatusInternalServerError, fmt.Errorf("peer connection: %v", err)
@@ -762,6 +773,10 @@ func (s *Server) start(app dag.AppID, caps streamCaps, offer string, pick offere
 		s.mu.Unlock()
 		return fail(http.StatusServiceUnavailable, errors.New("server shutting down"))
 	}
+	if s.streams[id] != nil || s.delegated[id] != nil {
+		s.mu.Unlock()
+		return fail(http.StatusConflict, fmt.Errorf("stream %q exists", id))
+	}
 	s.reserved--
 	s.streams[id] = st
 	st.token = caps.token // from here, removed gives the token's slot back
@@ -776,7 +791,10 @@ func (s *Server) start(app dag.AppID, caps streamCaps, offer string, pick offere
 func (s *Server) lookup(id string) *stream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.streams[id]
+	if st := s.streams[id]; st != nil {
+		return st
+	}
+	return s.delegated[id]
 }
 
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
@@ -797,6 +815,9 @@ func (s *Server) removed(st *stream, info StreamInfo) {
 	s.mu.Lock()
 	if s.streams[st.id] == st {
 		delete(s.streams, st.id)
+		s.releaseTokenLocked(st.token)
+	} else if s.delegated[st.id] == st {
+		delete(s.delegated, st.id)
 		s.releaseTokenLocked(st.token)
 	}
 	s.ended = append(s.ended, info)
@@ -844,8 +865,11 @@ func (s *Server) Publish(r Result) {
 // Streams lists the live streams, then the last ended ones.
 func (s *Server) Streams() []StreamInfo {
 	s.mu.Lock()
-	live := make([]*stream, 0, len(s.streams))
+	live := make([]*stream, 0, len(s.streams)+len(s.delegated))
 	for _, st := range s.streams {
+		live = append(live, st)
+	}
+	for _, st := range s.delegated {
 		live = append(live, st)
 	}
 	ended := slices.Clone(s.ended)
@@ -934,8 +958,11 @@ func (s *Server) Close() {
 	if s.loadTimer != nil {
 		s.loadTimer.Stop()
 	}
-	live := make([]*stream, 0, len(s.streams))
+	live := make([]*stream, 0, len(s.streams)+len(s.delegated))
 	for _, st := range s.streams {
+		live = append(live, st)
+	}
+	for _, st := range s.delegated {
 		live = append(live, st)
 	}
 	s.mu.Unlock()

@@ -74,6 +74,9 @@ type StreamInfo struct {
 	State   string `json:"state"`
 	Ended   string `json:"ended,omitempty"`
 	EndKind string `json:"end_kind,omitempty"`
+	// Worker is the ingest worker a delegated stream's media goes to
+	// (state on-worker while it lives; Config.Delegate).
+	Worker string `json:"worker,omitempty"`
 	// Codec is the video codec (vp8, h264, h265); Source where the stream
 	// comes from: "whip", or a camera's URL (without its password).
 	Codec  string `json:"codec,omitempty"`
@@ -187,7 +190,8 @@ type stream struct {
 	// once it is in s.streams.
 	maxW, maxH int
 	token      string
-	pc         *webrtc.PeerConnection // nil for a Feed (a camera)
+	pc         *webrtc.PeerConnection // nil for a Feed (a camera) or a delegated stream
+	worker     string                 // a delegated stream's ingest worker (under mu)
 	codec      string                 // negotiated (vp8, h264) or the camera's (h264, h265)
 	source     string                 // "whip" or the camera's URL, redacted
 	started    time.Time
@@ -326,6 +330,9 @@ func (st *stream) endAs(kind, why string) {
 			st.onEnd()
 		}
 		st.s.removed(st, st.info())
+		if f := st.s.cfg.OnEnded; f != nil {
+			f(st.id, kind, why)
+		}
 		lvl := slog.LevelInfo
 		if kind != EndClient && kind != EndShutdown && kind != EndIdle {
 			lvl = slog.LevelWarn
@@ -357,10 +364,13 @@ func (st *stream) info() StreamInfo {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.worker != "" {
+		state = StateOnWorker
+	}
 	if st.ended != "" {
 		state = StateEnded
 	}
-	return StreamInfo{Token: token, Layer: layers.Layer, Layers: layers.Layers, LayerSwitches: layers.LayerSwitches, LayerDown: layers.LayerDown,
+	return StreamInfo{Token: token, Worker: st.worker, Layer: layers.Layer, Layers: layers.Layers, LayerSwitches: layers.LayerSwitches, LayerDown: layers.LayerDown,
 		ID: st.id, App: string(st.app), Started: st.started, State: state, Ended: st.ended, EndKind: st.endKind, Load: load,
 		Codec: st.codec, Source: st.source, Waiting: st.waiting, CameraLost: st.c.cameraLost.Load(), GapMS: float64(st.c.gap.Load()) / 1e6,
 		Width: st.w, Height: st.h,

@@ -64,6 +64,9 @@ type IngestServer struct {
 	// this worker (mdag coordinator --camera; see cameras.go); nil: it
 	// reads none, and says so when it registers.
 	Cameras CameraReader
+	// Whip, when set, takes the WHIP streams the coordinator's endpoint
+	// delegates here (see whip.go); nil: none, said when it registers.
+	Whip WhipIngest
 
 	mu    sync.Mutex
 	sess  *workerSession // the session now, nil between connections

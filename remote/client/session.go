@@ -61,6 +61,8 @@ type workerSession struct {
 	loaded *api.Load     // the modules hosted now
 	joins  joinWaits     // camera streams joining through this session (ingest)
 	cams   cameraSet     // the coordinator's cameras read here
+	// whipSlots bound the delegated WHIP offers answered at once
+	whipSlots chan struct{}
 }
 
 // newWorkerSession fills in cfg's defaults and checks it; a field out of
@@ -154,6 +156,7 @@ func (s *workerSession) register() (*api.Registered, error) {
 		reg.IngestAddr, reg.IngestStreams = s.dp.Ingest.Addr, int32(s.dp.Ingest.maxStreams())
 		reg.Thumbnails = s.dp.Ingest.Thumb != nil
 		reg.Cameras = s.dp.Ingest.Cameras != nil
+		reg.Whip = s.dp.Ingest.Whip != nil
 	}
 	if err := s.stream.Send(&api.WorkerMessage{Msg: &api.WorkerMessage_Register{Register: reg}}); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -186,6 +189,7 @@ func (s *workerSession) start(ack *api.Registered) {
 		s.beat = wire.DefaultHeartbeat
 	}
 	s.out = make(chan *api.WorkerMessage, wire.DefaultSendQueue)
+	s.whipSlots = make(chan struct{}, maxWhipAccepting)
 	s.batch = ack.Batches
 	s.direct = ack.Direct && s.dp.Addr != ""
 	s.inline = s.dp.inlineBelow()
@@ -254,6 +258,9 @@ func (s *workerSession) logRegistered() {
 func (s *workerSession) stop() {
 	if s.dp.Ingest != nil {
 		s.dp.Ingest.detach(s)
+		if s.dp.Ingest.Whip != nil {
+			s.dp.Ingest.Whip.EndAll() // the coordinator ended them with this connection
+		}
 	}
 	s.order.wait()
 	st := s.fx.stats()
@@ -439,6 +446,12 @@ func (s *workerSession) handle(m *api.CoordinatorMessage, inBatch bool) {
 			return
 		}
 		s.cameraOp(&api.CoordinatorMessage{Msg: m})
+	case *api.CoordinatorMessage_WhipOffer:
+		s.whipOffer(m.WhipOffer)
+	case *api.CoordinatorMessage_WhipEnd:
+		if g := s.dp.Ingest; g != nil && g.Whip != nil {
+			go g.Whip.End(m.WhipEnd.Stream) // it waits for the stream's goodbyes
+		}
 	default:
 		s.cfg.Log.Warn("unexpected message from the coordinator", "type", fmt.Sprintf("%T", m), "in_batch", inBatch)
 	}
