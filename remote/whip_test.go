@@ -122,7 +122,10 @@ func TestOfferWhip(t *testing.T) {
 	onBusy := r.worker == "w1"
 	w := map[bool]*rawWorker{true: busy, false: good}[onBusy]
 	w.send(&api.WorkerMessage{Msg: &api.WorkerMessage_WhipEnded{WhipEnded: &api.WhipEnded{Stream: "s2", Kind: "idle", Why: "no media"}}})
-	waitFor(t, "the worker's end at the endpoint", 20*time.Second, func() bool { v, ok := ends.get("s2"); return ok && v == "idle: on ingest worker "+r.worker+": no media" })
+	waitFor(t, "the worker's end at the endpoint", 20*time.Second, func() bool {
+		v, ok := ends.get("s2")
+		return ok && v == "idle: on ingest worker "+r.worker+": no media"
+	})
 	// a third, then its worker is lost
 	go func() {
 		a, w, err := c.srv.OfferWhip(context.Background(), WhipOffer{App: "traffic", Stream: "s3", SDP: []byte("v=0")})
