@@ -729,6 +729,7 @@ type CoordinatorMessage struct {
 	//	*CoordinatorMessage_CameraRelease
 	//	*CoordinatorMessage_WhipOffer
 	//	*CoordinatorMessage_WhipEnd
+	//	*CoordinatorMessage_WhipResult
 	Msg           isCoordinatorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -861,6 +862,15 @@ func (x *CoordinatorMessage) GetWhipEnd() *WhipEnd {
 	return nil
 }
 
+func (x *CoordinatorMessage) GetWhipResult() *WhipResult {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_WhipResult); ok {
+			return x.WhipResult
+		}
+	}
+	return nil
+}
+
 type isCoordinatorMessage_Msg interface {
 	isCoordinatorMessage_Msg()
 }
@@ -905,6 +915,10 @@ type CoordinatorMessage_WhipEnd struct {
 	WhipEnd *WhipEnd `protobuf:"bytes,10,opt,name=whip_end,json=whipEnd,proto3,oneof"`
 }
 
+type CoordinatorMessage_WhipResult struct {
+	WhipResult *WhipResult `protobuf:"bytes,11,opt,name=whip_result,json=whipResult,proto3,oneof"`
+}
+
 func (*CoordinatorMessage_Registered) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Load) isCoordinatorMessage_Msg() {}
@@ -924,6 +938,8 @@ func (*CoordinatorMessage_CameraRelease) isCoordinatorMessage_Msg() {}
 func (*CoordinatorMessage_WhipOffer) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_WhipEnd) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_WhipResult) isCoordinatorMessage_Msg() {}
 
 // StreamJoin asks the coordinator to join a camera stream that a source
 // opened on this worker's Ingest service, with the ticket Route gave it.
@@ -1813,6 +1829,61 @@ func (x *WhipEnd) GetStream() string {
 	return ""
 }
 
+// WhipResult is a delegated WHIP stream's per-frame result (its JSON, as
+// the results' event stream carries it, at most 1 MiB), for the client's
+// DataChannel, which ends on the worker.
+type WhipResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Json          []byte                 `protobuf:"bytes,2,opt,name=json,proto3" json:"json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhipResult) Reset() {
+	*x = WhipResult{}
+	mi := &file_api_mdag_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhipResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhipResult) ProtoMessage() {}
+
+func (x *WhipResult) ProtoReflect() protoreflect.Message {
+	mi := &file_api_mdag_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhipResult.ProtoReflect.Descriptor instead.
+func (*WhipResult) Descriptor() ([]byte, []int) {
+	return file_api_mdag_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *WhipResult) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *WhipResult) GetJson() []byte {
+	if x != nil {
+		return x.Json
+	}
+	return nil
+}
+
 // WhipEnded says a delegated WHIP stream ended on the worker (joined or
 // not): its end kind and why.
 type WhipEnded struct {
@@ -1826,7 +1897,7 @@ type WhipEnded struct {
 
 func (x *WhipEnded) Reset() {
 	*x = WhipEnded{}
-	mi := &file_api_mdag_proto_msgTypes[20]
+	mi := &file_api_mdag_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +1909,7 @@ func (x *WhipEnded) String() string {
 func (*WhipEnded) ProtoMessage() {}
 
 func (x *WhipEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[20]
+	mi := &file_api_mdag_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +1922,7 @@ func (x *WhipEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhipEnded.ProtoReflect.Descriptor instead.
 func (*WhipEnded) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{20}
+	return file_api_mdag_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WhipEnded) GetStream() string {
@@ -1902,7 +1973,7 @@ type Register struct {
 
 func (x *Register) Reset() {
 	*x = Register{}
-	mi := &file_api_mdag_proto_msgTypes[21]
+	mi := &file_api_mdag_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +1985,7 @@ func (x *Register) String() string {
 func (*Register) ProtoMessage() {}
 
 func (x *Register) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[21]
+	mi := &file_api_mdag_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +1998,7 @@ func (x *Register) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Register.ProtoReflect.Descriptor instead.
 func (*Register) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{21}
+	return file_api_mdag_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Register) GetId() string {
@@ -2032,7 +2103,7 @@ type Registered struct {
 
 func (x *Registered) Reset() {
 	*x = Registered{}
-	mi := &file_api_mdag_proto_msgTypes[22]
+	mi := &file_api_mdag_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2115,7 @@ func (x *Registered) String() string {
 func (*Registered) ProtoMessage() {}
 
 func (x *Registered) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[22]
+	mi := &file_api_mdag_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2128,7 @@ func (x *Registered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registered.ProtoReflect.Descriptor instead.
 func (*Registered) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{22}
+	return file_api_mdag_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Registered) GetId() string {
@@ -2108,7 +2179,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_api_mdag_proto_msgTypes[23]
+	mi := &file_api_mdag_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2191,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[23]
+	mi := &file_api_mdag_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +2204,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{23}
+	return file_api_mdag_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Heartbeat) GetTasks() uint64 {
@@ -2182,7 +2253,7 @@ type Load struct {
 
 func (x *Load) Reset() {
 	*x = Load{}
-	mi := &file_api_mdag_proto_msgTypes[24]
+	mi := &file_api_mdag_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2265,7 @@ func (x *Load) String() string {
 func (*Load) ProtoMessage() {}
 
 func (x *Load) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[24]
+	mi := &file_api_mdag_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2278,7 @@ func (x *Load) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Load.ProtoReflect.Descriptor instead.
 func (*Load) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{24}
+	return file_api_mdag_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Load) GetGeneration() uint64 {
@@ -2234,7 +2305,7 @@ type LoadReply struct {
 
 func (x *LoadReply) Reset() {
 	*x = LoadReply{}
-	mi := &file_api_mdag_proto_msgTypes[25]
+	mi := &file_api_mdag_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2317,7 @@ func (x *LoadReply) String() string {
 func (*LoadReply) ProtoMessage() {}
 
 func (x *LoadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[25]
+	mi := &file_api_mdag_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2330,7 @@ func (x *LoadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReply.ProtoReflect.Descriptor instead.
 func (*LoadReply) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{25}
+	return file_api_mdag_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LoadReply) GetGeneration() uint64 {
@@ -2292,7 +2363,7 @@ type ModuleSpec struct {
 
 func (x *ModuleSpec) Reset() {
 	*x = ModuleSpec{}
-	mi := &file_api_mdag_proto_msgTypes[26]
+	mi := &file_api_mdag_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2375,7 @@ func (x *ModuleSpec) String() string {
 func (*ModuleSpec) ProtoMessage() {}
 
 func (x *ModuleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[26]
+	mi := &file_api_mdag_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2388,7 @@ func (x *ModuleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModuleSpec.ProtoReflect.Descriptor instead.
 func (*ModuleSpec) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{26}
+	return file_api_mdag_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ModuleSpec) GetApp() string {
@@ -2393,7 +2464,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_api_mdag_proto_msgTypes[27]
+	mi := &file_api_mdag_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2405,7 +2476,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[27]
+	mi := &file_api_mdag_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2418,7 +2489,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{27}
+	return file_api_mdag_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Task) GetId() uint64 {
@@ -2498,7 +2569,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_api_mdag_proto_msgTypes[28]
+	mi := &file_api_mdag_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2510,7 +2581,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[28]
+	mi := &file_api_mdag_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2523,7 +2594,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{28}
+	return file_api_mdag_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Result) GetTask() uint64 {
@@ -2577,7 +2648,7 @@ type ItemList struct {
 
 func (x *ItemList) Reset() {
 	*x = ItemList{}
-	mi := &file_api_mdag_proto_msgTypes[29]
+	mi := &file_api_mdag_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2589,7 +2660,7 @@ func (x *ItemList) String() string {
 func (*ItemList) ProtoMessage() {}
 
 func (x *ItemList) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[29]
+	mi := &file_api_mdag_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2602,7 +2673,7 @@ func (x *ItemList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemList.ProtoReflect.Descriptor instead.
 func (*ItemList) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{29}
+	return file_api_mdag_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ItemList) GetItems() []*Item {
@@ -2635,7 +2706,7 @@ type Item struct {
 
 func (x *Item) Reset() {
 	*x = Item{}
-	mi := &file_api_mdag_proto_msgTypes[30]
+	mi := &file_api_mdag_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2718,7 @@ func (x *Item) String() string {
 func (*Item) ProtoMessage() {}
 
 func (x *Item) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[30]
+	mi := &file_api_mdag_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +2731,7 @@ func (x *Item) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Item.ProtoReflect.Descriptor instead.
 func (*Item) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{30}
+	return file_api_mdag_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Item) GetStream() string {
@@ -2775,7 +2846,7 @@ type Track struct {
 
 func (x *Track) Reset() {
 	*x = Track{}
-	mi := &file_api_mdag_proto_msgTypes[31]
+	mi := &file_api_mdag_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +2858,7 @@ func (x *Track) String() string {
 func (*Track) ProtoMessage() {}
 
 func (x *Track) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[31]
+	mi := &file_api_mdag_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +2871,7 @@ func (x *Track) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Track.ProtoReflect.Descriptor instead.
 func (*Track) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{31}
+	return file_api_mdag_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Track) GetId() uint64 {
@@ -2852,7 +2923,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_api_mdag_proto_msgTypes[32]
+	mi := &file_api_mdag_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +2935,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[32]
+	mi := &file_api_mdag_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +2948,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{32}
+	return file_api_mdag_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Step) GetSeq() uint64 {
@@ -2921,7 +2992,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_api_mdag_proto_msgTypes[33]
+	mi := &file_api_mdag_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3004,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[33]
+	mi := &file_api_mdag_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3017,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{33}
+	return file_api_mdag_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Event) GetKind() string {
@@ -2989,7 +3060,7 @@ type Audio struct {
 
 func (x *Audio) Reset() {
 	*x = Audio{}
-	mi := &file_api_mdag_proto_msgTypes[34]
+	mi := &file_api_mdag_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3072,7 @@ func (x *Audio) String() string {
 func (*Audio) ProtoMessage() {}
 
 func (x *Audio) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[34]
+	mi := &file_api_mdag_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3085,7 @@ func (x *Audio) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Audio.ProtoReflect.Descriptor instead.
 func (*Audio) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{34}
+	return file_api_mdag_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Audio) GetRate() int32 {
@@ -3053,7 +3124,7 @@ type Frame struct {
 
 func (x *Frame) Reset() {
 	*x = Frame{}
-	mi := &file_api_mdag_proto_msgTypes[35]
+	mi := &file_api_mdag_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3065,7 +3136,7 @@ func (x *Frame) String() string {
 func (*Frame) ProtoMessage() {}
 
 func (x *Frame) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[35]
+	mi := &file_api_mdag_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3078,7 +3149,7 @@ func (x *Frame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frame.ProtoReflect.Descriptor instead.
 func (*Frame) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{35}
+	return file_api_mdag_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Frame) GetWidth() int32 {
@@ -3121,7 +3192,7 @@ type FrameRef struct {
 
 func (x *FrameRef) Reset() {
 	*x = FrameRef{}
-	mi := &file_api_mdag_proto_msgTypes[36]
+	mi := &file_api_mdag_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3133,7 +3204,7 @@ func (x *FrameRef) String() string {
 func (*FrameRef) ProtoMessage() {}
 
 func (x *FrameRef) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[36]
+	mi := &file_api_mdag_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3146,7 +3217,7 @@ func (x *FrameRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FrameRef.ProtoReflect.Descriptor instead.
 func (*FrameRef) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{36}
+	return file_api_mdag_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FrameRef) GetHolder() string {
@@ -3185,7 +3256,7 @@ type Box struct {
 
 func (x *Box) Reset() {
 	*x = Box{}
-	mi := &file_api_mdag_proto_msgTypes[37]
+	mi := &file_api_mdag_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3197,7 +3268,7 @@ func (x *Box) String() string {
 func (*Box) ProtoMessage() {}
 
 func (x *Box) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[37]
+	mi := &file_api_mdag_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3210,7 +3281,7 @@ func (x *Box) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Box.ProtoReflect.Descriptor instead.
 func (*Box) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{37}
+	return file_api_mdag_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Box) GetX() int32 {
@@ -3275,7 +3346,7 @@ type Keypoint struct {
 
 func (x *Keypoint) Reset() {
 	*x = Keypoint{}
-	mi := &file_api_mdag_proto_msgTypes[38]
+	mi := &file_api_mdag_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3287,7 +3358,7 @@ func (x *Keypoint) String() string {
 func (*Keypoint) ProtoMessage() {}
 
 func (x *Keypoint) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[38]
+	mi := &file_api_mdag_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3300,7 +3371,7 @@ func (x *Keypoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Keypoint.ProtoReflect.Descriptor instead.
 func (*Keypoint) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{38}
+	return file_api_mdag_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Keypoint) GetX() float32 {
@@ -3338,7 +3409,7 @@ type IngestMessage struct {
 
 func (x *IngestMessage) Reset() {
 	*x = IngestMessage{}
-	mi := &file_api_mdag_proto_msgTypes[39]
+	mi := &file_api_mdag_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3350,7 +3421,7 @@ func (x *IngestMessage) String() string {
 func (*IngestMessage) ProtoMessage() {}
 
 func (x *IngestMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[39]
+	mi := &file_api_mdag_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3363,7 +3434,7 @@ func (x *IngestMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestMessage.ProtoReflect.Descriptor instead.
 func (*IngestMessage) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{39}
+	return file_api_mdag_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *IngestMessage) GetJoin() *Join {
@@ -3419,7 +3490,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_api_mdag_proto_msgTypes[40]
+	mi := &file_api_mdag_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3431,7 +3502,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[40]
+	mi := &file_api_mdag_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3444,7 +3515,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{40}
+	return file_api_mdag_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Join) GetApp() string {
@@ -3479,7 +3550,7 @@ type IngestReply struct {
 
 func (x *IngestReply) Reset() {
 	*x = IngestReply{}
-	mi := &file_api_mdag_proto_msgTypes[41]
+	mi := &file_api_mdag_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3491,7 +3562,7 @@ func (x *IngestReply) String() string {
 func (*IngestReply) ProtoMessage() {}
 
 func (x *IngestReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_mdag_proto_msgTypes[41]
+	mi := &file_api_mdag_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3504,7 +3575,7 @@ func (x *IngestReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestReply.ProtoReflect.Descriptor instead.
 func (*IngestReply) Descriptor() ([]byte, []int) {
-	return file_api_mdag_proto_rawDescGZIP(), []int{41}
+	return file_api_mdag_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *IngestReply) GetAccepted() uint64 {
@@ -3570,7 +3641,7 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\vWorkerBatch\x12*\n" +
 	"\x04msgs\x18\x01 \x03(\v2\x16.mdag.v1.WorkerMessageR\x04msgs\"C\n" +
 	"\x10CoordinatorBatch\x12/\n" +
-	"\x04msgs\x18\x01 \x03(\v2\x1b.mdag.v1.CoordinatorMessageR\x04msgs\"\xae\x04\n" +
+	"\x04msgs\x18\x01 \x03(\v2\x1b.mdag.v1.CoordinatorMessageR\x04msgs\"\xe6\x04\n" +
 	"\x12CoordinatorMessage\x125\n" +
 	"\n" +
 	"registered\x18\x01 \x01(\v2\x13.mdag.v1.RegisteredH\x00R\n" +
@@ -3585,7 +3656,9 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\n" +
 	"whip_offer\x18\t \x01(\v2\x12.mdag.v1.WhipOfferH\x00R\twhipOffer\x12-\n" +
 	"\bwhip_end\x18\n" +
-	" \x01(\v2\x10.mdag.v1.WhipEndH\x00R\awhipEndB\x05\n" +
+	" \x01(\v2\x10.mdag.v1.WhipEndH\x00R\awhipEnd\x126\n" +
+	"\vwhip_result\x18\v \x01(\v2\x13.mdag.v1.WhipResultH\x00R\n" +
+	"whipResultB\x05\n" +
 	"\x03msg\"^\n" +
 	"\n" +
 	"StreamJoin\x12\x0e\n" +
@@ -3658,7 +3731,11 @@ const file_api_mdag_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x10\n" +
 	"\x03sdp\x18\x04 \x01(\tR\x03sdp\"!\n" +
 	"\aWhipEnd\x12\x16\n" +
-	"\x06stream\x18\x01 \x01(\tR\x06stream\"I\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\"8\n" +
+	"\n" +
+	"WhipResult\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
+	"\x04json\x18\x02 \x01(\fR\x04json\"I\n" +
 	"\tWhipEnded\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x10\n" +
@@ -3853,7 +3930,7 @@ func file_api_mdag_proto_rawDescGZIP() []byte {
 }
 
 var file_api_mdag_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_api_mdag_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_api_mdag_proto_goTypes = []any{
 	(TaskKind)(0),              // 0: mdag.v1.TaskKind
 	(Outcome)(0),               // 1: mdag.v1.Outcome
@@ -3877,36 +3954,37 @@ var file_api_mdag_proto_goTypes = []any{
 	(*WhipOffer)(nil),          // 19: mdag.v1.WhipOffer
 	(*WhipAnswer)(nil),         // 20: mdag.v1.WhipAnswer
 	(*WhipEnd)(nil),            // 21: mdag.v1.WhipEnd
-	(*WhipEnded)(nil),          // 22: mdag.v1.WhipEnded
-	(*Register)(nil),           // 23: mdag.v1.Register
-	(*Registered)(nil),         // 24: mdag.v1.Registered
-	(*Heartbeat)(nil),          // 25: mdag.v1.Heartbeat
-	(*Load)(nil),               // 26: mdag.v1.Load
-	(*LoadReply)(nil),          // 27: mdag.v1.LoadReply
-	(*ModuleSpec)(nil),         // 28: mdag.v1.ModuleSpec
-	(*Task)(nil),               // 29: mdag.v1.Task
-	(*Result)(nil),             // 30: mdag.v1.Result
-	(*ItemList)(nil),           // 31: mdag.v1.ItemList
-	(*Item)(nil),               // 32: mdag.v1.Item
-	(*Track)(nil),              // 33: mdag.v1.Track
-	(*Step)(nil),               // 34: mdag.v1.Step
-	(*Event)(nil),              // 35: mdag.v1.Event
-	(*Audio)(nil),              // 36: mdag.v1.Audio
-	(*Frame)(nil),              // 37: mdag.v1.Frame
-	(*FrameRef)(nil),           // 38: mdag.v1.FrameRef
-	(*Box)(nil),                // 39: mdag.v1.Box
-	(*Keypoint)(nil),           // 40: mdag.v1.Keypoint
-	(*IngestMessage)(nil),      // 41: mdag.v1.IngestMessage
-	(*Join)(nil),               // 42: mdag.v1.Join
-	(*IngestReply)(nil),        // 43: mdag.v1.IngestReply
-	nil,                        // 44: mdag.v1.Item.CountsEntry
+	(*WhipResult)(nil),         // 22: mdag.v1.WhipResult
+	(*WhipEnded)(nil),          // 23: mdag.v1.WhipEnded
+	(*Register)(nil),           // 24: mdag.v1.Register
+	(*Registered)(nil),         // 25: mdag.v1.Registered
+	(*Heartbeat)(nil),          // 26: mdag.v1.Heartbeat
+	(*Load)(nil),               // 27: mdag.v1.Load
+	(*LoadReply)(nil),          // 28: mdag.v1.LoadReply
+	(*ModuleSpec)(nil),         // 29: mdag.v1.ModuleSpec
+	(*Task)(nil),               // 30: mdag.v1.Task
+	(*Result)(nil),             // 31: mdag.v1.Result
+	(*ItemList)(nil),           // 32: mdag.v1.ItemList
+	(*Item)(nil),               // 33: mdag.v1.Item
+	(*Track)(nil),              // 34: mdag.v1.Track
+	(*Step)(nil),               // 35: mdag.v1.Step
+	(*Event)(nil),              // 36: mdag.v1.Event
+	(*Audio)(nil),              // 37: mdag.v1.Audio
+	(*Frame)(nil),              // 38: mdag.v1.Frame
+	(*FrameRef)(nil),           // 39: mdag.v1.FrameRef
+	(*Box)(nil),                // 40: mdag.v1.Box
+	(*Keypoint)(nil),           // 41: mdag.v1.Keypoint
+	(*IngestMessage)(nil),      // 42: mdag.v1.IngestMessage
+	(*Join)(nil),               // 43: mdag.v1.Join
+	(*IngestReply)(nil),        // 44: mdag.v1.IngestReply
+	nil,                        // 45: mdag.v1.Item.CountsEntry
 }
 var file_api_mdag_proto_depIdxs = []int32{
-	37, // 0: mdag.v1.FetchedFrame.frame:type_name -> mdag.v1.Frame
-	23, // 1: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
-	30, // 2: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
-	25, // 3: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
-	27, // 4: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
+	38, // 0: mdag.v1.FetchedFrame.frame:type_name -> mdag.v1.Frame
+	24, // 1: mdag.v1.WorkerMessage.register:type_name -> mdag.v1.Register
+	31, // 2: mdag.v1.WorkerMessage.result:type_name -> mdag.v1.Result
+	26, // 3: mdag.v1.WorkerMessage.heartbeat:type_name -> mdag.v1.Heartbeat
+	28, // 4: mdag.v1.WorkerMessage.load_reply:type_name -> mdag.v1.LoadReply
 	10, // 5: mdag.v1.WorkerMessage.stream_join:type_name -> mdag.v1.StreamJoin
 	12, // 6: mdag.v1.WorkerMessage.ingested:type_name -> mdag.v1.Ingested
 	13, // 7: mdag.v1.WorkerMessage.stream_leave:type_name -> mdag.v1.StreamLeave
@@ -3914,12 +3992,12 @@ var file_api_mdag_proto_depIdxs = []int32{
 	15, // 9: mdag.v1.WorkerMessage.thumbnail:type_name -> mdag.v1.Thumbnail
 	18, // 10: mdag.v1.WorkerMessage.camera_state:type_name -> mdag.v1.CameraState
 	20, // 11: mdag.v1.WorkerMessage.whip_answer:type_name -> mdag.v1.WhipAnswer
-	22, // 12: mdag.v1.WorkerMessage.whip_ended:type_name -> mdag.v1.WhipEnded
+	23, // 12: mdag.v1.WorkerMessage.whip_ended:type_name -> mdag.v1.WhipEnded
 	6,  // 13: mdag.v1.WorkerBatch.msgs:type_name -> mdag.v1.WorkerMessage
 	9,  // 14: mdag.v1.CoordinatorBatch.msgs:type_name -> mdag.v1.CoordinatorMessage
-	24, // 15: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
-	26, // 16: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
-	29, // 17: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
+	25, // 15: mdag.v1.CoordinatorMessage.registered:type_name -> mdag.v1.Registered
+	27, // 16: mdag.v1.CoordinatorMessage.load:type_name -> mdag.v1.Load
+	30, // 17: mdag.v1.CoordinatorMessage.task:type_name -> mdag.v1.Task
 	11, // 18: mdag.v1.CoordinatorMessage.stream_joined:type_name -> mdag.v1.StreamJoined
 	8,  // 19: mdag.v1.CoordinatorMessage.batch:type_name -> mdag.v1.CoordinatorBatch
 	14, // 20: mdag.v1.CoordinatorMessage.thumbs_wanted:type_name -> mdag.v1.ThumbsWanted
@@ -3927,47 +4005,48 @@ var file_api_mdag_proto_depIdxs = []int32{
 	17, // 22: mdag.v1.CoordinatorMessage.camera_release:type_name -> mdag.v1.CameraRelease
 	19, // 23: mdag.v1.CoordinatorMessage.whip_offer:type_name -> mdag.v1.WhipOffer
 	21, // 24: mdag.v1.CoordinatorMessage.whip_end:type_name -> mdag.v1.WhipEnd
-	37, // 25: mdag.v1.Ingested.frame:type_name -> mdag.v1.Frame
-	39, // 26: mdag.v1.Ingested.truth:type_name -> mdag.v1.Box
-	28, // 27: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
-	32, // 28: mdag.v1.Task.items:type_name -> mdag.v1.Item
-	0,  // 29: mdag.v1.Task.kind:type_name -> mdag.v1.TaskKind
-	31, // 30: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
-	1,  // 31: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
-	32, // 32: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
-	37, // 33: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
-	39, // 34: mdag.v1.Item.region:type_name -> mdag.v1.Box
-	39, // 35: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
-	39, // 36: mdag.v1.Item.truth:type_name -> mdag.v1.Box
-	44, // 37: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
-	33, // 38: mdag.v1.Item.tracks:type_name -> mdag.v1.Track
-	34, // 39: mdag.v1.Item.steps:type_name -> mdag.v1.Step
-	35, // 40: mdag.v1.Item.events:type_name -> mdag.v1.Event
-	36, // 41: mdag.v1.Item.audio:type_name -> mdag.v1.Audio
-	39, // 42: mdag.v1.Track.box:type_name -> mdag.v1.Box
-	39, // 43: mdag.v1.Step.boxes:type_name -> mdag.v1.Box
-	33, // 44: mdag.v1.Step.tracks:type_name -> mdag.v1.Track
-	38, // 45: mdag.v1.Frame.ref:type_name -> mdag.v1.FrameRef
-	40, // 46: mdag.v1.Box.keypoints:type_name -> mdag.v1.Keypoint
-	42, // 47: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
-	37, // 48: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
-	39, // 49: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
-	36, // 50: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
-	6,  // 51: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
-	41, // 52: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
-	2,  // 53: mdag.v1.Coordinator.Route:input_type -> mdag.v1.RouteRequest
-	41, // 54: mdag.v1.Ingest.Ingest:input_type -> mdag.v1.IngestMessage
-	4,  // 55: mdag.v1.Peer.Fetch:input_type -> mdag.v1.FetchRequest
-	9,  // 56: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
-	43, // 57: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
-	3,  // 58: mdag.v1.Coordinator.Route:output_type -> mdag.v1.RouteReply
-	43, // 59: mdag.v1.Ingest.Ingest:output_type -> mdag.v1.IngestReply
-	5,  // 60: mdag.v1.Peer.Fetch:output_type -> mdag.v1.FetchedFrame
-	56, // [56:61] is the sub-list for method output_type
-	51, // [51:56] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	22, // 25: mdag.v1.CoordinatorMessage.whip_result:type_name -> mdag.v1.WhipResult
+	38, // 26: mdag.v1.Ingested.frame:type_name -> mdag.v1.Frame
+	40, // 27: mdag.v1.Ingested.truth:type_name -> mdag.v1.Box
+	29, // 28: mdag.v1.Load.modules:type_name -> mdag.v1.ModuleSpec
+	33, // 29: mdag.v1.Task.items:type_name -> mdag.v1.Item
+	0,  // 30: mdag.v1.Task.kind:type_name -> mdag.v1.TaskKind
+	32, // 31: mdag.v1.Result.outputs:type_name -> mdag.v1.ItemList
+	1,  // 32: mdag.v1.Result.outcome:type_name -> mdag.v1.Outcome
+	33, // 33: mdag.v1.ItemList.items:type_name -> mdag.v1.Item
+	38, // 34: mdag.v1.Item.frame:type_name -> mdag.v1.Frame
+	40, // 35: mdag.v1.Item.region:type_name -> mdag.v1.Box
+	40, // 36: mdag.v1.Item.boxes:type_name -> mdag.v1.Box
+	40, // 37: mdag.v1.Item.truth:type_name -> mdag.v1.Box
+	45, // 38: mdag.v1.Item.counts:type_name -> mdag.v1.Item.CountsEntry
+	34, // 39: mdag.v1.Item.tracks:type_name -> mdag.v1.Track
+	35, // 40: mdag.v1.Item.steps:type_name -> mdag.v1.Step
+	36, // 41: mdag.v1.Item.events:type_name -> mdag.v1.Event
+	37, // 42: mdag.v1.Item.audio:type_name -> mdag.v1.Audio
+	40, // 43: mdag.v1.Track.box:type_name -> mdag.v1.Box
+	40, // 44: mdag.v1.Step.boxes:type_name -> mdag.v1.Box
+	34, // 45: mdag.v1.Step.tracks:type_name -> mdag.v1.Track
+	39, // 46: mdag.v1.Frame.ref:type_name -> mdag.v1.FrameRef
+	41, // 47: mdag.v1.Box.keypoints:type_name -> mdag.v1.Keypoint
+	43, // 48: mdag.v1.IngestMessage.join:type_name -> mdag.v1.Join
+	38, // 49: mdag.v1.IngestMessage.frame:type_name -> mdag.v1.Frame
+	40, // 50: mdag.v1.IngestMessage.truth:type_name -> mdag.v1.Box
+	37, // 51: mdag.v1.IngestMessage.audio:type_name -> mdag.v1.Audio
+	6,  // 52: mdag.v1.Coordinator.Connect:input_type -> mdag.v1.WorkerMessage
+	42, // 53: mdag.v1.Coordinator.Ingest:input_type -> mdag.v1.IngestMessage
+	2,  // 54: mdag.v1.Coordinator.Route:input_type -> mdag.v1.RouteRequest
+	42, // 55: mdag.v1.Ingest.Ingest:input_type -> mdag.v1.IngestMessage
+	4,  // 56: mdag.v1.Peer.Fetch:input_type -> mdag.v1.FetchRequest
+	9,  // 57: mdag.v1.Coordinator.Connect:output_type -> mdag.v1.CoordinatorMessage
+	44, // 58: mdag.v1.Coordinator.Ingest:output_type -> mdag.v1.IngestReply
+	3,  // 59: mdag.v1.Coordinator.Route:output_type -> mdag.v1.RouteReply
+	44, // 60: mdag.v1.Ingest.Ingest:output_type -> mdag.v1.IngestReply
+	5,  // 61: mdag.v1.Peer.Fetch:output_type -> mdag.v1.FetchedFrame
+	57, // [57:62] is the sub-list for method output_type
+	52, // [52:57] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_api_mdag_proto_init() }
@@ -4000,6 +4079,7 @@ func file_api_mdag_proto_init() {
 		(*CoordinatorMessage_CameraRelease)(nil),
 		(*CoordinatorMessage_WhipOffer)(nil),
 		(*CoordinatorMessage_WhipEnd)(nil),
+		(*CoordinatorMessage_WhipResult)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4007,7 +4087,7 @@ func file_api_mdag_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_mdag_proto_rawDesc), len(file_api_mdag_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -44,6 +44,7 @@ type whipWaits struct {
 	mu   sync.Mutex
 	next uint64
 	m    map[uint64]whipWait
+	on   map[string]*conn // the delegated streams' workers, for their results
 }
 
 type whipWait struct {
@@ -145,6 +146,7 @@ func (s *Server) offerTo(ctx context.Context, c *conn, o WhipOffer) ([]byte, err
 			}
 			return nil, &StatusError{code, fmt.Sprintf("ingest worker %s: %s", c.id, cut(a.Error, 512))}
 		}
+		s.whip.placed(o.Stream, c)
 		return []byte(a.Sdp), nil
 	case <-tm:
 	case <-ctx.Done():
@@ -192,9 +194,42 @@ func (w *whipWaits) answer(c *conn, a *api.WhipAnswer) bool {
 	return true
 }
 
+// placed records that stream's media goes to c; gone forgets it.
+func (w *whipWaits) placed(stream string, c *conn) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.on == nil {
+		w.on = map[string]*conn{}
+	}
+	w.on[stream] = c
+}
+
+func (w *whipWaits) gone(stream string) {
+	w.mu.Lock()
+	delete(w.on, stream)
+	w.mu.Unlock()
+}
+
+// maxWhipResult bounds a result forwarded to a worker.
+const maxWhipResult = 1 << 20
+
+// WhipResult forwards a delegated stream's result (its JSON) to the
+// worker its media goes to, for the client's DataChannel there; it never
+// blocks (a full queue drops it, as a slow DataChannel does).
+func (s *Server) WhipResult(stream string, json []byte) {
+	s.whip.mu.Lock()
+	c := s.whip.on[stream]
+	s.whip.mu.Unlock()
+	if c == nil || len(json) > maxWhipResult {
+		return
+	}
+	c.send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_WhipResult{WhipResult: &api.WhipResult{Stream: stream, Json: json}}})
+}
+
 // EndWhip ends a delegated WHIP stream on its worker (the client's
 // DELETE, the coordinator closing); nothing when no worker has it.
 func (s *Server) EndWhip(stream string) {
+	s.whip.gone(stream)
 	for _, c := range s.connsWith(stream, true) {
 		c.unassign(stream)
 		c.send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_WhipEnd{WhipEnd: &api.WhipEnd{Stream: stream}}})
@@ -236,6 +271,9 @@ func (w *workerSession) whipEnded(m *api.WhipEnded) {
 		delete(c.assigned, m.Stream)
 	}
 	c.mu.Unlock()
+	if ok && a.whip {
+		w.s.whip.gone(m.Stream)
+	}
 	if !ok || !a.whip {
 		_ = w.s.refuse(RefusedWhip, fmt.Errorf("worker %s: WHIP stream %q ended, but it is not one assigned to it", c.id, cut(m.Stream, 64)), "instance", c.id)
 		return
@@ -260,6 +298,7 @@ func (w *workerSession) endWhips() {
 	c.mu.Unlock()
 	sort.Strings(ids)
 	for _, id := range ids {
+		w.s.whip.gone(id)
 		if f := w.s.OnWhipEnded; f != nil {
 			f(id, "", fmt.Sprintf("its ingest worker %s was lost: post the offer again", c.id))
 		}

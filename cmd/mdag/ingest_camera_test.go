@@ -23,7 +23,9 @@ import (
 // (mdag coordinator --camera), and a WHIP client (aiortc) posting to the
 // coordinator, all three ingested on ingest workers, never on the
 // coordinator: it takes in a few KiB a frame (the WHIP stream's media goes
-// to the worker its offer was handed to). The ingest worker reading the
+// to the worker its offer was handed to; its results come to the client
+// on the coordinator's event stream and, forwarded, on its DataChannel,
+// which ends on the worker). The ingest worker reading the
 // coordinator's camera is killed (SIGKILL), then the one taking the WHIP
 // stream if another: the camera is assigned to another worker, the
 // source's stream routes again, the WHIP stream ends and its client posts
@@ -57,7 +59,7 @@ func TestMultiProcessCameraOnWorkers(t *testing.T) {
 	const whipSecs = 28
 	ctx, cancel := context.WithTimeout(context.Background(), (whipSecs+60)*time.Second)
 	defer cancel()
-	client := exec.CommandContext(ctx, "/usr/bin/python3", "tools/whip_aiortc.py", ic.url+"/whip/traffic", strconv.Itoa(whipSecs), "--no-datachannel", "--repost")
+	client := exec.CommandContext(ctx, "/usr/bin/python3", "tools/whip_aiortc.py", ic.url+"/whip/traffic", strconv.Itoa(whipSecs), "--repost")
 	var clientOut, clientErr bytes.Buffer
 	client.Stdout, client.Stderr = &clientOut, &clientErr
 	if err := client.Start(); err != nil {
@@ -134,6 +136,7 @@ func TestMultiProcessCameraOnWorkers(t *testing.T) {
 	}
 	var sum struct {
 		Results int      `json:"results"`
+		DC      int      `json:"dc_results"`
 		Posts   int      `json:"posts"`
 		Streams []string `json:"streams"`
 		Ends    []string `json:"ends"`
@@ -141,8 +144,8 @@ func TestMultiProcessCameraOnWorkers(t *testing.T) {
 	if err := json.Unmarshal(clientOut.Bytes(), &sum); err != nil {
 		t.Fatalf("aiortc summary %q: %v", clientOut.String(), err)
 	}
-	if sum.Posts < 2 || sum.Results == 0 || sum.Streams[0] != firstWhip {
-		t.Errorf("the WHIP client: %+v; want it posted again after its worker was killed, and results", sum)
+	if sum.Posts < 2 || sum.Results == 0 || sum.DC == 0 || sum.Streams[0] != firstWhip {
+		t.Errorf("the WHIP client: %+v; want it posted again after its worker was killed, and results (event stream and DataChannel)", sum)
 	}
 	waitFor(t, "every frame to end", 20*time.Second, func() bool {
 		ss := getStatus(t, ic.url).Sessions[0]

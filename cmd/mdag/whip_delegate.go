@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -44,6 +45,15 @@ func (d *whipDelegator) Delegate(ctx context.Context, app dag.AppID, id string, 
 		return nil, "", &whip.StatusError{Code: se.Code, Msg: se.Msg}
 	}
 	return answer, worker, err
+}
+
+func (d *whipDelegator) Result(id string, r whip.Result) {
+	if s := d.srv.Load(); s != nil {
+		b, err := json.Marshal(r)
+		if err == nil {
+			s.WhipResult(id, b)
+		}
+	}
 }
 
 func (d *whipDelegator) End(id string) {
@@ -147,6 +157,20 @@ func (w *workerWhip) ended(id, kind, why string) {
 	if ok {
 		w.g.WhipEnded(id, kind, why)
 	}
+}
+
+// Result hands a result the coordinator forwarded to its stream's
+// DataChannel here; one that does not parse, or of no stream here, is
+// dropped.
+func (w *workerWhip) Result(id string, b []byte) {
+	w.mu.Lock()
+	srv := w.streams[id]
+	w.mu.Unlock()
+	var r whip.Result
+	if srv == nil || json.Unmarshal(b, &r) != nil || r.Stream != id {
+		return
+	}
+	srv.Deliver(r)
 }
 
 func (w *workerWhip) End(id string) {

@@ -30,6 +30,9 @@ type Delegator interface {
 	// End ends a delegated stream on its worker (the client's DELETE,
 	// this server closing).
 	End(id string)
+	// Result hands a delegated stream's result to its worker, for the
+	// client's DataChannel there; it never blocks.
+	Result(id string, r Result)
 }
 
 // DelegateCaps are what a delegated stream may send: the rate frames are
@@ -105,6 +108,20 @@ func (s *Server) EndDelegated(id, kind, why string) bool {
 		return false
 	}
 	st.endAs(kind, why)
+	return true
+}
+
+// Deliver hands a result the coordinator forwarded to a stream here (a
+// delegated one: its client's DataChannel ends here), as Publish does;
+// false: no such stream.
+func (s *Server) Deliver(r Result) bool {
+	s.mu.Lock()
+	st := s.streams[r.Stream]
+	s.mu.Unlock()
+	if st == nil {
+		return false
+	}
+	st.publish(r)
 	return true
 }
 

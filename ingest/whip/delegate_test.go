@@ -3,6 +3,7 @@ package whip
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +32,8 @@ func (d *workerDelegate) Delegate(_ context.Context, app dag.AppID, id string, o
 	}
 	return []byte(answer), "w1", nil
 }
+
+func (d *workerDelegate) Result(id string, r Result) { d.worker.Deliver(r) }
 
 func (d *workerDelegate) End(id string) {
 	d.mu.Lock()
@@ -61,7 +64,10 @@ func TestDelegate(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Width: 320, Height: 240, FPS: 30})
+	var dc sync.Mutex
+	var dcResults []Result
+	p, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Width: 320, Height: 240, FPS: 30,
+		OnResult: func(r Result) { dc.Lock(); dcResults = append(dcResults, r); dc.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,15 +90,23 @@ func TestDelegate(t *testing.T) {
 	if adm := coord.Admission(); len(adm.Streams) != 1 || adm.Streams[0].ReadBy != "w1" || adm.Admitted != 0 || adm.Pending != 0 {
 		t.Fatalf("admission: %+v (a delegated stream takes no place here)", adm)
 	}
-	coord.Publish(Result{Stream: p.Stream, Frame: 1, Outcome: "finished"})
+	// (the worker's test sink publishes its own results there: this one
+	// is told apart by its number)
+	coord.Publish(Result{Stream: p.Stream, Frame: 1 << 40, Outcome: "finished"})
 	select {
 	case r := <-sse:
-		if r.Frame != 1 {
+		if r.Frame != 1<<40 {
 			t.Fatalf("result %+v", r)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no result on the coordinator's event stream")
 	}
+	// and on the client's DataChannel, which ends on the worker
+	waitFor(t, "the result on the DataChannel", 10*time.Second, func() bool {
+		dc.Lock()
+		defer dc.Unlock()
+		return slices.ContainsFunc(dcResults, func(r Result) bool { return r.Frame == 1<<40 })
+	})
 	del, _ := http.NewRequest(http.MethodDelete, hs.URL+"/whip/face/"+p.Stream, nil)
 	dr, err := http.DefaultClient.Do(del)
 	if err != nil || dr.StatusCode != http.StatusOK {

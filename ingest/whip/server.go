@@ -848,8 +848,17 @@ func (s *Server) totalsLocked(app string) *ingest.Totals {
 // in the ended stream's ResultsAfterEnd, so a stream's results add up:
 // ingested = results sent + dropped (slow or gone client) + after end.
 func (s *Server) Publish(r Result) {
-	if st := s.lookup(r.Stream); st != nil {
+	s.mu.Lock()
+	st, delegated := s.streams[r.Stream], false
+	if st == nil {
+		st, delegated = s.delegated[r.Stream], true
+	}
+	s.mu.Unlock()
+	if st != nil {
 		st.publish(r)
+		if delegated {
+			s.cfg.Delegate.Result(r.Stream, r) // its client's DataChannel is on its worker
+		}
 		return
 	}
 	s.mu.Lock()

@@ -448,6 +448,10 @@ func (s *workerSession) handle(m *api.CoordinatorMessage, inBatch bool) {
 		s.cameraOp(&api.CoordinatorMessage{Msg: m})
 	case *api.CoordinatorMessage_WhipOffer:
 		s.whipOffer(m.WhipOffer)
+	case *api.CoordinatorMessage_WhipResult:
+		if g := s.dp.Ingest; g != nil && g.Whip != nil {
+			g.Whip.Result(m.WhipResult.Stream, m.WhipResult.Json)
+		}
 	case *api.CoordinatorMessage_WhipEnd:
 		if g := s.dp.Ingest; g != nil && g.Whip != nil {
 			go g.Whip.End(m.WhipEnd.Stream) // it waits for the stream's goodbyes

@@ -35,6 +35,9 @@ type WhipIngest interface {
 	End(stream string)
 	// EndAll ends every delegated stream (the session ended).
 	EndAll()
+	// Result hands a delegated stream's result (its JSON) to the
+	// client's DataChannel here.
+	Result(stream string, json []byte)
 }
 
 // maxWhipAccepting bounds the offers a session answers at once (each
