@@ -65,7 +65,10 @@ func (cf *cameraFlags) place(_ *dag.App, _ *observed, _ *remote.Server, _ bool, 
 func workerCameras(*slog.Logger) client.CameraReader { return nil }
 
 // workerWhipFor is none: a lean worker takes no WHIP streams.
-func workerWhipFor(*client.IngestServer, *slog.Logger) client.WhipIngest { return nil }
+func workerWhipFor(*client.IngestServer, whipNet, *slog.Logger) client.WhipIngest { return nil }
+
+// workerTakesWhip: a lean worker takes no WHIP streams.
+const workerTakesWhip = false
 
 func writeCameraTable(io.Writer, []struct{}) {}
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -23,6 +25,15 @@ type peerFlags struct {
 	listen, advertise             *string
 	storeMiB, inline              *int
 	ingestListen, ingestAdvertise *string
+	whipUDP, whipIP               *string
+	whipNet                       whipNet // parsed by check
+}
+
+// whipNet is where a worker's WHIP streams take their media: the UDP port
+// range (0-0: ephemeral) and the IP announced instead of the local ones.
+type whipNet struct {
+	udpMin, udpMax uint16
+	publicIP       string
 }
 
 func addPeerFlags(fs *flag.FlagSet) *peerFlags {
@@ -39,6 +50,9 @@ func addPeerFlags(fs *flag.FlagSet) *peerFlags {
 			"their frames stay in this worker's store and the coordinator gets each frame's identity only. Needs the direct data plane (--peer-listen); default none"),
 		ingestAdvertise: fs.String("ingest-advertise", "", "the `IP:PORT` sources reach --ingest-listen at: the IP this worker connects to the coordinator from (the coordinator checks; "+
 			"default: --ingest-listen's address when it names an IP)"),
+		whipUDP: fs.String("udp-ports", "", "with --ingest-listen (the full build): the UDP port range `MIN-MAX` the WHIP streams the coordinator hands here take their media on (default: ephemeral)"),
+		whipIP: fs.String("public-ip", "", "with --ingest-listen (the full build): the `IP` announced in the ICE candidates of the WHIP streams the coordinator hands here, "+
+			"instead of the local addresses (1:1 NAT, e.g. a node's external IP: WHIP clients must reach it)"),
 	}
 }
 
@@ -83,6 +97,36 @@ func (f *peerFlags) check(coord string, tls bool) []error {
 	return append(errs, f.checkIngest(coord, tls)...)
 }
 
+// checkWhipNet parses --udp-ports and --public-ip into whipNet.
+func (f *peerFlags) checkWhipNet() []error {
+	var errs []error
+	udp, ip := *f.whipUDP, *f.whipIP
+	switch {
+	case (udp != "" || ip != "") && *f.ingestListen == "":
+		errs = append(errs, errors.New("--udp-ports and --public-ip are for the WHIP streams an ingest worker takes: give --ingest-listen"))
+	case (udp != "" || ip != "") && !workerTakesWhip:
+		errs = append(errs, errors.New("--udp-ports and --public-ip: the lean build takes no WHIP streams (the full build, bin/mdag, does)"))
+	}
+	if udp != "" {
+		lo, hi, ok := strings.Cut(udp, "-")
+		a, err1 := strconv.ParseUint(lo, 10, 16)
+		b, err2 := strconv.ParseUint(hi, 10, 16)
+		if !ok || err1 != nil || err2 != nil || a == 0 || a > b {
+			errs = append(errs, fmt.Errorf("--udp-ports %q: want MIN-MAX, e.g. 40000-40100", udp))
+		} else {
+			f.whipNet.udpMin, f.whipNet.udpMax = uint16(a), uint16(b)
+		}
+	}
+	if ip != "" {
+		if net.ParseIP(ip) == nil {
+			errs = append(errs, fmt.Errorf("--public-ip %q: not an IP address", ip))
+		} else {
+			f.whipNet.publicIP = ip
+		}
+	}
+	return errs
+}
+
 // checkIngest returns every problem with the ingest flags.
 func (f *peerFlags) checkIngest(coord string, tls bool) []error {
 	var errs []error
@@ -95,6 +139,7 @@ func (f *peerFlags) checkIngest(coord string, tls bool) []error {
 	case in != "" && !tls && !loopback(in):
 		errs = append(errs, fmt.Errorf("--ingest-listen %s is not a loopback address, so the ingest port needs mutual TLS: give --tls-dir (mdag certs init)", in))
 	}
+	errs = append(errs, f.checkWhipNet()...)
 	if adv != "" {
 		if h, p, err := net.SplitHostPort(adv); err != nil || net.ParseIP(h) == nil || p == "" {
 			errs = append(errs, fmt.Errorf("--ingest-advertise %q: want IP:PORT, the address sources reach this worker's ingest port at (the coordinator checks it is the address this worker connects from)", adv))
@@ -125,7 +170,7 @@ func (f *peerFlags) startIngest(dp *client.DataPlane, m *pki.Material, log *slog
 	// and the coordinator's cameras it assigns here (the full build)
 	// and the WHIP streams it delegates here
 	dp.Ingest = &client.IngestServer{Addr: addr, Thumb: thumbEncoder, ThumbWidth: dashboard.ThumbWidth, Cameras: workerCameras(log)}
-	dp.Ingest.Whip = workerWhipFor(dp.Ingest, log)
+	dp.Ingest.Whip = workerWhipFor(dp.Ingest, f.whipNet, log)
 	var opts []grpc.ServerOption
 	if m != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(m.IngestServerConfig())))

@@ -97,6 +97,7 @@ func endKindOf(kind string) string {
 type workerWhip struct {
 	g   *client.IngestServer
 	log *slog.Logger
+	net whipNet
 
 	mu      sync.Mutex
 	servers map[whipKey]*whip.Server
@@ -119,7 +120,11 @@ func (w *workerWhip) server(o client.WhipDelegated) (*whip.Server, error) {
 	if srv := w.servers[k]; srv != nil {
 		return srv, nil
 	}
-	cfg := whip.Config{Apps: map[dag.AppID]float64{dag.AppID(o.App): o.FPS}, Scale: scaler, Log: w.log, OnEnded: w.ended}
+	cfg := whip.Config{Apps: map[dag.AppID]float64{dag.AppID(o.App): o.FPS}, Scale: scaler, Log: w.log, OnEnded: w.ended,
+		UDPPortMin: w.net.udpMin, UDPPortMax: w.net.udpMax}
+	if w.net.publicIP != "" {
+		cfg.PublicIPs = []string{w.net.publicIP}
+	}
 	if o.Motion {
 		cfg.Objects = motionObjects
 	}
@@ -200,7 +205,12 @@ func (w *workerWhip) EndAll() {
 	wg.Wait()
 }
 
-// workerWhipFor is the WHIP streams a worker takes.
-func workerWhipFor(g *client.IngestServer, log *slog.Logger) client.WhipIngest {
-	return newWorkerWhip(g, log)
+// workerWhipFor is the WHIP streams a worker takes, their media on net.
+func workerWhipFor(g *client.IngestServer, net whipNet, log *slog.Logger) client.WhipIngest {
+	w := newWorkerWhip(g, log)
+	w.net = net
+	return w
 }
+
+// workerTakesWhip: this build's worker takes WHIP streams.
+const workerTakesWhip = true
