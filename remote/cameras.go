@@ -428,6 +428,10 @@ func (w *workerSession) cameraState(m *api.CameraState) {
 type assignment struct {
 	app  string
 	whip bool
+	// a WHIP stream's: answered (its worker took it; before, an end of it
+	// is the answer's business), ending (the coordinator ended it: the
+	// worker's word of its end is expected, and no join is taken)
+	answered, ending bool
 }
 
 // isAssigned reports whether stream is assigned to the worker; unassign
@@ -449,5 +453,8 @@ func (c *conn) unassign(stream string) {
 func (c *conn) assignedApp(stream string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.assigned[stream].app
+	if a := c.assigned[stream]; !a.ending {
+		return a.app
+	}
+	return ""
 }

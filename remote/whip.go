@@ -146,14 +146,27 @@ func (s *Server) offerTo(ctx context.Context, c *conn, o WhipOffer) ([]byte, err
 			}
 			return nil, &StatusError{code, fmt.Sprintf("ingest worker %s: %s", c.id, cut(a.Error, 512))}
 		}
+		if len(a.Sdp) > maxWhipOffer || !strings.HasPrefix(a.Sdp, "v=0") {
+			s.endOn(c, o.Stream)
+			return nil, &StatusError{http.StatusBadGateway, fmt.Sprintf("ingest worker %s: its answer (%d bytes) is not an SDP answer of at most %d bytes", c.id, len(a.Sdp), maxWhipOffer)}
+		}
+		c.mu.Lock()
+		as, ok := c.assigned[o.Stream]
+		if ok && !as.ending {
+			as.answered = true
+			c.assigned[o.Stream] = as
+		}
+		c.mu.Unlock()
+		if !ok || as.ending || c.closed.Load() {
+			return nil, &StatusError{http.StatusServiceUnavailable, fmt.Sprintf("ingest worker %s was lost while it answered", c.id)}
+		}
 		s.whip.placed(o.Stream, c)
 		return []byte(a.Sdp), nil
 	case <-tm:
 	case <-ctx.Done():
 	}
 	// the worker may yet answer and start it: it ends it at once
-	c.unassign(o.Stream)
-	c.send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_WhipEnd{WhipEnd: &api.WhipEnd{Stream: o.Stream}}})
+	s.endOn(c, o.Stream)
 	if ctx.Err() != nil {
 		return nil, &StatusError{http.StatusServiceUnavailable, "the client went away"}
 	}
@@ -179,6 +192,18 @@ func (w *whipWaits) close(id uint64) {
 	w.mu.Lock()
 	delete(w.m, id)
 	w.mu.Unlock()
+}
+
+// fail answers every offer to c still waiting: 503 (the worker is lost).
+func (w *whipWaits) fail(c *conn) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, wt := range w.m {
+		if wt.c == c {
+			wt.ch <- &api.WhipAnswer{Id: id, Code: http.StatusServiceUnavailable, Error: "the worker was lost"}
+			delete(w.m, id)
+		}
+	}
 }
 
 // answer hands c's answer to its offer; false: no offer to c waits for it.
@@ -211,16 +236,18 @@ func (w *whipWaits) gone(stream string) {
 }
 
 // maxWhipResult bounds a result forwarded to a worker.
-const maxWhipResult = 1 << 20
+const maxWhipResult = 64 << 10
 
 // WhipResult forwards a delegated stream's result (its JSON) to the
 // worker its media goes to, for the client's DataChannel there; it never
-// blocks (a full queue drops it, as a slow DataChannel does).
+// blocks, and a worker's queue a quarter full takes none (its tasks come
+// first): dropped, as a slow DataChannel's are (the results' event stream
+// here has them all).
 func (s *Server) WhipResult(stream string, json []byte) {
 	s.whip.mu.Lock()
 	c := s.whip.on[stream]
 	s.whip.mu.Unlock()
-	if c == nil || len(json) > maxWhipResult {
+	if c == nil || len(json) > maxWhipResult || len(c.out) > cap(c.out)/4 {
 		return
 	}
 	c.send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_WhipResult{WhipResult: &api.WhipResult{Stream: stream, Json: json}}})
@@ -231,8 +258,21 @@ func (s *Server) WhipResult(stream string, json []byte) {
 func (s *Server) EndWhip(stream string) {
 	s.whip.gone(stream)
 	for _, c := range s.connsWith(stream, true) {
-		c.unassign(stream)
-		c.send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_WhipEnd{WhipEnd: &api.WhipEnd{Stream: stream}}})
+		s.endOn(c, stream)
+	}
+}
+
+// endOn ends a WHIP stream on c: its assignment is kept, ending, until the
+// worker says it ended (or is lost), and takes no join meanwhile.
+func (s *Server) endOn(c *conn, stream string) {
+	c.mu.Lock()
+	if a, ok := c.assigned[stream]; ok {
+		a.ending = true
+		c.assigned[stream] = a
+	}
+	c.mu.Unlock()
+	if !c.send(&api.CoordinatorMessage{Msg: &api.CoordinatorMessage_WhipEnd{WhipEnd: &api.WhipEnd{Stream: stream}}}) && !c.closed.Load() {
+		s.Log.Warn("whip: the end of a stream could not be queued for its ingest worker: it ends there by its idle timeout", "stream", stream, "instance", c.id)
 	}
 }
 
@@ -274,9 +314,12 @@ func (w *workerSession) whipEnded(m *api.WhipEnded) {
 	if ok && a.whip {
 		w.s.whip.gone(m.Stream)
 	}
-	if !ok || !a.whip {
+	switch {
+	case !ok || !a.whip:
 		_ = w.s.refuse(RefusedWhip, fmt.Errorf("worker %s: WHIP stream %q ended, but it is not one assigned to it", c.id, cut(m.Stream, 64)), "instance", c.id)
 		return
+	case a.ending || !a.answered:
+		return // the coordinator ended it, or the worker's answer says why
 	}
 	if f := w.s.OnWhipEnded; f != nil {
 		f(m.Stream, cut(m.Kind, 32), fmt.Sprintf("on ingest worker %s: %s", c.id, cut(m.Why, 512)))
@@ -287,18 +330,21 @@ func (w *workerSession) whipEnded(m *api.WhipEnded) {
 // post again and land on another).
 func (w *workerSession) endWhips() {
 	c := w.c
+	w.s.whip.fail(c) // offers it did not answer: the next worker
 	c.mu.Lock()
 	var ids []string
 	for id, a := range c.assigned {
 		if a.whip {
-			ids = append(ids, id)
+			if a.answered && !a.ending {
+				ids = append(ids, id)
+			}
 			delete(c.assigned, id)
+			w.s.whip.gone(id)
 		}
 	}
 	c.mu.Unlock()
 	sort.Strings(ids)
 	for _, id := range ids {
-		w.s.whip.gone(id)
 		if f := w.s.OnWhipEnded; f != nil {
 			f(id, "", fmt.Sprintf("its ingest worker %s was lost: post the offer again", c.id))
 		}

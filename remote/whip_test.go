@@ -95,6 +95,19 @@ func TestOfferWhip(t *testing.T) {
 	if e := good.next("the end", func(m *api.CoordinatorMessage) bool { return m.GetWhipEnd() != nil }).GetWhipEnd(); e.Stream != "s1" {
 		t.Fatalf("end: %+v", e)
 	}
+	// its worker's word that it ended is expected: taken quietly, and no
+	// join of it any more
+	good.send(&api.WorkerMessage{Msg: &api.WorkerMessage_WhipEnded{WhipEnded: &api.WhipEnded{Stream: "s1", Kind: "client"}}})
+	good.send(&api.WorkerMessage{Msg: &api.WorkerMessage_StreamJoin{StreamJoin: &api.StreamJoin{Id: 2, App: "traffic", Stream: "s1"}}})
+	if j := good.next("the ended stream's join answer", func(m *api.CoordinatorMessage) bool { return m.GetStreamJoined() != nil }).GetStreamJoined(); j.Code == 0 {
+		t.Fatal("an ended stream joined again without a ticket")
+	}
+	if n := c.srv.Refused()[RefusedWhip]; n != 2 {
+		t.Errorf("%d refusals: the expected end was refused", n)
+	}
+	if _, ok := ends.get("s1"); ok {
+		t.Error("the coordinator's own end came back to the endpoint")
+	}
 	// a second stream on w2 (w1 still refuses), ended by the worker
 	go func() {
 		a, w, err := c.srv.OfferWhip(context.Background(), WhipOffer{App: "traffic", Stream: "s2", SDP: []byte("v=0")})

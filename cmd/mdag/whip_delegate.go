@@ -102,6 +102,7 @@ type workerWhip struct {
 	mu      sync.Mutex
 	servers map[whipKey]*whip.Server
 	streams map[string]*whip.Server
+	early   map[string]bool // ended by the coordinator while being answered
 }
 
 type whipKey struct {
@@ -110,7 +111,7 @@ type whipKey struct {
 }
 
 func newWorkerWhip(g *client.IngestServer, log *slog.Logger) *workerWhip {
-	return &workerWhip{g: g, log: log, servers: map[whipKey]*whip.Server{}, streams: map[string]*whip.Server{}}
+	return &workerWhip{g: g, log: log, servers: map[whipKey]*whip.Server{}, streams: map[string]*whip.Server{}, early: map[string]bool{}}
 }
 
 func (w *workerWhip) server(o client.WhipDelegated) (*whip.Server, error) {
@@ -145,10 +146,15 @@ func (w *workerWhip) Accept(o client.WhipDelegated) (string, int, error) {
 	w.streams[o.Stream] = srv
 	w.mu.Unlock()
 	answer, code, err := srv.Accept(dag.AppID(o.App), o.Stream, o.SDP, whip.DelegateCaps{FPS: o.FPS, MaxW: o.MaxW, MaxH: o.MaxH})
+	w.mu.Lock()
+	ended := w.early[o.Stream]
+	delete(w.early, o.Stream)
 	if err != nil {
-		w.mu.Lock()
 		delete(w.streams, o.Stream)
-		w.mu.Unlock()
+	}
+	w.mu.Unlock()
+	if err == nil && ended {
+		srv.End(o.Stream) // the coordinator ended it while it was answered
 	}
 	return answer, code, err
 }
@@ -182,8 +188,14 @@ func (w *workerWhip) End(id string) {
 	w.mu.Lock()
 	srv := w.streams[id]
 	w.mu.Unlock()
-	if srv != nil {
-		srv.End(id)
+	if srv != nil && !srv.End(id) {
+		// still being answered (Accept gathers its candidates): ended
+		// once it is
+		w.mu.Lock()
+		if w.streams[id] == srv {
+			w.early[id] = true
+		}
+		w.mu.Unlock()
 	}
 }
 

@@ -60,24 +60,25 @@ const StateOnWorker = "on-worker"
 // EndWorker ends a delegated stream whose worker ended it or was lost.
 const EndWorker = "worker"
 
-// delegate hands the checked offer of a stream of app to a worker; the
-// stream is kept here as a delegated one. ErrNotDelegated: no worker took
-// it.
+// delegate hands the checked offer of a stream of app to a worker; once
+// it answered, the stream is kept here as a delegated one. ErrNotDelegated:
+// no worker took it. While the worker answers, the stream is pending: an
+// end of it then (its worker lost, the server closing) makes the POST fail
+// and ends it on the worker.
 func (s *Server) delegate(ctx context.Context, app dag.AppID, caps streamCaps, offer []byte) (*stream, string, int, error) {
 	id := newID()
-	st := newStream(s, id, app, caps.fps, nil)
-	st.maxW, st.maxH = caps.maxW, caps.maxH
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil, "", http.StatusServiceUnavailable, errors.New("server shutting down")
 	}
-	s.delegated[id] = st
+	s.pending[id] = false
 	s.mu.Unlock()
 	answer, worker, err := s.cfg.Delegate.Delegate(ctx, app, id, offer, DelegateCaps{FPS: caps.fps, MaxW: caps.maxW, MaxH: caps.maxH})
+	s.mu.Lock()
+	ended := s.pending[id]
+	delete(s.pending, id)
 	if err != nil {
-		s.mu.Lock()
-		delete(s.delegated, id)
 		s.mu.Unlock()
 		code := http.StatusServiceUnavailable
 		var se *StatusError
@@ -86,12 +87,16 @@ func (s *Server) delegate(ctx context.Context, app dag.AppID, caps streamCaps, o
 		}
 		return nil, "", code, err
 	}
-	st.mu.Lock()
-	st.worker = worker
-	st.mu.Unlock()
+	if ended || s.closed {
+		s.mu.Unlock()
+		s.cfg.Delegate.End(id)
+		return nil, "", http.StatusServiceUnavailable, errors.New("the stream ended while its ingest worker answered (the worker lost, or the server closing): post again")
+	}
+	st := newStream(s, id, app, caps.fps, nil)
+	st.maxW, st.maxH, st.worker = caps.maxW, caps.maxH, worker
 	st.onEnd = func() { s.cfg.Delegate.End(id) }
-	s.mu.Lock()
-	st.token = caps.token // from here, removed gives the token's slot back
+	st.token = caps.token // removed gives the token's slot back
+	s.delegated[id] = st
 	s.mu.Unlock()
 	s.log.Info("whip stream on an ingest worker: its media goes there", "app", app, "stream", id, "worker", worker, "fps", caps.fps,
 		"max_resolution", fmt.Sprintf("%dx%d", caps.maxW, caps.maxH), "token", caps.token)
@@ -99,10 +104,16 @@ func (s *Server) delegate(ctx context.Context, app dag.AppID, caps streamCaps, o
 }
 
 // EndDelegated ends a delegated stream (its worker ended it, with kind and
-// why, or was lost); false: no such stream.
+// why, or was lost); one whose worker is still answering fails its POST.
+// False: no such stream.
 func (s *Server) EndDelegated(id, kind, why string) bool {
 	s.mu.Lock()
 	st := s.delegated[id]
+	if _, ok := s.pending[id]; ok {
+		s.pending[id] = true
+		s.mu.Unlock()
+		return true
+	}
 	s.mu.Unlock()
 	if st == nil {
 		return false

@@ -20,6 +20,8 @@ type workerDelegate struct {
 	mu     sync.Mutex
 	ended  []string
 	refuse error
+	// lost: the stream is ended (its worker lost) while the worker answers
+	lost func(id string)
 }
 
 func (d *workerDelegate) Delegate(_ context.Context, app dag.AppID, id string, offer []byte, caps DelegateCaps) ([]byte, string, error) {
@@ -29,6 +31,9 @@ func (d *workerDelegate) Delegate(_ context.Context, app dag.AppID, id string, o
 	answer, code, err := d.worker.Accept(app, id, offer, caps)
 	if err != nil {
 		return nil, "", &StatusError{Code: code, Msg: err.Error()}
+	}
+	if d.lost != nil {
+		d.lost(id)
 	}
 	return []byte(answer), "w1", nil
 }
@@ -137,6 +142,22 @@ func TestDelegate(t *testing.T) {
 	if resp2.StatusCode != http.StatusServiceUnavailable || resp2.Header.Get("Retry-After") == "" || coord.Admission().Refused[RefusedDelegate] != 1 {
 		t.Fatalf("refused by the workers: %d %v, refused %v", resp2.StatusCode, resp2.Header, coord.Admission().Refused)
 	}
+	// the stream ends (its worker lost) while the worker answers: the POST
+	// fails, the worker is told, the token's slot is not kept
+	d.refuse = nil
+	d.lost = func(id string) { coord.EndDelegated(id, EndWorker, "its ingest worker was lost") }
+	resp3, err := http.Post(hs.URL+"/whip/face", "application/sdp", strings.NewReader(offerSDP(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp3.Body.Close()
+	d.mu.Lock()
+	endedOnWorker := len(d.ended)
+	d.mu.Unlock()
+	if resp3.StatusCode != http.StatusServiceUnavailable || endedOnWorker != 2 || len(coord.Streams()) != 1 {
+		t.Fatalf("ended while answered: %d, %d ends on the worker, streams %+v", resp3.StatusCode, endedOnWorker, coord.Streams())
+	}
+	d.lost = nil
 	// no worker: the coordinator takes it
 	d.refuse = ErrNotDelegated
 	p3, err := Publish(ctx, ClientConfig{Server: hs.URL, App: "face", Width: 320, Height: 240, FPS: 30})

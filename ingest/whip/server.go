@@ -229,6 +229,9 @@ type Server struct {
 	// delegated are the streams whose media an ingest worker takes
 	// (Config.Delegate): here for their results, status and DELETE
 	delegated map[string]*stream
+	// pending are the delegated streams whose worker is answering: true
+	// once ended meanwhile
+	pending map[string]bool
 	reserved  int            // POSTs between the limit check and the stream's creation
 	byToken   map[string]int // streams (live and reserved) per token name, for its MaxStreams
 	closed    bool
@@ -291,7 +294,7 @@ func New(cfg Config, sink Sink) (*Server, error) {
 			return nil, fmt.Errorf("whip: app %s takes audio but the sink (%T) has no IngestAudio", app, sink)
 		}
 	}
-	s := &Server{cfg: cfg, sink: sink, api: api, clk: cfg.Clock, log: cfg.Log, streams: map[string]*stream{}, delegated: map[string]*stream{},
+	s := &Server{cfg: cfg, sink: sink, api: api, clk: cfg.Clock, log: cfg.Log, streams: map[string]*stream{}, delegated: map[string]*stream{}, pending: map[string]bool{},
 		totals: map[string]*ingest.Totals{}, origins: origins, auth: cfg.Auth, byToken: map[string]int{},
 		offers: auth.NewLimiter(cfg.OfferRates, cfg.Clock), logs: &auth.LogLimiter{Clock: cfg.Clock, Log: cfg.Log, Every: 10 * time.Second}}
 	if s.auth == nil && len(cfg.Tokens) > 0 {
