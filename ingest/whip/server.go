@@ -231,13 +231,13 @@ type Server struct {
 	delegated map[string]*stream
 	// pending are the delegated streams whose worker is answering: true
 	// once ended meanwhile
-	pending map[string]bool
-	reserved  int            // POSTs between the limit check and the stream's creation
-	byToken   map[string]int // streams (live and reserved) per token name, for its MaxStreams
-	closed    bool
-	wg        sync.WaitGroup
-	ended     []StreamInfo              // the last streams that ended, newest last
-	totals    map[string]*ingest.Totals // counters of the streams that ended and refusals, by app
+	pending  map[string]bool
+	reserved int            // POSTs between the limit check and the stream's creation
+	byToken  map[string]int // streams (live and reserved) per token name, for its MaxStreams
+	closed   bool
+	wg       sync.WaitGroup
+	ended    []StreamInfo              // the last streams that ended, newest last
+	totals   map[string]*ingest.Totals // counters of the streams that ended and refusals, by app
 
 	// The CPU load (admission.go), as of the last sample.
 	loadTimer                                           clock.Timer
