@@ -168,10 +168,16 @@ func TestMultiProcessCameraOnWorkers(t *testing.T) {
 	}
 	ic.coord.stop(t)
 	for id, p := range ic.workers {
+		select {
+		case <-p.done: // stdout is read once the process is done
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%s did not end", id)
+		}
 		if all := p.stdout() + p.stderr(); strings.Contains(all, "Secr3t-gate") {
 			t.Errorf("the password is in the output of %s:\n%s", id, all)
 		}
 	}
+	<-ic.coord.done
 	if all := ic.coord.stdout() + ic.coord.stderr(); strings.Contains(all, "Secr3t-gate") {
 		t.Errorf("the password is in the coordinator's output:\n%s", all)
 	}

@@ -354,7 +354,13 @@ function streamList(g, app) {
     const parts = [c.state, c.codec || "", c.source];
     if (c.reconnects) parts.push(`${c.reconnects} reconnects`);
     if (c.camera_lost) parts.push(`lost ${c.camera_lost}×`);
-    const li = el("li", { class: bad ? "warn" : "" }, el("b", {}, "camera " + c.name + ": "), parts.filter((p) => p).join(" · "));
+    // a coordinator's camera: the ingest worker reading it; read by the
+    // coordinator itself (its pixels come through it) or by no one is said loudly
+    const here = c.read_by === "coordinator", none = c.read_by === "-";
+    if (c.read_by && !here && !none) parts.push("read by " + c.read_by);
+    const li = el("li", { class: bad || here || none ? "warn" : "" }, el("b", {}, "camera " + c.name + ": "), parts.filter((p) => p).join(" · "));
+    if (here) li.append(el("span", { class: "warn" }, " — READ BY THE COORDINATOR (no ingest worker takes it: its pixels come through the coordinator)"));
+    if (none) li.append(el("span", { class: "warn" }, " — WAITING FOR AN INGEST WORKER"));
     if (bad && c.last_error) li.append(el("span", { class: "warn" }, ` — DOWN ${fmt((c.down_ns || 0) / 1e9, 0)} s: ${c.last_error}`));
     ul.append(li);
   }
@@ -362,6 +368,7 @@ function streamList(g, app) {
     const parts = [s.state, s.codec || "", s.width ? `${s.width}x${s.height}` : ""];
     if (s.layer) parts.push(`layer ${s.layer} of ${(s.layers || []).join(", ")}` + (s.layer_down ? ` (${s.layer_down} down)` : ""));
     parts.push(s.source === "whip" ? "WHIP" : s.source || "");
+    if (s.read_by) parts.push("media on " + s.read_by);
     if (s.camera_lost) parts.push(`camera lost ${s.camera_lost}×`);
     const li = el("li", { class: s.waiting ? "warn" : "" }, el("b", {}, s.id + ": "), parts.filter((p) => p).join(" · "));
     if (s.waiting) li.append(el("span", { class: "warn" }, " — " + s.waiting.toUpperCase()));
