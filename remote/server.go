@@ -24,6 +24,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -199,8 +200,11 @@ func NewGRPC(s *Server) *grpc.Server { return newGRPC(s) }
 
 func newGRPC(s *Server, opts ...grpc.ServerOption) *grpc.Server {
 	s.defaults()
+	// clients ping a silent connection (remote/client's dial: every 15 s
+	// while a call is open); more often than every 7.5 s is too many
+	ka := grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 7500 * time.Millisecond, PermitWithoutStream: true})
 	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(s.limits.MaxMessage), grpc.MaxSendMsgSize(wire.MaxMessage), grpc.StatsHandler(&s.ingress),
-		grpc.MaxConcurrentStreams(uint32(min(s.limits.MaxConnStreams, 1<<20)))}, opts...)...)
+		grpc.MaxConcurrentStreams(uint32(min(s.limits.MaxConnStreams, 1<<20))), ka}, opts...)...)
 	api.RegisterCoordinatorServer(g, s)
 	return g
 }

@@ -103,7 +103,7 @@ func (g *IngestServer) Stats() IngestStats {
 // handshake within 10 s.
 func NewIngestGRPC(g *IngestServer, opts ...grpc.ServerOption) *grpc.Server {
 	s := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(DefaultIngestMessage), grpc.MaxSendMsgSize(1 << 20), grpc.ConnectionTimeout(10 * time.Second),
-		grpc.MaxConcurrentStreams(uint32(g.maxStreams()))}, opts...)...)
+		grpc.MaxConcurrentStreams(uint32(g.maxStreams())), KeepaliveEnforcement()}, opts...)...)
 	api.RegisterIngestServer(s, g)
 	return s
 }

@@ -262,7 +262,7 @@ const MaxPeerStreams = 256
 // most MaxPeerStreams streams open.
 func NewPeerGRPC(p *PeerServer, opts ...grpc.ServerOption) *grpc.Server {
 	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20), grpc.MaxSendMsgSize(wire.MaxMessage), grpc.ConnectionTimeout(10 * time.Second),
-		grpc.MaxConcurrentStreams(MaxPeerStreams)}, opts...)...)
+		grpc.MaxConcurrentStreams(MaxPeerStreams), KeepaliveEnforcement()}, opts...)...)
 	api.RegisterPeerServer(g, p)
 	return g
 }

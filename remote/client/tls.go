@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/mdag/mdag/internal/pki"
 	"github.com/mdag/mdag/internal/unixsock"
@@ -51,13 +52,35 @@ var reconnect = grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time
 // unixsock.Dial: a socket served by another uid than this process's or
 // root's is refused (issue 36: another local user may have bound the path
 // first), and nothing is sent there.
+//
+// While a call is open, a connection that reads nothing for KeepaliveTime
+// is pinged, and closed when no answer comes within KeepaliveTimeout: a
+// worker whose coordinator went silent (a half-open connection: a network
+// cut, not a crash) ends its session in seconds, stops reading the cameras
+// the coordinator has given to others meanwhile, and reconnects; without
+// it, TCP would keep the connection for about a quarter of an hour. Every
+// mdag gRPC server permits these pings (KeepaliveEnforcement).
 func dial(addr string, creds credentials.TransportCredentials) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithConnectParams(reconnect),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessage), grpc.MaxCallSendMsgSize(wire.MaxMessage))}
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(wire.MaxMessage), grpc.MaxCallSendMsgSize(wire.MaxMessage)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout})}
 	if unixsock.IsTarget(addr) {
 		opts = append(opts, grpc.WithContextDialer(unixsock.Dial))
 	}
 	return grpc.NewClient(addr, opts...)
+}
+
+// Keepalive of the connections this package dials (dial).
+const (
+	KeepaliveTime    = 15 * time.Second
+	KeepaliveTimeout = 10 * time.Second
+)
+
+// KeepaliveEnforcement lets clients ping as dial's do (gRPC's default
+// answers a ping more often than every 5 minutes on a connection that
+// sends nothing with GOAWAY, "too many pings").
+func KeepaliveEnforcement() grpc.ServerOption {
+	return grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveTime / 2, PermitWithoutStream: true})
 }
 
 // tlsCreds builds a fresh TLS configuration from the material for every
