@@ -419,7 +419,7 @@ func (w *workerSession) cameraState(m *api.CameraState) {
 		err = p.report(w.c, m)
 	}
 	if err != nil {
-		_ = s.refuse(RefusedCamera, fmt.Errorf("worker %s: camera state of %q: %w", w.c.id, cut(m.Stream, 64), err), "instance", w.c.id)
+		_ = s.refuse(RefusedCamera, fmt.Errorf("worker %s: camera state of %q: %w", w.c.id, wire.Cut(m.Stream, 64), err), "instance", w.c.id)
 	}
 }
 

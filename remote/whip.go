@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/mdag/mdag/api"
+	"github.com/mdag/mdag/remote/wire"
 )
 
 // WHIP on the ingest workers (issue 41). The coordinator's WHIP endpoint
@@ -144,7 +144,7 @@ func (s *Server) offerTo(ctx context.Context, c *conn, o WhipOffer) ([]byte, err
 			if code < 400 || code > 599 {
 				code = http.StatusBadGateway
 			}
-			return nil, &StatusError{code, fmt.Sprintf("ingest worker %s: %s", c.id, cut(a.Error, 512))}
+			return nil, &StatusError{code, fmt.Sprintf("ingest worker %s: %s", c.id, wire.Cut(a.Error, 512))}
 		}
 		if len(a.Sdp) > maxWhipOffer || !strings.HasPrefix(a.Sdp, "v=0") {
 			s.endOn(c, o.Stream)
@@ -316,13 +316,13 @@ func (w *workerSession) whipEnded(m *api.WhipEnded) {
 	}
 	switch {
 	case !ok || !a.whip:
-		_ = w.s.refuse(RefusedWhip, fmt.Errorf("worker %s: WHIP stream %q ended, but it is not one assigned to it", c.id, cut(m.Stream, 64)), "instance", c.id)
+		_ = w.s.refuse(RefusedWhip, fmt.Errorf("worker %s: WHIP stream %q ended, but it is not one assigned to it", c.id, wire.Cut(m.Stream, 64)), "instance", c.id)
 		return
 	case a.ending || !a.answered:
 		return // the coordinator ended it, or the worker's answer says why
 	}
 	if f := w.s.OnWhipEnded; f != nil {
-		f(m.Stream, cut(m.Kind, 32), fmt.Sprintf("on ingest worker %s: %s", c.id, cut(m.Why, 512)))
+		f(m.Stream, wire.Cut(m.Kind, 32), fmt.Sprintf("on ingest worker %s: %s", c.id, wire.Cut(m.Why, 512)))
 	}
 }
 
@@ -352,25 +352,4 @@ func (w *workerSession) endWhips() {
 	if len(ids) > 0 {
 		w.s.Log.Warn("the ingest worker's WHIP streams ended with it: their clients post again", "instance", c.id, "streams", len(ids))
 	}
-}
-
-// WhipWorkers are the connected workers that take WHIP streams, by ID.
-func (s *Server) WhipWorkers() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for id, c := range s.workers {
-		if c.whip && !c.closed.Load() {
-			out = append(out, id)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-func cut(s string, n int) string {
-	if len(s) > n {
-		return strings.ToValidUTF8(s[:n], "")
-	}
-	return s
 }

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"strings"
 	"time"
 
 	"github.com/mdag/mdag/api"
@@ -40,9 +41,13 @@ func CameraStateFromPB(m *api.CameraState) CameraReport {
 		Lost: m.Lost, LastGap: time.Duration(max(0, m.LastGapNs))}
 }
 
-func cut(s string) string {
-	if len(s) > MaxCameraText {
-		return s[:MaxCameraText]
+func cut(s string) string { return Cut(s, MaxCameraText) }
+
+// Cut is s cut to at most n bytes, never inside a UTF-8 sequence: what a
+// peer sent, kept or quoted within a bound.
+func Cut(s string, n int) string {
+	if len(s) > n {
+		return strings.ToValidUTF8(s[:n], "")
 	}
 	return s
 }
